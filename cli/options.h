@@ -1,0 +1,29 @@
+// Command-line parsing for `hvdrun`: turns argv into a Command (which subcommand, with
+// which LaunchOptions) strictly, without exiting; bad input throws hvdrun::UsageError.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "launcher/options.h"
+
+namespace hvdrun::cli {
+
+/// What the command line asks for.
+enum class Action { run, check, agent, help, version, check_build };
+
+/// The parsed command line.
+struct Command {
+  Action action = Action::run;
+  launcher::LaunchOptions options;
+  /// Text for --help (filled for Action::help).
+  std::string help_text;
+};
+
+/// Parses `args` (argv without argv[0]). Throws UsageError with a one-line message.
+Command parse_command_line(const std::vector<std::string>& args);
+
+/// The full --help text (also used by tests that compare it with the man page).
+std::string help_text();
+
+}  // namespace hvdrun::cli

@@ -1,0 +1,34 @@
+// Parsing of the host list: `-H host[:slots],...` and `--hostfile FILE`. Pure functions;
+// no I/O beyond reading the hostfile. Every malformed input throws hvdrun::UsageError with
+// a one-line message saying what was wrong, where (file:line for hostfiles) and what is
+// expected.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hvdrun::hostfile {
+
+/// One host with its slot count, in the order the user gave it.
+struct HostSlots {
+  /// The host as written by the user (IPv6 addresses without their brackets).
+  std::string name;
+  /// Number of ranks this host may run; at least 1.
+  int slots = 1;
+
+  bool operator==(const HostSlots&) const = default;
+};
+
+/// Parses a `-H` value: `host`, `host:slots`, `[ipv6]`, `[ipv6]:slots`, comma-separated,
+/// spaces around commas tolerated. A host named twice is an error.
+std::vector<HostSlots> parse_host_list(std::string_view text);
+
+/// Parses hostfile contents: one host per line as `host slots=N`, `host:N` or `host`;
+/// `#` starts a comment; blank lines are ignored. `filename` is used in error messages.
+std::vector<HostSlots> parse_hostfile_text(std::string_view text, std::string_view filename);
+
+/// Reads and parses a hostfile. An unreadable file is a UsageError naming the path.
+std::vector<HostSlots> parse_hostfile(const std::string& path);
+
+}  // namespace hvdrun::hostfile

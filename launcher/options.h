@@ -1,0 +1,47 @@
+// The launcher's input: everything the command line says about one job, already parsed
+// and validated by cli/. A plain struct so tests can build one directly.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hostfile/hosts.h"
+
+namespace hvdrun::launcher {
+
+/// Options of `hvdrun [run]` and `hvdrun check`.
+struct LaunchOptions {
+  /// -np; empty means "all slots".
+  std::optional<int> np;
+  /// Hosts from -H or --hostfile; empty means localhost with np slots.
+  std::vector<hostfile::HostSlots> hosts;
+  /// -p/--ssh-port: overrides the port from ssh_config for every host.
+  std::optional<int> ssh_port;
+  /// -i/--ssh-identity-file: tried before the IdentityFiles of ssh_config.
+  std::string ssh_identity_file;
+  /// --ssh-config FILE; empty means ~/.ssh/config when present.
+  std::string ssh_config;
+  /// --start-timeout SEC: deadline for SSH preflight, agent start and rendezvous.
+  int start_timeout_s = 30;
+  /// --network-interface IF: address ranks use to reach the rendezvous, and theirs.
+  std::string network_interface;
+  /// --output-filename DIR: also write DIR/rank.N/stdout and stderr.
+  std::string output_filename;
+  /// -x/--env NAME or NAME=VALUE, in order given.
+  std::vector<std::string> env;
+  /// --verbose.
+  bool verbose = false;
+  /// --log-level: trace, debug, info, warning, error, critical, off.
+  std::string log_level = "warning";
+  /// --prefix-output-with-timestamp.
+  bool prefix_timestamp = false;
+  /// --remote-hvdrun PATH: hvdrun on remote hosts; empty means this binary's own path.
+  std::string remote_hvdrun;
+  /// --json (check only): machine-readable preflight report.
+  bool json = false;
+  /// The user's command and its arguments (run only).
+  std::vector<std::string> command;
+};
+
+}  // namespace hvdrun::launcher

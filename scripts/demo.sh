@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Builds hvdrun and runs a demo job on this machine: 4 local ranks of the allreduce
+# example, rendezvousing through hvdrun and averaging a vector over Gloo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHVDRUN_BUILD_TESTS=OFF
+cmake --build build -j "$(nproc)"
+exec build/cli/hvdrun -np 4 -H localhost:4 build/examples/allreduce_demo

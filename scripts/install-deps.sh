@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what building and testing hvdrun needs, from Debian's packages. Idempotent.
+set -euo pipefail
+pkgs=(
+  build-essential cmake ninja-build pkg-config git ccache
+  libboost-dev libboost-program-options-dev libspdlog-dev libfmt-dev
+  libssh2-1-dev libssl-dev libgloo-dev catch2
+  openssh-server openssh-client groff-base python3
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [[ $(id -u) -eq 0 ]] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
