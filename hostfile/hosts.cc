@@ -1,0 +1,387 @@
+// Parsing of `-H` host lists and hostfiles. Both grammars share one notion of a host
+// entry (`name`, `name:slots`, `[ipv6]`, `[ipv6]:slots`) so that a host written the same
+// way means the same thing in both places. Errors are UsageError with one line: what was
+// wrong, where, and what would be right.
+#include "hostfile/hosts.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <map>
+#include <optional>
+
+#include "common/error.h"
+
+namespace hvdrun::hostfile {
+namespace {
+
+// Slots per host are capped so that a typo (`node1:40000000`) fails here rather than as
+// an out-of-memory later; no real host runs more ranks than this.
+constexpr int kMaxSlots = 65536;
+// A hostfile larger than this is certainly not a hostfile.
+constexpr off_t kMaxHostfileBytes = 16 * 1024 * 1024;
+
+bool is_space(char c) { return c == ' ' || c == '\t'; }
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// Quotes user text for an error message: non-printable bytes escaped, long text cut, so
+// that a message stays on one line whatever the input held.
+std::string quote(std::string_view s) {
+  constexpr size_t kMaxShown = 80;
+  std::string out = "'";
+  size_t shown = 0;
+  for (char ch : s) {
+    if (shown == kMaxShown) {
+      out += "...";
+      break;
+    }
+    auto c = static_cast<unsigned char>(ch);
+    if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c == 0x7f) {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += ch;
+    }
+    ++shown;
+  }
+  out += "'";
+  return out;
+}
+
+bool is_name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         c == '-' || c == '.' || c == '_';
+}
+
+bool is_ipv6_char(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') ||
+         c == ':' || c == '.';
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+// Parses a slot count strictly: decimal digits only, 1..kMaxSlots. Returns nullopt on any
+// deviation; the caller knows the context needed for the message.
+std::optional<int> parse_slots(std::string_view s) {
+  if (s.empty() || s.size() > 9) return std::nullopt;
+  int value = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
+  if (s.front() < '0' || s.front() > '9') return std::nullopt;
+  if (value < 1 || value > kMaxSlots) return std::nullopt;
+  return value;
+}
+
+std::string bad_slots_message(std::string_view slots, std::string_view example_host,
+                              std::string_view form) {
+  std::string msg = "bad slot count " + quote(slots) + " for host " + quote(example_host) +
+                    "; expected a whole number from 1 to " + std::to_string(kMaxSlots) +
+                    ", as in ";
+  msg += form;
+  return msg;
+}
+
+// Checks a host name (the part before `:slots`, or the inside of `[...]`). `bracketed`
+// says whether it came from `[...]`. Returns an error text, or empty when valid.
+std::string check_name(std::string_view name, bool bracketed) {
+  if (bracketed) {
+    if (name.empty()) return "empty IPv6 address in '[]'; expected [address] or [address]:slots";
+    // A zone index (`%eth0`) may follow the address.
+    std::string_view addr = name.substr(0, name.find('%'));
+    std::string_view zone =
+        name.find('%') == std::string_view::npos ? std::string_view{} : name.substr(addr.size() + 1);
+    bool has_colon = addr.find(':') != std::string_view::npos;
+    for (char c : addr) {
+      if (!is_ipv6_char(c)) {
+        return "bad IPv6 address " + quote(name) + ": " + quote(std::string_view(&c, 1)) +
+               " is not allowed; expected hex digits and ':' inside [...], as in [fe80::1]:2";
+      }
+    }
+    if (!has_colon) {
+      return "bad IPv6 address " + quote(name) +
+             " inside [...]; brackets are for IPv6 addresses, write other hosts without them";
+    }
+    if (name.find('%') != std::string_view::npos) {
+      if (zone.empty()) return "empty zone index after '%' in " + quote(name) + "; expected [addr%if]";
+      for (char c : zone) {
+        if (!is_name_char(c)) {
+          return "bad zone index in " + quote(name) + "; expected an interface name after '%'";
+        }
+      }
+    }
+    return {};
+  }
+  if (name.empty()) return "empty host name; expected host or host:slots";
+  if (name.front() == '-') {
+    return "host name " + quote(name) + " starts with '-'; expected a host name or address";
+  }
+  for (char c : name) {
+    if (is_name_char(c)) continue;
+    if (c == '@') {
+      return "user names are not accepted in host " + quote(name) +
+             "; set 'User' for that host in the ssh config (--ssh-config) instead";
+    }
+    return "host name " + quote(name) + " contains " + quote(std::string_view(&c, 1)) +
+           "; host names may contain letters, digits, '.', '-' and '_'";
+  }
+  return {};
+}
+
+// Splits one host entry (already trimmed, non-empty) into name and optional slot text.
+// Returns an error text, or empty on success.
+std::string split_entry(std::string_view entry, std::string& name,
+                        std::optional<std::string_view>& slots_text) {
+  slots_text.reset();
+  if (entry.front() == '[') {
+    auto close = entry.find(']');
+    if (close == std::string_view::npos) {
+      return quote(entry) + " has no closing ']'; expected [ipv6] or [ipv6]:slots";
+    }
+    std::string_view inner = entry.substr(1, close - 1);
+    if (auto err = check_name(inner, true); !err.empty()) return err;
+    std::string_view rest = entry.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') {
+        return "unexpected " + quote(rest) + " after ']' in " + quote(entry) +
+               "; expected [ipv6] or [ipv6]:slots";
+      }
+      slots_text = rest.substr(1);
+    }
+    name = std::string(inner);
+    return {};
+  }
+  auto colon = entry.find(':');
+  if (colon != std::string_view::npos && entry.find(':', colon + 1) != std::string_view::npos) {
+    return quote(entry) + " looks like an IPv6 address; write it in brackets, as in [" +
+           std::string(entry) + "] or [" + std::string(entry) + "]:slots";
+  }
+  std::string_view host = entry.substr(0, colon);
+  if (auto err = check_name(host, false); !err.empty()) return err;
+  if (colon != std::string_view::npos) slots_text = entry.substr(colon + 1);
+  name = std::string(host);
+  return {};
+}
+
+// The host as the user would write it, for examples in messages.
+std::string display(std::string_view name) {
+  if (name.find(':') != std::string_view::npos) return "[" + std::string(name) + "]";
+  return std::string(name);
+}
+
+}  // namespace
+
+std::vector<HostSlots> parse_host_list(std::string_view text) {
+  const std::string kForm = "host[:slots][,host[:slots]...]";
+  if (trim(text).empty()) {
+    throw UsageError("-H: empty host list; expected " + kForm + ", as in -H node1:4,node2:4");
+  }
+  std::vector<HostSlots> hosts;
+  std::map<std::string, size_t> seen;  // lower-cased name -> 1-based entry number
+  size_t start = 0;
+  size_t index = 0;
+  while (true) {
+    size_t comma = text.find(',', start);
+    std::string_view raw =
+        text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    ++index;
+    std::string_view entry = trim(raw);
+    if (entry.empty()) {
+      throw UsageError("-H: empty entry " + std::to_string(index) + " in " + quote(text) +
+                       "; expected " + kForm + " with no empty items between commas");
+    }
+    std::string name;
+    std::optional<std::string_view> slots_text;
+    if (auto err = split_entry(entry, name, slots_text); !err.empty()) {
+      throw UsageError("-H: " + err);
+    }
+    HostSlots h{name, 1};
+    if (slots_text) {
+      auto slots = parse_slots(*slots_text);
+      if (!slots) {
+        throw UsageError("-H: " + bad_slots_message(*slots_text, name, display(name) + ":4"));
+      }
+      h.slots = *slots;
+    }
+    auto [it, inserted] = seen.emplace(lower(name), index);
+    if (!inserted) {
+      throw UsageError("-H: host " + quote(name) + " is listed twice (entries " +
+                       std::to_string(it->second) + " and " + std::to_string(index) +
+                       "); list each host once with its total slots, as in " + display(name) +
+                       ":" + std::to_string(hosts[it->second - 1].slots + h.slots));
+    }
+    hosts.push_back(std::move(h));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return hosts;
+}
+
+std::vector<HostSlots> parse_hostfile_text(std::string_view text, std::string_view filename) {
+  const std::string file(filename);
+  const std::string kForms = "'host slots=N', 'host:N' or 'host'";
+  // A UTF-8 byte-order mark written by some editors is not part of the first host name.
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
+
+  std::vector<HostSlots> hosts;
+  std::map<std::string, size_t> seen;  // lower-cased name -> line number
+  size_t line_no = 0;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t nl = text.find('\n', start);
+    std::string_view line =
+        text.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start);
+    start = nl == std::string_view::npos ? text.size() : nl + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const std::string where = file + ":" + std::to_string(line_no) + ": ";
+
+    std::string_view content = line.substr(0, line.find('#'));
+    content = trim(content);
+    if (content.empty()) continue;
+
+    // The first whitespace-separated word is the host entry; the rest are key=value
+    // attributes, with spaces tolerated around '='.
+    size_t word_end = 0;
+    while (word_end < content.size() && !is_space(content[word_end])) ++word_end;
+    std::string_view entry = content.substr(0, word_end);
+    std::string_view rest = trim(content.substr(word_end));
+
+    if (entry.find('=') != std::string_view::npos) {
+      throw UsageError(where + "line " + quote(content) + " starts with " + quote(entry) +
+                       " instead of a host; expected " + kForms);
+    }
+    if (entry.find(',') != std::string_view::npos) {
+      throw UsageError(where + quote(entry) + " holds several hosts; expected one host per line as " +
+                       kForms);
+    }
+    std::string name;
+    std::optional<std::string_view> colon_slots;
+    if (auto err = split_entry(entry, name, colon_slots); !err.empty()) {
+      throw UsageError(where + err);
+    }
+    HostSlots h{name, 1};
+    if (colon_slots) {
+      auto slots = parse_slots(*colon_slots);
+      if (!slots) {
+        throw UsageError(where + bad_slots_message(*colon_slots, name, display(name) + ":4"));
+      }
+      h.slots = *slots;
+    }
+
+    bool have_slots_attr = false;
+    bool have_max_slots = false;
+    while (!rest.empty()) {
+      size_t key_end = 0;
+      while (key_end < rest.size() && !is_space(rest[key_end]) && rest[key_end] != '=') ++key_end;
+      std::string_view key = rest.substr(0, key_end);
+      std::string_view after = trim(rest.substr(key_end));
+      if (key.empty() || after.empty() || after.front() != '=') {
+        throw UsageError(where + "unexpected " + quote(key.empty() ? rest : key) + " in " +
+                         quote(content) + "; expected " + kForms);
+      }
+      after = trim(after.substr(1));
+      size_t value_end = 0;
+      while (value_end < after.size() && !is_space(after[value_end])) ++value_end;
+      std::string_view value = after.substr(0, value_end);
+      rest = trim(after.substr(value_end));
+
+      if (key == "slots") {
+        if (colon_slots || have_slots_attr) {
+          throw UsageError(where + "slot count given twice in " + quote(content) +
+                           "; expected either 'host slots=N' or 'host:N'");
+        }
+        auto slots = parse_slots(value);
+        if (!slots) {
+          throw UsageError(where + bad_slots_message(value, name, display(name) + " slots=4"));
+        }
+        h.slots = *slots;
+        have_slots_attr = true;
+      } else if (key == "max_slots") {
+        // Accepted for hostfiles shared with mpirun; hvdrun never places more ranks on a
+        // host than its slots, so the value is checked and otherwise ignored.
+        if (have_max_slots) {
+          throw UsageError(where + "max_slots given twice in " + quote(content) +
+                           "; expected it at most once");
+        }
+        if (!parse_slots(value)) {
+          throw UsageError(where + "bad max_slots " + quote(value) + " for host " + quote(name) +
+                           "; expected a whole number from 1 to " + std::to_string(kMaxSlots));
+        }
+        have_max_slots = true;
+      } else {
+        throw UsageError(where + "unknown attribute " + quote(key) + " in " + quote(content) +
+                         "; expected " + kForms + " (max_slots=N is accepted and ignored)");
+      }
+    }
+
+    auto [it, inserted] = seen.emplace(lower(name), line_no);
+    if (!inserted) {
+      throw UsageError(where + "host " + quote(name) + " is already listed at line " +
+                       std::to_string(it->second) +
+                       "; list each host once with its total slots");
+    }
+    hosts.push_back(std::move(h));
+  }
+  if (hosts.empty()) {
+    throw UsageError(file + ": no hosts in the hostfile; expected one host per line as " + kForms);
+  }
+  return hosts;
+}
+
+std::vector<HostSlots> parse_hostfile(const std::string& path) {
+  auto fail = [&](const char* what, int err) -> UsageError {
+    return UsageError("--hostfile " + quote(path) + ": " + what + ": " + std::strerror(err) +
+                      "; expected a readable file with one host per line");
+  };
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw fail("cannot open", errno);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw fail("cannot stat", errno);
+  if (S_ISDIR(st.st_mode)) throw fail("cannot read", EISDIR);
+  std::string data;
+  char buf[65536];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw fail("cannot read", errno);
+    }
+    if (n == 0) break;
+    data.append(buf, static_cast<size_t>(n));
+    if (static_cast<off_t>(data.size()) > kMaxHostfileBytes) {
+      throw UsageError("--hostfile " + quote(path) + ": larger than " +
+                       std::to_string(kMaxHostfileBytes / (1024 * 1024)) +
+                       " MiB; expected a hostfile with one host per line");
+    }
+  }
+  return parse_hostfile_text(data, path);
+}
+
+}  // namespace hvdrun::hostfile
