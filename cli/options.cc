@@ -1,0 +1,532 @@
+// Command-line parsing for `hvdrun`. One table describes every option (names, argument,
+// help line, which subcommands take it); the --help text is generated from it, so the
+// parser and --help cannot disagree. argv is first walked with that table to find where
+// the options end and the user's command begins (`hvdrun -np 2 python train.py --lr 1`
+// passes `--lr 1` to the command), then the option part goes through Boost.Program_options
+// for strict storage (unknown and repeated options), and finally every value is checked.
+#include "cli/options.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <string_view>
+
+#include <boost/program_options.hpp>
+
+#include "common/error.h"
+#include "hostfile/hosts.h"
+#include "hostfile/placement.h"
+
+#ifndef HVDRUN_VERSION_STRING
+#define HVDRUN_VERSION_STRING "unknown"
+#endif
+
+namespace hvdrun::cli {
+namespace {
+
+namespace po = boost::program_options;
+
+// Which command line an option belongs to.
+enum Mode : unsigned {
+  kRun = 1,         // hvdrun [run] ...
+  kCheck = 2,       // hvdrun check ...
+  kAgent = 4,       // hvdrun agent ...
+  kAll = kRun | kCheck | kAgent,
+};
+
+struct OptSpec {
+  /// Long name without dashes; Boost's key.
+  const char* name;
+  /// Short option letter, or 0.
+  char short_name;
+  /// Whether the documented form is single-dash long (`-np`).
+  bool single_dash;
+  /// Argument placeholder, or nullptr for a switch.
+  const char* arg;
+  /// Section in --help.
+  const char* group;
+  /// One-line description for --help.
+  const char* help;
+  /// Modes that accept it.
+  unsigned modes;
+};
+
+constexpr int kMaxNp = 1 << 20;
+constexpr int kMaxStartTimeout = 86400;
+
+const std::array kOptions = {
+    OptSpec{"num-proc", 0, true, "N", "Job",
+            "number of ranks (default: all slots)", kRun | kCheck},
+    OptSpec{"hosts", 'H', false, "HOST[:SLOTS],...", "Job",
+            "hosts with slots, e.g. node1:4,[fe80::1]:2", kRun | kCheck},
+    OptSpec{"hostfile", 0, false, "FILE", "Job",
+            "read hosts from FILE ('host slots=N' lines)", kRun | kCheck},
+    OptSpec{"env", 'x', false, "NAME[=VALUE]", "Job",
+            "set NAME in every rank (repeatable)", kRun},
+    OptSpec{"start-timeout", 0, false, "SEC", "Job",
+            "start deadline in seconds (default 30)", kRun | kCheck},
+    OptSpec{"network-interface", 0, false, "IF", "Job",
+            "interface whose address the ranks use", kRun},
+    OptSpec{"ssh-port", 'p', false, "PORT", "SSH",
+            "SSH port for every host (overrides config)", kRun | kCheck},
+    OptSpec{"ssh-identity-file", 'i', false, "FILE", "SSH",
+            "key tried before the config's IdentityFile", kRun | kCheck},
+    OptSpec{"ssh-config", 0, false, "FILE", "SSH",
+            "ssh config instead of ~/.ssh/config", kRun | kCheck},
+    OptSpec{"remote-hvdrun", 0, false, "PATH", "SSH",
+            "remote hvdrun (default: this binary's path)", kRun | kCheck},
+    OptSpec{"output-filename", 0, false, "DIR", "Output",
+            "also write DIR/rank.N/stdout and stderr", kRun},
+    OptSpec{"prefix-output-with-timestamp", 0, false, nullptr, "Output",
+            "prefix each output line with the time", kRun},
+    OptSpec{"json", 0, false, nullptr, "Output",
+            "check only: print the report as JSON", kCheck},
+    OptSpec{"verbose", 0, false, nullptr, "Output",
+            "log launch progress (like --log-level info)", kRun | kCheck},
+    OptSpec{"log-level", 0, false, "LEVEL", "Output",
+            "trace|debug|info|warning|error|critical|off", kAll},
+    OptSpec{"check-build", 0, false, nullptr, "Other",
+            "show build features (Gloo, NCCL) and exit", kRun},
+    OptSpec{"version", 0, false, nullptr, "Other", "print the version and exit", kAll},
+    OptSpec{"help", 'h', false, nullptr, "Other", "print this help and exit", kAll},
+};
+
+const OptSpec& spec_named(std::string_view name) {
+  for (const auto& s : kOptions) {
+    if (name == s.name) return s;
+  }
+  throw std::logic_error("no option " + std::string(name));
+}
+
+// How the option is named to the user in messages: its documented primary form.
+std::string shown(const OptSpec& s) {
+  if (s.single_dash) return "-np";
+  if (s.short_name) return std::string("-") + s.short_name + "/--" + s.name;
+  return std::string("--") + s.name;
+}
+
+// The option column of --help, e.g. "-H, --hosts HOST[:SLOTS],...".
+std::string column(const OptSpec& s) {
+  std::string out;
+  if (s.single_dash) {
+    out = "-np, --" + std::string(s.name);
+  } else if (s.short_name) {
+    out = std::string("-") + s.short_name + ", --" + s.name;
+  } else {
+    out = std::string("--") + s.name;
+  }
+  if (s.arg) out += std::string(" ") + s.arg;
+  return out;
+}
+
+// Quotes user text in a message, keeping it on one line.
+std::string quote(std::string_view s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += '?';
+    } else {
+      out += c;
+    }
+    if (out.size() > 80) {
+      out += "...";
+      break;
+    }
+  }
+  return out + "'";
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+[[noreturn]] void unknown_option(std::string_view written) {
+  std::string_view name = written.substr(0, written.find('='));
+  std::string best;
+  size_t best_d = 3;
+  for (const auto& s : kOptions) {
+    std::vector<std::string> forms = {std::string("--") + s.name};
+    if (s.single_dash) forms.push_back("-np");
+    for (const auto& f : forms) {
+      size_t d = edit_distance(name, f);
+      size_t limit = name.size() <= 4 ? 1 : 2;
+      if (d <= limit && d < best_d) {
+        best_d = d;
+        best = f;
+      }
+    }
+  }
+  if (!best.empty()) {
+    throw UsageError("unknown option " + quote(name) + "; did you mean " + best +
+                     "? (see hvdrun --help)");
+  }
+  throw UsageError("unknown option " + quote(name) + "; see hvdrun --help for the options");
+}
+
+// Strict whole number in [lo, hi]: digits only, no sign, no spaces, no suffix.
+std::optional<long> parse_number(std::string_view text, long lo, long hi) {
+  if (text.empty() || text.size() > 9) return std::nullopt;
+  long v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  if (v < lo || v > hi) return std::nullopt;
+  return v;
+}
+
+int number_option(const OptSpec& s, const std::string& text, long lo, long hi,
+                  const char* what, const char* example) {
+  auto v = parse_number(text, lo, hi);
+  if (!v) {
+    throw UsageError("bad value " + quote(text) + " for " + shown(s) + "; expected " + what +
+                     " from " + std::to_string(lo) + " to " + std::to_string(hi) + ", as in " +
+                     example);
+  }
+  return static_cast<int>(*v);
+}
+
+bool valid_env_name(std::string_view name) {
+  if (name.empty() || (name.front() >= '0' && name.front() <= '9')) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+const char* mode_name(unsigned mode) {
+  switch (mode) {
+    case kCheck:
+      return "hvdrun check";
+    case kAgent:
+      return "hvdrun agent";
+    default:
+      return "hvdrun run";
+  }
+}
+
+[[noreturn]] void wrong_mode(const OptSpec& s, unsigned mode) {
+  if (s.modes == kCheck) {
+    throw UsageError(shown(s) + " applies only to 'hvdrun check'; expected hvdrun check " +
+                     shown(s) + " [options]");
+  }
+  if (mode == kAgent) {
+    throw UsageError(
+        "'hvdrun agent' is started by hvdrun itself and accepts only --log-level; got " +
+        shown(s));
+  }
+  throw UsageError(shown(s) + " does not apply to '" + mode_name(mode) +
+                   "'; see hvdrun --help for the options it takes");
+}
+
+// One option occurrence as found by the walk.
+struct Found {
+  const OptSpec* spec;
+  std::optional<std::string> value;
+};
+
+}  // namespace
+
+std::string help_text() {
+  std::string out =
+      "Usage:\n"
+      "  hvdrun [run] [options] [--] command [args...]\n"
+      "  hvdrun check [options]\n"
+      "  hvdrun --check-build | --version | --help\n"
+      "\n"
+      "Runs command as one process (rank) per slot on the given hosts, starting remote\n"
+      "ranks over SSH, and tears the whole job down when any rank fails.\n"
+      "The command starts at the first word that is not an option, or after --.\n"
+      "\n"
+      "Subcommands:\n"
+      "  run      launch the job (the default)\n"
+      "  check    check SSH, host key, login and remote hvdrun on every host\n"
+      "  agent    internal: started on each host by the launcher over SSH\n";
+  size_t width = 0;
+  for (const auto& s : kOptions) width = std::max(width, column(s).size());
+  for (const char* group : {"Job", "SSH", "Output", "Other"}) {
+    out += std::string("\n") + group + " options:\n";
+    for (const auto& s : kOptions) {
+      if (std::strcmp(s.group, group) != 0) continue;
+      std::string col = column(s);
+      out += "  " + col + std::string(width - col.size() + 2, ' ');
+      // Wrap the description at 80 columns, continuation lines under its first word.
+      const size_t indent = width + 4;
+      const size_t room = indent < 40 ? 80 - indent : 40;
+      std::string_view rest = s.help;
+      while (!rest.empty()) {
+        size_t take = rest.size();
+        if (take > room) {
+          take = rest.rfind(' ', room);
+          if (take == std::string_view::npos || take == 0) take = room;
+        }
+        out += std::string(rest.substr(0, take)) + "\n";
+        rest.remove_prefix(take);
+        while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+        if (!rest.empty()) out += std::string(indent, ' ');
+      }
+    }
+  }
+  out +=
+      "\n"
+      "Exit status: 0 when every rank succeeds; else the first failing rank's code\n"
+      "(128+signal if killed); 130 after Ctrl-C; 143 after SIGTERM; 2 for bad usage;\n"
+      "255 when preflight or launch fails.\n"
+      "See hvdrun(1) for hosts, environment, SSH configuration and output details.\n";
+  return out;
+}
+
+Command parse_command_line(const std::vector<std::string>& args) {
+  Command cmd;
+  auto& o = cmd.options;
+  unsigned mode = kRun;
+  size_t i = 0;
+  if (!args.empty()) {
+    if (args[0] == "run") {
+      i = 1;
+    } else if (args[0] == "check") {
+      mode = kCheck;
+      i = 1;
+    } else if (args[0] == "agent") {
+      mode = kAgent;
+      i = 1;
+    }
+  }
+
+  // Walk: find the options, their values, and where the command starts.
+  std::vector<Found> found;
+  std::vector<std::string> command;
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      command.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+      break;
+    }
+    const OptSpec* spec = nullptr;
+    std::optional<std::string> value;
+    std::string written;
+    if (a.size() > 2 && a.compare(0, 2, "--") == 0) {
+      size_t eq = a.find('=');
+      std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+      for (const auto& s : kOptions) {
+        if (name == s.name) spec = &s;
+      }
+      if (!spec) unknown_option(a);
+      if (eq != std::string::npos) value = a.substr(eq + 1);
+      written = "--" + name;
+    } else if (a == "-np" || a.compare(0, 4, "-np=") == 0) {
+      spec = &spec_named("num-proc");
+      if (a.size() > 3) value = a.substr(4);
+      written = "-np";
+    } else if (a.size() >= 2 && a[0] == '-' && a[1] != '-') {
+      for (const auto& s : kOptions) {
+        if (s.short_name == a[1]) spec = &s;
+      }
+      if (!spec || (!spec->arg && a.size() > 2)) unknown_option(a);
+      if (a.size() > 2) value = a.substr(a[2] == '=' ? 3 : 2);
+      written = a.substr(0, 2);
+    } else {
+      command.assign(args.begin() + static_cast<long>(i), args.end());
+      break;
+    }
+
+    if (!(spec->modes & mode)) {
+      // --help and --version answer in any mode; everything else must belong to it.
+      wrong_mode(*spec, mode);
+    }
+    if (spec->arg && !value) {
+      std::string example = written + " " + spec->arg;
+      if (i + 1 >= args.size() ||
+          (args[i + 1].size() > 2 && args[i + 1].compare(0, 2, "--") == 0)) {
+        throw UsageError(written + " needs a value; expected " + example);
+      }
+      value = args[++i];
+    } else if (!spec->arg && value) {
+      throw UsageError(written + " takes no value; got " + quote(a));
+    }
+    if (value && value->empty()) {
+      throw UsageError(written + " needs a non-empty value; expected " + written + " " + spec->arg);
+    }
+    if (std::strcmp(spec->name, "help") == 0) {
+      cmd.action = Action::help;
+      cmd.help_text = help_text();
+      return cmd;
+    }
+    if (std::strcmp(spec->name, "version") == 0) {
+      cmd.action = Action::version;
+      cmd.help_text = std::string("hvdrun ") + HVDRUN_VERSION_STRING + "\n";
+      return cmd;
+    }
+    found.push_back(Found{spec, value});
+  }
+
+  // Boost.Program_options stores the options strictly: a repeated single-valued option is
+  // an error. Every token is handed over as --name or --name=value, so a value that looks
+  // like an option (`-np -1`) reaches our own checks below instead of confusing Boost.
+  po::options_description desc;
+  for (const auto& s : kOptions) {
+    if (!(s.modes & mode)) continue;
+    if (!s.arg) {
+      desc.add_options()(s.name, po::bool_switch());
+    } else if (std::strcmp(s.name, "env") == 0) {
+      desc.add_options()(s.name, po::value<std::vector<std::string>>()->composing());
+    } else {
+      desc.add_options()(s.name, po::value<std::string>());
+    }
+  }
+  std::vector<std::string> tokens;
+  for (const auto& f : found) {
+    tokens.push_back(std::string("--") + f.spec->name + (f.value ? "=" + *f.value : ""));
+  }
+  po::variables_map vm;
+  try {
+    auto parsed = po::command_line_parser(tokens)
+                      .options(desc)
+                      .style(po::command_line_style::allow_long |
+                             po::command_line_style::long_allow_adjacent)
+                      .run();
+    po::store(parsed, vm);
+    po::notify(vm);
+  } catch (const po::multiple_occurrences& e) {
+    std::string name = e.get_option_name();
+    if (name.compare(0, 2, "--") == 0) name = name.substr(2);
+    throw UsageError(shown(spec_named(name)) + " is given more than once; expected it once");
+  } catch (const po::error& e) {
+    throw UsageError(std::string(e.what()) + "; see hvdrun --help");
+  }
+  auto given = [&](const char* name) {
+    auto it = vm.find(name);
+    if (it == vm.end()) return false;
+    if (const bool* b = boost::any_cast<bool>(&it->second.value())) return *b;
+    return true;
+  };
+  auto str = [&](const char* name) { return vm[name].as<std::string>(); };
+  auto nonempty = [&](const char* name) {
+    std::string v = str(name);
+    if (v.empty()) {
+      const OptSpec& s = spec_named(name);
+      throw UsageError(shown(s) + " needs a non-empty value; expected " + shown(s) + " " + s.arg);
+    }
+    return v;
+  };
+
+  // --log-level and --verbose first: they apply to every action.
+  if (given("log-level")) {
+    std::string level = str("log-level");
+    std::transform(level.begin(), level.end(), level.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    static const std::set<std::string> kLevels = {"trace", "debug",    "info", "warning",
+                                                  "error", "critical", "off"};
+    if (!kLevels.count(level)) {
+      throw UsageError("bad value " + quote(str("log-level")) +
+                       " for --log-level; expected trace, debug, info, warning, error, "
+                       "critical or off");
+    }
+    o.log_level = level;
+  }
+  o.verbose = given("verbose");
+
+  if (mode == kAgent) {
+    if (!command.empty()) {
+      throw UsageError("'hvdrun agent' takes no arguments; got " + quote(command.front()) +
+                       " (it is started by hvdrun itself)");
+    }
+    cmd.action = Action::agent;
+    return cmd;
+  }
+
+  if (given("check-build")) {
+    for (const auto& f : found) {
+      std::string_view n = f.spec->name;
+      if (n != "check-build" && n != "verbose" && n != "log-level") {
+        throw UsageError("--check-build takes no other options; got " + shown(*f.spec));
+      }
+    }
+    if (!command.empty()) {
+      throw UsageError("--check-build takes no command; got " + quote(command.front()));
+    }
+    cmd.action = Action::check_build;
+    return cmd;
+  }
+
+  if (given("num-proc")) {
+    o.np = number_option(spec_named("num-proc"), str("num-proc"), 1, kMaxNp,
+                         "a whole number of processes", "-np 4");
+  }
+  if (given("hosts") && given("hostfile")) {
+    throw UsageError("-H and --hostfile cannot be used together; give the hosts one way");
+  }
+  if (given("hosts")) o.hosts = hostfile::parse_host_list(str("hosts"));
+  if (given("hostfile")) o.hosts = hostfile::parse_hostfile(nonempty("hostfile"));
+  if (given("ssh-port")) {
+    o.ssh_port = number_option(spec_named("ssh-port"), str("ssh-port"), 1, 65535,
+                               "a port number", "-p 2222");
+  }
+  if (given("ssh-identity-file")) o.ssh_identity_file = nonempty("ssh-identity-file");
+  if (given("ssh-config")) o.ssh_config = nonempty("ssh-config");
+  if (given("start-timeout")) {
+    o.start_timeout_s = number_option(spec_named("start-timeout"), str("start-timeout"), 1,
+                                      kMaxStartTimeout, "whole seconds", "--start-timeout 60");
+  }
+  if (given("remote-hvdrun")) o.remote_hvdrun = nonempty("remote-hvdrun");
+  if (mode == kRun) {
+    if (given("network-interface")) {
+      o.network_interface = nonempty("network-interface");
+      if (o.network_interface.find_first_of(" \t\n/") != std::string::npos) {
+        throw UsageError("bad value " + quote(o.network_interface) +
+                         " for --network-interface; expected an interface name such as eth0");
+      }
+    }
+    if (given("output-filename")) o.output_filename = nonempty("output-filename");
+    o.prefix_timestamp = given("prefix-output-with-timestamp");
+    if (vm.count("env")) {
+      for (const auto& e : vm["env"].as<std::vector<std::string>>()) {
+        std::string_view name = std::string_view(e).substr(0, e.find('='));
+        if (!valid_env_name(name)) {
+          throw UsageError("bad value " + quote(e) + " for -x/--env; expected NAME or NAME=VALUE "
+                           "where NAME has letters, digits and '_' and does not start with a digit");
+        }
+        o.env.push_back(e);
+      }
+    }
+  } else {
+    o.json = given("json");
+  }
+
+  if (mode == kCheck) {
+    if (!command.empty()) {
+      throw UsageError("'hvdrun check' takes no command (got " + quote(command.front()) +
+                       "); it only checks the hosts, run the job with hvdrun [options] command");
+    }
+    cmd.action = Action::check;
+  } else {
+    if (command.empty()) {
+      throw UsageError(
+          "no command to run; expected hvdrun [options] command [args...], as in "
+          "hvdrun -np 4 python train.py (see hvdrun --help)");
+    }
+    if (!o.np && o.hosts.empty()) {
+      throw UsageError(
+          "-np is required without -H or --hostfile; expected e.g. hvdrun -np 4 " + command[0]);
+    }
+    o.command = std::move(command);
+    cmd.action = Action::run;
+  }
+  // Catch -np larger than the slots now, before anything starts.
+  if (!o.hosts.empty()) hostfile::place(o.hosts, o.np);
+  return cmd;
+}
+
+}  // namespace hvdrun::cli
