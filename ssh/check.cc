@@ -1,0 +1,141 @@
+// Rendering of the preflight report and the `hvdrun check` entry point.
+#include "ssh/check.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "common/fd.h"
+#include "ssh/libssh2_session.h"
+
+namespace hvdrun::ssh {
+namespace {
+
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string pad(const std::string& s, std::size_t width) {
+  return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
+}
+
+std::string latency_text(const HostCheck& h) {
+  if (h.local || h.verdict != Verdict::ok) return "-";
+  return std::to_string(h.latency.count()) + " ms";
+}
+
+}  // namespace
+
+std::string render_table(const PreflightReport& report) {
+  const std::vector<std::string> head = {"HOST", "ADDRESS", "VERDICT", "LATENCY", "DETAIL"};
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& h : report.hosts) {
+    rows.push_back({h.host, h.address, std::string(to_string(h.verdict)), latency_text(h), h.detail});
+  }
+  std::vector<std::size_t> width(head.size());
+  for (std::size_t c = 0; c < head.size(); ++c) {
+    width[c] = head[c].size();
+    for (const auto& r : rows) width[c] = std::max(width[c], r[c].size());
+  }
+  auto line = [&](const std::vector<std::string>& r) {
+    std::string out;
+    for (std::size_t c = 0; c + 1 < r.size(); ++c) out += pad(r[c], width[c] + 2);
+    return out + r.back() + "\n";
+  };
+  std::string out = line(head);
+  const std::size_t indent = width[0] + width[1] + width[2] + width[3] + 8;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    out += line(rows[i]);
+    if (!report.hosts[i].fix.empty()) out += std::string(indent, ' ') + "fix: " + report.hosts[i].fix + "\n";
+  }
+  int bad = report.failures();
+  int remote = 0;
+  for (const auto& h : report.hosts) remote += h.local ? 0 : 1;
+  std::ostringstream summary;
+  summary << report.hosts.size() << (report.hosts.size() == 1 ? " host" : " hosts") << " (" << remote
+          << " over SSH) checked in " << report.elapsed.count() << " ms: ";
+  if (bad == 0) {
+    summary << "all ok";
+  } else {
+    summary << bad << " failed";
+  }
+  return out + summary.str() + "\n";
+}
+
+std::string render_json(const PreflightReport& report) {
+  std::ostringstream out;
+  out << "{\"ok\": " << (report.ok() ? "true" : "false") << ", \"elapsed_ms\": " << report.elapsed.count()
+      << ", \"hosts\": [";
+  bool first = true;
+  for (const auto& h : report.hosts) {
+    out << (first ? "" : ", ") << "{\"host\": " << json_string(h.host) << ", \"local\": " << (h.local ? "true" : "false")
+        << ", \"address\": " << json_string(h.address) << ", \"verdict\": " << json_string(to_string(h.verdict))
+        << ", \"latency_ms\": " << h.latency.count() << ", \"detail\": " << json_string(h.detail)
+        << ", \"fix\": " << json_string(h.fix) << "}";
+    first = false;
+  }
+  out << "]}\n";
+  return out.str();
+}
+
+std::string local_version_line() {
+  auto [rd, wr] = make_pipe();
+  const std::string exe = self_executable();
+  pid_t pid = ::fork();
+  if (pid < 0) return {};
+  if (pid == 0) {
+    ::dup2(wr.get(), STDOUT_FILENO);
+    const char* argv[] = {exe.c_str(), "--version", nullptr};
+    ::execv(exe.c_str(), const_cast<char* const*>(argv));
+    ::_exit(127);
+  }
+  wr.reset();
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(rd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return {};
+  auto nl = out.find('\n');
+  return out.substr(0, nl);
+}
+
+int run_check(const launcher::LaunchOptions& options) { return run_check(options, local_version_line()); }
+
+int run_check(const launcher::LaunchOptions& options, const std::string& expected_version) {
+  Libssh2Connector connector;
+  PreflightSettings settings;
+  settings.expected_version = expected_version;
+  PreflightReport report = preflight(options, connector, settings);
+  std::cout << (options.json ? render_json(report) : render_table(report)) << std::flush;
+  return report.ok() ? 0 : 255;
+}
+
+}  // namespace hvdrun::ssh

@@ -1,0 +1,158 @@
+// Parallel preflight: a bounded pool of threads, one host at a time each, every host
+// under the job's --start-timeout deadline. Threads rather than one event loop because
+// the work is mostly key-exchange and signature crypto: threads put it on every core,
+// and each host's poll() wait costs nothing while others compute.
+#include "ssh/preflight.h"
+
+#include <limits.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include "ssh/local_host.h"
+
+namespace hvdrun::ssh {
+namespace {
+
+std::string first_line(const std::string& text) {
+  auto end = text.find('\n');
+  std::string line = text.substr(0, end);
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  return line;
+}
+
+void check_one(HostCheck& check, const Target& target, Connector& connector, Deadline deadline,
+               const std::string& remote_hvdrun, const std::string& expected_version) {
+  const auto start = Clock::now();
+  check.address = target.hostname + ":" + std::to_string(target.port);
+  auto finish = [&] { check.latency = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start); };
+  try {
+    auto session = connector.connect(target, deadline);
+    check.address = session->peer_address().empty() ? check.address : session->peer_address();
+    const std::string where = target.user + "@" + target.hostname;
+    CommandResult result;
+    try {
+      result = run_command(*session, shell_quote(remote_hvdrun) + " --version", deadline);
+    } catch (const SessionError& e) {
+      check.verdict = Verdict::timeout;
+      check.detail = "`" + remote_hvdrun + " --version` did not answer: " + e.what();
+      check.fix = "check that " + remote_hvdrun + " runs on the host; raise --start-timeout";
+      finish();
+      return;
+    }
+    const std::string line = first_line(result.out);
+    const int code = result.status.shell_code();
+    if (code == 0 && line == expected_version) {
+      check.verdict = Verdict::ok;
+      check.detail = line + " at " + remote_hvdrun;
+      check.session = std::move(session);
+      finish();
+      return;
+    }
+    check.verdict = Verdict::hvdrun_missing;
+    const std::string install = "install " + expected_version + " at " + remote_hvdrun + " on " +
+                                target.alias + " (same path as here), or pass --remote-hvdrun PATH";
+    if (code == 127 || code == 126) {
+      std::string why = first_line(result.err);
+      check.detail = remote_hvdrun + (code == 127 ? " not found" : " not executable") +
+                     (why.empty() ? "" : " (" + why + ")");
+    } else if (code != 0) {
+      std::string why = first_line(result.err);
+      check.detail = "`" + remote_hvdrun + " --version` exited with " + std::to_string(code) +
+                     (why.empty() ? "" : ": " + why);
+    } else {
+      check.detail = "found '" + line + "' at " + remote_hvdrun + ", expected '" + expected_version + "'";
+    }
+    check.fix = install;
+  } catch (const ConnectError& e) {
+    check.verdict = e.verdict();
+    if (!e.address().empty()) check.address = e.address();
+    check.detail = e.detail();
+    check.fix = e.fix();
+  } catch (const std::exception& e) {
+    check.verdict = Verdict::refused;
+    check.detail = e.what();
+    check.fix = "see the message; run with --log-level debug for more";
+  }
+  finish();
+}
+
+}  // namespace
+
+bool PreflightReport::ok() const { return failures() == 0; }
+
+int PreflightReport::failures() const {
+  return static_cast<int>(std::count_if(hosts.begin(), hosts.end(), [](const HostCheck& h) {
+    return h.verdict != Verdict::ok;
+  }));
+}
+
+std::unique_ptr<Session> PreflightReport::take_session(const std::string& host) {
+  for (auto& h : hosts) {
+    if (h.host == host && h.session) return std::move(h.session);
+  }
+  return nullptr;
+}
+
+std::string self_executable() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "hvdrun";
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+std::string expected_remote_hvdrun(const launcher::LaunchOptions& options, const PreflightSettings& settings) {
+  if (!settings.remote_hvdrun.empty()) return settings.remote_hvdrun;
+  if (!options.remote_hvdrun.empty()) return options.remote_hvdrun;
+  return self_executable();
+}
+
+PreflightReport preflight(const launcher::LaunchOptions& options, Connector& connector,
+                          const PreflightSettings& settings) {
+  return preflight(options, SshConfig::load_for(options.ssh_config), connector, settings);
+}
+
+PreflightReport preflight(const launcher::LaunchOptions& options, const SshConfig& config,
+                          Connector& connector, const PreflightSettings& settings) {
+  const auto start = Clock::now();
+  const Deadline deadline = start + std::chrono::seconds(std::max(options.start_timeout_s, 1));
+  const std::string remote_hvdrun = expected_remote_hvdrun(options, settings);
+
+  PreflightReport report;
+  std::vector<Target> targets;
+  std::vector<std::size_t> remote;  // indexes into report.hosts
+  for (const auto& h : options.hosts) {
+    HostCheck check;
+    check.host = h.name;
+    if (is_local_host(h.name)) {
+      check.local = true;
+      check.address = "-";
+      check.detail = "this machine: runs without SSH";
+    } else {
+      remote.push_back(report.hosts.size());
+      targets.push_back(resolve_target(h.name, config, options));  // UsageError surfaces here
+    }
+    report.hosts.push_back(std::move(check));
+  }
+
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < remote.size();) {
+      check_one(report.hosts[remote[i]], targets[i], connector, deadline, remote_hvdrun, settings.expected_version);
+    }
+  };
+  const std::size_t n_threads = std::min<std::size_t>(remote.size(), static_cast<std::size_t>(std::max(settings.max_parallel, 1)));
+  if (n_threads <= 1) {
+    worker();
+  } else {
+    std::vector<std::jthread> threads;
+    threads.reserve(n_threads);
+    for (std::size_t i = 0; i < n_threads; ++i) threads.emplace_back(worker);
+  }
+  report.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+  return report;
+}
+
+}  // namespace hvdrun::ssh

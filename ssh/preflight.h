@@ -1,0 +1,79 @@
+// The preflight: before anything starts, log in to every remote host in parallel, check
+// that the expected hvdrun is there, and give each host a verdict with a fix. The open
+// sessions of the good hosts are handed back so the launcher reuses them for the agent
+// channel: one SSH login per host per job.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "launcher/options.h"
+#include "ssh/config.h"
+#include "ssh/session.h"
+
+namespace hvdrun::ssh {
+
+/// The verdict for one host.
+struct HostCheck {
+  /// The host as written in -H or the hostfile.
+  std::string host;
+  /// True for this machine (no SSH; always ok).
+  bool local = false;
+  /// "address:port" connected to (or the name:port when it never got that far).
+  std::string address;
+  /// The outcome.
+  Verdict verdict = Verdict::ok;
+  /// Time from the start of this host's check to its verdict.
+  std::chrono::milliseconds latency{0};
+  /// What was found ("hvdrun 0.1.0 at /usr/bin/hvdrun", "connection refused", ...).
+  std::string detail;
+  /// What to do about a bad verdict; empty when ok.
+  std::string fix;
+  /// For ok remote hosts: the authenticated session, ready for the agent's channel.
+  std::unique_ptr<Session> session;
+};
+
+/// All hosts, in the order given.
+struct PreflightReport {
+  /// One entry per host of LaunchOptions::hosts.
+  std::vector<HostCheck> hosts;
+  /// Wall time of the whole preflight.
+  std::chrono::milliseconds elapsed{0};
+  /// True when every host is ok.
+  bool ok() const;
+  /// Number of hosts with a bad verdict.
+  int failures() const;
+  /// Moves the session of `host` out of the report (nullptr if none).
+  std::unique_ptr<Session> take_session(const std::string& host);
+};
+
+/// Knobs of a preflight that do not come from LaunchOptions.
+struct PreflightSettings {
+  /// The first line `hvdrun --version` must print on every host.
+  std::string expected_version;
+  /// Path of hvdrun on the hosts; empty means LaunchOptions::remote_hvdrun, else this
+  /// binary's own absolute path.
+  std::string remote_hvdrun;
+  /// Hosts checked at once; the rest queue.
+  int max_parallel = 128;
+};
+
+/// Checks every host of `options` (local ones are reported ok without SSH). Loads the
+/// ssh_config named by options (UsageError when malformed). Never throws for a bad
+/// host: each one gets its verdict.
+PreflightReport preflight(const launcher::LaunchOptions& options, Connector& connector,
+                          const PreflightSettings& settings);
+
+/// Same with a given ssh_config (tests, callers that already loaded it).
+PreflightReport preflight(const launcher::LaunchOptions& options, const SshConfig& config,
+                          Connector& connector, const PreflightSettings& settings);
+
+/// Absolute path of the running executable (/proc/self/exe).
+std::string self_executable();
+
+/// The path where hvdrun is expected on remote hosts for these options.
+std::string expected_remote_hvdrun(const launcher::LaunchOptions& options, const PreflightSettings& settings);
+
+}  // namespace hvdrun::ssh
