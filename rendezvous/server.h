@@ -2,14 +2,31 @@
 // every rank reaches with the per-job secret. Event-driven (Boost.Asio) on its own thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace hvdrun::rendezvous {
 
 /// Generates a fresh per-job secret: 32 random bytes, hex-encoded (64 characters).
 std::string generate_secret();
+
+/// Limits that protect the server from clients that misbehave. Wire format and
+/// authentication: docs/rendezvous-protocol.md.
+struct ServerOptions {
+  /// A new connection must complete the challenge-response within this time.
+  std::chrono::milliseconds handshake_timeout{10000};
+  /// Once a frame's length prefix has arrived, its body must arrive within this time.
+  std::chrono::milliseconds frame_timeout{10000};
+  /// An authenticated connection that sends nothing (and waits on nothing) for this long
+  /// is dropped; zero keeps such connections (ranks hold theirs for the whole job).
+  std::chrono::milliseconds idle_timeout{0};
+  /// Largest frame body accepted; a larger length prefix drops the connection.
+  std::uint32_t max_frame_bytes = 16u << 20;
+};
 
 /// A running rendezvous server. Construction binds and listens; start() serves on a
 /// background thread; stop() (or destruction) closes every connection and joins it.
@@ -18,6 +35,9 @@ class Server {
   /// Binds `bind_address` (an IPv4/IPv6 literal; "0.0.0.0" for all interfaces) on `port`
   /// (0 picks a free one). Throws SystemError naming address and port on failure.
   Server(std::string secret, const std::string& bind_address = "0.0.0.0", std::uint16_t port = 0);
+  /// As above, with explicit limits.
+  Server(std::string secret, const std::string& bind_address, std::uint16_t port,
+         ServerOptions options);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -28,6 +48,15 @@ class Server {
   void start();
   /// Stops serving and joins the thread. Idempotent.
   void stop();
+
+  /// In-process read of a key (thread-safe; the launcher uses it to report progress).
+  std::optional<std::string> get(const std::string& key) const;
+  /// In-process write of a key; wakes clients waiting on it (thread-safe).
+  void set(const std::string& key, const std::string& value);
+  /// Which of `keys` are absent right now (thread-safe), e.g. ranks not yet checked in.
+  std::vector<std::string> missing(const std::vector<std::string>& keys) const;
+  /// Number of open client connections (thread-safe).
+  std::size_t connection_count() const;
 
  private:
   class Impl;

@@ -1,0 +1,362 @@
+// Codec, HMAC and frame sealing of the rendezvous protocol (see protocol.h and
+// docs/rendezvous-protocol.md).
+#include "rendezvous/protocol.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include <cstring>
+
+namespace hvdrun::rendezvous {
+namespace {
+
+// Bounds that keep a hostile payload from making the server allocate without limit
+// beyond the frame cap itself.
+constexpr std::uint32_t kMaxKeys = 1u << 20;
+constexpr std::uint32_t kMaxKeyBytes = 4096;
+
+class Writer {
+ public:
+  void u8(std::uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  void u32(std::uint32_t v) {
+    char b[4];
+    put_u32(b, v);
+    out_.append(b, 4);
+  }
+  void u64(std::uint64_t v) {
+    u32(static_cast<std::uint32_t>(v >> 32));
+    u32(static_cast<std::uint32_t>(v));
+  }
+  void str(std::string_view s) {
+    u32(static_cast<std::uint32_t>(s.size()));
+    out_.append(s);
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  std::uint8_t u8() {
+    need(1);
+    return static_cast<std::uint8_t>(in_[pos_++]);
+  }
+  std::uint32_t u32() {
+    need(4);
+    auto v = get_u32(in_.data() + pos_);
+    pos_ += 4;
+    return v;
+  }
+  std::uint64_t u64() {
+    std::uint64_t hi = u32();
+    return (hi << 32) | u32();
+  }
+  std::string str(std::uint32_t limit) {
+    auto n = u32();
+    if (n > limit) throw ProtocolError("string of " + std::to_string(n) + " bytes exceeds limit");
+    need(n);
+    std::string s(in_.substr(pos_, n));
+    pos_ += n;
+    return s;
+  }
+  std::uint32_t count(std::uint32_t limit) {
+    auto n = u32();
+    // Each element takes at least 4 bytes, so a count beyond that is a lie.
+    if (n > limit || n > (in_.size() - pos_) / 4 + 1)
+      throw ProtocolError("element count " + std::to_string(n) + " is implausible");
+    return n;
+  }
+  void done() const {
+    if (pos_ != in_.size()) throw ProtocolError("trailing bytes after message");
+  }
+
+ private:
+  void need(std::size_t n) const {
+    if (in_.size() - pos_ < n) throw ProtocolError("truncated message");
+  }
+  std::string_view in_;
+  std::size_t pos_ = 0;
+};
+
+}  // namespace
+
+void put_u32(char* out, std::uint32_t v) {
+  out[0] = static_cast<char>(v >> 24);
+  out[1] = static_cast<char>(v >> 16);
+  out[2] = static_cast<char>(v >> 8);
+  out[3] = static_cast<char>(v);
+}
+
+std::uint32_t get_u32(const char* in) {
+  auto b = reinterpret_cast<const unsigned char*>(in);
+  return (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) | (std::uint32_t{b[2]} << 8) |
+         std::uint32_t{b[3]};
+}
+
+std::string plain_frame(std::string_view payload) {
+  std::string out(4, '\0');
+  put_u32(out.data(), static_cast<std::uint32_t>(payload.size()));
+  out.append(payload);
+  return out;
+}
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kSet: return "set";
+    case Op::kGet: return "get";
+    case Op::kWait: return "wait";
+    case Op::kAdd: return "add";
+    case Op::kMultiGet: return "multi_get";
+    case Op::kMultiSet: return "multi_set";
+    case Op::kDelete: return "delete";
+    case Op::kPing: return "ping";
+  }
+  return "unknown";
+}
+
+std::string encode(const Request& r) {
+  Writer w;
+  w.u8(static_cast<std::uint8_t>(r.op));
+  w.u32(r.timeout_ms);
+  w.u64(static_cast<std::uint64_t>(r.delta));
+  w.u32(static_cast<std::uint32_t>(r.keys.size()));
+  for (const auto& k : r.keys) w.str(k);
+  w.u32(static_cast<std::uint32_t>(r.values.size()));
+  for (const auto& v : r.values) w.str(v);
+  return w.take();
+}
+
+Request decode_request(std::string_view payload) {
+  Reader rd(payload);
+  Request r;
+  auto op = rd.u8();
+  if (op < 1 || op > 8) throw ProtocolError("unknown operation " + std::to_string(op));
+  r.op = static_cast<Op>(op);
+  r.timeout_ms = rd.u32();
+  r.delta = static_cast<std::int64_t>(rd.u64());
+  auto nkeys = rd.count(kMaxKeys);
+  r.keys.reserve(nkeys);
+  for (std::uint32_t i = 0; i < nkeys; ++i) r.keys.push_back(rd.str(kMaxKeyBytes));
+  auto nvalues = rd.count(kMaxKeys);
+  r.values.reserve(nvalues);
+  for (std::uint32_t i = 0; i < nvalues; ++i) r.values.push_back(rd.str(kMaxFrameBytes));
+  rd.done();
+
+  auto expect = [&](bool ok, const char* what) {
+    if (!ok) throw ProtocolError(std::string(op_name(r.op)) + ": " + what);
+  };
+  switch (r.op) {
+    case Op::kSet:
+      expect(r.keys.size() == 1 && r.values.size() == 1, "needs one key and one value");
+      break;
+    case Op::kGet:
+    case Op::kAdd:
+    case Op::kDelete:
+      expect(r.keys.size() == 1 && r.values.empty(), "needs exactly one key");
+      break;
+    case Op::kWait:
+    case Op::kMultiGet:
+      expect(!r.keys.empty() && r.values.empty(), "needs at least one key");
+      break;
+    case Op::kMultiSet:
+      expect(!r.keys.empty() && r.keys.size() == r.values.size(), "needs one value per key");
+      break;
+    case Op::kPing:
+      expect(r.keys.empty() && r.values.empty(), "takes no keys");
+      break;
+  }
+  return r;
+}
+
+std::string encode(const Response& r) {
+  Writer w;
+  w.u8(static_cast<std::uint8_t>(r.status));
+  w.u64(static_cast<std::uint64_t>(r.number));
+  w.str(r.message);
+  w.u32(static_cast<std::uint32_t>(r.values.size()));
+  for (const auto& v : r.values) {
+    w.u8(v ? 1 : 0);
+    if (v) w.str(*v);
+  }
+  w.u32(static_cast<std::uint32_t>(r.missing.size()));
+  for (auto m : r.missing) w.u32(m);
+  return w.take();
+}
+
+Response decode_response(std::string_view payload) {
+  Reader rd(payload);
+  Response r;
+  auto st = rd.u8();
+  if (st > 4) throw ProtocolError("unknown status " + std::to_string(st));
+  r.status = static_cast<Status>(st);
+  r.number = static_cast<std::int64_t>(rd.u64());
+  r.message = rd.str(kMaxFrameBytes);
+  auto n = rd.count(kMaxKeys);
+  r.values.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (rd.u8() != 0)
+      r.values.emplace_back(rd.str(kMaxFrameBytes));
+    else
+      r.values.emplace_back(std::nullopt);
+  }
+  auto m = rd.count(kMaxKeys);
+  for (std::uint32_t i = 0; i < m; ++i) r.missing.push_back(rd.u32());
+  rd.done();
+  return r;
+}
+
+// --- HMAC -------------------------------------------------------------------------
+
+struct Hmac::State {
+  EVP_MD_CTX* inner = nullptr;
+  EVP_MD_CTX* outer = nullptr;
+  EVP_MD_CTX* scratch = nullptr;
+  ~State() {
+    EVP_MD_CTX_free(inner);
+    EVP_MD_CTX_free(outer);
+    EVP_MD_CTX_free(scratch);
+  }
+};
+
+namespace {
+const EVP_MD* sha256() {
+  // Fetched once: an implicit fetch per digest call costs more than the digest itself.
+  static EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  if (md == nullptr) throw std::runtime_error("OpenSSL: SHA256 unavailable");
+  return md;
+}
+void check(int ok, const char* what) {
+  if (ok != 1) throw std::runtime_error(std::string("OpenSSL: ") + what + " failed");
+}
+}  // namespace
+
+Hmac::Hmac(std::string_view key) : state_(std::make_unique<State>()) {
+  constexpr std::size_t kBlock = 64;
+  unsigned char k[kBlock] = {};
+  const EVP_MD* md = sha256();
+  if (key.size() > kBlock) {
+    unsigned int n = 0;
+    check(EVP_Digest(key.data(), key.size(), k, &n, md, nullptr), "EVP_Digest");
+  } else {
+    std::memcpy(k, key.data(), key.size());
+  }
+  unsigned char ipad[kBlock], opad[kBlock];
+  for (std::size_t i = 0; i < kBlock; ++i) {
+    ipad[i] = k[i] ^ 0x36;
+    opad[i] = k[i] ^ 0x5c;
+  }
+  state_->inner = EVP_MD_CTX_new();
+  state_->outer = EVP_MD_CTX_new();
+  state_->scratch = EVP_MD_CTX_new();
+  if (!state_->inner || !state_->outer || !state_->scratch) throw std::bad_alloc();
+  check(EVP_DigestInit_ex(state_->inner, md, nullptr), "EVP_DigestInit_ex");
+  check(EVP_DigestUpdate(state_->inner, ipad, kBlock), "EVP_DigestUpdate");
+  check(EVP_DigestInit_ex(state_->outer, md, nullptr), "EVP_DigestInit_ex");
+  check(EVP_DigestUpdate(state_->outer, opad, kBlock), "EVP_DigestUpdate");
+  OPENSSL_cleanse(k, sizeof k);
+  OPENSSL_cleanse(ipad, sizeof ipad);
+  OPENSSL_cleanse(opad, sizeof opad);
+}
+
+Hmac::~Hmac() = default;
+Hmac::Hmac(Hmac&&) noexcept = default;
+Hmac& Hmac::operator=(Hmac&&) noexcept = default;
+
+std::array<unsigned char, kMacBytes> Hmac::tag(std::initializer_list<std::string_view> parts) const {
+  std::array<unsigned char, kMacBytes> inner_hash{}, out{};
+  unsigned int n = 0;
+  EVP_MD_CTX* s = state_->scratch;
+  check(EVP_MD_CTX_copy_ex(s, state_->inner), "EVP_MD_CTX_copy_ex");
+  for (auto p : parts) check(EVP_DigestUpdate(s, p.data(), p.size()), "EVP_DigestUpdate");
+  check(EVP_DigestFinal_ex(s, inner_hash.data(), &n), "EVP_DigestFinal_ex");
+  check(EVP_MD_CTX_copy_ex(s, state_->outer), "EVP_MD_CTX_copy_ex");
+  check(EVP_DigestUpdate(s, inner_hash.data(), inner_hash.size()), "EVP_DigestUpdate");
+  check(EVP_DigestFinal_ex(s, out.data(), &n), "EVP_DigestFinal_ex");
+  return out;
+}
+
+bool tags_equal(const unsigned char* a, const unsigned char* b) {
+  return CRYPTO_memcmp(a, b, kMacBytes) == 0;
+}
+
+std::string random_bytes(std::size_t n) {
+  std::string out(n, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(n)) != 1)
+    throw std::runtime_error("OpenSSL RAND_bytes failed: no entropy for the rendezvous secret");
+  return out;
+}
+
+std::string to_hex(std::string_view bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out.push_back(digits[c >> 4]);
+    out.push_back(digits[c & 15]);
+  }
+  return out;
+}
+
+namespace {
+std::string tag_string(const Hmac& h, std::string_view label, std::string_view a,
+                       std::string_view b) {
+  auto t = h.tag({label, a, b});
+  return std::string(reinterpret_cast<const char*>(t.data()), t.size());
+}
+}  // namespace
+
+std::string Handshake::client_proof(const Hmac& s, std::string_view sn, std::string_view cn) {
+  return tag_string(s, "hvdrun-rdzv client", sn, cn);
+}
+std::string Handshake::server_proof(const Hmac& s, std::string_view sn, std::string_view cn) {
+  return tag_string(s, "hvdrun-rdzv server", sn, cn);
+}
+std::string Handshake::session_key(const Hmac& s, std::string_view sn, std::string_view cn) {
+  return tag_string(s, "hvdrun-rdzv session", sn, cn);
+}
+
+// --- frames -----------------------------------------------------------------------
+
+FrameCodec::FrameCodec(std::string_view session_key, bool is_server)
+    : mac_(session_key), send_dir_(is_server ? 'S' : 'C'), recv_dir_(is_server ? 'C' : 'S') {}
+
+namespace {
+std::string seq_bytes(char dir, std::uint64_t seq) {
+  std::string s(9, '\0');
+  s[0] = dir;
+  put_u32(s.data() + 1, static_cast<std::uint32_t>(seq >> 32));
+  put_u32(s.data() + 5, static_cast<std::uint32_t>(seq));
+  return s;
+}
+}  // namespace
+
+std::string FrameCodec::seal(std::string_view payload) {
+  if (payload.size() + kMacBytes > kMaxFrameBytes)
+    throw ProtocolError("message of " + std::to_string(payload.size()) +
+                        " bytes exceeds the rendezvous frame limit of " +
+                        std::to_string(kMaxFrameBytes) + " bytes");
+  auto t = mac_.tag({seq_bytes(send_dir_, send_seq_++), payload});
+  std::string out;
+  out.reserve(4 + payload.size() + kMacBytes);
+  out.resize(4);
+  put_u32(out.data(), static_cast<std::uint32_t>(payload.size() + kMacBytes));
+  out.append(payload);
+  out.append(reinterpret_cast<const char*>(t.data()), t.size());
+  return out;
+}
+
+std::string FrameCodec::open(std::string_view body) {
+  if (body.size() < kMacBytes) throw ProtocolError("frame shorter than its MAC");
+  auto payload = body.substr(0, body.size() - kMacBytes);
+  auto t = mac_.tag({seq_bytes(recv_dir_, recv_seq_), payload});
+  if (!tags_equal(t.data(), reinterpret_cast<const unsigned char*>(body.data() + payload.size())))
+    throw ProtocolError("frame MAC mismatch (forged, replayed or corrupted frame)");
+  ++recv_seq_;
+  return std::string(payload);
+}
+
+}  // namespace hvdrun::rendezvous

@@ -1,0 +1,532 @@
+// The rendezvous server: one Boost.Asio io_context on one thread, one Session per client
+// connection. All store state lives on that thread; in-process accessors hop onto it.
+// A misbehaving client is closed alone; nothing it sends can stall another session.
+#include "rendezvous/server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <charconv>
+#include <deque>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "common/error.h"
+#include "rendezvous/protocol.h"
+
+namespace hvdrun::rendezvous {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+std::string generate_secret() { return to_hex(random_bytes(32)); }
+
+namespace {
+
+int listen_backlog() {
+  std::ifstream f("/proc/sys/net/core/somaxconn");
+  int n = 0;
+  if (f >> n && n > 0) return n;
+  return SOMAXCONN;
+}
+
+std::string endpoint_string(const tcp::endpoint& ep) {
+  auto a = ep.address();
+  if (a.is_v6()) return "[" + a.to_string() + "]:" + std::to_string(ep.port());
+  return a.to_string() + ":" + std::to_string(ep.port());
+}
+
+}  // namespace
+
+class Server::Impl {
+ public:
+  class Session;
+
+  Impl(std::string secret, const std::string& bind_address, std::uint16_t port,
+       ServerOptions opts)
+      : acceptor_(io_), secret_(secret), opts_(opts) {
+    boost::system::error_code ec;
+    auto addr = asio::ip::make_address(bind_address, ec);
+    std::string where = "rendezvous server on " + bind_address + ":" + std::to_string(port);
+    if (ec)
+      throw LaunchError(where + ": '" + bind_address +
+                        "' is not an IP address literal; pass an IPv4/IPv6 address");
+    tcp::endpoint ep(addr, port);
+    acceptor_.open(ep.protocol(), ec);
+    if (ec) throw SystemError(where, "socket", ec.value());
+    acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    acceptor_.bind(ep, ec);
+    if (ec) throw SystemError(where, "bind", ec.value());
+    acceptor_.listen(listen_backlog(), ec);
+    if (ec) throw SystemError(where, "listen", ec.value());
+    port_ = acceptor_.local_endpoint().port();
+  }
+
+  ~Impl() { stop(); }
+
+  std::uint16_t port() const { return port_; }
+
+  void start() {
+    std::lock_guard lock(state_mu_);
+    if (running_ || stopped_) return;
+    running_ = true;
+    accept();
+    thread_ = std::thread([this] {
+      try {
+        io_.run();
+      } catch (const std::exception& e) {
+        spdlog::error("rendezvous server stopped unexpectedly: {}", e.what());
+      }
+    });
+  }
+
+  void stop() {
+    std::lock_guard lock(state_mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    if (running_) {
+      asio::post(io_, [this] { shutdown(); });
+      thread_.join();
+      running_ = false;
+    } else {
+      shutdown();
+    }
+  }
+
+  // Runs `fn` on the io thread (or directly when the thread is not running) and waits.
+  template <typename Fn>
+  auto on_io(Fn fn) const -> decltype(fn()) {
+    std::lock_guard lock(state_mu_);
+    if (!running_) return fn();
+    std::packaged_task<decltype(fn())()> task(std::move(fn));
+    auto fut = task.get_future();
+    asio::post(const_cast<asio::io_context&>(io_), [&task] { task(); });
+    return fut.get();
+  }
+
+  std::optional<std::string> get(const std::string& key) const {
+    return on_io([&]() -> std::optional<std::string> {
+      auto it = store_.find(key);
+      if (it == store_.end()) return std::nullopt;
+      return it->second;
+    });
+  }
+
+  void set(const std::string& key, const std::string& value) {
+    on_io([&] { store_set(key, value); });
+  }
+
+  std::vector<std::string> missing(const std::vector<std::string>& keys) const {
+    return on_io([&] {
+      std::vector<std::string> out;
+      for (const auto& k : keys)
+        if (!store_.count(k)) out.push_back(k);
+      return out;
+    });
+  }
+
+  std::size_t connection_count() const { return connections_.load(); }
+
+  // --- store operations (io thread) ---
+
+  // Sets `key`; wakes waiters only when the key is new (waiters register on absent keys).
+  void store_set(const std::string& key, std::string value) {
+    auto [it, inserted] = store_.insert_or_assign(key, std::move(value));
+    if (inserted) notify(key);
+  }
+
+  void notify(const std::string& key);
+
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  Hmac secret_;
+  ServerOptions opts_;
+  std::uint16_t port_ = 0;
+
+  std::unordered_map<std::string, std::string> store_;
+  struct Waiter {
+    std::weak_ptr<Session> session;
+    std::uint64_t wait_id;
+  };
+  std::unordered_map<std::string, std::vector<Waiter>> waiters_;
+  std::unordered_set<std::shared_ptr<Session>> sessions_;
+  std::atomic<std::size_t> connections_{0};
+  bool shutting_down_ = false;
+
+ private:
+  void accept();
+  void shutdown();
+
+  mutable std::mutex state_mu_;
+  bool running_ = false;
+  bool stopped_ = false;
+  std::thread thread_;
+  std::unique_ptr<asio::steady_timer> accept_retry_;
+};
+
+class Server::Impl::Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(Impl& srv, tcp::socket sock)
+      : srv_(srv), sock_(std::move(sock)), timer_(srv.io_), wait_timer_(srv.io_) {
+    boost::system::error_code ec;
+    auto ep = sock_.remote_endpoint(ec);
+    peer_ = ec ? std::string("unknown peer") : endpoint_string(ep);
+    sock_.set_option(tcp::no_delay(true), ec);
+  }
+
+  void start() {
+    server_nonce_ = random_bytes(kMacBytes);
+    send(plain_frame(std::string(kGreeting) + server_nonce_));
+    arm(srv_.opts_.handshake_timeout, "did not complete authentication in time");
+    read_header();
+  }
+
+  // Closes the connection; `reason` goes to the debug log.
+  void close(const std::string& reason) {
+    if (closed_) return;
+    closed_ = true;
+    waiting_ = false;
+    spdlog::debug("rendezvous: dropping client {}: {}", peer_, reason);
+    boost::system::error_code ec;
+    timer_.cancel();
+    wait_timer_.cancel();
+    sock_.shutdown(tcp::socket::shutdown_both, ec);
+    sock_.close(ec);
+    srv_.connections_.fetch_sub(1);
+    srv_.sessions_.erase(shared_from_this());
+  }
+
+  // Server shutdown: a client blocked in wait() is told so before its connection closes.
+  void shutdown() {
+    if (closed_) return;
+    if (waiting_ && codec_) {
+      Response r;
+      r.status = Status::kStopping;
+      r.message = "rendezvous server stopped while this client waited (the job is ending)";
+      auto frame = codec_->seal(encode(r));
+      boost::system::error_code ec;
+      asio::write(sock_, asio::buffer(frame), ec);
+    }
+    close("server stopping");
+  }
+
+  // A key this session waits for appeared.
+  void key_arrived(std::uint64_t wait_id) {
+    if (closed_ || !waiting_ || wait_id != wait_id_) return;
+    if (--wait_missing_ == 0) check_wait();
+  }
+
+ private:
+  void arm(std::chrono::milliseconds d, const char* why) {
+    if (d.count() <= 0) {
+      timer_.cancel();
+      return;
+    }
+    timer_.expires_after(d);
+    timer_.async_wait([self = shared_from_this(), why](const boost::system::error_code& ec) {
+      if (ec || self->timer_.expiry() > asio::steady_timer::clock_type::now()) return;
+      self->close(why);
+    });
+  }
+
+  void read_header() {
+    if (closed_) return;
+    if (codec_) {
+      if (waiting_)
+        timer_.cancel();  // the wait has its own deadline
+      else
+        arm(srv_.opts_.idle_timeout, "idle for longer than the idle timeout");
+    }
+    if (reading_) return;  // one read at a time; only the timers were re-armed
+    reading_ = true;
+    asio::async_read(sock_, asio::buffer(header_, 4),
+                     [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                       self->on_header(ec);
+                     });
+  }
+
+  void on_header(const boost::system::error_code& ec) {
+    if (closed_) return;
+    if (ec) {
+      close(ec == asio::error::eof ? "disconnected" : "read: " + ec.message());
+      return;
+    }
+    auto len = get_u32(header_);
+    // The only handshake message a client sends is nonce + proof.
+    std::uint32_t cap = codec_ ? srv_.opts_.max_frame_bytes : 2 * kMacBytes;
+    if (len > cap || len < (codec_ ? kMacBytes : 2 * kMacBytes)) {
+      close("frame of " + std::to_string(len) + " bytes outside the allowed range (limit " +
+            std::to_string(cap) + ")");
+      return;
+    }
+    body_.resize(len);
+    if (codec_) arm(srv_.opts_.frame_timeout, "sent a partial frame and stalled");
+    asio::async_read(sock_, asio::buffer(body_),
+                     [self = shared_from_this()](const boost::system::error_code& e, std::size_t) {
+                       self->on_body(e);
+                     });
+  }
+
+  void on_body(const boost::system::error_code& ec) {
+    reading_ = false;
+    if (closed_) return;
+    if (ec) {
+      close("read: " + ec.message());
+      return;
+    }
+    if (!codec_) {
+      on_handshake();
+      return;
+    }
+    std::string payload;
+    Request req;
+    try {
+      payload = codec_->open(body_);
+      req = decode_request(payload);
+    } catch (const ProtocolError& e) {
+      close(std::string("protocol error: ") + e.what());
+      return;
+    }
+    if (waiting_) {
+      close("sent a request while its wait was pending");
+      return;
+    }
+    handle(req);
+    read_header();
+  }
+
+  void on_handshake() {
+    std::string_view b(body_);
+    auto client_nonce = b.substr(0, kMacBytes);
+    auto proof = b.substr(kMacBytes, kMacBytes);
+    auto expected = Handshake::client_proof(srv_.secret_, server_nonce_, client_nonce);
+    if (!tags_equal(reinterpret_cast<const unsigned char*>(expected.data()),
+                    reinterpret_cast<const unsigned char*>(proof.data()))) {
+      close_after_write_ = true;
+      send(plain_frame("\x01authentication failed: the client does not hold this job's secret"));
+      spdlog::warn("rendezvous: rejected client {}: wrong job secret", peer_);
+      return;
+    }
+    send(plain_frame(std::string(1, '\0') +
+                     Handshake::server_proof(srv_.secret_, server_nonce_, client_nonce)));
+    codec_.emplace(Handshake::session_key(srv_.secret_, server_nonce_, client_nonce), true);
+    timer_.cancel();
+    read_header();
+  }
+
+  void respond(const Response& r) { send(codec_->seal(encode(r))); }
+
+  void handle(Request& req) {
+    auto& store = srv_.store_;
+    Response r;
+    switch (req.op) {
+      case Op::kSet:
+        srv_.store_set(req.keys[0], std::move(req.values[0]));
+        break;
+      case Op::kMultiSet: {
+        std::vector<std::string> fresh;
+        for (std::size_t i = 0; i < req.keys.size(); ++i) {
+          auto [it, inserted] = store.insert_or_assign(req.keys[i], std::move(req.values[i]));
+          if (inserted) fresh.push_back(req.keys[i]);
+        }
+        for (const auto& k : fresh) srv_.notify(k);
+        break;
+      }
+      case Op::kGet: {
+        auto it = store.find(req.keys[0]);
+        if (it == store.end())
+          r.status = Status::kNotFound;
+        else
+          r.values.emplace_back(it->second);
+        break;
+      }
+      case Op::kMultiGet:
+        for (const auto& k : req.keys) {
+          auto it = store.find(k);
+          if (it == store.end())
+            r.values.emplace_back(std::nullopt);
+          else
+            r.values.emplace_back(it->second);
+        }
+        break;
+      case Op::kAdd: {
+        std::int64_t cur = 0;
+        auto it = store.find(req.keys[0]);
+        if (it != store.end()) {
+          const auto& s = it->second;
+          auto [p, e] = std::from_chars(s.data(), s.data() + s.size(), cur);
+          if (e != std::errc() || p != s.data() + s.size()) {
+            r.status = Status::kBadRequest;
+            r.message = "add: value of '" + req.keys[0] + "' is not an integer";
+            break;
+          }
+        }
+        cur += req.delta;
+        r.number = cur;
+        srv_.store_set(req.keys[0], std::to_string(cur));
+        break;
+      }
+      case Op::kDelete:
+        r.number = store.erase(req.keys[0]) ? 1 : 0;
+        break;
+      case Op::kPing:
+        break;
+      case Op::kWait:
+        begin_wait(req);
+        return;
+    }
+    respond(r);
+  }
+
+  void begin_wait(Request& req) {
+    wait_keys_ = std::move(req.keys);
+    waiting_ = true;
+    ++wait_id_;
+    if (req.timeout_ms > 0) {
+      wait_timer_.expires_after(std::chrono::milliseconds(req.timeout_ms));
+      wait_timer_.async_wait(
+          [self = shared_from_this(), id = wait_id_](const boost::system::error_code& ec) {
+            if (ec || !self->waiting_ || self->wait_id_ != id) return;
+            self->finish_wait(true);
+          });
+    }
+    check_wait();
+    if (waiting_ && req.timeout_ms == 0) finish_wait(true);
+  }
+
+  // Registers on every absent key, or answers when none is absent.
+  void check_wait() {
+    std::size_t absent = 0;
+    for (const auto& k : wait_keys_) {
+      if (srv_.store_.count(k)) continue;
+      ++absent;
+      srv_.waiters_[k].push_back({weak_from_this(), wait_id_});
+    }
+    wait_missing_ = absent;
+    if (absent == 0) finish_wait(false);
+  }
+
+  void finish_wait(bool timed_out) {
+    waiting_ = false;
+    wait_timer_.cancel();
+    Response r;
+    if (timed_out) {
+      r.status = Status::kTimeout;
+      for (std::uint32_t i = 0; i < wait_keys_.size(); ++i)
+        if (!srv_.store_.count(wait_keys_[i])) r.missing.push_back(i);
+      if (r.missing.empty()) r.status = Status::kOk;  // arrived in the same instant
+    }
+    wait_keys_.clear();
+    respond(r);
+    read_header();  // re-arm the idle timer now that the wait is over
+  }
+
+  void send(std::string frame) {
+    outq_.push_back(std::move(frame));
+    if (!writing_) write_next();
+  }
+
+  void write_next() {
+    writing_ = true;
+    asio::async_write(sock_, asio::buffer(outq_.front()),
+                      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                        self->outq_.pop_front();
+                        self->writing_ = false;
+                        if (self->closed_) return;
+                        if (ec) {
+                          self->close("write: " + ec.message());
+                        } else if (!self->outq_.empty()) {
+                          self->write_next();
+                        } else if (self->close_after_write_) {
+                          self->close("authentication failed");
+                        }
+                      });
+  }
+
+  Impl& srv_;
+  tcp::socket sock_;
+  asio::steady_timer timer_;
+  asio::steady_timer wait_timer_;
+  std::string peer_;
+  std::string server_nonce_;
+  std::optional<FrameCodec> codec_;
+  char header_[4] = {};
+  std::string body_;
+  std::deque<std::string> outq_;
+  bool writing_ = false;
+  bool reading_ = false;
+  bool closed_ = false;
+  bool close_after_write_ = false;
+  bool waiting_ = false;
+  std::uint64_t wait_id_ = 0;
+  std::size_t wait_missing_ = 0;
+  std::vector<std::string> wait_keys_;
+};
+
+void Server::Impl::notify(const std::string& key) {
+  auto it = waiters_.find(key);
+  if (it == waiters_.end()) return;
+  auto list = std::move(it->second);
+  waiters_.erase(it);
+  for (auto& w : list)
+    if (auto s = w.session.lock()) s->key_arrived(w.wait_id);
+}
+
+void Server::Impl::accept() {
+  acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket sock) {
+    if (shutting_down_) return;
+    if (ec) {
+      if (ec == asio::error::operation_aborted) return;
+      // Out of descriptors or similar: keep serving existing clients, retry shortly.
+      spdlog::warn("rendezvous server on port {}: accept: {}; retrying", port_, ec.message());
+      accept_retry_ = std::make_unique<asio::steady_timer>(io_, std::chrono::milliseconds(50));
+      accept_retry_->async_wait([this](const boost::system::error_code& e) {
+        if (!e && !shutting_down_) accept();
+      });
+      return;
+    }
+    auto s = std::make_shared<Session>(*this, std::move(sock));
+    sessions_.insert(s);
+    connections_.fetch_add(1);
+    s->start();
+    accept();
+  });
+}
+
+void Server::Impl::shutdown() {
+  shutting_down_ = true;
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+  if (accept_retry_) accept_retry_->cancel();
+  auto all = sessions_;
+  for (auto& s : all) s->shutdown();
+  sessions_.clear();
+  waiters_.clear();
+  io_.stop();
+}
+
+Server::Server(std::string secret, const std::string& bind_address, std::uint16_t port)
+    : Server(std::move(secret), bind_address, port, ServerOptions{}) {}
+
+Server::Server(std::string secret, const std::string& bind_address, std::uint16_t port,
+               ServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(secret), bind_address, port, options)) {}
+
+Server::~Server() = default;
+std::uint16_t Server::port() const { return impl_->port(); }
+void Server::start() { impl_->start(); }
+void Server::stop() { impl_->stop(); }
+std::optional<std::string> Server::get(const std::string& key) const { return impl_->get(key); }
+void Server::set(const std::string& key, const std::string& value) { impl_->set(key, value); }
+std::vector<std::string> Server::missing(const std::vector<std::string>& keys) const {
+  return impl_->missing(keys);
+}
+std::size_t Server::connection_count() const { return impl_->connection_count(); }
+
+}  // namespace hvdrun::rendezvous
