@@ -1,0 +1,96 @@
+// Keeps `hvdrun --help` and man/hvdrun.1 in step: the long options listed by --help must
+// be exactly the options the man page documents with a .TP entry, and groff must accept
+// the page without warnings.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "cli/options.h"
+
+namespace {
+
+// Long options (and -np) in a piece of text.
+void collect(const std::string& text, std::set<std::string>& out) {
+  static const std::regex kOpt(R"((^|[^-a-z])(--[a-z][a-z0-9-]*|-np)\b)");
+  for (std::sregex_iterator it(text.begin(), text.end(), kOpt), end; it != end; ++it) {
+    out.insert((*it)[2]);
+  }
+}
+
+std::set<std::string> options_in_help() {
+  std::set<std::string> out;
+  std::istringstream in(hvdrun::cli::help_text());
+  std::string line;
+  while (std::getline(in, line)) {
+    // Option lines: two spaces, a dash, then the option column up to a two-space gap.
+    if (line.rfind("  -", 0) != 0) continue;
+    collect(line.substr(0, line.find("  ", 2)), out);
+  }
+  return out;
+}
+
+// Removes roff font escapes and turns \- into -.
+std::string unroff(std::string s) {
+  s = std::regex_replace(s, std::regex(R"(\\f[BIRP])"), "");
+  s = std::regex_replace(s, std::regex(R"(\\-)"), "-");
+  s = std::regex_replace(s, std::regex(R"(\\[|&])"), "");
+  return s;
+}
+
+std::set<std::string> options_in_man() {
+  std::ifstream in(HVDRUN_SOURCE_DIR "/man/hvdrun.1");
+  REQUIRE(in);
+  std::set<std::string> out;
+  std::string line;
+  bool tag_next = false;
+  while (std::getline(in, line)) {
+    if (line == ".TP") {
+      tag_next = true;
+      continue;
+    }
+    if (!tag_next) continue;
+    tag_next = false;
+    // The tag line: a macro such as .B/.BI/.BR and its arguments; option tags start with
+    // a dash.
+    std::string text = unroff(line);
+    auto space = text.find(' ');
+    if (text.empty() || text[0] != '.' || space == std::string::npos) continue;
+    std::string args = text.substr(space + 1);
+    if (args.empty() || args[0] != '-') continue;
+    collect(args, out);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("help text and the man page list the same options") {
+  auto help = options_in_help();
+  auto man = options_in_man();
+  CHECK(help.count("--hosts") == 1);
+  CHECK(help.count("-np") == 1);
+  CHECK(help.size() >= 18);
+  CHECK(help == man);
+}
+
+TEST_CASE("the man page passes groff without warnings") {
+  FILE* p = popen("command -v groff >/dev/null 2>&1 || { echo SKIP; exit 0; }; "
+                  "groff -man -ww -z '" HVDRUN_SOURCE_DIR "/man/hvdrun.1' 2>&1",
+                  "r");
+  REQUIRE(p);
+  std::string out;
+  char buf[512];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  int rc = pclose(p);
+  if (out == "SKIP\n") {
+    WARN("groff not installed; man page not checked");
+    return;
+  }
+  CHECK(out.empty());
+  CHECK(rc == 0);
+}

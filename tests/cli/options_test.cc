@@ -1,0 +1,342 @@
+// Table-driven tests of hvdrun's command line: where the command starts, every option's
+// value and checks, subcommands, and the exact one-line message for each bad input.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "cli/options.h"
+#include "common/error.h"
+
+using hvdrun::UsageError;
+using hvdrun::cli::Action;
+using hvdrun::cli::Command;
+using hvdrun::cli::parse_command_line;
+using hvdrun::hostfile::HostSlots;
+
+namespace {
+
+using Args = std::vector<std::string>;
+
+Args split(const std::string& line) {
+  Args out;
+  std::istringstream in(line);
+  std::string w;
+  while (in >> w) out.push_back(w);
+  return out;
+}
+
+std::string error_of(const Args& args) {
+  try {
+    parse_command_line(args);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+}  // namespace
+
+TEST_CASE("the command starts at the first word that is not an option") {
+  struct Case {
+    std::string line;
+    Args command;
+  };
+  const std::vector<Case> cases = {
+      {"-np 2 python train.py --lr 1", {"python", "train.py", "--lr", "1"}},
+      {"-np 2 -- python -u train.py", {"python", "-u", "train.py"}},
+      {"-np 2 -- -weird", {"-weird"}},
+      {"-np 2 -- --", {"--"}},
+      {"run -np 2 check", {"check"}},
+      {"-np 2 check", {"check"}},
+      {"-np 2 agent -np 3", {"agent", "-np", "3"}},
+      {"-np 1 python -- x", {"python", "--", "x"}},
+      {"-H a:2 -x A=1 ./bin -H b", {"./bin", "-H", "b"}},
+      {"--num-proc=2 env", {"env"}},
+      {"-np=2 env", {"env"}},
+      {"-np 1 -", {"-"}},
+  };
+  for (const auto& c : cases) {
+    INFO("args: " << c.line);
+    Command cmd = parse_command_line(split(c.line));
+    CHECK(cmd.action == Action::run);
+    CHECK(cmd.options.command == c.command);
+  }
+}
+
+TEST_CASE("horovodrun's examples parse") {
+  auto cmd = parse_command_line(split("-np 4 -H localhost:4 python train.py"));
+  CHECK(cmd.options.np == 4);
+  CHECK(cmd.options.hosts == std::vector<HostSlots>{{"localhost", 4}});
+
+  cmd = parse_command_line(split("-np 8 -H server1:4,server2:4 python train.py"));
+  CHECK(cmd.options.np == 8);
+  CHECK(cmd.options.hosts == std::vector<HostSlots>{{"server1", 4}, {"server2", 4}});
+
+  cmd = parse_command_line(
+      split("-np 16 -H server1:4,server2:4,server3:4,server4:4 -p 12345 python train.py"));
+  CHECK(cmd.options.ssh_port == 12345);
+  CHECK(cmd.options.hosts.size() == 4);
+
+  // A -H value with spaces after commas arrives as one argument from the shell.
+  cmd = parse_command_line({"-H", "a:2, b:2", "python", "x.py"});
+  CHECK(cmd.options.hosts == std::vector<HostSlots>{{"a", 2}, {"b", 2}});
+  CHECK_FALSE(cmd.options.np.has_value());
+}
+
+TEST_CASE("every option reaches LaunchOptions") {
+  auto cmd = parse_command_line(
+      {"-np",          "3",
+       "-H",           "[::1]:2,node1",
+       "-p",           "2222",
+       "-i",           "/keys/id",
+       "--ssh-config", "/etc/cfg",
+       "--start-timeout", "45",
+       "--network-interface", "eth0",
+       "--output-filename", "/tmp/out dir",
+       "-x",           "A=1",
+       "--env",        "B",
+       "-xC=x y=z",
+       "--env=D=",
+       "--verbose",
+       "--log-level",  "INFO",
+       "--prefix-output-with-timestamp",
+       "--remote-hvdrun", "/opt/hvdrun/bin/hvdrun",
+       "prog",         "arg"});
+  const auto& o = cmd.options;
+  CHECK(cmd.action == Action::run);
+  CHECK(o.np == 3);
+  CHECK(o.hosts == std::vector<HostSlots>{{"::1", 2}, {"node1", 1}});
+  CHECK(o.ssh_port == 2222);
+  CHECK(o.ssh_identity_file == "/keys/id");
+  CHECK(o.ssh_config == "/etc/cfg");
+  CHECK(o.start_timeout_s == 45);
+  CHECK(o.network_interface == "eth0");
+  CHECK(o.output_filename == "/tmp/out dir");
+  CHECK(o.env == std::vector<std::string>{"A=1", "B", "C=x y=z", "D="});
+  CHECK(o.verbose);
+  CHECK(o.log_level == "info");
+  CHECK(o.prefix_timestamp);
+  CHECK(o.remote_hvdrun == "/opt/hvdrun/bin/hvdrun");
+  CHECK_FALSE(o.json);
+  CHECK(o.command == Args{"prog", "arg"});
+}
+
+TEST_CASE("defaults") {
+  auto cmd = parse_command_line(split("-np 2 true"));
+  const auto& o = cmd.options;
+  CHECK(o.np == 2);
+  CHECK(o.hosts.empty());
+  CHECK_FALSE(o.ssh_port.has_value());
+  CHECK(o.start_timeout_s == 30);
+  CHECK(o.log_level == "warning");
+  CHECK_FALSE(o.verbose);
+  CHECK_FALSE(o.prefix_timestamp);
+  CHECK(o.env.empty());
+  CHECK(o.output_filename.empty());
+  CHECK(o.remote_hvdrun.empty());
+}
+
+TEST_CASE("value forms: next word, =value, attached short") {
+  for (const auto& line : {"-p 22 -np 1 x", "-p22 -np 1 x", "-p=22 -np 1 x",
+                           "--ssh-port 22 -np 1 x", "--ssh-port=22 -np 1 x"}) {
+    INFO("args: " << line);
+    CHECK(parse_command_line(split(line)).options.ssh_port == 22);
+  }
+  // A value that looks like a negative number is still the option's value.
+  CHECK(error_of(split("-np -1 x")) ==
+        "bad value '-1' for -np; expected a whole number of processes from 1 to 1048576, as in "
+        "-np 4");
+}
+
+TEST_CASE("subcommands, help, version and check-build") {
+  auto cmd = parse_command_line(split("check -H a,b:2 --json -p 2200 --start-timeout 5"));
+  CHECK(cmd.action == Action::check);
+  CHECK(cmd.options.json);
+  CHECK(cmd.options.hosts.size() == 2);
+  CHECK(cmd.options.ssh_port == 2200);
+  CHECK(cmd.options.start_timeout_s == 5);
+  CHECK(cmd.options.command.empty());
+
+  CHECK(parse_command_line(split("check")).action == Action::check);
+  CHECK(parse_command_line(split("check -np 2 -H a:2 -i k --ssh-config c --verbose "
+                                 "--log-level debug --remote-hvdrun /x"))
+            .action == Action::check);
+
+  cmd = parse_command_line(split("agent"));
+  CHECK(cmd.action == Action::agent);
+  cmd = parse_command_line(split("agent --log-level trace"));
+  CHECK(cmd.action == Action::agent);
+  CHECK(cmd.options.log_level == "trace");
+
+  for (const auto& line : {"--help", "-h", "check --help", "-np 2 --help", "run -h"}) {
+    INFO("args: " << line);
+    cmd = parse_command_line(split(line));
+    CHECK(cmd.action == Action::help);
+    CHECK(cmd.help_text == hvdrun::cli::help_text());
+  }
+  // --help after the command belongs to the command.
+  CHECK(parse_command_line(split("-np 1 python --help")).action == Action::run);
+
+  cmd = parse_command_line(split("--version"));
+  CHECK(cmd.action == Action::version);
+  CHECK(cmd.help_text.rfind("hvdrun ", 0) == 0);
+
+  CHECK(parse_command_line(split("--check-build")).action == Action::check_build);
+  CHECK(parse_command_line(split("--check-build --verbose")).action == Action::check_build);
+}
+
+TEST_CASE("bad command lines are usage errors with one precise line") {
+  struct Case {
+    std::string line;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"", "no command to run; expected hvdrun [options] command [args...], as in hvdrun -np 4 "
+           "python train.py (see hvdrun --help)"},
+      {"-np 2", "no command to run; expected hvdrun [options] command [args...], as in hvdrun -np "
+                "4 python train.py (see hvdrun --help)"},
+      {"run", "no command to run; expected hvdrun [options] command [args...], as in hvdrun -np 4 "
+              "python train.py (see hvdrun --help)"},
+      {"python train.py",
+       "-np is required without -H or --hostfile; expected e.g. hvdrun -np 4 python"},
+      {"-np 4x x",
+       "bad value '4x' for -np; expected a whole number of processes from 1 to 1048576, as in -np "
+       "4"},
+      {"-np 0 x",
+       "bad value '0' for -np; expected a whole number of processes from 1 to 1048576, as in -np "
+       "4"},
+      {"-np 1048577 x",
+       "bad value '1048577' for -np; expected a whole number of processes from 1 to 1048576, as "
+       "in -np 4"},
+      {"-np 99999999999999999999 x",
+       "bad value '99999999999999999999' for -np; expected a whole number of processes from 1 to "
+       "1048576, as in -np 4"},
+      {"-np +4 x",
+       "bad value '+4' for -np; expected a whole number of processes from 1 to 1048576, as in -np "
+       "4"},
+      {"-np", "-np needs a value; expected -np N"},
+      {"-np --verbose x", "-np needs a value; expected -np N"},
+      {"--num-proc", "--num-proc needs a value; expected --num-proc N"},
+      {"-np= x", "-np needs a non-empty value; expected -np N"},
+      {"-np 2 -np 3 x", "-np is given more than once; expected it once"},
+      {"-np 2 --num-proc 3 x", "-np is given more than once; expected it once"},
+      {"-H a -H b x", "-H/--hosts is given more than once; expected it once"},
+      {"--verbose --verbose -np 1 x", "--verbose is given more than once; expected it once"},
+      {"-p 70000 -np 1 x",
+       "bad value '70000' for -p/--ssh-port; expected a port number from 1 to 65535, as in -p "
+       "2222"},
+      {"-p 0 -np 1 x",
+       "bad value '0' for -p/--ssh-port; expected a port number from 1 to 65535, as in -p 2222"},
+      {"-p ssh -np 1 x",
+       "bad value 'ssh' for -p/--ssh-port; expected a port number from 1 to 65535, as in -p "
+       "2222"},
+      {"--start-timeout 0 -np 1 x",
+       "bad value '0' for --start-timeout; expected whole seconds from 1 to 86400, as in "
+       "--start-timeout 60"},
+      {"--start-timeout 1.5 -np 1 x",
+       "bad value '1.5' for --start-timeout; expected whole seconds from 1 to 86400, as in "
+       "--start-timeout 60"},
+      {"--hots a x", "unknown option '--hots'; did you mean --hosts? (see hvdrun --help)"},
+      {"--np 2 x", "unknown option '--np'; did you mean -np? (see hvdrun --help)"},
+      {"-n 2 x", "unknown option '-n'; did you mean -np? (see hvdrun --help)"},
+      {"--verbos -np 1 x", "unknown option '--verbos'; did you mean --verbose? (see hvdrun --help)"},
+      {"--gloo -np 1 x", "unknown option '--gloo'; see hvdrun --help for the options"},
+      {"-z -np 1 x", "unknown option '-z'; see hvdrun --help for the options"},
+      {"-hx -np 1 x", "unknown option '-hx'; see hvdrun --help for the options"},
+      {"--verbose=yes -np 1 x", "--verbose takes no value; got '--verbose=yes'"},
+      {"-H a:2 --hostfile h x", "-H and --hostfile cannot be used together; give the hosts one way"},
+      {"-H a,,b x",
+       "-H: empty entry 2 in 'a,,b'; expected host[:slots][,host[:slots]...] with no empty items "
+       "between commas"},
+      {"-np 9 -H localhost:4,node1:4 x",
+       "-np 9 but the hosts have 8 slots (localhost:4, node1:4); lower -np or add slots"},
+      {"-x 1A=2 -np 1 x",
+       "bad value '1A=2' for -x/--env; expected NAME or NAME=VALUE where NAME has letters, digits "
+       "and '_' and does not start with a digit"},
+      {"-x =v -np 1 x",
+       "bad value '=v' for -x/--env; expected NAME or NAME=VALUE where NAME has letters, digits "
+       "and '_' and does not start with a digit"},
+      {"-x A-B -np 1 x",
+       "bad value 'A-B' for -x/--env; expected NAME or NAME=VALUE where NAME has letters, digits "
+       "and '_' and does not start with a digit"},
+      {"--log-level loud -np 1 x",
+       "bad value 'loud' for --log-level; expected trace, debug, info, warning, error, critical "
+       "or off"},
+      {"--network-interface eth0/1 -np 1 x",
+       "bad value 'eth0/1' for --network-interface; expected an interface name such as eth0"},
+      {"--json -np 1 x", "--json applies only to 'hvdrun check'; expected hvdrun check --json [options]"},
+      {"check -H a x",
+       "'hvdrun check' takes no command (got 'x'); it only checks the hosts, run the job with "
+       "hvdrun [options] command"},
+      {"check --output-filename d",
+       "--output-filename does not apply to 'hvdrun check'; see hvdrun --help for the options it "
+       "takes"},
+      {"check -x A=1", "-x/--env does not apply to 'hvdrun check'; see hvdrun --help for the options it takes"},
+      {"check --check-build",
+       "--check-build does not apply to 'hvdrun check'; see hvdrun --help for the options it takes"},
+      {"agent -np 2",
+       "'hvdrun agent' is started by hvdrun itself and accepts only --log-level; got -np"},
+      {"agent --verbose",
+       "'hvdrun agent' is started by hvdrun itself and accepts only --log-level; got --verbose"},
+      {"agent x", "'hvdrun agent' takes no arguments; got 'x' (it is started by hvdrun itself)"},
+      {"--check-build -np 2", "--check-build takes no other options; got -np"},
+      {"--check-build x", "--check-build takes no command; got 'x'"},
+      {"--hostfile= x", "--hostfile needs a non-empty value; expected --hostfile FILE"},
+  };
+  for (const auto& c : cases) {
+    INFO("args: " << c.line);
+    CHECK(error_of(split(c.line)) == c.message);
+  }
+}
+
+TEST_CASE("the hostfile option is read and its errors keep file:line") {
+  char path[] = "/tmp/hvdrun-cli-hosts-XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  {
+    std::ofstream out(path);
+    out << "# two servers\nserver1 slots=4\nserver2 slots=4\n";
+  }
+  auto cmd = parse_command_line({"--hostfile", path, "python", "train.py"});
+  CHECK(cmd.options.hosts == std::vector<HostSlots>{{"server1", 4}, {"server2", 4}});
+  CHECK_FALSE(cmd.options.np.has_value());
+  {
+    std::ofstream out(path);
+    out << "server1 slots=4\nserver2 slots=four\n";
+  }
+  CHECK(error_of({"--hostfile", path, "x"}) ==
+        std::string(path) +
+            ":2: bad slot count 'four' for host 'server2'; expected a whole number from 1 to "
+            "65536, as in server2 slots=4");
+  std::remove(path);
+  CHECK(error_of({"--hostfile", path, "x"}) ==
+        "--hostfile '" + std::string(path) +
+            "': cannot open: No such file or directory; expected a readable file with one host "
+            "per line");
+}
+
+TEST_CASE("help lists every option and fits 80 columns") {
+  const std::string help = hvdrun::cli::help_text();
+  std::istringstream in(help);
+  std::string line;
+  while (std::getline(in, line)) {
+    INFO("line: " << line);
+    CHECK(line.size() <= 80);
+  }
+  for (const char* opt :
+       {"-np", "--num-proc", "-H, --hosts", "--hostfile", "-p, --ssh-port",
+        "-i, --ssh-identity-file", "--ssh-config", "--start-timeout", "--network-interface",
+        "--output-filename", "-x, --env", "--verbose", "--log-level",
+        "--prefix-output-with-timestamp", "--remote-hvdrun", "--json", "--check-build",
+        "--version", "-h, --help", "check", "agent"}) {
+    INFO("option: " << opt);
+    CHECK(help.find(opt) != std::string::npos);
+  }
+}
