@@ -1,0 +1,96 @@
+// hvdrun's entry point: parse the command line, dispatch, map the outcome to an exit code.
+// All the work lives in the libraries (cli/, launcher/) that the tests link too.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "cli/options.h"
+#include "common/error.h"
+#include "launcher/agent.h"
+#include "launcher/job.h"
+
+namespace {
+
+// A closed stdin/stdout/stderr would let a pipe or file take its number and be mixed up
+// with it; park /dev/null there instead.
+void ensure_standard_fds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0) {
+      int n = ::open("/dev/null", O_RDWR);
+      if (n >= 0 && n != fd) {
+        ::dup2(n, fd);
+        ::close(n);
+      }
+    }
+  }
+}
+
+void setup_logging(const hvdrun::launcher::LaunchOptions& o, const char* pattern) {
+  auto logger = spdlog::stderr_logger_st("hvdrun");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern(pattern);
+  spdlog::set_level(o.verbose ? spdlog::level::debug : spdlog::level::from_str(o.log_level));
+}
+
+int usage_error(const std::string& what) {
+  std::fprintf(stderr, "hvdrun: error: %s\nTry 'hvdrun --help'.\n", what.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ensure_standard_fds();
+  std::vector<std::string> args(argv + 1, argv + argc);
+  hvdrun::cli::Command cmd;
+  try {
+    cmd = hvdrun::cli::parse_command_line(args);
+  } catch (const hvdrun::UsageError& e) {
+    return usage_error(e.what());
+  }
+
+  using hvdrun::cli::Action;
+  switch (cmd.action) {
+    case Action::help:
+    case Action::version:
+      std::fputs(cmd.help_text.c_str(), stdout);
+      return 0;
+    case Action::check_build:
+      std::fputs(
+          "hvdrun: available\n"
+          "    controllers:       [X] Gloo   [ ] MPI\n"
+          "    tensor operations: [X] Gloo   [X] NCCL (when built with it and a GPU is present)\n",
+          stdout);
+      return 0;
+    case Action::check:
+      std::fputs("hvdrun: error: 'hvdrun check' is not available yet\n", stderr);
+      return 255;
+    case Action::agent:
+      setup_logging(cmd.options, "hvdrun agent: [%l] %v");
+      try {
+        return hvdrun::launcher::run_agent(0, 1);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "hvdrun agent: error: %s\n", e.what());
+        return 1;
+      }
+    case Action::run:
+      break;
+  }
+
+  setup_logging(cmd.options, "hvdrun: [%l] %v");
+  try {
+    return hvdrun::launcher::run_job(cmd.options);
+  } catch (const hvdrun::UsageError& e) {
+    return usage_error(e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
+    return 255;
+  }
+}

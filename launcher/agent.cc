@@ -1,0 +1,531 @@
+// The agent's single poll loop: ranks' stdout/stderr pipes, their exec-status pipes, the
+// launcher stream, and signals (blocked except inside ppoll, so none is missed between a
+// check and the wait). Output is read straight into the outgoing frame queue; when that
+// queue is full the rank pipes are not polled, so a slow launcher slows the ranks down
+// instead of growing memory.
+#include "launcher/agent.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/fd.h"
+#include "launcher/agent_protocol.h"
+#include "launcher/line_tail.h"
+
+extern char** environ;
+
+namespace hvdrun::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+volatile sig_atomic_t g_child = 0;
+volatile sig_atomic_t g_term = 0;
+
+void on_signal(int sig) {
+  if (sig == SIGCHLD) {
+    g_child = 1;
+  } else {
+    g_term = sig;
+  }
+}
+
+// Pause reading rank output while this much is waiting for the launcher.
+constexpr std::size_t kQueueHighWater = 4u << 20;
+// Cap on what is read from one rank pipe after the rank has exited.
+constexpr std::size_t kDrainLimit = 16u << 20;
+
+struct Rank {
+  int rank = 0;
+  pid_t pid = -1;
+  UniqueFd out;
+  UniqueFd err;
+  UniqueFd exec_status;  // EOF = exec succeeded; bytes = {stage, errno}
+  bool reaped = false;
+  bool reported = false;
+  int status = 0;
+  std::string argv0;
+  std::string cwd;
+  LineTail tail;
+};
+
+std::uint16_t find_free_port() {
+  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof a;
+  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return 0;
+  if (::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) return 0;
+  return ntohs(a.sin_port);
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+class Agent {
+ public:
+  Agent(int in_fd, int out_fd) : in_(in_fd), out_(out_fd) {}
+  ~Agent() { sweep_groups(); }
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  int run();
+  /// Last words after an exception: queued frames, then a fatal frame, within 2 s.
+  void report_fatal(const std::string& message);
+
+ private:
+  void send(const proto::Message& m) {
+    if (!out_broken_) proto::encode(m, queue_);
+  }
+  void handle(proto::Message& m);
+  void spawn(const proto::Spawn& s);
+  void read_stdin();
+  bool read_rank(Rank& r, proto::Stream stream, std::size_t limit);
+  void check_exec_status(Rank& r, bool blocking);
+  void reap();
+  void report_exits();
+  void begin_kill(std::uint32_t grace_ms, const char* why);
+  void flush_queue();
+  bool all_done() const;
+  void sweep_groups();
+
+  int in_;
+  int out_;
+  proto::Decoder decoder_;
+  ByteQueue queue_;
+  proto::Hello hello_;
+  bool have_hello_ = false;
+  bool in_eof_ = false;
+  bool out_broken_ = false;
+  bool closing_ = false;  // no more spawns; exit once every rank is reported
+  bool killing_ = false;
+  int exit_code_ = 0;
+  std::optional<Clock::time_point> kill_at_;
+  std::optional<Clock::time_point> flush_deadline_;
+  Clock::time_point last_rx_ = Clock::now();
+  Clock::time_point next_heartbeat_ = Clock::now();
+  std::map<int, Rank> ranks_;
+  std::map<pid_t, int> by_pid_;
+  UniqueFd dev_null_;
+};
+
+void Agent::begin_kill(std::uint32_t grace_ms, const char* why) {
+  closing_ = true;
+  if (killing_) return;
+  killing_ = true;
+  int live = 0;
+  for (auto& [n, r] : ranks_) {
+    if (!r.reaped && r.pid > 0) {
+      ::kill(-r.pid, SIGTERM);
+      ++live;
+    }
+  }
+  if (live) spdlog::debug("agent: {}: SIGTERM sent to {} rank(s), SIGKILL in {} ms", why, live, grace_ms);
+  kill_at_ = Clock::now() + milliseconds(grace_ms);
+}
+
+void Agent::sweep_groups() {
+  // Anything a rank left behind in its process group goes too.
+  for (auto& [n, r] : ranks_) {
+    if (r.pid > 0) ::kill(-r.pid, SIGKILL);
+  }
+}
+
+bool Agent::all_done() const {
+  for (const auto& [n, r] : ranks_) {
+    if (!r.reported) return false;
+  }
+  return true;
+}
+
+void Agent::spawn(const proto::Spawn& s) {
+  if (closing_) return;
+  if (ranks_.count(s.rank)) {
+    send(proto::Fatal{s.rank, "rank " + std::to_string(s.rank) + " was asked to start twice"});
+    return;
+  }
+  Rank& r = ranks_[s.rank];
+  r.rank = s.rank;
+  r.argv0 = s.argv[0];
+  r.cwd = s.cwd;
+  r.tail = LineTail(s.stderr_tail_lines);
+
+  auto [out_r, out_w] = make_pipe();
+  auto [err_r, err_w] = make_pipe();
+  auto [st_r, st_w] = make_pipe();
+  // Bigger pipes mean fewer wakeups for chatty ranks; failure is harmless.
+  ::fcntl(out_r.get(), F_SETPIPE_SZ, 1 << 20);
+
+  std::vector<char*> argv;
+  for (const auto& a : s.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& e : s.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const char* cwd = s.cwd.empty() ? nullptr : s.cwd.c_str();
+  pid_t agent_pid = ::getpid();
+
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int e = errno;
+    r.reported = true;
+    send(proto::Fatal{s.rank, "cannot start rank " + std::to_string(s.rank) + ": fork: " +
+                                  std::strerror(e)});
+    return;
+  }
+  if (pid == 0) {
+    // The agent is single-threaded, so the child may use the C library freely until exec.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != agent_pid) ::_exit(127);
+    ::dup2(dev_null_.get(), 0);
+    ::dup2(out_w.get(), 1);
+    ::dup2(err_w.get(), 2);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGQUIT}) ::sigaction(sig, &dfl, nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    int report[2] = {0, 0};
+    if (cwd && ::chdir(cwd) != 0) {
+      report[0] = 1;
+    } else {
+      environ = envp.data();  // execvp searches the rank's own PATH
+      ::execvp(argv[0], argv.data());
+      report[0] = 2;
+    }
+    report[1] = errno;
+    (void)!::write(st_w.get(), report, sizeof report);
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also from here, so kill(-pid) works whoever runs first
+  r.pid = pid;
+  by_pid_[pid] = s.rank;
+  set_nonblocking(out_r.get());
+  set_nonblocking(err_r.get());
+  r.out = std::move(out_r);
+  r.err = std::move(err_r);
+  r.exec_status = std::move(st_r);
+  spdlog::debug("agent: rank {} forked as pid {}", s.rank, pid);
+}
+
+void Agent::check_exec_status(Rank& r, bool blocking) {
+  if (!r.exec_status) return;
+  if (!blocking) {
+    pollfd p{r.exec_status.get(), POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) return;
+  }
+  int report[2] = {0, 0};
+  ssize_t n;
+  do {
+    n = ::read(r.exec_status.get(), report, sizeof report);
+  } while (n < 0 && errno == EINTR);
+  r.exec_status.reset();
+  if (n == static_cast<ssize_t>(sizeof report)) {
+    std::string what = report[0] == 1 ? "cannot change to directory '" + r.cwd + "'"
+                                       : "cannot execute '" + r.argv0 + "'";
+    send(proto::Fatal{r.rank, "cannot start rank " + std::to_string(r.rank) + ": " + what + ": " +
+                                  std::strerror(report[1])});
+    r.reported = true;  // the fatal frame stands for its exit report
+  } else {
+    send(proto::RankStarted{r.rank, r.pid});
+  }
+}
+
+bool Agent::read_rank(Rank& r, proto::Stream stream, std::size_t limit) {
+  UniqueFd& fd = stream == proto::Stream::out ? r.out : r.err;
+  std::size_t total = 0;
+  while (fd && total < limit) {
+    std::size_t want = proto::kMaxOutputChunk;
+    char* p = queue_.prepare(proto::kOutputHeaderBytes + want);
+    ssize_t n = ::read(fd.get(), p + proto::kOutputHeaderBytes, want);
+    if (n > 0) {
+      if (stream == proto::Stream::err) r.tail.add({p + proto::kOutputHeaderBytes, static_cast<std::size_t>(n)});
+      if (out_broken_) {  // nobody to send to; keep the pipe flowing
+        total += static_cast<std::size_t>(n);
+        continue;
+      }
+      proto::write_output_header(p, r.rank, stream, static_cast<std::uint32_t>(n));
+      queue_.commit(proto::kOutputHeaderBytes + static_cast<std::size_t>(n));
+      total += static_cast<std::size_t>(n);
+      if (static_cast<std::size_t>(n) < want) return true;  // pipe drained for now
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return true;
+    fd.reset();  // EOF (or a read error: treat as closed)
+  }
+  return true;
+}
+
+void Agent::reap() {
+  for (;;) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) break;
+    auto it = by_pid_.find(pid);
+    if (it == by_pid_.end()) continue;
+    Rank& r = ranks_[it->second];
+    r.reaped = true;
+    r.status = status;
+  }
+}
+
+void Agent::report_exits() {
+  for (auto& [n, r] : ranks_) {
+    if (!r.reaped || r.reported) continue;
+    check_exec_status(r, /*blocking=*/true);
+    if (r.reported) continue;  // failed to start: already reported as fatal
+    // Whatever the rank wrote before exiting is in its pipes: send it first.
+    read_rank(r, proto::Stream::out, kDrainLimit);
+    read_rank(r, proto::Stream::err, kDrainLimit);
+    r.out.reset();
+    r.err.reset();
+    proto::RankExited ex;
+    ex.rank = r.rank;
+    ex.signaled = WIFSIGNALED(r.status);
+    ex.value = ex.signaled ? WTERMSIG(r.status) : WEXITSTATUS(r.status);
+    ex.stderr_tail = r.tail.lines();
+    send(ex);
+    r.reported = true;
+    spdlog::debug("agent: rank {} {} {}", r.rank, ex.signaled ? "killed by signal" : "exited with",
+                  ex.value);
+  }
+}
+
+void Agent::handle(proto::Message& m) {
+  if (auto* h = std::get_if<proto::Hello>(&m)) {
+    if (h->version != proto::kVersion) {
+      send(proto::Fatal{-1, "agent speaks protocol version " + std::to_string(proto::kVersion) +
+                                " but the launcher speaks " + std::to_string(h->version) +
+                                "; install the same hvdrun version on every host"});
+      closing_ = true;
+      in_eof_ = true;
+      exit_code_ = 1;
+      return;
+    }
+    hello_ = *h;
+    have_hello_ = true;
+    spdlog::set_level(spdlog::level::from_str(hello_.log_level));
+    return;
+  }
+  if (!have_hello_) throw proto::ProtocolError("agent protocol: expected hello first");
+  if (auto* s = std::get_if<proto::Spawn>(&m)) {
+    spawn(*s);
+  } else if (auto* k = std::get_if<proto::Kill>(&m)) {
+    begin_kill(k->grace_ms, "kill requested by the launcher");
+  } else if (std::holds_alternative<proto::Heartbeat>(m)) {
+    // last_rx_ already updated
+  } else if (auto* f = std::get_if<proto::Fatal>(&m)) {
+    spdlog::error("agent: launcher reported: {}", f->message);
+    begin_kill(hello_.kill_grace_ms, "launcher failed");
+  } else {
+    throw proto::ProtocolError(std::string("agent protocol: unexpected ") + proto::type_name(m) +
+                               " frame from the launcher");
+  }
+}
+
+void Agent::read_stdin() {
+  for (;;) {
+    char* p = decoder_.prepare(64 << 10);
+    ssize_t n = ::read(in_, p, 64 << 10);
+    if (n > 0) {
+      decoder_.commit(static_cast<std::size_t>(n));
+      last_rx_ = Clock::now();
+      while (auto m = decoder_.next()) handle(*m);
+      if (in_eof_) return;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    in_eof_ = true;
+    begin_kill(have_hello_ ? hello_.kill_grace_ms : 3000, "launcher closed the stream");
+    return;
+  }
+}
+
+void Agent::flush_queue() {
+  while (!queue_.empty() && !out_broken_) {
+    ssize_t n = ::write(out_, queue_.data(), queue_.size());
+    if (n > 0) {
+      queue_.consume(static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    // The launcher is gone: nothing more can be reported; kill the ranks.
+    out_broken_ = true;
+    queue_.clear();
+    begin_kill(have_hello_ ? hello_.kill_grace_ms : 3000, "launcher stream broken");
+  }
+}
+
+void Agent::report_fatal(const std::string& message) {
+  if (out_broken_) return;
+  try {
+    proto::encode(proto::Fatal{-1, message}, queue_);
+  } catch (const std::exception&) {
+    return;
+  }
+  auto deadline = Clock::now() + milliseconds(2000);
+  while (!queue_.empty() && !out_broken_ && Clock::now() < deadline) {
+    pollfd p{out_, POLLOUT, 0};
+    ::poll(&p, 1, 100);
+    flush_queue();
+  }
+}
+
+int Agent::run() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigset_t blocked, wait_mask;
+  sigemptyset(&blocked);
+  for (int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) {
+    sigaddset(&blocked, s);
+    ::sigaction(s, &sa, nullptr);
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  ::sigprocmask(SIG_BLOCK, &blocked, &wait_mask);
+  for (int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigdelset(&wait_mask, s);
+
+  dev_null_.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
+  if (!dev_null_) throw_errno("opening /dev/null for rank stdin", "open");
+  set_nonblocking(in_);
+  set_nonblocking(out_);
+
+  send(proto::AgentHello{proto::kVersion, static_cast<std::uint32_t>(::getpid()), host_name(),
+                         find_free_port()});
+  flush_queue();
+
+  std::vector<pollfd> fds;
+  struct Slot {
+    Rank* rank;
+    int what;  // 0 stdout, 1 stderr, 2 exec status
+  };
+  std::vector<Slot> slots;
+  for (;;) {
+    if (g_child) {
+      g_child = 0;
+      reap();
+    }
+    if (g_term) {
+      int sig = g_term;
+      g_term = 0;
+      spdlog::debug("agent: signal {}", sig);
+      in_eof_ = true;
+      begin_kill(have_hello_ ? hello_.kill_grace_ms : 3000, "agent received a signal");
+    }
+    report_exits();
+    auto now = Clock::now();
+    if (killing_ && kill_at_ && now >= *kill_at_) {
+      for (auto& [n, r] : ranks_) {
+        if (!r.reaped && r.pid > 0) ::kill(-r.pid, SIGKILL);
+      }
+      kill_at_.reset();
+    }
+    if (have_hello_ && !in_eof_ && hello_.heartbeat_timeout_ms > 0 &&
+        now - last_rx_ > milliseconds(hello_.heartbeat_timeout_ms)) {
+      spdlog::error("agent: nothing from the launcher for {} ms: killing all ranks",
+                    hello_.heartbeat_timeout_ms);
+      in_eof_ = true;
+      exit_code_ = 1;
+      begin_kill(hello_.kill_grace_ms, "launcher heartbeats stopped");
+    }
+    if (have_hello_ && !in_eof_ && now >= next_heartbeat_) {
+      send(proto::Heartbeat{});
+      next_heartbeat_ = now + milliseconds(std::max<std::uint32_t>(hello_.heartbeat_interval_ms, 10));
+    }
+    flush_queue();
+    if (in_eof_ && all_done()) {
+      if (queue_.empty() || out_broken_) break;
+      // Give the launcher a moment to take the last frames, then go anyway.
+      if (!flush_deadline_) flush_deadline_ = now + milliseconds(2000);
+      if (now >= *flush_deadline_) break;
+    }
+
+    fds.clear();
+    slots.clear();
+    if (!in_eof_) fds.push_back({in_, POLLIN, 0}), slots.push_back({nullptr, 0});
+    if (!queue_.empty() && !out_broken_) fds.push_back({out_, POLLOUT, 0}), slots.push_back({nullptr, 1});
+    bool room = queue_.size() < kQueueHighWater || out_broken_;
+    for (auto& [n, r] : ranks_) {
+      if (room && r.out) fds.push_back({r.out.get(), POLLIN, 0}), slots.push_back({&r, 0});
+      if (room && r.err) fds.push_back({r.err.get(), POLLIN, 0}), slots.push_back({&r, 1});
+      if (r.exec_status) fds.push_back({r.exec_status.get(), POLLIN, 0}), slots.push_back({&r, 2});
+    }
+    // Wake for the next heartbeat, the SIGKILL deadline, or the launcher's silence limit.
+    auto wake = have_hello_ && !in_eof_ ? next_heartbeat_ : now + milliseconds(1000);
+    if (kill_at_) wake = std::min(wake, *kill_at_);
+    if (have_hello_ && !in_eof_ && hello_.heartbeat_timeout_ms > 0) {
+      wake = std::min(wake, last_rx_ + milliseconds(hello_.heartbeat_timeout_ms) + milliseconds(1));
+    }
+    if (flush_deadline_) wake = std::min(wake, *flush_deadline_);
+    auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(wake - now);
+    if (left.count() < 0) left = {};
+    timespec ts{static_cast<time_t>(left.count() / 1000000000),
+                static_cast<long>(left.count() % 1000000000)};
+    int rc = ::ppoll(fds.data(), fds.size(), &ts, &wait_mask);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      throw_errno("agent main loop", "ppoll");
+    }
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (!fds[i].revents) continue;
+      const Slot& s = slots[i];
+      if (!s.rank) {
+        if (s.what == 0) read_stdin();
+        if (s.what == 1) flush_queue();
+      } else if (s.what == 2) {
+        check_exec_status(*s.rank, false);
+      } else {
+        read_rank(*s.rank, s.what == 0 ? proto::Stream::out : proto::Stream::err,
+                  4 * proto::kMaxOutputChunk);
+      }
+    }
+  }
+  sweep_groups();
+  return exit_code_;
+}
+
+}  // namespace
+
+int run_agent(int in_fd, int out_fd) {
+  // The agent's own diagnostics go to its stderr; the launcher shows them (local) or the
+  // SSH channel carries them (remote).
+  Agent agent(in_fd, out_fd);
+  try {
+    return agent.run();
+  } catch (const std::exception& e) {
+    // Report to the launcher when the stream still works, then make sure no rank survives.
+    spdlog::error("{}", e.what());
+    agent.report_fatal(std::string("agent on ") + host_name() + ": " + e.what());
+    return 1;  // ~Agent kills every rank group
+  }
+}
+
+}  // namespace hvdrun::launcher

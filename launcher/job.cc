@@ -1,0 +1,593 @@
+// run_job: the launcher's single supervision loop over every agent link (ppoll, with
+// SIGINT/SIGTERM/SIGHUP blocked except inside the wait), the first-failure rule, and a
+// teardown that runs on every path: Kill frames to every agent (SIGTERM, grace, SIGKILL
+// there), then closing the links, then reaping. Nothing is left running: an agent whose
+// link closes kills its ranks, and every rank dies with its agent (PR_SET_PDEATHSIG).
+#include "launcher/job.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "hostfile/placement.h"
+#include "launcher/agent_protocol.h"
+#include "launcher/local_host.h"
+#include "launcher/output_relay.h"
+#include "launcher/rank_env.h"
+
+#ifdef HVDRUN_HAVE_RENDEZVOUS
+#include "rendezvous/server.h"
+#endif
+
+extern char** environ;
+
+namespace hvdrun::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+volatile sig_atomic_t g_last_signal = 0;
+volatile sig_atomic_t g_signal_count = 0;
+
+void on_signal(int sig) {
+  g_last_signal = sig;
+  g_signal_count = g_signal_count + 1;
+}
+
+// Blocks SIGINT/SIGTERM/SIGHUP (so threads started later inherit the block and the main
+// loop alone sees them, inside ppoll) and ignores SIGPIPE; restores everything on exit.
+class SignalGuard {
+ public:
+  SignalGuard() {
+    g_last_signal = 0;
+    g_signal_count = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigset_t block;
+    sigemptyset(&block);
+    for (std::size_t i = 0; i < kSignals.size(); ++i) {
+      sigaddset(&block, kSignals[i]);
+      ::sigaction(kSignals[i], &sa, &old_[i]);
+    }
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ign, &old_pipe_);
+    ::pthread_sigmask(SIG_BLOCK, &block, &old_mask_);
+    wait_mask_ = old_mask_;
+    for (int s : kSignals) sigdelset(&wait_mask_, s);
+  }
+  ~SignalGuard() {
+    ::pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+    for (std::size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
+    ::sigaction(SIGPIPE, &old_pipe_, nullptr);
+  }
+  SignalGuard(const SignalGuard&) = delete;
+  SignalGuard& operator=(const SignalGuard&) = delete;
+  const sigset_t* wait_mask() const { return &wait_mask_; }
+
+ private:
+  static constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGHUP};
+  std::array<struct sigaction, 3> old_{};
+  struct sigaction old_pipe_ {};
+  sigset_t old_mask_{};
+  sigset_t wait_mask_{};
+};
+
+std::string signal_text(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return "signal " + std::to_string(sig) + (abbrev ? std::string(" (SIG") + abbrev + ")" : "");
+}
+
+double env_seconds(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  double d = std::strtod(v, &end);
+  if (end == v || *end || d < 0) {
+    throw UsageError(std::string(name) + "='" + v + "' is not a number of seconds; expected e.g. " +
+                     name + "=30");
+  }
+  return d;
+}
+
+#ifndef HVDRUN_HAVE_RENDEZVOUS
+// Without the rendezvous library the job still gets a secret of the same form.
+std::string random_secret() {
+  unsigned char bytes[32];
+  std::size_t got = 0;
+  while (got < sizeof bytes) {
+    ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_errno("generating the job secret", "getrandom");
+    got += static_cast<std::size_t>(n);
+  }
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (unsigned char b : bytes) {
+    s.push_back(hex[b >> 4]);
+    s.push_back(hex[b & 15]);
+  }
+  return s;
+}
+#endif
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (i == 8) return s + ", ... (" + std::to_string(ranks.size()) + " in all)";
+    s += (i ? ", " : "") + std::to_string(ranks[i]);
+  }
+  return s;
+}
+
+struct Host {
+  int index = 0;
+  std::string name;
+  bool local = true;
+  std::unique_ptr<AgentLink> link;
+  proto::Decoder decoder;
+  ByteQueue outq;
+  bool hello = false;
+  bool closed = false;  // no more frames will come
+  std::vector<int> ranks;
+  int started = 0;
+  Clock::time_point last_rx;
+  proto::AgentHello info;
+  EnvList base_env;
+};
+
+struct RankState {
+  int host = 0;
+  bool started = false;
+  bool done = false;
+};
+
+struct Failure {
+  int exit_code = 0;
+  std::string message;
+};
+
+class Job {
+ public:
+  Job(const LaunchOptions& opt, const JobHooks& hooks, hostfile::Placement placement)
+      : opt_(opt), hooks_(hooks), placement_(std::move(placement)) {}
+
+  int run();
+
+ private:
+  void start_agents();
+  void send(Host& h, const proto::Message& m);
+  void send_spawns();
+  void service(Host& h);
+  void handle(Host& h, proto::Message& m);
+  Host* owner_of(Host& h, int rank, const char* what);
+  void rank_done(int rank);
+  void host_closed(Host& h, const std::string& why);
+  void fail(int exit_code, std::string message);
+  void check_timers(Clock::time_point now);
+  int running_ranks() const;
+  bool all_done() const { return done_ranks_ == placement_.size(); }
+  int finish();
+
+  const LaunchOptions& opt_;
+  const JobHooks& hooks_;
+  hostfile::Placement placement_;
+  std::vector<Host> hosts_;
+  std::vector<RankState> ranks_;
+  std::optional<OutputRelay> relay_;
+  JobEnv job_env_;
+  std::string cwd_;
+  milliseconds grace_{3000};
+  milliseconds hb_interval_{1000};
+  milliseconds hb_timeout_{30000};
+  Clock::time_point start_time_;
+  Clock::time_point start_deadline_;
+  Clock::time_point next_heartbeat_;
+  std::optional<Clock::time_point> teardown_deadline_;
+  bool spawns_sent_ = false;
+  int started_ranks_ = 0;
+  int done_ranks_ = 0;
+  std::optional<Failure> failure_;
+};
+
+void Job::send(Host& h, const proto::Message& m) {
+  if (!h.closed) proto::encode(m, h.outq);
+}
+
+void Job::start_agents() {
+  proto::Hello hello;
+  hello.heartbeat_interval_ms = static_cast<std::uint32_t>(hb_interval_.count());
+  hello.kill_grace_ms = static_cast<std::uint32_t>(grace_.count());
+  hello.log_level = opt_.verbose ? "debug" : opt_.log_level;
+  for (Host& h : hosts_) {
+    if (h.local) {
+      h.link = start_local_agent(hooks_.agent_exe);
+    } else if (hooks_.remote_link) {
+      h.link = hooks_.remote_link(h.name);
+    } else {
+      throw LaunchError("host '" + h.name +
+                        "' is not this machine, and this hvdrun cannot start agents on other "
+                        "hosts yet; use localhost (or this machine's name) in -H");
+    }
+    // A local agent needs no silence limit: its stdin reaches EOF whenever the launcher
+    // dies. A remote one must notice a launcher that is gone but whose connection is not.
+    hello.heartbeat_timeout_ms = h.local ? 0 : static_cast<std::uint32_t>(hb_timeout_.count());
+    h.last_rx = Clock::now();
+    send(h, hello);
+    spdlog::debug("host {}: {}", h.name, h.link->describe());
+  }
+}
+
+void Job::send_spawns() {
+  spawns_sent_ = true;
+  const Host& first = hosts_[static_cast<std::size_t>(placement_.ranks[0].host_index)];
+  job_env_.master_port = first.info.free_port;
+  for (Host& h : hosts_) {
+    JobEnv env = job_env_;
+    if (opt_.network_interface.empty()) env.rendezvous_addr = h.link->launcher_address();
+    // Rank 0's host as this host reaches it.
+    env.master_addr = first.local ? (h.local ? "127.0.0.1" : h.link->launcher_address())
+                                  : first.link->host_address();
+    for (int r : h.ranks) {
+      proto::Spawn s;
+      s.rank = r;
+      s.argv = opt_.command;
+      s.cwd = cwd_;
+      s.env = rank_env(h.base_env, placement_.ranks[static_cast<std::size_t>(r)], h.name, env).entries();
+      send(h, s);
+    }
+  }
+}
+
+Host* Job::owner_of(Host& h, int rank, const char* what) {
+  if (rank < 0 || rank >= placement_.size() ||
+      ranks_[static_cast<std::size_t>(rank)].host != h.index) {
+    throw proto::ProtocolError(std::string("agent protocol: ") + what + " for rank " +
+                               std::to_string(rank) + ", which does not run on this host");
+  }
+  return &h;
+}
+
+void Job::rank_done(int rank) {
+  RankState& rs = ranks_[static_cast<std::size_t>(rank)];
+  if (rs.done) return;
+  rs.done = true;
+  ++done_ranks_;
+  relay_->end_rank(rank);
+}
+
+int Job::running_ranks() const {
+  int n = 0;
+  for (const auto& r : ranks_) n += r.done ? 0 : 1;
+  return n;
+}
+
+void Job::fail(int exit_code, std::string message) {
+  if (!failure_) {
+    failure_ = Failure{exit_code, std::move(message)};
+    spdlog::info("stopping the job: {}", failure_->message.substr(0, failure_->message.find('\n')));
+  }
+  if (teardown_deadline_) return;
+  teardown_deadline_ = Clock::now() + grace_ + std::chrono::seconds(5);
+  for (Host& h : hosts_) send(h, proto::Kill{static_cast<std::uint32_t>(grace_.count())});
+}
+
+void Job::host_closed(Host& h, const std::string& why) {
+  if (h.closed) return;
+  h.closed = true;
+  h.outq.clear();
+  std::vector<int> lost;
+  for (int r : h.ranks) {
+    if (!ranks_[static_cast<std::size_t>(r)].done) lost.push_back(r);
+  }
+  if (lost.empty()) return;
+  std::string how = why;
+  if (how.empty()) {
+    // A local agent's exit status says more than "EOF".
+    std::string status = h.local ? h.link->close(Clock::now() + milliseconds(500)) : "";
+    how = status.empty() ? "its connection closed" : "it " + status;
+  }
+  for (int r : lost) rank_done(r);
+  if (!teardown_deadline_) {
+    fail(255, "hvdrun: the agent on host " + h.name + " ended unexpectedly (" + how +
+                  ") while rank" + (lost.size() > 1 ? "s " : " ") + rank_list(lost) +
+                  (lost.size() > 1 ? " were" : " was") + " running; stopped the job\n");
+  }
+}
+
+void Job::handle(Host& h, proto::Message& m) {
+  if (auto* o = std::get_if<proto::Output>(&m)) {
+    owner_of(h, o->rank, "output");
+    relay_->add(o->rank, o->stream, o->data);
+  } else if (std::holds_alternative<proto::Heartbeat>(m)) {
+  } else if (auto* hello = std::get_if<proto::AgentHello>(&m)) {
+    if (hello->version != proto::kVersion) {
+      throw proto::ProtocolError("the agent speaks agent protocol version " +
+                                 std::to_string(hello->version) + " but this hvdrun speaks " +
+                                 std::to_string(proto::kVersion) +
+                                 "; install the same hvdrun version on every host");
+    }
+    h.hello = true;
+    h.info = *hello;
+    spdlog::debug("host {}: agent pid {} on {} ready after {} ms", h.name, hello->pid,
+                  hello->hostname,
+                  std::chrono::duration_cast<milliseconds>(Clock::now() - start_time_).count());
+    if (!spawns_sent_ && !teardown_deadline_ && placement_.ranks[0].host_index == h.index) {
+      send_spawns();
+    }
+  } else if (auto* st = std::get_if<proto::RankStarted>(&m)) {
+    owner_of(h, st->rank, "rank-started");
+    RankState& rs = ranks_[static_cast<std::size_t>(st->rank)];
+    if (!rs.started) {
+      rs.started = true;
+      ++h.started;
+      if (++started_ranks_ == placement_.size()) {
+        spdlog::info("all {} ranks started in {} ms", started_ranks_,
+                     std::chrono::duration_cast<milliseconds>(Clock::now() - start_time_).count());
+      }
+    }
+  } else if (auto* ex = std::get_if<proto::RankExited>(&m)) {
+    owner_of(h, ex->rank, "rank-exited");
+    if (ranks_[static_cast<std::size_t>(ex->rank)].done) return;
+    int others = running_ranks() - 1;
+    rank_done(ex->rank);
+    if ((ex->signaled || ex->value != 0) && !teardown_deadline_) {
+      std::string msg = "hvdrun: rank " + std::to_string(ex->rank) + " on host " + h.name +
+                        (ex->signaled ? " was killed by " + signal_text(ex->value)
+                                      : " exited with code " + std::to_string(ex->value));
+      if (others > 0) {
+        msg += "; stopped the other " + std::to_string(others) + " running rank" +
+               (others > 1 ? "s" : "");
+      }
+      msg += "\n";
+      auto tail = ex->stderr_tail.empty() ? relay_->stderr_tail(ex->rank) : ex->stderr_tail;
+      if (tail.empty()) {
+        msg += "hvdrun: rank " + std::to_string(ex->rank) + " wrote nothing to stderr\n";
+      } else {
+        msg += "hvdrun: last lines rank " + std::to_string(ex->rank) + " wrote to stderr:\n";
+        for (const auto& line : tail) msg += "    " + line + "\n";
+      }
+      fail(ex->signaled ? 128 + ex->value : ex->value, std::move(msg));
+    }
+  } else if (auto* f = std::get_if<proto::Fatal>(&m)) {
+    if (f->rank >= 0) {
+      owner_of(h, f->rank, "fatal");
+      rank_done(f->rank);
+    }
+    if (!teardown_deadline_) {
+      fail(255, "hvdrun: host " + h.name + ": " + f->message + "\n");
+    } else {
+      spdlog::warn("host {}: {}", h.name, f->message);
+    }
+  } else {
+    throw proto::ProtocolError(std::string("agent protocol: unexpected ") + proto::type_name(m) +
+                               " frame from the agent");
+  }
+}
+
+void Job::service(Host& h) {
+  if (h.closed) return;
+  try {
+    while (!h.outq.empty()) {
+      IoResult w = h.link->write(h.outq.data(), h.outq.size());
+      if (w.kind == IoResult::ok) {
+        h.outq.consume(w.bytes);
+      } else if (w.kind == IoResult::would_block) {
+        break;
+      } else {
+        host_closed(h, w.message);
+        return;
+      }
+    }
+    constexpr std::size_t kChunk = 256u << 10;
+    std::size_t budget = 8u << 20;  // then let the other hosts have a turn
+    while (budget > 0) {
+      IoResult r = h.link->read(h.decoder.prepare(kChunk), kChunk);
+      if (r.kind == IoResult::would_block) break;
+      if (r.kind != IoResult::ok) {
+        host_closed(h, r.kind == IoResult::eof ? std::string() : r.message);
+        return;
+      }
+      h.decoder.commit(r.bytes);
+      h.last_rx = Clock::now();
+      budget -= std::min(budget, r.bytes);
+      while (auto m = h.decoder.next()) {
+        handle(h, *m);
+        if (h.closed) return;
+      }
+    }
+  } catch (const proto::ProtocolError& e) {
+    h.link->abort();
+    host_closed(h, e.what());
+  }
+}
+
+void Job::check_timers(Clock::time_point now) {
+  if (now >= next_heartbeat_) {
+    for (Host& h : hosts_) send(h, proto::Heartbeat{});
+    next_heartbeat_ = now + hb_interval_;
+  }
+  if (hb_timeout_.count() > 0) {
+    for (Host& h : hosts_) {
+      if (!h.closed && now - h.last_rx > hb_timeout_) {
+        h.link->abort();
+        host_closed(h, "nothing heard from it for " +
+                           std::to_string(hb_timeout_.count() / 1000.0).substr(0, 4) +
+                           " s: host, agent or connection hung");
+      }
+    }
+  }
+  if (!teardown_deadline_ && started_ranks_ < placement_.size() && now >= start_deadline_) {
+    std::string where;
+    for (const Host& h : hosts_) {
+      int want = static_cast<int>(h.ranks.size());
+      if (h.started >= want) continue;
+      where += "\n    host " + h.name + ": " +
+               (h.hello ? std::to_string(h.started) + " of " + std::to_string(want) + " ranks started"
+                        : std::string("its agent did not answer"));
+    }
+    fail(255, "hvdrun: the ranks did not all start within --start-timeout " +
+                  std::to_string(opt_.start_timeout_s) + " s; stopped the job:" + where + "\n");
+  }
+}
+
+int Job::finish() {
+  for (int r = 0; r < placement_.size(); ++r) relay_->end_rank(r);
+  relay_->flush();
+  for (Host& h : hosts_) {
+    if (h.link) h.link->close_write();
+  }
+  auto deadline = Clock::now() + std::chrono::seconds(2);
+  for (Host& h : hosts_) {
+    if (!h.link) continue;
+    std::string how = h.link->close(deadline);
+    spdlog::debug("host {}: agent {}", h.name, how);
+  }
+  if (failure_) {
+    std::fputs(failure_->message.c_str(), stderr);
+    std::fflush(stderr);
+    return failure_->exit_code;
+  }
+  return 0;
+}
+
+int Job::run() {
+  start_time_ = Clock::now();
+  grace_ = milliseconds(static_cast<long>(env_seconds("HVDRUN_KILL_GRACE", 3.0) * 1000));
+  hb_timeout_ = milliseconds(static_cast<long>(env_seconds("HVDRUN_HEARTBEAT_TIMEOUT", 30.0) * 1000));
+  hb_interval_ = std::max(milliseconds(10), std::min(milliseconds(1000), hb_timeout_ / 4));
+  if (hb_timeout_.count() == 0) hb_interval_ = milliseconds(1000);
+  if (opt_.command.empty()) {
+    throw UsageError("no command to run; expected e.g. hvdrun -np 4 python train.py");
+  }
+
+  const int size = placement_.size();
+  ranks_.resize(static_cast<std::size_t>(size));
+  bool all_local = true;
+  for (std::size_t i = 0; i < placement_.hosts.size(); ++i) {
+    Host h;
+    h.index = static_cast<int>(i);
+    h.name = placement_.hosts[i].name;
+    h.local = is_local_host(h.name);
+    all_local = all_local && h.local;
+    h.base_env = host_base_env(environ, h.local, opt_.env);
+    hosts_.push_back(std::move(h));
+  }
+  for (const auto& slot : placement_.ranks) {
+    hosts_[static_cast<std::size_t>(slot.host_index)].ranks.push_back(slot.rank);
+    ranks_[static_cast<std::size_t>(slot.rank)].host = slot.host_index;
+  }
+
+  job_env_.size = size;
+  job_env_.start_timeout_s = opt_.start_timeout_s;
+  job_env_.network_interface = opt_.network_interface;
+  std::string bind_addr = all_local ? "127.0.0.1" : "0.0.0.0";
+  if (!opt_.network_interface.empty()) {
+    job_env_.rendezvous_addr = interface_address(opt_.network_interface);
+    bind_addr = job_env_.rendezvous_addr;
+  }
+  char cwd[PATH_MAX];
+  if (!::getcwd(cwd, sizeof cwd)) throw_errno("finding the working directory", "getcwd");
+  cwd_ = cwd;
+
+  RelayOptions ro;
+  ro.timestamp = opt_.prefix_timestamp;
+  ro.output_dir = opt_.output_filename;
+  relay_.emplace(ro, size);
+
+  SignalGuard signals;  // before any thread starts, so every thread inherits the block
+#ifdef HVDRUN_HAVE_RENDEZVOUS
+  job_env_.secret = rendezvous::generate_secret();
+  rendezvous::Server server(job_env_.secret, bind_addr, 0);
+  server.start();
+  job_env_.rendezvous_port = server.port();
+#else
+  job_env_.secret = random_secret();
+#endif
+  spdlog::debug("rendezvous on {}:{}", bind_addr, job_env_.rendezvous_port);
+
+  start_deadline_ = start_time_ + std::chrono::seconds(opt_.start_timeout_s);
+  next_heartbeat_ = Clock::now() + hb_interval_;
+  int handled_signals = 0;
+  std::vector<pollfd> fds;
+  try {
+    start_agents();
+    for (;;) {
+      if (g_signal_count != handled_signals) {
+        bool again = handled_signals > 0;
+        handled_signals = g_signal_count;
+        int sig = g_last_signal;
+        if (again) {
+          // A second interrupt: stop waiting for a graceful end.
+          for (Host& h : hosts_) h.link->abort();
+          break;
+        }
+        fail(128 + sig, "hvdrun: interrupted by " + signal_text(sig) + "; stopped all ranks\n");
+      }
+      if (all_done()) break;
+      auto now = Clock::now();
+      if (teardown_deadline_ && now >= *teardown_deadline_) {
+        spdlog::warn("ranks still running {} ms after the kill request; abandoning them to their agents",
+                     (grace_ + std::chrono::seconds(5)).count());
+        break;
+      }
+      fds.clear();
+      for (const Host& h : hosts_) {
+        if (!h.closed) h.link->add_pollfds(fds, !h.outq.empty());
+      }
+      auto wake = next_heartbeat_;
+      if (!teardown_deadline_ && started_ranks_ < size) wake = std::min(wake, start_deadline_);
+      if (teardown_deadline_) wake = std::min(wake, *teardown_deadline_);
+      auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(wake - now);
+      if (left.count() < 0) left = {};
+      timespec ts{static_cast<time_t>(left.count() / 1000000000),
+                  static_cast<long>(left.count() % 1000000000)};
+      int rc = ::ppoll(fds.data(), fds.size(), &ts, signals.wait_mask());
+      if (rc < 0 && errno != EINTR) throw_errno("launcher main loop", "ppoll");
+      if (rc > 0) {
+        for (Host& h : hosts_) service(h);
+        relay_->flush();
+      }
+      check_timers(Clock::now());
+      for (Host& h : hosts_) service(h);  // send what the timers queued
+    }
+  } catch (...) {
+    // Tear down before the error leaves: the links' destructors end every agent.
+    for (Host& h : hosts_) {
+      if (h.link) h.link->close_write();
+    }
+    relay_->flush();
+    throw;
+  }
+  return finish();
+}
+
+}  // namespace
+
+int run_job(const LaunchOptions& options, const JobHooks& hooks) {
+  std::vector<hostfile::HostSlots> hosts = options.hosts;
+  if (hosts.empty()) {
+    if (!options.np) throw UsageError("-np is required without -H or --hostfile; expected e.g. hvdrun -np 4 python train.py");
+    hosts.push_back({"localhost", *options.np});
+  }
+  Job job(options, hooks, hostfile::place(hosts, options.np));
+  return job.run();
+}
+
+}  // namespace hvdrun::launcher

@@ -1,0 +1,32 @@
+// One job from start to end: placement, rendezvous server, one agent per host (started in
+// parallel), rank environments, output relay, supervision (first failure ends the job),
+// teardown on every path, and the exit code.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "launcher/agent_link.h"
+#include "launcher/options.h"
+
+namespace hvdrun::launcher {
+
+/// What the job needs from outside that tests or the SSH transport supply.
+struct JobHooks {
+  /// The hvdrun executable run as the local agent (`EXE agent`).
+  std::string agent_exe = "/proc/self/exe";
+  /// Opens the agent link of a remote host (an SSH exec channel running `hvdrun agent`).
+  /// Unset: remote hosts are a LaunchError.
+  std::function<std::unique_ptr<AgentLink>(const std::string& host)> remote_link;
+};
+
+/// Runs the job `options` describes and returns hvdrun's exit code: 0 when every rank
+/// exited 0; the first failing rank's code (128+signal for a signal); 130/143/129 after
+/// SIGINT/SIGTERM/SIGHUP; 255 when the launch failed (an agent could not start or was lost,
+/// a rank could not be started, --start-timeout passed). Throws UsageError for bad input
+/// found before anything started; any other exception escapes only after every agent and
+/// rank has been stopped.
+int run_job(const LaunchOptions& options, const JobHooks& hooks = {});
+
+}  // namespace hvdrun::launcher

@@ -1,0 +1,239 @@
+// OutputRelay: line tagging with memchr over whole chunks; one growing buffer per stream.
+#include "launcher/output_relay.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace hvdrun::launcher {
+namespace {
+
+void make_dirs(const std::string& path) {
+  std::string cur;
+  std::size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    cur = path.substr(0, pos);
+    if (cur.empty()) continue;
+    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
+      throw_errno("--output-filename: creating directory '" + cur + "'", "mkdir");
+    }
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    throw SystemError("--output-filename: '" + path + "' is not a directory", "mkdir", ENOTDIR);
+  }
+}
+
+}  // namespace
+
+std::string OutputRelay::rank_dir_name(int rank, int size) {
+  int width = 1;
+  for (int v = size - 1; v >= 10; v /= 10) ++width;
+  std::string digits = std::to_string(rank);
+  if (static_cast<int>(digits.size()) < width) digits.insert(0, width - digits.size(), '0');
+  return "rank." + digits;
+}
+
+OutputRelay::OutputRelay(RelayOptions options, int size)
+    : opt_(std::move(options)), size_(size), per_rank_(static_cast<std::size_t>(size) * 2) {
+  out_.fd = opt_.stdout_fd;
+  err_.fd = opt_.stderr_fd;
+  tails_.assign(static_cast<std::size_t>(size), LineTail(opt_.tail_lines));
+  if (!opt_.output_dir.empty()) make_dirs(opt_.output_dir);
+  for (int r = 0; r < size; ++r) {
+    std::string dir;
+    if (!opt_.output_dir.empty()) {
+      dir = opt_.output_dir + "/" + rank_dir_name(r, size);
+      make_dirs(dir);
+    }
+    for (auto s : {proto::Stream::out, proto::Stream::err}) {
+      RankStream& rs = state(r, s);
+      const char* name = s == proto::Stream::out ? "stdout" : "stderr";
+      rs.tag = "[" + std::to_string(r) + "]<" + name + ">:";
+      if (!dir.empty()) {
+        std::string path = dir + "/" + name;
+        rs.file.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+        if (!rs.file) throw_errno("--output-filename: opening '" + path + "'", "open");
+      }
+    }
+  }
+}
+
+void OutputRelay::refresh_timestamp() {
+  std::time_t now = std::time(nullptr);
+  if (now == stamp_time_ && !stamp_.empty()) return;
+  stamp_time_ = now;
+  std::tm tm {};
+  ::localtime_r(&now, &tm);
+  char buf[64];
+  std::size_t n = std::strftime(buf, sizeof buf, "%a %b %d %H:%M:%S %Y", &tm);
+  stamp_.assign(buf, n);
+}
+
+void OutputRelay::put_prefix(Sink& sk, const RankStream& rs) {
+  if (opt_.timestamp) sk.buf.append(stamp_);
+  sk.buf.append(rs.tag);
+}
+
+void OutputRelay::add(int rank, proto::Stream stream, std::string_view bytes) {
+  if (rank < 0 || rank >= size_ || bytes.empty()) return;
+  if (opt_.timestamp) refresh_timestamp();
+  RankStream& rs = state(rank, stream);
+  if (rs.file) {
+    rs.file_buf.append(bytes);
+    if (rs.file_buf.size() >= opt_.flush_bytes / 4) write_file(rs);
+  }
+  if (stream == proto::Stream::err) tails_[static_cast<std::size_t>(rank)].add(bytes);
+  process(rank, stream, bytes);
+  Sink& sk = sink(stream);
+  if (sk.buf.size() >= opt_.flush_bytes) write_sink(sk);
+}
+
+void OutputRelay::process(int rank, proto::Stream stream, std::string_view b) {
+  Sink& sk = sink(stream);
+  RankStream& rs = state(rank, stream);
+  while (!b.empty()) {
+    if (sk.owner == rank) {
+      // Streaming this rank's long line: pass bytes through up to its end.
+      const void* nl = std::memchr(b.data(), '\n', b.size());
+      if (!nl) {
+        sk.buf.append(b);
+        if (sk.buf.size() >= opt_.flush_bytes) write_sink(sk);
+        return;
+      }
+      std::size_t n = static_cast<std::size_t>(static_cast<const char*>(nl) - b.data()) + 1;
+      sk.buf.append(b.substr(0, n));
+      b.remove_prefix(n);
+      sk.owner = -1;
+      release_held(stream);
+      continue;
+    }
+    if (sk.owner != -1) {
+      rs.held.append(b);
+      return;
+    }
+    if (!rs.partial.empty()) {
+      const void* nl = std::memchr(b.data(), '\n', b.size());
+      if (!nl) {
+        rs.partial.append(b);
+        if (rs.partial.size() > opt_.long_line_bytes) {
+          put_prefix(sk, rs);
+          sk.buf.append(rs.partial.view());
+          rs.partial.clear();
+          sk.owner = rank;
+        }
+        return;
+      }
+      std::size_t n = static_cast<std::size_t>(static_cast<const char*>(nl) - b.data()) + 1;
+      put_prefix(sk, rs);
+      sk.buf.append(rs.partial.view());
+      sk.buf.append(b.substr(0, n));
+      rs.partial.clear();
+      b.remove_prefix(n);
+      continue;
+    }
+    // The common case: tag every complete line of the chunk in one pass.
+    const char* p = b.data();
+    const char* end = b.data() + b.size();
+    const std::size_t tag = rs.tag.size() + (opt_.timestamp ? stamp_.size() : 0);
+    while (p < end) {
+      const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p)));
+      if (!nl) break;
+      std::size_t len = static_cast<std::size_t>(nl - p) + 1;
+      char* dst = sk.buf.prepare(tag + len);
+      if (opt_.timestamp) {
+        std::memcpy(dst, stamp_.data(), stamp_.size());
+        dst += stamp_.size();
+      }
+      std::memcpy(dst, rs.tag.data(), rs.tag.size());
+      std::memcpy(dst + rs.tag.size(), p, len);
+      sk.buf.commit(tag + len);
+      p = nl + 1;
+    }
+    b.remove_prefix(static_cast<std::size_t>(p - b.data()));
+    if (!b.empty()) {
+      rs.partial.append(b);
+      if (rs.partial.size() > opt_.long_line_bytes) {
+        put_prefix(sk, rs);
+        sk.buf.append(rs.partial.view());
+        rs.partial.clear();
+        sk.owner = rank;
+      }
+    }
+    return;
+  }
+}
+
+void OutputRelay::release_held(proto::Stream stream) {
+  Sink& sk = sink(stream);
+  for (int r = 0; r < size_ && sk.owner == -1; ++r) {
+    RankStream& rs = state(r, stream);
+    if (!rs.held.empty()) {
+      ByteQueue held = std::move(rs.held);
+      rs.held = ByteQueue();
+      process(r, stream, held.view());
+    }
+    if (rs.ended && sk.owner == -1) flush_partial(sk, rs);
+  }
+}
+
+void OutputRelay::flush_partial(Sink& sk, RankStream& rs) {
+  if (rs.partial.empty()) return;
+  put_prefix(sk, rs);
+  sk.buf.append(rs.partial.view());
+  sk.buf.append("\n", 1);
+  rs.partial.clear();
+}
+
+void OutputRelay::end_rank(int rank) {
+  if (rank < 0 || rank >= size_) return;
+  for (auto s : {proto::Stream::out, proto::Stream::err}) {
+    Sink& sk = sink(s);
+    RankStream& rs = state(rank, s);
+    if (sk.owner == rank) {
+      sk.buf.append("\n", 1);
+      sk.owner = -1;
+      release_held(s);
+    }
+    // While another rank's long line is open, this rank's rest waits behind it and is
+    // emitted by release_held() when that line ends.
+    rs.ended = true;
+    if (sk.owner == -1) flush_partial(sk, rs);
+    if (rs.file) write_file(rs);
+  }
+}
+
+void OutputRelay::write_file(RankStream& rs) {
+  if (rs.file && !rs.file_buf.empty()) {
+    if (!write_all(rs.file.get(), rs.file_buf.data(), rs.file_buf.size())) rs.file.reset();
+  }
+  rs.file_buf.clear();
+}
+
+void OutputRelay::write_sink(Sink& sk) {
+  if (!sk.broken && !sk.buf.empty() && !write_all(sk.fd, sk.buf.data(), sk.buf.size())) {
+    sk.broken = true;  // e.g. `hvdrun ... | head`: stop writing there, keep the job going
+  }
+  sk.buf.clear();
+}
+
+void OutputRelay::flush() {
+  write_sink(out_);
+  write_sink(err_);
+  for (auto& rs : per_rank_) write_file(rs);
+}
+
+std::size_t OutputRelay::buffered() const { return out_.buf.size() + err_.buf.size(); }
+
+std::vector<std::string> OutputRelay::stderr_tail(int rank) const {
+  if (rank < 0 || rank >= size_) return {};
+  return tails_[static_cast<std::size_t>(rank)].lines();
+}
+
+}  // namespace hvdrun::launcher

@@ -1,0 +1,102 @@
+// The launcher's output relay: rank output arrives in arbitrary chunks from the agents and
+// leaves as whole lines tagged `[rank]<stdout>:` / `[rank]<stderr>:` on hvdrun's own
+// stdout / stderr, a line never split or mixed with another rank's. Lines are tagged into
+// one large buffer per stream and written in big blocks: no syscall or allocation per line.
+#pragma once
+
+#include <cstddef>
+#include <ctime>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/fd.h"
+#include "launcher/agent_protocol.h"
+#include "launcher/byte_queue.h"
+#include "launcher/line_tail.h"
+
+namespace hvdrun::launcher {
+
+/// How the relay writes.
+struct RelayOptions {
+  /// --prefix-output-with-timestamp: `Wed Nov 25 22:45:23 2026[3]<stdout>:text`.
+  bool timestamp = false;
+  /// --output-filename DIR: also write each rank's raw output to DIR/rank.N/{stdout,stderr}
+  /// (N zero-padded to the width of size-1, as horovodrun does). Empty: no files.
+  std::string output_dir;
+  /// Lines of stderr kept per rank for failure messages.
+  std::size_t tail_lines = 10;
+  /// Where tagged stdout / stderr lines go.
+  int stdout_fd = 1;
+  int stderr_fd = 2;
+  /// A partial line longer than this is streamed out (its tag first) instead of being held
+  /// whole in memory; other ranks' lines on that stream wait until it ends.
+  std::size_t long_line_bytes = 1u << 20;
+  /// Buffered bytes that trigger a write.
+  std::size_t flush_bytes = 1u << 20;
+};
+
+/// Tags, buffers and writes the output of `size` ranks.
+class OutputRelay {
+ public:
+  /// Creates DIR/rank.N/ and its files when `output_dir` is set (throws SystemError).
+  OutputRelay(RelayOptions options, int size);
+
+  /// Takes the next bytes rank `rank` wrote on `stream`. Writes when enough is buffered.
+  void add(int rank, proto::Stream stream, std::string_view bytes);
+
+  /// The rank ended: its unterminated last lines are emitted (with a newline added on the
+  /// tagged streams; the per-rank files stay byte-exact).
+  void end_rank(int rank);
+
+  /// Writes everything buffered (blocking).
+  void flush();
+
+  /// Bytes waiting to be written.
+  std::size_t buffered() const;
+
+  /// The last lines rank `rank` wrote to stderr, oldest first.
+  std::vector<std::string> stderr_tail(int rank) const;
+
+  /// Zero-padded rank directory name, "rank.07" for rank 7 of 12.
+  static std::string rank_dir_name(int rank, int size);
+
+ private:
+  struct Sink {
+    int fd = -1;
+    bool broken = false;
+    ByteQueue buf;
+    int owner = -1;  // rank whose long line is being streamed, or -1
+  };
+  struct RankStream {
+    std::string tag;    // "[3]<stdout>:"
+    ByteQueue partial;  // the current unterminated line
+    ByteQueue held;     // bytes that arrived while another rank owned the sink
+    UniqueFd file;
+    ByteQueue file_buf;
+    bool ended = false;  // the rank exited; flush its partial line when the sink is free
+  };
+  RankStream& state(int rank, proto::Stream s) {
+    return per_rank_[static_cast<std::size_t>(rank) * 2 + (s == proto::Stream::err ? 1 : 0)];
+  }
+  Sink& sink(proto::Stream s) { return s == proto::Stream::err ? err_ : out_; }
+  void process(int rank, proto::Stream stream, std::string_view bytes);
+  void release_held(proto::Stream stream);
+  void flush_partial(Sink& sink, RankStream& rs);
+  void put_prefix(Sink& sink, const RankStream& rs);
+  void write_sink(Sink& sink);
+  void write_file(RankStream& rs);
+  void refresh_timestamp();
+
+  RelayOptions opt_;
+  int size_;
+  Sink out_;
+  Sink err_;
+  std::vector<RankStream> per_rank_;
+  std::vector<LineTail> tails_;
+  std::time_t stamp_time_ = 0;
+  std::string stamp_;
+  std::size_t file_bytes_ = 0;
+};
+
+}  // namespace hvdrun::launcher

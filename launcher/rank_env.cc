@@ -1,0 +1,126 @@
+// Rank environments (see rank_env.h).
+#include "launcher/rank_env.h"
+
+#include <cstdlib>
+
+namespace hvdrun::launcher {
+
+EnvList EnvList::from_environ(char* const* env) {
+  EnvList out;
+  for (; env && *env; ++env) out.set_entry(*env);
+  return out;
+}
+
+void EnvList::set(std::string_view name, std::string_view value) {
+  for (auto& e : entries_) {
+    if (e.size() > name.size() && e[name.size()] == '=' && std::string_view(e).substr(0, name.size()) == name) {
+      e.resize(name.size() + 1);
+      e.append(value);
+      return;
+    }
+  }
+  std::string entry(name);
+  entry.push_back('=');
+  entry.append(value);
+  entries_.push_back(std::move(entry));
+}
+
+bool EnvList::set_entry(std::string_view entry) {
+  auto eq = entry.find('=');
+  if (eq == std::string_view::npos || eq == 0) return false;
+  set(entry.substr(0, eq), entry.substr(eq + 1));
+  return true;
+}
+
+const std::string* EnvList::get(std::string_view name) const {
+  for (const auto& e : entries_) {
+    if (e.size() > name.size() && e[name.size()] == '=' && std::string_view(e).substr(0, name.size()) == name) {
+      return &e;
+    }
+  }
+  return nullptr;
+}
+
+bool forwarded_by_default(std::string_view name) {
+  for (std::string_view n : {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX"}) {
+    if (name == n) return true;
+  }
+  for (std::string_view p : {"CUDA_", "NCCL_", "HOROVOD_", "HVDRUN_", "OMP_"}) {
+    if (name.substr(0, p.size()) == p) return true;
+  }
+  return false;
+}
+
+EnvList host_base_env(char* const* launcher_env, bool local_host,
+                      const std::vector<std::string>& user_env) {
+  EnvList all = EnvList::from_environ(launcher_env);
+  EnvList base;
+  if (local_host) {
+    base = all;
+  } else {
+    for (const auto& e : all.entries()) {
+      if (forwarded_by_default(std::string_view(e).substr(0, e.find('=')))) base.set_entry(e);
+    }
+  }
+  for (const auto& item : user_env) {
+    if (item.find('=') != std::string::npos) {
+      base.set_entry(item);
+    } else if (const std::string* e = all.get(item)) {
+      base.set_entry(*e);
+    }
+  }
+  return base;
+}
+
+EnvList rank_env(const EnvList& base, const hostfile::RankSlot& slot, const std::string& host_name,
+                 const JobEnv& job) {
+  EnvList env = base;
+  const std::string rank = std::to_string(slot.rank);
+  const std::string size = std::to_string(job.size);
+  const std::string local_rank = std::to_string(slot.local_rank);
+  const std::string local_size = std::to_string(slot.local_size);
+  const std::string cross_rank = std::to_string(slot.cross_rank);
+  const std::string cross_size = std::to_string(slot.cross_size);
+  const std::string rdv_port = std::to_string(job.rendezvous_port);
+  const std::string timeout = std::to_string(job.start_timeout_s);
+
+  env.set("HVDRUN_RANK", rank);
+  env.set("HVDRUN_SIZE", size);
+  env.set("HVDRUN_LOCAL_RANK", local_rank);
+  env.set("HVDRUN_LOCAL_SIZE", local_size);
+  env.set("HVDRUN_CROSS_RANK", cross_rank);
+  env.set("HVDRUN_CROSS_SIZE", cross_size);
+  env.set("HVDRUN_HOSTNAME", host_name);
+  env.set("HVDRUN_RENDEZVOUS_ADDR", job.rendezvous_addr);
+  env.set("HVDRUN_RENDEZVOUS_PORT", rdv_port);
+  env.set("HVDRUN_SECRET", job.secret);
+  env.set("HVDRUN_START_TIMEOUT", timeout);
+
+  env.set("HOROVOD_HOSTNAME", host_name);
+  env.set("HOROVOD_RANK", rank);
+  env.set("HOROVOD_SIZE", size);
+  env.set("HOROVOD_LOCAL_RANK", local_rank);
+  env.set("HOROVOD_LOCAL_SIZE", local_size);
+  env.set("HOROVOD_CROSS_RANK", cross_rank);
+  env.set("HOROVOD_CROSS_SIZE", cross_size);
+  env.set("HOROVOD_GLOO_RENDEZVOUS_ADDR", job.rendezvous_addr);
+  env.set("HOROVOD_GLOO_RENDEZVOUS_PORT", rdv_port);
+  env.set("HOROVOD_CONTROLLER", "gloo");
+  env.set("HOROVOD_CPU_OPERATIONS", "gloo");
+  env.set("HOROVOD_GLOO_TIMEOUT_SECONDS", timeout);
+  if (!job.network_interface.empty()) {
+    env.set("HVDRUN_NETWORK_INTERFACE", job.network_interface);
+    env.set("HOROVOD_GLOO_IFACE", job.network_interface);
+    env.set("NCCL_SOCKET_IFNAME", job.network_interface);
+  }
+
+  env.set("RANK", rank);
+  env.set("WORLD_SIZE", size);
+  env.set("LOCAL_RANK", local_rank);
+  env.set("LOCAL_WORLD_SIZE", local_size);
+  env.set("MASTER_ADDR", job.master_addr);
+  env.set("MASTER_PORT", std::to_string(job.master_port));
+  return env;
+}
+
+}  // namespace hvdrun::launcher
