@@ -1,0 +1,472 @@
+// Horovod's HTTP rendezvous on Boost.Beast: one I/O thread, one session object per
+// connection, and a store that knows the size of every placement-defined scope.
+#include "compat/horovod_http_server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <charconv>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include "common/error.h"
+
+namespace hvdrun::compat {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+/// Scope that elastic Horovod ranks read their coordinates from.
+constexpr std::string_view kRankAndSizeScope = "rank_and_size";
+
+/// Scope and key names: what Horovod and Gloo produce (scope prefixes, host names as
+/// written on the command line including IPv6 literals, decimal ranks, process-set
+/// hashes). Anything else, '/' and '%' in particular, is refused, and "." / ".." too.
+bool valid_name(std::string_view s) {
+  if (s.empty() || s.size() > 255 || s == "." || s == "..") return false;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-' || c == '.' || c == ':' || c == '[' || c == ']' ||
+                    c == '@' || c == '+' || c == '=' || c == ',' || c == '~';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::optional<int> parse_rank(std::string_view s) {
+  int value = 0;
+  const auto* end = s.data() + s.size();
+  auto [p, ec] = std::from_chars(s.data(), end, value);
+  if (ec != std::errc() || p != end || value < 0) return std::nullopt;
+  return value;
+}
+
+/// Outcome of one store operation, mapped to an HTTP status by the session.
+struct Reply {
+  http::status status = http::status::ok;
+  std::string body;
+};
+
+/// The key-value store with Horovod's scope semantics. Thread-safe (one mutex); the
+/// I/O thread is its only writer, stats() reads it from others.
+class Store {
+ public:
+  Store(const hostfile::Placement& placement, std::size_t max_bytes) : max_bytes_(max_bytes) {
+    const int size = placement.size();
+    sizes_["global"] = size;
+    for (const auto& slot : placement.ranks) {
+      const std::string& host = placement.hosts.at(static_cast<std::size_t>(slot.host_index)).name;
+      sizes_["local_" + host] = slot.local_size;
+      sizes_["cross_" + std::to_string(slot.local_rank)] = slot.cross_size;
+      coordinates_[host + ":" + std::to_string(slot.local_rank)] =
+          std::to_string(slot.rank) + "," + std::to_string(size) + "," +
+          std::to_string(slot.local_rank) + "," + std::to_string(slot.local_size) + "," +
+          std::to_string(slot.cross_rank) + "," + std::to_string(slot.cross_size);
+    }
+  }
+
+  Reply get(const std::string& scope, const std::string& key) const {
+    if (scope == kRankAndSizeScope) {
+      auto it = coordinates_.find(key);
+      if (it == coordinates_.end()) return {http::status::not_found, {}};
+      return {http::status::ok, it->second};
+    }
+    std::lock_guard lock(mu_);
+    auto s = scopes_.find(scope);
+    if (s == scopes_.end()) return {http::status::not_found, {}};
+    auto v = s->second.values.find(key);
+    if (v == s->second.values.end()) return {http::status::not_found, {}};
+    return {http::status::ok, v->second};
+  }
+
+  Reply put(const std::string& scope, const std::string& key, std::string value) {
+    if (scope == kRankAndSizeScope) return {http::status::method_not_allowed, {}};
+    std::lock_guard lock(mu_);
+    auto& s = scopes_[scope];
+    auto it = s.values.find(key);
+    const std::size_t old = it == s.values.end() ? 0 : it->second.size();
+    if (bytes_ - old + value.size() > max_bytes_) {
+      if (s.values.empty() && s.finished.empty()) scopes_.erase(scope);
+      return {http::status::insufficient_storage, "rendezvous store is full\n"};
+    }
+    bytes_ = bytes_ - old + value.size();
+    if (it == s.values.end()) {
+      s.values.emplace(key, std::move(value));
+    } else {
+      it->second = std::move(value);
+    }
+    return {http::status::ok, {}};
+  }
+
+  Reply finish(const std::string& scope, const std::string& key) {
+    if (scope == kRankAndSizeScope) return {http::status::method_not_allowed, {}};
+    std::lock_guard lock(mu_);
+    auto sized = sizes_.find(scope);
+    if (sized != sizes_.end()) {
+      // A placement-defined scope: the key is the finishing rank within the scope.
+      // Counting distinct ranks makes a retried DELETE harmless.
+      auto rank = parse_rank(key);
+      if (!rank || *rank >= sized->second) {
+        return {http::status::bad_request, "DELETE /" + scope + "/<rank> needs a rank below " +
+                                               std::to_string(sized->second) + "\n"};
+      }
+      auto& s = scopes_[scope];
+      s.finished.insert(*rank);
+      if (static_cast<int>(s.finished.size()) == sized->second) {
+        for (const auto& [k, v] : s.values) bytes_ -= v.size();
+        scopes_.erase(scope);
+        ++cleared_;
+      }
+      return {http::status::ok, {}};
+    }
+    // An ad-hoc scope: drop the key, and the scope once empty.
+    auto s = scopes_.find(scope);
+    if (s != scopes_.end()) {
+      auto v = s->second.values.find(key);
+      if (v != s->second.values.end()) {
+        bytes_ -= v->second.size();
+        s->second.values.erase(v);
+      }
+      if (s->second.values.empty()) scopes_.erase(s);
+    }
+    return {http::status::ok, {}};
+  }
+
+  void fill(HttpServerStats& out) const {
+    std::lock_guard lock(mu_);
+    out.scopes = scopes_.size();
+    out.stored_bytes = bytes_;
+    out.scopes_cleared = cleared_;
+  }
+
+ private:
+  struct Scope {
+    std::unordered_map<std::string, std::string> values;
+    std::set<int> finished;
+  };
+
+  const std::size_t max_bytes_;
+  std::unordered_map<std::string, int> sizes_;
+  std::unordered_map<std::string, std::string> coordinates_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Scope> scopes_;
+  std::size_t bytes_ = 0;
+  std::uint64_t cleared_ = 0;
+};
+
+}  // namespace
+
+class HorovodHttpServer::Impl {
+ public:
+  class Session;
+
+  Impl(const hostfile::Placement& placement, const std::string& bind_address, std::uint16_t port,
+       HttpServerLimits limits)
+      : limits_(limits), store_(placement, limits.max_store_bytes) {
+    const std::string where = "Horovod rendezvous: cannot listen on " +
+                              (bind_address.find(':') != std::string::npos ? "[" + bind_address + "]"
+                                                                           : bind_address) +
+                              ":" + std::to_string(port);
+    boost::system::error_code ec;
+    auto address = asio::ip::make_address(bind_address, ec);
+    if (ec) throw LaunchError(where + ": not an IP address; pass an IPv4 or IPv6 literal");
+    tcp::endpoint endpoint(address, port);
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      throw LaunchError(where + ": " + ec.message() +
+                        "; choose another address/port or free this one");
+    }
+    port_ = acceptor_.local_endpoint().port();
+  }
+
+  ~Impl() { stop(); }
+
+  std::uint16_t port() const { return port_; }
+
+  void start() {
+    if (started_.exchange(true)) throw std::logic_error("HorovodHttpServer::start called twice");
+    accept();
+    thread_ = std::thread([this] {
+      try {
+        io_.run();
+      } catch (const std::exception& e) {
+        spdlog::error("Horovod rendezvous: I/O thread stopped: {}", e.what());
+      }
+    });
+  }
+
+  void stop() {
+    if (stopped_.exchange(true)) return;
+    if (thread_.joinable()) {
+      asio::post(io_, [this] { close_all(); });
+      thread_.join();
+    } else {
+      close_all();
+    }
+  }
+
+  HttpServerStats stats() const {
+    HttpServerStats s;
+    s.requests = requests_.load();
+    s.rejected = rejected_.load();
+    s.dropped_connections = dropped_.load();
+    s.open_connections = open_.load();
+    store_.fill(s);
+    return s;
+  }
+
+  const HttpServerLimits& limits() const { return limits_; }
+  Store& store() { return store_; }
+
+  void count_request(http::status status) {
+    ++requests_;
+    if (static_cast<unsigned>(status) >= 400 && status != http::status::not_found) ++rejected_;
+  }
+  void count_drop() { ++dropped_; }
+  void forget(Session* s) {
+    sessions_.erase(s);
+    open_ = sessions_.size();
+  }
+
+ private:
+  void accept();
+  void close_all();
+
+  HttpServerLimits limits_;
+  Store store_;
+  std::atomic<std::uint64_t> requests_{0};
+  std::atomic<std::uint64_t> rejected_{0};
+  std::atomic<std::uint64_t> dropped_{0};
+  std::atomic<std::size_t> open_{0};
+  std::atomic<bool> started_{false};
+  std::atomic<bool> stopped_{false};
+  // Sessions alive now; touched only on the I/O thread (or after it has been joined).
+  // Declared before io_ so that it outlives the handlers io_ destroys.
+  std::unordered_map<Session*, std::weak_ptr<Session>> sessions_;
+  asio::io_context io_{1};
+  tcp::acceptor acceptor_{io_};
+  std::uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+/// One client connection: read a request, answer it, repeat while keep-alive holds.
+class HorovodHttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(Impl& server, tcp::socket socket) : server_(server), stream_(std::move(socket)) {}
+  ~Session() { server_.forget(this); }
+
+  void run() { read_header(); }
+
+  void close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.socket().close(ignored);
+  }
+
+ private:
+  void read_header() {
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(server_.limits().max_header_bytes));
+    parser_->body_limit(server_.limits().max_body_bytes);
+    stream_.expires_after(server_.limits().idle_timeout);
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                              self->on_header(ec);
+                            });
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec) return on_error(ec);
+    auto& req = parser_->get();
+    // A client that announces a body and waits for the go-ahead (curl does) gets it,
+    // unless the body could never be accepted anyway.
+    if (req[http::field::expect] == "100-continue" && !parser_->is_done()) {
+      auto length = parser_->content_length();
+      if (length && *length > server_.limits().max_body_bytes) {
+        return respond(http::status::payload_too_large, "request body too large\n", false);
+      }
+      continue_ = std::make_shared<http::response<http::empty_body>>(http::status::continue_,
+                                                                     req.version());
+      http::async_write(stream_, *continue_,
+                        [self = shared_from_this()](beast::error_code wec, std::size_t) {
+                          if (wec) return self->on_error(wec);
+                          self->read_body();
+                        });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                       if (ec) return self->on_error(ec);
+                       self->handle();
+                     });
+  }
+
+  void on_error(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == asio::error::eof ||
+        ec == asio::error::operation_aborted || ec == asio::error::connection_reset) {
+      return;  // the client hung up, or the server is stopping
+    }
+    if (ec == http::error::body_limit) {
+      return respond(http::status::payload_too_large, "request body too large\n", false);
+    }
+    if (ec == http::error::header_limit) {
+      return respond(http::status::request_header_fields_too_large, "request header too large\n",
+                     false);
+    }
+    if (ec.category() == http::make_error_code(http::error::bad_method).category() &&
+        ec != http::error::partial_message) {
+      spdlog::debug("Horovod rendezvous: unparseable request from {}: {}", peer(), ec.message());
+      return respond(http::status::bad_request, "malformed HTTP request\n", false);
+    }
+    spdlog::debug("Horovod rendezvous: dropping connection from {}: {}", peer(), ec.message());
+    server_.count_drop();
+  }
+
+  void handle() {
+    auto& req = parser_->get();
+    const bool keep_alive = req.keep_alive();
+    // Exactly "/<scope>/<key>", both non-empty and made of name characters.
+    std::string_view target(req.target().data(), req.target().size());
+    std::string scope;
+    std::string key;
+    bool ok = !target.empty() && target.front() == '/';
+    if (ok) {
+      target.remove_prefix(1);
+      auto slash = target.find('/');
+      ok = slash != std::string_view::npos;
+      if (ok) {
+        scope = std::string(target.substr(0, slash));
+        key = std::string(target.substr(slash + 1));
+        ok = valid_name(scope) && valid_name(key);
+      }
+    }
+    if (!ok) {
+      return respond(http::status::bad_request,
+                     "expected /<scope>/<key> with names of letters, digits and _-.:\n",
+                     keep_alive);
+    }
+    Reply reply;
+    switch (req.method()) {
+      case http::verb::get:
+        reply = server_.store().get(scope, key);
+        break;
+      case http::verb::put:
+        reply = server_.store().put(scope, key, std::move(req.body()));
+        break;
+      case http::verb::delete_:
+        reply = server_.store().finish(scope, key);
+        break;
+      default:
+        reply = {http::status::method_not_allowed, "only GET, PUT and DELETE are served\n"};
+        break;
+    }
+    respond(reply.status, std::move(reply.body), keep_alive);
+  }
+
+  void respond(http::status status, std::string body, bool keep_alive) {
+    server_.count_request(status);
+    const unsigned version = parser_ && parser_->is_header_done() ? parser_->get().version() : 11;
+    response_ = std::make_shared<http::response<http::string_body>>(status, version);
+    if (status == http::status::method_not_allowed) response_->set(http::field::allow, "GET, PUT, DELETE");
+    if (status == http::status::ok && !body.empty()) {
+      response_->set(http::field::content_type, "application/octet-stream");
+    }
+    if (parser_ && parser_->is_header_done() && parser_->get().method() == http::verb::head) {
+      body.clear();  // a HEAD answer carries no body
+    }
+    response_->body() = std::move(body);
+    response_->keep_alive(keep_alive);
+    response_->prepare_payload();
+    http::async_write(stream_, *response_,
+                      [self = shared_from_this(), keep_alive](beast::error_code ec, std::size_t) {
+                        if (ec) return self->on_error(ec);
+                        if (keep_alive) return self->read_header();
+                        beast::error_code ignored;
+                        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+                      });
+  }
+
+  std::string peer() const {
+    beast::error_code ec;
+    auto ep = stream_.socket().remote_endpoint(ec);
+    if (ec) return "?";
+    return ep.address().to_string() + ":" + std::to_string(ep.port());
+  }
+
+  Impl& server_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::shared_ptr<http::response<http::empty_body>> continue_;
+  std::shared_ptr<http::response<http::string_body>> response_;
+};
+
+void HorovodHttpServer::Impl::accept() {
+  acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+      // Out of descriptors and the like: keep serving the connections we have.
+      spdlog::warn("Horovod rendezvous: accept failed: {}", ec.message());
+      return accept();
+    }
+    if (sessions_.size() >= limits_.max_connections) {
+      ++dropped_;
+      beast::error_code ignored;
+      socket.close(ignored);
+      return accept();
+    }
+    beast::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    auto session = std::make_shared<Session>(*this, std::move(socket));
+    sessions_.emplace(session.get(), session);
+    open_ = sessions_.size();
+    session->run();
+    accept();
+  });
+}
+
+void HorovodHttpServer::Impl::close_all() {
+  beast::error_code ignored;
+  acceptor_.close(ignored);
+  // Copy first: closing completes handlers that may destroy sessions.
+  std::vector<std::shared_ptr<Session>> live;
+  for (auto& [raw, weak] : sessions_) {
+    if (auto s = weak.lock()) live.push_back(std::move(s));
+  }
+  for (auto& s : live) s->close();
+}
+
+HorovodHttpServer::HorovodHttpServer(const hostfile::Placement& placement,
+                                     const std::string& bind_address, std::uint16_t port,
+                                     HttpServerLimits limits)
+    : impl_(std::make_unique<Impl>(placement, bind_address, port, limits)) {}
+
+HorovodHttpServer::~HorovodHttpServer() = default;
+
+std::uint16_t HorovodHttpServer::port() const { return impl_->port(); }
+void HorovodHttpServer::start() { impl_->start(); }
+void HorovodHttpServer::stop() { impl_->stop(); }
+HttpServerStats HorovodHttpServer::stats() const { return impl_->stats(); }
+
+}  // namespace hvdrun::compat
