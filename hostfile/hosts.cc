@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -175,6 +176,15 @@ std::string split_entry(std::string_view entry, std::string& name,
   }
   auto colon = entry.find(':');
   if (colon != std::string_view::npos && entry.find(':', colon + 1) != std::string_view::npos) {
+    std::string_view addr = entry.substr(0, entry.find('%'));
+    std::string_view zone = entry.substr(addr.size());
+    bool ipv6_like = std::all_of(addr.begin(), addr.end(), is_ipv6_char) &&
+                     std::all_of(zone.begin(), zone.end(),
+                                 [](char c) { return c == '%' || c == ':' || is_name_char(c); });
+    if (!ipv6_like || entry.size() > 64) {
+      return quote(entry) +
+             " has more than one ':'; expected host:slots, or [address]:slots for an IPv6 address";
+    }
     return quote(entry) + " looks like an IPv6 address; write it in brackets, as in [" +
            std::string(entry) + "] or [" + std::string(entry) + "]:slots";
   }

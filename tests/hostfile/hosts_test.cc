@@ -108,6 +108,9 @@ TEST_CASE("host list (-H) rejects malformed lists with a precise message") {
       {"fe80::1",
        "-H: 'fe80::1' looks like an IPv6 address; write it in brackets, as in [fe80::1] or "
        "[fe80::1]:slots"},
+      {"node1:2:3",
+       "-H: 'node1:2:3' has more than one ':'; expected host:slots, or [address]:slots for an "
+       "IPv6 address"},
       {"::1:4", "-H: '::1:4' looks like an IPv6 address; write it in brackets, as in [::1:4] or [::1:4]:slots"},
       {"a:1,b:2,a:3",
        "-H: host 'a' is listed twice (entries 1 and 3); list each host once with its total slots, "
