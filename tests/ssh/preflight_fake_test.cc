@@ -1,0 +1,160 @@
+// Preflight logic against the scripted fake SSH layer: verdicts carried through, the
+// version check, local hosts skipped, hosts checked in parallel, sessions handed back,
+// and the table / JSON rendering.
+#include <catch2/catch.hpp>
+
+#include "ssh/check.h"
+#include "ssh/preflight.h"
+#include "tests/support/fake_ssh.h"
+
+using namespace hvdrun::ssh;
+using hvdrun::testing::FakeConnector;
+using hvdrun::testing::FakeHost;
+using hvdrun::testing::fake_host_with_version;
+
+namespace {
+
+hvdrun::launcher::LaunchOptions options_for(std::vector<std::string> hosts) {
+  hvdrun::launcher::LaunchOptions o;
+  for (auto& h : hosts) o.hosts.push_back({h, 1});
+  o.remote_hvdrun = "/opt/hvdrun/bin/hvdrun";
+  o.start_timeout_s = 5;
+  return o;
+}
+
+PreflightSettings settings() {
+  PreflightSettings s;
+  s.expected_version = "hvdrun 9.9.9";
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("every verdict is reported per host with its fix", "[preflight]") {
+  FakeConnector c;
+  c.add("good", fake_host_with_version("hvdrun 9.9.9"));
+  c.add("old", fake_host_with_version("hvdrun 0.0.1"));
+  c.add("bare", FakeHost{});
+  FakeHost locked;
+  locked.fail = Verdict::auth;
+  locked.detail = "no key accepted";
+  locked.fix = "ssh-copy-id -i k -p 22 me@locked";
+  c.add("locked", locked);
+  auto report = preflight(options_for({"good", "old", "bare", "locked", "ghost"}), SshConfig{}, c, settings());
+  REQUIRE(report.hosts.size() == 5);
+  CHECK(report.hosts[0].verdict == Verdict::ok);
+  CHECK(report.hosts[0].detail == "hvdrun 9.9.9 at /opt/hvdrun/bin/hvdrun");
+  CHECK(report.hosts[0].session != nullptr);
+  CHECK(report.hosts[1].verdict == Verdict::hvdrun_missing);
+  CHECK(report.hosts[1].detail ==
+        "found 'hvdrun 0.0.1' at /opt/hvdrun/bin/hvdrun, expected 'hvdrun 9.9.9'");
+  CHECK(report.hosts[1].session == nullptr);
+  CHECK(report.hosts[2].verdict == Verdict::hvdrun_missing);
+  CHECK(report.hosts[2].detail.find("/opt/hvdrun/bin/hvdrun not found") == 0);
+  CHECK(report.hosts[2].fix.find("--remote-hvdrun PATH") != std::string::npos);
+  CHECK(report.hosts[3].verdict == Verdict::auth);
+  CHECK(report.hosts[3].fix == "ssh-copy-id -i k -p 22 me@locked");
+  CHECK(report.hosts[4].verdict == Verdict::dns);
+  CHECK_FALSE(report.ok());
+  CHECK(report.failures() == 4);
+  auto session = report.take_session("good");
+  REQUIRE(session);
+  CHECK(session->target().alias == "good");
+  CHECK(report.take_session("good") == nullptr);
+  CHECK(c.commands().size() == 3);
+}
+
+TEST_CASE("local hosts are not contacted; 127.0.0.2 is", "[preflight]") {
+  FakeConnector c;
+  c.add("127.0.0.2", fake_host_with_version("hvdrun 9.9.9"));
+  auto report = preflight(options_for({"localhost", "127.0.0.1", "127.0.0.2"}), SshConfig{}, c, settings());
+  REQUIRE(report.hosts.size() == 3);
+  CHECK(report.hosts[0].local);
+  CHECK(report.hosts[1].local);
+  CHECK_FALSE(report.hosts[2].local);
+  CHECK(report.ok());
+  REQUIRE(c.targets().size() == 1);
+  CHECK(c.targets()[0].hostname == "127.0.0.2");
+}
+
+TEST_CASE("hosts are checked in parallel under one deadline", "[preflight]") {
+  FakeConnector c;
+  std::vector<std::string> names;
+  for (int i = 0; i < 16; ++i) {
+    auto h = fake_host_with_version("hvdrun 9.9.9");
+    h.delay = std::chrono::milliseconds(300);
+    names.push_back("n" + std::to_string(i));
+    c.add(names.back(), h);
+  }
+  FakeHost slow = fake_host_with_version("hvdrun 9.9.9");
+  slow.delay = std::chrono::seconds(30);
+  c.add("slow", slow);
+  names.push_back("slow");
+  auto opts = options_for(names);
+  opts.start_timeout_s = 1;
+  auto start = Clock::now();
+  auto report = preflight(opts, SshConfig{}, c, settings());
+  auto took = Clock::now() - start;
+  CHECK(took < std::chrono::milliseconds(2000));
+  CHECK(report.failures() == 1);
+  CHECK(report.hosts.back().verdict == Verdict::timeout);
+}
+
+TEST_CASE("ssh_config and flags reach the connector", "[preflight]") {
+  FakeConnector c;
+  c.add("node1", fake_host_with_version("hvdrun 9.9.9"));
+  auto config = SshConfig::parse("Host node1\n  HostName 10.9.9.9\n  Port 2200\n  User u\n", "cfg");
+  auto opts = options_for({"node1"});
+  opts.ssh_port = 2300;
+  auto report = preflight(opts, config, c, settings());
+  REQUIRE(c.targets().size() == 1);
+  CHECK(c.targets()[0].hostname == "10.9.9.9");
+  CHECK(c.targets()[0].port == 2300);
+  CHECK(c.targets()[0].user == "u");
+  CHECK(c.commands() == std::vector<std::string>{"node1: /opt/hvdrun/bin/hvdrun --version"});
+}
+
+TEST_CASE("the remote path is quoted for the shell", "[preflight]") {
+  FakeConnector c;
+  c.add("h", fake_host_with_version("hvdrun 9.9.9"));
+  auto opts = options_for({"h"});
+  opts.remote_hvdrun = "/opt/my tools/hvdrun";
+  preflight(opts, SshConfig{}, c, settings());
+  CHECK(c.commands() == std::vector<std::string>{"h: '/opt/my tools/hvdrun' --version"});
+  CHECK(shell_quote("it's") == "'it'\\''s'");
+  CHECK(shell_quote("") == "''");
+}
+
+TEST_CASE("table and JSON list every host", "[preflight]") {
+  FakeConnector c;
+  c.add("good", fake_host_with_version("hvdrun 9.9.9"));
+  FakeHost refused;
+  refused.fail = Verdict::refused;
+  refused.detail = "cannot connect (10.0.0.2:22: Connection refused)";
+  refused.fix = "start sshd";
+  c.add("down", refused);
+  auto report = preflight(options_for({"localhost", "good", "down"}), SshConfig{}, c, settings());
+  auto table = render_table(report);
+  CHECK(table.find("HOST") == 0);
+  CHECK(table.find("localhost") != std::string::npos);
+  CHECK(table.find("good:22") != std::string::npos);
+  CHECK(table.find("refused") != std::string::npos);
+  CHECK(table.find("fix: start sshd") != std::string::npos);
+  CHECK(table.find("3 hosts (2 over SSH) checked in") != std::string::npos);
+  CHECK(table.find("1 failed") != std::string::npos);
+  auto json = render_json(report);
+  CHECK(json.find("{\"ok\": false") == 0);
+  CHECK(json.find("\"verdict\": \"refused\"") != std::string::npos);
+  CHECK(json.find("\"host\": \"localhost\", \"local\": true") != std::string::npos);
+  CHECK(json.find("\"fix\": \"start sshd\"") != std::string::npos);
+}
+
+TEST_CASE("verdict names are the documented ones", "[preflight]") {
+  CHECK(to_string(Verdict::not_ssh) == "not-ssh");
+  CHECK(to_string(Verdict::host_key_unknown) == "host-key-unknown");
+  CHECK(to_string(Verdict::host_key_changed) == "host-key-changed");
+  CHECK(to_string(Verdict::hvdrun_missing) == "hvdrun-missing");
+  ExitStatus s;
+  s.signal = "TERM";
+  CHECK(s.shell_code() == 143);
+}
