@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -52,6 +53,11 @@ void on_signal(int sig) {
 constexpr std::size_t kQueueHighWater = 4u << 20;
 // Cap on what is read from one rank pipe after the rank has exited.
 constexpr std::size_t kDrainLimit = 16u << 20;
+// A read that found less than this in a rank pipe makes the agent leave that pipe alone for
+// kCoalesce: a rank streaming output in small writes is then read in large batches (one
+// wakeup per batch instead of one per write), while a lone line still goes out at once.
+constexpr std::size_t kSmallRead = 64u << 10;
+constexpr auto kCoalesce = std::chrono::microseconds(1000);
 
 struct Rank {
   int rank = 0;
@@ -65,6 +71,7 @@ struct Rank {
   std::string argv0;
   std::string cwd;
   LineTail tail;
+  Clock::time_point defer[2] = {};  // stdout, stderr: not polled before these times
 };
 
 std::uint16_t find_free_port() {
@@ -98,12 +105,17 @@ class Agent {
 
  private:
   void send(const proto::Message& m) {
-    if (!out_broken_) proto::encode(m, queue_);
+    if (!out_broken_) proto::encode(m, tail());
   }
+  // Where new frames go: behind a pending splice, if there is one.
+  ByteQueue& tail() { return splice_left_ || !later_.empty() ? later_ : queue_; }
+  bool pending() const { return !queue_.empty() || splice_left_ || !later_.empty(); }
+  bool can_splice() const { return splice_ok_ && !pending() && !out_broken_; }
+  std::size_t splice_rank(Rank& r);
   void handle(proto::Message& m);
   void spawn(const proto::Spawn& s);
   void read_stdin();
-  bool read_rank(Rank& r, proto::Stream stream, std::size_t limit);
+  std::size_t read_rank(Rank& r, proto::Stream stream, std::size_t limit);
   void check_exec_status(Rank& r, bool blocking);
   void reap();
   void report_exits();
@@ -115,7 +127,15 @@ class Agent {
   int in_;
   int out_;
   proto::Decoder decoder_;
+  // Frames to the launcher, in order: queue_, then splice_left_ bytes moved straight from
+  // the pipe splice_fd_ (stdout data goes pipe to pipe without being copied through this
+  // process), then later_.
   ByteQueue queue_;
+  ByteQueue later_;
+  int splice_fd_ = -1;
+  int splice_rank_ = -1;
+  std::size_t splice_left_ = 0;
+  bool splice_ok_ = true;
   proto::Hello hello_;
   bool have_hello_ = false;
   bool in_eof_ = false;
@@ -256,12 +276,13 @@ void Agent::check_exec_status(Rank& r, bool blocking) {
   }
 }
 
-bool Agent::read_rank(Rank& r, proto::Stream stream, std::size_t limit) {
+std::size_t Agent::read_rank(Rank& r, proto::Stream stream, std::size_t limit) {
   UniqueFd& fd = stream == proto::Stream::out ? r.out : r.err;
   std::size_t total = 0;
   while (fd && total < limit) {
     std::size_t want = proto::kMaxOutputChunk;
-    char* p = queue_.prepare(proto::kOutputHeaderBytes + want);
+    ByteQueue& q = tail();
+    char* p = q.prepare(proto::kOutputHeaderBytes + want);
     ssize_t n = ::read(fd.get(), p + proto::kOutputHeaderBytes, want);
     if (n > 0) {
       if (stream == proto::Stream::err) r.tail.add({p + proto::kOutputHeaderBytes, static_cast<std::size_t>(n)});
@@ -270,16 +291,32 @@ bool Agent::read_rank(Rank& r, proto::Stream stream, std::size_t limit) {
         continue;
       }
       proto::write_output_header(p, r.rank, stream, static_cast<std::uint32_t>(n));
-      queue_.commit(proto::kOutputHeaderBytes + static_cast<std::size_t>(n));
+      q.commit(proto::kOutputHeaderBytes + static_cast<std::size_t>(n));
       total += static_cast<std::size_t>(n);
-      if (static_cast<std::size_t>(n) < want) return true;  // pipe drained for now
+      if (static_cast<std::size_t>(n) < want) return total;  // pipe drained for now
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) return true;
+    if (n < 0 && errno == EAGAIN) return total;
     fd.reset();  // EOF (or a read error: treat as closed)
   }
-  return true;
+  return total;
+}
+
+std::size_t Agent::splice_rank(Rank& r) {
+  int avail = 0;
+  if (::ioctl(r.out.get(), FIONREAD, &avail) != 0 || avail <= 0) {
+    return read_rank(r, proto::Stream::out, proto::kMaxOutputChunk);  // EOF or error
+  }
+  std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(avail), 1u << 20);
+  char header[proto::kOutputHeaderBytes];
+  proto::write_output_header(header, r.rank, proto::Stream::out, static_cast<std::uint32_t>(n));
+  queue_.append(header, sizeof header);
+  splice_fd_ = r.out.get();
+  splice_rank_ = r.rank;
+  splice_left_ = n;
+  flush_queue();
+  return n;
 }
 
 void Agent::reap() {
@@ -298,6 +335,7 @@ void Agent::reap() {
 void Agent::report_exits() {
   for (auto& [n, r] : ranks_) {
     if (!r.reaped || r.reported) continue;
+    if (splice_left_ && splice_rank_ == r.rank) continue;  // its last bytes are still moving
     check_exec_status(r, /*blocking=*/true);
     if (r.reported) continue;  // failed to start: already reported as fatal
     // Whatever the rank wrote before exiting is in its pipes: send it first.
@@ -369,17 +407,42 @@ void Agent::read_stdin() {
 }
 
 void Agent::flush_queue() {
-  while (!queue_.empty() && !out_broken_) {
-    ssize_t n = ::write(out_, queue_.data(), queue_.size());
-    if (n > 0) {
-      queue_.consume(static_cast<std::size_t>(n));
+  while (pending() && !out_broken_) {
+    ssize_t n;
+    if (!queue_.empty()) {
+      n = ::write(out_, queue_.data(), queue_.size());
+      if (n > 0) queue_.consume(static_cast<std::size_t>(n));
+    } else if (splice_left_) {
+      n = ::splice(splice_fd_, nullptr, out_, nullptr, splice_left_, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+      if (n > 0) splice_left_ -= static_cast<std::size_t>(n);
+      if (n < 0 && errno == EINVAL) {
+        // This stream cannot take spliced pages (not a pipe or socket): copy instead. The
+        // bytes are known to be in the pipe already.
+        splice_ok_ = false;
+        char* p = queue_.prepare(splice_left_);
+        std::size_t got = 0;
+        while (got < splice_left_) {
+          ssize_t r = ::read(splice_fd_, p + got, splice_left_ - got);
+          if (r <= 0 && errno != EINTR) break;
+          if (r > 0) got += static_cast<std::size_t>(r);
+        }
+        queue_.commit(got);
+        splice_left_ = 0;
+        continue;
+      }
+      if (n == 0) errno = EPIPE;  // the data we counted vanished: cannot happen
+    } else {
+      std::swap(queue_, later_);
       continue;
     }
+    if (n > 0) continue;
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return;
     // The launcher is gone: nothing more can be reported; kill the ranks.
     out_broken_ = true;
     queue_.clear();
+    later_.clear();
+    splice_left_ = 0;
     begin_kill(have_hello_ ? hello_.kill_grace_ms : 3000, "launcher stream broken");
   }
 }
@@ -387,12 +450,12 @@ void Agent::flush_queue() {
 void Agent::report_fatal(const std::string& message) {
   if (out_broken_) return;
   try {
-    proto::encode(proto::Fatal{-1, message}, queue_);
+    proto::encode(proto::Fatal{-1, message}, tail());
   } catch (const std::exception&) {
     return;
   }
   auto deadline = Clock::now() + milliseconds(2000);
-  while (!queue_.empty() && !out_broken_ && Clock::now() < deadline) {
+  while (pending() && !out_broken_ && Clock::now() < deadline) {
     pollfd p{out_, POLLOUT, 0};
     ::poll(&p, 1, 100);
     flush_queue();
@@ -462,7 +525,7 @@ int Agent::run() {
     }
     flush_queue();
     if (in_eof_ && all_done()) {
-      if (queue_.empty() || out_broken_) break;
+      if (!pending() || out_broken_) break;
       // Give the launcher a moment to take the last frames, then go anyway.
       if (!flush_deadline_) flush_deadline_ = now + milliseconds(2000);
       if (now >= *flush_deadline_) break;
@@ -471,15 +534,25 @@ int Agent::run() {
     fds.clear();
     slots.clear();
     if (!in_eof_) fds.push_back({in_, POLLIN, 0}), slots.push_back({nullptr, 0});
-    if (!queue_.empty() && !out_broken_) fds.push_back({out_, POLLOUT, 0}), slots.push_back({nullptr, 1});
-    bool room = queue_.size() < kQueueHighWater || out_broken_;
+    if (pending() && !out_broken_) fds.push_back({out_, POLLOUT, 0}), slots.push_back({nullptr, 1});
+    bool room = queue_.size() + later_.size() < kQueueHighWater || out_broken_;
+    // Wake for the next heartbeat, the SIGKILL deadline, the launcher's silence limit, or a
+    // deferred rank pipe.
+    auto wake = have_hello_ && !in_eof_ ? next_heartbeat_ : now + milliseconds(1000);
     for (auto& [n, r] : ranks_) {
-      if (room && r.out) fds.push_back({r.out.get(), POLLIN, 0}), slots.push_back({&r, 0});
-      if (room && r.err) fds.push_back({r.err.get(), POLLIN, 0}), slots.push_back({&r, 1});
+      for (int k = 0; k < 2; ++k) {
+        UniqueFd& fd = k == 0 ? r.out : r.err;
+        if (!room || !fd) continue;
+        if (k == 0 && splice_left_ && splice_rank_ == r.rank) continue;  // not past the splice
+        if (r.defer[k] > now) {
+          wake = std::min(wake, r.defer[k]);
+        } else {
+          fds.push_back({fd.get(), POLLIN, 0});
+          slots.push_back({&r, k});
+        }
+      }
       if (r.exec_status) fds.push_back({r.exec_status.get(), POLLIN, 0}), slots.push_back({&r, 2});
     }
-    // Wake for the next heartbeat, the SIGKILL deadline, or the launcher's silence limit.
-    auto wake = have_hello_ && !in_eof_ ? next_heartbeat_ : now + milliseconds(1000);
     if (kill_at_) wake = std::min(wake, *kill_at_);
     if (have_hello_ && !in_eof_ && hello_.heartbeat_timeout_ms > 0) {
       wake = std::min(wake, last_rx_ + milliseconds(hello_.heartbeat_timeout_ms) + milliseconds(1));
@@ -503,8 +576,11 @@ int Agent::run() {
       } else if (s.what == 2) {
         check_exec_status(*s.rank, false);
       } else {
-        read_rank(*s.rank, s.what == 0 ? proto::Stream::out : proto::Stream::err,
-                  4 * proto::kMaxOutputChunk);
+        std::size_t got = s.what == 0 && can_splice()
+                              ? splice_rank(*s.rank)
+                              : read_rank(*s.rank, s.what == 0 ? proto::Stream::out : proto::Stream::err,
+                                          4 * proto::kMaxOutputChunk);
+        if (got < kSmallRead) s.rank->defer[s.what] = Clock::now() + kCoalesce;
       }
     }
   }

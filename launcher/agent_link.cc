@@ -137,6 +137,8 @@ std::unique_ptr<AgentLink> start_local_agent(const std::string& exe) {
   }
   to_agent_r.reset();
   from_agent_w.reset();
+  // Rank output flows through this pipe: a large one means fewer, bigger transfers.
+  ::fcntl(from_agent_r.get(), F_SETPIPE_SZ, 1 << 20);
   set_nonblocking(to_agent_w.get());
   set_nonblocking(from_agent_r.get());
   return std::make_unique<LocalAgentLink>(pid, std::move(to_agent_w), std::move(from_agent_r));
