@@ -1,0 +1,116 @@
+// Parsing of the HVDRUN_* environment contract (see env.h).
+#include "runtime/env.h"
+
+#include <charconv>
+#include <vector>
+
+#include "hvdrun/hvdrun.h"
+
+namespace hvdrun::runtime {
+
+namespace {
+
+class Parser {
+ public:
+  explicit Parser(const std::function<const char*(const char*)>& getenv) : getenv_(getenv) {}
+
+  std::optional<std::string> text(const char* name, bool required) {
+    const char* v = getenv_(name);
+    if (v == nullptr || *v == '\0') {
+      if (required) missing_.push_back(name);
+      return std::nullopt;
+    }
+    return std::string(v);
+  }
+
+  template <typename T>
+  std::optional<T> number(const char* name, bool required, long long lo, long long hi) {
+    auto s = text(name, required);
+    if (!s) return std::nullopt;
+    long long v = 0;
+    auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), v);
+    if (ec != std::errc() || p != s->data() + s->size() || v < lo || v > hi) {
+      garbled_.push_back(std::string(name) + "='" + *s + "' (expected an integer in [" +
+                         std::to_string(lo) + ", " + std::to_string(hi) + "])");
+      return std::nullopt;
+    }
+    return static_cast<T>(v);
+  }
+
+  void garbled(std::string what) { garbled_.push_back(std::move(what)); }
+
+  void finish() const {
+    if (missing_.empty() && garbled_.empty()) return;
+    std::string msg = "hvdrun: this process was not started by hvdrun (or its environment was "
+                      "changed):";
+    if (!missing_.empty()) {
+      msg += " missing";
+      for (std::size_t i = 0; i < missing_.size(); ++i) msg += (i ? ", " : " ") + missing_[i];
+      msg += ";";
+    }
+    for (const auto& g : garbled_) msg += " invalid " + g + ";";
+    msg += " run it as `hvdrun -np N ... <program>`, which sets these for every rank";
+    throw Error(msg);
+  }
+
+ private:
+  const std::function<const char*(const char*)>& getenv_;
+  std::vector<std::string> missing_;
+  std::vector<std::string> garbled_;
+};
+
+}  // namespace
+
+Environment read_environment(const std::function<const char*(const char*)>& getenv) {
+  Parser p(getenv);
+  Environment e;
+  constexpr long long kMaxRanks = 1 << 24;
+  auto rank = p.number<int>("HVDRUN_RANK", true, 0, kMaxRanks);
+  auto size = p.number<int>("HVDRUN_SIZE", true, 1, kMaxRanks);
+  auto lrank = p.number<int>("HVDRUN_LOCAL_RANK", true, 0, kMaxRanks);
+  auto lsize = p.number<int>("HVDRUN_LOCAL_SIZE", true, 1, kMaxRanks);
+  auto crank = p.number<int>("HVDRUN_CROSS_RANK", true, 0, kMaxRanks);
+  auto csize = p.number<int>("HVDRUN_CROSS_SIZE", true, 1, kMaxRanks);
+  auto host = p.text("HVDRUN_HOSTNAME", true);
+  auto addr = p.text("HVDRUN_RENDEZVOUS_ADDR", true);
+  auto port = p.number<std::uint16_t>("HVDRUN_RENDEZVOUS_PORT", true, 1, 65535);
+  auto secret = p.text("HVDRUN_SECRET", true);
+  auto start = p.number<int>("HVDRUN_START_TIMEOUT", false, 1, 24 * 3600);
+  auto op = p.number<int>("HVDRUN_OP_TIMEOUT", false, 1, 7 * 24 * 3600);
+  auto gen = p.number<int>("HVDRUN_GENERATION", false, 0, 1 << 30);
+  auto nccl = p.text("HVDRUN_NCCL", false);
+
+  if (rank && size && *rank >= *size)
+    p.garbled("HVDRUN_RANK=" + std::to_string(*rank) + " (not below HVDRUN_SIZE=" +
+              std::to_string(*size) + ")");
+  if (lrank && lsize && *lrank >= *lsize)
+    p.garbled("HVDRUN_LOCAL_RANK=" + std::to_string(*lrank) + " (not below HVDRUN_LOCAL_SIZE=" +
+              std::to_string(*lsize) + ")");
+  if (crank && csize && *crank >= *csize)
+    p.garbled("HVDRUN_CROSS_RANK=" + std::to_string(*crank) + " (not below HVDRUN_CROSS_SIZE=" +
+              std::to_string(*csize) + ")");
+  if (secret && (secret->size() < 32 || secret->size() % 2 != 0 ||
+                 secret->find_first_not_of("0123456789abcdefABCDEF") != std::string::npos))
+    p.garbled("HVDRUN_SECRET (expected the hex string hvdrun generated, at least 32 digits)");
+  if (nccl && *nccl != "auto" && *nccl != "require" && *nccl != "off")
+    p.garbled("HVDRUN_NCCL='" + *nccl + "' (expected auto, require or off)");
+  p.finish();
+
+  e.rank = *rank;
+  e.size = *size;
+  e.local_rank = *lrank;
+  e.local_size = *lsize;
+  e.cross_rank = *crank;
+  e.cross_size = *csize;
+  e.hostname = *host;
+  e.rendezvous_addr = *addr;
+  e.rendezvous_port = *port;
+  e.secret = *secret;
+  if (start) e.start_timeout = std::chrono::seconds(*start);
+  if (op) e.op_timeout = std::chrono::seconds(*op);
+  if (gen) e.generation = *gen;
+  if (nccl) e.nccl_mode = *nccl;
+  return e;
+}
+
+}  // namespace hvdrun::runtime

@@ -1,0 +1,344 @@
+// Gloo communicator with on-demand pairs (see gloo_comm.h). The connect step runs in
+// two phases: first every pair where this rank is Gloo's connecting side (which never
+// waits for the peer's program, only for its listening socket, which exists as soon as
+// the address is published), then every pair where it is the listening side. Because
+// the first phase cannot block on a peer, the second always completes: no cycle of
+// ranks waiting on each other can form, whatever the order of calls.
+#include "runtime/gloo_comm.h"
+
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <gloo/allgather_ring.h>
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring_chunked.h>
+#include <gloo/broadcast_one_to_all.h>
+#include <gloo/context.h>
+#include <gloo/transport/tcp/address.h>
+#include <gloo/transport/tcp/device.h>
+#include <type_traits>
+
+#include "runtime/reduce.h"
+
+namespace hvdrun::runtime {
+
+namespace {
+
+// gloo::Context with its transport context set up by us instead of by a full-mesh
+// rendezvous, so pairs can be added one at a time.
+class MeshContext : public gloo::Context {
+ public:
+  MeshContext(int my_rank, int world_size, std::shared_ptr<gloo::transport::Device> dev,
+              std::chrono::milliseconds timeout)
+      : gloo::Context(my_rank, world_size) {
+    setTimeout(timeout);
+    device_ = std::move(dev);
+    transportContext_ = device_->createContext(my_rank, world_size);
+    transportContext_->setTimeout(timeout);
+  }
+  gloo::transport::Context& transport() { return *transportContext_; }
+};
+
+// Gloo's rule for which end of a pair dials: the end with the larger address.
+bool dials(const std::vector<char>& self, const std::vector<char>& peer) {
+  gloo::transport::tcp::Address a(self), b(peer);
+  const auto& sa = a.getSockaddr();
+  const auto& sb = b.getSockaddr();
+  int rv;
+  if (sa.ss_family == AF_INET) {
+    auto* x = reinterpret_cast<const sockaddr_in*>(&sa);
+    auto* y = reinterpret_cast<const sockaddr_in*>(&sb);
+    rv = std::memcmp(&x->sin_addr, &y->sin_addr, sizeof(in_addr));
+    if (rv == 0) rv = int(x->sin_port) - int(y->sin_port);
+  } else {
+    auto* x = reinterpret_cast<const sockaddr_in6*>(&sa);
+    auto* y = reinterpret_cast<const sockaddr_in6*>(&sb);
+    rv = std::memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(in6_addr));
+    if (rv == 0) rv = int(x->sin6_port) - int(y->sin6_port);
+  }
+  return rv > 0;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size() && i < 32; ++i)
+    s += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 32) s += " and " + std::to_string(ranks.size() - 32) + " more";
+  return s;
+}
+
+// --- reductions ---
+
+template <typename T>
+void fn_sum(T* x, const T* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<T>(x[i] + y[i]);
+}
+template <typename T>
+void fn_prod(T* x, const T* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<T>(x[i] * y[i]);
+}
+template <typename T>
+void fn_min(T* x, const T* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = std::min(x[i], y[i]);
+}
+template <typename T>
+void fn_max(T* x, const T* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = std::max(x[i], y[i]);
+}
+
+// 16-bit floats: compute in float, round once per step.
+template <typename H, H (*from)(float), typename Op>
+void fn_16(H* x, const H* y, std::size_t n, Op op) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = from(op(to_float(x[i]), to_float(y[i])));
+}
+
+template <typename T>
+const gloo::ReductionFunction<T>* reduction(ReduceOp op) {
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    constexpr auto conv = [] {
+      if constexpr (std::is_same_v<T, Half>)
+        return &to_half;
+      else
+        return &to_bfloat16;
+    }();
+    static const gloo::ReductionFunction<T> sum(
+        gloo::SUM, [](T* x, const T* y, std::size_t n) {
+          fn_16<T, conv>(x, y, n, [](float a, float b) { return a + b; });
+        });
+    static const gloo::ReductionFunction<T> prod(
+        gloo::PRODUCT, [](T* x, const T* y, std::size_t n) {
+          fn_16<T, conv>(x, y, n, [](float a, float b) { return a * b; });
+        });
+    static const gloo::ReductionFunction<T> mn(
+        gloo::MIN, [](T* x, const T* y, std::size_t n) {
+          fn_16<T, conv>(x, y, n, [](float a, float b) { return std::min(a, b); });
+        });
+    static const gloo::ReductionFunction<T> mx(
+        gloo::MAX, [](T* x, const T* y, std::size_t n) {
+          fn_16<T, conv>(x, y, n, [](float a, float b) { return std::max(a, b); });
+        });
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAverage: return &sum;
+      case ReduceOp::kProduct: return &prod;
+      case ReduceOp::kMin: return &mn;
+      case ReduceOp::kMax: return &mx;
+    }
+  } else {
+    static const gloo::ReductionFunction<T> sum(gloo::SUM, &fn_sum<T>);
+    static const gloo::ReductionFunction<T> prod(gloo::PRODUCT, &fn_prod<T>);
+    static const gloo::ReductionFunction<T> mn(gloo::MIN, &fn_min<T>);
+    static const gloo::ReductionFunction<T> mx(gloo::MAX, &fn_max<T>);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAverage: return &sum;
+      case ReduceOp::kProduct: return &prod;
+      case ReduceOp::kMin: return &mn;
+      case ReduceOp::kMax: return &mx;
+    }
+  }
+  return nullptr;
+}
+
+template <typename T>
+void divide(T* buf, std::size_t n, int size) {
+  for (std::size_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<T, Half>)
+      buf[i] = to_half(to_float(buf[i]) / static_cast<float>(size));
+    else if constexpr (std::is_same_v<T, BFloat16>)
+      buf[i] = to_bfloat16(to_float(buf[i]) / static_cast<float>(size));
+    else
+      buf[i] = static_cast<T>(buf[i] / static_cast<T>(size));
+  }
+}
+
+}  // namespace
+
+class GlooComm::Impl {
+ public:
+  Impl(rendezvous::Client& store, std::string prefix, int rank, int size,
+       const std::string& local_ip, std::chrono::milliseconds op_timeout,
+       std::chrono::milliseconds connect_timeout)
+      : store_(store),
+        prefix_(std::move(prefix)),
+        rank_(rank),
+        size_(size),
+        connect_timeout_(connect_timeout),
+        connected_(static_cast<std::size_t>(size), false) {
+    if (size_ < 2) return;
+    gloo::transport::tcp::attr attr;
+    attr.hostname = local_ip;
+    try {
+      device_ = gloo::transport::tcp::CreateDevice(attr);
+    } catch (const std::exception& e) {
+      throw Error("gloo: cannot create a TCP device on " + local_ip + " (rank " +
+                  std::to_string(rank) + "): " + e.what());
+    }
+    ctx_ = std::make_shared<MeshContext>(rank, size, device_, op_timeout);
+  }
+
+  std::string key(int from, int to) const {
+    return prefix_ + "/addr/" + std::to_string(from) + "/" + std::to_string(to);
+  }
+
+  void ensure(std::vector<int> peers) {
+    std::vector<int> fresh;
+    std::sort(peers.begin(), peers.end());
+    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+    for (int p : peers)
+      if (p != rank_ && !connected_[static_cast<std::size_t>(p)]) fresh.push_back(p);
+    if (fresh.empty()) return;
+
+    std::vector<std::pair<std::string, std::string>> mine;
+    std::vector<std::vector<char>> self_addr;
+    for (int p : fresh) {
+      auto& pair = ctx_->transport().createPair(p);
+      auto bytes = pair->address().bytes();
+      mine.emplace_back(key(rank_, p), std::string(bytes.begin(), bytes.end()));
+      self_addr.push_back(std::move(bytes));
+    }
+    store_.multi_set(mine);
+
+    std::vector<std::string> theirs;
+    for (int p : fresh) theirs.push_back(key(p, rank_));
+    auto missing = store_.wait_for(theirs, connect_timeout_);
+    if (!missing.empty()) {
+      std::vector<int> late;
+      for (std::size_t i = 0; i < fresh.size(); ++i)
+        if (std::find(missing.begin(), missing.end(), theirs[i]) != missing.end())
+          late.push_back(fresh[i]);
+      throw Error("gloo: rank " + std::to_string(rank_) + " could not connect to rank(s) " +
+                  rank_list(late) + ": they did not publish their addresses within " +
+                  std::to_string(connect_timeout_.count() / 1000) +
+                  " s (they may have crashed, or be stuck before this collective)");
+    }
+    auto values = store_.multi_get(theirs);
+
+    // Phase 1: pairs this rank dials; phase 2: pairs it accepts (see the file comment).
+    for (int phase = 0; phase < 2; ++phase) {
+      for (std::size_t i = 0; i < fresh.size(); ++i) {
+        if (!values[i]) throw Error("gloo: address of rank " + std::to_string(fresh[i]) +
+                                    " vanished from the rendezvous store");
+        std::vector<char> peer(values[i]->begin(), values[i]->end());
+        if (dials(self_addr[i], peer) != (phase == 0)) continue;
+        try {
+          ctx_->transport().getPair(fresh[i])->connect(peer);
+        } catch (const std::exception& e) {
+          throw Error("gloo: rank " + std::to_string(rank_) + " could not connect to rank " +
+                      std::to_string(fresh[i]) + ": " + e.what());
+        }
+        connected_[static_cast<std::size_t>(fresh[i])] = true;
+      }
+    }
+    pairs_ += static_cast<int>(fresh.size());
+  }
+
+  void connect(Topology t, int root) {
+    std::vector<int> peers;
+    switch (t) {
+      case Topology::kRing:
+        peers = {(rank_ + 1) % size_, (rank_ + size_ - 1) % size_};
+        break;
+      case Topology::kStar:
+        if (rank_ == root) {
+          for (int i = 0; i < size_; ++i) peers.push_back(i);
+        } else {
+          peers = {root};
+        }
+        break;
+      case Topology::kFullMesh:
+        for (int i = 0; i < size_; ++i) peers.push_back(i);
+        break;
+    }
+    ensure(std::move(peers));
+  }
+
+  template <typename T>
+  void allreduce_typed(T* buf, std::size_t count, ReduceOp op) {
+    const auto* fn = reduction<T>(op);
+    std::size_t bytes = count * sizeof(T);
+    if (size_ > 1 && count > 0) {
+      if (bytes <= kSmallAllreduceBytes && size_ <= kFullMeshMaxRanks) {
+        connect(Topology::kFullMesh, 0);
+        gloo::AllreduceHalvingDoubling<T> algo(ctx_, {buf}, static_cast<int>(count), fn);
+        algo.run();
+      } else {
+        connect(Topology::kRing, 0);
+        constexpr std::size_t kMaxCount = (INT_MAX / 2) / sizeof(T);
+        for (std::size_t off = 0; off < count; off += kMaxCount) {
+          auto n = std::min(kMaxCount, count - off);
+          gloo::AllreduceRingChunked<T> algo(ctx_, {buf + off}, static_cast<int>(n), fn);
+          algo.run();
+        }
+      }
+    }
+    if (op == ReduceOp::kAverage) divide(buf, count, size_);
+  }
+
+  void allreduce(void* buf, std::size_t count, DataType dtype, ReduceOp op) {
+    switch (dtype) {
+      case DataType::kInt32: return allreduce_typed(static_cast<std::int32_t*>(buf), count, op);
+      case DataType::kInt64: return allreduce_typed(static_cast<std::int64_t*>(buf), count, op);
+      case DataType::kFloat32: return allreduce_typed(static_cast<float*>(buf), count, op);
+      case DataType::kFloat64: return allreduce_typed(static_cast<double*>(buf), count, op);
+      case DataType::kFloat16: return allreduce_typed(static_cast<Half*>(buf), count, op);
+      case DataType::kBFloat16: return allreduce_typed(static_cast<BFloat16*>(buf), count, op);
+      case DataType::kUInt8: return allreduce_typed(static_cast<std::uint8_t*>(buf), count, op);
+    }
+  }
+
+  void broadcast(void* buf, std::size_t bytes, int root) {
+    if (size_ < 2 || bytes == 0) return;
+    connect(Topology::kStar, root);
+    gloo::BroadcastOneToAll<char> algo(ctx_, {static_cast<char*>(buf)}, bytes, root);
+    algo.run();
+  }
+
+  void allgather(const void* send, void* recv, std::size_t bytes) {
+    if (send != static_cast<char*>(recv) + bytes * static_cast<std::size_t>(rank_))
+      std::memmove(static_cast<char*>(recv) + bytes * static_cast<std::size_t>(rank_), send,
+                   bytes);
+    if (size_ < 2 || bytes == 0) return;
+    if (bytes > INT_MAX) throw Error("allgather: more than 2 GiB per rank is not supported");
+    connect(Topology::kRing, 0);
+    const char* own = static_cast<char*>(recv) + bytes * static_cast<std::size_t>(rank_);
+    gloo::AllgatherRing<char> algo(ctx_, {own}, static_cast<char*>(recv), static_cast<int>(bytes));
+    algo.run();
+  }
+
+  rendezvous::Client& store_;
+  std::string prefix_;
+  int rank_;
+  int size_;
+  std::chrono::milliseconds connect_timeout_;
+  std::vector<bool> connected_;
+  int pairs_ = 0;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<MeshContext> ctx_;
+};
+
+GlooComm::GlooComm(rendezvous::Client& store, std::string prefix, int rank, int size,
+                   const std::string& local_ip, std::chrono::milliseconds op_timeout,
+                   std::chrono::milliseconds connect_timeout)
+    : impl_(std::make_unique<Impl>(store, std::move(prefix), rank, size, local_ip, op_timeout,
+                                   connect_timeout)) {}
+GlooComm::~GlooComm() = default;
+
+void GlooComm::allreduce(void* buf, std::size_t count, DataType dtype, ReduceOp op) {
+  impl_->allreduce(buf, count, dtype, op);
+}
+void GlooComm::broadcast(void* buf, std::size_t bytes, int root) {
+  impl_->broadcast(buf, bytes, root);
+}
+void GlooComm::allgather(const void* send, void* recv, std::size_t bytes) {
+  impl_->allgather(send, recv, bytes);
+}
+void GlooComm::connect(Topology topology, int root) {
+  if (impl_->size_ > 1) impl_->connect(topology, root);
+}
+int GlooComm::connected_pairs() const { return impl_->pairs_; }
+
+}  // namespace hvdrun::runtime

@@ -1,0 +1,56 @@
+// The CPU communicator: Gloo's TCP transport, with pairs connected on demand through the
+// rendezvous store. A pair (i, j) is created only when an algorithm needs it; each rank
+// publishes the address of its end for that one peer and reads only the address the
+// peer published for it, so no rank ever reads the N^2 address table.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hvdrun/hvdrun.h"
+#include "rendezvous/client.h"
+
+namespace hvdrun::runtime {
+
+/// Which pairs an algorithm needs; every rank passes the same shape for the same call.
+enum class Topology { kRing, kStar, kFullMesh };
+
+/// A Gloo communicator over ranks [0, size). Collective calls must be made by every rank
+/// in the same order with the same arguments (as with MPI).
+class GlooComm {
+ public:
+  /// `prefix` namespaces the store keys (communicator name and generation);
+  /// `local_ip` is the address this rank binds for its traffic; `op_timeout` bounds each
+  /// collective; `connect_timeout` bounds waiting for peers' addresses.
+  GlooComm(rendezvous::Client& store, std::string prefix, int rank, int size,
+           const std::string& local_ip, std::chrono::milliseconds op_timeout,
+           std::chrono::milliseconds connect_timeout);
+  ~GlooComm();
+  GlooComm(const GlooComm&) = delete;
+  GlooComm& operator=(const GlooComm&) = delete;
+
+  /// In-place allreduce of `count` elements at `buf`.
+  void allreduce(void* buf, std::size_t count, DataType dtype, ReduceOp op);
+  /// Broadcast of `bytes` bytes at `buf` from `root`.
+  void broadcast(void* buf, std::size_t bytes, int root);
+  /// Allgather of `bytes` bytes per rank into `recv` (size * bytes).
+  void allgather(const void* send, void* recv, std::size_t bytes);
+  /// Connects every pair an algorithm of this shape needs (collective).
+  void connect(Topology topology, int root = 0);
+  /// Number of pairs this rank has connected so far.
+  int connected_pairs() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Largest message (bytes) reduced with halving-doubling over a full mesh; larger ones go
+/// around a ring. Above kFullMeshMaxRanks ranks only the ring is used.
+inline constexpr std::size_t kSmallAllreduceBytes = 64 * 1024;
+/// Largest world for which small allreduces connect a full mesh.
+inline constexpr int kFullMeshMaxRanks = 32;
+
+}  // namespace hvdrun::runtime

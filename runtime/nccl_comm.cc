@@ -1,0 +1,321 @@
+// NCCL bootstrap and collectives (see nccl_comm.h). NCCL and the CUDA runtime are
+// resolved with dlopen; nccl.h supplies only types and constants at build time.
+#include "runtime/nccl_comm.h"
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <thread>
+
+#ifdef HVDRUN_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+namespace hvdrun::runtime {
+
+using Clock = std::chrono::steady_clock;
+
+std::string exchange_unique_id(rendezvous::Client& store, const std::string& key, int rank,
+                               const std::function<std::string()>& make_id,
+                               std::chrono::milliseconds timeout) {
+  if (rank == 0) {
+    std::string value;
+    std::string failure;
+    try {
+      value = "id:" + make_id();
+    } catch (const std::exception& e) {
+      failure = e.what();
+      value = "error:" + failure;
+    }
+    store.set(key, value);
+    if (!failure.empty()) throw Error("nccl: rank 0 could not create the NCCL unique id: " + failure);
+    return value.substr(3);
+  }
+  auto missing = store.wait_for({key}, timeout);
+  if (!missing.empty())
+    throw Error("nccl: rank " + std::to_string(rank) + " waited " +
+                std::to_string(timeout.count() / 1000) +
+                " s for rank 0 to publish the NCCL unique id under '" + key +
+                "'; rank 0 did not (it may have crashed or be stuck)");
+  auto v = store.get(key);
+  if (!v) throw Error("nccl: key '" + key + "' vanished from the rendezvous store");
+  if (v->rfind("error:", 0) == 0)
+    throw Error("nccl: rank 0 could not create the NCCL unique id: " + v->substr(6));
+  if (v->rfind("id:", 0) != 0) throw Error("nccl: malformed unique id under '" + key + "'");
+  return v->substr(3);
+}
+
+std::string interface_of(const std::string& ip) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return {};
+  std::string name;
+  for (auto* i = list; i && name.empty(); i = i->ifa_next) {
+    if (!i->ifa_addr) continue;
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (i->ifa_addr->sa_family == AF_INET)
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
+    else if (i->ifa_addr->sa_family == AF_INET6)
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, buf,
+                sizeof buf);
+    else
+      continue;
+    if (ip == buf) name = i->ifa_name;
+  }
+  ::freeifaddrs(list);
+  return name;
+}
+
+namespace {
+
+void* open_first(std::initializer_list<const char*> names, std::string* why) {
+  std::string errs;
+  for (const char* n : names) {
+    if (void* h = ::dlopen(n, RTLD_NOW | RTLD_LOCAL)) return h;
+    errs += std::string(errs.empty() ? "" : "; ") + ::dlerror();
+  }
+  if (why) *why = errs;
+  return nullptr;
+}
+
+// The few CUDA runtime entry points needed, resolved once.
+struct Cuda {
+  using CountFn = int (*)(int*);
+  using SetFn = int (*)(int);
+  using ErrFn = const char* (*)(int);
+  CountFn get_device_count = nullptr;
+  SetFn set_device = nullptr;
+  ErrFn error_string = nullptr;
+  std::string why;
+
+  static const Cuda& get() {
+    static Cuda c = [] {
+      Cuda x;
+      void* h = open_first({"libcudart.so", "libcudart.so.13", "libcudart.so.12",
+                            "libcudart.so.11.0"},
+                           &x.why);
+      if (!h) {
+        x.why = "CUDA runtime not found (" + x.why + ")";
+        return x;
+      }
+      x.get_device_count = reinterpret_cast<CountFn>(::dlsym(h, "cudaGetDeviceCount"));
+      x.set_device = reinterpret_cast<SetFn>(::dlsym(h, "cudaSetDevice"));
+      x.error_string = reinterpret_cast<ErrFn>(::dlsym(h, "cudaGetErrorString"));
+      if (!x.get_device_count || !x.set_device || !x.error_string)
+        x.why = "CUDA runtime lacks cudaGetDeviceCount/cudaSetDevice";
+      return x;
+    }();
+    return c;
+  }
+};
+
+}  // namespace
+
+int cuda_device_count(std::string* why) {
+  const auto& c = Cuda::get();
+  if (!c.get_device_count) {
+    if (why) *why = c.why;
+    return -1;
+  }
+  int n = 0;
+  int rc = c.get_device_count(&n);
+  if (rc != 0) {
+    if (why) *why = std::string("cudaGetDeviceCount: ") + c.error_string(rc);
+    return -1;
+  }
+  if (n == 0 && why) *why = "no CUDA device is visible";
+  return n;
+}
+
+#ifdef HVDRUN_HAVE_NCCL
+
+namespace {
+
+struct Nccl {
+  decltype(&::ncclGetUniqueId) get_unique_id = nullptr;
+  decltype(&::ncclCommInitRankConfig) init_rank_config = nullptr;
+  decltype(&::ncclCommGetAsyncError) get_async_error = nullptr;
+  decltype(&::ncclCommAbort) abort = nullptr;
+  decltype(&::ncclCommDestroy) destroy = nullptr;
+  decltype(&::ncclAllReduce) all_reduce = nullptr;
+  decltype(&::ncclBroadcast) broadcast = nullptr;
+  decltype(&::ncclAllGather) all_gather = nullptr;
+  decltype(&::ncclGetErrorString) error_string = nullptr;
+  std::string why;
+
+  static const Nccl& get() {
+    static Nccl n = [] {
+      Nccl x;
+      void* h = open_first({"libnccl.so.2", "libnccl.so"}, &x.why);
+      if (!h) {
+        x.why = "NCCL library not found (" + x.why + ")";
+        return x;
+      }
+#define HVDRUN_NCCL_SYM(field, name) \
+  x.field = reinterpret_cast<decltype(x.field)>(::dlsym(h, name));
+      HVDRUN_NCCL_SYM(get_unique_id, "ncclGetUniqueId")
+      HVDRUN_NCCL_SYM(init_rank_config, "ncclCommInitRankConfig")
+      HVDRUN_NCCL_SYM(get_async_error, "ncclCommGetAsyncError")
+      HVDRUN_NCCL_SYM(abort, "ncclCommAbort")
+      HVDRUN_NCCL_SYM(destroy, "ncclCommDestroy")
+      HVDRUN_NCCL_SYM(all_reduce, "ncclAllReduce")
+      HVDRUN_NCCL_SYM(broadcast, "ncclBroadcast")
+      HVDRUN_NCCL_SYM(all_gather, "ncclAllGather")
+      HVDRUN_NCCL_SYM(error_string, "ncclGetErrorString")
+#undef HVDRUN_NCCL_SYM
+      if (!x.get_unique_id || !x.init_rank_config || !x.get_async_error || !x.abort ||
+          !x.destroy || !x.all_reduce || !x.broadcast || !x.all_gather || !x.error_string)
+        x.why = "the NCCL library found is too old (needs ncclCommInitRankConfig, NCCL >= 2.14)";
+      return x;
+    }();
+    return n;
+  }
+};
+
+ncclDataType_t nccl_type(DataType t) {
+  switch (t) {
+    case DataType::kInt32: return ncclInt32;
+    case DataType::kInt64: return ncclInt64;
+    case DataType::kFloat32: return ncclFloat32;
+    case DataType::kFloat64: return ncclFloat64;
+    case DataType::kFloat16: return ncclFloat16;
+    case DataType::kBFloat16: return ncclBfloat16;
+    case DataType::kUInt8: return ncclUint8;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kAverage: return ncclAvg;
+    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kProduct: return ncclProd;
+  }
+  return ncclSum;
+}
+
+}  // namespace
+
+struct NcclComm::State {
+  ncclComm_t comm = nullptr;
+  int rank = 0;
+};
+
+NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, int size,
+                   int local_rank, Clock::time_point deadline)
+    : s_(std::make_unique<State>()) {
+  s_->rank = rank;
+  const auto& nccl = Nccl::get();
+  std::string why;
+  int devices = cuda_device_count(&why);
+  std::string local_problem;
+  if (devices <= 0)
+    local_problem = why;
+  else if (!nccl.get_unique_id)
+    local_problem = nccl.why;
+  auto left = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  };
+  // Rank 0 publishes either the id or its reason, so nobody waits for an id that will
+  // never come; other ranks with a local problem fail at once.
+  auto id_bytes = exchange_unique_id(
+      store, key, rank,
+      [&]() -> std::string {
+        if (!local_problem.empty()) throw std::runtime_error(local_problem);
+        ncclUniqueId id;
+        auto rc = nccl.get_unique_id(&id);
+        if (rc != ncclSuccess)
+          throw std::runtime_error(std::string("ncclGetUniqueId: ") + nccl.error_string(rc));
+        return std::string(id.internal, sizeof id.internal);
+      },
+      std::max(left(), std::chrono::milliseconds(1)));
+  if (!local_problem.empty())
+    throw Error("nccl: rank " + std::to_string(rank) + ": " + local_problem);
+  if (id_bytes.size() != sizeof(ncclUniqueId().internal))
+    throw Error("nccl: unique id under '" + key + "' has the wrong size");
+  ncclUniqueId id;
+  std::memcpy(id.internal, id_bytes.data(), id_bytes.size());
+
+  int dev = local_rank % devices;
+  if (int rc = Cuda::get().set_device(dev); rc != 0)
+    throw Error("nccl: rank " + std::to_string(rank) + ": cudaSetDevice(" + std::to_string(dev) +
+                "): " + Cuda::get().error_string(rc));
+
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  auto rc = nccl.init_rank_config(&s_->comm, size, id, rank, &config);
+  auto fail = [&](const std::string& what) {
+    if (s_->comm) nccl.abort(s_->comm);
+    s_->comm = nullptr;
+    throw Error("nccl: rank " + std::to_string(rank) + " of " + std::to_string(size) + ": " + what);
+  };
+  if (rc != ncclSuccess && rc != ncclInProgress)
+    fail(std::string("ncclCommInitRankConfig: ") + nccl.error_string(rc));
+  for (;;) {
+    ncclResult_t state = ncclInProgress;
+    nccl.get_async_error(s_->comm, &state);
+    if (state == ncclSuccess) break;
+    if (state != ncclInProgress) fail(std::string("NCCL init failed: ") + nccl.error_string(state));
+    if (Clock::now() >= deadline)
+      fail("NCCL init did not finish before the start timeout (a rank may be missing or "
+           "the network between GPUs blocked; check NCCL_SOCKET_IFNAME)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+NcclComm::~NcclComm() {
+  if (s_ && s_->comm) Nccl::get().destroy(s_->comm);
+}
+
+namespace {
+void check_enqueue(ncclResult_t rc, const char* what, int rank) {
+  if (rc == ncclSuccess || rc == ncclInProgress) return;
+  throw Error(std::string("nccl: ") + what + " on rank " + std::to_string(rank) + ": " +
+              Nccl::get().error_string(rc));
+}
+}  // namespace
+
+void NcclComm::allreduce(const void* send, void* recv, std::size_t count, DataType dtype,
+                         ReduceOp op, void* stream) {
+  check_enqueue(Nccl::get().all_reduce(send, recv, count, nccl_type(dtype), nccl_op(op), s_->comm,
+                                       static_cast<cudaStream_t>(stream)),
+                "ncclAllReduce", s_->rank);
+}
+void NcclComm::broadcast(void* buf, std::size_t count, DataType dtype, int root, void* stream) {
+  check_enqueue(Nccl::get().broadcast(buf, buf, count, nccl_type(dtype), root, s_->comm,
+                                      static_cast<cudaStream_t>(stream)),
+                "ncclBroadcast", s_->rank);
+}
+void NcclComm::allgather(const void* send, void* recv, std::size_t count, DataType dtype,
+                         void* stream) {
+  check_enqueue(Nccl::get().all_gather(send, recv, count, nccl_type(dtype), s_->comm,
+                                       static_cast<cudaStream_t>(stream)),
+                "ncclAllGather", s_->rank);
+}
+
+#else  // !HVDRUN_HAVE_NCCL
+
+struct NcclComm::State {};
+
+NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, int, int,
+                   Clock::time_point deadline) {
+  const std::string why = "this libhvdrun was built without NCCL (configure with nccl.h found)";
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  exchange_unique_id(
+      store, key, rank, [&]() -> std::string { throw std::runtime_error(why); },
+      std::max(left, std::chrono::milliseconds(1)));
+  throw Error("nccl: " + why);
+}
+NcclComm::~NcclComm() = default;
+void NcclComm::allreduce(const void*, void*, std::size_t, DataType, ReduceOp, void*) {}
+void NcclComm::broadcast(void*, std::size_t, DataType, int, void*) {}
+void NcclComm::allgather(const void*, void*, std::size_t, DataType, void*) {}
+
+#endif
+
+}  // namespace hvdrun::runtime

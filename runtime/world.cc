@@ -1,0 +1,196 @@
+// Start-up of one rank (see world.h): check-in protocol and store-based barrier.
+//
+// Keys, all under "hvdrun/g<generation>":
+//   checkin/<r>   counter; a second check-in of the same rank is an error
+//   info/<r>      "host=<name> addr=<ip> size=<n> pid=<pid>", read only on failure
+//   gpus          counter of ranks with a visible GPU
+//   arrived/<n>   counter of ranks that checked in for a world of size n
+//   ready         set by the rank whose check-in completes the world
+//   barrier/rank/<r>, barrier/<k>/count, barrier/<k>/done   per barrier k
+//   gloo/world/addr/<i>/<j>   address of rank i's end of pair (i, j)
+//   nccl/world/id             ncclUniqueId (or rank 0's reason for not making one)
+#include "runtime/world.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+namespace hvdrun::runtime {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::string format_ranks(const std::vector<int>& ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size() && i < 32; ++i)
+    s += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 32) s += " and " + std::to_string(ranks.size() - 32) + " more";
+  return s;
+}
+
+namespace {
+
+milliseconds left(Clock::time_point deadline) {
+  return std::max(milliseconds(1),
+                  std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+}
+
+std::string seconds_text(milliseconds d) {
+  auto s = d.count() / 1000.0;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+// Cheap test for a GPU without loading the CUDA runtime (which costs tens of ms per
+// process): the NVIDIA device nodes exist.
+bool gpu_device_nodes_present() {
+  struct stat st;
+  return ::stat("/dev/nvidiactl", &st) == 0 || ::stat("/dev/nvidia0", &st) == 0 ||
+         ::stat("/dev/dxg", &st) == 0;
+}
+
+}  // namespace
+
+std::string World::who() const {
+  return "rank " + std::to_string(env_.rank) + " of " + std::to_string(env_.size) + " on " +
+         env_.hostname;
+}
+
+World::World(Environment env) : env_(std::move(env)) {
+  auto start = Clock::now();
+  auto deadline = start + env_.start_timeout;
+  prefix_ = "hvdrun/g" + std::to_string(env_.generation);
+
+  rendezvous::ClientOptions o;
+  o.host = env_.rendezvous_addr;
+  o.port = env_.rendezvous_port;
+  o.secret = env_.secret;
+  o.connect_timeout = env_.start_timeout;
+  o.call_timeout = std::max(env_.start_timeout, milliseconds(30000));
+  o.who = "rank " + std::to_string(env_.rank);
+  store_ = std::make_unique<rendezvous::Client>(o);
+
+  check_in(deadline);
+  gloo_ = std::make_unique<GlooComm>(*store_, prefix_ + "/gloo/world", env_.rank, env_.size,
+                                     store_->local_address(), env_.op_timeout, env_.op_timeout);
+  build_nccl(deadline);
+  spdlog::debug("hvdrun: {} joined in {} ms via {}", who(),
+                std::chrono::duration_cast<milliseconds>(Clock::now() - start).count(),
+                store_->local_address());
+}
+
+World::~World() = default;
+
+void World::check_in(Clock::time_point deadline) {
+  const auto r = std::to_string(env_.rank);
+  if (store_->add(prefix_ + "/checkin/" + r, 1) > 1)
+    throw Error("rendezvous: rank " + r + " has already checked in: two processes were started "
+                "with HVDRUN_RANK=" + r + " for the same job (on " + env_.hostname + ")");
+  store_->set(prefix_ + "/info/" + r, "host=" + env_.hostname + " addr=" +
+                                          store_->local_address() +
+                                          " size=" + std::to_string(env_.size) +
+                                          " pid=" + std::to_string(::getpid()));
+  if (env_.nccl_mode != "off" && gpu_device_nodes_present()) {
+    std::string why;
+    if (cuda_device_count(&why) > 0) store_->add(prefix_ + "/gpus", 1);
+  }
+  auto n = store_->add(prefix_ + "/arrived/" + std::to_string(env_.size), 1);
+  if (n == env_.size) store_->set(prefix_ + "/ready", "1");
+
+  auto missing = store_->wait_for({prefix_ + "/ready"}, left(deadline));
+  if (missing.empty()) return;
+
+  // Name who is missing, and anyone who disagrees about the world size.
+  std::vector<std::string> keys;
+  for (int i = 0; i < env_.size; ++i) keys.push_back(prefix_ + "/info/" + std::to_string(i));
+  auto info = store_->multi_get(keys);
+  std::vector<int> absent;
+  std::string mismatch;
+  const std::string my_size = "size=" + std::to_string(env_.size) + " ";
+  for (int i = 0; i < env_.size; ++i) {
+    const auto& v = info[static_cast<std::size_t>(i)];
+    if (!v)
+      absent.push_back(i);
+    else if (v->find(my_size) == std::string::npos)
+      mismatch += "; rank " + std::to_string(i) + " reports " + *v;
+  }
+  std::string msg = "rendezvous: " + who() + ": ";
+  if (!absent.empty())
+    msg += "rank" + std::string(absent.size() > 1 ? "s " : " ") + format_ranks(absent) +
+           (absent.size() > 1 ? " did" : " did") + " not arrive within " +
+           seconds_text(env_.start_timeout) + " s (" +
+           std::to_string(env_.size - static_cast<int>(absent.size())) + " of " +
+           std::to_string(env_.size) + " checked in at " + store_->server_address() +
+           "). Check the missing ranks' output for errors; raise --start-timeout if they are "
+           "slow to start";
+  else
+    msg += "all ranks checked in but the world did not complete within " +
+           seconds_text(env_.start_timeout) + " s";
+  msg += mismatch;
+  throw Error(msg);
+}
+
+void World::build_nccl(Clock::time_point deadline) {
+  if (env_.nccl_mode == "off") {
+    nccl_status_ = "NCCL disabled (HVDRUN_NCCL=off)";
+    return;
+  }
+  auto gpus_v = store_->get(prefix_ + "/gpus");
+  long gpus = gpus_v ? std::strtol(gpus_v->c_str(), nullptr, 10) : 0;
+  bool require = env_.nccl_mode == "require";
+  if (gpus != env_.size && !require) {
+    nccl_status_ = gpus == 0 ? "no rank has a visible CUDA device"
+                             : "only " + std::to_string(gpus) + " of " +
+                                   std::to_string(env_.size) + " ranks have a visible CUDA device";
+    if (gpus > 0) spdlog::warn("hvdrun: {}: NCCL not initialised: {}", who(), nccl_status_);
+    return;
+  }
+  // NCCL's own traffic uses the interface that reaches the rendezvous, unless the user
+  // chose one.
+  if (std::getenv("NCCL_SOCKET_IFNAME") == nullptr) {
+    auto ifname = interface_of(store_->local_address());
+    if (!ifname.empty()) ::setenv("NCCL_SOCKET_IFNAME", ("=" + ifname).c_str(), 0);
+  }
+  try {
+    nccl_ = std::make_unique<NcclComm>(*store_, prefix_ + "/nccl/world/id", env_.rank, env_.size,
+                                       env_.local_rank, deadline);
+  } catch (const Error& e) {
+    if (require) throw;
+    nccl_status_ = e.what();
+    spdlog::warn("hvdrun: {}: continuing without NCCL: {}", who(), e.what());
+  }
+}
+
+void World::barrier() {
+  if (env_.size == 1) return;
+  const long long k = ++barrier_seq_;
+  const std::string base = prefix_ + "/barrier/";
+  const std::string ks = std::to_string(k);
+  store_->set(base + "rank/" + std::to_string(env_.rank), ks);
+  if (store_->add(base + ks + "/count", 1) == env_.size) {
+    store_->set(base + ks + "/done", "1");
+    // Everyone has left barrier k-1 (they all arrived here), so its keys can go.
+    if (k > 1) {
+      store_->erase(base + std::to_string(k - 1) + "/count");
+      store_->erase(base + std::to_string(k - 1) + "/done");
+    }
+  }
+  auto missing = store_->wait_for({base + ks + "/done"}, env_.op_timeout);
+  if (missing.empty()) return;
+  std::vector<std::string> keys;
+  for (int i = 0; i < env_.size; ++i) keys.push_back(base + "rank/" + std::to_string(i));
+  auto seen = store_->multi_get(keys);
+  std::vector<int> late;
+  for (int i = 0; i < env_.size; ++i) {
+    const auto& v = seen[static_cast<std::size_t>(i)];
+    if (!v || std::strtoll(v->c_str(), nullptr, 10) < k) late.push_back(i);
+  }
+  throw Error("barrier " + ks + ": " + who() + ": rank(s) " + format_ranks(late) +
+              " did not arrive within " + seconds_text(env_.op_timeout) +
+              " s (HVDRUN_OP_TIMEOUT)");
+}
+
+}  // namespace hvdrun::runtime

@@ -1,0 +1,56 @@
+// One rank's membership in a job: the rendezvous connection, the check-in with every
+// other rank, and the communicators built on top. api.cc holds the single instance.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "rendezvous/client.h"
+#include "runtime/env.h"
+#include "runtime/gloo_comm.h"
+#include "runtime/nccl_comm.h"
+
+namespace hvdrun::runtime {
+
+/// Joined job state. Construction performs the whole start-up under the start timeout.
+class World {
+ public:
+  /// Connects, checks in, waits for every rank (naming the missing ones on timeout),
+  /// builds Gloo and, when possible, NCCL. Throws Error.
+  explicit World(Environment env);
+  ~World();
+
+  /// The environment this rank was started with.
+  const Environment& env() const { return env_; }
+  /// Barrier through the store; on timeout names the ranks that did not arrive.
+  void barrier();
+  /// The CPU communicator.
+  GlooComm& gloo() { return *gloo_; }
+  /// The GPU communicator, or nullptr (see nccl_status()).
+  NcclComm* nccl() { return nccl_.get(); }
+  /// Why there is no NCCL communicator ("" when there is one).
+  const std::string& nccl_status() const { return nccl_status_; }
+  /// Local IP of the rendezvous connection (used for collective traffic).
+  const std::string& local_address() const { return store_->local_address(); }
+  /// Key prefix of this job generation ("hvdrun/g0").
+  const std::string& prefix() const { return prefix_; }
+
+ private:
+  void check_in(std::chrono::steady_clock::time_point deadline);
+  void build_nccl(std::chrono::steady_clock::time_point deadline);
+  std::string who() const;
+
+  Environment env_;
+  std::string prefix_;
+  std::unique_ptr<rendezvous::Client> store_;
+  std::unique_ptr<GlooComm> gloo_;
+  std::unique_ptr<NcclComm> nccl_;
+  std::string nccl_status_;
+  long long barrier_seq_ = 0;
+};
+
+/// Comma-separated rank list, abbreviated past 32 entries.
+std::string format_ranks(const std::vector<int>& ranks);
+
+}  // namespace hvdrun::runtime

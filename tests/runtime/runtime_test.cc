@@ -1,0 +1,248 @@
+// Runtime tests: environment parsing, NCCL id exchange through the store, and whole
+// jobs of real rank processes (tests/runtime/worker.cc, linked to libhvdrun.so).
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <future>
+#include <map>
+#include <thread>
+
+#include "hvdrun/hvdrun.h"
+#include "rendezvous/server.h"
+#include "runtime/env.h"
+#include "runtime/nccl_comm.h"
+#include "runtime/reduce.h"
+#include "tests/runtime/job_harness.h"
+
+using namespace std::chrono_literals;
+using hvdrun::test::JobSpec;
+using hvdrun::test::run_job;
+
+namespace {
+
+const std::string kWorker = HVDRUN_BINARY_DIR "/tests/runtime/runtime_worker";
+
+std::map<std::string, std::string> full_env() {
+  return {{"HVDRUN_RANK", "1"},          {"HVDRUN_SIZE", "4"},
+          {"HVDRUN_LOCAL_RANK", "1"},    {"HVDRUN_LOCAL_SIZE", "2"},
+          {"HVDRUN_CROSS_RANK", "0"},    {"HVDRUN_CROSS_SIZE", "2"},
+          {"HVDRUN_HOSTNAME", "node1"},  {"HVDRUN_RENDEZVOUS_ADDR", "10.0.0.1"},
+          {"HVDRUN_RENDEZVOUS_PORT", "29500"},
+          {"HVDRUN_SECRET", std::string(64, 'a')}};
+}
+
+hvdrun::runtime::Environment parse(const std::map<std::string, std::string>& env) {
+  return hvdrun::runtime::read_environment([&](const char* n) -> const char* {
+    auto it = env.find(n);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+}  // namespace
+
+TEST_CASE("environment contract is parsed", "[runtime][env]") {
+  auto e = parse(full_env());
+  CHECK(e.rank == 1);
+  CHECK(e.size == 4);
+  CHECK(e.local_size == 2);
+  CHECK(e.cross_size == 2);
+  CHECK(e.hostname == "node1");
+  CHECK(e.rendezvous_port == 29500);
+  CHECK(e.start_timeout == 30s);
+  auto env = full_env();
+  env["HVDRUN_START_TIMEOUT"] = "5";
+  CHECK(parse(env).start_timeout == 5s);
+}
+
+TEST_CASE("missing or garbled environment says to run under hvdrun", "[runtime][env]") {
+  CHECK_THROWS_WITH(parse({}), Catch::Contains("not started by hvdrun") &&
+                                   Catch::Contains("HVDRUN_RANK") &&
+                                   Catch::Contains("HVDRUN_SECRET") &&
+                                   Catch::Contains("hvdrun -np"));
+  auto env = full_env();
+  env["HVDRUN_RANK"] = "4";
+  CHECK_THROWS_WITH(parse(env), Catch::Contains("HVDRUN_RANK=4 (not below HVDRUN_SIZE=4)"));
+  env = full_env();
+  env["HVDRUN_RENDEZVOUS_PORT"] = "80x";
+  CHECK_THROWS_WITH(parse(env), Catch::Contains("HVDRUN_RENDEZVOUS_PORT='80x'"));
+  env = full_env();
+  env["HVDRUN_SECRET"] = "not-hex";
+  CHECK_THROWS_WITH(parse(env), Catch::Contains("HVDRUN_SECRET"));
+  env = full_env();
+  env["HVDRUN_START_TIMEOUT"] = "0";
+  CHECK_THROWS_WITH(parse(env), Catch::Contains("HVDRUN_START_TIMEOUT"));
+}
+
+TEST_CASE("calls before init fail with a clear error", "[runtime]") {
+  CHECK_THROWS_WITH(hvdrun::rank(), Catch::Contains("before hvdrun::init()"));
+  int x = 0;
+  CHECK_THROWS_AS(hvdrun::allreduce(&x, &x, 1, hvdrun::DataType::kInt32), hvdrun::Error);
+}
+
+TEST_CASE("16-bit float conversions round to nearest even", "[runtime][reduce]") {
+  using namespace hvdrun::runtime;
+  for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 1000.0f})
+    CHECK(to_float(to_half(f)) == f);
+  CHECK(to_half(65520.0f).bits == 0x7c00);        // overflow to infinity
+  CHECK(to_half(1.0f + 1.0f / 4096).bits == 0x3c00);  // tie rounds to even
+  CHECK(std::isnan(to_float(to_half(std::nanf("")))));
+  CHECK(to_float(to_half(3e-8f)) == 5.9604645e-08f);  // rounds up to the smallest subnormal
+  for (float f : {0.0f, 1.0f, -3.0f, 256.0f, 0x1.8p100f}) CHECK(to_float(to_bfloat16(f)) == f);
+  CHECK(to_bfloat16(1.0f + 1.0f / 256).bits == 0x3f80);  // tie to even
+}
+
+TEST_CASE("NCCL unique id is published by rank 0 and read through the store",
+          "[runtime][nccl]") {
+  auto secret = hvdrun::rendezvous::generate_secret();
+  hvdrun::rendezvous::Server server(secret, "127.0.0.1");
+  server.start();
+  auto client = [&] {
+    hvdrun::rendezvous::ClientOptions o;
+    o.host = "127.0.0.1";
+    o.port = server.port();
+    o.secret = secret;
+    return std::make_unique<hvdrun::rendezvous::Client>(o);
+  };
+  const std::string id(128, '\x5a');
+  SECTION("id reaches every rank") {
+    std::vector<std::future<std::string>> others;
+    for (int r = 1; r < 4; ++r)
+      others.push_back(std::async(std::launch::async, [&, r] {
+        auto c = client();
+        return hvdrun::runtime::exchange_unique_id(*c, "g0/nccl/world/id", r, nullptr, 5s);
+      }));
+    auto c0 = client();
+    CHECK(hvdrun::runtime::exchange_unique_id(*c0, "g0/nccl/world/id", 0,
+                                              [&] { return id; }, 5s) == id);
+    for (auto& f : others) CHECK(f.get() == id);
+    CHECK(server.get("g0/nccl/world/id") == "id:" + id);
+  }
+  SECTION("rank 0's failure reaches every rank at once") {
+    auto waiter = std::async(std::launch::async, [&] {
+      auto c = client();
+      return hvdrun::runtime::exchange_unique_id(*c, "k", 1, nullptr, 20s);
+    });
+    auto c0 = client();
+    CHECK_THROWS_WITH(hvdrun::runtime::exchange_unique_id(
+                          *c0, "k", 0,
+                          []() -> std::string { throw std::runtime_error("no CUDA device"); }, 5s),
+                      Catch::Contains("no CUDA device"));
+    REQUIRE(waiter.wait_for(3s) == std::future_status::ready);
+    CHECK_THROWS_WITH(waiter.get(), Catch::Contains("rank 0 could not create") &&
+                                        Catch::Contains("no CUDA device"));
+  }
+  SECTION("a missing rank 0 is a timeout naming the key") {
+    auto c = client();
+    auto t0 = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(hvdrun::runtime::exchange_unique_id(*c, "g0/nccl/world/id", 2, nullptr, 300ms),
+                      Catch::Contains("rank 0 to publish") && Catch::Contains("g0/nccl/world/id"));
+    CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+  }
+}
+
+TEST_CASE("interface_of finds the loopback interface", "[runtime][nccl]") {
+  CHECK(hvdrun::runtime::interface_of("127.0.0.1") == "lo");
+  CHECK(hvdrun::runtime::interface_of("203.0.113.77").empty());
+}
+
+TEST_CASE("collectives are correct for every dtype and op", "[runtime][job]") {
+  auto np = GENERATE(1, 2, 3, 4, 7);
+  JobSpec spec;
+  spec.np = np;
+  spec.argv = {kWorker, "collectives"};
+  spec.deadline = 120s;
+  auto r = run_job(spec);
+  INFO("np=" << np << "\n" << r.dump());
+  CHECK(r.ok());
+}
+
+TEST_CASE("a rank that never arrives is named by every other rank within the start timeout",
+          "[runtime][job]") {
+  JobSpec spec;
+  spec.np = 4;
+  spec.argv = {kWorker, "barrier"};
+  spec.skip = {1, 3};
+  spec.env = {{"HVDRUN_START_TIMEOUT", "2"}};
+  spec.deadline = 20s;
+  auto r = run_job(spec);
+  INFO(r.dump());
+  CHECK(!r.timed_out);
+  CHECK(r.elapsed < 5s);
+  REQUIRE(r.ranks.size() == 2);
+  for (const auto& rr : r.ranks) {
+    CHECK(rr.exit_code == 3);
+    CHECK_THAT(rr.err, Catch::Contains("ranks 1, 3 did not arrive within 2 s") &&
+                           Catch::Contains("2 of 4 checked in"));
+  }
+}
+
+TEST_CASE("two processes claiming the same rank are refused", "[runtime][job]") {
+  JobSpec spec;
+  spec.np = 2;
+  spec.argv = {kWorker, "barrier"};
+  spec.extra = {0};
+  spec.env = {{"HVDRUN_START_TIMEOUT", "3"}};
+  auto r = run_job(spec);
+  INFO(r.dump());
+  CHECK(r.dump().find("rank 0 has already checked in") != std::string::npos);
+}
+
+TEST_CASE("a rank leaving mid-job makes the others fail, not hang", "[runtime][job]") {
+  JobSpec spec;
+  spec.np = 3;
+  spec.argv = {kWorker, "exit-after-init"};
+  spec.env = {{"HVDRUN_OP_TIMEOUT", "2"}};
+  spec.deadline = 20s;
+  auto r = run_job(spec);
+  INFO(r.dump());
+  CHECK(!r.timed_out);
+  for (const auto& rr : r.ranks) {
+    if (rr.rank == 1) {
+      CHECK(rr.exit_code == 0);
+    } else {
+      CHECK(rr.exit_code == 5);
+      CHECK_THAT(rr.err, Catch::Contains("rank(s) 1"));
+    }
+  }
+}
+
+TEST_CASE("NCCL init without a GPU fails cleanly within the deadline", "[runtime][nccl][job]") {
+  std::string why;
+  if (hvdrun::runtime::cuda_device_count(&why) > 0) {
+    WARN("a CUDA device is visible; the no-GPU path is not exercised here");
+    return;
+  }
+  JobSpec spec;
+  spec.np = 2;
+  spec.argv = {kWorker, "barrier"};
+  spec.env = {{"HVDRUN_NCCL", "require"}, {"HVDRUN_START_TIMEOUT", "10"}};
+  spec.deadline = 20s;
+  auto r = run_job(spec);
+  INFO(r.dump());
+  CHECK(!r.timed_out);
+  CHECK(r.elapsed < 5s);
+  for (const auto& rr : r.ranks) {
+    CHECK(rr.exit_code == 3);
+    CHECK_THAT(rr.err, Catch::Contains("nccl"));
+  }
+}
+
+TEST_CASE("without NCCL required, CPU collectives still work and say why NCCL is off",
+          "[runtime][nccl][job]") {
+  JobSpec spec;
+  spec.np = 2;
+  spec.argv = {kWorker, "barrier"};
+  auto r = run_job(spec);
+  INFO(r.dump());
+  CHECK(r.ok());
+}
+
+TEST_CASE("Python ctypes drives libhvdrun.so", "[runtime][python][job]") {
+  JobSpec spec;
+  spec.np = 3;
+  spec.argv = {"/usr/bin/python3", HVDRUN_SOURCE_DIR "/tests/runtime/ctypes_worker.py"};
+  spec.env = {{"HVDRUN_LIB", HVDRUN_BINARY_DIR "/runtime/libhvdrun.so"}};
+  spec.deadline = 60s;
+  auto r = run_job(spec);
+  INFO(r.dump());
+  CHECK(r.ok());
+}
