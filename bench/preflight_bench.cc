@@ -21,7 +21,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 double self_cpu() {
   rusage ru{};
@@ -41,8 +43,8 @@ pid_t spawn_ssh(const hvdrun::testing::SshdCluster& c, int k) {
   pid_t pid = ::fork();
   if (pid == 0) {
     std::string host = c.alias(k);
-    ::execlp("ssh", "ssh", "-F", c.ssh_config().c_str(), "-o", "BatchMode=yes", host.c_str(), "true",
-             static_cast<char*>(nullptr));
+    ::execlp("ssh", "ssh", "-F", c.ssh_config().c_str(), "-o", "BatchMode=yes", host.c_str(),
+             "true", static_cast<char*>(nullptr));
     ::_exit(127);
   }
   return pid;
@@ -59,7 +61,8 @@ struct Sample {
   double cpu = 0;
 };
 
-Sample run_preflight(const hvdrun::testing::SshdCluster& c, int hosts, const std::string& stand_in) {
+Sample run_preflight(const hvdrun::testing::SshdCluster& c, int hosts,
+                     const std::string& stand_in) {
   auto options = c.options(hosts);
   options.remote_hvdrun = stand_in;
   hvdrun::ssh::Libssh2Connector connector;
@@ -125,7 +128,8 @@ int main(int argc, char** argv) {
   const double m = median(many), p = median(par);
   std::printf("hosts=%d rounds=%d (medians)\n", hosts, rounds);
   std::printf("hvdrun preflight, 1 host      : %.3f s\n", median(one));
-  std::printf("hvdrun preflight, %2d hosts    : %.3f s  (%.2fx one host)\n", hosts, m, m / median(one));
+  std::printf("hvdrun preflight, %2d hosts    : %.3f s  (%.2fx one host)\n", hosts, m,
+              m / median(one));
   std::printf("ssh true, %2d parallel         : %.3f s\n", hosts, p);
   std::printf("ssh true, %2d sequential       : %.3f s\n", hosts, median(seq));
   std::printf("ratio hvdrun / parallel ssh   : %.2fx  (target <= 0.85x)\n", m / p);

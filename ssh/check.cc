@@ -18,11 +18,21 @@ std::string json_string(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -51,7 +61,8 @@ std::string render_table(const PreflightReport& report) {
   const std::vector<std::string> head = {"HOST", "ADDRESS", "VERDICT", "LATENCY", "DETAIL"};
   std::vector<std::vector<std::string>> rows;
   for (const auto& h : report.hosts) {
-    rows.push_back({h.host, h.address, std::string(to_string(h.verdict)), latency_text(h), h.detail});
+    rows.push_back(
+        {h.host, h.address, std::string(to_string(h.verdict)), latency_text(h), h.detail});
   }
   std::vector<std::size_t> width(head.size());
   for (std::size_t c = 0; c < head.size(); ++c) {
@@ -67,14 +78,15 @@ std::string render_table(const PreflightReport& report) {
   const std::size_t indent = width[0] + width[1] + width[2] + width[3] + 8;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     out += line(rows[i]);
-    if (!report.hosts[i].fix.empty()) out += std::string(indent, ' ') + "fix: " + report.hosts[i].fix + "\n";
+    if (!report.hosts[i].fix.empty())
+      out += std::string(indent, ' ') + "fix: " + report.hosts[i].fix + "\n";
   }
   int bad = report.failures();
   int remote = 0;
   for (const auto& h : report.hosts) remote += h.local ? 0 : 1;
   std::ostringstream summary;
-  summary << report.hosts.size() << (report.hosts.size() == 1 ? " host" : " hosts") << " (" << remote
-          << " over SSH) checked in " << report.elapsed.count() << " ms: ";
+  summary << report.hosts.size() << (report.hosts.size() == 1 ? " host" : " hosts") << " ("
+          << remote << " over SSH) checked in " << report.elapsed.count() << " ms: ";
   if (bad == 0) {
     summary << "all ok";
   } else {
@@ -85,12 +97,14 @@ std::string render_table(const PreflightReport& report) {
 
 std::string render_json(const PreflightReport& report) {
   std::ostringstream out;
-  out << "{\"ok\": " << (report.ok() ? "true" : "false") << ", \"elapsed_ms\": " << report.elapsed.count()
-      << ", \"hosts\": [";
+  out << "{\"ok\": " << (report.ok() ? "true" : "false")
+      << ", \"elapsed_ms\": " << report.elapsed.count() << ", \"hosts\": [";
   bool first = true;
   for (const auto& h : report.hosts) {
-    out << (first ? "" : ", ") << "{\"host\": " << json_string(h.host) << ", \"local\": " << (h.local ? "true" : "false")
-        << ", \"address\": " << json_string(h.address) << ", \"verdict\": " << json_string(to_string(h.verdict))
+    out << (first ? "" : ", ") << "{\"host\": " << json_string(h.host)
+        << ", \"local\": " << (h.local ? "true" : "false")
+        << ", \"address\": " << json_string(h.address)
+        << ", \"verdict\": " << json_string(to_string(h.verdict))
         << ", \"latency_ms\": " << h.latency.count() << ", \"detail\": " << json_string(h.detail)
         << ", \"fix\": " << json_string(h.fix) << "}";
     first = false;
@@ -127,7 +141,9 @@ std::string local_version_line() {
   return out.substr(0, nl);
 }
 
-int run_check(const launcher::LaunchOptions& options) { return run_check(options, local_version_line()); }
+int run_check(const launcher::LaunchOptions& options) {
+  return run_check(options, local_version_line());
+}
 
 int run_check(const launcher::LaunchOptions& options, const std::string& expected_version) {
   Libssh2Connector connector;

@@ -86,8 +86,8 @@ std::string validate(const std::string& keyword, const std::vector<std::string>&
     }
   } else if (keyword == "stricthostkeychecking") {
     if (!parse_strict(value)) {
-      malformed(where, "StrictHostKeyChecking must be yes, accept-new, no or ask, not '" +
-                           value + "'");
+      malformed(where,
+                "StrictHostKeyChecking must be yes, accept-new, no or ask, not '" + value + "'");
     }
   } else if (keyword == "userknownhostsfile") {
     single = false;  // several files may be named; hvdrun uses the first
@@ -99,7 +99,7 @@ std::string validate(const std::string& keyword, const std::vector<std::string>&
 }
 
 constexpr std::string_view kKnownKeywords[] = {
-    "hostname", "port", "user", "identityfile", "userknownhostsfile", "stricthostkeychecking",
+    "hostname",      "port", "user", "identityfile", "userknownhostsfile", "stricthostkeychecking",
     "connecttimeout"};
 
 }  // namespace
@@ -108,10 +108,12 @@ bool glob_match(std::string_view pattern, std::string_view text) {
   // Iterative wildcard match with backtracking to the last '*'.
   std::size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
   auto eq = [](char a, char b) {
-    return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+    return std::tolower(static_cast<unsigned char>(a)) ==
+           std::tolower(static_cast<unsigned char>(b));
   };
   while (t < text.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || (pattern[p] != '*' && eq(pattern[p], text[t])))) {
+    if (p < pattern.size() &&
+        (pattern[p] == '?' || (pattern[p] != '*' && eq(pattern[p], text[t])))) {
       ++p;
       ++t;
     } else if (p < pattern.size() && pattern[p] == '*') {
@@ -161,7 +163,8 @@ SshConfig SshConfig::parse(std::string_view text, const std::string& filename) {
     }
     const std::string where = filename + ":" + std::to_string(line_no);
     auto kstart = i;
-    while (i < line.size() && !std::isspace(static_cast<unsigned char>(line[i])) && line[i] != '=') ++i;
+    while (i < line.size() && !std::isspace(static_cast<unsigned char>(line[i])) && line[i] != '=')
+      ++i;
     std::string keyword = lower(line.substr(kstart, i - kstart));
     while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i]))) ++i;
     if (i < line.size() && line[i] == '=') ++i;
@@ -263,14 +266,31 @@ std::string expand_tokens(const std::string& value, const Target& t, const std::
       continue;
     }
     switch (value[++i]) {
-      case '%': out += '%'; break;
-      case 'd': out += home_dir(); break;
-      case 'h': out += t.hostname; break;
-      case 'n': out += original; break;
-      case 'p': out += std::to_string(t.port); break;
-      case 'r': out += t.user; break;
-      case 'u': out += local_user(); break;
-      default: out += '%'; out += value[i]; break;
+      case '%':
+        out += '%';
+        break;
+      case 'd':
+        out += home_dir();
+        break;
+      case 'h':
+        out += t.hostname;
+        break;
+      case 'n':
+        out += original;
+        break;
+      case 'p':
+        out += std::to_string(t.port);
+        break;
+      case 'r':
+        out += t.user;
+        break;
+      case 'u':
+        out += local_user();
+        break;
+      default:
+        out += '%';
+        out += value[i];
+        break;
     }
   }
   return out;
@@ -291,16 +311,19 @@ Target resolve_target(const std::string& host, const SshConfig& config,
   }
   t.port = options.ssh_port.value_or(hc.port.value_or(22));
   t.user = hc.user.value_or(local_user());
-  if (!options.ssh_identity_file.empty()) t.identity_files.push_back(expand_tilde(options.ssh_identity_file));
+  if (!options.ssh_identity_file.empty())
+    t.identity_files.push_back(expand_tilde(options.ssh_identity_file));
   for (const auto& f : hc.identity_files) {
     auto path = expand_tilde(expand_tokens(f, t, host));
-    if (std::find(t.identity_files.begin(), t.identity_files.end(), path) == t.identity_files.end()) {
+    if (std::find(t.identity_files.begin(), t.identity_files.end(), path) ==
+        t.identity_files.end()) {
       t.identity_files.push_back(path);
     }
   }
   for (const char* name : {"id_ed25519", "id_ecdsa", "id_rsa"}) {
     auto path = home_dir() + "/.ssh/" + name;
-    if (std::find(t.identity_files.begin(), t.identity_files.end(), path) == t.identity_files.end()) {
+    if (std::find(t.identity_files.begin(), t.identity_files.end(), path) ==
+        t.identity_files.end()) {
       t.default_identity_files.push_back(path);
     }
   }

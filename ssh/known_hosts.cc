@@ -30,7 +30,8 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
   std::size_t pos = 0;
   for (;;) {
     auto next = s.find(sep, pos);
-    out.push_back(s.substr(pos, next == std::string_view::npos ? std::string_view::npos : next - pos));
+    out.push_back(
+        s.substr(pos, next == std::string_view::npos ? std::string_view::npos : next - pos));
     if (next == std::string_view::npos) break;
     pos = next + 1;
   }
@@ -61,7 +62,8 @@ bool hashed_matches(std::string_view field, std::string_view name) {
             reinterpret_cast<const unsigned char*>(name.data()), name.size(), mac, &mac_len)) {
     return false;
   }
-  return hash.size() == mac_len && std::equal(hash.begin(), hash.end(), reinterpret_cast<const char*>(mac));
+  return hash.size() == mac_len &&
+         std::equal(hash.begin(), hash.end(), reinterpret_cast<const char*>(mac));
 }
 
 bool host_field_matches(std::string_view field, std::string_view name) {
@@ -118,7 +120,8 @@ std::string base64_encode(std::string_view data) {
   std::string out;
   std::size_t i = 0;
   while (i + 2 < data.size()) {
-    unsigned v = (static_cast<unsigned char>(data[i]) << 16) | (static_cast<unsigned char>(data[i + 1]) << 8) |
+    unsigned v = (static_cast<unsigned char>(data[i]) << 16) |
+                 (static_cast<unsigned char>(data[i + 1]) << 8) |
                  static_cast<unsigned char>(data[i + 2]);
     out += kAlphabet[(v >> 18) & 63];
     out += kAlphabet[(v >> 12) & 63];
@@ -162,8 +165,9 @@ std::string known_hosts_name(std::string_view host, int port) {
 
 std::string key_type_of_blob(std::string_view blob) {
   if (blob.size() < 4) return {};
-  std::uint32_t n = (static_cast<unsigned char>(blob[0]) << 24) | (static_cast<unsigned char>(blob[1]) << 16) |
-                    (static_cast<unsigned char>(blob[2]) << 8) | static_cast<unsigned char>(blob[3]);
+  std::uint32_t n =
+      (static_cast<unsigned char>(blob[0]) << 24) | (static_cast<unsigned char>(blob[1]) << 16) |
+      (static_cast<unsigned char>(blob[2]) << 8) | static_cast<unsigned char>(blob[3]);
   if (n > blob.size() - 4) return {};
   return std::string(blob.substr(4, n));
 }
@@ -218,11 +222,14 @@ void append_known_host(const std::string& file, std::string_view host, int port,
   if (slash != std::string::npos && slash > 0) {
     std::string dir = file.substr(0, slash);
     if (::mkdir(dir.c_str(), 0700) < 0 && errno != EEXIST) {
-      throw_errno("recording the host key of " + known_hosts_name(host, port) + " in " + file, "mkdir");
+      throw_errno("recording the host key of " + known_hosts_name(host, port) + " in " + file,
+                  "mkdir");
     }
   }
   UniqueFd fd(::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600));
-  if (!fd) throw_errno("recording the host key of " + known_hosts_name(host, port) + " in " + file, "open");
+  if (!fd)
+    throw_errno("recording the host key of " + known_hosts_name(host, port) + " in " + file,
+                "open");
   if (::flock(fd.get(), LOCK_EX) < 0) throw_errno("locking " + file, "flock");
   // Start on a fresh line even if the file does not end with a newline.
   std::string line;
@@ -232,7 +239,8 @@ void append_known_host(const std::string& file, std::string_view host, int port,
     UniqueFd rd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
     if (rd && ::pread(rd.get(), &last, 1, st.st_size - 1) == 1 && last != '\n') line += '\n';
   }
-  line += known_hosts_name(host, port) + " " + key_type_of_blob(blob) + " " + base64_encode(blob) + "\n";
+  line += known_hosts_name(host, port) + " " + key_type_of_blob(blob) + " " + base64_encode(blob) +
+          "\n";
   if (!write_all(fd.get(), line.data(), line.size())) throw_errno("writing " + file, "write");
 }
 

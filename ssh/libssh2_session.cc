@@ -38,7 +38,8 @@ void global_init() {
 }
 
 long long ms_left(Deadline deadline) {
-  return std::max<long long>(0, std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
+  return std::max<long long>(
+      0, std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
 }
 
 std::string seconds_text(std::chrono::milliseconds d) {
@@ -90,7 +91,8 @@ void collect(addrinfo* res, std::vector<Address>& out) {
     std::memcpy(&a.storage, ai->ai_addr, ai->ai_addrlen);
     a.length = ai->ai_addrlen;
     a.text = format_address(ai->ai_addr, true);
-    bool dup = std::any_of(out.begin(), out.end(), [&](const Address& b) { return b.text == a.text; });
+    bool dup =
+        std::any_of(out.begin(), out.end(), [&](const Address& b) { return b.text == a.text; });
     if (!dup) out.push_back(std::move(a));
   }
 }
@@ -131,9 +133,11 @@ std::vector<Address> resolve(const Target& t, Deadline deadline) {
   }).detach();
   std::unique_lock lock(state->mutex);
   if (!state->cv.wait_until(lock, deadline, [&] { return state->done; })) {
-    throw ConnectError(Verdict::dns,
-                       "resolving '" + t.hostname + "' did not finish within " + seconds_text(t.connect_timeout),
-                       "check the DNS servers in /etc/resolv.conf, or put the address in HostName (ssh_config) or -H");
+    throw ConnectError(
+        Verdict::dns,
+        "resolving '" + t.hostname + "' did not finish within " + seconds_text(t.connect_timeout),
+        "check the DNS servers in /etc/resolv.conf, or put the address in HostName (ssh_config) or "
+        "-H");
   }
   if (state->rc != 0 || state->addresses.empty()) {
     std::string why = state->rc == 0 ? "no addresses" : ::gai_strerror(state->rc);
@@ -187,14 +191,18 @@ UniqueFd connect_any(const Target& t, const std::vector<Address>& addresses, Dea
   }
   std::string detail;
   for (const auto& e : errors) detail += (detail.empty() ? "" : "; ") + e;
-  ConnectError error = timed_out
-      ? ConnectError(Verdict::timeout,
-                     "no TCP answer within " + seconds_text(t.connect_timeout) + " (" + detail + ")",
-                     "check that the host is up and no firewall drops port " + std::to_string(t.port) +
-                         "; raise ConnectTimeout in ssh_config if the network is slow")
-      : ConnectError(Verdict::refused, "cannot connect (" + detail + ")",
-                     all_refused ? "start sshd on the host, or give the right port (-p, or Port in ssh_config)"
-                                 : "check the route to the host and that it is up");
+  ConnectError error =
+      timed_out
+          ? ConnectError(
+                Verdict::timeout,
+                "no TCP answer within " + seconds_text(t.connect_timeout) + " (" + detail + ")",
+                "check that the host is up and no firewall drops port " + std::to_string(t.port) +
+                    "; raise ConnectTimeout in ssh_config if the network is slow")
+          : ConnectError(
+                Verdict::refused, "cannot connect (" + detail + ")",
+                all_refused
+                    ? "start sshd on the host, or give the right port (-p, or Port in ssh_config)"
+                    : "check the route to the host and that it is up");
   error.set_address(addresses.empty() ? t.hostname : addresses.front().text);
   throw error;
 }
@@ -214,11 +222,14 @@ void expect_banner(const Target& t, int fd, const std::string& address, Deadline
     rc = ::poll(&pfd, 1, static_cast<int>(ms_left(deadline)));
   } while (rc < 0 && errno == EINTR);
   if (rc == 0) {
-    fail(Verdict::not_ssh, "accepted TCP but sent no SSH banner within " + seconds_text(t.connect_timeout));
+    fail(Verdict::not_ssh,
+         "accepted TCP but sent no SSH banner within " + seconds_text(t.connect_timeout));
   }
   char buf[256];
   ssize_t n = ::recv(fd, buf, sizeof buf, MSG_PEEK);
-  if (n == 0) fail(Verdict::not_ssh, "closed the connection without an SSH banner (sshd MaxStartups or a firewall?)");
+  if (n == 0)
+    fail(Verdict::not_ssh,
+         "closed the connection without an SSH banner (sshd MaxStartups or a firewall?)");
   if (n < 0) fail(Verdict::refused, std::string("connection failed: ") + std::strerror(errno));
   std::string_view text(buf, static_cast<std::size_t>(n));
   if (std::string_view("SSH-").substr(0, text.size()) == text.substr(0, 4)) return;
@@ -255,8 +266,8 @@ struct Core {
     char* msg = nullptr;
     int len = 0;
     int rc = libssh2_session_last_error(session, &msg, &len, 0);
-    return std::string(msg && len > 0 ? std::string(msg, static_cast<std::size_t>(len)) : "error") + " (libssh2 " +
-           std::to_string(rc) + ")";
+    return std::string(msg && len > 0 ? std::string(msg, static_cast<std::size_t>(len)) : "error") +
+           " (libssh2 " + std::to_string(rc) + ")";
   }
 
   short events() const {
@@ -299,7 +310,8 @@ class Libssh2Channel : public Channel {
   }
 
   std::ptrdiff_t read(Stream stream, char* buf, std::size_t size) override {
-    auto n = libssh2_channel_read_ex(channel_, stream == Stream::err ? SSH_EXTENDED_DATA_STDERR : 0, buf, size);
+    auto n = libssh2_channel_read_ex(channel_, stream == Stream::err ? SSH_EXTENDED_DATA_STDERR : 0,
+                                     buf, size);
     if (n == LIBSSH2_ERROR_EAGAIN) return kWouldBlock;
     if (n < 0) throw SessionError(core_->label + ": reading remote output: " + core_->last_error());
     return n;
@@ -308,7 +320,8 @@ class Libssh2Channel : public Channel {
   std::ptrdiff_t write(const char* data, std::size_t size) override {
     auto n = libssh2_channel_write_ex(channel_, 0, data, size);
     if (n == LIBSSH2_ERROR_EAGAIN) return kWouldBlock;
-    if (n < 0) throw SessionError(core_->label + ": writing to remote stdin: " + core_->last_error());
+    if (n < 0)
+      throw SessionError(core_->label + ": writing to remote stdin: " + core_->last_error());
     return n;
   }
 
@@ -327,17 +340,20 @@ class Libssh2Channel : public Channel {
     if (!close_sent_) {
       int rc = libssh2_channel_close(channel_);
       if (rc == LIBSSH2_ERROR_EAGAIN) return std::nullopt;
-      if (rc < 0) throw SessionError(core_->label + ": closing the channel: " + core_->last_error());
+      if (rc < 0)
+        throw SessionError(core_->label + ": closing the channel: " + core_->last_error());
       close_sent_ = true;
     }
     int rc = libssh2_channel_wait_closed(channel_);
     if (rc == LIBSSH2_ERROR_EAGAIN) return std::nullopt;
-    if (rc < 0) throw SessionError(core_->label + ": waiting for the exit status: " + core_->last_error());
+    if (rc < 0)
+      throw SessionError(core_->label + ": waiting for the exit status: " + core_->last_error());
     ExitStatus status;
     status.code = libssh2_channel_get_exit_status(channel_);
     char* signal = nullptr;
     std::size_t signal_len = 0;
-    if (libssh2_channel_get_exit_signal(channel_, &signal, &signal_len, nullptr, nullptr, nullptr, nullptr) == 0 &&
+    if (libssh2_channel_get_exit_signal(channel_, &signal, &signal_len, nullptr, nullptr, nullptr,
+                                        nullptr) == 0 &&
         signal != nullptr) {
       status.signal.assign(signal, signal_len);
       libssh2_free(core_->session, signal);
@@ -382,15 +398,18 @@ class Libssh2Session : public Session {
       if (libssh2_session_last_errno(core_->session) != LIBSSH2_ERROR_EAGAIN) {
         throw SessionError(core_->label + ": opening a channel: " + core_->last_error());
       }
-      if (!core_->wait(deadline)) throw SessionError(core_->label + ": opening a channel timed out");
+      if (!core_->wait(deadline))
+        throw SessionError(core_->label + ": opening a channel timed out");
     }
     auto result = std::make_unique<Libssh2Channel>(core_, channel);
     int rc = core_->call(deadline, [&] {
       return libssh2_channel_process_startup(channel, "exec", 4, command.data(),
                                              static_cast<unsigned>(command.size()));
     });
-    if (rc == LIBSSH2_ERROR_TIMEOUT) throw SessionError(core_->label + ": starting `" + command + "` timed out");
-    if (rc < 0) throw SessionError(core_->label + ": starting `" + command + "`: " + core_->last_error());
+    if (rc == LIBSSH2_ERROR_TIMEOUT)
+      throw SessionError(core_->label + ": starting `" + command + "` timed out");
+    if (rc < 0)
+      throw SessionError(core_->label + ": starting `" + command + "`: " + core_->last_error());
     return result;
   }
 
@@ -420,8 +439,13 @@ class Libssh2Session : public Session {
 // libssh2's host key algorithms, with the types known_hosts already has for this host
 // first, so a host known by its ECDSA key is not asked for its Ed25519 one.
 std::string hostkey_preference(const std::vector<std::string>& known) {
-  std::vector<std::string> all = {"ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
-                                  "ecdsa-sha2-nistp521", "rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"};
+  std::vector<std::string> all = {"ssh-ed25519",
+                                  "ecdsa-sha2-nistp256",
+                                  "ecdsa-sha2-nistp384",
+                                  "ecdsa-sha2-nistp521",
+                                  "rsa-sha2-512",
+                                  "rsa-sha2-256",
+                                  "ssh-rsa"};
   std::vector<std::string> order;
   for (const auto& k : known) {
     if (k == "ssh-rsa") {
@@ -458,27 +482,30 @@ void check_host_key(const Target& t, Core& core, const std::string& address) {
     case HostKeyStatus::match:
       return;
     case HostKeyStatus::mismatch:
-      throw fail(Verdict::host_key_changed,
-           "host key " + fp + " differs from the one recorded in " + where +
-               " (the host was reinstalled, or someone is intercepting the connection)",
-           "if the change is expected, remove the old key with `" + remove + "` and run again");
+      throw fail(
+          Verdict::host_key_changed,
+          "host key " + fp + " differs from the one recorded in " + where +
+              " (the host was reinstalled, or someone is intercepting the connection)",
+          "if the change is expected, remove the old key with `" + remove + "` and run again");
     case HostKeyStatus::revoked:
       throw fail(Verdict::host_key_changed, "host key " + fp + " is marked @revoked in " + where,
-           "give the host a new key, or fix " + where);
+                 "give the host a new key, or fix " + where);
     case HostKeyStatus::not_found:
       break;
   }
   if (t.strict == StrictHostKeyChecking::yes) {
-    throw fail(Verdict::host_key_unknown,
-         "host key " + fp + " is not in " + t.known_hosts_file + " and StrictHostKeyChecking is yes",
-         "verify the key and record it: `ssh -p " + std::to_string(t.port) + " " + t.user + "@" + t.hostname +
-             " true` once, or set StrictHostKeyChecking accept-new for this host");
+    throw fail(
+        Verdict::host_key_unknown,
+        "host key " + fp + " is not in " + t.known_hosts_file + " and StrictHostKeyChecking is yes",
+        "verify the key and record it: `ssh -p " + std::to_string(t.port) + " " + t.user + "@" +
+            t.hostname + " true` once, or set StrictHostKeyChecking accept-new for this host");
   }
   try {
     append_known_host(t.known_hosts_file, t.hostname, t.port, blob);
     spdlog::info("ssh {}: added host key {} for {} to {}", t.alias, fp, name, t.known_hosts_file);
   } catch (const SystemError& e) {
-    spdlog::warn("ssh {}: accepted new host key {} but could not record it: {}", t.alias, fp, e.what());
+    spdlog::warn("ssh {}: accepted new host key {} but could not record it: {}", t.alias, fp,
+                 e.what());
   }
 }
 
@@ -502,7 +529,8 @@ bool file_exists(const std::string& path) {
 void authenticate(const Target& t, Core& core, Deadline deadline, const std::string& address) {
   const std::string who = t.user + "@" + t.hostname;
   auto timed_out = [&] {
-    ConnectError e(Verdict::timeout, "authentication did not finish before the deadline (--start-timeout)",
+    ConnectError e(Verdict::timeout,
+                   "authentication did not finish before the deadline (--start-timeout)",
                    "check the load on the host; raise --start-timeout");
     e.set_address(address);
     throw e;
@@ -510,7 +538,8 @@ void authenticate(const Target& t, Core& core, Deadline deadline, const std::str
   // userauth_list both asks which methods are allowed and tries "none".
   char* methods = nullptr;
   for (;;) {
-    methods = libssh2_userauth_list(core.session, t.user.c_str(), static_cast<unsigned>(t.user.size()));
+    methods =
+        libssh2_userauth_list(core.session, t.user.c_str(), static_cast<unsigned>(t.user.size()));
     if (methods != nullptr || libssh2_userauth_authenticated(core.session)) break;
     if (libssh2_session_last_errno(core.session) != LIBSSH2_ERROR_EAGAIN) {
       ConnectError e(Verdict::auth, "the server ended the login: " + core.last_error(),
@@ -543,14 +572,16 @@ void authenticate(const Target& t, Core& core, Deadline deadline, const std::str
         libssh2_agent_publickey* prev = nullptr;
         while (libssh2_agent_get_identity(agent, &identity, prev) == 0) {
           prev = identity;
-          int rc = core.call(deadline, [&] { return libssh2_agent_userauth(agent, t.user.c_str(), identity); });
+          int rc = core.call(
+              deadline, [&] { return libssh2_agent_userauth(agent, t.user.c_str(), identity); });
           if (rc == 0) {
             libssh2_agent_disconnect(agent);
             libssh2_agent_free(agent);
             return;
           }
           if (rc == LIBSSH2_ERROR_TIMEOUT) timed_out();
-          tried.push_back("agent key '" + std::string(identity->comment ? identity->comment : "") + "'");
+          tried.push_back("agent key '" + std::string(identity->comment ? identity->comment : "") +
+                          "'");
           if (rc == LIBSSH2_ERROR_SOCKET_DISCONNECT || rc == LIBSSH2_ERROR_SOCKET_RECV) {
             disconnected = true;
             break;
@@ -587,8 +618,8 @@ void authenticate(const Target& t, Core& core, Deadline deadline, const std::str
     }
     int rc = core.call(deadline, [&] {
       return libssh2_userauth_publickey_fromfile_ex(core.session, t.user.c_str(),
-                                                    static_cast<unsigned>(t.user.size()), nullptr, path.c_str(),
-                                                    nullptr);
+                                                    static_cast<unsigned>(t.user.size()), nullptr,
+                                                    path.c_str(), nullptr);
     });
     if (rc == 0) return;
     if (rc == LIBSSH2_ERROR_TIMEOUT) timed_out();
@@ -596,7 +627,8 @@ void authenticate(const Target& t, Core& core, Deadline deadline, const std::str
       tried.push_back(path + " (cannot load: " + core.last_error() + ")");
     } else if (rc == LIBSSH2_ERROR_SOCKET_DISCONNECT || rc == LIBSSH2_ERROR_SOCKET_RECV ||
                rc == LIBSSH2_ERROR_SOCKET_SEND) {
-      tried.push_back(path + " (server closed the connection: too many keys tried? see MaxAuthTries)");
+      tried.push_back(path +
+                      " (server closed the connection: too many keys tried? see MaxAuthTries)");
       disconnected = true;
     } else {
       tried.push_back(path + " (not accepted)");
@@ -605,13 +637,16 @@ void authenticate(const Target& t, Core& core, Deadline deadline, const std::str
 
   std::string list;
   for (const auto& k : tried) list += (list.empty() ? "" : ", ") + k;
-  if (list.empty()) list = "no keys: no agent, no -i, no IdentityFile, no ~/.ssh/id_ed25519, id_ecdsa or id_rsa";
+  if (list.empty())
+    list = "no keys: no agent, no -i, no IdentityFile, no ~/.ssh/id_ed25519, id_ecdsa or id_rsa";
   std::string detail = "no key accepted for " + who + "; tried: " + list;
   std::string key = first_key.empty() ? "~/.ssh/id_ed25519" : first_key;
   std::string fix = "ssh-copy-id -i " + key + " -p " + std::to_string(t.port) + " " + who;
   if (first_key.empty()) fix = "ssh-keygen -t ed25519, then " + fix;
   if (!encrypted_key.empty() && t.agent_socket.empty()) {
-    detail = encrypted_key + " is passphrase-protected and no ssh-agent is running (SSH_AUTH_SOCK unset); " + detail;
+    detail = encrypted_key +
+             " is passphrase-protected and no ssh-agent is running (SSH_AUTH_SOCK unset); " +
+             detail;
     fix = "eval \"$(ssh-agent)\" && ssh-add " + encrypted_key + "; or authorise a key: " + fix;
   }
   ConnectError e(Verdict::auth, detail, fix);
@@ -656,16 +691,19 @@ std::unique_ptr<Session> Libssh2Connector::connect(const Target& t, Deadline dea
   if (core->session == nullptr) throw LaunchError(core->label + ": libssh2_session_init failed");
   core->fd = std::move(fd);
   libssh2_session_set_blocking(core->session, 0);
-  libssh2_session_method_pref(core->session, LIBSSH2_METHOD_HOSTKEY,
-                              hostkey_preference(known_key_types(t.known_hosts_file, t.hostname, t.port)).c_str());
+  libssh2_session_method_pref(
+      core->session, LIBSSH2_METHOD_HOSTKEY,
+      hostkey_preference(known_key_types(t.known_hosts_file, t.hostname, t.port)).c_str());
 
-  int rc = core->call(deadline, [&] { return libssh2_session_handshake(core->session, core->fd.get()); });
+  int rc = core->call(deadline,
+                      [&] { return libssh2_session_handshake(core->session, core->fd.get()); });
   if (rc != 0) {
-    ConnectError e = rc == LIBSSH2_ERROR_TIMEOUT
-        ? ConnectError(Verdict::timeout, "SSH key exchange did not finish before the deadline",
-                       "check the load on the host; raise --start-timeout")
-        : ConnectError(Verdict::not_ssh, "SSH handshake failed: " + core->last_error(),
-                       "check that the server speaks SSH-2 with algorithms libssh2 supports");
+    ConnectError e =
+        rc == LIBSSH2_ERROR_TIMEOUT
+            ? ConnectError(Verdict::timeout, "SSH key exchange did not finish before the deadline",
+                           "check the load on the host; raise --start-timeout")
+            : ConnectError(Verdict::not_ssh, "SSH handshake failed: " + core->last_error(),
+                           "check that the server speaks SSH-2 with algorithms libssh2 supports");
     e.set_address(address);
     throw e;
   }

@@ -16,7 +16,8 @@ namespace {
 
 bool iequals(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
          });
 }
 
@@ -28,7 +29,8 @@ std::string canonical_address(std::string_view text) {
   in_addr v4{};
   in6_addr v6{};
   if (::inet_pton(AF_INET, s.c_str(), &v4) == 1) return ::inet_ntop(AF_INET, &v4, buf, sizeof buf);
-  if (::inet_pton(AF_INET6, s.c_str(), &v6) == 1) return ::inet_ntop(AF_INET6, &v6, buf, sizeof buf);
+  if (::inet_pton(AF_INET6, s.c_str(), &v6) == 1)
+    return ::inet_ntop(AF_INET6, &v6, buf, sizeof buf);
   return {};
 }
 

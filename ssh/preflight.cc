@@ -27,7 +27,9 @@ void check_one(HostCheck& check, const Target& target, Connector& connector, Dea
                const std::string& remote_hvdrun, const std::string& expected_version) {
   const auto start = Clock::now();
   check.address = target.hostname + ":" + std::to_string(target.port);
-  auto finish = [&] { check.latency = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start); };
+  auto finish = [&] {
+    check.latency = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+  };
   try {
     auto session = connector.connect(target, deadline);
     check.address = session->peer_address().empty() ? check.address : session->peer_address();
@@ -42,9 +44,19 @@ void check_one(HostCheck& check, const Target& target, Connector& connector, Dea
       finish();
       return;
     }
-    const std::string line = first_line(result.out);
+    // Shell start-up files on the host may print before hvdrun does: any line of the
+    // output that is exactly the expected version counts.
+    bool found = false;
+    for (std::size_t pos = 0; pos < result.out.size() && !found;) {
+      auto end = result.out.find('\n', pos);
+      found = first_line(result.out.substr(pos, end == std::string::npos ? end : end - pos)) ==
+              expected_version;
+      pos = end == std::string::npos ? result.out.size() : end + 1;
+    }
+    std::string line = first_line(result.out);
     const int code = result.status.shell_code();
-    if (code == 0 && line == expected_version) {
+    if (code == 0 && found) {
+      line = expected_version;
       check.verdict = Verdict::ok;
       check.detail = line + " at " + remote_hvdrun;
       check.session = std::move(session);
@@ -63,7 +75,8 @@ void check_one(HostCheck& check, const Target& target, Connector& connector, Dea
       check.detail = "`" + remote_hvdrun + " --version` exited with " + std::to_string(code) +
                      (why.empty() ? "" : ": " + why);
     } else {
-      check.detail = "found '" + line + "' at " + remote_hvdrun + ", expected '" + expected_version + "'";
+      check.detail =
+          "found '" + line + "' at " + remote_hvdrun + ", expected '" + expected_version + "'";
     }
     check.fix = install;
   } catch (const ConnectError& e) {
@@ -84,9 +97,8 @@ void check_one(HostCheck& check, const Target& target, Connector& connector, Dea
 bool PreflightReport::ok() const { return failures() == 0; }
 
 int PreflightReport::failures() const {
-  return static_cast<int>(std::count_if(hosts.begin(), hosts.end(), [](const HostCheck& h) {
-    return h.verdict != Verdict::ok;
-  }));
+  return static_cast<int>(std::count_if(
+      hosts.begin(), hosts.end(), [](const HostCheck& h) { return h.verdict != Verdict::ok; }));
 }
 
 std::unique_ptr<Session> PreflightReport::take_session(const std::string& host) {
@@ -103,7 +115,8 @@ std::string self_executable() {
   return std::string(buf, static_cast<std::size_t>(n));
 }
 
-std::string expected_remote_hvdrun(const launcher::LaunchOptions& options, const PreflightSettings& settings) {
+std::string expected_remote_hvdrun(const launcher::LaunchOptions& options,
+                                   const PreflightSettings& settings) {
   if (!settings.remote_hvdrun.empty()) return settings.remote_hvdrun;
   if (!options.remote_hvdrun.empty()) return options.remote_hvdrun;
   return self_executable();
@@ -140,10 +153,12 @@ PreflightReport preflight(const launcher::LaunchOptions& options, const SshConfi
   std::atomic<std::size_t> next{0};
   auto worker = [&] {
     for (std::size_t i; (i = next.fetch_add(1)) < remote.size();) {
-      check_one(report.hosts[remote[i]], targets[i], connector, deadline, remote_hvdrun, settings.expected_version);
+      check_one(report.hosts[remote[i]], targets[i], connector, deadline, remote_hvdrun,
+                settings.expected_version);
     }
   };
-  const std::size_t n_threads = std::min<std::size_t>(remote.size(), static_cast<std::size_t>(std::max(settings.max_parallel, 1)));
+  const std::size_t n_threads = std::min<std::size_t>(
+      remote.size(), static_cast<std::size_t>(std::max(settings.max_parallel, 1)));
   if (n_threads <= 1) {
     worker();
   } else {

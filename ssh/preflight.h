@@ -74,6 +74,7 @@ PreflightReport preflight(const launcher::LaunchOptions& options, const SshConfi
 std::string self_executable();
 
 /// The path where hvdrun is expected on remote hosts for these options.
-std::string expected_remote_hvdrun(const launcher::LaunchOptions& options, const PreflightSettings& settings);
+std::string expected_remote_hvdrun(const launcher::LaunchOptions& options,
+                                   const PreflightSettings& settings);
 
 }  // namespace hvdrun::ssh

@@ -12,15 +12,24 @@ namespace hvdrun::ssh {
 
 std::string_view to_string(Verdict verdict) {
   switch (verdict) {
-    case Verdict::ok: return "ok";
-    case Verdict::dns: return "dns";
-    case Verdict::refused: return "refused";
-    case Verdict::timeout: return "timeout";
-    case Verdict::not_ssh: return "not-ssh";
-    case Verdict::host_key_unknown: return "host-key-unknown";
-    case Verdict::host_key_changed: return "host-key-changed";
-    case Verdict::auth: return "auth";
-    case Verdict::hvdrun_missing: return "hvdrun-missing";
+    case Verdict::ok:
+      return "ok";
+    case Verdict::dns:
+      return "dns";
+    case Verdict::refused:
+      return "refused";
+    case Verdict::timeout:
+      return "timeout";
+    case Verdict::not_ssh:
+      return "not-ssh";
+    case Verdict::host_key_unknown:
+      return "host-key-unknown";
+    case Verdict::host_key_changed:
+      return "host-key-changed";
+    case Verdict::auth:
+      return "auth";
+    case Verdict::hvdrun_missing:
+      return "hvdrun-missing";
   }
   return "unknown";
 }
@@ -108,7 +117,8 @@ CommandResult run_command(Session& session, const std::string& command, Deadline
           break;
         }
         progress = true;
-        auto keep = std::min(static_cast<std::size_t>(n), max_output - std::min(max_output, text->size()));
+        auto keep =
+            std::min(static_cast<std::size_t>(n), max_output - std::min(max_output, text->size()));
         text->append(buf, keep);
       }
     }

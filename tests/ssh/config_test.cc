@@ -105,10 +105,12 @@ TEST_CASE("malformed lines are usage errors with file:line", "[config]") {
   CHECK(error_of("Host a\n  Port\n") == "/etc/my_config:2: missing value for 'Port'");
   CHECK(error_of("Host a\n\n  Port 70000\n") ==
         "/etc/my_config:3: Port must be a number from 1 to 65535, not '70000'");
-  CHECK(error_of("Port abc\n") == "/etc/my_config:1: Port must be a number from 1 to 65535, not 'abc'");
+  CHECK(error_of("Port abc\n") ==
+        "/etc/my_config:1: Port must be a number from 1 to 65535, not 'abc'");
   CHECK(error_of("StrictHostKeyChecking maybe\n") ==
         "/etc/my_config:1: StrictHostKeyChecking must be yes, accept-new, no or ask, not 'maybe'");
-  CHECK(error_of("ConnectTimeout soon\n") == "/etc/my_config:1: ConnectTimeout must be a number of seconds, not 'soon'");
+  CHECK(error_of("ConnectTimeout soon\n") ==
+        "/etc/my_config:1: ConnectTimeout must be a number of seconds, not 'soon'");
   CHECK(error_of("Host\n") == "/etc/my_config:1: missing value for 'Host'");
   CHECK(error_of("IdentityFile \"/unterminated\n") == "/etc/my_config:1: unbalanced quote");
   CHECK(error_of("Port 22 23\n") == "/etc/my_config:1: unexpected '23' after the value of port");
@@ -141,7 +143,8 @@ TEST_CASE("resolve_target applies defaults, expansion and -p/-i overrides", "[co
   CHECK(t.user == "root");
   CHECK(t.identity_files == std::vector<std::string>{"/home/tester/.ssh/cluster_key"});
   CHECK(t.default_identity_files == std::vector<std::string>{"/home/tester/.ssh/id_ed25519",
-                                                             "/home/tester/.ssh/id_ecdsa", "/home/tester/.ssh/id_rsa"});
+                                                             "/home/tester/.ssh/id_ecdsa",
+                                                             "/home/tester/.ssh/id_rsa"});
   CHECK(t.known_hosts_file == "/home/tester/.ssh/kh_node1.cluster");
   CHECK(t.connect_timeout == std::chrono::seconds(30));  // capped by --start-timeout
   CHECK(t.agent_socket.empty());

@@ -24,7 +24,8 @@ std::string blob_of(const std::string& pub_line) {
 
 std::string keygen(const std::string& dir, const std::string& name) {
   std::string out;
-  REQUIRE(hvdrun::testing::run_process({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", dir + "/" + name}, &out) == 0);
+  REQUIRE(hvdrun::testing::run_process(
+              {"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", dir + "/" + name}, &out) == 0);
   std::ifstream in(dir + "/" + name + ".pub");
   std::string line;
   std::getline(in, line);
@@ -43,7 +44,8 @@ struct TempDir {
 }  // namespace
 
 TEST_CASE("base64 round trips", "[known_hosts]") {
-  for (const std::string& s : std::vector<std::string>{"", "a", "ab", "abc", "abcd", std::string("\0\xff\x10", 3)}) {
+  for (const std::string& s :
+       std::vector<std::string>{"", "a", "ab", "abc", "abcd", std::string("\0\xff\x10", 3)}) {
     std::string back;
     REQUIRE(base64_decode(base64_encode(s), back));
     CHECK(back == s);
@@ -62,13 +64,24 @@ TEST_CASE("plain entries, ports, patterns, mismatch lines and revocation", "[kno
   CHECK(known_hosts_name("h", 22) == "h");
   CHECK(known_hosts_name("h", 2222) == "[h]:2222");
 
-  std::string text = "# header\n"
-                     "gpu1,10.0.0.1 " + key1 + "\n"
-                     "[gpu2]:2222 " + key1 + "\n"
-                     "*.lab,!bad.lab " + key2 + "\n"
-                     "@revoked evil " + key1 + "\n"
-                     "@cert-authority * " + key2 + "\n"
-                     "broken line\n";
+  std::string text =
+      "# header\n"
+      "gpu1,10.0.0.1 " +
+      key1 +
+      "\n"
+      "[gpu2]:2222 " +
+      key1 +
+      "\n"
+      "*.lab,!bad.lab " +
+      key2 +
+      "\n"
+      "@revoked evil " +
+      key1 +
+      "\n"
+      "@cert-authority * " +
+      key2 +
+      "\n"
+      "broken line\n";
   CHECK(check_known_host_text(text, "gpu1", 22, b1).status == HostKeyStatus::match);
   CHECK(check_known_host_text(text, "10.0.0.1", 22, b1).status == HostKeyStatus::match);
   auto changed = check_known_host_text(text, "gpu1", 22, b2);

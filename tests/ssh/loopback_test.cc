@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "ssh/check.h"
@@ -29,7 +30,8 @@ void isolate(const SshdCluster& cluster) {
 }
 
 std::string stand_in(const SshdCluster& cluster, const std::string& version = kVersion) {
-  return cluster.write_file("fake-hvdrun", "#!/bin/sh\necho '" + version + "'\necho 'built for tests'\n", 0755);
+  return cluster.write_file("fake-hvdrun",
+                            "#!/bin/sh\necho '" + version + "'\necho 'built for tests'\n", 0755);
 }
 
 std::string read_text(const std::string& path) {
@@ -54,9 +56,11 @@ std::unique_ptr<Session> login(const SshdCluster& cluster, int k) {
 }
 
 // A config that puts `extra` (Host blocks) before the cluster's own, so it wins.
-hvdrun::launcher::LaunchOptions with_config(const SshdCluster& cluster, const std::string& extra, int hosts = 1) {
+hvdrun::launcher::LaunchOptions with_config(const SshdCluster& cluster, const std::string& extra,
+                                            int hosts = 1) {
   auto options = cluster.options(hosts);
-  options.ssh_config = cluster.write_file("custom_config", extra + read_text(cluster.ssh_config()), 0600);
+  options.ssh_config =
+      cluster.write_file("custom_config", extra + read_text(cluster.ssh_config()), 0600);
   return options;
 }
 
@@ -139,7 +143,8 @@ TEST_CASE("a killed sshd session process fails the channel in time", "[loopback]
   auto session = login(cluster, 1);
   REQUIRE(cluster.kill_sessions(1) > 0);
   auto start = Clock::now();
-  CHECK_THROWS_AS(run_command(*session, "true", Clock::now() + std::chrono::seconds(5)), SessionError);
+  CHECK_THROWS_AS(run_command(*session, "true", Clock::now() + std::chrono::seconds(5)),
+                  SessionError);
   CHECK(Clock::now() - start < std::chrono::seconds(5));
 }
 
@@ -157,7 +162,8 @@ TEST_CASE("preflight ok: accept-new records the key, sessions are handed back", 
     CHECK(h.detail == kVersion + " at " + options.remote_hvdrun);
     CHECK(h.latency.count() > 0);
   }
-  CHECK(read_text(cluster.known_hosts()).find("[127.0.0.2]:" + std::to_string(cluster.port())) != std::string::npos);
+  CHECK(read_text(cluster.known_hosts()).find("[127.0.0.2]:" + std::to_string(cluster.port())) !=
+        std::string::npos);
   auto session = report.take_session("node2");
   REQUIRE(session);
   auto r = run_command(*session, "echo reused", Clock::now() + std::chrono::seconds(5));
@@ -180,11 +186,13 @@ TEST_CASE("preflight refused: nothing listens on the port", "[loopback]") {
   CHECK(report.hosts[0].fix.find("start sshd") != std::string::npos);
 }
 
-TEST_CASE("preflight not-ssh: a listener that never speaks gives up at ConnectTimeout", "[loopback]") {
+TEST_CASE("preflight not-ssh: a listener that never speaks gives up at ConnectTimeout",
+          "[loopback]") {
   SshdCluster cluster(1);
   isolate(cluster);
   hvdrun::testing::SilentListener silent;
-  auto options = with_config(cluster, "Host node1\n  Port " + std::to_string(silent.port()) + "\n  ConnectTimeout 1\n");
+  auto options = with_config(
+      cluster, "Host node1\n  Port " + std::to_string(silent.port()) + "\n  ConnectTimeout 1\n");
   options.remote_hvdrun = stand_in(cluster);
   auto start = Clock::now();
   auto report = check(cluster, options);
@@ -211,17 +219,19 @@ TEST_CASE("preflight auth: a key that is not authorised lists keys and ssh-copy-
   isolate(cluster);
   std::string out;
   REQUIRE(hvdrun::testing::run_process(
-              {"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", cluster.dir() + "/stranger"}, &out) == 0);
-  REQUIRE(hvdrun::testing::run_process(
-              {"ssh-keygen", "-q", "-t", "ed25519", "-N", "sekrit", "-f", cluster.dir() + "/locked"}, &out) == 0);
+              {"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", cluster.dir() + "/stranger"},
+              &out) == 0);
+  REQUIRE(hvdrun::testing::run_process({"ssh-keygen", "-q", "-t", "ed25519", "-N", "sekrit", "-f",
+                                        cluster.dir() + "/locked"},
+                                       &out) == 0);
   const std::string port = std::to_string(cluster.port());
   auto options = cluster.options(0);
   options.hosts = {{"stranger", 1}, {"locked", 1}};
   options.ssh_config = cluster.write_file(
-      "auth_config",
-      "Host stranger locked\n  HostName 127.0.0.1\n  Port " + port + "\n  User root\n  UserKnownHostsFile " +
-          cluster.known_hosts() + "\nHost stranger\n  IdentityFile " + cluster.dir() + "/stranger\n" +
-          "Host locked\n  IdentityFile " + cluster.dir() + "/locked\n");
+      "auth_config", "Host stranger locked\n  HostName 127.0.0.1\n  Port " + port +
+                         "\n  User root\n  UserKnownHostsFile " + cluster.known_hosts() +
+                         "\nHost stranger\n  IdentityFile " + cluster.dir() + "/stranger\n" +
+                         "Host locked\n  IdentityFile " + cluster.dir() + "/locked\n");
   options.remote_hvdrun = stand_in(cluster);
   auto report = check(cluster, options);
   INFO(render_table(report));
@@ -235,7 +245,8 @@ TEST_CASE("preflight auth: a key that is not authorised lists keys and ssh-copy-
   CHECK(l.fix.find("ssh-add " + cluster.dir() + "/locked") != std::string::npos);
 }
 
-TEST_CASE("preflight host-key-changed: names the file:line and the ssh-keygen -R command", "[loopback]") {
+TEST_CASE("preflight host-key-changed: names the file:line and the ssh-keygen -R command",
+          "[loopback]") {
   SshdCluster cluster(1);
   isolate(cluster);
   const std::string name = "[127.0.0.1]:" + std::to_string(cluster.port());
@@ -250,11 +261,13 @@ TEST_CASE("preflight host-key-changed: names the file:line and the ssh-keygen -R
   auto& h = report.hosts[0];
   CHECK(h.verdict == Verdict::host_key_changed);
   CHECK(h.detail.find(cluster.known_hosts() + ":2") != std::string::npos);
-  CHECK(h.fix.find("ssh-keygen -R '" + name + "' -f " + cluster.known_hosts()) != std::string::npos);
+  CHECK(h.fix.find("ssh-keygen -R '" + name + "' -f " + cluster.known_hosts()) !=
+        std::string::npos);
   CHECK(h.session == nullptr);
 }
 
-TEST_CASE("preflight host-key-unknown: StrictHostKeyChecking yes with an empty known_hosts", "[loopback]") {
+TEST_CASE("preflight host-key-unknown: StrictHostKeyChecking yes with an empty known_hosts",
+          "[loopback]") {
   SshdCluster cluster(1);
   isolate(cluster);
   auto options = with_config(cluster, "Host node1\n  StrictHostKeyChecking yes\n");
@@ -277,8 +290,8 @@ TEST_CASE("preflight hvdrun-missing: absent at the path, or another version", "[
   options.remote_hvdrun = stand_in(cluster, "hvdrun 0.0.0-other");
   report = check(cluster, options);
   CHECK(report.hosts[0].verdict == Verdict::hvdrun_missing);
-  CHECK(report.hosts[0].detail == "found 'hvdrun 0.0.0-other' at " + options.remote_hvdrun + ", expected '" +
-                                      kVersion + "'");
+  CHECK(report.hosts[0].detail ==
+        "found 'hvdrun 0.0.0-other' at " + options.remote_hvdrun + ", expected '" + kVersion + "'");
 }
 
 TEST_CASE("preflight ok with the real hvdrun binary", "[loopback]") {
@@ -301,4 +314,41 @@ TEST_CASE("preflight ok with the real hvdrun binary", "[loopback]") {
   auto report = preflight(options, connector, settings);
   INFO(render_table(report));
   CHECK(report.ok());
+}
+
+TEST_CASE("IPv6 addresses are tried and shown as [addr]:port", "[loopback]") {
+  SshdCluster cluster(1);
+  isolate(cluster);
+  auto options = with_config(cluster, "Host node1\n  HostName ::1\n");
+  options.remote_hvdrun = stand_in(cluster);
+  auto report = check(cluster, options);
+  CHECK(report.hosts[0].verdict == Verdict::refused);  // sshd listens on 127.0.0.1 only
+  CHECK(report.hosts[0].address == "[::1]:" + std::to_string(cluster.port()));
+}
+
+TEST_CASE("run_check prints one table or JSON and returns 0 or 255", "[loopback]") {
+  SshdCluster cluster(2);
+  isolate(cluster);
+  auto options = with_config(
+      cluster, "Host node2\n  Port " + std::to_string(hvdrun::testing::unused_port()) + "\n", 2);
+  options.remote_hvdrun = stand_in(cluster);
+  options.hosts.insert(options.hosts.begin(), {"localhost", 2});
+  std::ostringstream captured;
+  auto* old = std::cout.rdbuf(captured.rdbuf());
+  int rc = run_check(options, kVersion);
+  options.json = true;
+  int rc_json = run_check(options, kVersion);
+  options.hosts.pop_back();
+  int rc_ok = run_check(options, kVersion);
+  std::cout.rdbuf(old);
+  CHECK(rc == 255);
+  CHECK(rc_json == 255);
+  CHECK(rc_ok == 0);
+  auto text = captured.str();
+  INFO(text);
+  CHECK(text.find("HOST") == 0);
+  CHECK(text.find("node1") != std::string::npos);
+  CHECK(text.find("refused") != std::string::npos);
+  CHECK(text.find("{\"ok\": false") != std::string::npos);
+  CHECK(text.find("{\"ok\": true") != std::string::npos);
 }

@@ -8,9 +8,9 @@
 #include "tests/support/fake_ssh.h"
 
 using namespace hvdrun::ssh;
+using hvdrun::testing::fake_host_with_version;
 using hvdrun::testing::FakeConnector;
 using hvdrun::testing::FakeHost;
-using hvdrun::testing::fake_host_with_version;
 
 namespace {
 
@@ -40,7 +40,8 @@ TEST_CASE("every verdict is reported per host with its fix", "[preflight]") {
   locked.detail = "no key accepted";
   locked.fix = "ssh-copy-id -i k -p 22 me@locked";
   c.add("locked", locked);
-  auto report = preflight(options_for({"good", "old", "bare", "locked", "ghost"}), SshConfig{}, c, settings());
+  auto report = preflight(options_for({"good", "old", "bare", "locked", "ghost"}), SshConfig{}, c,
+                          settings());
   REQUIRE(report.hosts.size() == 5);
   CHECK(report.hosts[0].verdict == Verdict::ok);
   CHECK(report.hosts[0].detail == "hvdrun 9.9.9 at /opt/hvdrun/bin/hvdrun");
@@ -67,7 +68,8 @@ TEST_CASE("every verdict is reported per host with its fix", "[preflight]") {
 TEST_CASE("local hosts are not contacted; 127.0.0.2 is", "[preflight]") {
   FakeConnector c;
   c.add("127.0.0.2", fake_host_with_version("hvdrun 9.9.9"));
-  auto report = preflight(options_for({"localhost", "127.0.0.1", "127.0.0.2"}), SshConfig{}, c, settings());
+  auto report =
+      preflight(options_for({"localhost", "127.0.0.1", "127.0.0.2"}), SshConfig{}, c, settings());
   REQUIRE(report.hosts.size() == 3);
   CHECK(report.hosts[0].local);
   CHECK(report.hosts[1].local);
@@ -157,4 +159,18 @@ TEST_CASE("verdict names are the documented ones", "[preflight]") {
   ExitStatus s;
   s.signal = "TERM";
   CHECK(s.shell_code() == 143);
+}
+
+TEST_CASE("shell start-up noise before the version line is tolerated", "[preflight]") {
+  FakeConnector c;
+  FakeHost noisy;
+  noisy.run = [](const std::string&) {
+    CommandResult r;
+    r.out = "Welcome to the cluster\nhvdrun 9.9.9\n";
+    return r;
+  };
+  c.add("noisy", noisy);
+  auto report = preflight(options_for({"noisy"}), SshConfig{}, c, settings());
+  CHECK(report.ok());
+  CHECK(report.hosts[0].detail == "hvdrun 9.9.9 at /opt/hvdrun/bin/hvdrun");
 }

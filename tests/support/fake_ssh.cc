@@ -17,7 +17,9 @@ class FakeChannel : public ssh::Channel {
     pos += n;
     return static_cast<std::ptrdiff_t>(n);
   }
-  std::ptrdiff_t write(const char*, std::size_t size) override { return static_cast<std::ptrdiff_t>(size); }
+  std::ptrdiff_t write(const char*, std::size_t size) override {
+    return static_cast<std::ptrdiff_t>(size);
+  }
   bool send_eof() override { return true; }
   bool eof() override { return out_pos_ == result_.out.size() && err_pos_ == result_.err.size(); }
   std::optional<ssh::ExitStatus> exit_status() override {
@@ -33,13 +35,16 @@ class FakeChannel : public ssh::Channel {
 
 class FakeSession : public ssh::Session {
  public:
-  FakeSession(ssh::Target target, FakeHost host, std::shared_ptr<std::vector<std::string>> log, std::mutex* mutex)
+  FakeSession(ssh::Target target, FakeHost host, std::shared_ptr<std::vector<std::string>> log,
+              std::mutex* mutex)
       : target_(std::move(target)), host_(std::move(host)), log_(std::move(log)), mutex_(mutex) {}
   const ssh::Target& target() const override { return target_; }
   int fd() const override { return -1; }
   short poll_events() const override { return 0; }
   std::string local_address() const override { return "127.0.0.1"; }
-  std::string peer_address() const override { return target_.hostname + ":" + std::to_string(target_.port); }
+  std::string peer_address() const override {
+    return target_.hostname + ":" + std::to_string(target_.port);
+  }
   std::unique_ptr<ssh::Channel> exec(const std::string& command, ssh::Deadline) override {
     {
       std::lock_guard lock(*mutex_);
@@ -70,13 +75,15 @@ void FakeConnector::add(const std::string& alias, FakeHost host) {
   hosts_[alias] = std::move(host);
 }
 
-std::unique_ptr<ssh::Session> FakeConnector::connect(const ssh::Target& target, ssh::Deadline deadline) {
+std::unique_ptr<ssh::Session> FakeConnector::connect(const ssh::Target& target,
+                                                     ssh::Deadline deadline) {
   FakeHost host;
   {
     std::lock_guard lock(mutex_);
     targets_.push_back(target);
     auto it = hosts_.find(target.alias);
-    if (it == hosts_.end()) throw ssh::ConnectError(ssh::Verdict::dns, "'" + target.hostname + "' does not resolve");
+    if (it == hosts_.end())
+      throw ssh::ConnectError(ssh::Verdict::dns, "'" + target.hostname + "' does not resolve");
     host = it->second;
   }
   auto until = ssh::Clock::now() + host.delay;

@@ -45,7 +45,8 @@ class FakeConnector : public ssh::Connector {
   mutable std::mutex mutex_;
   std::map<std::string, FakeHost> hosts_;
   std::vector<ssh::Target> targets_;
-  std::shared_ptr<std::vector<std::string>> commands_ = std::make_shared<std::vector<std::string>>();
+  std::shared_ptr<std::vector<std::string>> commands_ =
+      std::make_shared<std::vector<std::string>>();
 };
 
 /// A FakeHost whose `--version` command prints `version` (exit 0).

@@ -132,7 +132,8 @@ int unused_port() {
   sockaddr_in sin{};
   sin.sin_family = AF_INET;
   sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sin), sizeof sin) < 0) throw std::runtime_error("bind failed");
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sin), sizeof sin) < 0)
+    throw std::runtime_error("bind failed");
   socklen_t len = sizeof sin;
   ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sin), &len);
   return ntohs(sin.sin_port);
@@ -142,7 +143,8 @@ SilentListener::SilentListener() : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOE
   sockaddr_in sin{};
   sin.sin_family = AF_INET;
   sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(fd_.get(), reinterpret_cast<sockaddr*>(&sin), sizeof sin) < 0 || ::listen(fd_.get(), 64) < 0) {
+  if (::bind(fd_.get(), reinterpret_cast<sockaddr*>(&sin), sizeof sin) < 0 ||
+      ::listen(fd_.get(), 64) < 0) {
     throw std::runtime_error("silent listener: bind/listen failed");
   }
   socklen_t len = sizeof sin;
@@ -159,8 +161,8 @@ SshdCluster::SshdCluster(int hosts) : hosts_(hosts) {
   try {
     for (const char* key : {"host_key", "user_key"}) {
       std::string out;
-      int st = run_process({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", std::string("hvdrun-test-") + key,
-                            "-f", dir_ + "/" + key},
+      int st = run_process({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
+                            std::string("hvdrun-test-") + key, "-f", dir_ + "/" + key},
                            &out);
       if (st != 0) throw std::runtime_error("sshd cluster: ssh-keygen failed: " + out);
     }
@@ -168,7 +170,8 @@ SshdCluster::SshdCluster(int hosts) : hosts_(hosts) {
     known_hosts_ = dir_ + "/known_hosts";
     write_text(known_hosts_, "", 0600);
     host_public_key_ = read_text(dir_ + "/host_key.pub");
-    while (!host_public_key_.empty() && host_public_key_.back() == '\n') host_public_key_.pop_back();
+    while (!host_public_key_.empty() && host_public_key_.back() == '\n')
+      host_public_key_.pop_back();
     write_text(dir_ + "/authorized_keys", read_text(dir_ + "/user_key.pub"), 0600);
     start_daemons();
     std::ostringstream cfg;
@@ -210,7 +213,8 @@ launcher::LaunchOptions SshdCluster::options(int n) const {
   return o;
 }
 
-std::string SshdCluster::write_file(const std::string& name, const std::string& content, int mode) const {
+std::string SshdCluster::write_file(const std::string& name, const std::string& content,
+                                    int mode) const {
   std::string path = dir_ + "/" + name;
   write_text(path, content, mode);
   return path;
@@ -225,7 +229,8 @@ void SshdCluster::start_daemons() {
     for (int g = 0; g < groups && started; ++g) {
       std::ostringstream cfg;
       cfg << "Port " << port_ << "\n";
-      for (int k = g * kAddressesPerDaemon + 1; k <= std::min(hosts_, (g + 1) * kAddressesPerDaemon); ++k) {
+      for (int k = g * kAddressesPerDaemon + 1;
+           k <= std::min(hosts_, (g + 1) * kAddressesPerDaemon); ++k) {
         cfg << "ListenAddress " << address(k) << "\n";
       }
       cfg << "HostKey " << dir_ << "/host_key\n"
@@ -244,7 +249,8 @@ void SshdCluster::start_daemons() {
         ::dup2(null, 0);
         ::dup2(log, 1);
         ::dup2(log, 2);
-        ::execl("/usr/sbin/sshd", "/usr/sbin/sshd", "-D", "-e", "-f", cfg_path.c_str(), static_cast<char*>(nullptr));
+        ::execl("/usr/sbin/sshd", "/usr/sbin/sshd", "-D", "-e", "-f", cfg_path.c_str(),
+                static_cast<char*>(nullptr));
         ::_exit(127);
       }
       daemons_.push_back(pid);
@@ -266,8 +272,8 @@ void SshdCluster::start_daemons() {
         }
         if (Clock::now() > deadline) {
           started = false;
-          failure = "sshd did not accept on " + address(k) + ":" + std::to_string(port_) + " within 10 s: " +
-                    read_text(log_path);
+          failure = "sshd did not accept on " + address(k) + ":" + std::to_string(port_) +
+                    " within 10 s: " + read_text(log_path);
           break;
         }
         pollfd none{};

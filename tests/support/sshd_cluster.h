@@ -51,7 +51,8 @@ class SshdCluster {
   /// start_timeout_s 20.
   launcher::LaunchOptions options(int n) const;
   /// Writes `content` to dir()/name with `mode` and returns the path.
-  std::string write_file(const std::string& name, const std::string& content, int mode = 0644) const;
+  std::string write_file(const std::string& name, const std::string& content,
+                         int mode = 0644) const;
   /// PIDs of the sshd processes serving established connections to host k.
   std::vector<pid_t> session_pids(int k) const;
   /// Sends `sig` to session_pids(k); returns how many were signalled.
