@@ -127,8 +127,12 @@ std::string column(const OptSpec& s) {
 std::string quote(std::string_view s) {
   std::string out = "'";
   for (char c : s) {
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += '?';
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 15];
     } else {
       out += c;
     }
@@ -518,8 +522,15 @@ Command parse_command_line(const std::vector<std::string>& args) {
           "hvdrun -np 4 python train.py (see hvdrun --help)");
     }
     if (!o.np && o.hosts.empty()) {
-      throw UsageError(
-          "-np is required without -H or --hostfile; expected e.g. hvdrun -np 4 " + command[0]);
+      // Echo the user's program in the example when it is plain text.
+      std::string program = command[0];
+      bool plain = !program.empty() && program.size() <= 60 &&
+                   std::all_of(program.begin(), program.end(), [](char c) {
+                     return static_cast<unsigned char>(c) > 0x20 && c != 0x7f;
+                   });
+      if (!plain) program = "command";
+      throw UsageError("-np is required without -H or --hostfile; expected e.g. hvdrun -np 4 " +
+                       program);
     }
     o.command = std::move(command);
     cmd.action = Action::run;
