@@ -103,6 +103,7 @@ bool is_initialized() {
 
 void shutdown() {
   std::lock_guard lock(g_mu);
+  if (g_world) g_world->leave();
   g_world.reset();
 }
 

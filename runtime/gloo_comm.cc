@@ -12,6 +12,9 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <functional>
+#include <list>
+#include <unordered_map>
 #include <gloo/allgather_ring.h>
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring_chunked.h>
@@ -256,22 +259,85 @@ class GlooComm::Impl {
     ensure(std::move(peers));
   }
 
+  // Gloo algorithms register their buffers when constructed, and a peer's data that
+  // arrives before the matching buffer is registered makes Gloo's event loop spin until
+  // it is; per call, that costs milliseconds on a busy host. So algorithms are built
+  // once per shape (kind, dtype, op, count, root) over buffers owned here, kept in an
+  // LRU, and reused: data is copied in and out. The cache evolves identically on every
+  // rank because every rank makes the same calls in the same order, so slot numbers
+  // stay in step. Messages above kCacheMaxBytes run on the caller's buffer instead.
+  struct Entry {
+    std::string key;
+    std::vector<char> buf;
+    std::vector<char> out;
+    std::unique_ptr<gloo::Algorithm> algo;
+  };
+  static constexpr std::size_t kCacheMaxBytes = 16u << 20;
+  static constexpr std::size_t kCacheBudget = 128u << 20;
+  static constexpr std::size_t kCacheEntries = 64;
+
+  Entry& cached(const std::string& key, std::size_t buf_bytes, std::size_t out_bytes,
+                const std::function<std::unique_ptr<gloo::Algorithm>(Entry&)>& make) {
+    auto it = index_.find(key);
+    if (it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return lru_.front();
+    }
+    while (!lru_.empty() &&
+           (lru_.size() >= kCacheEntries || cache_bytes_ + buf_bytes + out_bytes > kCacheBudget)) {
+      cache_bytes_ -= lru_.back().buf.size() + lru_.back().out.size();
+      index_.erase(lru_.back().key);
+      lru_.pop_back();
+    }
+    lru_.push_front(Entry{key, std::vector<char>(buf_bytes), std::vector<char>(out_bytes), nullptr});
+    auto& e = lru_.front();
+    index_[key] = lru_.begin();
+    cache_bytes_ += buf_bytes + out_bytes;
+    try {
+      e.algo = make(e);
+    } catch (...) {
+      index_.erase(key);
+      cache_bytes_ -= buf_bytes + out_bytes;
+      lru_.pop_front();
+      throw;
+    }
+    return e;
+  }
+
   template <typename T>
-  void allreduce_typed(T* buf, std::size_t count, ReduceOp op) {
+  std::unique_ptr<gloo::Algorithm> make_allreduce(T* ptr, std::size_t count, ReduceOp op) {
     const auto* fn = reduction<T>(op);
-    std::size_t bytes = count * sizeof(T);
+    if (count * sizeof(T) <= kSmallAllreduceBytes && size_ <= kFullMeshMaxRanks) {
+      connect(Topology::kFullMesh, 0);
+      return std::make_unique<gloo::AllreduceHalvingDoubling<T>>(
+          ctx_, std::vector<T*>{ptr}, static_cast<int>(count), fn);
+    }
+    connect(Topology::kRing, 0);
+    return std::make_unique<gloo::AllreduceRingChunked<T>>(ctx_, std::vector<T*>{ptr},
+                                                          static_cast<int>(count), fn);
+  }
+
+  template <typename T>
+  void allreduce_typed(T* buf, std::size_t count, ReduceOp op, DataType dtype) {
+    const std::size_t bytes = count * sizeof(T);
     if (size_ > 1 && count > 0) {
-      if (bytes <= kSmallAllreduceBytes && size_ <= kFullMeshMaxRanks) {
-        connect(Topology::kFullMesh, 0);
-        gloo::AllreduceHalvingDoubling<T> algo(ctx_, {buf}, static_cast<int>(count), fn);
-        algo.run();
+      if (bytes <= kCacheMaxBytes) {
+        auto& e = cached("ar/" + std::to_string(static_cast<int>(dtype)) + "/" +
+                             std::to_string(static_cast<int>(op == ReduceOp::kAverage
+                                                                  ? ReduceOp::kSum
+                                                                  : op)) +
+                             "/" + std::to_string(count),
+                         bytes, 0, [&](Entry& en) {
+                           return make_allreduce(reinterpret_cast<T*>(en.buf.data()), count, op);
+                         });
+        std::memcpy(e.buf.data(), buf, bytes);
+        e.algo->run();
+        std::memcpy(buf, e.buf.data(), bytes);
       } else {
-        connect(Topology::kRing, 0);
         constexpr std::size_t kMaxCount = (INT_MAX / 2) / sizeof(T);
         for (std::size_t off = 0; off < count; off += kMaxCount) {
           auto n = std::min(kMaxCount, count - off);
-          gloo::AllreduceRingChunked<T> algo(ctx_, {buf + off}, static_cast<int>(n), fn);
-          algo.run();
+          make_allreduce(buf + off, n, op)->run();
         }
       }
     }
@@ -280,34 +346,66 @@ class GlooComm::Impl {
 
   void allreduce(void* buf, std::size_t count, DataType dtype, ReduceOp op) {
     switch (dtype) {
-      case DataType::kInt32: return allreduce_typed(static_cast<std::int32_t*>(buf), count, op);
-      case DataType::kInt64: return allreduce_typed(static_cast<std::int64_t*>(buf), count, op);
-      case DataType::kFloat32: return allreduce_typed(static_cast<float*>(buf), count, op);
-      case DataType::kFloat64: return allreduce_typed(static_cast<double*>(buf), count, op);
-      case DataType::kFloat16: return allreduce_typed(static_cast<Half*>(buf), count, op);
-      case DataType::kBFloat16: return allreduce_typed(static_cast<BFloat16*>(buf), count, op);
-      case DataType::kUInt8: return allreduce_typed(static_cast<std::uint8_t*>(buf), count, op);
+      case DataType::kInt32:
+        return allreduce_typed(static_cast<std::int32_t*>(buf), count, op, dtype);
+      case DataType::kInt64:
+        return allreduce_typed(static_cast<std::int64_t*>(buf), count, op, dtype);
+      case DataType::kFloat32: return allreduce_typed(static_cast<float*>(buf), count, op, dtype);
+      case DataType::kFloat64: return allreduce_typed(static_cast<double*>(buf), count, op, dtype);
+      case DataType::kFloat16: return allreduce_typed(static_cast<Half*>(buf), count, op, dtype);
+      case DataType::kBFloat16:
+        return allreduce_typed(static_cast<BFloat16*>(buf), count, op, dtype);
+      case DataType::kUInt8:
+        return allreduce_typed(static_cast<std::uint8_t*>(buf), count, op, dtype);
     }
   }
 
   void broadcast(void* buf, std::size_t bytes, int root) {
     if (size_ < 2 || bytes == 0) return;
-    connect(Topology::kStar, root);
-    gloo::BroadcastOneToAll<char> algo(ctx_, {static_cast<char*>(buf)}, bytes, root);
-    algo.run();
+    auto make = [&](char* p) {
+      connect(Topology::kStar, root);
+      return std::make_unique<gloo::BroadcastOneToAll<char>>(ctx_, std::vector<char*>{p}, bytes,
+                                                            root);
+    };
+    if (bytes > kCacheMaxBytes) {
+      make(static_cast<char*>(buf))->run();
+      return;
+    }
+    auto& e = cached("bc/" + std::to_string(root) + "/" + std::to_string(bytes), bytes, 0,
+                     [&](Entry& en) { return make(en.buf.data()); });
+    if (rank_ == root) std::memcpy(e.buf.data(), buf, bytes);
+    e.algo->run();
+    if (rank_ != root) std::memcpy(buf, e.buf.data(), bytes);
   }
 
   void allgather(const void* send, void* recv, std::size_t bytes) {
-    if (send != static_cast<char*>(recv) + bytes * static_cast<std::size_t>(rank_))
-      std::memmove(static_cast<char*>(recv) + bytes * static_cast<std::size_t>(rank_), send,
-                   bytes);
-    if (size_ < 2 || bytes == 0) return;
+    const std::size_t total = bytes * static_cast<std::size_t>(size_);
+    char* own = static_cast<char*>(recv) + bytes * static_cast<std::size_t>(rank_);
+    if (size_ < 2 || bytes == 0) {
+      if (send != own) std::memmove(own, send, bytes);
+      return;
+    }
     if (bytes > INT_MAX) throw Error("allgather: more than 2 GiB per rank is not supported");
-    connect(Topology::kRing, 0);
-    const char* own = static_cast<char*>(recv) + bytes * static_cast<std::size_t>(rank_);
-    gloo::AllgatherRing<char> algo(ctx_, {own}, static_cast<char*>(recv), static_cast<int>(bytes));
-    algo.run();
+    auto make = [&](const char* in, char* out) {
+      connect(Topology::kRing, 0);
+      return std::make_unique<gloo::AllgatherRing<char>>(ctx_, std::vector<const char*>{in}, out,
+                                                        static_cast<int>(bytes));
+    };
+    if (total > kCacheMaxBytes) {
+      if (send != own) std::memmove(own, send, bytes);
+      make(own, static_cast<char*>(recv))->run();
+      return;
+    }
+    auto& e = cached("ag/" + std::to_string(bytes), bytes, total,
+                     [&](Entry& en) { return make(en.buf.data(), en.out.data()); });
+    std::memcpy(e.buf.data(), send, bytes);
+    e.algo->run();
+    std::memcpy(recv, e.out.data(), total);
   }
+
+  std::list<Entry> lru_;
+  std::unordered_map<std::string, std::list<Entry>::iterator> index_;
+  std::size_t cache_bytes_ = 0;
 
   rendezvous::Client& store_;
   std::string prefix_;

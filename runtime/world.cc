@@ -82,7 +82,21 @@ World::World(Environment env) : env_(std::move(env)) {
                 store_->local_address());
 }
 
-World::~World() = default;
+World::~World() { leave(); }
+
+void World::leave() {
+  if (left_) return;
+  left_ = true;
+  if (env_.size > 1 && store_) {
+    try {
+      barrier();
+    } catch (const std::exception& e) {
+      spdlog::warn("hvdrun: {}: leaving without the final barrier: {}", who(), e.what());
+    }
+  }
+  nccl_.reset();
+  gloo_.reset();
+}
 
 void World::check_in(Clock::time_point deadline) {
   const auto r = std::to_string(env_.rank);

@@ -25,6 +25,10 @@ class World {
   const Environment& env() const { return env_; }
   /// Barrier through the store; on timeout names the ranks that did not arrive.
   void barrier();
+  /// Leaves the job: a final barrier (so no rank closes a connection a peer is still
+  /// reading from), then the communicators are released. Failures are logged, not
+  /// thrown. Called by the destructor when not called before.
+  void leave();
   /// The CPU communicator.
   GlooComm& gloo() { return *gloo_; }
   /// The GPU communicator, or nullptr (see nccl_status()).
@@ -48,6 +52,7 @@ class World {
   std::unique_ptr<NcclComm> nccl_;
   std::string nccl_status_;
   long long barrier_seq_ = 0;
+  bool left_ = false;
 };
 
 /// Comma-separated rank list, abbreviated past 32 entries.
