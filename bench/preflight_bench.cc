@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "ssh/libssh2_session.h"
 #include "ssh/preflight.h"
 #include "tests/support/sshd_cluster.h"
@@ -105,6 +107,10 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   const int hosts = argc > 1 ? std::atoi(argv[1]) : 16;
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
+  spdlog::set_level(spdlog::level::warn);
+  if (const char* level = std::getenv("HVDRUN_BENCH_LOG_LEVEL")) {
+    spdlog::set_level(spdlog::level::from_str(level));
+  }
   ::unsetenv("SSH_AUTH_SOCK");
   hvdrun::testing::SshdCluster cluster(hosts);
   ::setenv("HOME", cluster.dir().c_str(), 1);

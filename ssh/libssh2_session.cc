@@ -303,10 +303,10 @@ class Libssh2Channel : public Channel {
   Libssh2Channel(const Libssh2Channel&) = delete;
   Libssh2Channel& operator=(const Libssh2Channel&) = delete;
   ~Libssh2Channel() override {
-    // Closing waits for the peer's CLOSE; give it a moment, then leave the rest to the
-    // session's teardown (which cuts the socket first).
-    auto deadline = Clock::now() + milliseconds(500);
-    core_->call(deadline, [&] { return libssh2_channel_free(channel_); });
+    // One non-blocking attempt: a channel whose peer has already closed (the normal case,
+    // after exit_status()) is freed at once; otherwise libssh2 keeps it on the session's
+    // list and the session's teardown finishes it, so a dead peer never stalls us here.
+    libssh2_channel_free(channel_);
   }
 
   std::ptrdiff_t read(Stream stream, char* buf, std::size_t size) override {
@@ -381,6 +381,7 @@ class Libssh2Session : public Session {
     len = sizeof ss;
     if (::getpeername(core_->fd.get(), reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
       peer_ = format_address(reinterpret_cast<sockaddr*>(&ss), true);
+      peer_ip_ = format_address(reinterpret_cast<sockaddr*>(&ss), false);
     }
   }
 
@@ -389,6 +390,7 @@ class Libssh2Session : public Session {
   short poll_events() const override { return core_->events(); }
   std::string local_address() const override { return local_; }
   std::string peer_address() const override { return peer_; }
+  std::string peer_ip() const override { return peer_ip_; }
 
   std::unique_ptr<Channel> exec(const std::string& command, Deadline deadline) override {
     LIBSSH2_CHANNEL* channel = nullptr;
@@ -432,6 +434,7 @@ class Libssh2Session : public Session {
   Target target_;
   std::string local_;
   std::string peer_;
+  std::string peer_ip_;
 };
 
 // --- host keys --------------------------------------------------------------------------
@@ -679,11 +682,17 @@ bool key_is_encrypted(const std::string& path, bool& readable) {
 
 std::unique_ptr<Session> Libssh2Connector::connect(const Target& t, Deadline deadline) {
   global_init();
+  const auto start = Clock::now();
+  auto ms = [&start] {
+    return std::chrono::duration_cast<milliseconds>(Clock::now() - start).count();
+  };
   const Deadline connect_deadline = std::min(deadline, Clock::now() + t.connect_timeout);
   auto addresses = resolve(t, connect_deadline);
   std::string address;
   UniqueFd fd = connect_any(t, addresses, connect_deadline, address);
+  spdlog::debug("ssh {}: TCP connected to {} after {} ms", t.alias, address, ms());
   expect_banner(t, fd.get(), address, connect_deadline);
+  spdlog::debug("ssh {}: banner after {} ms", t.alias, ms());
 
   auto core = std::make_shared<Core>();
   core->label = "ssh " + t.alias + " (" + address + ")";
@@ -707,8 +716,10 @@ std::unique_ptr<Session> Libssh2Connector::connect(const Target& t, Deadline dea
     e.set_address(address);
     throw e;
   }
+  spdlog::debug("ssh {}: key exchange done after {} ms", t.alias, ms());
   check_host_key(t, *core, address);
   authenticate(t, *core, deadline, address);
+  spdlog::debug("ssh {}: logged in as {} after {} ms", t.alias, t.user, ms());
   return std::make_unique<Libssh2Session>(std::move(core), t);
 }
 

@@ -136,7 +136,9 @@ PreflightReport preflight(const launcher::LaunchOptions& options, const SshConfi
   PreflightReport report;
   std::vector<Target> targets;
   std::vector<std::size_t> remote;  // indexes into report.hosts
-  for (const auto& h : options.hosts) {
+  std::vector<hostfile::HostSlots> hosts = options.hosts;
+  if (hosts.empty()) hosts.push_back({"localhost", options.np.value_or(1)});  // no -H: localhost
+  for (const auto& h : hosts) {
     HostCheck check;
     check.host = h.name;
     if (is_local_host(h.name)) {

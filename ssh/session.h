@@ -157,6 +157,8 @@ class Session {
   virtual std::string local_address() const = 0;
   /// "address:port" of the server end ("[v6]:port" for IPv6).
   virtual std::string peer_address() const = 0;
+  /// Numeric address of the server end without the port ("127.0.0.2", "fd00::3").
+  virtual std::string peer_ip() const = 0;
   /// Opens an exec channel running `command` (through the user's shell on the host),
   /// waiting up to `deadline`. Throws SessionError.
   virtual std::unique_ptr<Channel> exec(const std::string& command, Deadline deadline) = 0;

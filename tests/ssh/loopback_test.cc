@@ -71,6 +71,7 @@ TEST_CASE("exec channel: separate stdout and stderr, stdin, exit status and sign
   isolate(cluster);
   auto session = login(cluster, 2);
   CHECK(session->peer_address() == "127.0.0.2:" + std::to_string(cluster.port()));
+  CHECK(session->peer_ip() == "127.0.0.2");
   CHECK(session->local_address().rfind("127.", 0) == 0);
   CHECK(session->fd() >= 0);
   auto deadline = Clock::now() + std::chrono::seconds(10);

@@ -45,6 +45,7 @@ class FakeSession : public ssh::Session {
   std::string peer_address() const override {
     return target_.hostname + ":" + std::to_string(target_.port);
   }
+  std::string peer_ip() const override { return target_.hostname; }
   std::unique_ptr<ssh::Channel> exec(const std::string& command, ssh::Deadline) override {
     {
       std::lock_guard lock(*mutex_);
