@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -427,17 +428,24 @@ void Job::check_timers(Clock::time_point now) {
     for (Host& h : hosts_) {
       if (!h.closed && now - h.last_rx > hb_timeout_) {
         h.link->abort();
-        host_closed(h, "nothing heard from it for " +
-                           std::to_string(hb_timeout_.count() / 1000.0).substr(0, 4) +
-                           " s: host, agent or connection hung");
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%g", static_cast<double>(hb_timeout_.count()) / 1000);
+        host_closed(h, std::string("nothing heard from it for ") + secs +
+                           " s: the host, the agent or the connection hangs");
       }
     }
   }
   if (!teardown_deadline_ && started_ranks_ < placement_.size() && now >= start_deadline_) {
     std::string where;
-    for (const Host& h : hosts_) {
+    for (Host& h : hosts_) {
       int want = static_cast<int>(h.ranks.size());
       if (h.started >= want) continue;
+      if (!h.hello && !h.closed) {
+        // A silent agent will not act on a kill request either.
+        h.link->abort();
+        h.closed = true;
+        for (int r : h.ranks) rank_done(r);
+      }
       where += "\n    host " + h.name + ": " +
                (h.hello ? std::to_string(h.started) + " of " + std::to_string(want) + " ranks started"
                         : std::string("its agent did not answer"));

@@ -179,6 +179,10 @@ void OutputRelay::release_held(proto::Stream stream) {
       rs.held = ByteQueue();
       process(r, stream, held.view());
     }
+    if (rs.ended && sk.owner == r) {
+      sk.buf.append("\n", 1);  // its held rest became a long line; it has ended
+      sk.owner = -1;
+    }
     if (rs.ended && sk.owner == -1) flush_partial(sk, rs);
   }
 }

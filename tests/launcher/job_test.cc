@@ -1,0 +1,162 @@
+// run_job in-process against agents that misbehave (never answer, die, go silent, print
+// garbage) and against the real agent reached through the remote-host seam.
+#include <catch2/catch.hpp>
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "common/error.h"
+#include "common/fd.h"
+#include "launcher/job.h"
+
+using namespace hvdrun;
+using namespace hvdrun::launcher;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const std::string kHvdrun = HVDRUN_BINARY_DIR "/cli/hvdrun";
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+  double seconds = 0;
+};
+
+std::string contents(int fd) {
+  std::string s(static_cast<std::size_t>(::lseek(fd, 0, SEEK_END)), '\0');
+  REQUIRE(::pread(fd, s.data(), s.size(), 0) == static_cast<ssize_t>(s.size()));
+  return s;
+}
+
+// Runs a job with hvdrun's stdout and stderr captured.
+Result run(const LaunchOptions& o, const JobHooks& hooks) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  UniqueFd out(::memfd_create("out", MFD_CLOEXEC)), err(::memfd_create("err", MFD_CLOEXEC));
+  UniqueFd saved_out(::dup(1)), saved_err(::dup(2));
+  ::dup2(out.get(), 1);
+  ::dup2(err.get(), 2);
+  Result r;
+  auto t0 = Clock::now();
+  try {
+    r.code = run_job(o, hooks);
+  } catch (...) {
+    std::fflush(stderr);
+    ::dup2(saved_out.get(), 1);
+    ::dup2(saved_err.get(), 2);
+    throw;
+  }
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::dup2(saved_out.get(), 1);
+  ::dup2(saved_err.get(), 2);
+  r.out = contents(out.get());
+  r.err = contents(err.get());
+  return r;
+}
+
+// A fake agent: a shell script standing where `hvdrun agent` should be.
+struct FakeAgent {
+  std::string path;
+  explicit FakeAgent(const std::string& body) {
+    char tmpl[] = "/tmp/hvdrun-fake-agent-XXXXXX";
+    int fd = ::mkstemp(tmpl);
+    REQUIRE(fd >= 0);
+    path = tmpl;
+    std::string script = "#!/bin/sh\n" + body + "\n";
+    REQUIRE(::write(fd, script.data(), script.size()) == static_cast<ssize_t>(script.size()));
+    ::close(fd);
+    ::chmod(path.c_str(), 0755);
+  }
+  ~FakeAgent() { ::unlink(path.c_str()); }
+};
+
+LaunchOptions options(int np, std::vector<std::string> command) {
+  LaunchOptions o;
+  o.np = np;
+  o.command = std::move(command);
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("job: an agent that never answers fails the launch at --start-timeout") {
+  FakeAgent agent("exec sleep 60");
+  LaunchOptions o = options(2, {"true"});
+  o.start_timeout_s = 1;
+  JobHooks hooks;
+  hooks.agent_exe = agent.path;
+  Result r = run(o, hooks);
+  CHECK(r.code == 255);
+  CHECK_THAT(r.err, Catch::Contains("did not all start within --start-timeout 1 s"));
+  CHECK_THAT(r.err, Catch::Contains("host localhost: its agent did not answer"));
+  CHECK(r.seconds < 5);
+}
+
+TEST_CASE("job: an agent that dies is a failure naming the host") {
+  FakeAgent agent("exit 3");
+  JobHooks hooks;
+  hooks.agent_exe = agent.path;
+  Result r = run(options(2, {"true"}), hooks);
+  CHECK(r.code == 255);
+  CHECK_THAT(r.err, Catch::Contains("the agent on host localhost ended unexpectedly (it exited with code 3)"));
+  CHECK_THAT(r.err, Catch::Contains("ranks 0, 1 were running"));
+}
+
+TEST_CASE("job: an agent that goes silent is caught by the heartbeat timeout") {
+  FakeAgent agent("exec sleep 60");
+  ::setenv("HVDRUN_HEARTBEAT_TIMEOUT", "0.5", 1);
+  JobHooks hooks;
+  hooks.agent_exe = agent.path;
+  Result r = run(options(1, {"true"}), hooks);
+  ::unsetenv("HVDRUN_HEARTBEAT_TIMEOUT");
+  CHECK(r.code == 255);
+  CHECK_THAT(r.err, Catch::Contains("nothing heard from it for 0.5 s"));
+  CHECK(r.seconds < 4);
+}
+
+TEST_CASE("job: an agent stream polluted by a login banner is named as such") {
+  FakeAgent agent("echo 'Welcome to the cluster!'; exec cat > /dev/null");
+  JobHooks hooks;
+  hooks.agent_exe = agent.path;
+  Result r = run(options(1, {"true"}), hooks);
+  CHECK(r.code == 255);
+  CHECK_THAT(r.err, Catch::Contains("Welcome to the cluster!"));
+  CHECK_THAT(r.err, Catch::Contains("login script"));
+}
+
+TEST_CASE("job: a remote host without a transport is a launch error") {
+  LaunchOptions o = options(1, {"true"});
+  o.hosts = {{"node-that-is-not-here", 1}};
+  JobHooks hooks;
+  hooks.agent_exe = kHvdrun;
+  CHECK_THROWS_AS(run(o, hooks), LaunchError);
+}
+
+TEST_CASE("job: remote hosts get the forwarded environment through their link") {
+  LaunchOptions o = options(3, {"sh", "-c", "echo \"$HVDRUN_RANK $HVDRUN_HOSTNAME ${HOME:-unset} $EXTRA\""});
+  o.hosts = {{"localhost", 1}, {"far-away-node", 2}};
+  o.env = {"EXTRA=with spaces"};
+  JobHooks hooks;
+  hooks.agent_exe = kHvdrun;
+  std::vector<std::string> asked;
+  hooks.remote_link = [&](const std::string& host) {
+    asked.push_back(host);
+    return start_local_agent(kHvdrun);
+  };
+  ::setenv("HOME", "/root-for-test", 1);
+  Result r = run(o, hooks);
+  CHECK(r.code == 0);
+  CHECK(asked == std::vector<std::string>{"far-away-node"});
+  CHECK_THAT(r.out, Catch::Contains("[0]<stdout>:0 localhost /root-for-test with spaces\n"));
+  CHECK_THAT(r.out, Catch::Contains("[1]<stdout>:1 far-away-node unset with spaces\n"));
+  CHECK_THAT(r.out, Catch::Contains("[2]<stdout>:2 far-away-node unset with spaces\n"));
+}

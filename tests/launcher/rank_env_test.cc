@@ -1,0 +1,110 @@
+// Rank environments: the contract's names, -x handling, the forwarded set for remote
+// hosts, and per-rank values that always beat stale ones from the launching shell.
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "launcher/rank_env.h"
+
+using namespace hvdrun::launcher;
+
+namespace {
+
+std::map<std::string, std::string> as_map(const EnvList& env) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : env.entries()) {
+    auto eq = e.find('=');
+    REQUIRE(eq != std::string::npos);
+    REQUIRE(m.count(e.substr(0, eq)) == 0);  // names are unique
+    m[e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  return m;
+}
+
+JobEnv job() {
+  JobEnv j;
+  j.size = 8;
+  j.rendezvous_addr = "10.0.0.1";
+  j.rendezvous_port = 4242;
+  j.secret = "s3cret";
+  j.master_addr = "10.0.0.2";
+  j.master_port = 29500;
+  j.start_timeout_s = 45;
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("every rank gets the native, Horovod and torch names; stale values lose") {
+  char* launcher_env[] = {const_cast<char*>("HVDRUN_RANK=99"), const_cast<char*>("RANK=77"),
+                          const_cast<char*>("HOROVOD_SIZE=1"), const_cast<char*>("MASTER_PORT=1"),
+                          const_cast<char*>("HOME=/root"), nullptr};
+  EnvList base = host_base_env(launcher_env, /*local_host=*/true, {});
+  hvdrun::hostfile::RankSlot slot{5, 1, 1, 4, 1, 2};
+  auto env = as_map(rank_env(base, slot, "node2", job()));
+  std::map<std::string, std::string> want = {
+      {"HVDRUN_RANK", "5"}, {"HVDRUN_SIZE", "8"}, {"HVDRUN_LOCAL_RANK", "1"},
+      {"HVDRUN_LOCAL_SIZE", "4"}, {"HVDRUN_CROSS_RANK", "1"}, {"HVDRUN_CROSS_SIZE", "2"},
+      {"HVDRUN_HOSTNAME", "node2"}, {"HVDRUN_RENDEZVOUS_ADDR", "10.0.0.1"},
+      {"HVDRUN_RENDEZVOUS_PORT", "4242"}, {"HVDRUN_SECRET", "s3cret"},
+      {"HVDRUN_START_TIMEOUT", "45"},
+      {"HOROVOD_HOSTNAME", "node2"}, {"HOROVOD_RANK", "5"}, {"HOROVOD_SIZE", "8"},
+      {"HOROVOD_LOCAL_RANK", "1"}, {"HOROVOD_LOCAL_SIZE", "4"}, {"HOROVOD_CROSS_RANK", "1"},
+      {"HOROVOD_CROSS_SIZE", "2"}, {"HOROVOD_GLOO_RENDEZVOUS_ADDR", "10.0.0.1"},
+      {"HOROVOD_GLOO_RENDEZVOUS_PORT", "4242"}, {"HOROVOD_CONTROLLER", "gloo"},
+      {"HOROVOD_CPU_OPERATIONS", "gloo"}, {"HOROVOD_GLOO_TIMEOUT_SECONDS", "45"},
+      {"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
+      {"MASTER_ADDR", "10.0.0.2"}, {"MASTER_PORT", "29500"}, {"HOME", "/root"}};
+  for (const auto& [k, v] : want) {
+    INFO(k);
+    CHECK(env[k] == v);
+  }
+  CHECK(env.count("HOROVOD_GLOO_IFACE") == 0);
+  CHECK(env.count("NCCL_SOCKET_IFNAME") == 0);
+}
+
+TEST_CASE("--network-interface names the interface for Gloo and NCCL") {
+  JobEnv j = job();
+  j.network_interface = "eth1";
+  auto env = as_map(rank_env(EnvList(), hvdrun::hostfile::RankSlot{}, "h", j));
+  CHECK(env["HOROVOD_GLOO_IFACE"] == "eth1");
+  CHECK(env["NCCL_SOCKET_IFNAME"] == "eth1");
+  CHECK(env["HVDRUN_NETWORK_INTERFACE"] == "eth1");
+}
+
+TEST_CASE("a local host inherits everything; a remote one the documented set plus -x") {
+  char* launcher_env[] = {const_cast<char*>("PATH=/usr/bin"), const_cast<char*>("HOME=/root"),
+                          const_cast<char*>("LD_LIBRARY_PATH=/opt/lib"),
+                          const_cast<char*>("PYTHONPATH=/src"), const_cast<char*>("VIRTUAL_ENV=/venv"),
+                          const_cast<char*>("CONDA_PREFIX=/conda"), const_cast<char*>("CUDA_VISIBLE_DEVICES=0,1"),
+                          const_cast<char*>("NCCL_DEBUG=INFO"), const_cast<char*>("HOROVOD_FUSION_THRESHOLD=1"),
+                          const_cast<char*>("OMP_NUM_THREADS=4"), const_cast<char*>("HVDRUN_X=1"),
+                          const_cast<char*>("SECRET_TOKEN=no"), const_cast<char*>("WANTED=yes"),
+                          const_cast<char*>("PATHOLOGICAL=no"), nullptr};
+  std::vector<std::string> x = {"WANTED", "NEW=a value with spaces, 'quotes' and \"more\"",
+                                "UNSET_IN_LAUNCHER", "HOME=/override"};
+  auto local = as_map(host_base_env(launcher_env, true, x));
+  CHECK(local.size() == 15);
+  CHECK(local["SECRET_TOKEN"] == "no");
+  CHECK(local["HOME"] == "/override");
+  CHECK(local.count("UNSET_IN_LAUNCHER") == 0);
+
+  auto remote = as_map(host_base_env(launcher_env, false, x));
+  std::map<std::string, std::string> want = {
+      {"PATH", "/usr/bin"}, {"LD_LIBRARY_PATH", "/opt/lib"}, {"PYTHONPATH", "/src"},
+      {"VIRTUAL_ENV", "/venv"}, {"CONDA_PREFIX", "/conda"}, {"CUDA_VISIBLE_DEVICES", "0,1"},
+      {"NCCL_DEBUG", "INFO"}, {"HOROVOD_FUSION_THRESHOLD", "1"}, {"OMP_NUM_THREADS", "4"},
+      {"HVDRUN_X", "1"}, {"WANTED", "yes"}, {"NEW", "a value with spaces, 'quotes' and \"more\""},
+      {"HOME", "/override"}};
+  CHECK(remote == want);
+}
+
+TEST_CASE("values keep newlines and '=' intact") {
+  EnvList env;
+  env.set_entry("A=x=y\nz");
+  env.set("A", "again=1");
+  REQUIRE(env.entries().size() == 1);
+  CHECK(env.entries()[0] == "A=again=1");
+  CHECK_FALSE(env.set_entry("=nameless"));
+  CHECK_FALSE(env.set_entry("NOEQUALS"));
+}
