@@ -23,7 +23,12 @@ CompatEnv compat_env(const hostfile::Placement& placement, int rank, const HostE
                             std::to_string(placement.size()));
   }
   const auto& slot = placement.ranks[static_cast<std::size_t>(rank)];
-  const std::string& hostname = placement.hosts.at(static_cast<std::size_t>(slot.host_index)).name;
+  return compat_env(slot, placement.hosts.at(static_cast<std::size_t>(slot.host_index)).name,
+                    placement.size(), static_cast<int>(placement.hosts.size()), host);
+}
+
+CompatEnv compat_env(const hostfile::RankSlot& slot, const std::string& hostname, int size,
+                     int num_hosts, const HostEndpoints& host) {
   const auto str = [](auto v) { return std::to_string(v); };
 
   CompatEnv env;
@@ -31,7 +36,7 @@ CompatEnv compat_env(const hostfile::Placement& placement, int rank, const HostE
   // Horovod gloo mode, as horovodrun's gloo launcher sets it.
   set.emplace_back("HOROVOD_HOSTNAME", hostname);
   set.emplace_back("HOROVOD_RANK", str(slot.rank));
-  set.emplace_back("HOROVOD_SIZE", str(placement.size()));
+  set.emplace_back("HOROVOD_SIZE", str(size));
   set.emplace_back("HOROVOD_LOCAL_RANK", str(slot.local_rank));
   set.emplace_back("HOROVOD_LOCAL_SIZE", str(slot.local_size));
   set.emplace_back("HOROVOD_CROSS_RANK", str(slot.cross_rank));
@@ -43,13 +48,13 @@ CompatEnv compat_env(const hostfile::Placement& placement, int rank, const HostE
   if (host.gloo_timeout_s) set.emplace_back("HOROVOD_GLOO_TIMEOUT_SECONDS", str(*host.gloo_timeout_s));
   // torch.distributed env://, as torchrun sets it (one "node" per host).
   set.emplace_back("RANK", str(slot.rank));
-  set.emplace_back("WORLD_SIZE", str(placement.size()));
+  set.emplace_back("WORLD_SIZE", str(size));
   set.emplace_back("LOCAL_RANK", str(slot.local_rank));
   set.emplace_back("LOCAL_WORLD_SIZE", str(slot.local_size));
   set.emplace_back("GROUP_RANK", str(slot.host_index));
-  set.emplace_back("GROUP_WORLD_SIZE", str(placement.hosts.size()));
+  set.emplace_back("GROUP_WORLD_SIZE", str(num_hosts));
   set.emplace_back("ROLE_RANK", str(slot.rank));
-  set.emplace_back("ROLE_WORLD_SIZE", str(placement.size()));
+  set.emplace_back("ROLE_WORLD_SIZE", str(size));
   set.emplace_back("ROLE_NAME", "default");
   set.emplace_back("MASTER_ADDR", host.master_addr);
   set.emplace_back("MASTER_PORT", str(host.master_port));
@@ -170,6 +175,53 @@ std::string interface_for_address(const std::string& ip) {
     }
   }
   return subnet_match;
+}
+
+std::string local_address_toward(const std::string& remote_ip) {
+  std::string literal = remote_ip;
+  if (literal.size() > 2 && literal.front() == '[' && literal.back() == ']') {
+    literal = literal.substr(1, literal.size() - 2);
+  }
+  sockaddr_storage remote{};
+  socklen_t remote_len = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&remote);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&remote);
+  if (::inet_pton(AF_INET, literal.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(9);  // any port: a UDP connect sends nothing
+    remote_len = sizeof(sockaddr_in);
+  } else if (::inet_pton(AF_INET6, literal.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(9);
+    remote_len = sizeof(sockaddr_in6);
+  } else {
+    throw SystemError("finding the local address toward '" + remote_ip +
+                          "' (not an IPv4/IPv6 address)",
+                      "inet_pton", EINVAL);
+  }
+  const std::string context = "finding the local address toward " + remote_ip;
+  UniqueFd fd(::socket(remote.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw_errno(context, "socket");
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&remote), remote_len) < 0) {
+    throw_errno(context, "connect");
+  }
+  sockaddr_storage local{};
+  socklen_t local_len = sizeof(local);
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &local_len) < 0) {
+    throw_errno(context, "getsockname");
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* addr = local.ss_family == AF_INET
+                         ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                         : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+  if (::inet_ntop(local.ss_family, addr, text, sizeof(text)) == nullptr) {
+    throw_errno(context, "inet_ntop");
+  }
+  return text;
+}
+
+std::string interface_toward(const std::string& remote_ip) {
+  return interface_for_address(local_address_toward(remote_ip));
 }
 
 }  // namespace hvdrun::compat

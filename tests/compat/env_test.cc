@@ -138,4 +138,23 @@ TEST_CASE("interface_for_address finds the interface owning an address or its su
   CHECK(interface_for_address("203.0.113.77").empty());  // TEST-NET-3: nobody's subnet
 }
 
+TEST_CASE("compat_env for a slot equals compat_env for the placement's rank") {
+  auto placement = hostfile::place({{"a", 3}, {"b", 1}, {"c", 2}}, 6);
+  for (int rank = 0; rank < 6; ++rank) {
+    const auto& slot = placement.ranks[static_cast<std::size_t>(rank)];
+    const auto& name = placement.hosts[static_cast<std::size_t>(slot.host_index)].name;
+    auto by_slot = compat_env(slot, name, 6, 3, endpoints_for(name));
+    auto by_rank = compat_env(placement, rank, endpoints_for(name));
+    CHECK(by_slot.set == by_rank.set);
+    CHECK(by_slot.defaults == by_rank.defaults);
+  }
+}
+
+TEST_CASE("interface_toward names the interface on the route to an address") {
+  CHECK(local_address_toward("127.0.0.1") == "127.0.0.1");
+  CHECK(interface_toward("127.0.0.1") == "lo");
+  CHECK(interface_toward("127.0.0.9") == "lo");
+  CHECK_THROWS_WITH(local_address_toward("node1"), Catch::Contains("node1"));
+}
+
 }  // namespace hvdrun::compat
