@@ -75,6 +75,8 @@ class Client::Impl {
   UniqueFd fd_;
   std::optional<FrameCodec> codec_;
   bool broken_ = false;
+  std::string rbuf_;
+  std::size_t rpos_ = 0;
 
   std::string prefix() const {
     return "rendezvous" + (opts_.who.empty() ? std::string() : " (" + opts_.who + ")");
@@ -151,6 +153,8 @@ class Client::Impl {
       socklen_t sl = sizeof ss;
       ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &sl);
       fd_ = std::move(fd);
+      rbuf_.clear();
+      rpos_ = 0;
       local_ip_ = sockaddr_ip(ss);
       try {
         handshake(attempt_deadline);
@@ -203,21 +207,29 @@ class Client::Impl {
     return body;
   }
 
+  // Buffered: one poll and one recv usually bring a whole response.
   void read_exact(char* p, std::size_t n, Clock::time_point deadline, const char* what) {
-    while (n > 0) {
-      ssize_t r = ::recv(fd_.get(), p, n, 0);
+    while (rbuf_.size() - rpos_ < n) fill(deadline, what);
+    std::memcpy(p, rbuf_.data() + rpos_, n);
+    rpos_ += n;
+    if (rpos_ == rbuf_.size()) {
+      rbuf_.clear();
+      rpos_ = 0;
+    }
+  }
+
+  void fill(Clock::time_point deadline, const char* what) {
+    char tmp[64 * 1024];
+    for (;;) {
+      if (!wait_fd(fd_.get(), POLLIN, deadline))
+        throw TransientError{std::string(what) + ": no answer before the deadline"};
+      ssize_t r = ::recv(fd_.get(), tmp, sizeof tmp, 0);
       if (r > 0) {
-        p += r;
-        n -= static_cast<std::size_t>(r);
-        continue;
+        rbuf_.append(tmp, static_cast<std::size_t>(r));
+        return;
       }
       if (r == 0) throw TransientError{std::string(what) + ": server closed the connection"};
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        if (!wait_fd(fd_.get(), POLLIN, deadline))
-          throw TransientError{std::string(what) + ": no answer before the deadline"};
-        continue;
-      }
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
       throw TransientError{std::string(what) + ": recv: " + std::strerror(errno)};
     }
   }

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <boost/asio.hpp>
+#include <algorithm>
 #include <charconv>
 #include <deque>
 #include <fstream>
@@ -24,6 +25,7 @@ namespace hvdrun::rendezvous {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
 
 std::string generate_secret() { return to_hex(random_bytes(32)); }
 
@@ -77,6 +79,7 @@ class Server::Impl {
     if (running_ || stopped_) return;
     running_ = true;
     accept();
+    sweep();
     thread_ = std::thread([this] {
       try {
         io_.run();
@@ -162,18 +165,20 @@ class Server::Impl {
  private:
   void accept();
   void shutdown();
+  void sweep();
 
   mutable std::mutex state_mu_;
   bool running_ = false;
   bool stopped_ = false;
   std::thread thread_;
   std::unique_ptr<asio::steady_timer> accept_retry_;
+  std::unique_ptr<asio::steady_timer> sweep_timer_;
 };
 
 class Server::Impl::Session : public std::enable_shared_from_this<Session> {
  public:
   Session(Impl& srv, tcp::socket sock)
-      : srv_(srv), sock_(std::move(sock)), timer_(srv.io_), wait_timer_(srv.io_) {
+      : srv_(srv), sock_(std::move(sock)), wait_timer_(srv.io_) {
     boost::system::error_code ec;
     auto ep = sock_.remote_endpoint(ec);
     peer_ = ec ? std::string("unknown peer") : endpoint_string(ep);
@@ -194,7 +199,7 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
     waiting_ = false;
     spdlog::debug("rendezvous: dropping client {}: {}", peer_, reason);
     boost::system::error_code ec;
-    timer_.cancel();
+    deadline_ = kNever;
     wait_timer_.cancel();
     sock_.shutdown(tcp::socket::shutdown_both, ec);
     sock_.close(ec);
@@ -223,23 +228,30 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
+  // Sets (or with d <= 0 clears) the deadline the server's sweep enforces. A plain time
+  // stamp instead of a timer per frame: re-arming an Asio timer costs syscalls on every
+  // request, the sweep costs one wake-up per interval for all sessions.
   void arm(std::chrono::milliseconds d, const char* why) {
     if (d.count() <= 0) {
-      timer_.cancel();
+      deadline_ = kNever;
       return;
     }
-    timer_.expires_after(d);
-    timer_.async_wait([self = shared_from_this(), why](const boost::system::error_code& ec) {
-      if (ec || self->timer_.expiry() > asio::steady_timer::clock_type::now()) return;
-      self->close(why);
-    });
+    deadline_ = Clock::now() + d;
+    deadline_why_ = why;
   }
 
+ public:
+  // Called by the sweep: closes the session when its deadline has passed.
+  void expire(Clock::time_point now) {
+    if (!closed_ && deadline_ <= now) close(deadline_why_);
+  }
+
+ private:
   void read_header() {
     if (closed_) return;
     if (codec_) {
       if (waiting_)
-        timer_.cancel();  // the wait has its own deadline
+        arm(std::chrono::milliseconds(0), "");  // the wait has its own deadline
       else
         arm(srv_.opts_.idle_timeout, "idle for longer than the idle timeout");
     }
@@ -316,7 +328,7 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
     send(plain_frame(std::string(1, '\0') +
                      Handshake::server_proof(srv_.secret_, server_nonce_, client_nonce)));
     codec_.emplace(Handshake::session_key(srv_.secret_, server_nonce_, client_nonce), true);
-    timer_.cancel();
+    arm(std::chrono::milliseconds(0), "");
     read_header();
   }
 
@@ -451,7 +463,9 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
 
   Impl& srv_;
   tcp::socket sock_;
-  asio::steady_timer timer_;
+  static constexpr Clock::time_point kNever = Clock::time_point::max();
+  Clock::time_point deadline_ = kNever;
+  const char* deadline_why_ = "";
   asio::steady_timer wait_timer_;
   std::string peer_;
   std::string server_nonce_;
@@ -499,11 +513,31 @@ void Server::Impl::accept() {
   });
 }
 
+// Enforces handshake, frame and idle deadlines of all sessions, a few times per the
+// shortest timeout.
+void Server::Impl::sweep() {
+  auto shortest = std::chrono::milliseconds(1000);
+  for (auto d : {opts_.handshake_timeout, opts_.frame_timeout, opts_.idle_timeout})
+    if (d.count() > 0) shortest = std::min(shortest, d);
+  auto interval = std::clamp(shortest / 4, std::chrono::milliseconds(5),
+                             std::chrono::milliseconds(250));
+  if (!sweep_timer_) sweep_timer_ = std::make_unique<asio::steady_timer>(io_);
+  sweep_timer_->expires_after(interval);
+  sweep_timer_->async_wait([this](const boost::system::error_code& ec) {
+    if (ec || shutting_down_) return;
+    auto now = Clock::now();
+    std::vector<std::shared_ptr<Session>> all(sessions_.begin(), sessions_.end());
+    for (auto& s : all) s->expire(now);
+    sweep();
+  });
+}
+
 void Server::Impl::shutdown() {
   shutting_down_ = true;
   boost::system::error_code ec;
   acceptor_.close(ec);
   if (accept_retry_) accept_retry_->cancel();
+  if (sweep_timer_) sweep_timer_->cancel();
   auto all = sessions_;
   for (auto& s : all) s->shutdown();
   sessions_.clear();

@@ -14,7 +14,9 @@ Error::~Error() = default;
 namespace {
 
 std::mutex g_mu;
-std::unique_ptr<runtime::World> g_world;
+// Deliberately never destroyed at exit: leaving the job needs the network and logging,
+// which static destruction may already have torn down. shutdown() releases it.
+std::unique_ptr<runtime::World>& g_world = *new std::unique_ptr<runtime::World>;
 
 runtime::World& world(const char* fn) {
   if (!g_world)
