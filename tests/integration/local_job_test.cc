@@ -198,7 +198,7 @@ std::string read_file(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("each rank gets its coordinates, stale values in the shell notwithstanding") {
+TEST_CASE("each rank gets its coordinates whatever stale values the shell has") {
   Hvdrun h({"-np", "3", "sh", "-c",
             "echo \"$HVDRUN_RANK/$HVDRUN_SIZE $HVDRUN_LOCAL_RANK/$HVDRUN_LOCAL_SIZE "
             "$HVDRUN_CROSS_RANK/$HVDRUN_CROSS_SIZE $HVDRUN_HOSTNAME $RANK/$WORLD_SIZE "
@@ -217,7 +217,7 @@ TEST_CASE("each rank gets its coordinates, stale values in the shell notwithstan
   }
 }
 
-TEST_CASE("-x values reach the ranks intact") {
+TEST_CASE("values given with -x reach the ranks intact") {
   Hvdrun h({"-np", "1", "-x", "ODD=a b 'c' \"d\"\nline two", "sh", "-c", "printf '%s|' \"$ODD\""});
   REQUIRE(h.wait() == 0);
   CHECK(h.out == "[0]<stdout>:a b 'c' \"d\"\n[0]<stdout>:line two|\n");
@@ -253,14 +253,14 @@ TEST_CASE("stdout and stderr lines are tagged and go to the matching stream") {
   CHECK(count(h.out, "stderr") == 0);
 }
 
-TEST_CASE("-np is honoured with fewer ranks than slots") {
+TEST_CASE("np is honoured with fewer ranks than slots") {
   Hvdrun h({"-np", "2", "-H", "localhost:4", "sh", "-c", "echo $HVDRUN_SIZE $HVDRUN_LOCAL_SIZE"});
   REQUIRE(h.wait() == 0);
   CHECK(lines(h.out).size() == 2);
   CHECK(count(h.out, ":2 2\n") == 2);
 }
 
-TEST_CASE("a failing rank's code becomes hvdrun's, with a message naming rank, host and stderr") {
+TEST_CASE("a failing rank's code becomes hvdrun's with a message naming rank and host and stderr") {
   Hvdrun h({"-np", "3", "sh", "-c",
             "if [ $HVDRUN_RANK = 1 ]; then echo first >&2; echo 'Traceback: boom' >&2; exit 3; fi; "
             "exec sleep 30"});
@@ -283,7 +283,7 @@ TEST_CASE("a command that does not exist fails the launch with 255") {
   CHECK_THAT(h.err, Catch::Contains("cannot execute 'no-such-command-hvdrun-test': No such file"));
 }
 
-TEST_CASE("SIGINT and SIGTERM stop every rank; exit 130 and 143") {
+TEST_CASE("SIGINT and SIGTERM stop every rank with exit 130 and 143") {
   auto [sig, code] = GENERATE(std::pair{SIGINT, 130}, std::pair{SIGTERM, 143});
   std::string marker = unique_marker();
   Hvdrun h({"-np", "3", "sh", "-c", "echo ready; exec sleep 30"}, {marker});
@@ -304,7 +304,7 @@ TEST_CASE("SIGKILL of hvdrun leaves no rank alive") {
   CHECK(none_left(marker, 8s));
 }
 
-TEST_CASE("--output-filename writes each rank's raw output, also for -np 1") {
+TEST_CASE("output-filename writes each rank's raw output also for -np 1") {
   int np = GENERATE(1, 2);
   TempDir tmp;
   std::string dir = tmp.path + "/logs";
@@ -354,7 +354,7 @@ TEST_CASE("100 MB of long lines without a final newline pass through byte-exact"
   CHECK(h.out == expected);
 }
 
-TEST_CASE("bad usage exits 2 with one line and a hint, before anything starts") {
+TEST_CASE("bad usage exits 2 with one line and a hint before anything starts") {
   auto args = GENERATE(std::vector<std::string>{"-np", "4x", "true"},
                        std::vector<std::string>{"-np", "2"},
                        std::vector<std::string>{"--no-such-flag", "true"},

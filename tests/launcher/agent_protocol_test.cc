@@ -60,7 +60,7 @@ std::string decode_error(const std::string& bytes) {
 
 }  // namespace
 
-TEST_CASE("every message survives a round trip, whatever the chunking") {
+TEST_CASE("every message survives a round trip whatever the chunking") {
   proto::Spawn spawn;
   spawn.rank = 7;
   spawn.argv = {"python", "train.py", "--lr", "0.1", ""};

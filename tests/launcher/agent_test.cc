@@ -144,7 +144,7 @@ bool gone(pid_t pid, std::chrono::milliseconds within) {
 
 }  // namespace
 
-TEST_CASE("agent: a rank runs with its environment; output precedes its exit report") {
+TEST_CASE("agent: a rank runs with its environment and its output precedes its exit report") {
   AgentProcess a;
   auto hello = a.expect<proto::AgentHello>();
   CHECK(hello.version == proto::kVersion);
@@ -174,7 +174,7 @@ TEST_CASE("agent: a rank runs with its environment; output precedes its exit rep
   CHECK(a.wait_exit() == 0);
 }
 
-TEST_CASE("agent: a kill request ends ranks with SIGTERM, then SIGKILL after the grace") {
+TEST_CASE("agent: a kill request ends ranks with SIGTERM then SIGKILL after the grace") {
   AgentProcess a;
   a.expect<proto::AgentHello>();
   a.send(shell(0, "exec sleep 30"));
@@ -236,7 +236,7 @@ TEST_CASE("agent: a rank that cannot start is reported with the reason") {
   CHECK(a.wait_exit() == 0);
 }
 
-TEST_CASE("agent: garbage from the launcher is a fatal error, and no rank survives it") {
+TEST_CASE("agent: an invalid frame from the launcher is fatal and no rank survives it") {
   AgentProcess a;
   a.expect<proto::AgentHello>();
   a.send(shell(0, "exec sleep 30"));

@@ -6,7 +6,7 @@
 using hvdrun::launcher::LineTail;
 using Lines = std::vector<std::string>;
 
-TEST_CASE("keeps the last lines, including an unterminated one") {
+TEST_CASE("keeps the last lines including an unterminated one") {
   LineTail t(3);
   t.add("a\nb");
   t.add("c\nd\ne");

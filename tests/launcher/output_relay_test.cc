@@ -91,7 +91,7 @@ TEST_CASE("an unterminated last line is flushed with a newline when the rank end
   CHECK(fx.err.contents() == "[0]<stderr>:warn\n");
 }
 
-TEST_CASE("a line longer than the limit is streamed whole; others wait behind it") {
+TEST_CASE("a line longer than the limit is streamed whole while others wait behind it") {
   Fixture fx;
   OutputRelay relay(fx.options(/*long_line=*/16), 2);
   std::string long_line(100, 'L');
@@ -132,7 +132,7 @@ TEST_CASE("timestamps prefix every line like horovodrun's") {
   CHECK(std::distance(begin, std::sregex_iterator()) == 2);
 }
 
-TEST_CASE("per-rank files hold the raw bytes; rank directories are padded like horovodrun's") {
+TEST_CASE("per-rank files hold the raw bytes in rank directories padded like horovodrun's") {
   CHECK(OutputRelay::rank_dir_name(0, 1) == "rank.0");
   CHECK(OutputRelay::rank_dir_name(9, 10) == "rank.9");
   CHECK(OutputRelay::rank_dir_name(7, 12) == "rank.07");

@@ -35,7 +35,7 @@ JobEnv job() {
 
 }  // namespace
 
-TEST_CASE("every rank gets the native, Horovod and torch names; stale values lose") {
+TEST_CASE("every rank gets the native and Horovod and torch names and stale values lose") {
   char* launcher_env[] = {const_cast<char*>("HVDRUN_RANK=99"), const_cast<char*>("RANK=77"),
                           const_cast<char*>("HOROVOD_SIZE=1"), const_cast<char*>("MASTER_PORT=1"),
                           const_cast<char*>("HOME=/root"), nullptr};
@@ -63,7 +63,7 @@ TEST_CASE("every rank gets the native, Horovod and torch names; stale values los
   CHECK(env.count("NCCL_SOCKET_IFNAME") == 0);
 }
 
-TEST_CASE("--network-interface names the interface for Gloo and NCCL") {
+TEST_CASE("network interface option names the interface for Gloo and NCCL") {
   JobEnv j = job();
   j.network_interface = "eth1";
   auto env = as_map(rank_env(EnvList(), hvdrun::hostfile::RankSlot{}, "h", j));
@@ -72,7 +72,7 @@ TEST_CASE("--network-interface names the interface for Gloo and NCCL") {
   CHECK(env["HVDRUN_NETWORK_INTERFACE"] == "eth1");
 }
 
-TEST_CASE("a local host inherits everything; a remote one the documented set plus -x") {
+TEST_CASE("a local host inherits everything and a remote one the documented set plus -x") {
   char* launcher_env[] = {const_cast<char*>("PATH=/usr/bin"), const_cast<char*>("HOME=/root"),
                           const_cast<char*>("LD_LIBRARY_PATH=/opt/lib"),
                           const_cast<char*>("PYTHONPATH=/src"), const_cast<char*>("VIRTUAL_ENV=/venv"),
