@@ -87,7 +87,9 @@ World::~World() { leave(); }
 void World::leave() {
   if (left_) return;
   left_ = true;
-  if (env_.size > 1 && store_) {
+  // The final barrier only matters when Gloo connections exist (a peer may still be
+  // reading from one); without any, leaving cannot disturb anybody.
+  if (env_.size > 1 && store_ && gloo_ && gloo_->connected_pairs() > 0) {
     try {
       barrier();
     } catch (const std::exception& e) {
