@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <list>
@@ -169,8 +170,7 @@ class GlooComm::Impl {
         prefix_(std::move(prefix)),
         rank_(rank),
         size_(size),
-        connect_timeout_(connect_timeout),
-        connected_(static_cast<std::size_t>(size), false) {
+        connect_timeout_(connect_timeout) {
     if (size_ < 2) return;
     gloo::transport::tcp::attr attr;
     attr.hostname = local_ip;
@@ -180,33 +180,61 @@ class GlooComm::Impl {
       throw Error("gloo: cannot create a TCP device on " + local_ip + " (rank " +
                   std::to_string(rank) + "): " + e.what());
     }
-    ctx_ = std::make_shared<MeshContext>(rank, size, device_, op_timeout);
+    async_.ctx = std::make_shared<MeshContext>(rank, size, device_, op_timeout);
+    async_.connected.assign(static_cast<std::size_t>(size), false);
+    if (size_ <= kFullMeshMaxRanks) {
+      sync_.ctx = std::make_shared<MeshContext>(rank, size, device_, op_timeout);
+      sync_.connected.assign(static_cast<std::size_t>(size), false);
+      sync_.tag = "s";
+      sync_.sync = true;
+    }
   }
 
-  std::string key(int from, int to) const {
-    return prefix_ + "/addr/" + std::to_string(from) + "/" + std::to_string(to);
+  // Two sets of pairs over the same device. Large messages use `async_`: Gloo's event
+  // loop reads while the caller computes, so ranks that all send at once never block
+  // each other. Small messages (at most kSmallAllreduceBytes, up to kFullMeshMaxRanks
+  // ranks) use `sync_`: the calling thread reads its own socket, one wake-up per message
+  // instead of two, and no event loop spinning; safe because every algorithm on it is
+  // built behind a barrier (so its buffers exist before any data arrives) and its
+  // messages fit in the socket buffers.
+  struct Mesh {
+    std::shared_ptr<MeshContext> ctx;
+    std::vector<bool> connected;
+    const char* tag = "a";
+    bool sync = false;
+  };
+
+  std::string key(const Mesh& m, int from, int to) const {
+    return prefix_ + "/addr/" + m.tag + "/" + std::to_string(from) + "/" + std::to_string(to);
   }
 
-  void ensure(std::vector<int> peers) {
+  // Every rank has built its buffers for the algorithm just constructed (sync mesh).
+  void built_barrier() {
+    const std::string k = prefix_ + "/built/" + std::to_string(++built_seq_);
+    if (store_.add(k, 1) == size_) store_.set(k + "/done", "1");
+    store_.wait({k + "/done"}, connect_timeout_, "gloo: waiting for every rank to set up a collective");
+  }
+
+  void ensure(Mesh& m, std::vector<int> peers) {
     std::vector<int> fresh;
     std::sort(peers.begin(), peers.end());
     peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
     for (int p : peers)
-      if (p != rank_ && !connected_[static_cast<std::size_t>(p)]) fresh.push_back(p);
+      if (p != rank_ && !m.connected[static_cast<std::size_t>(p)]) fresh.push_back(p);
     if (fresh.empty()) return;
 
     std::vector<std::pair<std::string, std::string>> mine;
     std::vector<std::vector<char>> self_addr;
     for (int p : fresh) {
-      auto& pair = ctx_->transport().createPair(p);
+      auto& pair = m.ctx->transport().createPair(p);
       auto bytes = pair->address().bytes();
-      mine.emplace_back(key(rank_, p), std::string(bytes.begin(), bytes.end()));
+      mine.emplace_back(key(m, rank_, p), std::string(bytes.begin(), bytes.end()));
       self_addr.push_back(std::move(bytes));
     }
     store_.multi_set(mine);
 
     std::vector<std::string> theirs;
-    for (int p : fresh) theirs.push_back(key(p, rank_));
+    for (int p : fresh) theirs.push_back(key(m, p, rank_));
     auto missing = store_.wait_for(theirs, connect_timeout_);
     if (!missing.empty()) {
       std::vector<int> late;
@@ -228,18 +256,21 @@ class GlooComm::Impl {
         std::vector<char> peer(values[i]->begin(), values[i]->end());
         if (dials(self_addr[i], peer) != (phase == 0)) continue;
         try {
-          ctx_->transport().getPair(fresh[i])->connect(peer);
+          auto& pair = m.ctx->transport().getPair(fresh[i]);
+          pair->connect(peer);
+          if (m.sync) pair->setSync(true, false);
         } catch (const std::exception& e) {
           throw Error("gloo: rank " + std::to_string(rank_) + " could not connect to rank " +
                       std::to_string(fresh[i]) + ": " + e.what());
         }
-        connected_[static_cast<std::size_t>(fresh[i])] = true;
+        m.connected[static_cast<std::size_t>(fresh[i])] = true;
       }
     }
-    pairs_ += static_cast<int>(fresh.size());
   }
 
-  void connect(Topology t, int root) {
+  void connect(Topology t, int root) { connect(async_, t, root); }
+
+  void connect(Mesh& m, Topology t, int root) {
     std::vector<int> peers;
     switch (t) {
       case Topology::kRing:
@@ -256,7 +287,7 @@ class GlooComm::Impl {
         for (int i = 0; i < size_; ++i) peers.push_back(i);
         break;
     }
-    ensure(std::move(peers));
+    ensure(m, std::move(peers));
   }
 
   // Gloo algorithms register their buffers when constructed, and a peer's data that
@@ -307,13 +338,15 @@ class GlooComm::Impl {
   template <typename T>
   std::unique_ptr<gloo::Algorithm> make_allreduce(T* ptr, std::size_t count, ReduceOp op) {
     const auto* fn = reduction<T>(op);
-    if (count * sizeof(T) <= kSmallAllreduceBytes && size_ <= kFullMeshMaxRanks) {
-      connect(Topology::kFullMesh, 0);
-      return std::make_unique<gloo::AllreduceHalvingDoubling<T>>(
-          ctx_, std::vector<T*>{ptr}, static_cast<int>(count), fn);
+    if (count * sizeof(T) <= small_bytes_ && sync_.ctx) {
+      connect(sync_, Topology::kFullMesh, 0);
+      auto algo = std::make_unique<gloo::AllreduceHalvingDoubling<T>>(
+          sync_.ctx, std::vector<T*>{ptr}, static_cast<int>(count), fn);
+      built_barrier();
+      return algo;
     }
-    connect(Topology::kRing, 0);
-    return std::make_unique<gloo::AllreduceRingChunked<T>>(ctx_, std::vector<T*>{ptr},
+    connect(async_, Topology::kRing, 0);
+    return std::make_unique<gloo::AllreduceRingChunked<T>>(async_.ctx, std::vector<T*>{ptr},
                                                           static_cast<int>(count), fn);
   }
 
@@ -362,10 +395,17 @@ class GlooComm::Impl {
 
   void broadcast(void* buf, std::size_t bytes, int root) {
     if (size_ < 2 || bytes == 0) return;
-    auto make = [&](char* p) {
-      connect(Topology::kStar, root);
-      return std::make_unique<gloo::BroadcastOneToAll<char>>(ctx_, std::vector<char*>{p}, bytes,
-                                                            root);
+    auto make = [&](char* p) -> std::unique_ptr<gloo::Algorithm> {
+      if (bytes <= small_bytes_ && sync_.ctx) {
+        connect(sync_, Topology::kFullMesh, 0);
+        auto algo = std::make_unique<gloo::BroadcastOneToAll<char>>(
+            sync_.ctx, std::vector<char*>{p}, bytes, root);
+        built_barrier();
+        return algo;
+      }
+      connect(async_, Topology::kStar, root);
+      return std::make_unique<gloo::BroadcastOneToAll<char>>(async_.ctx, std::vector<char*>{p},
+                                                            bytes, root);
     };
     if (bytes > kCacheMaxBytes) {
       make(static_cast<char*>(buf))->run();
@@ -387,8 +427,8 @@ class GlooComm::Impl {
     }
     if (bytes > INT_MAX) throw Error("allgather: more than 2 GiB per rank is not supported");
     auto make = [&](const char* in, char* out) {
-      connect(Topology::kRing, 0);
-      return std::make_unique<gloo::AllgatherRing<char>>(ctx_, std::vector<const char*>{in}, out,
+      connect(async_, Topology::kRing, 0);
+      return std::make_unique<gloo::AllgatherRing<char>>(async_.ctx, std::vector<const char*>{in}, out,
                                                         static_cast<int>(bytes));
     };
     if (total > kCacheMaxBytes) {
@@ -403,6 +443,12 @@ class GlooComm::Impl {
     std::memcpy(recv, e.out.data(), total);
   }
 
+  // Threshold between halving-doubling and ring (HVDRUN_ALLREDUCE_SMALL_BYTES overrides
+  // kSmallAllreduceBytes, for tuning).
+  std::size_t small_bytes_ = [] {
+    const char* v = std::getenv("HVDRUN_ALLREDUCE_SMALL_BYTES");
+    return v ? static_cast<std::size_t>(std::strtoull(v, nullptr, 10)) : kSmallAllreduceBytes;
+  }();
   std::list<Entry> lru_;
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;
   std::size_t cache_bytes_ = 0;
@@ -412,10 +458,10 @@ class GlooComm::Impl {
   int rank_;
   int size_;
   std::chrono::milliseconds connect_timeout_;
-  std::vector<bool> connected_;
-  int pairs_ = 0;
+  Mesh async_;
+  Mesh sync_;
+  long long built_seq_ = 0;
   std::shared_ptr<gloo::transport::Device> device_;
-  std::shared_ptr<MeshContext> ctx_;
 };
 
 GlooComm::GlooComm(rendezvous::Client& store, std::string prefix, int rank, int size,
@@ -437,6 +483,11 @@ void GlooComm::allgather(const void* send, void* recv, std::size_t bytes) {
 void GlooComm::connect(Topology topology, int root) {
   if (impl_->size_ > 1) impl_->connect(topology, root);
 }
-int GlooComm::connected_pairs() const { return impl_->pairs_; }
+int GlooComm::connected_pairs() const {
+  int n = 0;
+  for (const auto* m : {&impl_->async_, &impl_->sync_})
+    for (bool c : m->connected) n += c ? 1 : 0;
+  return n;
+}
 
 }  // namespace hvdrun::runtime
