@@ -440,8 +440,9 @@ class Libssh2Session : public Session {
 // --- host keys --------------------------------------------------------------------------
 
 // libssh2's host key algorithms, with the types known_hosts already has for this host
-// first, so a host known by its ECDSA key is not asked for its Ed25519 one.
-std::string hostkey_preference(const std::vector<std::string>& known) {
+// first, so a host known by its ECDSA key is not asked for its Ed25519 one. Only names
+// this libssh2 supports are passed: 1.10 corrupts its list when it has to drop one.
+std::string hostkey_preference(LIBSSH2_SESSION* session, const std::vector<std::string>& known) {
   std::vector<std::string> all = {"ssh-ed25519",
                                   "ecdsa-sha2-nistp256",
                                   "ecdsa-sha2-nistp384",
@@ -449,17 +450,26 @@ std::string hostkey_preference(const std::vector<std::string>& known) {
                                   "rsa-sha2-512",
                                   "rsa-sha2-256",
                                   "ssh-rsa"};
+  const char** algs = nullptr;
+  int n = libssh2_session_supported_algs(session, LIBSSH2_METHOD_HOSTKEY, &algs);
+  if (n <= 0) return {};
+  std::vector<std::string> supported(algs, algs + n);
+  libssh2_free(session, static_cast<void*>(algs));
+  auto usable = [&](const std::string& a) {
+    return std::find(supported.begin(), supported.end(), a) != supported.end();
+  };
   std::vector<std::string> order;
+  auto add = [&](const std::string& a) {
+    if (usable(a) && std::find(order.begin(), order.end(), a) == order.end()) order.push_back(a);
+  };
   for (const auto& k : known) {
     if (k == "ssh-rsa") {
-      for (const char* r : {"rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"}) order.emplace_back(r);
+      for (const char* r : {"rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"}) add(r);
     } else if (std::find(all.begin(), all.end(), k) != all.end()) {
-      order.push_back(k);
+      add(k);
     }
   }
-  for (const auto& a : all) {
-    if (std::find(order.begin(), order.end(), a) == order.end()) order.push_back(a);
-  }
+  for (const auto& a : all) add(a);
   std::string out;
   for (const auto& o : order) out += (out.empty() ? "" : ",") + o;
   return out;
@@ -700,9 +710,11 @@ std::unique_ptr<Session> Libssh2Connector::connect(const Target& t, Deadline dea
   if (core->session == nullptr) throw LaunchError(core->label + ": libssh2_session_init failed");
   core->fd = std::move(fd);
   libssh2_session_set_blocking(core->session, 0);
-  libssh2_session_method_pref(
-      core->session, LIBSSH2_METHOD_HOSTKEY,
-      hostkey_preference(known_key_types(t.known_hosts_file, t.hostname, t.port)).c_str());
+  const std::string hostkeys =
+      hostkey_preference(core->session, known_key_types(t.known_hosts_file, t.hostname, t.port));
+  if (!hostkeys.empty()) {
+    libssh2_session_method_pref(core->session, LIBSSH2_METHOD_HOSTKEY, hostkeys.c_str());
+  }
 
   int rc = core->call(deadline,
                       [&] { return libssh2_session_handshake(core->session, core->fd.get()); });
