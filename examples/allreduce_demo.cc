@@ -15,6 +15,10 @@ int main() {
     constexpr std::size_t kCount = 1 << 20;  // 4 MiB of float32
 
     std::vector<float> data(kCount, static_cast<float>(rank + 1));
+    // Warm-up: the first collective of a shape connects the pairs it needs.
+    std::vector<float> warm(kCount, 0.0f);
+    hvdrun::allreduce(warm.data(), warm.data(), kCount, hvdrun::DataType::kFloat32,
+                      hvdrun::ReduceOp::kSum);
     hvdrun::barrier();
     auto t0 = std::chrono::steady_clock::now();
     hvdrun::allreduce(data.data(), data.data(), kCount, hvdrun::DataType::kFloat32,
