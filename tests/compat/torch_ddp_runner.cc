@@ -1,8 +1,10 @@
-// Runs the unmodified torch.distributed program tests/compat/torch_ddp.py at 4 ranks
-// under the real hvdrun binary, on this host ("local") or on two loopback SSH hosts
-// ("ssh"), and checks that every rank reported success. A plain program rather than a
-// Catch2 case so that ctest can report a proper skip (exit 77) on machines where
-// /usr/bin/python3 cannot import torch (Debian: apt-get install python3-torch).
+// Runs a compatibility program at 4 ranks under the real hvdrun binary, on this host
+// (local), on two names of this host (twohosts: two local agents, 2 ranks each) or on two
+// loopback SSH hosts (ssh), and checks that every rank reported
+// success: torch_ddp.py (unmodified torch.distributed, env://) or horovod_rank.py (a
+// Horovod gloo rank's rendezvous over HTTP). A plain program rather than a Catch2 case so
+// that ctest can report a proper skip (exit 77) where /usr/bin/python3 cannot import
+// torch (Debian: apt-get install python3-torch).
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -22,7 +24,7 @@ int exit_code(int status) {
   return 255;
 }
 
-int check(const std::vector<std::string>& argv, int ranks) {
+int check(const std::vector<std::string>& argv, const std::string& tag, int ranks) {
   std::string cmdline;
   for (const auto& a : argv) cmdline += (cmdline.empty() ? "" : " ") + a;
   std::printf("running: %s\n", cmdline.c_str());
@@ -35,14 +37,14 @@ int check(const std::vector<std::string>& argv, int ranks) {
     return 1;
   }
   for (int r = 0; r < ranks; ++r) {
-    const std::string want = "[" + std::to_string(r) + "]<stdout>:torch_ddp: rank " +
+    const std::string want = "[" + std::to_string(r) + "]<stdout>:" + tag + ": rank " +
                              std::to_string(r) + "/" + std::to_string(ranks) + " OK";
     if (output.find(want) == std::string::npos) {
       std::printf("FAIL: no line '%s'\n", want.c_str());
       return 1;
     }
   }
-  std::printf("PASS: %d ranks ran all_reduce, all_gather and a DDP step\n", ranks);
+  std::printf("PASS: %d ranks of %s succeeded\n", ranks, tag.c_str());
   return 0;
 }
 
@@ -50,16 +52,19 @@ int check(const std::vector<std::string>& argv, int ranks) {
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s HVDRUN TORCH_DDP_PY local|ssh\n", argv[0]);
+    std::fprintf(stderr, "usage: %s HVDRUN SCRIPT.py local|twohosts|ssh\n", argv[0]);
     return 2;
   }
   const std::string hvdrun = argv[1];
   const std::string script = argv[2];
   const std::string mode = argv[3];
   const std::string python = "/usr/bin/python3";
+  // "torch_ddp" for .../torch_ddp.py: the prefix of the rank's success line.
+  std::string tag = script.substr(script.rfind('/') + 1);
+  tag = tag.substr(0, tag.rfind('.'));
   try {
     std::string probe;
-    if (exit_code(hvdrun::testing::run_process(
+    if (tag == "torch_ddp" && exit_code(hvdrun::testing::run_process(
             {python, "-c", "import torch, torch.distributed, torch.nn.parallel"}, &probe)) != 0) {
       std::printf("SKIP: %s cannot import torch (Debian: apt-get install python3-torch):\n%s",
                   python.c_str(), probe.c_str());
@@ -67,16 +72,22 @@ int main(int argc, char** argv) {
     }
     if (mode == "local") {
       return check({hvdrun, "-np", "4", "--start-timeout", "60", python, script, "--slots", "4"},
-                   4);
+                   tag, 4);
+    }
+    if (mode == "twohosts") {
+      // Two host names that are both this machine: two local agents, two "nodes".
+      return check({hvdrun, "-np", "4", "-H", "localhost:2,127.0.0.1:2", "--start-timeout", "60",
+                    python, script, "--slots", "2,2"},
+                   tag, 4);
     }
     if (mode == "ssh") {
       hvdrun::testing::SshdCluster cluster(2);
       return check({hvdrun, "-np", "4", "-H", cluster.alias(1) + ":2," + cluster.alias(2) + ":2",
                     "--ssh-config", cluster.ssh_config(), "--start-timeout", "60", python, script,
                     "--slots", "2,2"},
-                   4);
+                   tag, 4);
     }
-    std::fprintf(stderr, "unknown mode '%s'; expected local or ssh\n", mode.c_str());
+    std::fprintf(stderr, "unknown mode '%s'; expected local, twohosts or ssh\n", mode.c_str());
     return 2;
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
