@@ -204,6 +204,21 @@ TEST_CASE("preflight not-ssh: a listener that never speaks gives up at ConnectTi
   CHECK(took < std::chrono::milliseconds(2500));
 }
 
+TEST_CASE("preflight timeout: a port that never answers the connect", "[loopback]") {
+  SshdCluster cluster(1);
+  isolate(cluster);
+  hvdrun::testing::UnansweredListener dead;
+  auto options = with_config(
+      cluster, "Host node1\n  Port " + std::to_string(dead.port()) + "\n  ConnectTimeout 1\n");
+  options.remote_hvdrun = stand_in(cluster);
+  auto start = Clock::now();
+  auto report = check(cluster, options);
+  auto took = Clock::now() - start;
+  CHECK(report.hosts[0].verdict == Verdict::timeout);
+  CHECK(report.hosts[0].detail.find("no TCP answer within 1 s") == 0);
+  CHECK(took < std::chrono::milliseconds(2500));
+}
+
 TEST_CASE("preflight dns: a name that does not resolve", "[loopback]") {
   SshdCluster cluster(1);
   isolate(cluster);

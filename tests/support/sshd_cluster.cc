@@ -152,6 +152,27 @@ SilentListener::SilentListener() : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOE
   port_ = ntohs(sin.sin_port);
 }
 
+UnansweredListener::UnansweredListener() : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd_.get(), reinterpret_cast<sockaddr*>(&sin), sizeof sin) < 0 ||
+      ::listen(fd_.get(), 0) < 0) {
+    throw std::runtime_error("unanswered listener: bind/listen failed");
+  }
+  socklen_t len = sizeof sin;
+  ::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&sin), &len);
+  port_ = ntohs(sin.sin_port);
+  for (int i = 0; i < 2; ++i) {  // non-blocking: the second one is left hanging by design
+    UniqueFd c(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    ::connect(c.get(), reinterpret_cast<sockaddr*>(&sin), sizeof sin);
+    fillers_.push_back(std::move(c));
+  }
+  // Wait (bounded) until the first filler is established, so the queue is really full.
+  pollfd pfd{fillers_[0].get(), POLLOUT, 0};
+  ::poll(&pfd, 1, 2000);
+}
+
 SshdCluster::SshdCluster(int hosts) : hosts_(hosts) {
   if (hosts < 1 || hosts > 254) throw std::runtime_error("sshd cluster: 1 to 254 hosts");
   char tmpl[] = "/tmp/hvdrun-sshd-XXXXXX";

@@ -89,6 +89,21 @@ class SilentListener {
   int port_ = 0;
 };
 
+/// A TCP listener on 127.0.0.1 whose accept queue is full, so the kernel drops new SYNs:
+/// a connect to it gets no answer at all (the "host is down or firewalled" fault).
+class UnansweredListener {
+ public:
+  /// Listens with a backlog of 0 and fills the queue with its own connections.
+  UnansweredListener();
+  /// The port.
+  int port() const { return port_; }
+
+ private:
+  UniqueFd fd_;
+  std::vector<UniqueFd> fillers_;
+  int port_ = 0;
+};
+
 /// Runs `argv` and returns its exit status (as waitpid's status word); stdout/stderr are
 /// appended to `output` when given.
 int run_process(const std::vector<std::string>& argv, std::string* output = nullptr);
