@@ -16,7 +16,8 @@ int main(int argc, char** argv) {
   size_t n = bytes / 4;
   float* buf = malloc(n * sizeof(float));
   for (size_t i = 0; i < n; ++i) buf[i] = 1.0f;
-  for (int i = 0; i < 2; ++i) MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  for (int i = 0; i < 2; ++i)
+    MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
   for (int i = 0; i < reps; ++i)

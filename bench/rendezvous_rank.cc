@@ -6,13 +6,13 @@
 //   hvdrun_bench_rank gloo-mesh               the same with Gloo's connectFullMesh
 //   hvdrun_bench_rank allreduce BYTES REPS    float32 allreduce, bus bandwidth
 //   hvdrun_bench_rank latency BYTES REPS      same, reports microseconds per call
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/store.h>
-#include <gloo/transport/tcp/device.h>
 #include <string>
 #include <vector>
 

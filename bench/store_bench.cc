@@ -98,7 +98,8 @@ double run_clients(int clients, Body body) {
 
 class BareServer {
  public:
-  explicit BareServer(Sizes s) : sizes_(s), acceptor_(io_, {asio::ip::make_address("127.0.0.1"), 0}) {
+  explicit BareServer(Sizes s)
+      : sizes_(s), acceptor_(io_, {asio::ip::make_address("127.0.0.1"), 0}) {
     acceptor_.listen(4096);
     accept();
     thread_ = std::thread([this] { io_.run(); });
@@ -155,7 +156,8 @@ void bare_client(std::uint16_t port, Sizes s, int iters) {
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw std::runtime_error("connect");
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+    throw std::runtime_error("connect");
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   auto exchange = [&](std::size_t req, char op) {
@@ -212,8 +214,9 @@ int main(int argc, char** argv) {
     });
     server.stop();
   }
-  std::printf("clients=%d ops=%.0f bare_tcp_ops_per_s=%.0f hvdrun_store_ops_per_s=%.0f "
-              "ratio=%.2f\n",
-              clients, ops, ops / bare_s, ops / ours_s, bare_s / ours_s);
+  std::printf(
+      "clients=%d ops=%.0f bare_tcp_ops_per_s=%.0f hvdrun_store_ops_per_s=%.0f "
+      "ratio=%.2f\n",
+      clients, ops, ops / bare_s, ops / ours_s, bare_s / ours_s);
   return 0;
 }

@@ -23,8 +23,8 @@ int main() {
     auto t0 = std::chrono::steady_clock::now();
     hvdrun::allreduce(data.data(), data.data(), kCount, hvdrun::DataType::kFloat32,
                       hvdrun::ReduceOp::kSum);
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                    .count();
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
     const float expected = static_cast<float>(size) * (size + 1) / 2;
     std::int32_t ok = 1;
@@ -41,10 +41,10 @@ int main() {
     if (rank == 0) {
       double bytes = kCount * sizeof(float);
       double busbw = size > 1 ? 2.0 * (size - 1) / size * bytes / (ms / 1e3) / 1e9 : 0;
-      std::printf("allreduce_demo: %d ranks on %d host(s): %s; %.1f ms for %.0f MiB "
-                  "(bus bandwidth %.2f GB/s)\n",
-                  size, hosts, all_ok ? "all ranks agree" : "MISMATCH", ms, bytes / (1 << 20),
-                  busbw);
+      std::printf(
+          "allreduce_demo: %d ranks on %d host(s): %s; %.1f ms for %.0f MiB "
+          "(bus bandwidth %.2f GB/s)\n",
+          size, hosts, all_ok ? "all ranks agree" : "MISMATCH", ms, bytes / (1 << 20), busbw);
     }
     hvdrun::shutdown();
     return all_ok ? 0 : 1;

@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
           for (int j = 0; j < kFeatures; ++j) pred += params[static_cast<std::size_t>(j)] * xi[j];
           float err = pred - y[static_cast<std::size_t>(i)];
           loss_sum += 0.5 * err * err;
-          for (int j = 0; j < kFeatures; ++j) grad[static_cast<std::size_t>(j)] += err * xi[j] / kBatch;
+          for (int j = 0; j < kFeatures; ++j)
+            grad[static_cast<std::size_t>(j)] += err * xi[j] / kBatch;
           grad[kFeatures] += err / kBatch;
         }
         // Average gradients across ranks, then step.

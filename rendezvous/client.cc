@@ -100,8 +100,8 @@ class Client::Impl {
       auto wait = milliseconds(static_cast<long long>(delay.count() * jitter(rng)));
       wait = std::min(wait, milliseconds(remaining_ms(deadline)));
       if (wait.count() <= 0) break;
-      spdlog::warn("{}: connect to {} failed: {}; retrying ({}/{}) after {} ms", prefix(),
-                   address_, last, attempt, max - 1, wait.count());
+      spdlog::warn("{}: connect to {} failed: {}; retrying ({}/{}) after {} ms", prefix(), address_,
+                   last, attempt, max - 1, wait.count());
       std::this_thread::sleep_for(wait);
       delay = std::min(delay * 2, opts_.backoff_max);
       if (Clock::now() >= deadline) break;
@@ -124,8 +124,8 @@ class Client::Impl {
     std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(res, ::freeaddrinfo);
     std::string last = "no address";
     for (auto* ai = res; ai; ai = ai->ai_next) {
-      UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                           ai->ai_protocol));
+      UniqueFd fd(
+          ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
       if (!fd) {
         last = std::string("socket: ") + std::strerror(errno);
         continue;

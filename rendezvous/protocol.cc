@@ -106,14 +106,22 @@ std::string plain_frame(std::string_view payload) {
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::kSet: return "set";
-    case Op::kGet: return "get";
-    case Op::kWait: return "wait";
-    case Op::kAdd: return "add";
-    case Op::kMultiGet: return "multi_get";
-    case Op::kMultiSet: return "multi_set";
-    case Op::kDelete: return "delete";
-    case Op::kPing: return "ping";
+    case Op::kSet:
+      return "set";
+    case Op::kGet:
+      return "get";
+    case Op::kWait:
+      return "wait";
+    case Op::kAdd:
+      return "add";
+    case Op::kMultiGet:
+      return "multi_get";
+    case Op::kMultiSet:
+      return "multi_set";
+    case Op::kDelete:
+      return "delete";
+    case Op::kPing:
+      return "ping";
   }
   return "unknown";
 }
@@ -266,7 +274,8 @@ Hmac::~Hmac() = default;
 Hmac::Hmac(Hmac&&) noexcept = default;
 Hmac& Hmac::operator=(Hmac&&) noexcept = default;
 
-std::array<unsigned char, kMacBytes> Hmac::tag(std::initializer_list<std::string_view> parts) const {
+std::array<unsigned char, kMacBytes> Hmac::tag(
+    std::initializer_list<std::string_view> parts) const {
   std::array<unsigned char, kMacBytes> inner_hash{}, out{};
   unsigned int n = 0;
   EVP_MD_CTX* s = state_->scratch;

@@ -57,20 +57,20 @@ const char* op_name(Op op);
 
 /// One client request.
 struct Request {
-  Op op = Op::kPing;                 ///< What to do.
-  std::uint32_t timeout_ms = 0;      ///< kWait only: server-side deadline.
-  std::int64_t delta = 0;            ///< kAdd only.
-  std::vector<std::string> keys;     ///< Keys the operation applies to.
-  std::vector<std::string> values;   ///< kSet / kMultiSet: one value per key.
+  Op op = Op::kPing;                ///< What to do.
+  std::uint32_t timeout_ms = 0;     ///< kWait only: server-side deadline.
+  std::int64_t delta = 0;           ///< kAdd only.
+  std::vector<std::string> keys;    ///< Keys the operation applies to.
+  std::vector<std::string> values;  ///< kSet / kMultiSet: one value per key.
 };
 
 /// One server response.
 struct Response {
-  Status status = Status::kOk;                       ///< Outcome.
-  std::int64_t number = 0;                           ///< kAdd: new value; kDelete: existed.
-  std::string message;                               ///< kBadRequest / kStopping: why.
-  std::vector<std::optional<std::string>> values;    ///< kGet / kMultiGet results.
-  std::vector<std::uint32_t> missing;                ///< kTimeout: indices of absent keys.
+  Status status = Status::kOk;                     ///< Outcome.
+  std::int64_t number = 0;                         ///< kAdd: new value; kDelete: existed.
+  std::string message;                             ///< kBadRequest / kStopping: why.
+  std::vector<std::optional<std::string>> values;  ///< kGet / kMultiGet results.
+  std::vector<std::uint32_t> missing;              ///< kTimeout: indices of absent keys.
 };
 
 /// Serialises a request payload (no framing, no MAC).

@@ -5,9 +5,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
-#include <algorithm>
 #include <charconv>
 #include <deque>
 #include <fstream>
@@ -50,8 +50,7 @@ class Server::Impl {
  public:
   class Session;
 
-  Impl(std::string secret, const std::string& bind_address, std::uint16_t port,
-       ServerOptions opts)
+  Impl(std::string secret, const std::string& bind_address, std::uint16_t port, ServerOptions opts)
       : acceptor_(io_), secret_(secret), opts_(opts) {
     boost::system::error_code ec;
     auto addr = asio::ip::make_address(bind_address, ec);
@@ -177,8 +176,7 @@ class Server::Impl {
 
 class Server::Impl::Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(Impl& srv, tcp::socket sock)
-      : srv_(srv), sock_(std::move(sock)), wait_timer_(srv.io_) {
+  Session(Impl& srv, tcp::socket sock) : srv_(srv), sock_(std::move(sock)), wait_timer_(srv.io_) {
     boost::system::error_code ec;
     auto ep = sock_.remote_endpoint(ec);
     peer_ = ec ? std::string("unknown peer") : endpoint_string(ep);
@@ -446,19 +444,20 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
 
   void write_next() {
     writing_ = true;
-    asio::async_write(sock_, asio::buffer(outq_.front()),
-                      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
-                        self->outq_.pop_front();
-                        self->writing_ = false;
-                        if (self->closed_) return;
-                        if (ec) {
-                          self->close("write: " + ec.message());
-                        } else if (!self->outq_.empty()) {
-                          self->write_next();
-                        } else if (self->close_after_write_) {
-                          self->close("authentication failed");
-                        }
-                      });
+    asio::async_write(
+        sock_, asio::buffer(outq_.front()),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+          self->outq_.pop_front();
+          self->writing_ = false;
+          if (self->closed_) return;
+          if (ec) {
+            self->close("write: " + ec.message());
+          } else if (!self->outq_.empty()) {
+            self->write_next();
+          } else if (self->close_after_write_) {
+            self->close("authentication failed");
+          }
+        });
   }
 
   Impl& srv_;
@@ -519,8 +518,8 @@ void Server::Impl::sweep() {
   auto shortest = std::chrono::milliseconds(1000);
   for (auto d : {opts_.handshake_timeout, opts_.frame_timeout, opts_.idle_timeout})
     if (d.count() > 0) shortest = std::min(shortest, d);
-  auto interval = std::clamp(shortest / 4, std::chrono::milliseconds(5),
-                             std::chrono::milliseconds(250));
+  auto interval =
+      std::clamp(shortest / 4, std::chrono::milliseconds(5), std::chrono::milliseconds(250));
   if (!sweep_timer_) sweep_timer_ = std::make_unique<asio::steady_timer>(io_);
   sweep_timer_->expires_after(interval);
   sweep_timer_->async_wait([this](const boost::system::error_code& ec) {

@@ -27,24 +27,36 @@ runtime::World& world(const char* fn) {
 
 const char* dtype_name(DataType t) {
   switch (t) {
-    case DataType::kInt32: return "int32";
-    case DataType::kInt64: return "int64";
-    case DataType::kFloat32: return "float32";
-    case DataType::kFloat64: return "float64";
-    case DataType::kFloat16: return "float16";
-    case DataType::kBFloat16: return "bfloat16";
-    case DataType::kUInt8: return "uint8";
+    case DataType::kInt32:
+      return "int32";
+    case DataType::kInt64:
+      return "int64";
+    case DataType::kFloat32:
+      return "float32";
+    case DataType::kFloat64:
+      return "float64";
+    case DataType::kFloat16:
+      return "float16";
+    case DataType::kBFloat16:
+      return "bfloat16";
+    case DataType::kUInt8:
+      return "uint8";
   }
   return "?";
 }
 
 const char* op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAverage: return "average";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kProduct: return "product";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAverage:
+      return "average";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kProduct:
+      return "product";
   }
   return "?";
 }
@@ -67,8 +79,8 @@ void collective(runtime::World& w, const std::string& what, Fn fn) {
     throw;
   } catch (const std::exception& e) {
     throw Error("hvdrun: " + what + " failed on rank " + std::to_string(w.env().rank) + " of " +
-                std::to_string(w.env().size) + " (" + w.env().hostname +
-                "): " + e.what() + ". A peer rank probably exited or lost its connection");
+                std::to_string(w.env().size) + " (" + w.env().hostname + "): " + e.what() +
+                ". A peer rank probably exited or lost its connection");
   }
 }
 
@@ -80,13 +92,20 @@ std::string describe(const char* name, std::size_t count, DataType t) {
 
 std::size_t dtype_size(DataType dtype) {
   switch (dtype) {
-    case DataType::kInt32: return 4;
-    case DataType::kInt64: return 8;
-    case DataType::kFloat32: return 4;
-    case DataType::kFloat64: return 8;
-    case DataType::kFloat16: return 2;
-    case DataType::kBFloat16: return 2;
-    case DataType::kUInt8: return 1;
+    case DataType::kInt32:
+      return 4;
+    case DataType::kInt64:
+      return 8;
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kFloat64:
+      return 8;
+    case DataType::kFloat16:
+      return 2;
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kUInt8:
+      return 1;
   }
   throw Error("hvdrun: unknown data type " + std::to_string(static_cast<int>(dtype)));
 }
@@ -189,14 +208,14 @@ namespace {
 runtime::NcclComm& nccl(const char* fn) {
   auto& w = world(fn);
   if (!w.nccl())
-    throw Error(std::string("hvdrun::") + fn + ": device buffers need NCCL, which is unavailable: " +
-                w.nccl_status());
+    throw Error(std::string("hvdrun::") + fn +
+                ": device buffers need NCCL, which is unavailable: " + w.nccl_status());
   return *w.nccl();
 }
 }  // namespace
 
-void allreduce_device(const void* send, void* recv, std::size_t count, DataType dtype,
-                      ReduceOp op, void* stream) {
+void allreduce_device(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                      void* stream) {
   std::lock_guard lock(g_mu);
   check_dtype(dtype);
   check_op(op);

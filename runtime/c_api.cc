@@ -40,13 +40,27 @@ hvdrun::ReduceOp to_op(hvdrun_op op) { return static_cast<hvdrun::ReduceOp>(op);
 
 extern "C" {
 
-int hvdrun_init(void) { return guarded([] { hvdrun::init(); }); }
-int hvdrun_rank(void) { return query([] { return hvdrun::rank(); }); }
-int hvdrun_size(void) { return query([] { return hvdrun::size(); }); }
-int hvdrun_local_rank(void) { return query([] { return hvdrun::local_rank(); }); }
-int hvdrun_local_size(void) { return query([] { return hvdrun::local_size(); }); }
-int hvdrun_cross_rank(void) { return query([] { return hvdrun::cross_rank(); }); }
-int hvdrun_cross_size(void) { return query([] { return hvdrun::cross_size(); }); }
+int hvdrun_init(void) {
+  return guarded([] { hvdrun::init(); });
+}
+int hvdrun_rank(void) {
+  return query([] { return hvdrun::rank(); });
+}
+int hvdrun_size(void) {
+  return query([] { return hvdrun::size(); });
+}
+int hvdrun_local_rank(void) {
+  return query([] { return hvdrun::local_rank(); });
+}
+int hvdrun_local_size(void) {
+  return query([] { return hvdrun::local_size(); });
+}
+int hvdrun_cross_rank(void) {
+  return query([] { return hvdrun::cross_rank(); });
+}
+int hvdrun_cross_size(void) {
+  return query([] { return hvdrun::cross_size(); });
+}
 
 int hvdrun_allreduce(const void* send, void* recv, size_t count, hvdrun_dtype dtype, hvdrun_op op) {
   return guarded([&] { hvdrun::allreduce(send, recv, count, to_dtype(dtype), to_op(op)); });
@@ -60,8 +74,12 @@ int hvdrun_allgather(const void* send, void* recv, size_t count, hvdrun_dtype dt
   return guarded([&] { hvdrun::allgather(send, recv, count, to_dtype(dtype)); });
 }
 
-int hvdrun_barrier(void) { return guarded([] { hvdrun::barrier(); }); }
-int hvdrun_shutdown(void) { return guarded([] { hvdrun::shutdown(); }); }
+int hvdrun_barrier(void) {
+  return guarded([] { hvdrun::barrier(); });
+}
+int hvdrun_shutdown(void) {
+  return guarded([] { hvdrun::shutdown(); });
+}
 const char* hvdrun_last_error(void) { return g_last_error.c_str(); }
 
 }  // extern "C"

@@ -41,8 +41,9 @@ class Parser {
 
   void finish() const {
     if (missing_.empty() && garbled_.empty()) return;
-    std::string msg = "hvdrun: this process was not started by hvdrun (or its environment was "
-                      "changed):";
+    std::string msg =
+        "hvdrun: this process was not started by hvdrun (or its environment was "
+        "changed):";
     if (!missing_.empty()) {
       msg += " missing";
       for (std::size_t i = 0; i < missing_.size(); ++i) msg += (i ? ", " : " ") + missing_[i];
@@ -81,14 +82,14 @@ Environment read_environment(const std::function<const char*(const char*)>& gete
   auto nccl = p.text("HVDRUN_NCCL", false);
 
   if (rank && size && *rank >= *size)
-    p.garbled("HVDRUN_RANK=" + std::to_string(*rank) + " (not below HVDRUN_SIZE=" +
-              std::to_string(*size) + ")");
+    p.garbled("HVDRUN_RANK=" + std::to_string(*rank) +
+              " (not below HVDRUN_SIZE=" + std::to_string(*size) + ")");
   if (lrank && lsize && *lrank >= *lsize)
-    p.garbled("HVDRUN_LOCAL_RANK=" + std::to_string(*lrank) + " (not below HVDRUN_LOCAL_SIZE=" +
-              std::to_string(*lsize) + ")");
+    p.garbled("HVDRUN_LOCAL_RANK=" + std::to_string(*lrank) +
+              " (not below HVDRUN_LOCAL_SIZE=" + std::to_string(*lsize) + ")");
   if (crank && csize && *crank >= *csize)
-    p.garbled("HVDRUN_CROSS_RANK=" + std::to_string(*crank) + " (not below HVDRUN_CROSS_SIZE=" +
-              std::to_string(*csize) + ")");
+    p.garbled("HVDRUN_CROSS_RANK=" + std::to_string(*crank) +
+              " (not below HVDRUN_CROSS_SIZE=" + std::to_string(*csize) + ")");
   if (secret && (secret->size() < 32 || secret->size() % 2 != 0 ||
                  secret->find_first_not_of("0123456789abcdefABCDEF") != std::string::npos))
     p.garbled("HVDRUN_SECRET (expected the hex string hvdrun generated, at least 32 digits)");

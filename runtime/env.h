@@ -12,20 +12,20 @@ namespace hvdrun::runtime {
 
 /// Everything a rank learns from its environment.
 struct Environment {
-  int rank = 0;                     ///< HVDRUN_RANK
-  int size = 1;                     ///< HVDRUN_SIZE
-  int local_rank = 0;               ///< HVDRUN_LOCAL_RANK
-  int local_size = 1;               ///< HVDRUN_LOCAL_SIZE
-  int cross_rank = 0;               ///< HVDRUN_CROSS_RANK
-  int cross_size = 1;               ///< HVDRUN_CROSS_SIZE
-  std::string hostname;             ///< HVDRUN_HOSTNAME
-  std::string rendezvous_addr;      ///< HVDRUN_RENDEZVOUS_ADDR
-  std::uint16_t rendezvous_port = 0;  ///< HVDRUN_RENDEZVOUS_PORT
-  std::string secret;               ///< HVDRUN_SECRET (hex)
+  int rank = 0;                                    ///< HVDRUN_RANK
+  int size = 1;                                    ///< HVDRUN_SIZE
+  int local_rank = 0;                              ///< HVDRUN_LOCAL_RANK
+  int local_size = 1;                              ///< HVDRUN_LOCAL_SIZE
+  int cross_rank = 0;                              ///< HVDRUN_CROSS_RANK
+  int cross_size = 1;                              ///< HVDRUN_CROSS_SIZE
+  std::string hostname;                            ///< HVDRUN_HOSTNAME
+  std::string rendezvous_addr;                     ///< HVDRUN_RENDEZVOUS_ADDR
+  std::uint16_t rendezvous_port = 0;               ///< HVDRUN_RENDEZVOUS_PORT
+  std::string secret;                              ///< HVDRUN_SECRET (hex)
   std::chrono::milliseconds start_timeout{30000};  ///< HVDRUN_START_TIMEOUT (s, default 30)
   std::chrono::milliseconds op_timeout{600000};    ///< HVDRUN_OP_TIMEOUT (s, default 600)
-  std::string nccl_mode = "auto";   ///< HVDRUN_NCCL: auto | require | off
-  int generation = 0;               ///< HVDRUN_GENERATION (default 0)
+  std::string nccl_mode = "auto";                  ///< HVDRUN_NCCL: auto | require | off
+  int generation = 0;                              ///< HVDRUN_GENERATION (default 0)
 };
 
 /// Reads the environment through `getenv` (a parameter so tests can fake it).

@@ -9,13 +9,6 @@
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
-#include <climits>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
-#include <list>
-#include <unordered_map>
 #include <gloo/allgather_ring.h>
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring_chunked.h>
@@ -23,7 +16,14 @@
 #include <gloo/context.h>
 #include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <list>
 #include <type_traits>
+#include <unordered_map>
 
 #include "runtime/reduce.h"
 
@@ -108,28 +108,29 @@ const gloo::ReductionFunction<T>* reduction(ReduceOp op) {
       else
         return &to_bfloat16;
     }();
-    static const gloo::ReductionFunction<T> sum(
-        gloo::SUM, [](T* x, const T* y, std::size_t n) {
-          fn_16<T, conv>(x, y, n, [](float a, float b) { return a + b; });
-        });
+    static const gloo::ReductionFunction<T> sum(gloo::SUM, [](T* x, const T* y, std::size_t n) {
+      fn_16<T, conv>(x, y, n, [](float a, float b) { return a + b; });
+    });
     static const gloo::ReductionFunction<T> prod(
         gloo::PRODUCT, [](T* x, const T* y, std::size_t n) {
           fn_16<T, conv>(x, y, n, [](float a, float b) { return a * b; });
         });
-    static const gloo::ReductionFunction<T> mn(
-        gloo::MIN, [](T* x, const T* y, std::size_t n) {
-          fn_16<T, conv>(x, y, n, [](float a, float b) { return std::min(a, b); });
-        });
-    static const gloo::ReductionFunction<T> mx(
-        gloo::MAX, [](T* x, const T* y, std::size_t n) {
-          fn_16<T, conv>(x, y, n, [](float a, float b) { return std::max(a, b); });
-        });
+    static const gloo::ReductionFunction<T> mn(gloo::MIN, [](T* x, const T* y, std::size_t n) {
+      fn_16<T, conv>(x, y, n, [](float a, float b) { return std::min(a, b); });
+    });
+    static const gloo::ReductionFunction<T> mx(gloo::MAX, [](T* x, const T* y, std::size_t n) {
+      fn_16<T, conv>(x, y, n, [](float a, float b) { return std::max(a, b); });
+    });
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAverage: return &sum;
-      case ReduceOp::kProduct: return &prod;
-      case ReduceOp::kMin: return &mn;
-      case ReduceOp::kMax: return &mx;
+      case ReduceOp::kAverage:
+        return &sum;
+      case ReduceOp::kProduct:
+        return &prod;
+      case ReduceOp::kMin:
+        return &mn;
+      case ReduceOp::kMax:
+        return &mx;
     }
   } else {
     static const gloo::ReductionFunction<T> sum(gloo::SUM, &fn_sum<T>);
@@ -138,10 +139,14 @@ const gloo::ReductionFunction<T>* reduction(ReduceOp op) {
     static const gloo::ReductionFunction<T> mx(gloo::MAX, &fn_max<T>);
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAverage: return &sum;
-      case ReduceOp::kProduct: return &prod;
-      case ReduceOp::kMin: return &mn;
-      case ReduceOp::kMax: return &mx;
+      case ReduceOp::kAverage:
+        return &sum;
+      case ReduceOp::kProduct:
+        return &prod;
+      case ReduceOp::kMin:
+        return &mn;
+      case ReduceOp::kMax:
+        return &mx;
     }
   }
   return nullptr;
@@ -212,7 +217,8 @@ class GlooComm::Impl {
   void built_barrier() {
     const std::string k = prefix_ + "/built/" + std::to_string(++built_seq_);
     if (store_.add(k, 1) == size_) store_.set(k + "/done", "1");
-    store_.wait({k + "/done"}, connect_timeout_, "gloo: waiting for every rank to set up a collective");
+    store_.wait({k + "/done"}, connect_timeout_,
+                "gloo: waiting for every rank to set up a collective");
   }
 
   void ensure(Mesh& m, std::vector<int> peers) {
@@ -251,8 +257,9 @@ class GlooComm::Impl {
     // Phase 1: pairs this rank dials; phase 2: pairs it accepts (see the file comment).
     for (int phase = 0; phase < 2; ++phase) {
       for (std::size_t i = 0; i < fresh.size(); ++i) {
-        if (!values[i]) throw Error("gloo: address of rank " + std::to_string(fresh[i]) +
-                                    " vanished from the rendezvous store");
+        if (!values[i])
+          throw Error("gloo: address of rank " + std::to_string(fresh[i]) +
+                      " vanished from the rendezvous store");
         std::vector<char> peer(values[i]->begin(), values[i]->end());
         if (dials(self_addr[i], peer) != (phase == 0)) continue;
         try {
@@ -320,7 +327,8 @@ class GlooComm::Impl {
       index_.erase(lru_.back().key);
       lru_.pop_back();
     }
-    lru_.push_front(Entry{key, std::vector<char>(buf_bytes), std::vector<char>(out_bytes), nullptr});
+    lru_.push_front(
+        Entry{key, std::vector<char>(buf_bytes), std::vector<char>(out_bytes), nullptr});
     auto& e = lru_.front();
     index_[key] = lru_.begin();
     cache_bytes_ += buf_bytes + out_bytes;
@@ -347,7 +355,7 @@ class GlooComm::Impl {
     }
     connect(async_, Topology::kRing, 0);
     return std::make_unique<gloo::AllreduceRingChunked<T>>(async_.ctx, std::vector<T*>{ptr},
-                                                          static_cast<int>(count), fn);
+                                                           static_cast<int>(count), fn);
   }
 
   template <typename T>
@@ -355,14 +363,13 @@ class GlooComm::Impl {
     const std::size_t bytes = count * sizeof(T);
     if (size_ > 1 && count > 0) {
       if (bytes <= kCacheMaxBytes) {
-        auto& e = cached("ar/" + std::to_string(static_cast<int>(dtype)) + "/" +
-                             std::to_string(static_cast<int>(op == ReduceOp::kAverage
-                                                                  ? ReduceOp::kSum
-                                                                  : op)) +
-                             "/" + std::to_string(count),
-                         bytes, 0, [&](Entry& en) {
-                           return make_allreduce(reinterpret_cast<T*>(en.buf.data()), count, op);
-                         });
+        auto& e = cached(
+            "ar/" + std::to_string(static_cast<int>(dtype)) + "/" +
+                std::to_string(static_cast<int>(op == ReduceOp::kAverage ? ReduceOp::kSum : op)) +
+                "/" + std::to_string(count),
+            bytes, 0, [&](Entry& en) {
+              return make_allreduce(reinterpret_cast<T*>(en.buf.data()), count, op);
+            });
         std::memcpy(e.buf.data(), buf, bytes);
         e.algo->run();
         std::memcpy(buf, e.buf.data(), bytes);
@@ -383,9 +390,12 @@ class GlooComm::Impl {
         return allreduce_typed(static_cast<std::int32_t*>(buf), count, op, dtype);
       case DataType::kInt64:
         return allreduce_typed(static_cast<std::int64_t*>(buf), count, op, dtype);
-      case DataType::kFloat32: return allreduce_typed(static_cast<float*>(buf), count, op, dtype);
-      case DataType::kFloat64: return allreduce_typed(static_cast<double*>(buf), count, op, dtype);
-      case DataType::kFloat16: return allreduce_typed(static_cast<Half*>(buf), count, op, dtype);
+      case DataType::kFloat32:
+        return allreduce_typed(static_cast<float*>(buf), count, op, dtype);
+      case DataType::kFloat64:
+        return allreduce_typed(static_cast<double*>(buf), count, op, dtype);
+      case DataType::kFloat16:
+        return allreduce_typed(static_cast<Half*>(buf), count, op, dtype);
       case DataType::kBFloat16:
         return allreduce_typed(static_cast<BFloat16*>(buf), count, op, dtype);
       case DataType::kUInt8:
@@ -405,7 +415,7 @@ class GlooComm::Impl {
       }
       connect(async_, Topology::kStar, root);
       return std::make_unique<gloo::BroadcastOneToAll<char>>(async_.ctx, std::vector<char*>{p},
-                                                            bytes, root);
+                                                             bytes, root);
     };
     if (bytes > kCacheMaxBytes) {
       make(static_cast<char*>(buf))->run();
@@ -428,8 +438,8 @@ class GlooComm::Impl {
     if (bytes > INT_MAX) throw Error("allgather: more than 2 GiB per rank is not supported");
     auto make = [&](const char* in, char* out) {
       connect(async_, Topology::kRing, 0);
-      return std::make_unique<gloo::AllgatherRing<char>>(async_.ctx, std::vector<const char*>{in}, out,
-                                                        static_cast<int>(bytes));
+      return std::make_unique<gloo::AllgatherRing<char>>(async_.ctx, std::vector<const char*>{in},
+                                                         out, static_cast<int>(bytes));
     };
     if (total > kCacheMaxBytes) {
       if (send != own) std::memmove(own, send, bytes);

@@ -32,7 +32,8 @@ std::string exchange_unique_id(rendezvous::Client& store, const std::string& key
       value = "error:" + failure;
     }
     store.set(key, value);
-    if (!failure.empty()) throw Error("nccl: rank 0 could not create the NCCL unique id: " + failure);
+    if (!failure.empty())
+      throw Error("nccl: rank 0 could not create the NCCL unique id: " + failure);
     return value.substr(3);
   }
   auto missing = store.wait_for({key}, timeout);
@@ -94,9 +95,8 @@ struct Cuda {
   static const Cuda& get() {
     static Cuda c = [] {
       Cuda x;
-      void* h = open_first({"libcudart.so", "libcudart.so.13", "libcudart.so.12",
-                            "libcudart.so.11.0"},
-                           &x.why);
+      void* h = open_first(
+          {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"}, &x.why);
       if (!h) {
         x.why = "CUDA runtime not found (" + x.why + ")";
         return x;
@@ -166,8 +166,8 @@ struct Nccl {
       HVDRUN_NCCL_SYM(all_gather, "ncclAllGather")
       HVDRUN_NCCL_SYM(error_string, "ncclGetErrorString")
 #undef HVDRUN_NCCL_SYM
-      if (!x.get_unique_id || !x.init_rank_config || !x.get_async_error || !x.abort ||
-          !x.destroy || !x.all_reduce || !x.broadcast || !x.all_gather || !x.error_string)
+      if (!x.get_unique_id || !x.init_rank_config || !x.get_async_error || !x.abort || !x.destroy ||
+          !x.all_reduce || !x.broadcast || !x.all_gather || !x.error_string)
         x.why = "the NCCL library found is too old (needs ncclCommInitRankConfig, NCCL >= 2.14)";
       return x;
     }();
@@ -177,24 +177,36 @@ struct Nccl {
 
 ncclDataType_t nccl_type(DataType t) {
   switch (t) {
-    case DataType::kInt32: return ncclInt32;
-    case DataType::kInt64: return ncclInt64;
-    case DataType::kFloat32: return ncclFloat32;
-    case DataType::kFloat64: return ncclFloat64;
-    case DataType::kFloat16: return ncclFloat16;
-    case DataType::kBFloat16: return ncclBfloat16;
-    case DataType::kUInt8: return ncclUint8;
+    case DataType::kInt32:
+      return ncclInt32;
+    case DataType::kInt64:
+      return ncclInt64;
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
+    case DataType::kFloat16:
+      return ncclFloat16;
+    case DataType::kBFloat16:
+      return ncclBfloat16;
+    case DataType::kUInt8:
+      return ncclUint8;
   }
   return ncclFloat32;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAverage: return ncclAvg;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kProduct: return ncclProd;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAverage:
+      return ncclAvg;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kProduct:
+      return ncclProd;
   }
   return ncclSum;
 }
@@ -262,8 +274,9 @@ NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, 
     if (state == ncclSuccess) break;
     if (state != ncclInProgress) fail(std::string("NCCL init failed: ") + nccl.error_string(state));
     if (Clock::now() >= deadline)
-      fail("NCCL init did not finish before the start timeout (a rank may be missing or "
-           "the network between GPUs blocked; check NCCL_SOCKET_IFNAME)");
+      fail(
+          "NCCL init did not finish before the start timeout (a rank may be missing or "
+          "the network between GPUs blocked; check NCCL_SOCKET_IFNAME)");
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }

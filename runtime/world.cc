@@ -103,10 +103,11 @@ void World::leave() {
 void World::check_in(Clock::time_point deadline) {
   const auto r = std::to_string(env_.rank);
   if (store_->add(prefix_ + "/checkin/" + r, 1) > 1)
-    throw Error("rendezvous: rank " + r + " has already checked in: two processes were started "
-                "with HVDRUN_RANK=" + r + " for the same job (on " + env_.hostname + ")");
-  store_->set(prefix_ + "/info/" + r, "host=" + env_.hostname + " addr=" +
-                                          store_->local_address() +
+    throw Error("rendezvous: rank " + r +
+                " has already checked in: two processes were started "
+                "with HVDRUN_RANK=" +
+                r + " for the same job (on " + env_.hostname + ")");
+  store_->set(prefix_ + "/info/" + r, "host=" + env_.hostname + " addr=" + store_->local_address() +
                                           " size=" + std::to_string(env_.size) +
                                           " pid=" + std::to_string(::getpid()));
   if (env_.nccl_mode != "off" && gpu_device_nodes_present()) {
@@ -159,8 +160,8 @@ void World::build_nccl(Clock::time_point deadline) {
   bool require = env_.nccl_mode == "require";
   if (gpus != env_.size && !require) {
     nccl_status_ = gpus == 0 ? "no rank has a visible CUDA device"
-                             : "only " + std::to_string(gpus) + " of " +
-                                   std::to_string(env_.size) + " ranks have a visible CUDA device";
+                             : "only " + std::to_string(gpus) + " of " + std::to_string(env_.size) +
+                                   " ranks have a visible CUDA device";
     if (gpus > 0) spdlog::warn("hvdrun: {}: NCCL not initialised: {}", who(), nccl_status_);
     return;
   }
@@ -205,8 +206,7 @@ void World::barrier() {
     if (!v || std::strtoll(v->c_str(), nullptr, 10) < k) late.push_back(i);
   }
   throw Error("barrier " + ks + ": " + who() + ": rank(s) " + format_ranks(late) +
-              " did not arrive within " + seconds_text(env_.op_timeout) +
-              " s (HVDRUN_OP_TIMEOUT)");
+              " did not arrive within " + seconds_text(env_.op_timeout) + " s (HVDRUN_OP_TIMEOUT)");
 }
 
 }  // namespace hvdrun::runtime

@@ -51,10 +51,10 @@ struct JobResult {
 /// Job description.
 struct JobSpec {
   int np = 1;
-  std::vector<std::string> argv;            ///< program and arguments
-  std::map<std::string, std::string> env;   ///< extra environment for every rank
-  std::vector<int> skip;                    ///< ranks not started (to test missing ranks)
-  std::vector<int> extra;                   ///< ranks started twice
+  std::vector<std::string> argv;           ///< program and arguments
+  std::map<std::string, std::string> env;  ///< extra environment for every rank
+  std::vector<int> skip;                   ///< ranks not started (to test missing ranks)
+  std::vector<int> extra;                  ///< ranks started twice
   std::chrono::milliseconds deadline{60000};
 };
 
@@ -143,8 +143,8 @@ inline JobResult run_job(const JobSpec& spec) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  result.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::steady_clock::now() - t0);
+  result.elapsed =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
   for (auto& [p, rr] : procs) {
     std::ifstream f(rr.err);
     std::stringstream ss;

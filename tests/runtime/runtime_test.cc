@@ -22,10 +22,14 @@ namespace {
 const std::string kWorker = HVDRUN_BINARY_DIR "/tests/runtime/runtime_worker";
 
 std::map<std::string, std::string> full_env() {
-  return {{"HVDRUN_RANK", "1"},          {"HVDRUN_SIZE", "4"},
-          {"HVDRUN_LOCAL_RANK", "1"},    {"HVDRUN_LOCAL_SIZE", "2"},
-          {"HVDRUN_CROSS_RANK", "0"},    {"HVDRUN_CROSS_SIZE", "2"},
-          {"HVDRUN_HOSTNAME", "node1"},  {"HVDRUN_RENDEZVOUS_ADDR", "10.0.0.1"},
+  return {{"HVDRUN_RANK", "1"},
+          {"HVDRUN_SIZE", "4"},
+          {"HVDRUN_LOCAL_RANK", "1"},
+          {"HVDRUN_LOCAL_SIZE", "2"},
+          {"HVDRUN_CROSS_RANK", "0"},
+          {"HVDRUN_CROSS_SIZE", "2"},
+          {"HVDRUN_HOSTNAME", "node1"},
+          {"HVDRUN_RENDEZVOUS_ADDR", "10.0.0.1"},
           {"HVDRUN_RENDEZVOUS_PORT", "29500"},
           {"HVDRUN_SECRET", std::string(64, 'a')}};
 }
@@ -54,10 +58,9 @@ TEST_CASE("environment contract is parsed", "[runtime][env]") {
 }
 
 TEST_CASE("missing or garbled environment says to run under hvdrun", "[runtime][env]") {
-  CHECK_THROWS_WITH(parse({}), Catch::Contains("not started by hvdrun") &&
-                                   Catch::Contains("HVDRUN_RANK") &&
-                                   Catch::Contains("HVDRUN_SECRET") &&
-                                   Catch::Contains("hvdrun -np"));
+  CHECK_THROWS_WITH(parse({}),
+                    Catch::Contains("not started by hvdrun") && Catch::Contains("HVDRUN_RANK") &&
+                        Catch::Contains("HVDRUN_SECRET") && Catch::Contains("hvdrun -np"));
   auto env = full_env();
   env["HVDRUN_RANK"] = "4";
   CHECK_THROWS_WITH(parse(env), Catch::Contains("HVDRUN_RANK=4 (not below HVDRUN_SIZE=4)"));
@@ -82,7 +85,7 @@ TEST_CASE("16-bit float conversions round to nearest even", "[runtime][reduce]")
   using namespace hvdrun::runtime;
   for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 1000.0f})
     CHECK(to_float(to_half(f)) == f);
-  CHECK(to_half(65520.0f).bits == 0x7c00);        // overflow to infinity
+  CHECK(to_half(65520.0f).bits == 0x7c00);            // overflow to infinity
   CHECK(to_half(1.0f + 1.0f / 4096).bits == 0x3c00);  // tie rounds to even
   CHECK(std::isnan(to_float(to_half(std::nanf("")))));
   CHECK(to_float(to_half(3e-8f)) == 5.9604645e-08f);  // rounds up to the smallest subnormal
@@ -90,8 +93,7 @@ TEST_CASE("16-bit float conversions round to nearest even", "[runtime][reduce]")
   CHECK(to_bfloat16(1.0f + 1.0f / 256).bits == 0x3f80);  // tie to even
 }
 
-TEST_CASE("NCCL unique id is published by rank 0 and read through the store",
-          "[runtime][nccl]") {
+TEST_CASE("NCCL unique id is published by rank 0 and read through the store", "[runtime][nccl]") {
   auto secret = hvdrun::rendezvous::generate_secret();
   hvdrun::rendezvous::Server server(secret, "127.0.0.1");
   server.start();
@@ -111,8 +113,8 @@ TEST_CASE("NCCL unique id is published by rank 0 and read through the store",
         return hvdrun::runtime::exchange_unique_id(*c, "g0/nccl/world/id", r, nullptr, 5s);
       }));
     auto c0 = client();
-    CHECK(hvdrun::runtime::exchange_unique_id(*c0, "g0/nccl/world/id", 0,
-                                              [&] { return id; }, 5s) == id);
+    CHECK(hvdrun::runtime::exchange_unique_id(
+              *c0, "g0/nccl/world/id", 0, [&] { return id; }, 5s) == id);
     for (auto& f : others) CHECK(f.get() == id);
     CHECK(server.get("g0/nccl/world/id") == "id:" + id);
   }
@@ -122,10 +124,10 @@ TEST_CASE("NCCL unique id is published by rank 0 and read through the store",
       return hvdrun::runtime::exchange_unique_id(*c, "k", 1, nullptr, 20s);
     });
     auto c0 = client();
-    CHECK_THROWS_WITH(hvdrun::runtime::exchange_unique_id(
-                          *c0, "k", 0,
-                          []() -> std::string { throw std::runtime_error("no CUDA device"); }, 5s),
-                      Catch::Contains("no CUDA device"));
+    CHECK_THROWS_WITH(
+        hvdrun::runtime::exchange_unique_id(
+            *c0, "k", 0, []() -> std::string { throw std::runtime_error("no CUDA device"); }, 5s),
+        Catch::Contains("no CUDA device"));
     REQUIRE(waiter.wait_for(3s) == std::future_status::ready);
     CHECK_THROWS_WITH(waiter.get(), Catch::Contains("rank 0 could not create") &&
                                         Catch::Contains("no CUDA device"));
@@ -133,8 +135,9 @@ TEST_CASE("NCCL unique id is published by rank 0 and read through the store",
   SECTION("a missing rank 0 is a timeout naming the key") {
     auto c = client();
     auto t0 = std::chrono::steady_clock::now();
-    CHECK_THROWS_WITH(hvdrun::runtime::exchange_unique_id(*c, "g0/nccl/world/id", 2, nullptr, 300ms),
-                      Catch::Contains("rank 0 to publish") && Catch::Contains("g0/nccl/world/id"));
+    CHECK_THROWS_WITH(
+        hvdrun::runtime::exchange_unique_id(*c, "g0/nccl/world/id", 2, nullptr, 300ms),
+        Catch::Contains("rank 0 to publish") && Catch::Contains("g0/nccl/world/id"));
     CHECK(std::chrono::steady_clock::now() - t0 < 3s);
   }
 }

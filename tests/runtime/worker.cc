@@ -55,10 +55,18 @@ double expected(int n, std::size_t i, ReduceOp op) {
     double v = input(r, i, op);
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAverage: acc += v; break;
-      case ReduceOp::kProduct: acc *= v; break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
+      case ReduceOp::kAverage:
+        acc += v;
+        break;
+      case ReduceOp::kProduct:
+        acc *= v;
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
     }
   }
   if (op == ReduceOp::kAverage) {
@@ -74,8 +82,8 @@ template <typename T>
 void check_allreduce(DataType dt, const char* name, std::size_t count) {
   const int n = hvdrun::size(), r = hvdrun::rank();
   double tol = std::is_integral_v<T> ? 0 : (sizeof(T) == 2 ? 1e-2 : 1e-6);
-  for (auto op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
-                  ReduceOp::kProduct}) {
+  for (auto op :
+       {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
     for (bool in_place : {true, false}) {
       std::vector<T> send(count), recv(count, make<T>(-7));
       for (std::size_t i = 0; i < count; ++i) send[i] = make<T>(input(r, i, op));

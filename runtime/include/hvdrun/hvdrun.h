@@ -89,11 +89,26 @@ HVDRUN_API const char* version();
 template <typename T>
 constexpr DataType dtype_of();
 /// @cond
-template <> constexpr DataType dtype_of<std::int32_t>() { return DataType::kInt32; }
-template <> constexpr DataType dtype_of<std::int64_t>() { return DataType::kInt64; }
-template <> constexpr DataType dtype_of<float>() { return DataType::kFloat32; }
-template <> constexpr DataType dtype_of<double>() { return DataType::kFloat64; }
-template <> constexpr DataType dtype_of<std::uint8_t>() { return DataType::kUInt8; }
+template <>
+constexpr DataType dtype_of<std::int32_t>() {
+  return DataType::kInt32;
+}
+template <>
+constexpr DataType dtype_of<std::int64_t>() {
+  return DataType::kInt64;
+}
+template <>
+constexpr DataType dtype_of<float>() {
+  return DataType::kFloat32;
+}
+template <>
+constexpr DataType dtype_of<double>() {
+  return DataType::kFloat64;
+}
+template <>
+constexpr DataType dtype_of<std::uint8_t>() {
+  return DataType::kUInt8;
+}
 /// @endcond
 
 /// Typed allreduce in place.
