@@ -227,7 +227,7 @@ NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, 
   int devices = cuda_device_count(&why);
   std::string local_problem;
   if (devices <= 0)
-    local_problem = why;
+    local_problem = "no usable CUDA device (" + why + ")";
   else if (!nccl.get_unique_id)
     local_problem = nccl.why;
   auto left = [&] {
