@@ -239,6 +239,15 @@ TEST_CASE("without NCCL required, CPU collectives still work and say why NCCL is
   CHECK(r.ok());
 }
 
+TEST_CASE("a C program uses the C ABI", "[runtime][job]") {
+  JobSpec spec;
+  spec.np = 3;
+  spec.argv = {HVDRUN_BINARY_DIR "/tests/runtime/runtime_c_worker"};
+  auto r = run_job(spec);
+  INFO(r.dump());
+  CHECK(r.ok());
+}
+
 TEST_CASE("Python ctypes drives libhvdrun.so", "[runtime][python][job]") {
   JobSpec spec;
   spec.np = 3;
