@@ -215,9 +215,18 @@ class GlooComm::Impl {
 
   // Every rank has built its buffers for the algorithm just constructed (sync mesh).
   void built_barrier() {
-    const std::string k = prefix_ + "/built/" + std::to_string(++built_seq_);
-    if (store_.add(k, 1) == size_) store_.set(k + "/done", "1");
-    store_.wait({k + "/done"}, connect_timeout_,
+    const long long k = ++built_seq_;
+    const std::string base = prefix_ + "/built/";
+    const std::string key = base + std::to_string(k);
+    if (store_.add(key, 1) == size_) {
+      store_.set(key + "/done", "1");
+      // Every rank has passed barrier k-1 (they all arrived here): drop its keys.
+      if (k > 1) {
+        store_.erase(base + std::to_string(k - 1));
+        store_.erase(base + std::to_string(k - 1) + "/done");
+      }
+    }
+    store_.wait({key + "/done"}, connect_timeout_,
                 "gloo: waiting for every rank to set up a collective");
   }
 
