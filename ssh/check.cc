@@ -142,7 +142,12 @@ std::string local_version_line() {
 }
 
 int run_check(const launcher::LaunchOptions& options) {
-  return run_check(options, local_version_line());
+  std::string version = local_version_line();
+  if (version.empty()) {
+    throw LaunchError("cannot tell this hvdrun's version: `" + self_executable() +
+                      " --version` failed");
+  }
+  return run_check(options, version);
 }
 
 int run_check(const launcher::LaunchOptions& options, const std::string& expected_version) {

@@ -11,8 +11,8 @@ namespace hvdrun::ssh {
 
 /// Runs the preflight with the real libssh2 connector and prints the report to stdout
 /// (JSON with options.json). Returns 0 when every host is ok, 255 otherwise. The
-/// expected remote version is the first line of `<this binary> --version`. A malformed
-/// ssh_config throws UsageError (exit 2).
+/// expected remote version is the first line of `<this binary> --version` (LaunchError
+/// when that cannot be run). A malformed ssh_config throws UsageError (exit 2).
 int run_check(const launcher::LaunchOptions& options);
 
 /// Same, with the version string every host's hvdrun must print.
