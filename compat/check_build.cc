@@ -12,7 +12,7 @@
 #ifdef HVDRUN_HAVE_NCCL
 #include <nccl.h>
 #endif
-#ifdef HVDRUN_HAVE_CUDART_HEADER
+#if defined(HVDRUN_HAVE_NCCL) && defined(HVDRUN_HAVE_CUDART_HEADER)
 #include <cuda_runtime_api.h>
 #endif
 
@@ -121,7 +121,7 @@ std::string check_build_report() {
   r += mark(true) + "NCCL " + nccl_version_string(NCCL_VERSION_CODE) + " (built with nccl.h; " +
        nccl_runtime() + ")\n";
 #else
-  r += mark(false) + "NCCL (not built: nccl.h was not found at configure time)\n";
+  r += mark(false) + "NCCL (not built: HVDRUN_WITH_NCCL=OFF or no nccl.h at configure time)\n";
 #endif
   r += mark(true) + "Gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." +
        std::to_string(GLOO_VERSION_MINOR) + "." + std::to_string(GLOO_VERSION_PATCH) + "\n";
@@ -130,7 +130,8 @@ std::string check_build_report() {
   r += mark(false) + "CCL\n";
 
   r += "\nAvailable Runtimes:\n";
-#ifdef HVDRUN_HAVE_CUDART_HEADER
+  // libhvdrun touches CUDA only through its NCCL path.
+#if defined(HVDRUN_HAVE_NCCL) && defined(HVDRUN_HAVE_CUDART_HEADER)
   r += mark(true) + "CUDA runtime " + cuda_version_string(CUDART_VERSION) + " (built against; " +
        cudart_runtime() + ")\n";
 #else
