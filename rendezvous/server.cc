@@ -319,7 +319,8 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
     if (!tags_equal(reinterpret_cast<const unsigned char*>(expected.data()),
                     reinterpret_cast<const unsigned char*>(proof.data()))) {
       close_after_write_ = true;
-      send(plain_frame("\x01authentication failed: the client does not hold this job's secret"));
+      send(plain_frame(std::string(1, '\x01') +
+                       "authentication failed: the client does not hold this job's secret"));
       spdlog::warn("rendezvous: rejected client {}: wrong job secret", peer_);
       return;
     }
