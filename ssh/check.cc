@@ -1,6 +1,7 @@
 // Rendering of the preflight report and the `hvdrun check` entry point.
 #include "ssh/check.h"
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -120,6 +121,8 @@ std::string local_version_line() {
   if (pid < 0) return {};
   if (pid == 0) {
     ::dup2(wr.get(), STDOUT_FILENO);
+    int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (null >= 0) ::dup2(null, STDERR_FILENO);
     const char* argv[] = {exe.c_str(), "--version", nullptr};
     ::execv(exe.c_str(), const_cast<char* const*>(argv));
     ::_exit(127);

@@ -3,6 +3,7 @@
 // the resolution of a host into a Target.
 #include "ssh/config.h"
 
+#include <glob.h>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -89,6 +90,10 @@ std::string validate(const std::string& keyword, const std::vector<std::string>&
       malformed(where,
                 "StrictHostKeyChecking must be yes, accept-new, no or ask, not '" + value + "'");
     }
+  } else if (keyword == "identitiesonly") {
+    auto v = lower(value);
+    if (v != "yes" && v != "no")
+      malformed(where, "IdentitiesOnly must be yes or no, not '" + value + "'");
   } else if (keyword == "userknownhostsfile") {
     single = false;  // several files may be named; hvdrun uses the first
   }
@@ -98,9 +103,14 @@ std::string validate(const std::string& keyword, const std::vector<std::string>&
   return value;
 }
 
-constexpr std::string_view kKnownKeywords[] = {
-    "hostname",      "port", "user", "identityfile", "userknownhostsfile", "stricthostkeychecking",
-    "connecttimeout"};
+constexpr std::string_view kKnownKeywords[] = {"hostname",
+                                               "port",
+                                               "user",
+                                               "identityfile",
+                                               "userknownhostsfile",
+                                               "stricthostkeychecking",
+                                               "connecttimeout",
+                                               "identitiesonly"};
 
 }  // namespace
 
@@ -146,6 +156,11 @@ SshConfig SshConfig::parse(std::string_view text, const std::string& filename) {
   SshConfig config;
   config.filename_ = filename;
   config.blocks_.push_back(Block{});  // lines before the first Host apply to every host
+  config.parse_into(text, filename, 0);
+  return config;
+}
+
+void SshConfig::parse_into(std::string_view text, const std::string& filename, int depth) {
   int line_no = 0;
   std::size_t pos = 0;
   while (pos <= text.size()) {
@@ -165,27 +180,55 @@ SshConfig SshConfig::parse(std::string_view text, const std::string& filename) {
     auto kstart = i;
     while (i < line.size() && !std::isspace(static_cast<unsigned char>(line[i])) && line[i] != '=')
       ++i;
-    std::string keyword = lower(line.substr(kstart, i - kstart));
+    const std::string written(line.substr(kstart, i - kstart));
+    std::string keyword = lower(written);
     while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i]))) ++i;
     if (i < line.size() && line[i] == '=') ++i;
     auto args = split_args(line.substr(i), where);
     if (keyword.empty()) malformed(where, "missing keyword before '='");
-    if (args.empty()) {
-      malformed(where, "missing value for '" + std::string(line.substr(kstart, i - kstart)) + "'");
-    }
+    if (args.empty()) malformed(where, "missing value for '" + written + "'");
     if (keyword == "host") {
-      config.blocks_.push_back(Block{args, false, {}});
+      blocks_.push_back(Block{args, false, {}});
     } else if (keyword == "match") {
       // Match criteria are not evaluated: the block's settings apply to no host.
-      config.blocks_.push_back(Block{{}, true, {}});
+      blocks_.push_back(Block{{}, true, {}});
+    } else if (keyword == "include") {
+      include(args, where, depth);
     } else if (std::find(std::begin(kKnownKeywords), std::end(kKnownKeywords), keyword) !=
                std::end(kKnownKeywords)) {
       auto value = validate(keyword, args, where);
-      config.blocks_.back().entries.push_back(Entry{keyword, value});
+      blocks_.back().entries.push_back(Entry{keyword, value});
     }
     if (end == text.size()) break;
   }
-  return config;
+}
+
+void SshConfig::include(const std::vector<std::string>& args, const std::string& where, int depth) {
+  if (depth >= 16) malformed(where, "Include nested too deeply (a loop?)");
+  // An Include inside a Host block applies to that block's hosts: the included lines
+  // start under the same condition, and the outer file resumes under it afterwards.
+  const Block outer{blocks_.back().patterns, blocks_.back().never, {}};
+  for (const auto& arg : args) {
+    std::string pattern = expand_tilde(arg);
+    if (pattern.empty() || pattern[0] != '/') pattern = home_dir() + "/.ssh/" + pattern;
+    glob_t matches{};
+    if (::glob(pattern.c_str(), 0, nullptr, &matches) == 0) {
+      for (std::size_t k = 0; k < matches.gl_pathc; ++k) {
+        const std::string path = matches.gl_pathv[k];
+        std::ifstream in(path);
+        if (!in) {
+          ::globfree(&matches);
+          malformed(where, "cannot read included file '" + path + "'");
+        }
+        std::ostringstream text;
+        text << in.rdbuf();
+        blocks_.push_back(outer);
+        parse_into(text.str(), path, depth + 1);
+      }
+    }
+    ::globfree(&matches);
+  }
+  blocks_.push_back(outer);
 }
 
 SshConfig SshConfig::load(const std::string& path) {
@@ -222,6 +265,8 @@ HostConfig SshConfig::lookup(std::string_view host) const {
         if (!out.user_known_hosts_file) out.user_known_hosts_file = e.value;
       } else if (e.keyword == "stricthostkeychecking") {
         if (!out.strict) out.strict = parse_strict(e.value);
+      } else if (e.keyword == "identitiesonly") {
+        if (!out.identities_only) out.identities_only = lower(e.value) == "yes";
       } else if (e.keyword == "connecttimeout") {
         if (!out.connect_timeout_s) {
           auto seconds = parse_int(e.value);
@@ -320,7 +365,9 @@ Target resolve_target(const std::string& host, const SshConfig& config,
       t.identity_files.push_back(path);
     }
   }
+  t.identities_only = hc.identities_only.value_or(false);
   for (const char* name : {"id_ed25519", "id_ecdsa", "id_rsa"}) {
+    if (t.identities_only && !t.identity_files.empty()) break;
     auto path = home_dir() + "/.ssh/" + name;
     if (std::find(t.identity_files.begin(), t.identity_files.end(), path) ==
         t.identity_files.end()) {

@@ -1,5 +1,6 @@
 // The subset of ssh_config(5) hvdrun honours (Host patterns, HostName, Port, User,
-// IdentityFile, UserKnownHostsFile, StrictHostKeyChecking, ConnectTimeout) and the step
+// IdentityFile, IdentitiesOnly, UserKnownHostsFile, StrictHostKeyChecking, ConnectTimeout,
+// Include) and the step
 // that turns a host name plus the command line into a Target. Parsing is strict about
 // the keywords it knows (a malformed line is a UsageError with file:line) and ignores
 // the ones it does not, as users' configs are full of them.
@@ -33,6 +34,8 @@ struct HostConfig {
   std::optional<StrictHostKeyChecking> strict;
   /// ConnectTimeout in seconds (`none` or 0 reads as unset).
   std::optional<int> connect_timeout_s;
+  /// IdentitiesOnly: use only the configured key files (and agent keys matching them).
+  std::optional<bool> identities_only;
 };
 
 /// A parsed ssh_config file.
@@ -63,6 +66,9 @@ class SshConfig {
     bool never = false;                 // a Match block: not evaluated, never applies
     std::vector<Entry> entries;
   };
+  void parse_into(std::string_view text, const std::string& filename, int depth);
+  void include(const std::vector<std::string>& args, const std::string& where, int depth);
+
   std::vector<Block> blocks_;
   std::string filename_;
 };

@@ -583,8 +583,21 @@ void authenticate(const Target& t, Core& core, Deadline deadline, const std::str
       if (libssh2_agent_connect(agent) == 0 && libssh2_agent_list_identities(agent) == 0) {
         libssh2_agent_publickey* identity = nullptr;
         libssh2_agent_publickey* prev = nullptr;
+        std::vector<std::string> wanted;  // IdentitiesOnly: public blobs of the key files
+        for (const auto& f : t.identity_files) {
+          bool readable = false;
+          std::istringstream pub(read_prefix(f + ".pub", 16 * 1024, readable));
+          std::string type, b64, blob;
+          if (readable && pub >> type >> b64 && base64_decode(b64, blob)) wanted.push_back(blob);
+        }
         while (libssh2_agent_get_identity(agent, &identity, prev) == 0) {
           prev = identity;
+          if (t.identities_only &&
+              std::find(wanted.begin(), wanted.end(),
+                        std::string(reinterpret_cast<const char*>(identity->blob),
+                                    identity->blob_len)) == wanted.end()) {
+            continue;
+          }
           int rc = core.call(
               deadline, [&] { return libssh2_agent_userauth(agent, t.user.c_str(), identity); });
           if (rc == 0) {

@@ -60,6 +60,9 @@ struct Target {
   std::vector<std::string> default_identity_files;
   /// ssh-agent socket (SSH_AUTH_SOCK); empty means no agent.
   std::string agent_socket;
+  /// IdentitiesOnly: only agent keys whose public half matches one of identity_files,
+  /// and no default key files.
+  bool identities_only = false;
   /// known_hosts file to check and to record new keys in.
   std::string known_hosts_file;
   /// Policy for keys not in known_hosts.

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "ssh/config.h"
 
@@ -165,4 +167,46 @@ TEST_CASE("resolve_target applies defaults, expansion and -p/-i overrides", "[co
   CHECK(plain.known_hosts_file == "/home/tester/.ssh/known_hosts");
   CHECK(plain.strict == StrictHostKeyChecking::accept_new);
   CHECK(plain.connect_timeout == std::chrono::seconds(10));
+}
+
+TEST_CASE("Include reads files (globs, relative to ~/.ssh), conditionally inside Host",
+          "[config]") {
+  char tmpl[] = "/tmp/hvdrun-cfg-XXXXXX";
+  const std::string home = ::mkdtemp(tmpl);
+  ::setenv("HOME", home.c_str(), 1);
+  std::filesystem::create_directories(home + "/.ssh/config.d");
+  std::ofstream(home + "/.ssh/config.d/a.conf") << "Host gpu*\n  Port 2201\n";
+  std::ofstream(home + "/.ssh/config.d/b.conf") << "Host cpu*\n  Port 2202\n";
+  std::ofstream(home + "/.ssh/lab.conf") << "User labuser\n";
+  auto config = SshConfig::parse(
+      "Include config.d/*.conf\n"
+      "Host lab*\n"
+      "  Include lab.conf\n"
+      "  Port 2203\n"
+      "Host *\n"
+      "  User someone\n",
+      "cfg");
+  CHECK(config.lookup("gpu1").port == 2201);
+  CHECK(config.lookup("cpu1").port == 2202);
+  CHECK(config.lookup("lab1").user == "labuser");
+  CHECK(config.lookup("lab1").port == 2203);
+  CHECK(config.lookup("gpu1").user == "someone");  // lab.conf applies to lab* only
+  std::ofstream(home + "/.ssh/bad.conf") << "Port x\n";
+  CHECK_THROWS_WITH(SshConfig::parse("Include bad.conf\n", "cfg"),
+                    home + "/.ssh/bad.conf:1: Port must be a number from 1 to 65535, not 'x'");
+  std::ofstream(home + "/.ssh/loop.conf") << "Include loop.conf\n";
+  CHECK_THROWS_WITH(SshConfig::parse("Include loop.conf\n", "cfg"),
+                    Catch::Contains("Include nested too deeply"));
+  std::filesystem::remove_all(home);
+}
+
+TEST_CASE("IdentitiesOnly drops the default keys and is validated", "[config]") {
+  ::setenv("HOME", "/home/tester", 1);
+  auto config = SshConfig::parse("Host a\n  IdentityFile ~/k\n  IdentitiesOnly yes\n", "cfg");
+  auto t = hvdrun::ssh::resolve_target("a", config, hvdrun::launcher::LaunchOptions{});
+  CHECK(t.identities_only);
+  CHECK(t.identity_files == std::vector<std::string>{"/home/tester/k"});
+  CHECK(t.default_identity_files.empty());
+  CHECK_THROWS_WITH(SshConfig::parse("IdentitiesOnly maybe\n", "cfg"),
+                    "cfg:1: IdentitiesOnly must be yes or no, not 'maybe'");
 }

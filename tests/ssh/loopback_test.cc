@@ -368,3 +368,41 @@ TEST_CASE("run_check prints one table or JSON and returns 0 or 255", "[loopback]
   CHECK(text.find("{\"ok\": false") != std::string::npos);
   CHECK(text.find("{\"ok\": true") != std::string::npos);
 }
+
+TEST_CASE("ssh-agent keys come first, passphrase-protected ones included", "[loopback]") {
+  SshdCluster cluster(1);
+  isolate(cluster);
+  std::string out;
+  // An authorised key with a passphrase: only usable through the agent.
+  REQUIRE(hvdrun::testing::run_process({"ssh-keygen", "-q", "-t", "ed25519", "-N", "sekrit", "-f",
+                                        cluster.dir() + "/locked"},
+                                       &out) == 0);
+  {
+    std::ofstream keys(cluster.dir() + "/authorized_keys", std::ios::app);
+    keys << read_text(cluster.dir() + "/locked.pub");
+  }
+  hvdrun::testing::SshAgent agent(cluster.dir());
+  agent.add(cluster.dir() + "/locked", "sekrit");
+  ::setenv("SSH_AUTH_SOCK", agent.socket().c_str(), 1);
+  const std::string port = std::to_string(cluster.port());
+  const std::string common = "  HostName 127.0.0.1\n  Port " + port +
+                             "\n  User root\n  UserKnownHostsFile " + cluster.known_hosts() + "\n";
+  REQUIRE(hvdrun::testing::run_process(
+              {"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", cluster.dir() + "/stranger"},
+              &out) == 0);
+  auto options = cluster.options(0);
+  options.hosts = {{"via-agent", 1}, {"only-stranger", 1}};
+  options.ssh_config = cluster.write_file(
+      "agent_config", "Host via-agent\n" + common + "  IdentityFile " + cluster.dir() +
+                          "/locked\nHost only-stranger\n" + common + "  IdentityFile " +
+                          cluster.dir() + "/stranger\n  IdentitiesOnly yes\n");
+  options.remote_hvdrun = stand_in(cluster);
+  auto report = check(cluster, options);
+  ::unsetenv("SSH_AUTH_SOCK");
+  INFO(render_table(report));
+  CHECK(report.hosts[0].verdict == Verdict::ok);
+  // IdentitiesOnly: the agent's (authorised) key does not match the configured file.
+  CHECK(report.hosts[1].verdict == Verdict::auth);
+  CHECK(report.hosts[1].detail.find("agent key") == std::string::npos);
+  CHECK(report.hosts[1].detail.find("stranger (not accepted)") != std::string::npos);
+}

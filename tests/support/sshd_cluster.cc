@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -171,6 +172,54 @@ UnansweredListener::UnansweredListener() : fd_(::socket(AF_INET, SOCK_STREAM | S
   // Wait (bounded) until the first filler is established, so the queue is really full.
   pollfd pfd{fillers_[0].get(), POLLOUT, 0};
   ::poll(&pfd, 1, 2000);
+}
+
+SshAgent::SshAgent(const std::string& dir) : dir_(dir), socket_(dir + "/agent.sock") {
+  pid_ = ::fork();
+  if (pid_ < 0) throw std::runtime_error("ssh-agent: fork failed");
+  if (pid_ == 0) {
+    int null = ::open("/dev/null", O_RDWR);
+    ::dup2(null, 0);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::execlp("ssh-agent", "ssh-agent", "-D", "-a", socket_.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // The agent gives no readiness signal: retry connecting to its socket until a deadline.
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un sun{};
+    sun.sun_family = AF_UNIX;
+    std::snprintf(sun.sun_path, sizeof sun.sun_path, "%s", socket_.c_str());
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sun), sizeof sun) == 0) return;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_ || Clock::now() > deadline) {
+      pid_ = -1;
+      throw std::runtime_error("ssh-agent did not start");
+    }
+    pollfd none{};
+    ::poll(&none, 0, 5);
+  }
+}
+
+SshAgent::~SshAgent() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+void SshAgent::add(const std::string& key, const std::string& passphrase) {
+  const std::string askpass = dir_ + "/askpass.sh";
+  write_text(askpass, "#!/bin/sh\necho '" + passphrase + "'\n", 0700);
+  std::string out;
+  int st = run_process({"env", "SSH_AUTH_SOCK=" + socket_, "SSH_ASKPASS=" + askpass,
+                        "SSH_ASKPASS_REQUIRE=force", "DISPLAY=none", "ssh-add", key},
+                       &out);
+  if (st != 0) throw std::runtime_error("ssh-add " + key + " failed: " + out);
 }
 
 SshdCluster::SshdCluster(int hosts) : hosts_(hosts) {

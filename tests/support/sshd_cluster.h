@@ -104,6 +104,25 @@ class UnansweredListener {
   int port_ = 0;
 };
 
+/// A private ssh-agent (`ssh-agent -D -a SOCKET`) for tests of agent authentication.
+class SshAgent {
+ public:
+  /// Starts the agent with its socket in `dir` and waits until it accepts.
+  explicit SshAgent(const std::string& dir);
+  ~SshAgent();
+  SshAgent(const SshAgent&) = delete;
+  SshAgent& operator=(const SshAgent&) = delete;
+  /// The socket path (for SSH_AUTH_SOCK).
+  const std::string& socket() const { return socket_; }
+  /// ssh-add `key`, answering its passphrase prompt with `passphrase` through SSH_ASKPASS.
+  void add(const std::string& key, const std::string& passphrase = "");
+
+ private:
+  std::string dir_;
+  std::string socket_;
+  pid_t pid_ = -1;
+};
+
 /// Runs `argv` and returns its exit status (as waitpid's status word); stdout/stderr are
 /// appended to `output` when given.
 int run_process(const std::vector<std::string>& argv, std::string* output = nullptr);
