@@ -34,8 +34,8 @@ class LocalAgentLink : public AgentLink {
     if (pid_ > 0) close(std::chrono::steady_clock::now() + std::chrono::seconds(5));
   }
 
-  void add_pollfds(std::vector<pollfd>& fds, bool want_write) const override {
-    if (from_) fds.push_back({from_.get(), POLLIN, 0});
+  void add_pollfds(std::vector<pollfd>& fds, bool want_read, bool want_write) const override {
+    if (want_read && from_) fds.push_back({from_.get(), POLLIN, 0});
     if (want_write && to_) fds.push_back({to_.get(), POLLOUT, 0});
   }
 

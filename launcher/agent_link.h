@@ -35,11 +35,12 @@ class AgentLink {
  public:
   virtual ~AgentLink() = default;
 
-  /// Appends the descriptors to poll: read interest always (until EOF), write interest
-  /// when `want_write`. A transport may ask for other events than the obvious ones (an
-  /// SSH session may need to write in order to read); callers just poll what they get
-  /// and then call read()/write() on every link whose descriptors reported anything.
-  virtual void add_pollfds(std::vector<pollfd>& fds, bool want_write) const = 0;
+  /// Appends the descriptors to poll: read interest when `want_read` (the launcher pauses
+  /// reading while its own output backs up), write interest when `want_write`. A transport
+  /// may ask for other events than the obvious ones (an SSH session may need to write in
+  /// order to read); callers just poll what they get and then call read()/write() on
+  /// every link whose descriptors reported anything.
+  virtual void add_pollfds(std::vector<pollfd>& fds, bool want_read, bool want_write) const = 0;
 
   /// Reads up to `size` bytes into `buf`.
   virtual IoResult read(char* buf, std::size_t size) = 0;

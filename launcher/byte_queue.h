@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <string_view>
+#include <utility>
 
 namespace hvdrun::launcher {
 
@@ -14,8 +15,21 @@ namespace hvdrun::launcher {
 class ByteQueue {
  public:
   ByteQueue() = default;
-  ByteQueue(ByteQueue&&) noexcept = default;
-  ByteQueue& operator=(ByteQueue&&) noexcept = default;
+  /// Moves leave `other` empty.
+  ByteQueue(ByteQueue&& other) noexcept
+      : buf_(std::move(other.buf_)),
+        cap_(std::exchange(other.cap_, 0)),
+        head_(std::exchange(other.head_, 0)),
+        tail_(std::exchange(other.tail_, 0)) {}
+  ByteQueue& operator=(ByteQueue&& other) noexcept {
+    if (this != &other) {
+      buf_ = std::move(other.buf_);
+      cap_ = std::exchange(other.cap_, 0);
+      head_ = std::exchange(other.head_, 0);
+      tail_ = std::exchange(other.tail_, 0);
+    }
+    return *this;
+  }
 
   /// First unread byte.
   char* data() noexcept { return buf_.get() + head_; }

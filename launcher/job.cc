@@ -184,6 +184,10 @@ class Job {
   void check_timers(Clock::time_point now);
   int running_ranks() const;
   bool all_done() const { return done_ranks_ == placement_.size(); }
+  // hvdrun's own stdout/stderr cannot keep up: stop reading agents (ranks then block on
+  // their pipes) until it drains.
+  bool output_backed_up() const { return relay_->backlog() > kMaxOutputBacklog; }
+  static constexpr std::size_t kMaxOutputBacklog = 16u << 20;
   int finish();
 
   const LaunchOptions& opt_;
@@ -392,13 +396,14 @@ void Job::service(Host& h) {
       } else if (w.kind == IoResult::would_block) {
         break;
       } else {
-        host_closed(h, w.message);
+        // A local agent's exit status says more than the broken pipe does.
+        host_closed(h, h.local ? std::string() : w.message);
         return;
       }
     }
     constexpr std::size_t kChunk = 256u << 10;
     std::size_t budget = 8u << 20;  // then let the other hosts have a turn
-    while (budget > 0) {
+    while (budget > 0 && !output_backed_up()) {
       IoResult r = h.link->read(h.decoder.prepare(kChunk), kChunk);
       if (r.kind == IoResult::would_block) break;
       if (r.kind != IoResult::ok) {
@@ -457,7 +462,7 @@ void Job::check_timers(Clock::time_point now) {
 
 int Job::finish() {
   for (int r = 0; r < placement_.size(); ++r) relay_->end_rank(r);
-  relay_->flush();
+  relay_->drain();
   for (Host& h : hosts_) {
     if (h.link) h.link->close_write();
   }
@@ -556,10 +561,15 @@ int Job::run() {
         break;
       }
       fds.clear();
-      for (const Host& h : hosts_) {
-        if (!h.closed) h.link->add_pollfds(fds, !h.outq.empty());
+      bool paused = output_backed_up();
+      for (Host& h : hosts_) {
+        if (h.closed) continue;
+        h.link->add_pollfds(fds, !paused, !h.outq.empty());
+        // Agents are not expected to get through while we do not read them.
+        if (paused) h.last_rx = now;
       }
       auto wake = next_heartbeat_;
+      if (paused) wake = std::min(wake, now + milliseconds(5));
       if (!teardown_deadline_ && started_ranks_ < size) wake = std::min(wake, start_deadline_);
       if (teardown_deadline_) wake = std::min(wake, *teardown_deadline_);
       auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(wake - now);

@@ -2,6 +2,8 @@
 #include "launcher/output_relay.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -62,6 +64,44 @@ OutputRelay::OutputRelay(RelayOptions options, int size)
         if (!rs.file) throw_errno("--output-filename: opening '" + path + "'", "open");
       }
     }
+  }
+  writer_ = std::thread([this] { writer_loop(); });
+}
+
+OutputRelay::~OutputRelay() {
+  flush();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  writer_.join();
+}
+
+void OutputRelay::writer_loop() {
+  // Signals are for the supervision loop (it waits for them in ppoll), never this thread.
+  sigset_t all;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  for (;;) {
+    Chunk c;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !chunks_.empty(); });
+      if (chunks_.empty()) return;
+      c = std::move(chunks_.front());
+      chunks_.pop_front();
+      writing_ = true;
+    }
+    if (!c.sink->broken && !write_all(c.sink->fd, c.bytes.data(), c.bytes.size())) {
+      c.sink->broken = true;  // stop writing there, keep the job going
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      backlog_ -= c.bytes.size();
+      writing_ = false;
+    }
+    cv_.notify_all();
   }
 }
 
@@ -221,10 +261,28 @@ void OutputRelay::write_file(RankStream& rs) {
 }
 
 void OutputRelay::write_sink(Sink& sk) {
-  if (!sk.broken && !sk.buf.empty() && !write_all(sk.fd, sk.buf.data(), sk.buf.size())) {
-    sk.broken = true;  // e.g. `hvdrun ... | head`: stop writing there, keep the job going
+  if (sk.buf.empty()) return;
+  if (sk.broken) {
+    sk.buf.clear();
+    return;
   }
-  sk.buf.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    backlog_ += sk.buf.size();
+    chunks_.push_back(Chunk{&sk, std::move(sk.buf)});
+  }
+  cv_.notify_all();
+}
+
+void OutputRelay::drain() {
+  flush();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return chunks_.empty() && !writing_; });
+}
+
+std::size_t OutputRelay::backlog() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return backlog_;
 }
 
 void OutputRelay::flush() {
@@ -233,7 +291,6 @@ void OutputRelay::flush() {
   for (auto& rs : per_rank_) write_file(rs);
 }
 
-std::size_t OutputRelay::buffered() const { return out_.buf.size() + err_.buf.size(); }
 
 std::vector<std::string> OutputRelay::stderr_tail(int rank) const {
   if (rank < 0 || rank >= size_) return {};

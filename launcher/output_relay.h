@@ -4,7 +4,12 @@
 // one large buffer per stream and written in big blocks: no syscall or allocation per line.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstddef>
+#include <deque>
+#include <mutex>
+#include <thread>
 #include <ctime>
 #include <string>
 #include <string_view>
@@ -49,11 +54,22 @@ class OutputRelay {
   /// tagged streams; the per-rank files stay byte-exact).
   void end_rank(int rank);
 
-  /// Writes everything buffered (blocking).
+  /// Hands everything buffered to the writer thread, which writes it to stdout/stderr, so
+  /// that a slow reader of hvdrun's output (a pager, a terminal) never stalls the
+  /// supervision loop. Per-rank files are written here directly.
   void flush();
 
-  /// Bytes waiting to be written.
-  std::size_t buffered() const;
+  /// flush(), then waits until the writer thread has written everything.
+  void drain();
+
+  /// Bytes handed to the writer thread and not yet written. The caller stops taking output
+  /// while this is large, so that ranks slow down instead of memory growing.
+  std::size_t backlog() const;
+
+  /// Writes what is left and stops the writer thread.
+  ~OutputRelay();
+  OutputRelay(const OutputRelay&) = delete;
+  OutputRelay& operator=(const OutputRelay&) = delete;
 
   /// The last lines rank `rank` wrote to stderr, oldest first.
   std::vector<std::string> stderr_tail(int rank) const;
@@ -64,7 +80,7 @@ class OutputRelay {
  private:
   struct Sink {
     int fd = -1;
-    bool broken = false;
+    std::atomic<bool> broken{false};  // set by the writer thread (EPIPE: `hvdrun ... | head`)
     ByteQueue buf;
     int owner = -1;  // rank whose long line is being streamed, or -1
   };
@@ -87,6 +103,18 @@ class OutputRelay {
   void write_sink(Sink& sink);
   void write_file(RankStream& rs);
   void refresh_timestamp();
+  void writer_loop();
+
+  struct Chunk {
+    Sink* sink = nullptr;
+    ByteQueue bytes;
+  };
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Chunk> chunks_;    // guarded by mu_
+  std::size_t backlog_ = 0;     // guarded by mu_
+  bool writing_ = false;        // guarded by mu_
+  bool stop_ = false;           // guarded by mu_
 
   RelayOptions opt_;
   int size_;
@@ -96,7 +124,7 @@ class OutputRelay {
   std::vector<LineTail> tails_;
   std::time_t stamp_time_ = 0;
   std::string stamp_;
-  std::size_t file_bytes_ = 0;
+  std::thread writer_;  // last: started once everything above exists
 };
 
 }  // namespace hvdrun::launcher

@@ -60,7 +60,7 @@ TEST_CASE("lines split across chunks come out whole and tagged") {
   relay.add(0, Stream::out, "f\ng\nh");
   relay.add(1, Stream::err, "oops\n");
   relay.end_rank(0);
-  relay.flush();
+  relay.drain();
   CHECK(fx.out.contents() == "[0]<stdout>:abc\n[0]<stdout>:def\n[0]<stdout>:g\n[0]<stdout>:h\n");
   CHECK(fx.err.contents() == "[1]<stderr>:oops\n");
 }
@@ -73,7 +73,7 @@ TEST_CASE("one rank's partial line is never mixed with another rank's line") {
   relay.add(0, Stream::out, "lo\n");
   relay.add(2, Stream::out, "x\n");
   relay.add(1, Stream::out, "ond\n");
-  relay.flush();
+  relay.drain();
   CHECK(fx.out.contents() ==
         "[1]<stdout>:world\n[0]<stdout>:hello\n[2]<stdout>:x\n[1]<stdout>:second\n");
 }
@@ -83,10 +83,10 @@ TEST_CASE("an unterminated last line is flushed with a newline when the rank end
   OutputRelay relay(fx.options(), 1);
   relay.add(0, Stream::out, "done");
   relay.add(0, Stream::err, "warn");
-  relay.flush();
+  relay.drain();
   CHECK(fx.out.contents().empty());
   relay.end_rank(0);
-  relay.flush();
+  relay.drain();
   CHECK(fx.out.contents() == "[0]<stdout>:done\n");
   CHECK(fx.err.contents() == "[0]<stderr>:warn\n");
 }
@@ -102,7 +102,7 @@ TEST_CASE("a line longer than the limit is streamed whole while others wait behi
   relay.add(0, Stream::out, long_line.substr(80) + "\nnext\n");
   relay.end_rank(0);
   relay.end_rank(1);
-  relay.flush();
+  relay.drain();
   CHECK(fx.out.contents() == "[0]<stdout>:" + long_line + "\n[1]<stdout>:short\n[1]<stdout>:more\n" +
                                  "[0]<stdout>:next\n");
 }
@@ -115,7 +115,7 @@ TEST_CASE("a rank that ends while another's long line is open still gets its out
   relay.end_rank(1);
   relay.add(0, Stream::out, "b\n");
   relay.end_rank(0);
-  relay.flush();
+  relay.drain();
   CHECK(fx.out.contents() == "[0]<stdout>:" + std::string(20, 'a') + "b\n[1]<stdout>:tail-without-newline\n");
 }
 
@@ -125,7 +125,7 @@ TEST_CASE("timestamps prefix every line like horovodrun's") {
   o.timestamp = true;
   OutputRelay relay(o, 1);
   relay.add(0, Stream::out, "a\nb\n");
-  relay.flush();
+  relay.drain();
   std::regex line(R"(([A-Z][a-z]{2} [A-Z][a-z]{2} \d\d \d\d:\d\d:\d\d \d{4})\[0\]<stdout>:[ab]\n)");
   std::string s = fx.out.contents();
   auto begin = std::sregex_iterator(s.begin(), s.end(), line);
@@ -150,7 +150,7 @@ TEST_CASE("per-rank files hold the raw bytes in rank directories padded like hor
     relay.add(0, Stream::out, "no newline at the end");
     relay.add(0, Stream::err, "e1\ne2");
     relay.end_rank(0);
-    relay.flush();
+    relay.drain();
   }
   CHECK(read_file(dir + "/rank.0/stdout") == "no newline at the end");
   CHECK(read_file(dir + "/rank.0/stderr") == "e1\ne2");
@@ -180,6 +180,6 @@ TEST_CASE("big chunks of many lines are tagged exactly") {
     expected += "[0]<stdout>:" + l;
   }
   for (std::size_t i = 0; i < input.size(); i += 65521) relay.add(0, Stream::out, std::string_view(input).substr(i, 65521));
-  relay.flush();
+  relay.drain();
   CHECK(fx.out.contents() == expected);
 }
