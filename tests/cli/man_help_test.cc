@@ -5,7 +5,6 @@
 
 #include <cstdio>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -14,11 +13,20 @@
 
 namespace {
 
-// Long options (and -np) in a piece of text.
+bool is_word_char(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; }
+
+// Long options (and -np) in a piece of text: `--name` or `-np`, not inside a longer word.
 void collect(const std::string& text, std::set<std::string>& out) {
-  static const std::regex kOpt(R"((^|[^-a-z])(--[a-z][a-z0-9-]*|-np)\b)");
-  for (std::sregex_iterator it(text.begin(), text.end(), kOpt), end; it != end; ++it) {
-    out.insert((*it)[2]);
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '-' || (i > 0 && is_word_char(text[i - 1]))) continue;
+    size_t j = i + 1;
+    if (j < text.size() && text[j] == '-') ++j;
+    if (j >= text.size() || text[j] < 'a' || text[j] > 'z') continue;
+    size_t end = j;
+    while (end < text.size() && is_word_char(text[end])) ++end;
+    std::string opt = text.substr(i, end - i);
+    if (j == i + 2 || opt == "-np") out.insert(opt);
+    i = end;
   }
 }
 
@@ -34,12 +42,30 @@ std::set<std::string> options_in_help() {
   return out;
 }
 
-// Removes roff font escapes and turns \- into -.
-std::string unroff(std::string s) {
-  s = std::regex_replace(s, std::regex(R"(\\f[BIRP])"), "");
-  s = std::regex_replace(s, std::regex(R"(\\-)"), "-");
-  s = std::regex_replace(s, std::regex(R"(\\[|&])"), "");
-  return s;
+// Removes roff font escapes (\fB, \fI, \fR, \fP), zero-width escapes (\&, \|) and turns
+// \- into -.
+std::string unroff(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 1 < s.size()) {
+      char n = s[i + 1];
+      if (n == 'f' && i + 2 < s.size()) {
+        i += 2;
+        continue;
+      }
+      if (n == '&' || n == '|') {
+        ++i;
+        continue;
+      }
+      if (n == '-') {
+        out += '-';
+        ++i;
+        continue;
+      }
+    }
+    out += s[i];
+  }
+  return out;
 }
 
 std::set<std::string> options_in_man() {
