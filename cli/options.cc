@@ -32,9 +32,9 @@ namespace po = boost::program_options;
 
 // Which command line an option belongs to.
 enum Mode : unsigned {
-  kRun = 1,         // hvdrun [run] ...
-  kCheck = 2,       // hvdrun check ...
-  kAgent = 4,       // hvdrun agent ...
+  kRun = 1,    // hvdrun [run] ...
+  kCheck = 2,  // hvdrun check ...
+  kAgent = 4,  // hvdrun agent ...
   kAll = kRun | kCheck | kAgent,
 };
 
@@ -59,38 +59,35 @@ constexpr int kMaxNp = 1 << 20;
 constexpr int kMaxStartTimeout = 86400;
 
 const std::array kOptions = {
-    OptSpec{"num-proc", 0, true, "N", "Job",
-            "number of ranks (default: all slots)", kRun | kCheck},
+    OptSpec{"num-proc", 0, true, "N", "Job", "number of ranks (default: all slots)", kRun | kCheck},
     OptSpec{"hosts", 'H', false, "HOST[:SLOTS],...", "Job",
             "hosts with slots, e.g. node1:4,[fe80::1]:2", kRun | kCheck},
-    OptSpec{"hostfile", 0, false, "FILE", "Job",
-            "read hosts from FILE ('host slots=N' lines)", kRun | kCheck},
-    OptSpec{"env", 'x', false, "NAME[=VALUE]", "Job",
-            "set NAME in every rank (repeatable)", kRun},
-    OptSpec{"start-timeout", 0, false, "SEC", "Job",
-            "start deadline in seconds (default 30)", kRun | kCheck},
-    OptSpec{"network-interface", 0, false, "IF", "Job",
-            "interface whose address the ranks use", kRun},
-    OptSpec{"ssh-port", 'p', false, "PORT", "SSH",
-            "SSH port for every host (overrides config)", kRun | kCheck},
+    OptSpec{"hostfile", 0, false, "FILE", "Job", "read hosts from FILE ('host slots=N' lines)",
+            kRun | kCheck},
+    OptSpec{"env", 'x', false, "NAME[=VALUE]", "Job", "set NAME in every rank (repeatable)", kRun},
+    OptSpec{"start-timeout", 0, false, "SEC", "Job", "start deadline in seconds (default 30)",
+            kRun | kCheck},
+    OptSpec{"network-interface", 0, false, "IF", "Job", "interface whose address the ranks use",
+            kRun},
+    OptSpec{"ssh-port", 'p', false, "PORT", "SSH", "SSH port for every host (overrides config)",
+            kRun | kCheck},
     OptSpec{"ssh-identity-file", 'i', false, "FILE", "SSH",
             "key tried before the config's IdentityFile", kRun | kCheck},
-    OptSpec{"ssh-config", 0, false, "FILE", "SSH",
-            "ssh config instead of ~/.ssh/config", kRun | kCheck},
-    OptSpec{"remote-hvdrun", 0, false, "PATH", "SSH",
-            "remote hvdrun (default: this binary's path)", kRun | kCheck},
-    OptSpec{"output-filename", 0, false, "DIR", "Output",
-            "also write DIR/rank.N/stdout and stderr", kRun},
+    OptSpec{"ssh-config", 0, false, "FILE", "SSH", "ssh config instead of ~/.ssh/config",
+            kRun | kCheck},
+    OptSpec{"remote-hvdrun", 0, false, "PATH", "SSH", "remote hvdrun (default: this binary's path)",
+            kRun | kCheck},
+    OptSpec{"output-filename", 0, false, "DIR", "Output", "also write DIR/rank.N/stdout and stderr",
+            kRun},
     OptSpec{"prefix-output-with-timestamp", 0, false, nullptr, "Output",
             "prefix each output line with the time", kRun},
-    OptSpec{"json", 0, false, nullptr, "Output",
-            "check only: print the report as JSON", kCheck},
-    OptSpec{"verbose", 0, false, nullptr, "Output",
-            "log launch progress (like --log-level info)", kRun | kCheck},
-    OptSpec{"log-level", 0, false, "LEVEL", "Output",
-            "trace|debug|info|warning|error|critical|off", kAll},
-    OptSpec{"check-build", 0, false, nullptr, "Other",
-            "show build features (Gloo, NCCL) and exit", kRun},
+    OptSpec{"json", 0, false, nullptr, "Output", "check only: print the report as JSON", kCheck},
+    OptSpec{"verbose", 0, false, nullptr, "Output", "log launch progress (like --log-level info)",
+            kRun | kCheck},
+    OptSpec{"log-level", 0, false, "LEVEL", "Output", "trace|debug|info|warning|error|critical|off",
+            kAll},
+    OptSpec{"check-build", 0, false, nullptr, "Other", "show build features (Gloo, NCCL) and exit",
+            kRun},
     OptSpec{"version", 0, false, nullptr, "Other", "print the version and exit", kAll},
     OptSpec{"help", 'h', false, nullptr, "Other", "print this help and exit", kAll},
 };
@@ -192,8 +189,8 @@ std::optional<long> parse_number(std::string_view text, long lo, long hi) {
   return v;
 }
 
-int number_option(const OptSpec& s, const std::string& text, long lo, long hi,
-                  const char* what, const char* example) {
+int number_option(const OptSpec& s, const std::string& text, long lo, long hi, const char* what,
+                  const char* example) {
   auto v = parse_number(text, lo, hi);
   if (!v) {
     throw UsageError("bad value " + quote(text) + " for " + shown(s) + "; expected " + what +
@@ -228,8 +225,7 @@ const char* mode_name(unsigned mode) {
   }
   if (mode == kAgent) {
     throw UsageError(
-        "'hvdrun agent' is started by hvdrun itself and accepts only --log-level; got " +
-        shown(s));
+        "'hvdrun agent' is started by hvdrun itself and accepts only --log-level; got " + shown(s));
   }
   throw UsageError(shown(s) + " does not apply to '" + mode_name(mode) +
                    "'; see hvdrun --help for the options it takes");
@@ -396,11 +392,11 @@ Command parse_command_line(const std::vector<std::string>& args) {
   }
   po::variables_map vm;
   try {
-    auto parsed = po::command_line_parser(tokens)
-                      .options(desc)
-                      .style(po::command_line_style::allow_long |
-                             po::command_line_style::long_allow_adjacent)
-                      .run();
+    auto parsed =
+        po::command_line_parser(tokens)
+            .options(desc)
+            .style(po::command_line_style::allow_long | po::command_line_style::long_allow_adjacent)
+            .run();
     po::store(parsed, vm);
     po::notify(vm);
   } catch (const po::multiple_occurrences& e) {
@@ -475,8 +471,8 @@ Command parse_command_line(const std::vector<std::string>& args) {
   if (given("hosts")) o.hosts = hostfile::parse_host_list(str("hosts"));
   if (given("hostfile")) o.hosts = hostfile::parse_hostfile(nonempty("hostfile"));
   if (given("ssh-port")) {
-    o.ssh_port = number_option(spec_named("ssh-port"), str("ssh-port"), 1, 65535,
-                               "a port number", "-p 2222");
+    o.ssh_port = number_option(spec_named("ssh-port"), str("ssh-port"), 1, 65535, "a port number",
+                               "-p 2222");
   }
   if (given("ssh-identity-file")) o.ssh_identity_file = nonempty("ssh-identity-file");
   if (given("ssh-config")) o.ssh_config = nonempty("ssh-config");
@@ -499,8 +495,10 @@ Command parse_command_line(const std::vector<std::string>& args) {
       for (const auto& e : vm["env"].as<std::vector<std::string>>()) {
         std::string_view name = std::string_view(e).substr(0, e.find('='));
         if (!valid_env_name(name)) {
-          throw UsageError("bad value " + quote(e) + " for -x/--env; expected NAME or NAME=VALUE "
-                           "where NAME has letters, digits and '_' and does not start with a digit");
+          throw UsageError(
+              "bad value " + quote(e) +
+              " for -x/--env; expected NAME or NAME=VALUE "
+              "where NAME has letters, digits and '_' and does not start with a digit");
         }
         o.env.push_back(e);
       }

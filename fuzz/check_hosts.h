@@ -31,8 +31,8 @@ inline void check_hosts(const std::vector<hostfile::HostSlots>& hosts) {
   for (const auto& h : hosts) {
     if (h.name.empty() || h.slots < 1) std::abort();
     for (char c : h.name) {
-      if (static_cast<unsigned char>(c) <= 0x20 || c == ',' || c == '#' || c == '[' ||
-          c == ']' || c == '=' || c == '@')
+      if (static_cast<unsigned char>(c) <= 0x20 || c == ',' || c == '#' || c == '[' || c == ']' ||
+          c == '=' || c == '@')
         std::abort();
     }
     std::string lower = h.name;

@@ -7,8 +7,8 @@
 #include <string_view>
 
 #include "common/error.h"
-#include "hostfile/hosts.h"
 #include "fuzz/check_hosts.h"
+#include "hostfile/hosts.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);

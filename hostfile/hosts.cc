@@ -67,13 +67,13 @@ std::string quote(std::string_view s) {
 }
 
 bool is_name_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '-' || c == '.' || c == '_';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '.' || c == '_';
 }
 
 bool is_ipv6_char(char c) {
-  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') ||
-         c == ':' || c == '.';
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == ':' ||
+         c == '.';
 }
 
 std::string lower(std::string_view s) {
@@ -99,8 +99,7 @@ std::optional<int> parse_slots(std::string_view s) {
 std::string bad_slots_message(std::string_view slots, std::string_view example_host,
                               std::string_view form) {
   std::string msg = "bad slot count " + quote(slots) + " for host " + quote(example_host) +
-                    "; expected a whole number from 1 to " + std::to_string(kMaxSlots) +
-                    ", as in ";
+                    "; expected a whole number from 1 to " + std::to_string(kMaxSlots) + ", as in ";
   msg += form;
   return msg;
 }
@@ -112,8 +111,8 @@ std::string check_name(std::string_view name, bool bracketed) {
     if (name.empty()) return "empty IPv6 address in '[]'; expected [address] or [address]:slots";
     // A zone index (`%eth0`) may follow the address.
     std::string_view addr = name.substr(0, name.find('%'));
-    std::string_view zone =
-        name.find('%') == std::string_view::npos ? std::string_view{} : name.substr(addr.size() + 1);
+    std::string_view zone = name.find('%') == std::string_view::npos ? std::string_view{}
+                                                                     : name.substr(addr.size() + 1);
     bool has_colon = addr.find(':') != std::string_view::npos;
     for (char c : addr) {
       if (!is_ipv6_char(c)) {
@@ -126,7 +125,8 @@ std::string check_name(std::string_view name, bool bracketed) {
              " inside [...]; brackets are for IPv6 addresses, write other hosts without them";
     }
     if (name.find('%') != std::string_view::npos) {
-      if (zone.empty()) return "empty zone index after '%' in " + quote(name) + "; expected [addr%if]";
+      if (zone.empty())
+        return "empty zone index after '%' in " + quote(name) + "; expected [addr%if]";
       for (char c : zone) {
         if (!is_name_char(c)) {
           return "bad zone index in " + quote(name) + "; expected an interface name after '%'";
@@ -214,8 +214,8 @@ std::vector<HostSlots> parse_host_list(std::string_view text) {
   size_t index = 0;
   while (true) {
     size_t comma = text.find(',', start);
-    std::string_view raw =
-        text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    std::string_view raw = text.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     ++index;
     std::string_view entry = trim(raw);
     if (entry.empty()) {
@@ -239,8 +239,8 @@ std::vector<HostSlots> parse_host_list(std::string_view text) {
     if (!inserted) {
       throw UsageError("-H: host " + quote(name) + " is listed twice (entries " +
                        std::to_string(it->second) + " and " + std::to_string(index) +
-                       "); list each host once with its total slots, as in " + display(name) +
-                       ":" + std::to_string(hosts[it->second - 1].slots + h.slots));
+                       "); list each host once with its total slots, as in " + display(name) + ":" +
+                       std::to_string(hosts[it->second - 1].slots + h.slots));
     }
     hosts.push_back(std::move(h));
     if (comma == std::string_view::npos) break;
@@ -284,8 +284,8 @@ std::vector<HostSlots> parse_hostfile_text(std::string_view text, std::string_vi
                        " instead of a host; expected " + kForms);
     }
     if (entry.find(',') != std::string_view::npos) {
-      throw UsageError(where + quote(entry) + " holds several hosts; expected one host per line as " +
-                       kForms);
+      throw UsageError(where + quote(entry) +
+                       " holds several hosts; expected one host per line as " + kForms);
     }
     std::string name;
     std::optional<std::string_view> colon_slots;
@@ -350,8 +350,7 @@ std::vector<HostSlots> parse_hostfile_text(std::string_view text, std::string_vi
     auto [it, inserted] = seen.emplace(lower(name), line_no);
     if (!inserted) {
       throw UsageError(where + "host " + quote(name) + " is already listed at line " +
-                       std::to_string(it->second) +
-                       "; list each host once with its total slots");
+                       std::to_string(it->second) + "; list each host once with its total slots");
     }
     hosts.push_back(std::move(h));
   }

@@ -105,9 +105,10 @@ TEST_CASE("help text and the man page list the same options") {
 }
 
 TEST_CASE("the man page passes groff without warnings") {
-  FILE* p = popen("command -v groff >/dev/null 2>&1 || { echo SKIP; exit 0; }; "
-                  "groff -man -ww -z '" HVDRUN_SOURCE_DIR "/man/hvdrun.1' 2>&1",
-                  "r");
+  FILE* p = popen(
+      "command -v groff >/dev/null 2>&1 || { echo SKIP; exit 0; }; "
+      "groff -man -ww -z '" HVDRUN_SOURCE_DIR "/man/hvdrun.1' 2>&1",
+      "r");
   REQUIRE(p);
   std::string out;
   char buf[512];

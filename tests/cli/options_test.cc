@@ -90,24 +90,36 @@ TEST_CASE("horovodrun's examples parse") {
 }
 
 TEST_CASE("every option reaches LaunchOptions") {
-  auto cmd = parse_command_line(
-      {"-np",          "3",
-       "-H",           "[::1]:2,node1",
-       "-p",           "2222",
-       "-i",           "/keys/id",
-       "--ssh-config", "/etc/cfg",
-       "--start-timeout", "45",
-       "--network-interface", "eth0",
-       "--output-filename", "/tmp/out dir",
-       "-x",           "A=1",
-       "--env",        "B",
-       "-xC=x y=z",
-       "--env=D=",
-       "--verbose",
-       "--log-level",  "INFO",
-       "--prefix-output-with-timestamp",
-       "--remote-hvdrun", "/opt/hvdrun/bin/hvdrun",
-       "prog",         "arg"});
+  auto cmd = parse_command_line({"-np",
+                                 "3",
+                                 "-H",
+                                 "[::1]:2,node1",
+                                 "-p",
+                                 "2222",
+                                 "-i",
+                                 "/keys/id",
+                                 "--ssh-config",
+                                 "/etc/cfg",
+                                 "--start-timeout",
+                                 "45",
+                                 "--network-interface",
+                                 "eth0",
+                                 "--output-filename",
+                                 "/tmp/out dir",
+                                 "-x",
+                                 "A=1",
+                                 "--env",
+                                 "B",
+                                 "-xC=x y=z",
+                                 "--env=D=",
+                                 "--verbose",
+                                 "--log-level",
+                                 "INFO",
+                                 "--prefix-output-with-timestamp",
+                                 "--remote-hvdrun",
+                                 "/opt/hvdrun/bin/hvdrun",
+                                 "prog",
+                                 "arg"});
   const auto& o = cmd.options;
   CHECK(cmd.action == Action::run);
   CHECK(o.np == 3);
@@ -197,12 +209,15 @@ TEST_CASE("bad command lines are usage errors with one precise line") {
     std::string message;
   };
   const std::vector<Case> cases = {
-      {"", "no command to run; expected hvdrun [options] command [args...], as in hvdrun -np 4 "
-           "python train.py (see hvdrun --help)"},
-      {"-np 2", "no command to run; expected hvdrun [options] command [args...], as in hvdrun -np "
-                "4 python train.py (see hvdrun --help)"},
-      {"run", "no command to run; expected hvdrun [options] command [args...], as in hvdrun -np 4 "
-              "python train.py (see hvdrun --help)"},
+      {"",
+       "no command to run; expected hvdrun [options] command [args...], as in hvdrun -np 4 "
+       "python train.py (see hvdrun --help)"},
+      {"-np 2",
+       "no command to run; expected hvdrun [options] command [args...], as in hvdrun -np "
+       "4 python train.py (see hvdrun --help)"},
+      {"run",
+       "no command to run; expected hvdrun [options] command [args...], as in hvdrun -np 4 "
+       "python train.py (see hvdrun --help)"},
       {"python train.py",
        "-np is required without -H or --hostfile; expected e.g. hvdrun -np 4 python"},
       {"-np 4x x",
@@ -245,12 +260,14 @@ TEST_CASE("bad command lines are usage errors with one precise line") {
       {"--hots a x", "unknown option '--hots'; did you mean --hosts? (see hvdrun --help)"},
       {"--np 2 x", "unknown option '--np'; did you mean -np? (see hvdrun --help)"},
       {"-n 2 x", "unknown option '-n'; did you mean -np? (see hvdrun --help)"},
-      {"--verbos -np 1 x", "unknown option '--verbos'; did you mean --verbose? (see hvdrun --help)"},
+      {"--verbos -np 1 x",
+       "unknown option '--verbos'; did you mean --verbose? (see hvdrun --help)"},
       {"--gloo -np 1 x", "unknown option '--gloo'; see hvdrun --help for the options"},
       {"-z -np 1 x", "unknown option '-z'; see hvdrun --help for the options"},
       {"-hx -np 1 x", "unknown option '-hx'; see hvdrun --help for the options"},
       {"--verbose=yes -np 1 x", "--verbose takes no value; got '--verbose=yes'"},
-      {"-H a:2 --hostfile h x", "-H and --hostfile cannot be used together; give the hosts one way"},
+      {"-H a:2 --hostfile h x",
+       "-H and --hostfile cannot be used together; give the hosts one way"},
       {"-H a,,b x",
        "-H: empty entry 2 in 'a,,b'; expected host[:slots][,host[:slots]...] with no empty items "
        "between commas"},
@@ -270,16 +287,19 @@ TEST_CASE("bad command lines are usage errors with one precise line") {
        "or off"},
       {"--network-interface eth0/1 -np 1 x",
        "bad value 'eth0/1' for --network-interface; expected an interface name such as eth0"},
-      {"--json -np 1 x", "--json applies only to 'hvdrun check'; expected hvdrun check --json [options]"},
+      {"--json -np 1 x",
+       "--json applies only to 'hvdrun check'; expected hvdrun check --json [options]"},
       {"check -H a x",
        "'hvdrun check' takes no command (got 'x'); it only checks the hosts, run the job with "
        "hvdrun [options] command"},
       {"check --output-filename d",
        "--output-filename does not apply to 'hvdrun check'; see hvdrun --help for the options it "
        "takes"},
-      {"check -x A=1", "-x/--env does not apply to 'hvdrun check'; see hvdrun --help for the options it takes"},
+      {"check -x A=1",
+       "-x/--env does not apply to 'hvdrun check'; see hvdrun --help for the options it takes"},
       {"check --check-build",
-       "--check-build does not apply to 'hvdrun check'; see hvdrun --help for the options it takes"},
+       "--check-build does not apply to 'hvdrun check'; see hvdrun --help for the options it "
+       "takes"},
       {"agent -np 2",
        "'hvdrun agent' is started by hvdrun itself and accepts only --log-level; got -np"},
       {"agent --verbose",
@@ -330,12 +350,27 @@ TEST_CASE("help lists every option and fits 80 columns") {
     INFO("line: " << line);
     CHECK(line.size() <= 80);
   }
-  for (const char* opt :
-       {"-np", "--num-proc", "-H, --hosts", "--hostfile", "-p, --ssh-port",
-        "-i, --ssh-identity-file", "--ssh-config", "--start-timeout", "--network-interface",
-        "--output-filename", "-x, --env", "--verbose", "--log-level",
-        "--prefix-output-with-timestamp", "--remote-hvdrun", "--json", "--check-build",
-        "--version", "-h, --help", "check", "agent"}) {
+  for (const char* opt : {"-np",
+                          "--num-proc",
+                          "-H, --hosts",
+                          "--hostfile",
+                          "-p, --ssh-port",
+                          "-i, --ssh-identity-file",
+                          "--ssh-config",
+                          "--start-timeout",
+                          "--network-interface",
+                          "--output-filename",
+                          "-x, --env",
+                          "--verbose",
+                          "--log-level",
+                          "--prefix-output-with-timestamp",
+                          "--remote-hvdrun",
+                          "--json",
+                          "--check-build",
+                          "--version",
+                          "-h, --help",
+                          "check",
+                          "agent"}) {
     INFO("option: " << opt);
     CHECK(help.find(opt) != std::string::npos);
   }

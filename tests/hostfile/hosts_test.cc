@@ -76,8 +76,10 @@ TEST_CASE("host list (-H) rejects malformed lists with a precise message") {
     std::string message;
   };
   const std::vector<Case> cases = {
-      {"", "-H: empty host list; expected host[:slots][,host[:slots]...], as in -H node1:4,node2:4"},
-      {"  ", "-H: empty host list; expected host[:slots][,host[:slots]...], as in -H node1:4,node2:4"},
+      {"",
+       "-H: empty host list; expected host[:slots][,host[:slots]...], as in -H node1:4,node2:4"},
+      {"  ",
+       "-H: empty host list; expected host[:slots][,host[:slots]...], as in -H node1:4,node2:4"},
       {"a,,b",
        "-H: empty entry 2 in 'a,,b'; expected host[:slots][,host[:slots]...] with no empty items "
        "between commas"},
@@ -111,7 +113,9 @@ TEST_CASE("host list (-H) rejects malformed lists with a precise message") {
       {"node1:2:3",
        "-H: 'node1:2:3' has more than one ':'; expected host:slots, or [address]:slots for an "
        "IPv6 address"},
-      {"::1:4", "-H: '::1:4' looks like an IPv6 address; write it in brackets, as in [::1:4] or [::1:4]:slots"},
+      {"::1:4",
+       "-H: '::1:4' looks like an IPv6 address; write it in brackets, as in [::1:4] or "
+       "[::1:4]:slots"},
       {"a:1,b:2,a:3",
        "-H: host 'a' is listed twice (entries 1 and 3); list each host once with its total slots, "
        "as in a:4"},
@@ -136,7 +140,9 @@ TEST_CASE("host list (-H) rejects malformed lists with a precise message") {
       {"-oProxyCommand=x",
        "-H: host name '-oProxyCommand=x' starts with '-'; expected a host name or address"},
       {":4", "-H: empty host name; expected host or host:slots"},
-      {"a\tb", "-H: host name 'a\\tb' contains '\\t'; host names may contain letters, digits, '.', '-' and '_'"},
+      {"a\tb",
+       "-H: host name 'a\\tb' contains '\\t'; host names may contain letters, digits, '.', '-' and "
+       "'_'"},
       {std::string("a\0b", 3),
        "-H: host name 'a\\x00b' contains '\\x00'; host names may contain letters, digits, '.', '-' "
        "and '_'"},
@@ -148,9 +154,9 @@ TEST_CASE("host list (-H) rejects malformed lists with a precise message") {
 }
 
 TEST_CASE("host list (-H) rejects more inputs without crashing") {
-  for (std::string text : {"a:1:2", "a:+1", "a: 1", "a :1", "a:1.5", "a:0x4", "a;b", "a b,c",
-                           "[::1]]", "[[::1]]", "[::1]:", "[::1%]", "[::1%e th]", "a=b",
-                           "a:65537", "a:1e3", "\xff", "a#b"}) {
+  for (std::string text :
+       {"a:1:2", "a:+1", "a: 1", "a :1", "a:1.5", "a:0x4", "a;b", "a b,c", "[::1]]", "[[::1]]",
+        "[::1]:", "[::1%]", "[::1%e th]", "a=b", "a:65537", "a:1e3", "\xff", "a#b"}) {
     INFO("input: " << text);
     CHECK_THROWS_AS(parse_host_list(text), UsageError);
   }
@@ -188,8 +194,9 @@ TEST_CASE("hostfile errors name file:line, quote the text and say what is expect
     std::string message;
   };
   const std::vector<Case> cases = {
-      {"", "hosts.txt: no hosts in the hostfile; expected one host per line as 'host slots=N', "
-           "'host:N' or 'host'"},
+      {"",
+       "hosts.txt: no hosts in the hostfile; expected one host per line as 'host slots=N', "
+       "'host:N' or 'host'"},
       {"# only comments\n\n   \n",
        "hosts.txt: no hosts in the hostfile; expected one host per line as 'host slots=N', "
        "'host:N' or 'host'"},

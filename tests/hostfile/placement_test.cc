@@ -56,8 +56,8 @@ TEST_CASE("placement of horovodrun's examples") {
   SECTION("-np 4 -H localhost:4") {
     auto p = place({{"localhost", 4}}, 4);
     CHECK(p.hosts == std::vector<HostSlots>{{"localhost", 4}});
-    CHECK(coords(p) == std::vector<Coord>{
-                           {0, 0, 4, 0, 1}, {0, 1, 4, 0, 1}, {0, 2, 4, 0, 1}, {0, 3, 4, 0, 1}});
+    CHECK(coords(p) ==
+          std::vector<Coord>{{0, 0, 4, 0, 1}, {0, 1, 4, 0, 1}, {0, 2, 4, 0, 1}, {0, 3, 4, 0, 1}});
   }
   SECTION("-np 8 -H server1:4,server2:4") {
     auto p = place({{"server1", 4}, {"server2", 4}}, 8);
@@ -155,7 +155,8 @@ TEST_CASE("placement errors") {
         "-np 9 but the hosts have 8 slots (localhost:4, node1:4); lower -np or add slots");
   CHECK(error_of({{"localhost", 1}}, 2) ==
         "-np 2 but the hosts have 1 slot (localhost:1); lower -np or add slots");
-  CHECK(error_of({{"::1", 2}}, 3) == "-np 3 but the hosts have 2 slots ([::1]:2); lower -np or add slots");
+  CHECK(error_of({{"::1", 2}}, 3) ==
+        "-np 3 but the hosts have 2 slots ([::1]:2); lower -np or add slots");
   std::vector<HostSlots> many;
   for (int i = 0; i < 10; ++i) many.push_back({"n" + std::to_string(i), 1});
   CHECK(error_of(many, 11) ==
