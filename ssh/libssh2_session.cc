@@ -391,6 +391,8 @@ class Libssh2Session : public Session {
   std::string local_address() const override { return local_; }
   std::string peer_address() const override { return peer_; }
   std::string peer_ip() const override { return peer_ip_; }
+  std::string note() const override { return note_; }
+  void set_note(std::string note) { note_ = std::move(note); }
 
   std::unique_ptr<Channel> exec(const std::string& command, Deadline deadline) override {
     LIBSSH2_CHANNEL* channel = nullptr;
@@ -435,6 +437,7 @@ class Libssh2Session : public Session {
   std::string local_;
   std::string peer_;
   std::string peer_ip_;
+  std::string note_;
 };
 
 // --- host keys --------------------------------------------------------------------------
@@ -475,7 +478,8 @@ std::string hostkey_preference(LIBSSH2_SESSION* session, const std::vector<std::
   return out;
 }
 
-void check_host_key(const Target& t, Core& core, const std::string& address) {
+// Returns a note for the report when a new key was recorded.
+std::string check_host_key(const Target& t, Core& core, const std::string& address) {
   std::size_t len = 0;
   int type = 0;
   const char* key = libssh2_session_hostkey(core.session, &len, &type);
@@ -493,7 +497,7 @@ void check_host_key(const Target& t, Core& core, const std::string& address) {
   const std::string remove = "ssh-keygen -R '" + name + "' -f " + t.known_hosts_file;
   switch (check.status) {
     case HostKeyStatus::match:
-      return;
+      return {};
     case HostKeyStatus::mismatch:
       throw fail(
           Verdict::host_key_changed,
@@ -516,9 +520,11 @@ void check_host_key(const Target& t, Core& core, const std::string& address) {
   try {
     append_known_host(t.known_hosts_file, t.hostname, t.port, blob);
     spdlog::info("ssh {}: added host key {} for {} to {}", t.alias, fp, name, t.known_hosts_file);
+    return "new host key " + fp + " recorded in " + t.known_hosts_file;
   } catch (const SystemError& e) {
     spdlog::warn("ssh {}: accepted new host key {} but could not record it: {}", t.alias, fp,
                  e.what());
+    return "new host key " + fp + " accepted but not recorded: " + e.what();
   }
 }
 
@@ -742,10 +748,12 @@ std::unique_ptr<Session> Libssh2Connector::connect(const Target& t, Deadline dea
     throw e;
   }
   spdlog::debug("ssh {}: key exchange done after {} ms", t.alias, ms());
-  check_host_key(t, *core, address);
+  std::string note = check_host_key(t, *core, address);
   authenticate(t, *core, deadline, address);
   spdlog::debug("ssh {}: logged in as {} after {} ms", t.alias, t.user, ms());
-  return std::make_unique<Libssh2Session>(std::move(core), t);
+  auto session = std::make_unique<Libssh2Session>(std::move(core), t);
+  session->set_note(std::move(note));
+  return session;
 }
 
 }  // namespace hvdrun::ssh

@@ -59,6 +59,7 @@ void check_one(HostCheck& check, const Target& target, Connector& connector, Dea
       line = expected_version;
       check.verdict = Verdict::ok;
       check.detail = line + " at " + remote_hvdrun;
+      if (!session->note().empty()) check.detail += "; " + session->note();
       check.session = std::move(session);
       finish();
       return;

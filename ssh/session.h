@@ -162,6 +162,9 @@ class Session {
   virtual std::string peer_address() const = 0;
   /// Numeric address of the server end without the port ("127.0.0.2", "fd00::3").
   virtual std::string peer_ip() const = 0;
+  /// Something the login did that the user should hear about ("new host key SHA256:...
+  /// recorded in FILE"); empty when nothing.
+  virtual std::string note() const { return {}; }
   /// Opens an exec channel running `command` (through the user's shell on the host),
   /// waiting up to `deadline`. Throws SessionError.
   virtual std::unique_ptr<Channel> exec(const std::string& command, Deadline deadline) = 0;
