@@ -672,9 +672,11 @@ void authenticate(const Target& t, Core& core, Deadline deadline, const std::str
   if (list.empty())
     list = "no keys: no agent, no -i, no IdentityFile, no ~/.ssh/id_ed25519, id_ecdsa or id_rsa";
   std::string detail = "no key accepted for " + who + "; tried: " + list;
-  std::string key = first_key.empty() ? "~/.ssh/id_ed25519" : first_key;
+  // The key to authorise: the first one that exists, else the first one asked for.
+  std::string key = first_key;
+  if (key.empty()) key = t.identity_files.empty() ? "~/.ssh/id_ed25519" : t.identity_files.front();
   std::string fix = "ssh-copy-id -i " + key + " -p " + std::to_string(t.port) + " " + who;
-  if (first_key.empty()) fix = "ssh-keygen -t ed25519, then " + fix;
+  if (first_key.empty()) fix = "ssh-keygen -t ed25519 -f " + key + ", then " + fix;
   if (!encrypted_key.empty() && t.agent_socket.empty()) {
     detail = encrypted_key +
              " is passphrase-protected and no ssh-agent is running (SSH_AUTH_SOCK unset); " +
