@@ -4,12 +4,14 @@
 #include <catch2/catch.hpp>
 
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "ssh/check.h"
 #include "ssh/libssh2_session.h"
@@ -409,4 +411,24 @@ TEST_CASE("ssh-agent keys come first, passphrase-protected ones included", "[loo
   CHECK(report.hosts[1].verdict == Verdict::auth);
   CHECK(report.hosts[1].detail.find("agent key") == std::string::npos);
   CHECK(report.hosts[1].detail.find("stranger (not accepted)") != std::string::npos);
+}
+
+TEST_CASE("preflight not-ssh: a server that answers something else is named", "[loopback]") {
+  SshdCluster cluster(1);
+  isolate(cluster);
+  hvdrun::testing::SilentListener web;  // accepted by hand below, once
+  std::thread server([&] {
+    pollfd pfd{web.fd(), POLLIN, 0};
+    if (::poll(&pfd, 1, 5000) != 1) return;
+    hvdrun::UniqueFd conn(::accept(web.fd(), nullptr, nullptr));
+    const char reply[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
+    ::send(conn.get(), reply, sizeof reply - 1, MSG_NOSIGNAL);
+    ::poll(&pfd, 0, 200);  // let the client read before the close
+  });
+  auto options = with_config(cluster, "Host node1\n  Port " + std::to_string(web.port()) + "\n");
+  options.remote_hvdrun = stand_in(cluster);
+  auto report = check(cluster, options);
+  server.join();
+  CHECK(report.hosts[0].verdict == Verdict::not_ssh);
+  CHECK(report.hosts[0].detail == "answered 'HTTP/1.1 400 Bad Request' instead of an SSH banner");
 }

@@ -83,6 +83,8 @@ class SilentListener {
   SilentListener();
   /// The port.
   int port() const { return port_; }
+  /// The listening socket (a test may accept on it itself).
+  int fd() const { return fd_.get(); }
 
  private:
   UniqueFd fd_;
