@@ -15,9 +15,19 @@
 
 namespace hvdrun::fuzz {
 
-inline void check_message(std::string_view msg) {
-  // One line, printable, bounded, and in two parts: what was wrong; what to do.
+/// How strictly check_message() judges an error message.
+enum class MessageRule {
+  /// One printable line in two parts, "what was wrong; what to do" (host and
+  /// command-line parsers, which escape control bytes they quote).
+  strict,
+  /// One bounded line (parsers that quote user text as is).
+  one_line,
+};
+
+inline void check_message(std::string_view msg, MessageRule rule = MessageRule::strict) {
   if (msg.empty() || msg.size() > 2000) std::abort();
+  if (msg.find('\n') != std::string_view::npos) std::abort();
+  if (rule == MessageRule::one_line) return;
   for (char c : msg) {
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) std::abort();
   }
