@@ -200,6 +200,33 @@ class HorovodHttpServer::Impl {
 
   std::uint16_t port() const { return port_; }
 
+  void allow_only(const std::vector<std::string>& addresses) {
+    if (started_) throw std::logic_error("HorovodHttpServer::allow_only after start");
+    std::vector<asio::ip::address> parsed;
+    for (const auto& a : addresses) {
+      boost::system::error_code ec;
+      auto addr = asio::ip::make_address(a, ec);
+      if (ec) {
+        throw UsageError("Horovod rendezvous: allowed client '" + a +
+                         "' is not an IPv4 or IPv6 address");
+      }
+      parsed.push_back(normalize(addr));
+    }
+    allowed_ = std::move(parsed);
+  }
+
+  bool admitted(const tcp::socket& socket) const {
+    if (allowed_.empty()) return true;
+    boost::system::error_code ec;
+    auto peer = socket.remote_endpoint(ec);
+    if (ec) return false;
+    const auto addr = normalize(peer.address());
+    for (const auto& a : allowed_) {
+      if (a == addr) return true;
+    }
+    return false;
+  }
+
   void start() {
     if (started_.exchange(true)) throw std::logic_error("HorovodHttpServer::start called twice");
     accept();
@@ -249,7 +276,16 @@ class HorovodHttpServer::Impl {
   void accept();
   void close_all();
 
+  /// ::ffff:a.b.c.d compares as a.b.c.d.
+  static asio::ip::address normalize(const asio::ip::address& a) {
+    if (a.is_v6() && a.to_v6().is_v4_mapped()) {
+      return asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6());
+    }
+    return a;
+  }
+
   HttpServerLimits limits_;
+  std::vector<asio::ip::address> allowed_;
   Store store_;
   std::atomic<std::uint64_t> requests_{0};
   std::atomic<std::uint64_t> rejected_{0};
@@ -430,7 +466,7 @@ void HorovodHttpServer::Impl::accept() {
       spdlog::warn("Horovod rendezvous: accept failed: {}", ec.message());
       return accept();
     }
-    if (sessions_.size() >= limits_.max_connections) {
+    if (sessions_.size() >= limits_.max_connections || !admitted(socket)) {
       ++dropped_;
       beast::error_code ignored;
       socket.close(ignored);
@@ -465,6 +501,9 @@ HorovodHttpServer::HorovodHttpServer(const hostfile::Placement& placement,
 HorovodHttpServer::~HorovodHttpServer() = default;
 
 std::uint16_t HorovodHttpServer::port() const { return impl_->port(); }
+void HorovodHttpServer::allow_only(const std::vector<std::string>& addresses) {
+  impl_->allow_only(addresses);
+}
 void HorovodHttpServer::start() { impl_->start(); }
 void HorovodHttpServer::stop() { impl_->stop(); }
 HttpServerStats HorovodHttpServer::stats() const { return impl_->stats(); }

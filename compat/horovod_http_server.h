@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hostfile/placement.h"
 
@@ -72,6 +73,13 @@ class HorovodHttpServer {
 
   /// The port actually bound.
   std::uint16_t port() const;
+  /// Serves only clients whose source address is one of `addresses` (IPv4/IPv6
+  /// literals; IPv4-mapped IPv6 sources match their IPv4 form); others are closed as soon
+  /// as accepted and counted as dropped. Horovod's protocol has no room for a secret, so
+  /// this is its guard when the server listens beyond loopback: pass every job host's
+  /// address. Call before start(); an empty list (the default) admits everyone. Throws
+  /// UsageError naming an entry that is not an address.
+  void allow_only(const std::vector<std::string>& addresses);
   /// Starts serving on a background thread. Calling it twice is a logic error (throws).
   void start();
   /// Closes the listener and every connection, and joins the thread. Idempotent.

@@ -5,7 +5,7 @@ pkgs=(
   build-essential cmake ninja-build pkg-config git ccache
   libboost-dev libboost-program-options-dev libspdlog-dev libfmt-dev
   libssh2-1-dev libssl-dev libgloo-dev catch2
-  openssh-server openssh-client groff-base python3
+  openssh-server openssh-client groff-base python3 python3-torch
 )
 missing=()
 for p in "${pkgs[@]}"; do
