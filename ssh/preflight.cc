@@ -11,6 +11,8 @@
 #include <atomic>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+
 #include "ssh/local_host.h"
 
 namespace hvdrun::ssh {
@@ -153,6 +155,9 @@ PreflightReport preflight(const launcher::LaunchOptions& options, const SshConfi
     report.hosts.push_back(std::move(check));
   }
 
+  // Create spdlog's registry here, on the calling thread, before the workers log (its
+  // lazy creation inside the uninstrumented library reads as a race to TSan).
+  spdlog::default_logger_raw();
   std::atomic<std::size_t> next{0};
   auto worker = [&] {
     for (std::size_t i; (i = next.fetch_add(1)) < remote.size();) {
