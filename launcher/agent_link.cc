@@ -8,10 +8,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
 #include "common/error.h"
+#include "launcher/agent.h"
+
+#include <spdlog/spdlog.h>
 
 namespace hvdrun::launcher {
 namespace {
@@ -108,9 +112,25 @@ class LocalAgentLink : public AgentLink {
   std::string result_;
 };
 
+// True when this process has one thread: only then may a forked child go on running
+// ordinary code (another thread could hold a lock, malloc's included, at the fork).
+bool single_threaded() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return false;
+  char line[256];
+  int threads = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "Threads: %d", &threads) == 1) break;
+  }
+  std::fclose(f);
+  return threads == 1;
+}
+
 }  // namespace
 
-std::unique_ptr<AgentLink> start_local_agent(const std::string& exe) {
+std::unique_ptr<AgentLink> start_local_agent(const std::string& exe_arg) {
+  const bool in_process = exe_arg.empty() && single_threaded();
+  const std::string exe = exe_arg.empty() ? "/proc/self/exe" : exe_arg;
   auto [to_agent_r, to_agent_w] = make_pipe();
   auto [from_agent_r, from_agent_w] = make_pipe();
   const char* argv[] = {"hvdrun", "agent", nullptr};
@@ -130,6 +150,19 @@ std::unique_ptr<AgentLink> start_local_agent(const std::string& exe) {
     dfl.sa_handler = SIG_DFL;
     for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGQUIT}) ::sigaction(s, &dfl, nullptr);
     ::sigprocmask(SIG_SETMASK, &empty, nullptr);
+    if (in_process) {
+      // Nothing of the launcher's may stay open here: another local agent's pipe end held
+      // by this one would hide the launcher's death from it.
+      ::close_range(3, ~0u, 0);
+      spdlog::set_pattern("hvdrun agent: [%l] %v");
+      int code = 1;
+      try {
+        code = run_agent(0, 1);
+      } catch (...) {
+      }
+      std::fflush(stderr);
+      ::_exit(code);  // no exit handlers or static destructors of the launcher's state
+    }
     ::execv(exe.c_str(), const_cast<char* const*>(argv));
     const char msg[] = "hvdrun: cannot execute the agent binary\n";
     (void)!::write(2, msg, sizeof msg - 1);

@@ -73,9 +73,12 @@ class AgentLink {
   virtual std::string host_address() const = 0;
 };
 
-/// Starts `exe agent` as a child process (its own process group, stdin/stdout on pipes,
-/// stderr shared with the launcher, SIGTERM when the launcher dies) and links to it.
-/// `exe` is normally "/proc/self/exe". Throws SystemError.
-std::unique_ptr<AgentLink> start_local_agent(const std::string& exe);
+/// Starts the agent of a local host as a child process (its own process group,
+/// stdin/stdout on pipes, stderr shared with the launcher, SIGTERM when the launcher dies)
+/// and links to it. With `exe` empty the child is a plain fork of this process that calls
+/// run_agent() directly, which saves loading the binary again (tens of ms per job); that
+/// needs this process to be single-threaded, and falls back to "/proc/self/exe" when it is
+/// not. Otherwise the child runs `exe agent`. Throws SystemError.
+std::unique_ptr<AgentLink> start_local_agent(const std::string& exe = {});
 
 }  // namespace hvdrun::launcher

@@ -519,12 +519,15 @@ int Job::run() {
   if (!::getcwd(cwd, sizeof cwd)) throw_errno("finding the working directory", "getcwd");
   cwd_ = cwd;
 
+  SignalGuard signals;  // before any thread starts, so every thread inherits the block
+  // Agents first, while this process is still single-threaded: a local agent is then a
+  // plain fork that needs no exec.
+  start_agents();
+
   RelayOptions ro;
   ro.timestamp = opt_.prefix_timestamp;
   ro.output_dir = opt_.output_filename;
   relay_.emplace(ro, size);
-
-  SignalGuard signals;  // before any thread starts, so every thread inherits the block
 #ifdef HVDRUN_HAVE_RENDEZVOUS
   job_env_.secret = rendezvous::generate_secret();
   rendezvous::Server server(job_env_.secret, bind_addr, 0);
@@ -540,7 +543,6 @@ int Job::run() {
   int handled_signals = 0;
   std::vector<pollfd> fds;
   try {
-    start_agents();
     for (;;) {
       if (g_signal_count != handled_signals) {
         bool again = handled_signals > 0;

@@ -14,8 +14,9 @@ namespace hvdrun::launcher {
 
 /// What the job needs from outside that tests or the SSH transport supply.
 struct JobHooks {
-  /// The hvdrun executable run as the local agent (`EXE agent`).
-  std::string agent_exe = "/proc/self/exe";
+  /// The executable run as a local host's agent (`EXE agent`); empty: the agent is a fork
+  /// of this process (see start_local_agent).
+  std::string agent_exe;
   /// Opens the agent link of a remote host (an SSH exec channel running `hvdrun agent`).
   /// Unset: remote hosts are a LaunchError.
   std::function<std::unique_ptr<AgentLink>(const std::string& host)> remote_link;
