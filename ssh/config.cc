@@ -211,22 +211,20 @@ void SshConfig::include(const std::vector<std::string>& args, const std::string&
   for (const auto& arg : args) {
     std::string pattern = expand_tilde(arg);
     if (pattern.empty() || pattern[0] != '/') pattern = home_dir() + "/.ssh/" + pattern;
+    std::vector<std::string> paths;  // copied out so a throw below cannot leak the glob
     glob_t matches{};
     if (::glob(pattern.c_str(), 0, nullptr, &matches) == 0) {
-      for (std::size_t k = 0; k < matches.gl_pathc; ++k) {
-        const std::string path = matches.gl_pathv[k];
-        std::ifstream in(path);
-        if (!in) {
-          ::globfree(&matches);
-          malformed(where, "cannot read included file '" + path + "'");
-        }
-        std::ostringstream text;
-        text << in.rdbuf();
-        blocks_.push_back(outer);
-        parse_into(text.str(), path, depth + 1);
-      }
+      paths.assign(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);
     }
     ::globfree(&matches);
+    for (const auto& path : paths) {
+      std::ifstream in(path);
+      if (!in) malformed(where, "cannot read included file '" + path + "'");
+      std::ostringstream text;
+      text << in.rdbuf();
+      blocks_.push_back(outer);
+      parse_into(text.str(), path, depth + 1);
+    }
   }
   blocks_.push_back(outer);
 }
