@@ -366,3 +366,35 @@ TEST_CASE("bad usage exits 2 with one line and a hint before anything starts") {
   CHECK_THAT(h.err, Catch::EndsWith("\nTry 'hvdrun --help'.\n"));
   CHECK(lines(h.err).size() == 2);
 }
+
+TEST_CASE("an agent killed with SIGKILL fails the job naming the host and leaves no rank") {
+  std::string marker = unique_marker();
+  Hvdrun h({"-np", "2", "sh", "-c", "echo \"agent=$PPID\"; exec sleep 30"}, {marker});
+  h.read_until([](const std::string& out) { return count(out, "agent=") == 2 && out.back() == '\n'; });
+  auto at = h.out.find("agent=") + 6;
+  pid_t agent = static_cast<pid_t>(std::stol(h.out.substr(at, h.out.find('\n', at) - at)));
+  REQUIRE(agent > 1);
+  REQUIRE(agent != h.pid());
+  ::kill(agent, SIGKILL);
+  CHECK(h.wait() == 255);
+  CHECK_THAT(h.err, Catch::Contains("the agent on host localhost ended unexpectedly (it was killed by signal 9"));
+  CHECK(none_left(marker, 5s));
+}
+
+TEST_CASE("16 ranks writing many short lines lose and split none") {
+  Hvdrun h({"-np", "16", "sh", "-c",
+            "i=0; while [ $i -lt 2000 ]; do echo \"r$HVDRUN_RANK line $i end\"; i=$((i+1)); done"});
+  REQUIRE(h.wait(60s) == 0);
+  auto all = lines(h.out);
+  CHECK(all.size() == 16 * 2000);
+  std::map<int, int> next;
+  for (const auto& l : all) {
+    int rank = -1, i = -1, tag_rank = -2;
+    char end[4] = {};
+    REQUIRE(std::sscanf(l.c_str(), "[%d]<stdout>:r%d line %d %3s", &tag_rank, &rank, &i, end) == 4);
+    CHECK(tag_rank == rank);
+    CHECK(std::string(end) == "end");
+    CHECK(next[rank] == i);  // in order per rank
+    next[rank] = i + 1;
+  }
+}
