@@ -175,7 +175,7 @@ class Job {
   void start_agents();
   void send(Host& h, const proto::Message& m);
   void send_spawns();
-  void service(Host& h);
+  void service(Host& h, bool read = true);
   void handle(Host& h, proto::Message& m);
   Host* owner_of(Host& h, int rank, const char* what);
   void rank_done(int rank);
@@ -386,7 +386,7 @@ void Job::handle(Host& h, proto::Message& m) {
   }
 }
 
-void Job::service(Host& h) {
+void Job::service(Host& h, bool read) {
   if (h.closed) return;
   try {
     while (!h.outq.empty()) {
@@ -403,7 +403,7 @@ void Job::service(Host& h) {
     }
     constexpr std::size_t kChunk = 256u << 10;
     std::size_t budget = 8u << 20;  // then let the other hosts have a turn
-    while (budget > 0 && !output_backed_up()) {
+    while (read && budget > 0 && !output_backed_up()) {
       IoResult r = h.link->read(h.decoder.prepare(kChunk), kChunk);
       if (r.kind == IoResult::would_block) break;
       if (r.kind != IoResult::ok) {
@@ -519,6 +519,15 @@ int Job::run() {
   if (!::getcwd(cwd, sizeof cwd)) throw_errno("finding the working directory", "getcwd");
   cwd_ = cwd;
 
+  if (!opt_.output_filename.empty()) {
+    // A directory that cannot be made is bad input: report it before anything starts.
+    try {
+      OutputRelay::make_rank_dirs(opt_.output_filename, size);
+    } catch (const SystemError& e) {
+      throw UsageError(std::string(e.what()) + "; give --output-filename a directory you can write to");
+    }
+  }
+
   SignalGuard signals;  // before any thread starts, so every thread inherits the block
   // Agents first, while this process is still single-threaded: a local agent is then a
   // plain fork that needs no exec.
@@ -585,7 +594,7 @@ int Job::run() {
         relay_->flush();
       }
       check_timers(Clock::now());
-      for (Host& h : hosts_) service(h);  // send what the timers queued
+      for (Host& h : hosts_) service(h, /*read=*/false);  // send what the timers queued
     }
   } catch (...) {
     // Tear down before the error leaves: the links' destructors end every agent.

@@ -42,18 +42,20 @@ std::string OutputRelay::rank_dir_name(int rank, int size) {
   return "rank." + digits;
 }
 
+void OutputRelay::make_rank_dirs(const std::string& dir, int size) {
+  make_dirs(dir);
+  for (int r = 0; r < size; ++r) make_dirs(dir + "/" + rank_dir_name(r, size));
+}
+
 OutputRelay::OutputRelay(RelayOptions options, int size)
     : opt_(std::move(options)), size_(size), per_rank_(static_cast<std::size_t>(size) * 2) {
   out_.fd = opt_.stdout_fd;
   err_.fd = opt_.stderr_fd;
   tails_.assign(static_cast<std::size_t>(size), LineTail(opt_.tail_lines));
-  if (!opt_.output_dir.empty()) make_dirs(opt_.output_dir);
+  if (!opt_.output_dir.empty()) make_rank_dirs(opt_.output_dir, size);
   for (int r = 0; r < size; ++r) {
     std::string dir;
-    if (!opt_.output_dir.empty()) {
-      dir = opt_.output_dir + "/" + rank_dir_name(r, size);
-      make_dirs(dir);
-    }
+    if (!opt_.output_dir.empty()) dir = opt_.output_dir + "/" + rank_dir_name(r, size);
     for (auto s : {proto::Stream::out, proto::Stream::err}) {
       RankStream& rs = state(r, s);
       const char* name = s == proto::Stream::out ? "stdout" : "stderr";

@@ -77,6 +77,9 @@ class OutputRelay {
   /// Zero-padded rank directory name, "rank.07" for rank 7 of 12.
   static std::string rank_dir_name(int rank, int size);
 
+  /// Creates DIR and DIR/rank.N/ for every rank (throws SystemError naming the path).
+  static void make_rank_dirs(const std::string& dir, int size);
+
  private:
   struct Sink {
     int fd = -1;
