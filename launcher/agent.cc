@@ -182,13 +182,18 @@ bool Agent::all_done() const {
 }
 
 void Agent::spawn(const proto::Spawn& s) {
-  if (closing_) return;
   if (ranks_.count(s.rank)) {
     send(proto::Fatal{s.rank, "rank " + std::to_string(s.rank) + " was asked to start twice"});
     return;
   }
   Rank& r = ranks_[s.rank];
   r.rank = s.rank;
+  if (closing_) {
+    // The launcher still counts on hearing about this rank.
+    r.reported = true;
+    send(proto::Fatal{s.rank, "rank " + std::to_string(s.rank) + " not started: the agent is stopping"});
+    return;
+  }
   r.argv0 = s.argv[0];
   r.cwd = s.cwd;
   r.tail = LineTail(s.stderr_tail_lines);

@@ -290,6 +290,9 @@ void Job::fail(int exit_code, std::string message) {
   }
   if (teardown_deadline_) return;
   teardown_deadline_ = Clock::now() + grace_ + std::chrono::seconds(5);
+  if (!spawns_sent_) {
+    for (int r = 0; r < placement_.size(); ++r) rank_done(r);  // none was ever started
+  }
   for (Host& h : hosts_) send(h, proto::Kill{static_cast<std::uint32_t>(grace_.count())});
 }
 
