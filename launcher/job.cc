@@ -404,7 +404,7 @@ void Job::service(Host& h, bool read) {
         return;
       }
     }
-    constexpr std::size_t kChunk = 256u << 10;
+    constexpr std::size_t kChunk = 1u << 20;
     std::size_t budget = 8u << 20;  // then let the other hosts have a turn
     while (read && budget > 0 && !output_backed_up()) {
       IoResult r = h.link->read(h.decoder.prepare(kChunk), kChunk);
