@@ -101,7 +101,8 @@ class Agent {
 
   int run();
   /// Last words after an exception: queued frames, then a fatal frame, within 2 s.
-  void report_fatal(const std::string& message);
+  /// Returns whether they reached the launcher.
+  bool report_fatal(const std::string& message);
 
  private:
   void send(const proto::Message& m) {
@@ -163,7 +164,7 @@ void Agent::begin_kill(std::uint32_t grace_ms, const char* why) {
       ++live;
     }
   }
-  if (live) spdlog::debug("agent: {}: SIGTERM sent to {} rank(s), SIGKILL in {} ms", why, live, grace_ms);
+  if (live) spdlog::debug("{}: SIGTERM sent to {} rank(s), SIGKILL in {} ms", why, live, grace_ms);
   kill_at_ = Clock::now() + milliseconds(grace_ms);
 }
 
@@ -255,7 +256,7 @@ void Agent::spawn(const proto::Spawn& s) {
   r.out = std::move(out_r);
   r.err = std::move(err_r);
   r.exec_status = std::move(st_r);
-  spdlog::debug("agent: rank {} forked as pid {}", s.rank, pid);
+  spdlog::debug("rank {} forked as pid {}", s.rank, pid);
 }
 
 void Agent::check_exec_status(Rank& r, bool blocking) {
@@ -355,7 +356,7 @@ void Agent::report_exits() {
     ex.stderr_tail = r.tail.lines();
     send(ex);
     r.reported = true;
-    spdlog::debug("agent: rank {} {} {}", r.rank, ex.signaled ? "killed by signal" : "exited with",
+    spdlog::debug("rank {} {} {}", r.rank, ex.signaled ? "killed by signal" : "exited with",
                   ex.value);
   }
 }
@@ -384,7 +385,7 @@ void Agent::handle(proto::Message& m) {
   } else if (std::holds_alternative<proto::Heartbeat>(m)) {
     // last_rx_ already updated
   } else if (auto* f = std::get_if<proto::Fatal>(&m)) {
-    spdlog::error("agent: launcher reported: {}", f->message);
+    spdlog::error("launcher reported: {}", f->message);
     begin_kill(hello_.kill_grace_ms, "launcher failed");
   } else {
     throw proto::ProtocolError(std::string("agent protocol: unexpected ") + proto::type_name(m) +
@@ -452,12 +453,12 @@ void Agent::flush_queue() {
   }
 }
 
-void Agent::report_fatal(const std::string& message) {
-  if (out_broken_) return;
+bool Agent::report_fatal(const std::string& message) {
+  if (out_broken_) return false;
   try {
     proto::encode(proto::Fatal{-1, message}, tail());
   } catch (const std::exception&) {
-    return;
+    return false;
   }
   auto deadline = Clock::now() + milliseconds(2000);
   while (pending() && !out_broken_ && Clock::now() < deadline) {
@@ -465,6 +466,7 @@ void Agent::report_fatal(const std::string& message) {
     ::poll(&p, 1, 100);
     flush_queue();
   }
+  return !pending() && !out_broken_;
 }
 
 int Agent::run() {
@@ -504,7 +506,7 @@ int Agent::run() {
     if (g_term) {
       int sig = g_term;
       g_term = 0;
-      spdlog::debug("agent: signal {}", sig);
+      spdlog::debug("signal {}", sig);
       in_eof_ = true;
       begin_kill(have_hello_ ? hello_.kill_grace_ms : 3000, "agent received a signal");
     }
@@ -518,7 +520,7 @@ int Agent::run() {
     }
     if (have_hello_ && !in_eof_ && hello_.heartbeat_timeout_ms > 0 &&
         now - last_rx_ > milliseconds(hello_.heartbeat_timeout_ms)) {
-      spdlog::error("agent: nothing from the launcher for {} ms: killing all ranks",
+      spdlog::error("nothing from the launcher for {} ms: killing all ranks",
                     hello_.heartbeat_timeout_ms);
       in_eof_ = true;
       exit_code_ = 1;
@@ -603,8 +605,10 @@ int run_agent(int in_fd, int out_fd) {
     return agent.run();
   } catch (const std::exception& e) {
     // Report to the launcher when the stream still works, then make sure no rank survives.
-    spdlog::error("{}", e.what());
-    agent.report_fatal(std::string("agent on ") + host_name() + ": " + e.what());
+    // The launcher prints the fatal frame; say it here only when it cannot arrive.
+    if (!agent.report_fatal(std::string("agent on ") + host_name() + ": " + e.what())) {
+      spdlog::error("{}", e.what());
+    }
     return 1;  // ~Agent kills every rank group
   }
 }
