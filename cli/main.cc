@@ -13,6 +13,7 @@
 
 #include "cli/options.h"
 #include "common/error.h"
+#include "compat/check_build.h"
 #include "launcher/agent.h"
 #include "launcher/job.h"
 
@@ -63,11 +64,7 @@ int main(int argc, char** argv) {
       std::fputs(cmd.help_text.c_str(), stdout);
       return 0;
     case Action::check_build:
-      std::fputs(
-          "hvdrun: available\n"
-          "    controllers:       [X] Gloo   [ ] MPI\n"
-          "    tensor operations: [X] Gloo   [X] NCCL (when built with it and a GPU is present)\n",
-          stdout);
+      std::fputs(hvdrun::compat::check_build_report().c_str(), stdout);
       return 0;
     case Action::check:
       std::fputs("hvdrun: error: 'hvdrun check' is not available yet\n", stderr);

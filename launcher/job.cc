@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "compat/horovod_http_server.h"
 #include "hostfile/placement.h"
 #include "launcher/agent_protocol.h"
 #include "launcher/local_host.h"
@@ -548,7 +549,19 @@ int Job::run() {
 #else
   job_env_.secret = random_secret();
 #endif
-  spdlog::debug("rendezvous on {}:{}", bind_addr, job_env_.rendezvous_port);
+  // Horovod's own gloo-mode rendezvous (HTTP), for unmodified Horovod programs. Its
+  // protocol has no secret: beyond loopback it admits only the job's hosts.
+  compat::HorovodHttpServer horovod(placement_, bind_addr, 0);
+  if (!all_local) {
+    std::vector<std::string> allowed = {"127.0.0.1", "::1"};
+    for (const Host& h : hosts_) allowed.push_back(h.link->host_address());
+    horovod.allow_only(allowed);
+  }
+  horovod.start();
+  job_env_.horovod_port = horovod.port();
+  job_env_.num_hosts = static_cast<int>(hosts_.size());
+  spdlog::debug("rendezvous on {}:{}, Horovod rendezvous on port {}", bind_addr,
+                job_env_.rendezvous_port, job_env_.horovod_port);
 
   start_deadline_ = start_time_ + std::chrono::seconds(opt_.start_timeout_s);
   next_heartbeat_ = Clock::now() + hb_interval_;

@@ -1,6 +1,8 @@
 // Rank environments (see rank_env.h).
 #include "launcher/rank_env.h"
 
+#include "compat/env.h"
+
 #include <cstdlib>
 
 namespace hvdrun::launcher {
@@ -96,30 +98,24 @@ EnvList rank_env(const EnvList& base, const hostfile::RankSlot& slot, const std:
   env.set("HVDRUN_SECRET", job.secret);
   env.set("HVDRUN_START_TIMEOUT", timeout);
 
-  env.set("HOROVOD_HOSTNAME", host_name);
-  env.set("HOROVOD_RANK", rank);
-  env.set("HOROVOD_SIZE", size);
-  env.set("HOROVOD_LOCAL_RANK", local_rank);
-  env.set("HOROVOD_LOCAL_SIZE", local_size);
-  env.set("HOROVOD_CROSS_RANK", cross_rank);
-  env.set("HOROVOD_CROSS_SIZE", cross_size);
-  env.set("HOROVOD_GLOO_RENDEZVOUS_ADDR", job.rendezvous_addr);
-  env.set("HOROVOD_GLOO_RENDEZVOUS_PORT", rdv_port);
-  env.set("HOROVOD_CONTROLLER", "gloo");
-  env.set("HOROVOD_CPU_OPERATIONS", "gloo");
-  env.set("HOROVOD_GLOO_TIMEOUT_SECONDS", timeout);
+  if (!job.network_interface.empty()) env.set("HVDRUN_NETWORK_INTERFACE", job.network_interface);
+
+  compat::HostEndpoints ends;
+  ends.horovod_rendezvous_addr = job.rendezvous_addr;
+  ends.horovod_rendezvous_port = static_cast<std::uint16_t>(job.horovod_port);
+  ends.master_addr = job.master_addr;
+  ends.master_port = static_cast<std::uint16_t>(job.master_port);
+  ends.iface = job.network_interface;
+  compat::CompatEnv compat = compat::compat_env(slot, host_name, job.size, job.num_hosts, ends);
+  for (const auto& [name, value] : compat.set) env.set(name, value);
+  for (const auto& [name, value] : compat.defaults) {
+    if (!env.get(name)) env.set(name, value);
+  }
   if (!job.network_interface.empty()) {
-    env.set("HVDRUN_NETWORK_INTERFACE", job.network_interface);
+    // Asked for on this command line: beats whatever the shell had.
     env.set("HOROVOD_GLOO_IFACE", job.network_interface);
     env.set("NCCL_SOCKET_IFNAME", job.network_interface);
   }
-
-  env.set("RANK", rank);
-  env.set("WORLD_SIZE", size);
-  env.set("LOCAL_RANK", local_rank);
-  env.set("LOCAL_WORLD_SIZE", local_size);
-  env.set("MASTER_ADDR", job.master_addr);
-  env.set("MASTER_PORT", std::to_string(job.master_port));
   return env;
 }
 

@@ -53,6 +53,10 @@ struct JobEnv {
   /// torch.distributed's MASTER_ADDR / MASTER_PORT (rank 0's host, a free port there).
   std::string master_addr;
   int master_port = 0;
+  /// Port of the Horovod gloo-mode HTTP rendezvous (same address as the rendezvous).
+  int horovod_port = 0;
+  /// Hosts in the job (GROUP_WORLD_SIZE).
+  int num_hosts = 1;
   /// --start-timeout in seconds.
   int start_timeout_s = 30;
   /// --network-interface, or empty.
@@ -60,8 +64,9 @@ struct JobEnv {
 };
 
 /// `base` plus the per-rank contract for `slot` on the host named `host_name` (as the user
-/// wrote it): HVDRUN_*, HOROVOD_* (as horovodrun's Gloo mode sets them) and the
-/// torch.distributed names. These are applied last.
+/// wrote it): HVDRUN_*, then HOROVOD_* (as horovodrun's Gloo mode sets them) and the
+/// torch.distributed names from compat::compat_env. These are applied last; compat's
+/// tuning defaults (PYTHONUNBUFFERED, OMP_NUM_THREADS, ...) only where `base` has none.
 EnvList rank_env(const EnvList& base, const hostfile::RankSlot& slot, const std::string& host_name,
                  const JobEnv& job);
 

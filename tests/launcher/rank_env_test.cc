@@ -30,6 +30,8 @@ JobEnv job() {
   j.master_addr = "10.0.0.2";
   j.master_port = 29500;
   j.start_timeout_s = 45;
+  j.horovod_port = 4343;
+  j.num_hosts = 2;
   return j;
 }
 
@@ -51,9 +53,10 @@ TEST_CASE("every rank gets the native and Horovod and torch names and stale valu
       {"HOROVOD_HOSTNAME", "node2"}, {"HOROVOD_RANK", "5"}, {"HOROVOD_SIZE", "8"},
       {"HOROVOD_LOCAL_RANK", "1"}, {"HOROVOD_LOCAL_SIZE", "4"}, {"HOROVOD_CROSS_RANK", "1"},
       {"HOROVOD_CROSS_SIZE", "2"}, {"HOROVOD_GLOO_RENDEZVOUS_ADDR", "10.0.0.1"},
-      {"HOROVOD_GLOO_RENDEZVOUS_PORT", "4242"}, {"HOROVOD_CONTROLLER", "gloo"},
-      {"HOROVOD_CPU_OPERATIONS", "gloo"}, {"HOROVOD_GLOO_TIMEOUT_SECONDS", "45"},
+      {"HOROVOD_GLOO_RENDEZVOUS_PORT", "4343"}, {"HOROVOD_CONTROLLER", "gloo"},
+      {"HOROVOD_CPU_OPERATIONS", "gloo"},
       {"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
+      {"GROUP_RANK", "1"}, {"GROUP_WORLD_SIZE", "2"},
       {"MASTER_ADDR", "10.0.0.2"}, {"MASTER_PORT", "29500"}, {"HOME", "/root"}};
   for (const auto& [k, v] : want) {
     INFO(k);
@@ -63,10 +66,20 @@ TEST_CASE("every rank gets the native and Horovod and torch names and stale valu
   CHECK(env.count("NCCL_SOCKET_IFNAME") == 0);
 }
 
+TEST_CASE("tuning defaults never override the user's values") {
+  EnvList base;
+  base.set("OMP_NUM_THREADS", "8");
+  auto env = as_map(rank_env(base, hvdrun::hostfile::RankSlot{0, 0, 0, 4, 0, 1}, "h", job()));
+  CHECK(env["OMP_NUM_THREADS"] == "8");
+  CHECK(env["PYTHONUNBUFFERED"] == "1");
+}
+
 TEST_CASE("network interface option names the interface for Gloo and NCCL") {
   JobEnv j = job();
   j.network_interface = "eth1";
-  auto env = as_map(rank_env(EnvList(), hvdrun::hostfile::RankSlot{}, "h", j));
+  EnvList base;
+  base.set("NCCL_SOCKET_IFNAME", "stale0");
+  auto env = as_map(rank_env(base, hvdrun::hostfile::RankSlot{}, "h", j));
   CHECK(env["HOROVOD_GLOO_IFACE"] == "eth1");
   CHECK(env["NCCL_SOCKET_IFNAME"] == "eth1");
   CHECK(env["HVDRUN_NETWORK_INTERFACE"] == "eth1");
