@@ -22,25 +22,37 @@ seconds() {
 }
 median() { sort -g | awk '{ v[NR] = $1 } END { m = int((NR + 1) / 2); printf "%.4f", (NR % 2) ? v[m] : (v[m] + v[m + 1]) / 2 }'; }
 
+# Like seconds, but prints "hung" when the run does not finish within 30 s.
+seconds_or_hung() {
+  local t0 t1 rc=0
+  t0=$(date +%s.%N)
+  timeout 30 "$@" >/dev/null 2>&1 || rc=$?
+  t1=$(date +%s.%N)
+  if ((rc == 124)); then echo hung; elif ((rc != 0)); then echo "failed: $*" >&2; exit 1; else echo "$t1 - $t0" | bc -l; fi
+}
+
 echo "host: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); $reps repetitions, median"
 printf "%-4s %-10s %12s %12s %8s\n" N command "hvdrun (s)" "mpirun (s)" ratio
 for n in 16 64; do
   for cmd in true "sleep 0.2"; do
-    # OpenMPI 4.1 can hang for good when many ranks exit at once (seen here from N=32 with
-    # `true`): a run that does not finish in 30 s counts as hung, and the row says so.
-    if ! timeout 30 mpirun --oversubscribe -np "$n" $cmd >/dev/null 2>&1; then
-      hm=$(for ((i = 0; i < reps; i++)); do seconds "$hvdrun" -np "$n" $cmd; done | median)
+    seconds "$hvdrun" -np "$n" $cmd >/dev/null  # warm the page cache
+    h=() m=()
+    hung=0
+    for ((i = 0; i < reps; i++)); do
+      h+=("$(seconds "$hvdrun" -np "$n" $cmd)")
+      # OpenMPI 4.1 can hang for good when many ranks exit at once (seen here from N=32
+      # with `true`): such runs are counted, not timed.
+      t=$(seconds_or_hung mpirun --oversubscribe -np "$n" $cmd)
+      if [[ $t == hung ]]; then hung=$((hung + 1)); else m+=("$t"); fi
+    done
+    hm=$(printf '%s\n' "${h[@]}" | median)
+    if ((${#m[@]} == 0)); then
       printf "%-4s %-10s %12s %12s %8s\n" "$n" "$cmd" "$hm" "hung" "n/a"
       continue
     fi
-    seconds "$hvdrun" -np "$n" $cmd >/dev/null  # warm the page cache
-    h=() m=()
-    for ((i = 0; i < reps; i++)); do
-      h+=("$(seconds "$hvdrun" -np "$n" $cmd)")
-      m+=("$(seconds timeout 60 mpirun --oversubscribe -np "$n" $cmd)")
-    done
-    hm=$(printf '%s\n' "${h[@]}" | median)
     mm=$(printf '%s\n' "${m[@]}" | median)
-    printf "%-4s %-10s %12s %12s %8.3f\n" "$n" "$cmd" "$hm" "$mm" "$(echo "$hm / $mm" | bc -l)"
+    note=""
+    ((hung > 0)) && note="  (mpirun hung in $hung of $reps runs; median of the others)"
+    printf "%-4s %-10s %12s %12s %8.3f%s\n" "$n" "$cmd" "$hm" "$mm" "$(echo "$hm / $mm" | bc -l)" "$note"
   done
 done
