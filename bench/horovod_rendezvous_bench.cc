@@ -42,7 +42,8 @@ std::atomic<std::uint64_t> g_requests{0};
 std::atomic<std::uint64_t> g_request_ns{0};
 
 hvdrun::compat::testing::HttpResponse timed(std::uint16_t port, const char* method,
-                                            const std::string& target, const std::string& body = {}) {
+                                            const std::string& target,
+                                            const std::string& body = {}) {
   auto t0 = Clock::now();
   auto r = http_request(port, method, target, body);
   g_request_ns += static_cast<std::uint64_t>(
@@ -67,7 +68,8 @@ void replay_scope(std::uint16_t port, const std::string& scope, const std::strin
   const std::string prefix = "/" + scope + "/";
   if (timed(port, "PUT", prefix + "rank_" + std::to_string(rank), host).status != 200 ||
       timed(port, "PUT", prefix + std::to_string(rank),
-            std::string(static_cast<std::size_t>(40 + 96 * size), 'a')).status != 200) {
+            std::string(static_cast<std::size_t>(40 + 96 * size), 'a'))
+              .status != 200) {
     throw std::runtime_error("PUT in " + scope + " failed");
   }
   for (int i = 0; i < size; ++i) poll_get(port, prefix + "rank_" + std::to_string(i), deadline);
@@ -80,7 +82,8 @@ void replay_scope(std::uint16_t port, const std::string& scope, const std::strin
 /// Horovod's HTTPStore protocol for Gloo's connectFullMesh.
 class HttpStore : public gloo::rendezvous::Store {
  public:
-  HttpStore(std::uint16_t port, const std::string& scope) : port_(port), prefix_("/" + scope + "/") {}
+  HttpStore(std::uint16_t port, const std::string& scope)
+      : port_(port), prefix_("/" + scope + "/") {}
   void set(const std::string& key, const std::vector<char>& data) override {
     if (timed(port_, "PUT", prefix_ + key, std::string(data.begin(), data.end())).status != 200) {
       throw std::runtime_error("PUT failed");
@@ -163,7 +166,8 @@ int main(int argc, char** argv) {
   const int rounds = argc > 3 ? std::atoi(argv[3]) : 3;
   const std::string mode = argc > 4 ? argv[4] : "both";
   if (ranks < 1 || hosts < 1 || ranks % hosts != 0 || rounds < 1) {
-    std::fprintf(stderr, "usage: %s [ranks=16] [hosts=4, dividing ranks] [rounds=3] [replay|gloo|both]\n",
+    std::fprintf(stderr,
+                 "usage: %s [ranks=16] [hosts=4, dividing ranks] [rounds=3] [replay|gloo|both]\n",
                  argv[0]);
     return 2;
   }
@@ -179,10 +183,12 @@ int main(int argc, char** argv) {
       g_request_ns = 0;
       for (int i = 0; i < rounds; ++i) times.push_back(run_once(placement, gloo_mode));
       std::sort(times.begin(), times.end());
-      const double per_request_us =
-          g_requests ? static_cast<double>(g_request_ns.load()) / static_cast<double>(g_requests) / 1e3 : 0;
+      const double per_request_us = g_requests ? static_cast<double>(g_request_ns.load()) /
+                                                     static_cast<double>(g_requests) / 1e3
+                                               : 0;
       std::printf(
-          "horovod-rendezvous %-6s ranks=%d hosts=%d rounds=%d  min %.3f s  median %.3f s  max %.3f s"
+          "horovod-rendezvous %-6s ranks=%d hosts=%d rounds=%d  min %.3f s  median %.3f s  max "
+          "%.3f s"
           "  (%llu requests/round, %.0f us per request incl. connect)\n",
           m, ranks, hosts, rounds, times.front(), times[times.size() / 2], times.back(),
           static_cast<unsigned long long>(g_requests / static_cast<std::uint64_t>(rounds)),

@@ -74,7 +74,8 @@ std::string nccl_runtime() {
   if (!lib) return "libnccl.so.2 not found on this host";
   auto get_version = lib.symbol<int (*)(int*)>("ncclGetVersion");
   int code = 0;
-  if (get_version == nullptr || get_version(&code) != 0) return "libnccl.so.2 found, version unknown";
+  if (get_version == nullptr || get_version(&code) != 0)
+    return "libnccl.so.2 found, version unknown";
   return "libnccl " + nccl_version_string(code) + " installed";
 }
 

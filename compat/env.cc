@@ -45,7 +45,8 @@ CompatEnv compat_env(const hostfile::RankSlot& slot, const std::string& hostname
   set.emplace_back("HOROVOD_GLOO_RENDEZVOUS_PORT", str(host.horovod_rendezvous_port));
   set.emplace_back("HOROVOD_CONTROLLER", "gloo");
   set.emplace_back("HOROVOD_CPU_OPERATIONS", "gloo");
-  if (host.gloo_timeout_s) set.emplace_back("HOROVOD_GLOO_TIMEOUT_SECONDS", str(*host.gloo_timeout_s));
+  if (host.gloo_timeout_s)
+    set.emplace_back("HOROVOD_GLOO_TIMEOUT_SECONDS", str(*host.gloo_timeout_s));
   // torch.distributed env://, as torchrun sets it (one "node" per host).
   set.emplace_back("RANK", str(slot.rank));
   set.emplace_back("WORLD_SIZE", str(size));
@@ -195,9 +196,9 @@ std::string local_address_toward(const std::string& remote_ip) {
     v6->sin6_port = htons(9);
     remote_len = sizeof(sockaddr_in6);
   } else {
-    throw SystemError("finding the local address toward '" + remote_ip +
-                          "' (not an IPv4/IPv6 address)",
-                      "inet_pton", EINVAL);
+    throw SystemError(
+        "finding the local address toward '" + remote_ip + "' (not an IPv4/IPv6 address)",
+        "inet_pton", EINVAL);
   }
   const std::string context = "finding the local address toward " + remote_ip;
   UniqueFd fd(::socket(remote.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
@@ -211,9 +212,10 @@ std::string local_address_toward(const std::string& remote_ip) {
     throw_errno(context, "getsockname");
   }
   char text[INET6_ADDRSTRLEN] = {};
-  const void* addr = local.ss_family == AF_INET
-                         ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
-                         : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+  const void* addr =
+      local.ss_family == AF_INET
+          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
   if (::inet_ntop(local.ss_family, addr, text, sizeof(text)) == nullptr) {
     throw_errno(context, "inet_ntop");
   }

@@ -177,10 +177,10 @@ class HorovodHttpServer::Impl {
   Impl(const hostfile::Placement& placement, const std::string& bind_address, std::uint16_t port,
        HttpServerLimits limits)
       : limits_(limits), store_(placement, limits.max_store_bytes) {
-    const std::string where = "Horovod rendezvous: cannot listen on " +
-                              (bind_address.find(':') != std::string::npos ? "[" + bind_address + "]"
-                                                                           : bind_address) +
-                              ":" + std::to_string(port);
+    const std::string where =
+        "Horovod rendezvous: cannot listen on " +
+        (bind_address.find(':') != std::string::npos ? "[" + bind_address + "]" : bind_address) +
+        ":" + std::to_string(port);
     boost::system::error_code ec;
     auto address = asio::ip::make_address(bind_address, ec);
     if (ec) throw LaunchError(where + ": not an IP address; pass an IPv4 or IPv6 literal");
@@ -322,10 +322,9 @@ class HorovodHttpServer::Impl::Session : public std::enable_shared_from_this<Ses
     parser_->header_limit(static_cast<std::uint32_t>(server_.limits().max_header_bytes));
     parser_->body_limit(server_.limits().max_body_bytes);
     stream_.expires_after(server_.limits().idle_timeout);
-    http::async_read_header(stream_, buffer_, *parser_,
-                            [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                              self->on_header(ec);
-                            });
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
   }
 
   void on_header(beast::error_code ec) {
@@ -424,7 +423,8 @@ class HorovodHttpServer::Impl::Session : public std::enable_shared_from_this<Ses
     server_.count_request(status);
     const unsigned version = parser_ && parser_->is_header_done() ? parser_->get().version() : 11;
     response_ = std::make_shared<http::response<http::string_body>>(status, version);
-    if (status == http::status::method_not_allowed) response_->set(http::field::allow, "GET, PUT, DELETE");
+    if (status == http::status::method_not_allowed)
+      response_->set(http::field::allow, "GET, PUT, DELETE");
     if (status == http::status::ok && !body.empty()) {
       response_->set(http::field::content_type, "application/octet-stream");
     }

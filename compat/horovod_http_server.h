@@ -65,8 +65,8 @@ class HorovodHttpServer {
   /// "0.0.0.0" for all IPv4 interfaces, "::" for all) on `port` (0 picks a free one).
   /// Throws LaunchError naming the address and port when it cannot listen.
   explicit HorovodHttpServer(const hostfile::Placement& placement,
-                             const std::string& bind_address = "0.0.0.0",
-                             std::uint16_t port = 0, HttpServerLimits limits = {});
+                             const std::string& bind_address = "0.0.0.0", std::uint16_t port = 0,
+                             HttpServerLimits limits = {});
   ~HorovodHttpServer();
   HorovodHttpServer(const HorovodHttpServer&) = delete;
   HorovodHttpServer& operator=(const HorovodHttpServer&) = delete;

@@ -32,7 +32,8 @@ class HorovodStyleStore : public gloo::rendezvous::Store {
       : port_(port), prefix_("/" + std::move(scope) + "/"), rank_(rank) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
-    auto r = testing::http_request(port_, "PUT", prefix_ + key, std::string(data.begin(), data.end()));
+    auto r =
+        testing::http_request(port_, "PUT", prefix_ + key, std::string(data.begin(), data.end()));
     if (r.status != 200) throw std::runtime_error("PUT " + prefix_ + key + " failed");
   }
   // Gloo (since 2022) reads the peers' "rank_<r>" host names with get() alone and
@@ -49,7 +50,8 @@ class HorovodStyleStore : public gloo::rendezvous::Store {
     }
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, kDefaultTimeout); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (const auto& key : keys) {
       while (testing::http_request(port_, "GET", prefix_ + key).status == 404) {
@@ -71,9 +73,9 @@ class HorovodStyleStore : public gloo::rendezvous::Store {
   int rank_;
 };
 
-std::shared_ptr<gloo::rendezvous::Context> rendezvous(std::uint16_t port, const std::string& scope,
-                                                      int rank, int size,
-                                                      std::shared_ptr<gloo::transport::Device>& dev) {
+std::shared_ptr<gloo::rendezvous::Context> rendezvous(
+    std::uint16_t port, const std::string& scope, int rank, int size,
+    std::shared_ptr<gloo::transport::Device>& dev) {
   HorovodStyleStore store(port, scope, rank);
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
   context->setTimeout(20s);
@@ -125,9 +127,9 @@ TEST_CASE("Gloo's own full-mesh rendezvous completes through the Horovod HTTP se
   for (int r = 0; r < 4; ++r) {
     CAPTURE(r);
     const auto& got = outcomes[static_cast<std::size_t>(r)].values;
-    CHECK(got[0] == 10.0f);  // 1+2+3+4
-    CHECK(got[1] == 60.0f);  // 10*(0+1+2+3)
-    CHECK(got[2] == 2.0f);   // two ranks per host
+    CHECK(got[0] == 10.0f);                       // 1+2+3+4
+    CHECK(got[1] == 60.0f);                       // 10*(0+1+2+3)
+    CHECK(got[2] == 2.0f);                        // two ranks per host
     CHECK(got[3] == (r % 2 == 0 ? 2.0f : 4.0f));  // cross_0 = {0,2}, cross_1 = {1,3}
   }
   auto stats = server.stats();

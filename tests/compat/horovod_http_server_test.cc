@@ -1,8 +1,8 @@
 // The Horovod HTTP rendezvous against the request sequence Horovod's gloo ranks make
 // (replayed by hand, and for real through Gloo's own full-mesh rendezvous), and against
 // malformed and hostile requests while a well-formed client keeps working.
-#include <catch2/catch.hpp>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <future>
 #include <string>
@@ -16,8 +16,8 @@
 namespace hvdrun::compat {
 namespace {
 
-using testing::HttpConnection;
 using testing::http_request;
+using testing::HttpConnection;
 using testing::replay_horovod_scope;
 using namespace std::chrono_literals;
 
@@ -59,8 +59,8 @@ TEST_CASE("Horovod request sequence for np=4 on 2 hosts: global, local_<host>, c
       seen.push_back(replay_horovod_scope(port, "local_" + host, slot.local_rank, slot.local_size,
                                           "l" + std::to_string(r), deadline));
       seen.push_back(replay_horovod_scope(port, "cross_" + std::to_string(slot.local_rank),
-                                          slot.cross_rank, slot.cross_size,
-                                          "c" + std::to_string(r), deadline));
+                                          slot.cross_rank, slot.cross_size, "c" + std::to_string(r),
+                                          deadline));
       return seen;
     }));
   }
@@ -154,8 +154,7 @@ TEST_CASE("keep-alive: several requests on one connection") {
   CHECK(r.status == 200);
   CHECK(r.body == "v3");
   // Pipelined: two requests in one write, two answers in order.
-  c.send_raw(
-      "GET /global/2 HTTP/1.1\r\nHost: x\r\n\r\nGET /global/3 HTTP/1.1\r\nHost: x\r\n\r\n");
+  c.send_raw("GET /global/2 HTTP/1.1\r\nHost: x\r\n\r\nGET /global/3 HTTP/1.1\r\nHost: x\r\n\r\n");
   CHECK(c.read_response().status == 404);
   CHECK(c.read_response().body == "v3");
   CHECK(server.stats().open_connections == 1);

@@ -64,7 +64,8 @@ int main(int argc, char** argv) {
   tag = tag.substr(0, tag.rfind('.'));
   try {
     std::string probe;
-    if (tag == "torch_ddp" && exit_code(hvdrun::testing::run_process(
+    if (tag == "torch_ddp" &&
+        exit_code(hvdrun::testing::run_process(
             {python, "-c", "import torch, torch.distributed, torch.nn.parallel"}, &probe)) != 0) {
       std::printf("SKIP: %s cannot import torch (Debian: apt-get install python3-torch):\n%s",
                   python.c_str(), probe.c_str());
