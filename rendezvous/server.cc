@@ -9,6 +9,7 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <charconv>
+#include <cstring>
 #include <deque>
 #include <fstream>
 #include <functional>
@@ -245,74 +246,103 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
-  void read_header() {
-    if (closed_) return;
+  // Reading is buffered: one read_some brings whatever the client sent (usually a whole
+  // request), and every complete frame in the buffer is handled before the next read.
+  void read_header() { process(); }
+
+  void process() {
+    if (closed_ || processing_) return;
+    processing_ = true;
+    bool keep = parse_frames();
+    processing_ = false;
+    if (!keep || closed_) return;
     if (codec_) {
-      if (waiting_)
+      if (rend_ > rstart_) {
+        if (!partial_armed_) arm(srv_.opts_.frame_timeout, "sent a partial frame and stalled");
+        partial_armed_ = true;
+      } else if (waiting_) {
         arm(std::chrono::milliseconds(0), "");  // the wait has its own deadline
-      else
+      } else {
         arm(srv_.opts_.idle_timeout, "idle for longer than the idle timeout");
+      }
     }
-    if (reading_) return;  // one read at a time; only the timers were re-armed
+    read_more();
+  }
+
+  // Handles every complete frame in the buffer. False when the session must stop reading.
+  bool parse_frames() {
+    for (;;) {
+      std::size_t avail = rend_ - rstart_;
+      if (avail < 4) return true;
+      auto len = get_u32(rbuf_.data() + rstart_);
+      // The only handshake message a client sends is nonce + proof.
+      std::uint32_t cap = codec_ ? srv_.opts_.max_frame_bytes : 2 * kMacBytes;
+      if (len > cap || len < (codec_ ? kMacBytes : 2 * kMacBytes)) {
+        close("frame of " + std::to_string(len) + " bytes outside the allowed range (limit " +
+              std::to_string(cap) + ")");
+        return false;
+      }
+      if (avail < 4 + std::size_t{len}) {
+        make_room(4 + std::size_t{len});
+        return true;
+      }
+      std::string_view body(rbuf_.data() + rstart_ + 4, len);
+      rstart_ += 4 + std::size_t{len};
+      partial_armed_ = false;
+      if (!on_frame(body) || closed_ || close_after_write_) return false;
+    }
+  }
+
+  // Makes the buffer able to hold `need` bytes from the start of the unparsed data.
+  void make_room(std::size_t need) {
+    if (rstart_ > 0) {
+      std::memmove(rbuf_.data(), rbuf_.data() + rstart_, rend_ - rstart_);
+      rend_ -= rstart_;
+      rstart_ = 0;
+    }
+    if (rbuf_.size() < need) rbuf_.resize(need);
+  }
+
+  void read_more() {
+    if (reading_ || closed_) return;
+    if (rstart_ == rend_) rstart_ = rend_ = 0;
+    if (rbuf_.size() - rend_ < 1024) make_room(std::max(rbuf_.size(), rend_ - rstart_ + 16384));
     reading_ = true;
-    asio::async_read(sock_, asio::buffer(header_, 4),
-                     [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
-                       self->on_header(ec);
-                     });
+    sock_.async_read_some(
+        asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+          self->reading_ = false;
+          if (self->closed_) return;
+          if (ec) {
+            self->close(ec == asio::error::eof ? "disconnected" : "read: " + ec.message());
+            return;
+          }
+          self->rend_ += n;
+          self->process();
+        });
   }
 
-  void on_header(const boost::system::error_code& ec) {
-    if (closed_) return;
-    if (ec) {
-      close(ec == asio::error::eof ? "disconnected" : "read: " + ec.message());
-      return;
-    }
-    auto len = get_u32(header_);
-    // The only handshake message a client sends is nonce + proof.
-    std::uint32_t cap = codec_ ? srv_.opts_.max_frame_bytes : 2 * kMacBytes;
-    if (len > cap || len < (codec_ ? kMacBytes : 2 * kMacBytes)) {
-      close("frame of " + std::to_string(len) + " bytes outside the allowed range (limit " +
-            std::to_string(cap) + ")");
-      return;
-    }
-    body_.resize(len);
-    if (codec_) arm(srv_.opts_.frame_timeout, "sent a partial frame and stalled");
-    asio::async_read(sock_, asio::buffer(body_),
-                     [self = shared_from_this()](const boost::system::error_code& e, std::size_t) {
-                       self->on_body(e);
-                     });
-  }
-
-  void on_body(const boost::system::error_code& ec) {
-    reading_ = false;
-    if (closed_) return;
-    if (ec) {
-      close("read: " + ec.message());
-      return;
-    }
-    if (!codec_) {
-      on_handshake();
-      return;
-    }
+  // One complete frame. False when the session must stop reading.
+  bool on_frame(std::string_view body) {
+    if (!codec_) return on_handshake(body);
     std::string payload;
     Request req;
     try {
-      payload = codec_->open(body_);
+      payload = codec_->open(body);
       req = decode_request(payload);
     } catch (const ProtocolError& e) {
       close(std::string("protocol error: ") + e.what());
-      return;
+      return false;
     }
     if (waiting_) {
       close("sent a request while its wait was pending");
-      return;
+      return false;
     }
     handle(req);
-    read_header();
+    return true;
   }
 
-  void on_handshake() {
-    std::string_view b(body_);
+  bool on_handshake(std::string_view b) {
     auto client_nonce = b.substr(0, kMacBytes);
     auto proof = b.substr(kMacBytes, kMacBytes);
     auto expected = Handshake::client_proof(srv_.secret_, server_nonce_, client_nonce);
@@ -322,13 +352,13 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
       send(plain_frame(std::string(1, '\x01') +
                        "authentication failed: the client does not hold this job's secret"));
       spdlog::warn("rendezvous: rejected client {}: wrong job secret", peer_);
-      return;
+      return false;
     }
     send(plain_frame(std::string(1, '\0') +
                      Handshake::server_proof(srv_.secret_, server_nonce_, client_nonce)));
     codec_.emplace(Handshake::session_key(srv_.secret_, server_nonce_, client_nonce), true);
     arm(std::chrono::milliseconds(0), "");
-    read_header();
+    return true;
   }
 
   void respond(const Response& r) { send(codec_->seal(encode(r))); }
@@ -470,8 +500,11 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
   std::string peer_;
   std::string server_nonce_;
   std::optional<FrameCodec> codec_;
-  char header_[4] = {};
-  std::string body_;
+  std::vector<char> rbuf_ = std::vector<char>(16384);
+  std::size_t rstart_ = 0;  // first unparsed byte
+  std::size_t rend_ = 0;    // end of received data
+  bool processing_ = false;
+  bool partial_armed_ = false;
   std::deque<std::string> outq_;
   bool writing_ = false;
   bool reading_ = false;
