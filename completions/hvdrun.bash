@@ -1,0 +1,160 @@
+# Bash completion for hvdrun: options, the run/check subcommands, file and directory
+# arguments, log levels, network interfaces, and host names for -H taken from the
+# --hostfile already on the line (plus localhost and ~/.ssh/config aliases). Once the
+# user's command has started, the command and its arguments complete as usual.
+# Installed as share/bash-completion/completions/hvdrun; to try it from a checkout:
+#   source completions/hvdrun.bash
+
+# Options that take a value (the next word, or --opt=value).
+_hvdrun_value_opts="-np --num-proc -H --hosts --hostfile -x --env --start-timeout
+  --network-interface -p --ssh-port -i --ssh-identity-file --ssh-config --remote-hvdrun
+  --output-filename --log-level"
+_hvdrun_flag_opts="--prefix-output-with-timestamp --json --verbose --check-build --version
+  -h --help"
+
+# Prints the host names listed in a hostfile ('host slots=N' lines, '#' comments).
+_hvdrun_hostfile_hosts() {
+  local file=$1
+  file=${file/#\~/$HOME}
+  [[ -r $file ]] || return 0
+  local line
+  while IFS= read -r line || [[ -n $line ]]; do
+    line=${line%%#*}
+    read -r line _ <<<"$line"
+    [[ -n $line ]] && printf '%s\n' "$line"
+  done <"$file"
+}
+
+# Prints the Host aliases of an ssh config (no wildcard patterns).
+_hvdrun_ssh_config_hosts() {
+  local file=${1:-$HOME/.ssh/config}
+  file=${file/#\~/$HOME}
+  [[ -r $file ]] || return 0
+  local key rest h
+  while read -r key rest; do
+    [[ ${key,,} == host ]] || continue
+    for h in $rest; do
+      [[ $h == *[*?!]* ]] || printf '%s\n' "$h"
+    done
+  done <"$file"
+}
+
+_hvdrun() {
+  local cur prev words cword
+  if declare -F _init_completion >/dev/null; then
+    _init_completion -n =: || return
+  else
+    words=("${COMP_WORDS[@]}")
+    cword=$COMP_CWORD
+    cur=${COMP_WORDS[COMP_CWORD]}
+    prev=${COMP_WORDS[COMP_CWORD-1]}
+  fi
+
+  # Scan the words before the cursor: find --hostfile/--ssh-config values, the
+  # subcommand, and whether the user's command has already started.
+  local i w hostfile="" ssh_config="" subcommand="" command_start=0
+  for ((i = 1; i < cword; i++)); do
+    w=${words[i]}
+    case $w in
+      --) command_start=$((i + 1)); break ;;
+      --hostfile=*) hostfile=${w#*=} ;;
+      --ssh-config=*) ssh_config=${w#*=} ;;
+      --*=*) ;;
+      -*)
+        if [[ " ${_hvdrun_value_opts//$'\n'/ } " == *" $w "* ]]; then
+          ((i + 1 < cword)) || continue
+          case $w in
+            --hostfile) hostfile=${words[i + 1]} ;;
+            --ssh-config) ssh_config=${words[i + 1]} ;;
+          esac
+          ((i++))
+        fi
+        ;;
+      run | check)
+        if [[ -z $subcommand && $i -eq 1 ]]; then subcommand=$w; else command_start=$i; break; fi
+        ;;
+      *) command_start=$i; break ;;
+    esac
+  done
+
+  # Inside the user's command: complete it like a fresh command line.
+  if ((command_start > 0)); then
+    if ((cword == command_start)); then
+      COMPREPLY=($(compgen -c -- "$cur"))
+    elif declare -F _command_offset >/dev/null; then
+      _command_offset "$command_start"
+    else
+      mapfile -t COMPREPLY < <(compgen -f -- "$cur")
+    fi
+    return 0
+  fi
+
+  # --opt=value on one word.
+  local opt=$prev
+  if [[ $cur == --*=* ]]; then
+    opt=${cur%%=*}
+    cur=${cur#*=}
+  fi
+
+  case $opt in
+    --hostfile | --ssh-config | -i | --ssh-identity-file | --remote-hvdrun)
+      compopt -o filenames 2>/dev/null
+      mapfile -t COMPREPLY < <(compgen -f -- "$cur")
+      return 0
+      ;;
+    --output-filename)
+      compopt -o filenames 2>/dev/null
+      mapfile -t COMPREPLY < <(compgen -d -- "$cur")
+      return 0
+      ;;
+    -H | --hosts)
+      # A comma-separated list: complete the last element, keep what precedes it.
+      local before="" last=$cur
+      if [[ $cur == *,* ]]; then
+        before=${cur%,*},
+        last=${cur##*,}
+      fi
+      local hosts
+      hosts=$( {
+        [[ -n $hostfile ]] && _hvdrun_hostfile_hosts "$hostfile"
+        _hvdrun_ssh_config_hosts "$ssh_config"
+        echo localhost
+      } | sort -u)
+      local h
+      COMPREPLY=()
+      for h in $(compgen -W "$hosts" -- "$last"); do
+        COMPREPLY+=("$before$h")
+      done
+      # Readline splits words at ':' (host:slots): drop what it already has.
+      declare -F __ltrim_colon_completions >/dev/null && __ltrim_colon_completions "$before$last"
+      compopt -o nospace 2>/dev/null
+      return 0
+      ;;
+    --log-level)
+      COMPREPLY=($(compgen -W "trace debug info warning error critical off" -- "$cur"))
+      return 0
+      ;;
+    --network-interface)
+      COMPREPLY=($(compgen -W "$(ls /sys/class/net 2>/dev/null)" -- "$cur"))
+      return 0
+      ;;
+    -x | --env)
+      compopt -o nospace 2>/dev/null
+      COMPREPLY=($(compgen -v -- "$cur"))
+      return 0
+      ;;
+    -np | --num-proc | -p | --ssh-port | --start-timeout)
+      return 0
+      ;;
+  esac
+
+  if [[ $cur == -* ]]; then
+    COMPREPLY=($(compgen -W "$_hvdrun_value_opts $_hvdrun_flag_opts" -- "$cur"))
+  elif [[ -z $subcommand ]] && ((cword == 1)); then
+    COMPREPLY=($(compgen -W "run check" -- "$cur") $(compgen -c -- "$cur"))
+  else
+    COMPREPLY=($(compgen -c -- "$cur"))
+  fi
+  return 0
+}
+complete -F _hvdrun hvdrun

@@ -42,7 +42,8 @@ case $mode in
   pkgconfig)
     command -v pkg-config >/dev/null || exit 77
     install_moved
-    export PKG_CONFIG_PATH="$prefix/lib/pkgconfig:$(find "$prefix" -path '*/pkgconfig' -type d | tr '\n' ':')"
+    pc_dirs=$(find "$prefix" -path '*/pkgconfig' -type d | tr '\n' ':')
+    export PKG_CONFIG_PATH="$pc_dirs"
     flags=$(pkg-config --cflags --libs hvdrun) || fail "pkg-config does not know hvdrun"
     libdir=$(pkg-config --variable=libdir hvdrun)
     [[ $(realpath "$libdir") == "$(realpath "$prefix")"/* ]] || fail "libdir $libdir is not under the moved prefix"
