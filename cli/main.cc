@@ -16,6 +16,8 @@
 #include "compat/check_build.h"
 #include "launcher/agent.h"
 #include "launcher/job.h"
+#include "launcher/ssh_agent_link.h"
+#include "ssh/check.h"
 
 namespace {
 
@@ -67,8 +69,15 @@ int main(int argc, char** argv) {
       std::fputs(hvdrun::compat::check_build_report().c_str(), stdout);
       return 0;
     case Action::check:
-      std::fputs("hvdrun: error: 'hvdrun check' is not available yet\n", stderr);
-      return 255;
+      setup_logging(cmd.options, "hvdrun: [%l] %v");
+      try {
+        return hvdrun::ssh::run_check(cmd.options);
+      } catch (const hvdrun::UsageError& e) {
+        return usage_error(e.what());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
+        return 255;
+      }
     case Action::agent:
       setup_logging(cmd.options, "hvdrun agent: [%l] %v");
       try {
@@ -83,7 +92,7 @@ int main(int argc, char** argv) {
 
   setup_logging(cmd.options, "hvdrun: [%l] %v");
   try {
-    return hvdrun::launcher::run_job(cmd.options);
+    return hvdrun::launcher::run_job_over_ssh(cmd.options);
   } catch (const hvdrun::UsageError& e) {
     return usage_error(e.what());
   } catch (const std::exception& e) {

@@ -308,8 +308,8 @@ void Job::host_closed(Host& h, const std::string& why) {
   if (lost.empty()) return;
   std::string how = why;
   if (how.empty()) {
-    // A local agent's exit status says more than "EOF".
-    std::string status = h.local ? h.link->close(Clock::now() + milliseconds(500)) : "";
+    // The agent's exit status (and a remote agent's last stderr) says more than "EOF".
+    std::string status = h.link->close(Clock::now() + milliseconds(500));
     how = status.empty() ? "its connection closed" : "it " + status;
   }
   for (int r : lost) rank_done(r);

@@ -1,0 +1,254 @@
+// hvdrun end to end with remote hosts: the loopback SSH cluster (sshd on 127.0.0.k, aliases
+// node1..nodeN) plus this machine. Placement and environment per rank, tagged output, a
+// failing remote rank, SIGINT with nothing left alive, a host that fails the preflight, a
+// cwd with a space and -x values with quotes, the secret on no command line. Every wait
+// has a deadline.
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/fd.h"
+#include "tests/support/sshd_cluster.h"
+
+using namespace hvdrun;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+namespace {
+
+const char* const kHvdrun = HVDRUN_BINARY_DIR "/cli/hvdrun";
+
+testing::SshdCluster& cluster() {
+  static testing::SshdCluster c(2);
+  return c;
+}
+
+// One hvdrun run (in `cwd` when given) with its stdout and stderr collected.
+class Hvdrun {
+ public:
+  explicit Hvdrun(std::vector<std::string> args, const std::string& cwd = {}) {
+    auto [out_r, out_w] = make_pipe();
+    auto [err_r, err_w] = make_pipe();
+    args.insert(args.begin(), kHvdrun);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::dup2(out_w.get(), 1);
+      ::dup2(err_w.get(), 2);
+      int null = ::open("/dev/null", O_RDONLY);
+      ::dup2(null, 0);
+      if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
+      ::execv(kHvdrun, argv.data());
+      ::_exit(127);
+    }
+    out_ = std::move(out_r);
+    err_ = std::move(err_r);
+  }
+  ~Hvdrun() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  Hvdrun(const Hvdrun&) = delete;
+  Hvdrun& operator=(const Hvdrun&) = delete;
+
+  // Reads output until `pred(stdout)` holds; fails at the deadline.
+  template <class Pred>
+  void read_until(Pred pred, std::chrono::milliseconds within = 15s) {
+    auto deadline = Clock::now() + within;
+    while (!pred(out)) {
+      INFO("stderr so far: " << err);
+      REQUIRE(Clock::now() < deadline);
+      REQUIRE(pump(deadline));
+    }
+  }
+  // Reads everything and waits for the exit code (128+signal if killed).
+  int wait(std::chrono::milliseconds within = 30s) {
+    auto deadline = Clock::now() + within;
+    while (pump(deadline)) {
+    }
+    int status = 0;
+    for (;;) {
+      pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) break;
+      REQUIRE(Clock::now() < deadline);
+      ::usleep(1000);
+    }
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  void signal(int sig) { ::kill(pid_, sig); }
+
+  std::string out, err;
+
+ private:
+  bool pump(Clock::time_point deadline) {
+    pollfd fds[2];
+    int n = 0;
+    if (out_) fds[n++] = {out_.get(), POLLIN, 0};
+    if (err_) fds[n++] = {err_.get(), POLLIN, 0};
+    if (n == 0) return false;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    REQUIRE(left.count() > 0);
+    ::poll(fds, static_cast<nfds_t>(n), static_cast<int>(left.count()));
+    char buf[1 << 16];
+    for (int i = 0; i < n; ++i) {
+      if (!fds[i].revents) continue;
+      UniqueFd& fd = fds[i].fd == out_.get() ? out_ : err_;
+      std::string& dst = fds[i].fd == out_.get() ? out : err;
+      ssize_t got = ::read(fd.get(), buf, sizeof buf);
+      if (got > 0) {
+        dst.append(buf, static_cast<std::size_t>(got));
+      } else {
+        fd.reset();
+      }
+    }
+    return true;
+  }
+
+  pid_t pid_ = -1;
+  UniqueFd out_, err_;
+};
+
+int count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (auto p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// True while `pid` is a live process (not a zombie).
+bool alive(pid_t pid) {
+  std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  auto paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+std::vector<std::string> with_config(std::vector<std::string> args) {
+  args.insert(args.begin(), {"--ssh-config", cluster().ssh_config()});
+  return args;
+}
+
+}  // namespace
+
+TEST_CASE("remote: a mixed job places ranks and sets their environment per host") {
+  Hvdrun h(with_config({"-H", "localhost:2,node1:2,node2:2", "sh", "-c",
+                        "echo \"R=$HVDRUN_RANK H=$HVDRUN_HOSTNAME L=$HVDRUN_LOCAL_RANK "
+                        "C=$HVDRUN_CROSS_RANK S=$HVDRUN_SIZE\"; echo err$HVDRUN_RANK >&2"}));
+  INFO("stderr: " << h.err);
+  REQUIRE(h.wait() == 0);
+  const char* hosts[] = {"localhost", "node1", "node2"};
+  for (int r = 0; r < 6; ++r) {
+    std::string line = "[" + std::to_string(r) + "]<stdout>:R=" + std::to_string(r) +
+                       " H=" + hosts[r / 2] + " L=" + std::to_string(r % 2) +
+                       " C=" + std::to_string(r / 2) + " S=6\n";
+    CHECK_THAT(h.out, Catch::Contains(line));
+    CHECK_THAT(h.err, Catch::Contains("[" + std::to_string(r) + "]<stderr>:err" + std::to_string(r) + "\n"));
+  }
+  CHECK(count(h.out, "<stdout>:") == 6);
+}
+
+TEST_CASE("remote: a remote rank's exit code is hvdrun's, with its host and last stderr") {
+  Hvdrun h(with_config({"-H", "localhost:1,node1:1", "sh", "-c",
+                        "if [ $HVDRUN_RANK = 1 ]; then echo remote-boom >&2; exit 5; fi; "
+                        "exec sleep 30"}));
+  CHECK(h.wait() == 5);
+  CHECK_THAT(h.err, Catch::Contains("rank 1 on host node1 exited with code 5"));
+  CHECK_THAT(h.err, Catch::Contains("    remote-boom\n"));
+}
+
+TEST_CASE("remote: SIGINT ends the job with 130 and no rank left alive on any host") {
+  char tmpl[] = "/tmp/hvdrun-remote-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl));
+  const std::string dir = tmpl;
+  Hvdrun h(with_config({"-H", "localhost:1,node1:2,node2:1", "sh", "-c",
+                        "echo $$ > " + dir + "/pid.$HVDRUN_RANK; echo up; exec sleep 60"}));
+  h.read_until([](const std::string& out) { return count(out, "up\n") == 4; });
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 4; ++r) {
+    std::string text = read_file(dir + "/pid." + std::to_string(r));
+    REQUIRE(!text.empty());
+    pids.push_back(static_cast<pid_t>(std::stol(text)));
+    CHECK(alive(pids.back()));
+  }
+  h.signal(SIGINT);
+  CHECK(h.wait() == 130);
+  auto deadline = Clock::now() + 5s;
+  for (pid_t pid : pids) {
+    while (alive(pid) && Clock::now() < deadline) ::usleep(5000);
+    CHECK_FALSE(alive(pid));
+  }
+  for (int r = 0; r < 4; ++r) ::unlink((dir + "/pid." + std::to_string(r)).c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST_CASE("remote: a host that fails the preflight stops the job before anything starts") {
+  std::string config = "Host broken\n  HostName 127.0.0.1\n  Port " +
+                       std::to_string(testing::unused_port()) + "\n  User root\n  IdentityFile " +
+                       cluster().user_key() + "\n  UserKnownHostsFile " + cluster().known_hosts() +
+                       "\n\n" + read_file(cluster().ssh_config());
+  std::string path = cluster().write_file("broken_config", config);
+  Hvdrun h({"--ssh-config", path, "-H", "node1:1,broken:1", "echo", "should-not-run"});
+  CHECK(h.wait() == 255);
+  CHECK(h.out.find("should-not-run") == std::string::npos);
+  CHECK_THAT(h.err, Catch::Contains("broken") && Catch::Contains("refused"));
+  CHECK_THAT(h.err, Catch::Contains("node1"));
+}
+
+TEST_CASE("remote: the cwd with a space and -x values with quotes arrive intact") {
+  const std::string dir = cluster().dir() + "/work dir";
+  ::mkdir(dir.c_str(), 0755);
+  const std::string value = "a \"b\" 'c'  $HOME;`x`";
+  Hvdrun h(with_config({"-H", "node1:1", "-x", "ODD=" + value, "sh", "-c",
+                        "printf '%s|%s\\n' \"$(pwd)\" \"$ODD\""}),
+           dir);
+  INFO("stderr: " << h.err);
+  REQUIRE(h.wait() == 0);
+  CHECK(h.out == "[0]<stdout>:" + dir + "|" + value + "\n");
+}
+
+TEST_CASE("remote: the job secret is on no command line while a remote job runs") {
+  Hvdrun h(with_config({"-H", "node1:1,localhost:1", "sh", "-c",
+                        "echo \"secret=$HVDRUN_SECRET\"; exec sleep 30"}));
+  h.read_until([](const std::string& out) {
+    return count(out, "secret=") == 2 && out.back() == '\n';
+  });
+  auto at = h.out.find("secret=") + 7;
+  std::string secret = h.out.substr(at, h.out.find('\n', at) - at);
+  REQUIRE(secret.size() == 64);
+  DIR* d = ::opendir("/proc");
+  REQUIRE(d);
+  int scanned = 0;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::string cmdline = read_file("/proc/" + std::string(e->d_name) + "/cmdline");
+    ++scanned;
+    CHECK(cmdline.find(secret) == std::string::npos);
+  }
+  ::closedir(d);
+  CHECK(scanned > 4);
+  h.signal(SIGINT);
+  CHECK(h.wait() == 130);
+}
