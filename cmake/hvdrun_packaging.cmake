@@ -25,7 +25,7 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "openssh-client")
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
-# libhvdrun.so.N lives in /usr/lib: shlibdeps must look there for it, not fail.
+# A packaged program linking libhvdrun resolves it from the build tree, not the system.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS
     "${CMAKE_BINARY_DIR}/runtime")
 set(CPACK_STRIP_FILES ON)

@@ -19,6 +19,13 @@ install_moved() {
   mv "$work/staging" "$work/prefix"
   prefix="$work/prefix"
   [[ -x $prefix/bin/hvdrun ]] || fail "bin/hvdrun missing"
+  "$prefix/bin/hvdrun" --version | grep -q '^hvdrun [0-9]' || fail "bin/hvdrun --version prints no version"
+  local lib
+  lib=$(find "$prefix" -name 'libhvdrun.so.*.*.*' | head -1)
+  [[ -n $lib ]] || fail "libhvdrun.so.X.Y.Z missing"
+  if command -v readelf >/dev/null; then
+    readelf -d "$lib" | grep -q 'SONAME.*\[libhvdrun\.so\.[0-9]*\]' || fail "$lib has no versioned SONAME"
+  fi
 }
 
 # Runs the consumer at -np 2 under the installed launcher; both ranks must print ok.
