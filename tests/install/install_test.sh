@@ -39,6 +39,12 @@ run_consumer() {
 case $mode in
   cmake)
     install_moved
+    # The exported target must not name build-tree-only libraries.
+    cmake_dir=$(dirname "$(find "$prefix" -name hvdrunConfig.cmake)")
+    if grep -rqE 'hvdrun_(rendezvous|common|runtime_core)|BUILD_INTERFACE' "$cmake_dir" ||
+       grep -rqF -e "$build" -e "$src" "$cmake_dir"; then
+      fail "the installed CMake package in $cmake_dir refers to build-tree targets or paths"
+    fi
     cmake -S "$src/tests/install/consumer" -B "$work/consumer" -DCMAKE_CXX_COMPILER="$cxx" \
       -DCMAKE_PREFIX_PATH="$prefix" >"$work/configure.log" ||
       { cat "$work/configure.log"; fail "consumer configure failed"; }
