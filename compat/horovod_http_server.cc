@@ -34,14 +34,16 @@ using tcp = asio::ip::tcp;
 constexpr std::string_view kRankAndSizeScope = "rank_and_size";
 
 /// Scope and key names: what Horovod and Gloo produce (scope prefixes, host names as
-/// written on the command line including IPv6 literals, decimal ranks, process-set
-/// hashes). Anything else, '/' and '%' in particular, is refused, and "." / ".." too.
+/// written on the command line including IPv6 literals with a zone index such as
+/// fe80::1%eth0, decimal ranks, process-set hashes). Horovod does not percent-encode and
+/// nothing here decodes, so "%2e%2e" is a literal name, not "..". Anything else is
+/// refused, and "." / ".." too; names never touch a file system anyway.
 bool valid_name(std::string_view s) {
   if (s.empty() || s.size() > 255 || s == "." || s == "..") return false;
   for (char c : s) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '_' || c == '-' || c == '.' || c == ':' || c == '[' || c == ']' ||
-                    c == '@' || c == '+' || c == '=' || c == ',' || c == '~';
+                    c == '@' || c == '+' || c == '=' || c == ',' || c == '~' || c == '%';
     if (!ok) return false;
   }
   return true;

@@ -131,6 +131,18 @@ TEST_CASE("ad-hoc scopes (process sets): DELETE removes the named key") {
   CHECK(server.stats().scopes == 0);
 }
 
+TEST_CASE("IPv6 host names with a zone index make valid local scopes") {
+  auto placement = hostfile::place({{"fe80::1%eth0", 1}, {"::1", 1}}, 2);
+  HorovodHttpServer server(placement, "127.0.0.1");
+  server.start();
+  const auto port = server.port();
+  REQUIRE(http_request(port, "PUT", "/local_fe80::1%eth0/0", "x").status == 200);
+  CHECK(http_request(port, "GET", "/local_fe80::1%eth0/0").body == "x");
+  CHECK(http_request(port, "DELETE", "/local_fe80::1%eth0/0").status == 200);
+  CHECK(server.stats().scopes_cleared == 1);  // local size 1: cleared at once
+  CHECK(http_request(port, "GET", "/rank_and_size/::1:0").body == "1,2,0,1,1,2");
+}
+
 TEST_CASE("rank_and_size serves each slot's coordinates as elastic Horovod reads them") {
   auto placement = hostfile::place({{"hostA", 3}, {"hostB", 1}}, 4);
   HorovodHttpServer server(placement, "127.0.0.1");
@@ -194,7 +206,9 @@ TEST_CASE("malformed requests get 4xx or a closed connection while a good client
     CHECK(http_request(port, "GET", "/../../etc/passwd").status == 400);
     CHECK(http_request(port, "GET", "/global/..").status == 400);
     CHECK(http_request(port, "GET", "/../0").status == 400);
-    CHECK(http_request(port, "GET", "/global/%2e%2e").status == 400);
+    CHECK(http_request(port, "GET", "/global/%2e%2e").status == 404);  // literal, never decoded
+    CHECK(http_request(port, "GET", "/global/a%2fb").status == 404);
+    CHECK(http_request(port, "GET", "/global/a b").status == 400);
     CHECK(http_request(port, "GET", "/global/0?x=1").status == 400);
     CHECK(http_request(port, "GET", "/a/b/c").status == 400);
     CHECK(http_request(port, "GET", "http://evil/global/0").status == 400);
