@@ -252,3 +252,17 @@ TEST_CASE("remote: the job secret is on no command line while a remote job runs"
   h.signal(SIGINT);
   CHECK(h.wait() == 130);
 }
+
+TEST_CASE("remote: the allreduce demo sums across this machine and a remote host") {
+  const std::string demo = HVDRUN_BINARY_DIR "/examples/allreduce_demo";
+  if (::access(demo.c_str(), X_OK) != 0) {
+    WARN("skipped: " << demo << " is not built");
+    return;
+  }
+  Hvdrun h(with_config({"-H", "localhost:2,node1:2", demo}));
+  int code = h.wait(60s);
+  INFO("stdout: " << h.out << "\nstderr: " << h.err);
+  REQUIRE(code == 0);
+  CHECK(count(h.out, "expected 10: ok\n") == 4);
+  CHECK_THAT(h.out, Catch::Contains("4 ranks on 2 host(s): all ranks agree"));
+}
