@@ -26,6 +26,8 @@ using namespace hvdrun;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
+extern char** environ;
+
 namespace {
 
 const char* const kHvdrun = HVDRUN_BINARY_DIR "/cli/hvdrun";
@@ -38,13 +40,17 @@ testing::SshdCluster& cluster() {
 // One hvdrun run (in `cwd` when given) with its stdout and stderr collected.
 class Hvdrun {
  public:
-  explicit Hvdrun(std::vector<std::string> args, const std::string& cwd = {}) {
+  explicit Hvdrun(std::vector<std::string> args, const std::string& cwd = {},
+                  std::vector<std::string> extra_env = {}) {
     auto [out_r, out_w] = make_pipe();
     auto [err_r, err_w] = make_pipe();
     args.insert(args.begin(), kHvdrun);
-    std::vector<char*> argv;
+    std::vector<char*> argv, envp;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    for (char** e = environ; *e; ++e) envp.push_back(*e);
+    for (auto& e : extra_env) envp.push_back(e.data());
+    envp.push_back(nullptr);
     pid_ = ::fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
@@ -53,7 +59,7 @@ class Hvdrun {
       int null = ::open("/dev/null", O_RDONLY);
       ::dup2(null, 0);
       if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
-      ::execv(kHvdrun, argv.data());
+      ::execve(kHvdrun, argv.data(), envp.data());
       ::_exit(127);
     }
     out_ = std::move(out_r);
@@ -202,6 +208,82 @@ TEST_CASE("remote: SIGINT ends the job with 130 and no rank left alive on any ho
   }
   for (int r = 0; r < 4; ++r) ::unlink((dir + "/pid." + std::to_string(r)).c_str());
   ::rmdir(dir.c_str());
+}
+
+// Starts a job whose ranks write their pid (and their agent's) into a temp dir and wait.
+struct PidJob {
+  explicit PidJob(const std::string& hosts, int ranks, std::vector<std::string> env = {})
+      : dir(make_dir()),
+        h(with_config({"-H", hosts, "sh", "-c",
+                       "echo $$ > " + dir + "/pid.$HVDRUN_RANK; echo $PPID > " + dir +
+                           "/agent.$HVDRUN_RANK; echo up; exec sleep 60"}),
+          {}, std::move(env)) {
+    h.read_until([ranks](const std::string& out) { return count(out, "up\n") == ranks; });
+    for (int r = 0; r < ranks; ++r) pids.push_back(read_pid("pid." + std::to_string(r)));
+  }
+  ~PidJob() {
+    for (const char* prefix : {"pid.", "agent."}) {
+      for (std::size_t r = 0; r < pids.size(); ++r) ::unlink((dir + "/" + prefix + std::to_string(r)).c_str());
+    }
+    ::rmdir(dir.c_str());
+  }
+  static std::string make_dir() {
+    char tmpl[] = "/tmp/hvdrun-remote-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl));
+    return tmpl;
+  }
+  pid_t read_pid(const std::string& name) const {
+    std::string text = read_file(dir + "/" + name);
+    REQUIRE(!text.empty());
+    return static_cast<pid_t>(std::stol(text));
+  }
+  // True once no rank is alive, waiting up to `within`.
+  bool none_alive(std::chrono::milliseconds within) const {
+    auto deadline = Clock::now() + within;
+    for (pid_t pid : pids) {
+      while (alive(pid) && Clock::now() < deadline) ::usleep(5000);
+      if (alive(pid)) return false;
+    }
+    return true;
+  }
+  std::string dir;
+  Hvdrun h;
+  std::vector<pid_t> pids;
+};
+
+TEST_CASE("remote: a SIGKILLed remote rank makes hvdrun exit 137") {
+  Hvdrun h(with_config({"-H", "localhost:1,node1:1", "sh", "-c",
+                        "if [ $HVDRUN_RANK = 1 ]; then kill -9 $$; fi; exec sleep 30"}));
+  CHECK(h.wait() == 137);
+  CHECK_THAT(h.err, Catch::Contains("rank 1 on host node1 was killed"));
+}
+
+TEST_CASE("remote: SIGKILL of hvdrun leaves no rank alive on any host") {
+  PidJob job("localhost:1,node1:1,node2:1", 3);
+  job.h.signal(SIGKILL);
+  CHECK(job.h.wait() == 137);
+  CHECK(job.none_alive(5s));
+}
+
+TEST_CASE("remote: a host whose connection dies fails the job, naming the host") {
+  PidJob job("localhost:1,node1:1,node2:1", 3);
+  auto t0 = Clock::now();
+  REQUIRE(cluster().kill_sessions(2) > 0);
+  CHECK(job.h.wait(10s) == 255);
+  CHECK(Clock::now() - t0 < 10s);
+  CHECK_THAT(job.h.err, Catch::Contains("host node2"));
+  CHECK(job.none_alive(5s));
+}
+
+TEST_CASE("remote: a stopped agent is caught by the heartbeat timeout") {
+  PidJob job("localhost:1,node1:1", 2, {"HVDRUN_HEARTBEAT_TIMEOUT=1"});
+  pid_t agent = job.read_pid("agent.1");
+  REQUIRE(::kill(agent, SIGSTOP) == 0);
+  int code = job.h.wait(10s);
+  ::kill(agent, SIGCONT);  // it then finds its connection gone and ends its rank
+  CHECK(code == 255);
+  CHECK_THAT(job.h.err, Catch::Contains("host node1") && Catch::Contains("nothing heard from it"));
+  CHECK(job.none_alive(5s));
 }
 
 TEST_CASE("remote: a host that fails the preflight stops the job before anything starts") {
