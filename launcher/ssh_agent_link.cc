@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <deque>
 #include <exception>
+#include <thread>
 #include <utility>
 
 #include "common/error.h"
@@ -257,14 +258,44 @@ int run_job_over_ssh(const LaunchOptions& options) {
   }
   const std::string remote_hvdrun = ssh::expected_remote_hvdrun(options, settings);
   const auto deadline = start + std::chrono::seconds(std::max(options.start_timeout_s, 1));
+  // Every remote agent starts at once (an exec costs round trips and a shell on the host);
+  // the threads end before the job starts, which wants a single-threaded process.
+  struct Remote {
+    std::string host;
+    std::unique_ptr<ssh::Session> session;
+    std::unique_ptr<ssh::Channel> channel;
+    std::string error;
+  };
+  std::vector<Remote> remotes;
+  for (auto& check : report.hosts) {
+    if (check.session) remotes.push_back({check.host, std::move(check.session), nullptr, {}});
+  }
+  const std::string command = ssh::shell_quote(remote_hvdrun) + " agent";
+  constexpr std::size_t kParallel = 128;
+  for (std::size_t first = 0; first < remotes.size(); first += kParallel) {
+    std::vector<std::thread> threads;
+    for (std::size_t i = first; i < std::min(remotes.size(), first + kParallel); ++i) {
+      threads.emplace_back([&r = remotes[i], &command, deadline] {
+        try {
+          r.channel = r.session->exec(command, deadline);
+        } catch (const std::exception& e) {
+          r.error = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
   JobHooks hooks;
   hooks.remote_link = [&](const std::string& host) -> std::unique_ptr<AgentLink> {
-    auto session = report.take_session(host);
-    if (!session) {
-      throw LaunchError("host " + host + " has no SSH session from the preflight (it was taken "
-                        "for this machine there); list each host once in -H or the hostfile");
+    for (auto& r : remotes) {
+      if (r.host != host || !r.session) continue;
+      if (!r.channel) {
+        throw ssh::SessionError("could not start the agent on host " + host + ": " + r.error);
+      }
+      return std::make_unique<SshAgentLink>(host, std::move(r.session), std::move(r.channel));
     }
-    return start_ssh_agent(host, std::move(session), remote_hvdrun, deadline);
+    throw LaunchError("host " + host + " has no SSH session from the preflight (it was taken "
+                      "for this machine there); list each host once in -H or the hostfile");
   };
   return run_job(options, hooks);
 }
