@@ -162,8 +162,9 @@ class SshAgentLink : public AgentLink {
     return with_tail(what);
   }
 
+  // `how`, with the agent's last stderr lines unless it ended well.
   std::string with_tail(std::string how) const {
-    if (tail_.empty() || how.empty()) return how;
+    if (tail_.empty() || how.empty() || how == "exited with code 0") return how;
     how += "; its last lines on stderr:";
     for (const auto& line : tail_) how += "\n    " + line;
     return how;
