@@ -126,9 +126,8 @@ class SshAgentLink : public AgentLink {
         drain_stderr();
         if (channel_->eof()) {
           if (auto status = channel_->exit_status()) {
-            result_ = status->signal.empty()
-                          ? "exited with code " + std::to_string(status->code)
-                          : "was killed by SIG" + status->signal;
+            result_ = status->signal.empty() ? "exited with code " + std::to_string(status->code)
+                                             : "was killed by SIG" + status->signal;
             break;
           }
         }
@@ -295,7 +294,8 @@ int run_job_over_ssh(const LaunchOptions& options) {
       }
       return std::make_unique<SshAgentLink>(host, std::move(r.session), std::move(r.channel));
     }
-    throw LaunchError("host " + host + " has no SSH session from the preflight (it was taken "
+    throw LaunchError("host " + host +
+                      " has no SSH session from the preflight (it was taken "
                       "for this machine there); list each host once in -H or the hostfile");
   };
   return run_job(options, hooks);

@@ -171,7 +171,8 @@ TEST_CASE("remote: a mixed job places ranks and sets their environment per host"
                        " H=" + hosts[r / 2] + " L=" + std::to_string(r % 2) +
                        " C=" + std::to_string(r / 2) + " S=6\n";
     CHECK_THAT(h.out, Catch::Contains(line));
-    CHECK_THAT(h.err, Catch::Contains("[" + std::to_string(r) + "]<stderr>:err" + std::to_string(r) + "\n"));
+    CHECK_THAT(h.err, Catch::Contains("[" + std::to_string(r) + "]<stderr>:err" +
+                                      std::to_string(r) + "\n"));
   }
   CHECK(count(h.out, "<stdout>:") == 6);
 }
@@ -223,7 +224,8 @@ struct PidJob {
   }
   ~PidJob() {
     for (const char* prefix : {"pid.", "agent."}) {
-      for (std::size_t r = 0; r < pids.size(); ++r) ::unlink((dir + "/" + prefix + std::to_string(r)).c_str());
+      for (std::size_t r = 0; r < pids.size(); ++r)
+        ::unlink((dir + "/" + prefix + std::to_string(r)).c_str());
     }
     ::rmdir(dir.c_str());
   }
@@ -312,11 +314,10 @@ TEST_CASE("remote: the cwd with a space and -x values with quotes arrive intact"
 }
 
 TEST_CASE("remote: the job secret is on no command line while a remote job runs") {
-  Hvdrun h(with_config({"-H", "node1:1,localhost:1", "sh", "-c",
-                        "echo \"secret=$HVDRUN_SECRET\"; exec sleep 30"}));
-  h.read_until([](const std::string& out) {
-    return count(out, "secret=") == 2 && out.back() == '\n';
-  });
+  Hvdrun h(with_config(
+      {"-H", "node1:1,localhost:1", "sh", "-c", "echo \"secret=$HVDRUN_SECRET\"; exec sleep 30"}));
+  h.read_until(
+      [](const std::string& out) { return count(out, "secret=") == 2 && out.back() == '\n'; });
   auto at = h.out.find("secret=") + 7;
   std::string secret = h.out.substr(at, h.out.find('\n', at) - at);
   REQUIRE(secret.size() == 64);
