@@ -99,6 +99,27 @@ void fn_16(H* x, const H* y, std::size_t n, Op op) {
   for (std::size_t i = 0; i < n; ++i) x[i] = from(op(to_float(x[i]), to_float(y[i])));
 }
 
+// The function for `op` among one dtype's four (average sums, then divides).
+template <typename T>
+const gloo::ReductionFunction<T>* pick_reduction(ReduceOp op,
+                                                 const gloo::ReductionFunction<T>& sum,
+                                                 const gloo::ReductionFunction<T>& prod,
+                                                 const gloo::ReductionFunction<T>& mn,
+                                                 const gloo::ReductionFunction<T>& mx) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+      return &sum;
+    case ReduceOp::kProduct:
+      return &prod;
+    case ReduceOp::kMin:
+      return &mn;
+    case ReduceOp::kMax:
+      return &mx;
+  }
+  return nullptr;
+}
+
 template <typename T>
 const gloo::ReductionFunction<T>* reduction(ReduceOp op) {
   if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
@@ -121,33 +142,13 @@ const gloo::ReductionFunction<T>* reduction(ReduceOp op) {
     static const gloo::ReductionFunction<T> mx(gloo::MAX, [](T* x, const T* y, std::size_t n) {
       fn_16<T, conv>(x, y, n, [](float a, float b) { return std::max(a, b); });
     });
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kAverage:
-        return &sum;
-      case ReduceOp::kProduct:
-        return &prod;
-      case ReduceOp::kMin:
-        return &mn;
-      case ReduceOp::kMax:
-        return &mx;
-    }
+    return pick_reduction(op, sum, prod, mn, mx);
   } else {
     static const gloo::ReductionFunction<T> sum(gloo::SUM, &fn_sum<T>);
     static const gloo::ReductionFunction<T> prod(gloo::PRODUCT, &fn_prod<T>);
     static const gloo::ReductionFunction<T> mn(gloo::MIN, &fn_min<T>);
     static const gloo::ReductionFunction<T> mx(gloo::MAX, &fn_max<T>);
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kAverage:
-        return &sum;
-      case ReduceOp::kProduct:
-        return &prod;
-      case ReduceOp::kMin:
-        return &mn;
-      case ReduceOp::kMax:
-        return &mx;
-    }
+    return pick_reduction(op, sum, prod, mn, mx);
   }
   return nullptr;
 }
