@@ -4,199 +4,22 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "common/fd.h"
+#include "tests/support/processes.h"
 
-using namespace hvdrun;
+using namespace hvdrun::testing;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-
-extern char** environ;
-
-namespace {
-
-const char* const kHvdrun = HVDRUN_BINARY_DIR "/cli/hvdrun";
-
-// One hvdrun run with its stdout and stderr collected.
-class Hvdrun {
- public:
-  explicit Hvdrun(std::vector<std::string> args, std::vector<std::string> extra_env = {}) {
-    auto [out_r, out_w] = make_pipe();
-    auto [err_r, err_w] = make_pipe();
-    std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) env.emplace_back(*e);
-    for (auto& e : extra_env) env.push_back(e);
-    args.insert(args.begin(), kHvdrun);
-    std::vector<char*> argv, envp;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    pid_ = ::fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      ::dup2(out_w.get(), 1);
-      ::dup2(err_w.get(), 2);
-      int null = ::open("/dev/null", O_RDONLY);
-      ::dup2(null, 0);
-      ::execve(kHvdrun, argv.data(), envp.data());
-      ::_exit(127);
-    }
-    out_ = std::move(out_r);
-    err_ = std::move(err_r);
-  }
-  ~Hvdrun() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  // Reads output until `pred(stdout)` holds; fails at the deadline.
-  template <class Pred>
-  void read_until(Pred pred, std::chrono::milliseconds within = 10s) {
-    auto deadline = Clock::now() + within;
-    while (!pred(out)) {
-      REQUIRE(Clock::now() < deadline);
-      REQUIRE(pump(deadline));
-    }
-  }
-  // Reads everything and waits for the exit code (128+signal if killed).
-  int wait(std::chrono::milliseconds within = 20s) {
-    auto deadline = Clock::now() + within;
-    while (pump(deadline)) {
-    }
-    int status = 0;
-    for (;;) {
-      pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) break;
-      REQUIRE(Clock::now() < deadline);
-      ::usleep(1000);
-    }
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  void signal(int sig) { ::kill(pid_, sig); }
-  pid_t pid() const { return pid_; }
-
-  std::string out, err;
-
- private:
-  // One round of reading; false once both pipes reached EOF.
-  bool pump(Clock::time_point deadline) {
-    pollfd fds[2];
-    int n = 0;
-    if (out_) fds[n++] = {out_.get(), POLLIN, 0};
-    if (err_) fds[n++] = {err_.get(), POLLIN, 0};
-    if (n == 0) return false;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    REQUIRE(left.count() > 0);
-    ::poll(fds, static_cast<nfds_t>(n), static_cast<int>(left.count()));
-    char buf[1 << 16];
-    for (int i = 0; i < n; ++i) {
-      if (!fds[i].revents) continue;
-      UniqueFd& fd = fds[i].fd == out_.get() ? out_ : err_;
-      std::string& dst = fds[i].fd == out_.get() ? out : err;
-      ssize_t got = ::read(fd.get(), buf, sizeof buf);
-      if (got > 0) {
-        dst.append(buf, static_cast<std::size_t>(got));
-      } else {
-        fd.reset();
-      }
-    }
-    return true;
-  }
-
-  pid_t pid_ = -1;
-  UniqueFd out_, err_;
-};
-
-std::vector<std::string> lines(const std::string& s) {
-  std::vector<std::string> v;
-  std::istringstream in(s);
-  for (std::string l; std::getline(in, l);) v.push_back(l);
-  return v;
-}
-
-int count(const std::string& s, const std::string& what) {
-  int n = 0;
-  for (auto p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
-  return n;
-}
-
-// Processes (not zombies) whose environment holds `marker`.
-std::vector<pid_t> processes_with(const std::string& marker) {
-  std::vector<pid_t> found;
-  DIR* d = ::opendir("/proc");
-  if (!d) return found;
-  while (dirent* e = ::readdir(d)) {
-    char* end = nullptr;
-    long pid = std::strtol(e->d_name, &end, 10);
-    if (*end || pid <= 0) continue;
-    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
-    std::string statline;
-    std::getline(stat, statline);
-    auto close_paren = statline.rfind(')');
-    if (close_paren == std::string::npos || close_paren + 2 >= statline.size() ||
-        statline[close_paren + 2] == 'Z') {
-      continue;
-    }
-    std::ifstream env("/proc/" + std::string(e->d_name) + "/environ", std::ios::binary);
-    std::stringstream ss;
-    ss << env.rdbuf();
-    if (ss.str().find(marker) != std::string::npos) found.push_back(static_cast<pid_t>(pid));
-  }
-  ::closedir(d);
-  return found;
-}
-
-bool none_left(const std::string& marker, std::chrono::milliseconds within) {
-  auto deadline = Clock::now() + within;
-  while (!processes_with(marker).empty()) {
-    if (Clock::now() > deadline) return false;
-    ::usleep(5000);
-  }
-  return true;
-}
-
-std::string unique_marker() {
-  std::random_device rd;
-  return "HVDRUN_TEST_MARKER=" + std::to_string(::getpid()) + "-" + std::to_string(rd());
-}
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/hvdrun-it-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl));
-    path = tmpl;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
 
 TEST_CASE("each rank gets its coordinates whatever stale values the shell has") {
   Hvdrun h({"-np", "3", "sh", "-c",
@@ -225,7 +48,8 @@ TEST_CASE("values given with -x reach the ranks intact") {
 
 TEST_CASE("the job secret is on no command line while the job runs") {
   Hvdrun h({"-np", "2", "sh", "-c", "echo \"secret=$HVDRUN_SECRET\"; exec sleep 30"});
-  h.read_until([](const std::string& out) { return count(out, "secret=") == 2 && out.back() == '\n'; });
+  h.read_until(
+      [](const std::string& out) { return count(out, "secret=") == 2 && out.back() == '\n'; });
   auto at = h.out.find("secret=") + 7;
   std::string secret = h.out.substr(at, h.out.find('\n', at) - at);
   REQUIRE(secret.size() == 64);
@@ -248,8 +72,10 @@ TEST_CASE("stdout and stderr lines are tagged and go to the matching stream") {
   Hvdrun h({"-np", "2", "sh", "-c", "echo out $HVDRUN_RANK; echo err $HVDRUN_RANK >&2"});
   REQUIRE(h.wait() == 0);
   CHECK(count(h.out, "<stdout>:out ") == 2);
-  CHECK_THAT(h.out, Catch::Contains("[0]<stdout>:out 0\n") && Catch::Contains("[1]<stdout>:out 1\n"));
-  CHECK_THAT(h.err, Catch::Contains("[0]<stderr>:err 0\n") && Catch::Contains("[1]<stderr>:err 1\n"));
+  CHECK_THAT(h.out,
+             Catch::Contains("[0]<stdout>:out 0\n") && Catch::Contains("[1]<stdout>:out 1\n"));
+  CHECK_THAT(h.err,
+             Catch::Contains("[0]<stderr>:err 0\n") && Catch::Contains("[1]<stderr>:err 1\n"));
   CHECK(count(h.out, "stderr") == 0);
 }
 
@@ -268,11 +94,13 @@ TEST_CASE("a failing rank's code becomes hvdrun's with a message naming rank and
   CHECK(h.wait() == 3);
   CHECK(Clock::now() - t0 < 8s);  // the sleepers were stopped, not waited for
   CHECK_THAT(h.err, Catch::Contains("hvdrun: rank 1 on host localhost exited with code 3"));
-  CHECK_THAT(h.err, Catch::Contains("last lines rank 1 wrote to stderr:\n    first\n    Traceback: boom\n"));
+  CHECK_THAT(h.err, Catch::Contains(
+                        "last lines rank 1 wrote to stderr:\n    first\n    Traceback: boom\n"));
 }
 
 TEST_CASE("a rank killed by a signal makes hvdrun exit 128+signal") {
-  Hvdrun h({"-np", "2", "sh", "-c", "if [ $HVDRUN_RANK = 0 ]; then kill -SEGV $$; fi; exec sleep 30"});
+  Hvdrun h(
+      {"-np", "2", "sh", "-c", "if [ $HVDRUN_RANK = 0 ]; then kill -SEGV $$; fi; exec sleep 30"});
   CHECK(h.wait() == 128 + SIGSEGV);
   CHECK_THAT(h.err, Catch::Contains("rank 0 on host localhost was killed by signal 11 (SIGSEGV)"));
 }
@@ -291,23 +119,24 @@ TEST_CASE("SIGINT and SIGTERM stop every rank with exit 130 and 143") {
   CHECK(processes_with(marker).size() >= 4);  // launcher, agent, 3 ranks
   h.signal(sig);
   CHECK(h.wait(10s) == code);
-  CHECK(none_left(marker, 5s));
+  CHECK(wait_none_with(marker, 5s));
 }
 
 TEST_CASE("SIGKILL of hvdrun leaves no rank alive") {
   std::string marker = unique_marker();
-  Hvdrun h({"-np", "4", "sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"}, {marker});
+  Hvdrun h({"-np", "4", "sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"},
+           {marker});
   h.read_until([](const std::string& out) { return count(out, "ready") == 4; });
   h.signal(SIGKILL);
   CHECK(h.wait() == 128 + SIGKILL);
   // The agent sees EOF, sends SIGTERM (ignored here), and SIGKILLs after the 3 s grace.
-  CHECK(none_left(marker, 8s));
+  CHECK(wait_none_with(marker, 8s));
 }
 
 TEST_CASE("output-filename writes each rank's raw output also for -np 1") {
   int np = GENERATE(1, 2);
-  TempDir tmp;
-  std::string dir = tmp.path + "/logs";
+  TempDir tmp("it");
+  std::string dir = tmp.path() + "/logs";
   Hvdrun h({"-np", std::to_string(np), "--output-filename", dir, "sh", "-c",
             "echo out $HVDRUN_RANK; printf 'err no newline' >&2"});
   REQUIRE(h.wait() == 0);
@@ -320,7 +149,7 @@ TEST_CASE("output-filename writes each rank's raw output also for -np 1") {
 }
 
 TEST_CASE("100 MB of long lines without a final newline pass through byte-exact") {
-  TempDir tmp;
+  TempDir tmp("it");
   // Lines from 1 byte to 3 MB (beyond the relay's 1 MiB long-line limit), no final newline.
   std::string data;
   std::mt19937 rng(7);
@@ -333,12 +162,12 @@ TEST_CASE("100 MB of long lines without a final newline pass through byte-exact"
   data.resize(100'000'000);
   if (data.back() == '\n') data.back() = 'z';
   {
-    std::ofstream f(tmp.path + "/data", std::ios::binary);
+    std::ofstream f(tmp.path() + "/data", std::ios::binary);
     f.write(data.data(), static_cast<std::streamsize>(data.size()));
   }
-  Hvdrun h({"-np", "1", "--output-filename", tmp.path + "/out", "cat", tmp.path + "/data"});
+  Hvdrun h({"-np", "1", "--output-filename", tmp.path() + "/out", "cat", tmp.path() + "/data"});
   REQUIRE(h.wait(60s) == 0);
-  CHECK(read_file(tmp.path + "/out/rank.0/stdout") == data);
+  CHECK(read_file(tmp.path() + "/out/rank.0/stdout") == data);
   std::string expected;
   expected.reserve(data.size() + 2'000'000);
   std::size_t pos = 0;
@@ -355,10 +184,10 @@ TEST_CASE("100 MB of long lines without a final newline pass through byte-exact"
 }
 
 TEST_CASE("bad usage exits 2 with one line and a hint before anything starts") {
-  auto args = GENERATE(std::vector<std::string>{"-np", "4x", "true"},
-                       std::vector<std::string>{"-np", "2"},
-                       std::vector<std::string>{"--no-such-flag", "true"},
-                       std::vector<std::string>{"-np", "5", "-H", "localhost:2", "true"});
+  auto args =
+      GENERATE(std::vector<std::string>{"-np", "4x", "true"}, std::vector<std::string>{"-np", "2"},
+               std::vector<std::string>{"--no-such-flag", "true"},
+               std::vector<std::string>{"-np", "5", "-H", "localhost:2", "true"});
   Hvdrun h(args);
   CHECK(h.wait() == 2);
   CHECK(h.out.empty());
@@ -370,15 +199,18 @@ TEST_CASE("bad usage exits 2 with one line and a hint before anything starts") {
 TEST_CASE("an agent killed with SIGKILL fails the job naming the host and leaves no rank") {
   std::string marker = unique_marker();
   Hvdrun h({"-np", "2", "sh", "-c", "echo \"agent=$PPID\"; exec sleep 30"}, {marker});
-  h.read_until([](const std::string& out) { return count(out, "agent=") == 2 && out.back() == '\n'; });
+  h.read_until(
+      [](const std::string& out) { return count(out, "agent=") == 2 && out.back() == '\n'; });
   auto at = h.out.find("agent=") + 6;
   pid_t agent = static_cast<pid_t>(std::stol(h.out.substr(at, h.out.find('\n', at) - at)));
   REQUIRE(agent > 1);
   REQUIRE(agent != h.pid());
   ::kill(agent, SIGKILL);
   CHECK(h.wait() == 255);
-  CHECK_THAT(h.err, Catch::Contains("the agent on host localhost ended unexpectedly (it was killed by signal 9"));
-  CHECK(none_left(marker, 5s));
+  CHECK_THAT(
+      h.err,
+      Catch::Contains("the agent on host localhost ended unexpectedly (it was killed by signal 9"));
+  CHECK(wait_none_with(marker, 5s));
 }
 
 TEST_CASE("16 ranks writing many short lines lose and split none") {

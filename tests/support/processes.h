@@ -1,0 +1,111 @@
+// Process helpers for end-to-end tests and benchmarks: run a program (usually the built
+// hvdrun) with its stdout and stderr collected under deadlines, find processes by an
+// environment marker, process group or pid file, and wait until none of them is alive.
+// Failures throw std::runtime_error (no test framework here), which a Catch2 test case
+// reports as a failure with the message.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/fd.h"
+
+namespace hvdrun::testing {
+
+/// The hvdrun binary of this build tree (<build>/cli/hvdrun).
+std::string hvdrun_binary();
+
+/// A child process with stdin on /dev/null and its stdout and stderr each read into a
+/// string. The destructor SIGKILLs and reaps it if it is still running.
+class CapturedProcess {
+ public:
+  /// Starts `argv` (argv[0] a path or a name looked up in PATH). `extra_env` entries
+  /// ("NAME=value") replace same-named ones of this process's environment or are added;
+  /// `cwd`, when not empty, is the child's working directory.
+  explicit CapturedProcess(std::vector<std::string> argv, std::vector<std::string> extra_env = {},
+                           const std::string& cwd = {});
+  ~CapturedProcess();
+  CapturedProcess(const CapturedProcess&) = delete;
+  CapturedProcess& operator=(const CapturedProcess&) = delete;
+
+  /// Reads output until `pred(out)` holds; throws at the deadline or when output ends
+  /// first (the message quotes stderr so far).
+  void read_until(const std::function<bool(const std::string&)>& pred,
+                  std::chrono::milliseconds within = std::chrono::seconds(15));
+  /// Reads both streams to EOF and reaps the process; returns its exit code, or
+  /// 128+signal when a signal ended it. Throws at the deadline.
+  int wait(std::chrono::milliseconds within = std::chrono::seconds(30));
+  /// Sends `sig` to the process (no-op once reaped).
+  void signal(int sig) const;
+  /// The pid (-1 once reaped).
+  pid_t pid() const { return pid_; }
+  /// Stops reading stdout: closes the read end, so the child's next write gets EPIPE.
+  void close_stdout() { out_fd_.reset(); }
+
+  /// Everything read so far from stdout and stderr.
+  std::string out, err;
+
+ private:
+  // One round of poll+read; false once both pipes are at EOF (or closed).
+  bool pump(std::chrono::steady_clock::time_point deadline);
+
+  pid_t pid_ = -1;
+  UniqueFd out_fd_, err_fd_;
+};
+
+/// A CapturedProcess running hvdrun_binary() with `args`.
+class Hvdrun : public CapturedProcess {
+ public:
+  explicit Hvdrun(std::vector<std::string> args, std::vector<std::string> extra_env = {},
+                  const std::string& cwd = {});
+};
+
+/// A temp dir (/tmp/hvdrun-<tag>-XXXXXX) removed with its contents on destruction.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag = "test");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  /// The directory.
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+/// The whole file (binary); empty when it cannot be read.
+std::string read_file(const std::string& path);
+/// Number of positions in `s` at which `what` starts.
+int count(const std::string& s, const std::string& what);
+/// `s` split at '\n' (a final partial line counts; no empty last element).
+std::vector<std::string> lines(const std::string& s);
+
+/// True while `pid` is a live process (exists and is not a zombie).
+bool alive(pid_t pid);
+/// Live (non-zombie) processes whose process group is `pgid`.
+std::vector<pid_t> processes_in_group(pid_t pgid);
+/// Live processes whose environment contains `marker` (a "NAME=value" entry).
+std::vector<pid_t> processes_with(const std::string& marker);
+/// A fresh "HVDRUN_TEST_MARKER=<pid>-<random>" entry, to pass in a job's environment
+/// and find every process of that job with processes_with().
+std::string unique_marker();
+
+/// Waits until none of `pids` is alive; false when one still is at the deadline.
+bool wait_none_alive(const std::vector<pid_t>& pids, std::chrono::milliseconds within);
+/// Waits until processes_with(marker) is empty; false when it is not at the deadline.
+bool wait_none_with(const std::string& marker, std::chrono::milliseconds within);
+
+/// The pid written as decimal text into `path` (by `echo $$ > path`), waiting until the
+/// file holds a complete line. Throws at the deadline.
+pid_t read_pid_file(const std::string& path,
+                    std::chrono::milliseconds within = std::chrono::seconds(5));
+/// read_pid_file() for dir/<prefix><i>, i in [0, n).
+std::vector<pid_t> read_pid_files(const std::string& dir, const std::string& prefix, int n,
+                                  std::chrono::milliseconds within = std::chrono::seconds(5));
+
+}  // namespace hvdrun::testing
