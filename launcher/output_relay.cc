@@ -32,6 +32,22 @@ void make_dirs(const std::string& path) {
   }
 }
 
+// Ends the process the way a write to a closed pipe does by default. The launcher
+// ignores SIGPIPE (so that EPIPE reaches the code that can act on it); this restores the
+// default and raises it in the calling thread.
+[[noreturn]] void die_of_sigpipe() {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(SIGPIPE, &dfl, nullptr);
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  ::pthread_sigmask(SIG_UNBLOCK, &pipe, nullptr);
+  ::raise(SIGPIPE);
+  ::_exit(128 + SIGPIPE);  // not reached
+}
+
 }  // namespace
 
 std::string OutputRelay::rank_dir_name(int rank, int size) {
@@ -96,7 +112,12 @@ void OutputRelay::writer_loop() {
       writing_ = true;
     }
     if (!c.sink->broken && !write_all(c.sink->fd, c.bytes.data(), c.bytes.size())) {
-      c.sink->broken = true;  // stop writing there, keep the job going
+      int err = errno;
+      c.sink->broken = true;  // stop writing there
+      if (err == EPIPE && c.sink == &out_ && opt_.sigpipe_on_broken_stdout &&
+          opt_.output_dir.empty()) {
+        die_of_sigpipe();
+      }
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -111,7 +132,7 @@ void OutputRelay::refresh_timestamp() {
   std::time_t now = std::time(nullptr);
   if (now == stamp_time_ && !stamp_.empty()) return;
   stamp_time_ = now;
-  std::tm tm {};
+  std::tm tm{};
   ::localtime_r(&now, &tm);
   char buf[64];
   std::size_t n = std::strftime(buf, sizeof buf, "%a %b %d %H:%M:%S %Y", &tm);
@@ -185,7 +206,8 @@ void OutputRelay::process(int rank, proto::Stream stream, std::string_view b) {
     const char* end = b.data() + b.size();
     const std::size_t tag = rs.tag.size() + (opt_.timestamp ? stamp_.size() : 0);
     while (p < end) {
-      const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p)));
+      const char* nl =
+          static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p)));
       if (!nl) break;
       std::size_t len = static_cast<std::size_t>(nl - p) + 1;
       char* dst = sk.buf.prepare(tag + len);
@@ -292,7 +314,6 @@ void OutputRelay::flush() {
   write_sink(err_);
   for (auto& rs : per_rank_) write_file(rs);
 }
-
 
 std::vector<std::string> OutputRelay::stderr_tail(int rank) const {
   if (rank < 0 || rank >= size_) return {};

@@ -7,12 +7,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <ctime>
 #include <deque>
 #include <mutex>
-#include <thread>
-#include <ctime>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "common/fd.h"
@@ -39,6 +39,11 @@ struct RelayOptions {
   std::size_t long_line_bytes = 1u << 20;
   /// Buffered bytes that trigger a write.
   std::size_t flush_bytes = 1u << 20;
+  /// When the reader of stdout goes away (EPIPE, `hvdrun ... | head`) and no output_dir
+  /// keeps the output: end this process by SIGPIPE, as a shell pipeline member does, so
+  /// the shell sees 141 and every agent, finding its launcher gone, stops its ranks.
+  /// Otherwise (or when false) output to stdout is dropped from then on and the job runs on.
+  bool sigpipe_on_broken_stdout = true;
 };
 
 /// Tags, buffers and writes the output of `size` ranks.
@@ -114,10 +119,10 @@ class OutputRelay {
   };
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Chunk> chunks_;    // guarded by mu_
-  std::size_t backlog_ = 0;     // guarded by mu_
-  bool writing_ = false;        // guarded by mu_
-  bool stop_ = false;           // guarded by mu_
+  std::deque<Chunk> chunks_;  // guarded by mu_
+  std::size_t backlog_ = 0;   // guarded by mu_
+  bool writing_ = false;      // guarded by mu_
+  bool stop_ = false;         // guarded by mu_
 
   RelayOptions opt_;
   int size_;

@@ -230,3 +230,35 @@ TEST_CASE("16 ranks writing many short lines lose and split none") {
     next[rank] = i + 1;
   }
 }
+
+TEST_CASE("hvdrun -np 2 yes | head -1 ends like a pipeline member: 141, nothing left running") {
+  std::string marker = unique_marker();
+  CapturedProcess p(
+      {"bash", "-c",
+       "'" + hvdrun_binary() + "' -np 2 yes | head -1; echo \"status=${PIPESTATUS[0]}\""},
+      {marker});
+  auto t0 = Clock::now();
+  REQUIRE(p.wait(15s) == 0);
+  double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  INFO("stderr: " << p.err);
+  CHECK((p.out == "[0]<stdout>:y\nstatus=141\n" || p.out == "[1]<stdout>:y\nstatus=141\n"));
+  CHECK(ms < 3000);
+  CHECK(wait_none_with(marker, 5s));  // `yes` ends on the agents' SIGTERM at once
+  report_fault({"hvdrun's stdout reader goes away (hvdrun -np 2 yes | head -1)",
+                "hvdrun ends by SIGPIPE (141); its agents stop the ranks", ms,
+                static_cast<int>(processes_with(marker).size()), "nothing still wanted"});
+}
+
+TEST_CASE("with --output-filename a vanished stdout reader does not stop the job") {
+  TempDir tmp("it");
+  CapturedProcess p({"bash", "-c",
+                     "'" + hvdrun_binary() + "' -np 2 --output-filename '" + tmp.path() +
+                         "/out' seq 200000 | head -1; echo \"status=${PIPESTATUS[0]}\""});
+  REQUIRE(p.wait(30s) == 0);
+  INFO("stderr: " << p.err);
+  CHECK((p.out == "[0]<stdout>:1\nstatus=0\n" || p.out == "[1]<stdout>:1\nstatus=0\n"));
+  std::string expected;
+  for (int i = 1; i <= 200000; ++i) expected += std::to_string(i) + "\n";
+  CHECK(read_file(tmp.path() + "/out/rank.0/stdout") == expected);
+  CHECK(read_file(tmp.path() + "/out/rank.1/stdout") == expected);
+}

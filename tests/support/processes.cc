@@ -5,10 +5,12 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -119,8 +121,12 @@ int CapturedProcess::wait(std::chrono::milliseconds within) {
   }
   int status = 0;
   for (;;) {
-    pid_t r = ::waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) break;
+    rusage usage{};
+    pid_t r = ::wait4(pid_, &status, WNOHANG, &usage);
+    if (r == pid_) {
+      max_rss_kib_ = usage.ru_maxrss;
+      break;
+    }
     if (Clock::now() >= deadline) {
       throw std::runtime_error("process " + std::to_string(pid_) + " did not end within " +
                                std::to_string(within.count()) + " ms; stderr so far:\n" +
@@ -152,7 +158,9 @@ bool CapturedProcess::pump(Clock::time_point deadline) {
     UniqueFd& fd = is_out ? out_fd_ : err_fd_;
     std::string& dst = is_out ? out : err;
     ssize_t got = ::read(fd.get(), buf, sizeof buf);
-    if (got > 0) {
+    if (got > 0 && is_out && sink_) {
+      sink_(std::string_view(buf, static_cast<std::size_t>(got)));
+    } else if (got > 0) {
       dst.append(buf, static_cast<std::size_t>(got));
     } else if (got == 0 || errno != EINTR) {
       fd.reset();
@@ -275,6 +283,12 @@ std::vector<pid_t> read_pid_files(const std::string& dir, const std::string& pre
                                  std::max(left, std::chrono::milliseconds(0))));
   }
   return pids;
+}
+
+void report_fault(const FaultFigure& f) {
+  std::printf("fault-matrix: %s | %s | %.0f | %d | %s\n", f.fault.c_str(), f.outcome.c_str(),
+              f.detect_ms, f.left_running, f.lost.c_str());
+  std::fflush(stdout);
 }
 
 }  // namespace hvdrun::testing

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/fd.h"
@@ -45,6 +46,11 @@ class CapturedProcess {
   pid_t pid() const { return pid_; }
   /// Stops reading stdout: closes the read end, so the child's next write gets EPIPE.
   void close_stdout() { out_fd_.reset(); }
+  /// From now on stdout bytes go to `sink` instead of `out` (for output too large to
+  /// keep: count and check it as it streams by).
+  void stream_stdout(std::function<void(std::string_view)> sink) { sink_ = std::move(sink); }
+  /// After wait(): the largest resident set of the process or its reaped descendants, KiB.
+  long max_rss_kib() const { return max_rss_kib_; }
 
   /// Everything read so far from stdout and stderr.
   std::string out, err;
@@ -55,6 +61,8 @@ class CapturedProcess {
 
   pid_t pid_ = -1;
   UniqueFd out_fd_, err_fd_;
+  std::function<void(std::string_view)> sink_;
+  long max_rss_kib_ = 0;
 };
 
 /// A CapturedProcess running hvdrun_binary() with `args`.
@@ -107,5 +115,17 @@ pid_t read_pid_file(const std::string& path,
 /// read_pid_file() for dir/<prefix><i>, i in [0, n).
 std::vector<pid_t> read_pid_files(const std::string& dir, const std::string& prefix, int n,
                                   std::chrono::milliseconds within = std::chrono::seconds(5));
+
+/// One row of the fault matrix (docs/reliability.md), measured by a fault test.
+struct FaultFigure {
+  std::string fault;     ///< what was done ("rank SIGSTOPped before the rendezvous")
+  std::string outcome;   ///< what hvdrun did ("exit 3 naming rank 1")
+  double detect_ms = 0;  ///< fault to hvdrun's verdict (or the figure named in `outcome`)
+  int left_running = 0;  ///< processes of the job alive afterwards
+  std::string lost;      ///< what output or work was lost ("nothing")
+};
+/// Prints `f` as one line "fault-matrix: fault | outcome | ms | left | lost" on stdout,
+/// for bench/fault_matrix.sh to collect.
+void report_fault(const FaultFigure& f);
 
 }  // namespace hvdrun::testing
