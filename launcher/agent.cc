@@ -2,7 +2,8 @@
 // launcher stream, and signals (blocked except inside ppoll, so none is missed between a
 // check and the wait). Output is read straight into the outgoing frame queue; when that
 // queue is full the rank pipes are not polled, so a slow launcher slows the ranks down
-// instead of growing memory.
+// instead of growing memory. The agent speaks first only after the launcher's hello: its own
+// hello reports the interface toward the launcher's address, which the hello carries.
 #include "launcher/agent.h"
 
 #include <fcntl.h>
@@ -27,6 +28,7 @@
 
 #include "common/error.h"
 #include "common/fd.h"
+#include "compat/env.h"
 #include "launcher/agent_protocol.h"
 #include "launcher/line_tail.h"
 
@@ -114,6 +116,7 @@ class Agent {
   bool can_splice() const { return splice_ok_ && !pending() && !out_broken_; }
   std::size_t splice_rank(Rank& r);
   void handle(proto::Message& m);
+  void send_hello();
   void spawn(const proto::Spawn& s);
   void read_stdin();
   std::size_t read_rank(Rank& r, proto::Stream stream, std::size_t limit);
@@ -180,6 +183,22 @@ bool Agent::all_done() const {
     if (!r.reported) return false;
   }
   return true;
+}
+
+void Agent::send_hello() {
+  proto::AgentHello hello{
+      proto::kVersion, static_cast<std::uint32_t>(::getpid()), host_name(), find_free_port(), {}};
+  if (!hello_.launcher_addr.empty()) {
+    // This host's own interface toward the launcher: hosts whose interfaces have different
+    // names each get their own.
+    try {
+      hello.iface = compat::interface_toward(hello_.launcher_addr);
+    } catch (const std::exception& e) {
+      spdlog::debug("no interface toward {}: {}", hello_.launcher_addr, e.what());
+    }
+    spdlog::debug("interface toward {}: '{}'", hello_.launcher_addr, hello.iface);
+  }
+  send(hello);
 }
 
 void Agent::spawn(const proto::Spawn& s) {
@@ -375,6 +394,7 @@ void Agent::handle(proto::Message& m) {
     hello_ = *h;
     have_hello_ = true;
     spdlog::set_level(spdlog::level::from_str(hello_.log_level));
+    send_hello();
     return;
   }
   if (!have_hello_) throw proto::ProtocolError("agent protocol: expected hello first");
@@ -487,10 +507,6 @@ int Agent::run() {
   if (!dev_null_) throw_errno("opening /dev/null for rank stdin", "open");
   set_nonblocking(in_);
   set_nonblocking(out_);
-
-  send(proto::AgentHello{proto::kVersion, static_cast<std::uint32_t>(::getpid()), host_name(),
-                         find_free_port()});
-  flush_queue();
 
   std::vector<pollfd> fds;
   struct Slot {

@@ -155,6 +155,7 @@ Message decode_payload(Type type, std::string_view payload) {
       m.heartbeat_timeout_ms = r.u32();
       m.kill_grace_ms = r.u32();
       m.log_level = r.str();
+      m.launcher_addr = r.str();
       r.done();
       return m;
     }
@@ -166,6 +167,7 @@ Message decode_payload(Type type, std::string_view payload) {
       m.pid = r.u32();
       m.hostname = r.str();
       m.free_port = r.u16();
+      m.iface = r.str();
       r.done();
       return m;
     }
@@ -240,6 +242,7 @@ struct EncodeVisitor {
     w.u32(m.heartbeat_timeout_ms);
     w.u32(m.kill_grace_ms);
     w.str(m.log_level);
+    w.str(m.launcher_addr);
     w.finish(Type::hello, out);
   }
   void operator()(const AgentHello& m) {
@@ -249,6 +252,7 @@ struct EncodeVisitor {
     w.u32(m.pid);
     w.str(m.hostname);
     w.u16(m.free_port);
+    w.str(m.iface);
     w.finish(Type::agent_hello, out);
   }
   void operator()(const Spawn& m) {

@@ -25,8 +25,9 @@ namespace hvdrun::launcher::proto {
 
 /// "HVDA": first field of every hello, so a stray banner is recognised at once.
 inline constexpr std::uint32_t kMagic = 0x48564441;
-/// Protocol version spoken by this build.
-inline constexpr std::uint32_t kVersion = 1;
+/// Protocol version spoken by this build. 2: the hello carries the launcher's address as
+/// the host reaches it, and the agent's hello (sent after it) the interface toward it.
+inline constexpr std::uint32_t kVersion = 2;
 /// Largest frame accepted (type byte + payload).
 inline constexpr std::uint32_t kMaxFrameBytes = 16u << 20;
 /// Largest output chunk an agent puts in one frame.
@@ -66,10 +67,14 @@ struct Hello {
   std::uint32_t kill_grace_ms = 3000;
   /// spdlog level name for the agent's own diagnostics (on its stderr).
   std::string log_level = "warning";
+  /// The launcher's address as this host reaches it (the rendezvous address of its
+  /// ranks); the agent answers with the interface that carries traffic toward it. Empty:
+  /// no interface is looked up.
+  std::string launcher_addr;
   bool operator==(const Hello&) const = default;
 };
 
-/// Agent's opening frame.
+/// Agent's opening frame, sent once the launcher's hello has arrived.
 struct AgentHello {
   std::uint32_t version = kVersion;
   /// The agent's pid on its host.
@@ -78,6 +83,9 @@ struct AgentHello {
   std::string hostname;
   /// A TCP port that was free on the agent's host a moment ago (MASTER_PORT for torch).
   std::uint16_t free_port = 0;
+  /// The host's network interface toward the hello's launcher_addr (HOROVOD_GLOO_IFACE and
+  /// NCCL_SOCKET_IFNAME of its ranks), or empty when it cannot be told.
+  std::string iface;
   bool operator==(const AgentHello&) const = default;
 };
 

@@ -146,7 +146,8 @@ struct Host {
   proto::Decoder decoder;
   ByteQueue outq;
   bool hello = false;
-  bool closed = false;  // no more frames will come
+  bool spawned = false;  // its spawn frames are queued (or it will never get any)
+  bool closed = false;   // no more frames will come
   std::vector<int> ranks;
   int started = 0;
   Clock::time_point last_rx;
@@ -175,7 +176,7 @@ class Job {
  private:
   void start_agents();
   void send(Host& h, const proto::Message& m);
-  void send_spawns();
+  void send_spawns(Host& h);
   void service(Host& h, bool read = true);
   void handle(Host& h, proto::Message& m);
   Host* owner_of(Host& h, int rank, const char* what);
@@ -206,7 +207,6 @@ class Job {
   Clock::time_point start_deadline_;
   Clock::time_point next_heartbeat_;
   std::optional<Clock::time_point> teardown_deadline_;
-  bool spawns_sent_ = false;
   int started_ranks_ = 0;
   int done_ranks_ = 0;
   std::optional<Failure> failure_;
@@ -231,33 +231,51 @@ void Job::start_agents() {
                         "' is not this machine, and this hvdrun cannot start agents on other "
                         "hosts yet; use localhost (or this machine's name) in -H");
     }
+    h.last_rx = Clock::now();
+    spdlog::debug("host {}: {}", h.name, h.link->describe());
+  }
+  // This machine as the other hosts reach it: the interface of its ranks in a job with
+  // remote hosts (not loopback, which the others cannot reach).
+  std::string outward = "127.0.0.1";
+  for (const Host& h : hosts_) {
+    if (!h.local) {
+      outward = h.link->launcher_address();
+      break;
+    }
+  }
+  for (Host& h : hosts_) {
     // A local agent needs no silence limit: its stdin reaches EOF whenever the launcher
     // dies. A remote one must notice a launcher that is gone but whose connection is not.
     hello.heartbeat_timeout_ms = h.local ? 0 : static_cast<std::uint32_t>(hb_timeout_.count());
-    h.last_rx = Clock::now();
+    // Each agent names its own host's interface toward the launcher, unless the user chose
+    // one with --network-interface.
+    hello.launcher_addr.clear();
+    if (opt_.network_interface.empty())
+      hello.launcher_addr = h.local ? outward : h.link->launcher_address();
     send(h, hello);
-    spdlog::debug("host {}: {}", h.name, h.link->describe());
   }
 }
 
-void Job::send_spawns() {
-  spawns_sent_ = true;
+// Host h's spawn frames, once both h's agent (its interface) and the agent of rank 0's host
+// (its free port, MASTER_PORT) have said hello.
+void Job::send_spawns(Host& h) {
+  h.spawned = true;
   const Host& first = hosts_[static_cast<std::size_t>(placement_.ranks[0].host_index)];
-  job_env_.master_port = first.info.free_port;
-  for (Host& h : hosts_) {
-    JobEnv env = job_env_;
-    if (opt_.network_interface.empty()) env.rendezvous_addr = h.link->launcher_address();
-    // Rank 0's host as this host reaches it.
-    env.master_addr = first.local ? (h.local ? "127.0.0.1" : h.link->launcher_address())
-                                  : first.link->host_address();
-    for (int r : h.ranks) {
-      proto::Spawn s;
-      s.rank = r;
-      s.argv = opt_.command;
-      s.cwd = cwd_;
-      s.env = rank_env(h.base_env, placement_.ranks[static_cast<std::size_t>(r)], h.name, env).entries();
-      send(h, s);
-    }
+  JobEnv env = job_env_;
+  env.master_port = first.info.free_port;
+  if (opt_.network_interface.empty()) env.rendezvous_addr = h.link->launcher_address();
+  env.host_interface = h.info.iface;
+  // Rank 0's host as this host reaches it.
+  env.master_addr = first.local ? (h.local ? "127.0.0.1" : h.link->launcher_address())
+                                : first.link->host_address();
+  for (int r : h.ranks) {
+    proto::Spawn s;
+    s.rank = r;
+    s.argv = opt_.command;
+    s.cwd = cwd_;
+    s.env =
+        rank_env(h.base_env, placement_.ranks[static_cast<std::size_t>(r)], h.name, env).entries();
+    send(h, s);
   }
 }
 
@@ -291,8 +309,10 @@ void Job::fail(int exit_code, std::string message) {
   }
   if (teardown_deadline_) return;
   teardown_deadline_ = Clock::now() + grace_ + std::chrono::seconds(5);
-  if (!spawns_sent_) {
-    for (int r = 0; r < placement_.size(); ++r) rank_done(r);  // none was ever started
+  for (Host& h : hosts_) {
+    if (h.spawned) continue;
+    h.spawned = true;                    // and it never will be now
+    for (int r : h.ranks) rank_done(r);  // none of its ranks was ever started
   }
   for (Host& h : hosts_) send(h, proto::Kill{static_cast<std::uint32_t>(grace_.count())});
 }
@@ -334,11 +354,15 @@ void Job::handle(Host& h, proto::Message& m) {
     }
     h.hello = true;
     h.info = *hello;
-    spdlog::debug("host {}: agent pid {} on {} ready after {} ms", h.name, hello->pid,
-                  hello->hostname,
-                  std::chrono::duration_cast<milliseconds>(Clock::now() - start_time_).count());
-    if (!spawns_sent_ && !teardown_deadline_ && placement_.ranks[0].host_index == h.index) {
-      send_spawns();
+    spdlog::debug(
+        "host {}: agent pid {} on {} ready after {} ms; interface toward the launcher: '{}'",
+        h.name, hello->pid, hello->hostname,
+        std::chrono::duration_cast<milliseconds>(Clock::now() - start_time_).count(), hello->iface);
+    const Host& first = hosts_[static_cast<std::size_t>(placement_.ranks[0].host_index)];
+    if (!teardown_deadline_ && first.hello) {
+      for (Host& other : hosts_) {
+        if (other.hello && !other.spawned && !other.closed) send_spawns(other);
+      }
     }
   } else if (auto* st = std::get_if<proto::RankStarted>(&m)) {
     owner_of(h, st->rank, "rank-started");
@@ -563,7 +587,9 @@ int Job::run() {
   spdlog::debug("rendezvous on {}:{}, Horovod rendezvous on port {}", bind_addr,
                 job_env_.rendezvous_port, job_env_.horovod_port);
 
-  start_deadline_ = start_time_ + std::chrono::seconds(opt_.start_timeout_s);
+  // One deadline for the whole start: it began with the preflight when there was one.
+  start_deadline_ =
+      hooks_.launch_start.value_or(start_time_) + std::chrono::seconds(opt_.start_timeout_s);
   next_heartbeat_ = Clock::now() + hb_interval_;
   int handled_signals = 0;
   std::vector<pollfd> fds;

@@ -3,8 +3,10 @@
 // teardown on every path, and the exit code.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "launcher/agent_link.h"
@@ -20,6 +22,9 @@ struct JobHooks {
   /// Opens the agent link of a remote host (an SSH exec channel running `hvdrun agent`).
   /// Unset: remote hosts are a LaunchError.
   std::function<std::unique_ptr<AgentLink>(const std::string& host)> remote_link;
+  /// When the launch began (before the SSH preflight): --start-timeout counts from here.
+  /// Unset: from the start of run_job.
+  std::optional<std::chrono::steady_clock::time_point> launch_start;
 };
 
 /// Runs the job `options` describes and returns hvdrun's exit code: 0 when every rank

@@ -1,4 +1,5 @@
-// Local-host detection and interface addresses, from gethostname() and getifaddrs().
+// Local-host detection (ssh::is_local_host, shared with the preflight) and interface
+// addresses from getifaddrs().
 #include "launcher/local_host.h"
 
 #include <arpa/inet.h>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "ssh/local_host.h"
 
 namespace hvdrun::launcher {
 namespace {
@@ -39,24 +41,9 @@ std::string address_text(const sockaddr* sa) {
 }  // namespace
 
 bool is_local_host(const std::string& name) {
-  if (name == "localhost" || name == "127.0.0.1" || name == "::1" || name == "localhost.localdomain") {
-    return true;
-  }
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) == 0) {
-    std::string full = host;
-    if (name == full || name == full.substr(0, full.find('.'))) return true;
-  }
-  // Only address literals are compared with interface addresses.
-  unsigned char tmp[sizeof(in6_addr)];
-  if (::inet_pton(AF_INET, name.c_str(), tmp) != 1 && ::inet_pton(AF_INET6, name.c_str(), tmp) != 1) {
-    return false;
-  }
-  auto list = interfaces();
-  for (ifaddrs* i = list.get(); i; i = i->ifa_next) {
-    if (i->ifa_addr && address_text(i->ifa_addr) == name) return true;
-  }
-  return false;
+  // One rule for the preflight and the job: a host the preflight took for this machine has
+  // no SSH session, so the two must never disagree.
+  return ssh::is_local_host(name);
 }
 
 std::string interface_address(const std::string& ifname) {

@@ -7,8 +7,10 @@
 
 namespace hvdrun::launcher {
 
-/// True for localhost, 127.0.0.1, ::1, gethostname() (full or short) and any address
-/// literal assigned to one of this machine's interfaces.
+/// True for localhost (any case, also localhost.localdomain), gethostname() (full or
+/// short, any case, or its canonical FQDN) and any address literal assigned to one of this
+/// machine's interfaces (127.0.0.1, ::1, ...). The same rule as ssh::is_local_host, which
+/// the preflight uses.
 bool is_local_host(const std::string& name);
 
 /// The IPv4 (else IPv6) address of network interface `ifname`; throws UsageError when the

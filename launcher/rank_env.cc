@@ -105,7 +105,7 @@ EnvList rank_env(const EnvList& base, const hostfile::RankSlot& slot, const std:
   ends.horovod_rendezvous_port = static_cast<std::uint16_t>(job.horovod_port);
   ends.master_addr = job.master_addr;
   ends.master_port = static_cast<std::uint16_t>(job.master_port);
-  ends.iface = job.network_interface;
+  ends.iface = job.network_interface.empty() ? job.host_interface : job.network_interface;
   compat::CompatEnv compat = compat::compat_env(slot, host_name, job.size, job.num_hosts, ends);
   for (const auto& [name, value] : compat.set) env.set(name, value);
   for (const auto& [name, value] : compat.defaults) {

@@ -61,6 +61,10 @@ struct JobEnv {
   int start_timeout_s = 30;
   /// --network-interface, or empty.
   std::string network_interface;
+  /// The interface of this host toward the launcher, as its agent found it (empty when it
+  /// could not tell): HOROVOD_GLOO_IFACE and NCCL_SOCKET_IFNAME unless the rank's
+  /// environment names them already or --network-interface is given.
+  std::string host_interface;
 };
 
 /// `base` plus the per-rank contract for `slot` on the host named `host_name` (as the user

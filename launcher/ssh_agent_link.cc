@@ -286,6 +286,7 @@ int run_job_over_ssh(const LaunchOptions& options) {
     for (auto& t : threads) t.join();
   }
   JobHooks hooks;
+  hooks.launch_start = start;
   hooks.remote_link = [&](const std::string& host) -> std::unique_ptr<AgentLink> {
     for (auto& r : remotes) {
       if (r.host != host || !r.session) continue;
@@ -294,9 +295,8 @@ int run_job_over_ssh(const LaunchOptions& options) {
       }
       return std::make_unique<SshAgentLink>(host, std::move(r.session), std::move(r.channel));
     }
-    throw LaunchError("host " + host +
-                      " has no SSH session from the preflight (it was taken "
-                      "for this machine there); list each host once in -H or the hostfile");
+    // Cannot happen: the preflight and the job share ssh::is_local_host.
+    throw LaunchError("host " + host + " has no SSH session from the preflight");
   };
   return run_job(options, hooks);
 }

@@ -56,7 +56,7 @@ std::vector<std::string> local_addresses() {
 }
 
 bool is_local_host(std::string_view host) {
-  if (iequals(host, "localhost")) return true;
+  if (iequals(host, "localhost") || iequals(host, "localhost.localdomain")) return true;
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) == 0 && name[0] != '\0') {
     std::string_view self(name);

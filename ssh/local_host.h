@@ -1,6 +1,6 @@
 // Which hosts are this machine: they run without SSH. A host is local when it is
-// `localhost`, this machine's hostname (short or full), or one of its interface
-// addresses. Names are not resolved: a name that merely resolves to a loopback address
+// `localhost` (or `localhost.localdomain`), this machine's hostname (short or full), or one of its
+// interface addresses. Names are not resolved: a name that merely resolves to a loopback address
 // (or 127.0.0.2) is remote, so the loopback test cluster goes through SSH.
 #pragma once
 

@@ -68,11 +68,18 @@ TEST_CASE("every message survives a round trip whatever the chunking") {
   spawn.env = {"A=1", "B=two words", "C=line\nbreak", "HVDRUN_SECRET=abc"};
   spawn.stderr_tail_lines = 5;
   proto::RankExited exited{3, true, 9, {"Traceback", "ValueError: x"}};
+  proto::Hello hello;
+  hello.launcher_addr = "10.0.0.1";
   std::vector<proto::Message> msgs = {
-      proto::Hello{}, proto::AgentHello{proto::kVersion, 1234, "node1", 29500},
-      spawn, proto::RankStarted{7, 4321},
+      hello,
+      proto::AgentHello{proto::kVersion, 1234, "node1", 29500, "eth1"},
+      spawn,
+      proto::RankStarted{7, 4321},
       proto::Output{7, proto::Stream::err, std::string_view("some\nbytes\0here", 15)},
-      exited, proto::Kill{250}, proto::Heartbeat{}, proto::Fatal{2, "cannot start rank 2"}};
+      exited,
+      proto::Kill{250},
+      proto::Heartbeat{},
+      proto::Fatal{2, "cannot start rank 2"}};
   std::string all;
   for (const auto& m : msgs) all += encoded(m);
   for (std::size_t chunk : {std::size_t{1}, std::size_t{3}, std::size_t{7}, all.size()}) {
@@ -138,6 +145,19 @@ TEST_CASE("a hello with another version decodes far enough to report the mismatc
   auto m = d.next();
   REQUIRE(m);
   CHECK(std::get<proto::Hello>(*m).version == 9);
+}
+
+TEST_CASE("a version 1 agent hello (no interface field) is read as a version mismatch") {
+  // Version 1 ended the agent hello after the free port.
+  std::string p = std::string("HVDA") + std::string("\0\0\0\x01", 4) +
+                  std::string("\0\0\x04\xd2", 4) + std::string("\0\0\0\x05", 4) + "node1" +
+                  std::string("\x73\x3c", 2);
+  proto::Decoder d;
+  d.feed(frame(2, p));
+  auto m = d.next();
+  REQUIRE(m);
+  CHECK(std::get<proto::AgentHello>(*m).version == 1);
+  CHECK(proto::kVersion == 2);
 }
 
 TEST_CASE("a message larger than the frame limit cannot be encoded") {

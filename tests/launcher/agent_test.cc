@@ -14,8 +14,10 @@
 #include <string>
 
 #include "common/fd.h"
+#include "compat/env.h"
 #include "launcher/agent.h"
 #include "launcher/agent_protocol.h"
+#include "ssh/local_host.h"
 
 using namespace hvdrun;
 using namespace hvdrun::launcher;
@@ -31,7 +33,7 @@ struct Got {
 
 class AgentProcess {
  public:
-  AgentProcess() {
+  explicit AgentProcess(const std::string& launcher_addr = {}) {
     auto [in_r, in_w] = make_pipe();
     auto [out_r, out_w] = make_pipe();
     pid_ = ::fork();
@@ -45,6 +47,7 @@ class AgentProcess {
     from_ = std::move(out_r);
     proto::Hello h;
     h.kill_grace_ms = 300;
+    h.launcher_addr = launcher_addr;
     send(h);
   }
   ~AgentProcess() {
@@ -143,6 +146,27 @@ bool gone(pid_t pid, std::chrono::milliseconds within) {
 }
 
 }  // namespace
+
+TEST_CASE("agent: its hello names this host's interface toward the launcher's address") {
+  {
+    AgentProcess a;  // no address: nothing looked up
+    CHECK(a.expect<proto::AgentHello>().iface.empty());
+  }
+  {
+    AgentProcess a("127.0.0.1");
+    CHECK(a.expect<proto::AgentHello>().iface == "lo");
+  }
+  // An address of another interface, when this machine has one: the agent names that one.
+  for (const std::string& addr : ssh::local_addresses()) {
+    if (addr.find(':') != std::string::npos || addr.rfind("127.", 0) == 0) continue;
+    AgentProcess a(addr);
+    std::string iface = a.expect<proto::AgentHello>().iface;
+    INFO(addr);
+    CHECK(iface == compat::interface_for_address(addr));
+    CHECK(iface != "lo");
+    break;
+  }
+}
 
 TEST_CASE("agent: a rank runs with its environment and its output precedes its exit report") {
   AgentProcess a;

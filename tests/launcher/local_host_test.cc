@@ -3,8 +3,11 @@
 
 #include <unistd.h>
 
+#include <string>
+
 #include "common/error.h"
 #include "launcher/local_host.h"
+#include "ssh/local_host.h"
 
 using hvdrun::launcher::interface_address;
 using hvdrun::launcher::is_local_host;
@@ -32,4 +35,20 @@ TEST_CASE("interface addresses are looked up by name with a helpful error") {
   } catch (const hvdrun::UsageError& e) {
     CHECK_THAT(e.what(), Catch::Contains("no such interface") && Catch::Contains("lo"));
   }
+}
+
+TEST_CASE("the job and the preflight agree on which hosts are this machine") {
+  // A host the preflight takes for this machine gets no SSH session; the job must then
+  // run it locally too (and the other way round).
+  char name[256] = {};
+  REQUIRE(::gethostname(name, sizeof name - 1) == 0);
+  for (std::string host :
+       {std::string("localhost"), std::string("LOCALHOST"), std::string("localhost.localdomain"),
+        std::string("127.0.0.1"), std::string("0:0::1"), std::string(name),
+        std::string("127.0.0.2"), std::string("node1")}) {
+    INFO(host);
+    CHECK(is_local_host(host) == hvdrun::ssh::is_local_host(host));
+  }
+  CHECK(is_local_host("LOCALHOST"));
+  CHECK(is_local_host("localhost.localdomain"));
 }

@@ -85,6 +85,26 @@ TEST_CASE("network interface option names the interface for Gloo and NCCL") {
   CHECK(env["HVDRUN_NETWORK_INTERFACE"] == "eth1");
 }
 
+TEST_CASE("each host's own interface names Gloo's and NCCL's unless the user named them") {
+  JobEnv j = job();
+  j.host_interface = "ens5";
+  auto plain = as_map(rank_env(EnvList{}, hvdrun::hostfile::RankSlot{}, "h", j));
+  CHECK(plain["HOROVOD_GLOO_IFACE"] == "ens5");
+  CHECK(plain["NCCL_SOCKET_IFNAME"] == "ens5");
+  CHECK(plain.count("HVDRUN_NETWORK_INTERFACE") == 0);
+
+  EnvList base;  // from the launching shell or -x: the user's choice wins, name by name
+  base.set("NCCL_SOCKET_IFNAME", "=ib0");
+  auto user = as_map(rank_env(base, hvdrun::hostfile::RankSlot{}, "h", j));
+  CHECK(user["NCCL_SOCKET_IFNAME"] == "=ib0");
+  CHECK(user["HOROVOD_GLOO_IFACE"] == "ens5");
+
+  j.network_interface = "eth1";  // --network-interface beats the agent's finding
+  auto forced = as_map(rank_env(EnvList{}, hvdrun::hostfile::RankSlot{}, "h", j));
+  CHECK(forced["HOROVOD_GLOO_IFACE"] == "eth1");
+  CHECK(forced["NCCL_SOCKET_IFNAME"] == "eth1");
+}
+
 TEST_CASE("a local host inherits everything and a remote one the documented set plus -x") {
   char* launcher_env[] = {const_cast<char*>("PATH=/usr/bin"), const_cast<char*>("HOME=/root"),
                           const_cast<char*>("LD_LIBRARY_PATH=/opt/lib"),
