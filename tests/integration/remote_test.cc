@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -348,6 +349,136 @@ TEST_CASE("remote: the allreduce demo sums across this machine and a remote host
   REQUIRE(code == 0);
   CHECK(count(h.out, "expected 10: ok\n") == 4);
   CHECK_THAT(h.out, Catch::Contains("4 ranks on 2 host(s): all ranks agree"));
+}
+
+namespace {
+
+// True when this process may make a private mount namespace and mount a tmpfs in it (root
+// with CAP_SYS_ADMIN; containers often forbid it).
+bool can_hide_directories() {
+  const std::string probe = cluster().dir() + "/mount-probe";
+  ::mkdir(probe.c_str(), 0755);
+  int st = testing::run_process({"unshare", "--mount", "--propagation", "private", "sh", "-c",
+                                 "mount -t tmpfs hvdrun-probe '" + probe + "'"});
+  ::rmdir(probe.c_str());
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+// Waits up to `within` for `pid` to be gone; true when it is.
+bool gone_within(pid_t pid, std::chrono::milliseconds within) {
+  auto deadline = Clock::now() + within;
+  while (alive(pid) && Clock::now() < deadline) ::usleep(5000);
+  return !alive(pid);
+}
+
+}  // namespace
+
+TEST_CASE("remote: a cwd missing on one host fails the launch, naming host and directory") {
+  // Loopback hosts share this machine's files, so node1's agent runs in a private mount
+  // namespace where an empty tmpfs covers the directory's parent: there, the directory is
+  // really missing.
+  if (!can_hide_directories()) {
+    WARN("skipped: unshare --mount / mount -t tmpfs not permitted here");
+    return;
+  }
+  const std::string parent = cluster().dir() + "/hidden";
+  const std::string cwd = parent + "/work dir";
+  ::mkdir(parent.c_str(), 0755);
+  ::mkdir(cwd.c_str(), 0755);
+  const std::string wrapper =
+      cluster().write_file("hide_cwd.sh",
+                           "#!/bin/sh\nexec unshare --mount --propagation private sh -c "
+                           "'mount -t tmpfs hvdrun-hidden \"$0\" && exec \"$@\"' '" +
+                               parent + "' '" + kHvdrun + "' \"$@\"\n",
+                           0755);
+  auto t0 = Clock::now();
+  Hvdrun h(with_config({"--remote-hvdrun", wrapper, "-H", "localhost:1,node1:1", "sh", "-c",
+                        "echo started; exec sleep 30"}),
+           cwd);
+  int code = h.wait();
+  INFO("stderr: " << h.err);
+  CHECK(code == 255);
+  CHECK(Clock::now() - t0 < 15s);  // the local rank was stopped, not waited for
+  CHECK_THAT(h.err, Catch::Contains("host node1") &&
+                        Catch::Contains("cannot change to directory '" + cwd + "'") &&
+                        Catch::Contains("No such file or directory"));
+  CHECK(count(h.out, "started") <= 1);  // node1's rank never ran
+}
+
+TEST_CASE("remote: an agent that does not report its ranks fails the launch at --start-timeout") {
+  // node1's "hvdrun" answers the preflight, but as the agent it reads its input and never
+  // says a word: a host where the agent hangs before it starts.
+  const std::string dir = PidJob::make_dir();
+  const std::string wrapper = cluster().write_file(
+      "silent_agent.sh",
+      "#!/bin/sh\nif [ \"$1\" = agent ]; then echo $$ > " + dir +
+          "/silent.pid; exec cat > /dev/null; fi\nexec '" + kHvdrun + "' \"$@\"\n",
+      0755);
+  auto t0 = Clock::now();
+  Hvdrun h(
+      with_config({"--remote-hvdrun", wrapper, "--start-timeout", "3", "-H", "localhost:1,node1:1",
+                   "sh", "-c", "echo $$ > " + dir + "/rank.pid; exec sleep 60"}));
+  int code = h.wait(20s);
+  auto elapsed = Clock::now() - t0;
+  INFO("stderr: " << h.err);
+  CHECK(code == 255);
+  CHECK(elapsed >= 3s);
+  CHECK(elapsed < 3s + 5s);  // one deadline from the start, preflight included; then teardown
+  CHECK_THAT(h.err, Catch::Contains("--start-timeout 3 s") &&
+                        Catch::Contains("host node1: its agent did not answer"));
+  CHECK_THAT(h.err, !Catch::Contains("host localhost"));  // its rank had started
+  // Nothing left: the local rank and the silent stand-in on node1.
+  for (const char* name : {"rank.pid", "silent.pid"}) {
+    std::string text = read_file(dir + "/" + name);
+    INFO(name);
+    REQUIRE(!text.empty());
+    CHECK(gone_within(static_cast<pid_t>(std::stol(text)), 5s));
+    ::unlink((dir + "/" + name).c_str());
+  }
+  ::rmdir(dir.c_str());
+}
+
+TEST_CASE("remote: a host listed twice is a usage error, before anything starts") {
+  // As mpirun would merge them but horovodrun gives each entry its own local ranks (two
+  // "local rank 0" on one host), hvdrun asks for one entry with the total slots.
+  Hvdrun twice(with_config({"-H", "node1:1,node1:1", "echo", "should-not-run"}));
+  CHECK(twice.wait() == 2);
+  CHECK_THAT(twice.err,
+             Catch::Contains("host 'node1' is listed twice") && Catch::Contains("node1:2"));
+  CHECK(twice.out.empty());
+  Hvdrun cased(with_config({"-H", "localhost:1,LOCALHOST:1", "echo", "should-not-run"}));
+  CHECK(cased.wait() == 2);
+  CHECK_THAT(cased.err, Catch::Contains("listed twice"));
+}
+
+TEST_CASE("remote: a local host however written runs locally next to remote hosts") {
+  // The preflight and the job once disagreed on LOCALHOST (the job then found no SSH
+  // session for it).
+  Hvdrun h(with_config({"-H", "LOCALHOST:1,node1:1", "sh", "-c", "echo \"H=$HVDRUN_HOSTNAME\""}));
+  INFO("stderr: " << h.err);
+  REQUIRE(h.wait() == 0);
+  CHECK_THAT(h.out, Catch::Contains("[0]<stdout>:H=LOCALHOST\n") &&
+                        Catch::Contains("[1]<stdout>:H=node1\n"));
+}
+
+TEST_CASE("remote: each host's ranks get that host's interface toward the launcher") {
+  if (std::getenv("HOROVOD_GLOO_IFACE") || std::getenv("NCCL_SOCKET_IFNAME")) {
+    WARN("skipped: HOROVOD_GLOO_IFACE or NCCL_SOCKET_IFNAME is set here, and would win");
+    return;
+  }
+  Hvdrun h(with_config({"-H", "localhost:1,node1:1,node2:1", "sh", "-c",
+                        "echo \"G=$HOROVOD_GLOO_IFACE N=$NCCL_SOCKET_IFNAME\""}));
+  INFO("stderr: " << h.err);
+  REQUIRE(h.wait() == 0);
+  for (int r = 0; r < 3; ++r) {
+    CHECK_THAT(h.out, Catch::Contains("[" + std::to_string(r) + "]<stdout>:G=lo N=lo\n"));
+  }
+  // A value the user gives wins, name by name.
+  Hvdrun user(with_config({"-H", "node1:1", "-x", "NCCL_SOCKET_IFNAME==user0", "sh", "-c",
+                           "echo \"G=$HOROVOD_GLOO_IFACE N=$NCCL_SOCKET_IFNAME\""}));
+  INFO("stderr: " << user.err);
+  REQUIRE(user.wait() == 0);
+  CHECK(user.out == "[0]<stdout>:G=lo N==user0\n");
 }
 
 // Not part of the suite (hidden tag): wall time of `true` on 8 loopback hosts x 2 slots.
