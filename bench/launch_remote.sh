@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# Launch over SSH on a loopback cluster that this script brings up itself: wall time of
+# `true` on 8 hosts x 2 slots with hvdrun against OpenMPI's
+#   mpirun --allow-run-as-root --prefix /usr --mca plm_rsh_agent "ssh -F CFG" \
+#          -H node1:2,...,node8:2 -np 16 true
+# (interleaved repetitions, median of each, ratio; target <= 0.25x), then a 32-host x
+# 4-slot hvdrun launch with hvdrun's peak RSS (/usr/bin/time).
+#
+# The cluster is the one the integration tests use (tests/support/sshd_cluster.cc): a temp
+# dir with an ed25519 host key and user key, one `sshd -D` per 15 loopback addresses
+# (127.0.0.1..127.0.0.N, one free port; sshd listens on at most 16 sockets), UsePAM no,
+# StrictModes no, MaxStartups/MaxSessions raised, and an ssh_config with aliases
+# node1..nodeN that both hvdrun (--ssh-config) and OpenSSH (ssh -F) read. Every login
+# happens on this machine, so the sshd side of each login shares its CPUs with everything
+# else: read the figures as upper bounds, and compare within one run.
+#
+# Needs root, /usr/sbin/sshd, ssh, ssh-keygen, mpirun (OpenMPI) and /usr/bin/time.
+# Usage: bench/launch_remote.sh [build-dir=build] [reps=7] [big-hosts=32] [big-reps=3]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+reps=${2:-7}
+big_hosts=${3:-32}
+big_reps=${4:-3}
+small_hosts=8
+small_slots=2
+big_slots=4
+
+if (($(id -u) != 0)); then
+  echo "launch_remote.sh: needs root (it starts sshd on loopback addresses)" >&2
+  exit 1
+fi
+for tool in /usr/sbin/sshd ssh ssh-keygen mpirun /usr/bin/time bc; do
+  command -v "$tool" >/dev/null || { echo "launch_remote.sh: $tool not found" >&2; exit 1; }
+done
+cmake --build "$build" --target hvdrun >/dev/null
+hvdrun=$(readlink -f "$build/cli/hvdrun")
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+hosts=$((big_hosts > small_hosts ? big_hosts : small_hosts))
+dir=$(mktemp -d /tmp/hvdrun-launch-remote-XXXXXX)
+daemons=()
+cleanup() {
+  for pid in "${daemons[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${daemons[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+# --- the cluster --------------------------------------------------------------------
+mkdir -p /run/sshd
+ssh-keygen -q -t ed25519 -N '' -C hvdrun-bench-host -f "$dir/host_key"
+ssh-keygen -q -t ed25519 -N '' -C hvdrun-bench-user -f "$dir/user_key"
+cp "$dir/user_key.pub" "$dir/authorized_keys"
+chmod 600 "$dir/authorized_keys"
+port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+
+per_daemon=15
+for ((first = 1; first <= hosts; first += per_daemon)); do
+  g=$(((first - 1) / per_daemon))
+  {
+    echo "Port $port"
+    for ((k = first; k < first + per_daemon && k <= hosts; k++)); do echo "ListenAddress 127.0.0.$k"; done
+    cat <<EOF
+HostKey $dir/host_key
+AuthorizedKeysFile $dir/authorized_keys
+UsePAM no
+StrictModes no
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+UseDNS no
+PidFile none
+LogLevel ERROR
+MaxStartups 1000:100:1000
+MaxSessions 1000
+MaxAuthTries 20
+LoginGraceTime 60
+EOF
+  } >"$dir/sshd_config.$g"
+  chmod 600 "$dir/sshd_config.$g"
+  /usr/sbin/sshd -D -e -f "$dir/sshd_config.$g" </dev/null >"$dir/sshd.$g.log" 2>&1 &
+  daemons+=($!)
+done
+
+# Every address known in advance (same host key everywhere), so that parallel logins
+# never race on writing known_hosts.
+hostkey=$(cut -d' ' -f1-2 "$dir/host_key.pub")
+cfg=$dir/ssh_config
+: >"$dir/known_hosts"
+: >"$cfg"
+for ((k = 1; k <= hosts; k++)); do
+  echo "[127.0.0.$k]:$port $hostkey" >>"$dir/known_hosts"
+  cat >>"$cfg" <<EOF
+Host node$k
+  HostName 127.0.0.$k
+  Port $port
+  User root
+  IdentityFile $dir/user_key
+  IdentitiesOnly yes
+  UserKnownHostsFile $dir/known_hosts
+  GlobalKnownHostsFile /dev/null
+  StrictHostKeyChecking yes
+  BatchMode yes
+  LogLevel ERROR
+EOF
+done
+chmod 600 "$cfg"
+
+# sshd says nothing when it is ready: connect to every address until it answers (10 s).
+deadline=$(($(date +%s) + 10))
+for ((k = 1; k <= hosts; k++)); do
+  until (exec 3<>"/dev/tcp/127.0.0.$k/$port") 2>/dev/null; do
+    if (($(date +%s) > deadline)); then
+      echo "launch_remote.sh: sshd did not accept on 127.0.0.$k:$port within 10 s" >&2
+      cat "$dir"/sshd.*.log >&2
+      exit 1
+    fi
+    sleep 0.02
+  done
+done
+
+host_list() {  # host_list N SLOTS -> node1:S,...,nodeN:S
+  local out="" k
+  for ((k = 1; k <= $1; k++)); do out+="${out:+,}node$k:$2"; done
+  echo "$out"
+}
+
+# Sets T to the wall seconds of one run of "$@", or to "hung" past 60 s. The output goes
+# to $dir/last.log and is shown when the command fails, which ends the benchmark.
+timed() {
+  local t0 t1 rc=0
+  t0=$(date +%s.%N)
+  timeout 60 "$@" >"$dir/last.log" 2>&1 || rc=$?
+  t1=$(date +%s.%N)
+  if ((rc == 124)); then
+    T=hung
+  elif ((rc != 0)); then
+    echo "launch_remote.sh: failed (exit $rc): $*" >&2
+    cat "$dir/last.log" >&2
+    exit 1
+  else
+    T=$(echo "$t1 - $t0" | bc -l)
+  fi
+}
+median() { sort -g | awk '{ v[NR] = $1 } END { m = int((NR + 1) / 2); printf "%.3f", (NR % 2) ? v[m] : (v[m] + v[m + 1]) / 2 }'; }
+range() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.3f-%.3f", lo, hi }'; }
+
+small=$(host_list "$small_hosts" "$small_slots")
+np=$((small_hosts * small_slots))
+hvdrun_small=("$hvdrun" --ssh-config "$cfg" -H "$small" -np "$np" true)
+mpirun_small=(mpirun --allow-run-as-root --prefix /usr --mca plm_rsh_agent "ssh -F $cfg"
+  -H "$small" -np "$np" true)
+
+echo "host: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); $(mpirun --version | head -1)"
+echo "cluster: $hosts loopback hosts, $(((hosts + per_daemon - 1) / per_daemon)) sshd, port $port"
+
+# Warm up (page cache, sshd's first forks), and make sure both work before timing.
+timed "${hvdrun_small[@]}"
+timed "${mpirun_small[@]}"
+[[ $T != hung ]] || { echo "launch_remote.sh: mpirun hung on its first run" >&2; exit 1; }
+
+h=() m=()
+hung=0
+for ((i = 0; i < reps; i++)); do
+  timed "${hvdrun_small[@]}"
+  [[ $T != hung ]] || { echo "launch_remote.sh: hvdrun hung" >&2; exit 1; }
+  h+=("$T")
+  timed "${mpirun_small[@]}"
+  if [[ $T == hung ]]; then hung=$((hung + 1)); else m+=("$T"); fi
+done
+hm=$(printf '%s\n' "${h[@]}" | median)
+hr=$(printf '%s\n' "${h[@]}" | range)
+printf "\n%-44s %10s %14s\n" "launch of true, $reps repetitions" "median (s)" "range (s)"
+printf "%-44s %10s %14s\n" "hvdrun, $small_hosts hosts x $small_slots slots" "$hm" "$hr"
+if ((${#m[@]} == 0)); then
+  printf "%-44s %10s\n" "mpirun, same" "hung"
+else
+  mm=$(printf '%s\n' "${m[@]}" | median)
+  mr=$(printf '%s\n' "${m[@]}" | range)
+  printf "%-44s %10s %14s%s\n" "mpirun, same" "$mm" "$mr" \
+    "$( ((hung > 0)) && echo "  (hung in $hung of $reps runs; median of the others)")"
+  printf "%-44s %10.3f   (target <= 0.25)\n" "ratio hvdrun / mpirun" "$(echo "$hm / $mm" | bc -l)"
+fi
+
+# The big launch: wall time and hvdrun's peak RSS (GNU time's %M, KiB).
+big=$(host_list "$big_hosts" "$big_slots")
+b=() rss=0
+for ((i = 0; i < big_reps; i++)); do
+  timed /usr/bin/time -f '%M' -o "$dir/rss" "$hvdrun" --ssh-config "$cfg" -H "$big" true
+  [[ $T != hung ]] || { echo "launch_remote.sh: hvdrun hung on $big_hosts hosts" >&2; exit 1; }
+  b+=("$T")
+  r=$(tail -1 "$dir/rss")
+  ((r > rss)) && rss=$r
+done
+printf "%-44s %10s %14s   peak RSS %d KiB (%.1f MiB)\n" \
+  "hvdrun, $big_hosts hosts x $big_slots slots ($big_reps runs)" \
+  "$(printf '%s\n' "${b[@]}" | median)" "$(printf '%s\n' "${b[@]}" | range)" "$rss" \
+  "$(echo "$rss / 1024" | bc -l)"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
