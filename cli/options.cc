@@ -86,11 +86,131 @@ const std::array kOptions = {
             kRun | kCheck},
     OptSpec{"log-level", 0, false, "LEVEL", "Output", "trace|debug|info|warning|error|critical|off",
             kAll},
+    // horovodrun's tuning flags, so its command lines run unchanged: each becomes a
+    // HOROVOD_* variable in every rank (see kHorovodKnobs), exactly as horovodrun sets it.
+    OptSpec{"gloo", 0, false, nullptr, "Horovod", "accepted: ranks always use Horovod's gloo mode",
+            kRun},
+    OptSpec{"disable-cache", 0, false, nullptr, "Horovod", "accepted: hvdrun keeps no check cache",
+            kRun},
+    OptSpec{"fusion-threshold-mb", 0, false, "MB", "Horovod", "HOROVOD_FUSION_THRESHOLD (in MiB)",
+            kRun},
+    OptSpec{"cycle-time-ms", 0, false, "MS", "Horovod", "HOROVOD_CYCLE_TIME", kRun},
+    OptSpec{"cache-capacity", 0, false, "N", "Horovod", "HOROVOD_CACHE_CAPACITY", kRun},
+    OptSpec{"hierarchical-allreduce", 0, false, nullptr, "Horovod",
+            "HOROVOD_HIERARCHICAL_ALLREDUCE=1", kRun},
+    OptSpec{"no-hierarchical-allreduce", 0, false, nullptr, "Horovod",
+            "HOROVOD_HIERARCHICAL_ALLREDUCE=0", kRun},
+    OptSpec{"hierarchical-allgather", 0, false, nullptr, "Horovod",
+            "HOROVOD_HIERARCHICAL_ALLGATHER=1", kRun},
+    OptSpec{"no-hierarchical-allgather", 0, false, nullptr, "Horovod",
+            "HOROVOD_HIERARCHICAL_ALLGATHER=0", kRun},
+    OptSpec{"autotune", 0, false, nullptr, "Horovod", "HOROVOD_AUTOTUNE=1", kRun},
+    OptSpec{"autotune-log-file", 0, false, "FILE", "Horovod", "HOROVOD_AUTOTUNE_LOG", kRun},
+    OptSpec{"autotune-warmup-samples", 0, false, "N", "Horovod", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES",
+            kRun},
+    OptSpec{"autotune-steps-per-sample", 0, false, "N", "Horovod",
+            "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", kRun},
+    OptSpec{"autotune-bayes-opt-max-samples", 0, false, "N", "Horovod",
+            "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", kRun},
+    OptSpec{"autotune-gaussian-process-noise", 0, false, "X", "Horovod",
+            "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE, 0..1", kRun},
+    OptSpec{"timeline-filename", 0, false, "FILE", "Horovod", "HOROVOD_TIMELINE", kRun},
+    OptSpec{"timeline-mark-cycles", 0, false, nullptr, "Horovod", "HOROVOD_TIMELINE_MARK_CYCLES=1",
+            kRun},
+    OptSpec{"no-stall-check", 0, false, nullptr, "Horovod", "HOROVOD_STALL_CHECK_DISABLE=1", kRun},
+    OptSpec{"stall-check-warning-time-seconds", 0, false, "SEC", "Horovod",
+            "HOROVOD_STALL_CHECK_TIME_SECONDS", kRun},
+    OptSpec{"stall-check-shutdown-time-seconds", 0, false, "SEC", "Horovod",
+            "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", kRun},
+    OptSpec{"num-nccl-streams", 0, false, "N", "Horovod", "HOROVOD_NUM_NCCL_STREAMS", kRun},
+    OptSpec{"thread-affinity", 0, false, "N", "Horovod", "HOROVOD_THREAD_AFFINITY", kRun},
+    OptSpec{"gloo-timeout-seconds", 0, false, "SEC", "Horovod", "HOROVOD_GLOO_TIMEOUT_SECONDS",
+            kRun},
+    OptSpec{"tcp", 0, false, nullptr, "Horovod", "NCCL_IB_DISABLE=1 (TCP only)", kRun},
+    OptSpec{"log-without-timestamp", 0, false, nullptr, "Horovod", "HOROVOD_LOG_HIDE_TIME=1", kRun},
     OptSpec{"check-build", 0, false, nullptr, "Other", "show build features (Gloo, NCCL) and exit",
             kRun},
     OptSpec{"version", 0, false, nullptr, "Other", "print the version and exit", kAll},
     OptSpec{"help", 'h', false, nullptr, "Other", "print this help and exit", kAll},
 };
+
+// How a horovodrun tuning flag's value becomes its variable's value.
+enum class Knob {
+  accepted,   // switch with no effect under hvdrun
+  one,        // switch: VARIABLE=1
+  zero,       // switch: VARIABLE=0
+  whole,      // whole number >= 0, passed as written
+  megabytes,  // whole number of MiB >= 0, passed in bytes
+  decimal,    // decimal number >= 0 (e.g. 2.5), passed as written
+  fraction,   // decimal number from 0 to 1
+  text,       // any non-empty text (a file name)
+};
+
+struct HorovodKnob {
+  const char* option;
+  const char* variable;
+  Knob kind;
+};
+
+// The variables horovodrun's launcher sets from these flags (its config_parser), so a
+// program sees the same environment under either launcher.
+const std::array kHorovodKnobs = {
+    HorovodKnob{"gloo", nullptr, Knob::accepted},
+    HorovodKnob{"disable-cache", nullptr, Knob::accepted},
+    HorovodKnob{"fusion-threshold-mb", "HOROVOD_FUSION_THRESHOLD", Knob::megabytes},
+    HorovodKnob{"cycle-time-ms", "HOROVOD_CYCLE_TIME", Knob::decimal},
+    HorovodKnob{"cache-capacity", "HOROVOD_CACHE_CAPACITY", Knob::whole},
+    HorovodKnob{"hierarchical-allreduce", "HOROVOD_HIERARCHICAL_ALLREDUCE", Knob::one},
+    HorovodKnob{"no-hierarchical-allreduce", "HOROVOD_HIERARCHICAL_ALLREDUCE", Knob::zero},
+    HorovodKnob{"hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER", Knob::one},
+    HorovodKnob{"no-hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER", Knob::zero},
+    HorovodKnob{"autotune", "HOROVOD_AUTOTUNE", Knob::one},
+    HorovodKnob{"autotune-log-file", "HOROVOD_AUTOTUNE_LOG", Knob::text},
+    HorovodKnob{"autotune-warmup-samples", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", Knob::whole},
+    HorovodKnob{"autotune-steps-per-sample", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", Knob::whole},
+    HorovodKnob{"autotune-bayes-opt-max-samples", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+                Knob::whole},
+    HorovodKnob{"autotune-gaussian-process-noise", "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
+                Knob::fraction},
+    HorovodKnob{"timeline-filename", "HOROVOD_TIMELINE", Knob::text},
+    HorovodKnob{"timeline-mark-cycles", "HOROVOD_TIMELINE_MARK_CYCLES", Knob::one},
+    HorovodKnob{"no-stall-check", "HOROVOD_STALL_CHECK_DISABLE", Knob::one},
+    HorovodKnob{"stall-check-warning-time-seconds", "HOROVOD_STALL_CHECK_TIME_SECONDS",
+                Knob::whole},
+    HorovodKnob{"stall-check-shutdown-time-seconds", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
+                Knob::whole},
+    HorovodKnob{"num-nccl-streams", "HOROVOD_NUM_NCCL_STREAMS", Knob::whole},
+    HorovodKnob{"thread-affinity", "HOROVOD_THREAD_AFFINITY", Knob::whole},
+    HorovodKnob{"gloo-timeout-seconds", "HOROVOD_GLOO_TIMEOUT_SECONDS", Knob::whole},
+    HorovodKnob{"tcp", "NCCL_IB_DISABLE", Knob::one},
+    HorovodKnob{"log-without-timestamp", "HOROVOD_LOG_HIDE_TIME", Knob::one},
+};
+
+// horovodrun flags hvdrun does not take, with what to do instead.
+const std::array<std::pair<std::string_view, std::string_view>, 14> kHorovodRefused = {{
+    {"--mpi", "hvdrun has no MPI controller; drop --mpi (Horovod programs run in gloo mode)"},
+    {"--jsrun", "hvdrun has no jsrun mode; drop --jsrun and give the hosts with -H"},
+    {"--mpi-args", "hvdrun does not use mpirun; drop --mpi-args"},
+    {"--binding-args", "hvdrun does not use mpirun; drop --binding-args"},
+    {"--mpi-threads-disable", "hvdrun does not use MPI; drop --mpi-threads-disable"},
+    {"--config-file",
+     "hvdrun reads no YAML config; give its settings as flags (e.g. --fusion-threshold-mb)"},
+    {"--network-interfaces", "hvdrun takes one interface; use --network-interface IF"},
+    {"--host-discovery-script", "hvdrun has no elastic mode; give the hosts with -H or --hostfile"},
+    {"--min-np", "hvdrun has no elastic mode; give -np"},
+    {"--max-np", "hvdrun has no elastic mode; give -np"},
+    {"--slots-per-host", "hvdrun has no elastic mode; give slots in -H host:slots"},
+    {"--elastic-timeout", "hvdrun has no elastic mode; drop --elastic-timeout"},
+    {"--reset-limit", "hvdrun has no elastic mode; drop --reset-limit"},
+    {"--blacklist-cooldown-range", "hvdrun has no elastic mode; drop --blacklist-cooldown-range"},
+}};
+
+// horovodrun's single-dash spellings.
+const std::array<std::pair<std::string_view, std::string_view>, 3> kSingleDashAliases = {{
+    {"-hostfile", "hostfile"},
+    {"-cb", "check-build"},
+    {"-prefix-timestamp", "prefix-output-with-timestamp"},
+}};
 
 const OptSpec& spec_named(std::string_view name) {
   for (const auto& s : kOptions) {
@@ -156,6 +276,12 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 
 [[noreturn]] void unknown_option(std::string_view written) {
   std::string_view name = written.substr(0, written.find('='));
+  for (const auto& [flag, advice] : kHorovodRefused) {
+    if (name == flag) {
+      throw UsageError("horovodrun's " + std::string(flag) +
+                       " is not supported: " + std::string(advice));
+    }
+  }
   std::string best;
   size_t best_d = 3;
   for (const auto& s : kOptions) {
@@ -237,6 +363,76 @@ struct Found {
   std::optional<std::string> value;
 };
 
+// A non-negative decimal number as horovodrun's float flags take it: digits with at most
+// one '.', e.g. "5", "0.8", "2.5".
+std::optional<double> parse_decimal(std::string_view text) {
+  if (text.empty() || text.size() > 20 || text.front() == '.' || text.back() == '.') {
+    return std::nullopt;
+  }
+  if (std::count(text.begin(), text.end(), '.') > 1) return std::nullopt;
+  if (!std::all_of(text.begin(), text.end(),
+                   [](char c) { return c == '.' || (c >= '0' && c <= '9'); })) {
+    return std::nullopt;
+  }
+  return std::stod(std::string(text));
+}
+
+// The NAME=VALUE entries the horovodrun tuning flags among `found` stand for, in the
+// order given; -x entries come after them, so an explicit -x wins.
+std::vector<std::string> horovod_knob_env(const std::vector<Found>& found) {
+  std::vector<std::string> env;
+  std::map<std::string_view, std::string_view> switch_by_variable;
+  for (const auto& f : found) {
+    const auto* knob = std::find_if(
+        kHorovodKnobs.begin(), kHorovodKnobs.end(),
+        [&](const HorovodKnob& k) { return k.option == std::string_view(f.spec->name); });
+    if (knob == kHorovodKnobs.end() || knob->kind == Knob::accepted) continue;
+    const std::string flag = "--" + std::string(knob->option);
+    const std::string value = f.value.value_or("");
+    std::string out;
+    switch (knob->kind) {
+      case Knob::one:
+      case Knob::zero: {
+        auto [it, fresh] = switch_by_variable.emplace(knob->variable, knob->option);
+        if (!fresh && it->second != knob->option) {
+          throw UsageError("--" + std::string(it->second) + " and " + flag +
+                           " cannot be used together; give one of them");
+        }
+        out = knob->kind == Knob::one ? "1" : "0";
+        break;
+      }
+      case Knob::whole:
+      case Knob::megabytes: {
+        auto v = parse_number(value, 0, 999999999);
+        if (!v) {
+          throw UsageError("bad value " + quote(value) + " for " + flag +
+                           "; expected a whole number from 0, as in " + flag + " 64");
+        }
+        out = knob->kind == Knob::megabytes ? std::to_string(static_cast<long long>(*v) << 20)
+                                            : std::to_string(*v);
+        break;
+      }
+      case Knob::decimal:
+      case Knob::fraction: {
+        auto v = parse_decimal(value);
+        if (!v || (knob->kind == Knob::fraction && *v > 1.0)) {
+          throw UsageError("bad value " + quote(value) + " for " + flag + "; expected a number " +
+                           (knob->kind == Knob::fraction ? "from 0 to 1, as in " + flag + " 0.8"
+                                                         : "from 0, as in " + flag + " 2.5"));
+        }
+        out = value;
+        break;
+      }
+      case Knob::text:
+      case Knob::accepted:
+        out = value;
+        break;
+    }
+    env.push_back(std::string(knob->variable) + "=" + out);
+  }
+  return env;
+}
+
 }  // namespace
 
 std::string help_text() {
@@ -254,28 +450,37 @@ std::string help_text() {
       "  run      launch the job (the default)\n"
       "  check    check SSH, host key, login and remote hvdrun on every host\n"
       "  agent    internal: started on each host by the launcher over SSH\n";
-  size_t width = 0;
-  for (const auto& s : kOptions) width = std::max(width, column(s).size());
-  for (const char* group : {"Job", "SSH", "Output", "Other"}) {
-    out += std::string("\n") + group + " options:\n";
+  // Descriptions start in one column; an option wider than it gets its description on
+  // the next line, as argparse does.
+  constexpr size_t kColumn = 30;
+  constexpr size_t kIndent = kColumn + 4;
+  constexpr size_t kRoom = 80 - kIndent;
+  for (const char* group : {"Job", "SSH", "Output", "Horovod", "Other"}) {
+    if (std::strcmp(group, "Horovod") == 0) {
+      out += "\nHorovod options (horovodrun's; each sets its variable in every rank):\n";
+    } else {
+      out += std::string("\n") + group + " options:\n";
+    }
     for (const auto& s : kOptions) {
       if (std::strcmp(s.group, group) != 0) continue;
       std::string col = column(s);
-      out += "  " + col + std::string(width - col.size() + 2, ' ');
+      if (col.size() > kColumn) {
+        out += "  " + col + "\n" + std::string(kIndent, ' ');
+      } else {
+        out += "  " + col + std::string(kColumn - col.size() + 2, ' ');
+      }
       // Wrap the description at 80 columns, continuation lines under its first word.
-      const size_t indent = width + 4;
-      const size_t room = indent < 40 ? 80 - indent : 40;
       std::string_view rest = s.help;
       while (!rest.empty()) {
         size_t take = rest.size();
-        if (take > room) {
-          take = rest.rfind(' ', room);
-          if (take == std::string_view::npos || take == 0) take = room;
+        if (take > kRoom) {
+          take = rest.rfind(' ', kRoom);
+          if (take == std::string_view::npos || take == 0) take = kRoom;
         }
         out += std::string(rest.substr(0, take)) + "\n";
         rest.remove_prefix(take);
         while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
-        if (!rest.empty()) out += std::string(indent, ' ');
+        if (!rest.empty()) out += std::string(kIndent, ' ');
       }
     }
   }
@@ -326,6 +531,15 @@ Command parse_command_line(const std::vector<std::string>& args) {
       if (!spec) unknown_option(a);
       if (eq != std::string::npos) value = a.substr(eq + 1);
       written = "--" + name;
+    } else if (auto alias = std::find_if(kSingleDashAliases.begin(), kSingleDashAliases.end(),
+                                         [&](const auto& p) {
+                                           return std::string_view(a).substr(0, a.find('=')) ==
+                                                  p.first;
+                                         });
+               alias != kSingleDashAliases.end()) {
+      spec = &spec_named(alias->second);
+      if (a.find('=') != std::string::npos) value = a.substr(a.find('=') + 1);
+      written = std::string(alias->first);
     } else if (a == "-np" || a.compare(0, 4, "-np=") == 0) {
       spec = &spec_named("num-proc");
       if (a.size() > 3) value = a.substr(4);
@@ -491,6 +705,7 @@ Command parse_command_line(const std::vector<std::string>& args) {
     }
     if (given("output-filename")) o.output_filename = nonempty("output-filename");
     o.prefix_timestamp = given("prefix-output-with-timestamp");
+    o.env = horovod_knob_env(found);
     if (vm.count("env")) {
       for (const auto& e : vm["env"].as<std::vector<std::string>>()) {
         std::string_view name = std::string_view(e).substr(0, e.find('='));

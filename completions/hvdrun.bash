@@ -8,9 +8,15 @@
 # Options that take a value (the next word, or --opt=value).
 _hvdrun_value_opts="-np --num-proc -H --hosts --hostfile -x --env --start-timeout
   --network-interface -p --ssh-port -i --ssh-identity-file --ssh-config --remote-hvdrun
-  --output-filename --log-level"
+  --output-filename --log-level --fusion-threshold-mb --cycle-time-ms --cache-capacity
+  --autotune-log-file --autotune-warmup-samples --autotune-steps-per-sample
+  --autotune-bayes-opt-max-samples --autotune-gaussian-process-noise --timeline-filename
+  --stall-check-warning-time-seconds --stall-check-shutdown-time-seconds --num-nccl-streams
+  --thread-affinity --gloo-timeout-seconds"
 _hvdrun_flag_opts="--prefix-output-with-timestamp --json --verbose --check-build --version
-  -h --help"
+  -h --help --gloo --disable-cache --hierarchical-allreduce --no-hierarchical-allreduce
+  --hierarchical-allgather --no-hierarchical-allgather --autotune --timeline-mark-cycles
+  --no-stall-check --tcp --log-without-timestamp"
 
 # Prints the host names listed in a hostfile ('host slots=N' lines, '#' comments).
 _hvdrun_hostfile_hosts() {
@@ -97,7 +103,8 @@ _hvdrun() {
   fi
 
   case $opt in
-    --hostfile | --ssh-config | -i | --ssh-identity-file | --remote-hvdrun)
+    --hostfile | --ssh-config | -i | --ssh-identity-file | --remote-hvdrun | --autotune-log-file | \
+      --timeline-filename)
       compopt -o filenames 2>/dev/null
       mapfile -t COMPREPLY < <(compgen -f -- "$cur")
       return 0

@@ -262,7 +262,7 @@ TEST_CASE("bad command lines are usage errors with one precise line") {
       {"-n 2 x", "unknown option '-n'; did you mean -np? (see hvdrun --help)"},
       {"--verbos -np 1 x",
        "unknown option '--verbos'; did you mean --verbose? (see hvdrun --help)"},
-      {"--gloo -np 1 x", "unknown option '--gloo'; see hvdrun --help for the options"},
+      {"--glow -np 1 x", "unknown option '--glow'; did you mean --gloo? (see hvdrun --help)"},
       {"-z -np 1 x", "unknown option '-z'; see hvdrun --help for the options"},
       {"-hx -np 1 x", "unknown option '-hx'; see hvdrun --help for the options"},
       {"--verbose=yes -np 1 x", "--verbose takes no value; got '--verbose=yes'"},
@@ -373,5 +373,87 @@ TEST_CASE("help lists every option and fits 80 columns") {
                           "agent"}) {
     INFO("option: " << opt);
     CHECK(help.find(opt) != std::string::npos);
+  }
+}
+
+TEST_CASE("horovodrun's tuning flags become the variables horovodrun sets") {
+  auto cmd = parse_command_line(
+      split("--gloo --disable-cache -np 2 --fusion-threshold-mb 64 --cycle-time-ms 2.5 "
+            "--cache-capacity 2048 --hierarchical-allreduce --no-hierarchical-allgather "
+            "--autotune --autotune-log-file /tmp/at.csv --autotune-warmup-samples 3 "
+            "--autotune-steps-per-sample 10 --autotune-bayes-opt-max-samples 20 "
+            "--autotune-gaussian-process-noise 0.8 --timeline-filename /tmp/tl.json "
+            "--timeline-mark-cycles --no-stall-check --stall-check-warning-time-seconds 60 "
+            "--stall-check-shutdown-time-seconds 0 --num-nccl-streams 2 --thread-affinity 1 "
+            "--gloo-timeout-seconds 45 --tcp --log-without-timestamp -x HOROVOD_CYCLE_TIME=7 "
+            "python train.py"));
+  const std::vector<std::string> want = {
+      "HOROVOD_FUSION_THRESHOLD=67108864",
+      "HOROVOD_CYCLE_TIME=2.5",
+      "HOROVOD_CACHE_CAPACITY=2048",
+      "HOROVOD_HIERARCHICAL_ALLREDUCE=1",
+      "HOROVOD_HIERARCHICAL_ALLGATHER=0",
+      "HOROVOD_AUTOTUNE=1",
+      "HOROVOD_AUTOTUNE_LOG=/tmp/at.csv",
+      "HOROVOD_AUTOTUNE_WARMUP_SAMPLES=3",
+      "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE=10",
+      "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES=20",
+      "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE=0.8",
+      "HOROVOD_TIMELINE=/tmp/tl.json",
+      "HOROVOD_TIMELINE_MARK_CYCLES=1",
+      "HOROVOD_STALL_CHECK_DISABLE=1",
+      "HOROVOD_STALL_CHECK_TIME_SECONDS=60",
+      "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=0",
+      "HOROVOD_NUM_NCCL_STREAMS=2",
+      "HOROVOD_THREAD_AFFINITY=1",
+      "HOROVOD_GLOO_TIMEOUT_SECONDS=45",
+      "NCCL_IB_DISABLE=1",
+      "HOROVOD_LOG_HIDE_TIME=1",
+      // -x comes after the flags, so the user's explicit value wins in the rank.
+      "HOROVOD_CYCLE_TIME=7",
+  };
+  CHECK(cmd.options.env == want);
+  CHECK(cmd.options.command == Args{"python", "train.py"});
+
+  // horovodrun's single-dash spellings.
+  cmd = parse_command_line(split("-np 1 -prefix-timestamp true"));
+  CHECK(cmd.options.prefix_timestamp);
+  CHECK(parse_command_line(split("-cb")).action == Action::check_build);
+}
+
+TEST_CASE("horovodrun flags that cannot apply say what to do instead") {
+  struct Case {
+    std::string line;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"--mpi -np 2 x",
+       "horovodrun's --mpi is not supported: hvdrun has no MPI controller; drop --mpi (Horovod "
+       "programs run in gloo mode)"},
+      {"-np 2 --config-file c.yaml x",
+       "horovodrun's --config-file is not supported: hvdrun reads no YAML config; give its "
+       "settings as flags (e.g. --fusion-threshold-mb)"},
+      {"--min-np=2 x",
+       "horovodrun's --min-np is not supported: hvdrun has no elastic mode; give -np"},
+      {"-np 2 --fusion-threshold-mb 1.5 x",
+       "bad value '1.5' for --fusion-threshold-mb; expected a whole number from 0, as in "
+       "--fusion-threshold-mb 64"},
+      {"-np 2 --cycle-time-ms -1 x",
+       "bad value '-1' for --cycle-time-ms; expected a number from 0, as in --cycle-time-ms 2.5"},
+      {"-np 2 --cycle-time-ms 1.2.3 x",
+       "bad value '1.2.3' for --cycle-time-ms; expected a number from 0, as in --cycle-time-ms "
+       "2.5"},
+      {"-np 2 --autotune-gaussian-process-noise 1.5 x",
+       "bad value '1.5' for --autotune-gaussian-process-noise; expected a number from 0 to 1, as "
+       "in --autotune-gaussian-process-noise 0.8"},
+      {"-np 2 --hierarchical-allreduce --no-hierarchical-allreduce x",
+       "--hierarchical-allreduce and --no-hierarchical-allreduce cannot be used together; give "
+       "one of them"},
+      {"check -H a --autotune",
+       "--autotune does not apply to 'hvdrun check'; see hvdrun --help for the options it takes"},
+  };
+  for (const auto& c : cases) {
+    INFO("args: " << c.line);
+    CHECK(error_of(split(c.line)) == c.message);
   }
 }
