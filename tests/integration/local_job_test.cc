@@ -87,15 +87,22 @@ TEST_CASE("np is honoured with fewer ranks than slots") {
 }
 
 TEST_CASE("a failing rank's code becomes hvdrun's with a message naming rank and host and stderr") {
+  std::string marker = unique_marker();
+  auto t0 = Clock::now();
   Hvdrun h({"-np", "3", "sh", "-c",
             "if [ $HVDRUN_RANK = 1 ]; then echo first >&2; echo 'Traceback: boom' >&2; exit 3; fi; "
-            "exec sleep 30"});
-  auto t0 = Clock::now();
+            "exec sleep 30"},
+           {marker});
   CHECK(h.wait() == 3);
-  CHECK(Clock::now() - t0 < 8s);  // the sleepers were stopped, not waited for
+  double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  CHECK(ms < 8000);  // the sleepers were stopped, not waited for
   CHECK_THAT(h.err, Catch::Contains("hvdrun: rank 1 on host localhost exited with code 3"));
   CHECK_THAT(h.err, Catch::Contains(
                         "last lines rank 1 wrote to stderr:\n    first\n    Traceback: boom\n"));
+  CHECK(wait_none_with(marker, 5s));
+  report_fault({"rank crash (exit 3 right after start, 2 ranks sleeping)",
+                "hvdrun exits 3 naming rank, host and its last stderr lines; others stopped", ms,
+                static_cast<int>(processes_with(marker).size()), "nothing (stderr tail quoted)"});
 }
 
 TEST_CASE("a rank killed by a signal makes hvdrun exit 128+signal") {
@@ -117,9 +124,14 @@ TEST_CASE("SIGINT and SIGTERM stop every rank with exit 130 and 143") {
   Hvdrun h({"-np", "3", "sh", "-c", "echo ready; exec sleep 30"}, {marker});
   h.read_until([](const std::string& out) { return count(out, "ready") == 3; });
   CHECK(processes_with(marker).size() >= 4);  // launcher, agent, 3 ranks
+  auto t0 = Clock::now();
   h.signal(sig);
   CHECK(h.wait(10s) == code);
   CHECK(wait_none_with(marker, 5s));
+  double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  report_fault({std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") + " to hvdrun (3 ranks)",
+                "exit " + std::to_string(code) + ", every rank stopped", ms,
+                static_cast<int>(processes_with(marker).size()), "nothing"});
 }
 
 TEST_CASE("SIGKILL of hvdrun leaves no rank alive") {
@@ -127,10 +139,16 @@ TEST_CASE("SIGKILL of hvdrun leaves no rank alive") {
   Hvdrun h({"-np", "4", "sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"},
            {marker});
   h.read_until([](const std::string& out) { return count(out, "ready") == 4; });
+  auto t0 = Clock::now();
   h.signal(SIGKILL);
   CHECK(h.wait() == 128 + SIGKILL);
   // The agent sees EOF, sends SIGTERM (ignored here), and SIGKILLs after the 3 s grace.
   CHECK(wait_none_with(marker, 8s));
+  double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  report_fault({"SIGKILL of hvdrun (4 ranks that ignore SIGTERM)",
+                "the agent sees its stream end: SIGTERM, then SIGKILL after the 3 s grace", ms,
+                static_cast<int>(processes_with(marker).size()),
+                "output in flight at the moment of the kill"});
 }
 
 TEST_CASE("output-filename writes each rank's raw output also for -np 1") {
@@ -205,12 +223,18 @@ TEST_CASE("an agent killed with SIGKILL fails the job naming the host and leaves
   pid_t agent = static_cast<pid_t>(std::stol(h.out.substr(at, h.out.find('\n', at) - at)));
   REQUIRE(agent > 1);
   REQUIRE(agent != h.pid());
+  auto t0 = Clock::now();
   ::kill(agent, SIGKILL);
   CHECK(h.wait() == 255);
+  double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   CHECK_THAT(
       h.err,
       Catch::Contains("the agent on host localhost ended unexpectedly (it was killed by signal 9"));
   CHECK(wait_none_with(marker, 5s));
+  report_fault({"SIGKILL of a (local) agent, 2 ranks",
+                "hvdrun exits 255 naming the host; each rank dies with its agent (PDEATHSIG)", ms,
+                static_cast<int>(processes_with(marker).size()),
+                "output the agent had read and not yet sent"});
 }
 
 TEST_CASE("16 ranks writing many short lines lose and split none") {
@@ -244,7 +268,7 @@ TEST_CASE("hvdrun -np 2 yes | head -1 ends like a pipeline member: 141, nothing 
   CHECK((p.out == "[0]<stdout>:y\nstatus=141\n" || p.out == "[1]<stdout>:y\nstatus=141\n"));
   CHECK(ms < 3000);
   CHECK(wait_none_with(marker, 5s));  // `yes` ends on the agents' SIGTERM at once
-  report_fault({"hvdrun's stdout reader goes away (hvdrun -np 2 yes | head -1)",
+  report_fault({"the reader of hvdrun's stdout goes away (hvdrun -np 2 yes, piped to head -1)",
                 "hvdrun ends by SIGPIPE (141); its agents stop the ranks", ms,
                 static_cast<int>(processes_with(marker).size()), "nothing still wanted"});
 }
