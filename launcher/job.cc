@@ -613,6 +613,11 @@ int Job::run() {
                      (grace_ + std::chrono::seconds(5)).count());
         break;
       }
+      // Write what is queued before waiting: an SSH link polls for input only (output
+      // waits on the peer's window), and an agent says nothing before the launcher's hello.
+      for (Host& h : hosts_) {
+        if (!h.outq.empty()) service(h, /*read=*/false);
+      }
       fds.clear();
       bool paused = output_backed_up();
       for (Host& h : hosts_) {

@@ -1,6 +1,7 @@
 // SshAgentLink: a remote host's agent over one SSH exec channel, driven from the
 // launcher's poll loop without blocking; and run_job_over_ssh, which runs the preflight
-// and hands each good host's session to its agent link.
+// (whose version check starts the agent in the same remote shell) and hands each good
+// host's session and agent channel to its agent link.
 #include "launcher/ssh_agent_link.h"
 
 #include <poll.h>
@@ -12,7 +13,6 @@
 #include <cstdio>
 #include <deque>
 #include <exception>
-#include <thread>
 #include <utility>
 
 #include "common/error.h"
@@ -247,6 +247,9 @@ int run_job_over_ssh(const LaunchOptions& options) {
   ssh::Libssh2Connector connector;
   ssh::PreflightSettings settings;
   settings.expected_version = version;
+  // Every host's agent starts in the shell that reports its version: one remote shell
+  // per host per job, all in parallel.
+  settings.start_agent = true;
   auto start = ssh::Clock::now();
   ssh::PreflightReport report = ssh::preflight(options, connector, settings);
   if (!report.ok()) {
@@ -256,44 +259,13 @@ int run_job_over_ssh(const LaunchOptions& options) {
     std::fflush(stderr);
     return 255;
   }
-  const std::string remote_hvdrun = ssh::expected_remote_hvdrun(options, settings);
-  const auto deadline = start + std::chrono::seconds(std::max(options.start_timeout_s, 1));
-  // Every remote agent starts at once (an exec costs round trips and a shell on the host);
-  // the threads end before the job starts, which wants a single-threaded process.
-  struct Remote {
-    std::string host;
-    std::unique_ptr<ssh::Session> session;
-    std::unique_ptr<ssh::Channel> channel;
-    std::string error;
-  };
-  std::vector<Remote> remotes;
-  for (auto& check : report.hosts) {
-    if (check.session) remotes.push_back({check.host, std::move(check.session), nullptr, {}});
-  }
-  const std::string command = ssh::shell_quote(remote_hvdrun) + " agent";
-  constexpr std::size_t kParallel = 128;
-  for (std::size_t first = 0; first < remotes.size(); first += kParallel) {
-    std::vector<std::thread> threads;
-    for (std::size_t i = first; i < std::min(remotes.size(), first + kParallel); ++i) {
-      threads.emplace_back([&r = remotes[i], &command, deadline] {
-        try {
-          r.channel = r.session->exec(command, deadline);
-        } catch (const std::exception& e) {
-          r.error = e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-  }
   JobHooks hooks;
   hooks.launch_start = start;
   hooks.remote_link = [&](const std::string& host) -> std::unique_ptr<AgentLink> {
-    for (auto& r : remotes) {
-      if (r.host != host || !r.session) continue;
-      if (!r.channel) {
-        throw ssh::SessionError("could not start the agent on host " + host + ": " + r.error);
-      }
-      return std::make_unique<SshAgentLink>(host, std::move(r.session), std::move(r.channel));
+    for (auto& check : report.hosts) {
+      if (check.host != host || !check.session || !check.agent_channel) continue;
+      return std::make_unique<SshAgentLink>(host, std::move(check.session),
+                                            std::move(check.agent_channel));
     }
     // Cannot happen: the preflight and the job share ssh::is_local_host.
     throw LaunchError("host " + host + " has no SSH session from the preflight");

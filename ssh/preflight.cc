@@ -26,7 +26,8 @@ std::string first_line(const std::string& text) {
 }
 
 void check_one(HostCheck& check, const Target& target, Connector& connector, Deadline deadline,
-               const std::string& remote_hvdrun, const std::string& expected_version) {
+               const std::string& remote_hvdrun, const std::string& expected_version,
+               bool start_agent) {
   const auto start = Clock::now();
   check.address = target.hostname + ":" + std::to_string(target.port);
   auto finish = [&] {
@@ -37,8 +38,19 @@ void check_one(HostCheck& check, const Target& target, Connector& connector, Dea
     check.address = session->peer_address().empty() ? check.address : session->peer_address();
     const std::string where = target.user + "@" + target.hostname;
     CommandResult result;
+    std::unique_ptr<Channel> agent;
+    std::string after_marker;
     try {
-      result = run_command(*session, shell_quote(remote_hvdrun) + " --version", deadline);
+      const std::string version = shell_quote(remote_hvdrun) + " --version";
+      if (start_agent) {
+        // One shell for both: the agent then waits, silent, for the launcher's hello.
+        agent = run_until_marker(*session,
+                                 version + " && echo " + kAgentMarker + " && exec " +
+                                     shell_quote(remote_hvdrun) + " agent",
+                                 kAgentMarker, deadline, result, after_marker);
+      } else {
+        result = run_command(*session, version, deadline);
+      }
     } catch (const SessionError& e) {
       check.verdict = Verdict::timeout;
       check.detail = "`" + remote_hvdrun + " --version` did not answer: " + e.what();
@@ -57,12 +69,13 @@ void check_one(HostCheck& check, const Target& target, Connector& connector, Dea
     }
     std::string line = first_line(result.out);
     const int code = result.status.shell_code();
-    if (code == 0 && found) {
+    if (code == 0 && found && after_marker.empty()) {
       line = expected_version;
       check.verdict = Verdict::ok;
       check.detail = line + " at " + remote_hvdrun;
       if (!session->note().empty()) check.detail += "; " + session->note();
       check.session = std::move(session);
+      check.agent_channel = std::move(agent);
       finish();
       return;
     }
@@ -77,6 +90,9 @@ void check_one(HostCheck& check, const Target& target, Connector& connector, Dea
       std::string why = first_line(result.err);
       check.detail = "`" + remote_hvdrun + " --version` exited with " + std::to_string(code) +
                      (why.empty() ? "" : ": " + why);
+    } else if (found) {
+      // An agent of this version waits for the launcher before it says anything.
+      check.detail = "the agent at " + remote_hvdrun + " spoke before it was asked";
     } else {
       check.detail =
           "found '" + line + "' at " + remote_hvdrun + ", expected '" + expected_version + "'";
@@ -162,7 +178,7 @@ PreflightReport preflight(const launcher::LaunchOptions& options, const SshConfi
   auto worker = [&] {
     for (std::size_t i; (i = next.fetch_add(1)) < remote.size();) {
       check_one(report.hosts[remote[i]], targets[i], connector, deadline, remote_hvdrun,
-                settings.expected_version);
+                settings.expected_version, settings.start_agent);
     }
   };
   const std::size_t n_threads = std::min<std::size_t>(

@@ -33,6 +33,9 @@ struct HostCheck {
   std::string fix;
   /// For ok remote hosts: the authenticated session, ready for the agent's channel.
   std::unique_ptr<Session> session;
+  /// With PreflightSettings::start_agent, for ok remote hosts: the channel running
+  /// `hvdrun agent`, which waits for the launcher's hello.
+  std::unique_ptr<Channel> agent_channel;
 };
 
 /// All hosts, in the order given.
@@ -58,7 +61,15 @@ struct PreflightSettings {
   std::string remote_hvdrun;
   /// Hosts checked at once; the rest queue.
   int max_parallel = 128;
+  /// Start the agent in the same shell that prints the version
+  /// (`hvdrun --version && echo MARKER && exec hvdrun agent`): a job then costs one remote
+  /// shell per host, not two (start-up files in the shell can take a good part of a
+  /// second). The agent's channel is handed back in HostCheck::agent_channel.
+  bool start_agent = false;
 };
+
+/// The line the preflight's command prints between the version and the agent's stream.
+inline constexpr const char* kAgentMarker = "hvdrun-agent-starting";
 
 /// Checks every host of `options` (local ones are reported ok without SSH). Loads the
 /// ssh_config named by options (UsageError when malformed). Never throws for a bad

@@ -136,4 +136,65 @@ CommandResult run_command(Session& session, const std::string& command, Deadline
   }
 }
 
+std::unique_ptr<Channel> run_until_marker(Session& session, const std::string& command,
+                                          const std::string& marker, Deadline deadline,
+                                          CommandResult& result, std::string& rest) {
+  auto channel = session.exec(command, deadline);
+  result = {};
+  rest.clear();
+  std::string out;
+  char buf[16384];
+  for (;;) {
+    bool progress = false;
+    for (;;) {
+      auto n = channel->read(Stream::out, buf, sizeof buf);
+      if (n == kWouldBlock) break;
+      if (n == 0) {
+        // The command ended before the marker: collect the rest like run_command().
+        result.out = std::move(out);
+        for (;;) {
+          bool more = false;
+          for (;;) {
+            auto e = channel->read(Stream::err, buf, sizeof buf);
+            if (e == kWouldBlock || e == 0) break;
+            if (result.err.size() < (1u << 20)) result.err.append(buf, static_cast<std::size_t>(e));
+            more = true;
+          }
+          if (channel->eof()) {
+            if (auto status = channel->exit_status()) {
+              result.status = *status;
+              return nullptr;
+            }
+          }
+          if (more) continue;
+          if (!wait_ready(session, deadline)) {
+            throw SessionError("ssh " + session.target().alias + ": `" + command +
+                               "` did not finish within the deadline");
+          }
+        }
+      }
+      out.append(buf, static_cast<std::size_t>(n));
+      progress = true;
+      // The marker is a whole line: at the start or after a newline, followed by one.
+      for (std::size_t at = 0; (at = out.find(marker, at)) != std::string::npos; ++at) {
+        std::size_t end = at + marker.size();
+        if ((at == 0 || out[at - 1] == '\n') && end < out.size() && out[end] == '\n') {
+          rest = out.substr(end + 1);
+          result.out = out.substr(0, at);
+          return channel;
+        }
+      }
+      if (out.size() > (1u << 20)) {
+        throw SessionError("ssh " + session.target().alias + ": `" + command +
+                           "` wrote over 1 MiB without '" + marker + "'");
+      }
+    }
+    if (progress) continue;
+    if (!wait_ready(session, deadline)) {
+      throw SessionError("ssh " + session.target().alias + ": `" + command +
+                         "` did not start within the deadline");
+    }
+  }
+}
+
 }  // namespace hvdrun::ssh

@@ -201,6 +201,18 @@ struct CommandResult {
 CommandResult run_command(Session& session, const std::string& command, Deadline deadline,
                           std::string_view input = {}, std::size_t max_output = 1 << 20);
 
+/// Runs `command` on `session` until it prints a line that is exactly `marker` on stdout,
+/// or ends, by `deadline`. When the marker comes, `result.out` holds what came before it
+/// (start-up noise, a version line), `result.status` is 0 and the channel, whose command
+/// goes on running, is returned: the rest of its stdout is the caller's. When the command
+/// ends first, `result` is what run_command() would give and nullptr is returned. Bytes
+/// that came after the marker line in the same read are left in `rest` (a command that
+/// waits for its input after the marker sends none). Throws SessionError when the
+/// deadline passes.
+std::unique_ptr<Channel> run_until_marker(Session& session, const std::string& command,
+                                          const std::string& marker, Deadline deadline,
+                                          CommandResult& result, std::string& rest);
+
 /// Quotes `word` for a POSIX shell: 'it'\''s'.
 std::string shell_quote(std::string_view word);
 

@@ -432,3 +432,63 @@ TEST_CASE("preflight not-ssh: a server that answers something else is named", "[
   CHECK(report.hosts[0].verdict == Verdict::not_ssh);
   CHECK(report.hosts[0].detail == "answered 'HTTP/1.1 400 Bad Request' instead of an SSH banner");
 }
+
+TEST_CASE("preflight that starts the agent: one shell, the agent's channel handed back",
+          "[loopback]") {
+  SshdCluster cluster(2);
+  isolate(cluster);
+  // A stand-in whose "agent" echoes its input: what comes back went through the handed
+  // over channel, to the very process the version check's shell exec'd.
+  const std::string echo_agent = cluster.write_file(
+      "echo-agent",
+      "#!/bin/sh\nif [ \"$1\" = agent ]; then exec cat; fi\necho '" + kVersion + "'\n", 0755);
+  auto options = cluster.options(2);
+  options.remote_hvdrun = echo_agent;
+  Libssh2Connector connector;
+  PreflightSettings settings;
+  settings.expected_version = kVersion;
+  settings.start_agent = true;
+  auto report = preflight(options, connector, settings);
+  REQUIRE(report.ok());
+  for (auto& host : report.hosts) {
+    INFO(host.host);
+    REQUIRE(host.session);
+    REQUIRE(host.agent_channel);
+    CHECK(host.detail.find(kVersion + " at " + echo_agent) == 0);
+    const std::string ping = "ping " + host.host + "\n";
+    std::size_t sent = 0;
+    std::string got;
+    auto deadline = Clock::now() + std::chrono::seconds(10);
+    char buf[256];
+    while (got.size() < ping.size()) {
+      REQUIRE(Clock::now() < deadline);
+      if (sent < ping.size()) {
+        auto n = host.agent_channel->write(ping.data() + sent, ping.size() - sent);
+        if (n > 0) sent += static_cast<std::size_t>(n);
+      }
+      auto n = host.agent_channel->read(Stream::out, buf, sizeof buf);
+      if (n > 0) {
+        got.append(buf, static_cast<std::size_t>(n));
+        continue;
+      }
+      REQUIRE(n == kWouldBlock);
+      pollfd p{host.session->fd(), host.session->poll_events(), 0};
+      ::poll(&p, 1, 50);
+    }
+    CHECK(got == ping);  // nothing of the version check's output is left in the stream
+  }
+
+  // The verdicts of bad hosts are those of the plain check.
+  options = cluster.options(1);
+  options.remote_hvdrun = "/nonexistent/hvdrun";
+  report = preflight(options, connector, settings);
+  CHECK(report.hosts[0].verdict == Verdict::hvdrun_missing);
+  CHECK(report.hosts[0].detail.find("/nonexistent/hvdrun not found") == 0);
+  CHECK_FALSE(report.hosts[0].agent_channel);
+  options.remote_hvdrun = stand_in(cluster, "hvdrun 0.0.0-other");
+  report = preflight(options, connector, settings);
+  CHECK(report.hosts[0].verdict == Verdict::hvdrun_missing);
+  CHECK(report.hosts[0].detail ==
+        "found 'hvdrun 0.0.0-other' at " + options.remote_hvdrun + ", expected '" + kVersion + "'");
+  CHECK_FALSE(report.hosts[0].agent_channel);
+}
