@@ -29,6 +29,7 @@
 #include "rendezvous/client.h"
 #include "rendezvous/server.h"
 #include "tests/support/processes.h"
+#include "tests/support/sshd_cluster.h"
 
 using namespace hvdrun;
 using namespace hvdrun::testing;
@@ -386,4 +387,29 @@ TEST_CASE("fault: 64 ranks rendezvous under a 256 file descriptor limit", "[faul
   std::snprintf(outcome, sizeof outcome, "job succeeds (init + 3 barriers) in %.0f ms", ms);
   report_fault({"64 ranks with RLIMIT_NOFILE 256 (soft and hard)", outcome, ms,
                 static_cast<int>(processes_with(marker).size()), "nothing"});
+}
+
+TEST_CASE("fault: the reader of stdout goes away during a job on two hosts", "[fault][ssh]") {
+  SshdCluster cluster(1);
+  TempDir tmp("fault");
+  const std::string d = tmp.path();
+  // Both ranks write their pid, wait for each other's, then write without end.
+  const std::string rank = "echo $$ > " + d + "/pid.$HVDRUN_RANK; while [ ! -e " + d +
+                           "/pid.0 ] || [ ! -e " + d + "/pid.1 ]; do sleep 0.01; done; exec yes";
+  CapturedProcess p({"bash", "-c",
+                     "'" + hvdrun_binary() + "' --ssh-config " + cluster.ssh_config() +
+                         " -H localhost:1,node1:1 sh -c '" + rank +
+                         "' | head -1; echo \"status=${PIPESTATUS[0]}\""});
+  auto t0 = Clock::now();
+  REQUIRE(p.wait(30s) == 0);
+  double ms = ms_since(t0);
+  INFO("stderr: " << p.err);
+  CHECK((p.out == "[0]<stdout>:y\nstatus=141\n" || p.out == "[1]<stdout>:y\nstatus=141\n"));
+  auto pids = read_pid_files(d, "pid.", 2, 1s);
+  auto t1 = Clock::now();
+  CHECK(wait_none_alive(pids, 5s));
+  double stop_ms = ms_since(t1);
+  report_fault({"the reader of hvdrun's stdout goes away, ranks on this host and node1",
+                "hvdrun ends by SIGPIPE (141); both agents stop their ranks", ms + stop_ms,
+                wait_none_alive(pids, 0ms) ? 0 : 1, "nothing still wanted"});
 }
