@@ -1,13 +1,13 @@
 // hvdrun end to end with remote hosts: the loopback SSH cluster (sshd on 127.0.0.k, aliases
 // node1..nodeN) plus this machine. Placement and environment per rank, tagged output, a
 // failing remote rank, SIGINT with nothing left alive, a host that fails the preflight, a
-// cwd with a space and -x values with quotes, the secret on no command line. Every wait
-// has a deadline.
+// cwd with a space and -x values with quotes, the secret on no command line, a cwd missing
+// on one host, an agent silent past --start-timeout, hosts listed twice, the interface
+// each host's ranks get. Processes, pid files and waits come from tests/support
+// (processes.h); every wait has a deadline.
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -15,142 +15,27 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "common/fd.h"
+#include "tests/support/processes.h"
 #include "tests/support/sshd_cluster.h"
 
 using namespace hvdrun;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-
-extern char** environ;
+using testing::alive;
+using testing::count;
+using testing::Hvdrun;
+using testing::read_file;
 
 namespace {
 
-const char* const kHvdrun = HVDRUN_BINARY_DIR "/cli/hvdrun";
+const std::string kHvdrun = testing::hvdrun_binary();
 
 testing::SshdCluster& cluster() {
   static testing::SshdCluster c(2);
   return c;
-}
-
-// One hvdrun run (in `cwd` when given) with its stdout and stderr collected.
-class Hvdrun {
- public:
-  explicit Hvdrun(std::vector<std::string> args, const std::string& cwd = {},
-                  std::vector<std::string> extra_env = {}) {
-    auto [out_r, out_w] = make_pipe();
-    auto [err_r, err_w] = make_pipe();
-    args.insert(args.begin(), kHvdrun);
-    std::vector<char*> argv, envp;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (char** e = environ; *e; ++e) envp.push_back(*e);
-    for (auto& e : extra_env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    pid_ = ::fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      ::dup2(out_w.get(), 1);
-      ::dup2(err_w.get(), 2);
-      int null = ::open("/dev/null", O_RDONLY);
-      ::dup2(null, 0);
-      if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
-      ::execve(kHvdrun, argv.data(), envp.data());
-      ::_exit(127);
-    }
-    out_ = std::move(out_r);
-    err_ = std::move(err_r);
-  }
-  ~Hvdrun() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  Hvdrun(const Hvdrun&) = delete;
-  Hvdrun& operator=(const Hvdrun&) = delete;
-
-  // Reads output until `pred(stdout)` holds; fails at the deadline.
-  template <class Pred>
-  void read_until(Pred pred, std::chrono::milliseconds within = 15s) {
-    auto deadline = Clock::now() + within;
-    while (!pred(out)) {
-      INFO("stderr so far: " << err);
-      REQUIRE(Clock::now() < deadline);
-      REQUIRE(pump(deadline));
-    }
-  }
-  // Reads everything and waits for the exit code (128+signal if killed).
-  int wait(std::chrono::milliseconds within = 30s) {
-    auto deadline = Clock::now() + within;
-    while (pump(deadline)) {
-    }
-    int status = 0;
-    for (;;) {
-      pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) break;
-      REQUIRE(Clock::now() < deadline);
-      ::usleep(1000);
-    }
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  void signal(int sig) { ::kill(pid_, sig); }
-
-  std::string out, err;
-
- private:
-  bool pump(Clock::time_point deadline) {
-    pollfd fds[2];
-    int n = 0;
-    if (out_) fds[n++] = {out_.get(), POLLIN, 0};
-    if (err_) fds[n++] = {err_.get(), POLLIN, 0};
-    if (n == 0) return false;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    REQUIRE(left.count() > 0);
-    ::poll(fds, static_cast<nfds_t>(n), static_cast<int>(left.count()));
-    char buf[1 << 16];
-    for (int i = 0; i < n; ++i) {
-      if (!fds[i].revents) continue;
-      UniqueFd& fd = fds[i].fd == out_.get() ? out_ : err_;
-      std::string& dst = fds[i].fd == out_.get() ? out : err;
-      ssize_t got = ::read(fd.get(), buf, sizeof buf);
-      if (got > 0) {
-        dst.append(buf, static_cast<std::size_t>(got));
-      } else {
-        fd.reset();
-      }
-    }
-    return true;
-  }
-
-  pid_t pid_ = -1;
-  UniqueFd out_, err_;
-};
-
-int count(const std::string& s, const std::string& what) {
-  int n = 0;
-  for (auto p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
-  return n;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// True while `pid` is a live process (not a zombie).
-bool alive(pid_t pid) {
-  std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-  auto paren = stat.rfind(')');
-  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
 }
 
 std::vector<std::string> with_config(std::vector<std::string> args) {
@@ -188,68 +73,35 @@ TEST_CASE("remote: a remote rank's exit code is hvdrun's, with its host and last
 }
 
 TEST_CASE("remote: SIGINT ends the job with 130 and no rank left alive on any host") {
-  char tmpl[] = "/tmp/hvdrun-remote-XXXXXX";
-  REQUIRE(::mkdtemp(tmpl));
-  const std::string dir = tmpl;
+  testing::TempDir dir("remote");
   Hvdrun h(with_config({"-H", "localhost:1,node1:2,node2:1", "sh", "-c",
-                        "echo $$ > " + dir + "/pid.$HVDRUN_RANK; echo up; exec sleep 60"}));
+                        "echo $$ > " + dir.path() + "/pid.$HVDRUN_RANK; echo up; exec sleep 60"}));
   h.read_until([](const std::string& out) { return count(out, "up\n") == 4; });
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 4; ++r) {
-    std::string text = read_file(dir + "/pid." + std::to_string(r));
-    REQUIRE(!text.empty());
-    pids.push_back(static_cast<pid_t>(std::stol(text)));
-    CHECK(alive(pids.back()));
-  }
+  std::vector<pid_t> pids = testing::read_pid_files(dir.path(), "pid.", 4);
+  for (pid_t pid : pids) CHECK(alive(pid));
   h.signal(SIGINT);
   CHECK(h.wait() == 130);
-  auto deadline = Clock::now() + 5s;
-  for (pid_t pid : pids) {
-    while (alive(pid) && Clock::now() < deadline) ::usleep(5000);
-    CHECK_FALSE(alive(pid));
-  }
-  for (int r = 0; r < 4; ++r) ::unlink((dir + "/pid." + std::to_string(r)).c_str());
-  ::rmdir(dir.c_str());
+  CHECK(testing::wait_none_alive(pids, 5s));
 }
 
 // Starts a job whose ranks write their pid (and their agent's) into a temp dir and wait.
 struct PidJob {
   explicit PidJob(const std::string& hosts, int ranks, std::vector<std::string> env = {})
-      : dir(make_dir()),
-        h(with_config({"-H", hosts, "sh", "-c",
-                       "echo $$ > " + dir + "/pid.$HVDRUN_RANK; echo $PPID > " + dir +
+      : h(with_config({"-H", hosts, "sh", "-c",
+                       "echo $$ > " + dir.path() + "/pid.$HVDRUN_RANK; echo $PPID > " + dir.path() +
                            "/agent.$HVDRUN_RANK; echo up; exec sleep 60"}),
-          {}, std::move(env)) {
+          std::move(env)) {
     h.read_until([ranks](const std::string& out) { return count(out, "up\n") == ranks; });
-    for (int r = 0; r < ranks; ++r) pids.push_back(read_pid("pid." + std::to_string(r)));
-  }
-  ~PidJob() {
-    for (const char* prefix : {"pid.", "agent."}) {
-      for (std::size_t r = 0; r < pids.size(); ++r)
-        ::unlink((dir + "/" + prefix + std::to_string(r)).c_str());
-    }
-    ::rmdir(dir.c_str());
-  }
-  static std::string make_dir() {
-    char tmpl[] = "/tmp/hvdrun-remote-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl));
-    return tmpl;
+    pids = testing::read_pid_files(dir.path(), "pid.", ranks);
   }
   pid_t read_pid(const std::string& name) const {
-    std::string text = read_file(dir + "/" + name);
-    REQUIRE(!text.empty());
-    return static_cast<pid_t>(std::stol(text));
+    return testing::read_pid_file(dir.path() + "/" + name);
   }
   // True once no rank is alive, waiting up to `within`.
   bool none_alive(std::chrono::milliseconds within) const {
-    auto deadline = Clock::now() + within;
-    for (pid_t pid : pids) {
-      while (alive(pid) && Clock::now() < deadline) ::usleep(5000);
-      if (alive(pid)) return false;
-    }
-    return true;
+    return testing::wait_none_alive(pids, within);
   }
-  std::string dir;
+  testing::TempDir dir{"remote"};
   Hvdrun h;
   std::vector<pid_t> pids;
 };
@@ -308,7 +160,7 @@ TEST_CASE("remote: the cwd with a space and -x values with quotes arrive intact"
   const std::string value = "a \"b\" 'c'  $HOME;`x`";
   Hvdrun h(with_config({"-H", "node1:1", "-x", "ODD=" + value, "sh", "-c",
                         "printf '%s|%s\\n' \"$(pwd)\" \"$ODD\""}),
-           dir);
+           {}, dir);
   INFO("stderr: " << h.err);
   REQUIRE(h.wait() == 0);
   CHECK(h.out == "[0]<stdout>:" + dir + "|" + value + "\n");
@@ -364,13 +216,6 @@ bool can_hide_directories() {
   return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
-// Waits up to `within` for `pid` to be gone; true when it is.
-bool gone_within(pid_t pid, std::chrono::milliseconds within) {
-  auto deadline = Clock::now() + within;
-  while (alive(pid) && Clock::now() < deadline) ::usleep(5000);
-  return !alive(pid);
-}
-
 }  // namespace
 
 TEST_CASE("remote: a cwd missing on one host fails the launch, naming host and directory") {
@@ -394,7 +239,7 @@ TEST_CASE("remote: a cwd missing on one host fails the launch, naming host and d
   auto t0 = Clock::now();
   Hvdrun h(with_config({"--remote-hvdrun", wrapper, "-H", "localhost:1,node1:1", "sh", "-c",
                         "echo started; exec sleep 30"}),
-           cwd);
+           {}, cwd);
   int code = h.wait();
   INFO("stderr: " << h.err);
   CHECK(code == 255);
@@ -408,7 +253,8 @@ TEST_CASE("remote: a cwd missing on one host fails the launch, naming host and d
 TEST_CASE("remote: an agent that does not report its ranks fails the launch at --start-timeout") {
   // node1's "hvdrun" answers the preflight, but as the agent it reads its input and never
   // says a word: a host where the agent hangs before it starts.
-  const std::string dir = PidJob::make_dir();
+  testing::TempDir tmp("remote");
+  const std::string& dir = tmp.path();
   const std::string wrapper = cluster().write_file(
       "silent_agent.sh",
       "#!/bin/sh\nif [ \"$1\" = agent ]; then echo $$ > " + dir +
@@ -428,14 +274,9 @@ TEST_CASE("remote: an agent that does not report its ranks fails the launch at -
                         Catch::Contains("host node1: its agent did not answer"));
   CHECK_THAT(h.err, !Catch::Contains("host localhost"));  // its rank had started
   // Nothing left: the local rank and the silent stand-in on node1.
-  for (const char* name : {"rank.pid", "silent.pid"}) {
-    std::string text = read_file(dir + "/" + name);
-    INFO(name);
-    REQUIRE(!text.empty());
-    CHECK(gone_within(static_cast<pid_t>(std::stol(text)), 5s));
-    ::unlink((dir + "/" + name).c_str());
-  }
-  ::rmdir(dir.c_str());
+  std::vector<pid_t> pids = {testing::read_pid_file(dir + "/rank.pid"),
+                             testing::read_pid_file(dir + "/silent.pid")};
+  CHECK(testing::wait_none_alive(pids, 5s));
 }
 
 TEST_CASE("remote: a host listed twice is a usage error, before anything starts") {
