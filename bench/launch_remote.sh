@@ -184,18 +184,20 @@ else
   printf "%-44s %10.3f   (target <= 0.25)\n" "ratio hvdrun / mpirun" "$(echo "$hm / $mm" | bc -l)"
 fi
 
-# The big launch: wall time and hvdrun's peak RSS (GNU time's %M, KiB).
+# The big launch: wall time, hvdrun's peak RSS (GNU time's %M, KiB) and its own CPU time
+# (user + system; the rest of the wall time is sshd and the remote shells).
 big=$(host_list "$big_hosts" "$big_slots")
-b=() rss=0
+b=() rss=0 cpu=()
 for ((i = 0; i < big_reps; i++)); do
-  timed /usr/bin/time -f '%M' -o "$dir/rss" "$hvdrun" --ssh-config "$cfg" -H "$big" true
+  timed /usr/bin/time -f '%M %U %S' -o "$dir/rss" "$hvdrun" --ssh-config "$cfg" -H "$big" true
   [[ $T != hung ]] || { echo "launch_remote.sh: hvdrun hung on $big_hosts hosts" >&2; exit 1; }
   b+=("$T")
-  r=$(tail -1 "$dir/rss")
+  read -r r u s <"$dir/rss"
   ((r > rss)) && rss=$r
+  cpu+=("$(echo "$u + $s" | bc -l)")
 done
-printf "%-44s %10s %14s   peak RSS %d KiB (%.1f MiB)\n" \
+printf "%-44s %10s %14s   peak RSS %d KiB (%.1f MiB), hvdrun CPU %s s (median)\n" \
   "hvdrun, $big_hosts hosts x $big_slots slots ($big_reps runs)" \
   "$(printf '%s\n' "${b[@]}" | median)" "$(printf '%s\n' "${b[@]}" | range)" "$rss" \
-  "$(echo "$rss / 1024" | bc -l)"
+  "$(echo "$rss / 1024" | bc -l)" "$(printf '%s\n' "${cpu[@]}" | median)"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
