@@ -17,6 +17,14 @@
 
 namespace hvdrun::testing {
 
+/// How much slower than a plain build this build runs (ASan, TSan): time bounds in tests
+/// are multiplied by it.
+#ifdef HVDRUN_SANITIZED_BUILD
+inline constexpr int kSlowdown = 4;
+#else
+inline constexpr int kSlowdown = 1;
+#endif
+
 /// The hvdrun binary of this build tree (<build>/cli/hvdrun).
 std::string hvdrun_binary();
 
