@@ -1,5 +1,5 @@
-// Horovod's HTTP rendezvous on Boost.Beast: one I/O thread, one session object per
-// connection, and a store that knows the size of every placement-defined scope.
+// Horovod's HTTP rendezvous on Boost.Beast: one I/O thread and one session object per
+// connection; what a request means is horovod_http_handler.cc's business.
 #include "compat/horovod_http_server.h"
 
 #include <spdlog/spdlog.h>
@@ -9,11 +9,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <charconv>
-#include <map>
-#include <mutex>
 #include <optional>
-#include <set>
 #include <stdexcept>
 #include <string_view>
 #include <thread>
@@ -21,6 +17,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "compat/horovod_http_handler.h"
 
 namespace hvdrun::compat {
 namespace {
@@ -29,146 +26,6 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = boost::beast::http;
 using tcp = asio::ip::tcp;
-
-/// Scope that elastic Horovod ranks read their coordinates from.
-constexpr std::string_view kRankAndSizeScope = "rank_and_size";
-
-/// Scope and key names: what Horovod and Gloo produce (scope prefixes, host names as
-/// written on the command line including IPv6 literals with a zone index such as
-/// fe80::1%eth0, decimal ranks, process-set hashes). Horovod does not percent-encode and
-/// nothing here decodes, so "%2e%2e" is a literal name, not "..". Anything else is
-/// refused, and "." / ".." too; names never touch a file system anyway.
-bool valid_name(std::string_view s) {
-  if (s.empty() || s.size() > 255 || s == "." || s == "..") return false;
-  for (char c : s) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '-' || c == '.' || c == ':' || c == '[' || c == ']' ||
-                    c == '@' || c == '+' || c == '=' || c == ',' || c == '~' || c == '%';
-    if (!ok) return false;
-  }
-  return true;
-}
-
-std::optional<int> parse_rank(std::string_view s) {
-  int value = 0;
-  const auto* end = s.data() + s.size();
-  auto [p, ec] = std::from_chars(s.data(), end, value);
-  if (ec != std::errc() || p != end || value < 0) return std::nullopt;
-  return value;
-}
-
-/// Outcome of one store operation, mapped to an HTTP status by the session.
-struct Reply {
-  http::status status = http::status::ok;
-  std::string body;
-};
-
-/// The key-value store with Horovod's scope semantics. Thread-safe (one mutex); the
-/// I/O thread is its only writer, stats() reads it from others.
-class Store {
- public:
-  Store(const hostfile::Placement& placement, std::size_t max_bytes) : max_bytes_(max_bytes) {
-    const int size = placement.size();
-    sizes_["global"] = size;
-    for (const auto& slot : placement.ranks) {
-      const std::string& host = placement.hosts.at(static_cast<std::size_t>(slot.host_index)).name;
-      sizes_["local_" + host] = slot.local_size;
-      sizes_["cross_" + std::to_string(slot.local_rank)] = slot.cross_size;
-      coordinates_[host + ":" + std::to_string(slot.local_rank)] =
-          std::to_string(slot.rank) + "," + std::to_string(size) + "," +
-          std::to_string(slot.local_rank) + "," + std::to_string(slot.local_size) + "," +
-          std::to_string(slot.cross_rank) + "," + std::to_string(slot.cross_size);
-    }
-  }
-
-  Reply get(const std::string& scope, const std::string& key) const {
-    if (scope == kRankAndSizeScope) {
-      auto it = coordinates_.find(key);
-      if (it == coordinates_.end()) return {http::status::not_found, {}};
-      return {http::status::ok, it->second};
-    }
-    std::lock_guard lock(mu_);
-    auto s = scopes_.find(scope);
-    if (s == scopes_.end()) return {http::status::not_found, {}};
-    auto v = s->second.values.find(key);
-    if (v == s->second.values.end()) return {http::status::not_found, {}};
-    return {http::status::ok, v->second};
-  }
-
-  Reply put(const std::string& scope, const std::string& key, std::string value) {
-    if (scope == kRankAndSizeScope) return {http::status::method_not_allowed, {}};
-    std::lock_guard lock(mu_);
-    auto& s = scopes_[scope];
-    auto it = s.values.find(key);
-    const std::size_t old = it == s.values.end() ? 0 : it->second.size();
-    if (bytes_ - old + value.size() > max_bytes_) {
-      if (s.values.empty() && s.finished.empty()) scopes_.erase(scope);
-      return {http::status::insufficient_storage, "rendezvous store is full\n"};
-    }
-    bytes_ = bytes_ - old + value.size();
-    if (it == s.values.end()) {
-      s.values.emplace(key, std::move(value));
-    } else {
-      it->second = std::move(value);
-    }
-    return {http::status::ok, {}};
-  }
-
-  Reply finish(const std::string& scope, const std::string& key) {
-    if (scope == kRankAndSizeScope) return {http::status::method_not_allowed, {}};
-    std::lock_guard lock(mu_);
-    auto sized = sizes_.find(scope);
-    if (sized != sizes_.end()) {
-      // A placement-defined scope: the key is the finishing rank within the scope.
-      // Counting distinct ranks makes a retried DELETE harmless.
-      auto rank = parse_rank(key);
-      if (!rank || *rank >= sized->second) {
-        return {http::status::bad_request, "DELETE /" + scope + "/<rank> needs a rank below " +
-                                               std::to_string(sized->second) + "\n"};
-      }
-      auto& s = scopes_[scope];
-      s.finished.insert(*rank);
-      if (static_cast<int>(s.finished.size()) == sized->second) {
-        for (const auto& [k, v] : s.values) bytes_ -= v.size();
-        scopes_.erase(scope);
-        ++cleared_;
-      }
-      return {http::status::ok, {}};
-    }
-    // An ad-hoc scope: drop the key, and the scope once empty.
-    auto s = scopes_.find(scope);
-    if (s != scopes_.end()) {
-      auto v = s->second.values.find(key);
-      if (v != s->second.values.end()) {
-        bytes_ -= v->second.size();
-        s->second.values.erase(v);
-      }
-      if (s->second.values.empty()) scopes_.erase(s);
-    }
-    return {http::status::ok, {}};
-  }
-
-  void fill(HttpServerStats& out) const {
-    std::lock_guard lock(mu_);
-    out.scopes = scopes_.size();
-    out.stored_bytes = bytes_;
-    out.scopes_cleared = cleared_;
-  }
-
- private:
-  struct Scope {
-    std::unordered_map<std::string, std::string> values;
-    std::set<int> finished;
-  };
-
-  const std::size_t max_bytes_;
-  std::unordered_map<std::string, int> sizes_;
-  std::unordered_map<std::string, std::string> coordinates_;
-  mutable std::mutex mu_;
-  std::unordered_map<std::string, Scope> scopes_;
-  std::size_t bytes_ = 0;
-  std::uint64_t cleared_ = 0;
-};
 
 }  // namespace
 
@@ -257,12 +114,15 @@ class HorovodHttpServer::Impl {
     s.rejected = rejected_.load();
     s.dropped_connections = dropped_.load();
     s.open_connections = open_.load();
-    store_.fill(s);
+    const auto store = store_.stats();
+    s.scopes = store.scopes;
+    s.stored_bytes = store.stored_bytes;
+    s.scopes_cleared = store.scopes_cleared;
     return s;
   }
 
   const HttpServerLimits& limits() const { return limits_; }
-  Store& store() { return store_; }
+  HorovodStore& store() { return store_; }
 
   void count_request(http::status status) {
     ++requests_;
@@ -288,7 +148,7 @@ class HorovodHttpServer::Impl {
 
   HttpServerLimits limits_;
   std::vector<asio::ip::address> allowed_;
-  Store store_;
+  HorovodStore store_;
   std::atomic<std::uint64_t> requests_{0};
   std::atomic<std::uint64_t> rejected_{0};
   std::atomic<std::uint64_t> dropped_{0};
@@ -383,42 +243,12 @@ class HorovodHttpServer::Impl::Session : public std::enable_shared_from_this<Ses
   void handle() {
     auto& req = parser_->get();
     const bool keep_alive = req.keep_alive();
-    // Exactly "/<scope>/<key>", both non-empty and made of name characters.
-    std::string_view target(req.target().data(), req.target().size());
-    std::string scope;
-    std::string key;
-    bool ok = !target.empty() && target.front() == '/';
-    if (ok) {
-      target.remove_prefix(1);
-      auto slash = target.find('/');
-      ok = slash != std::string_view::npos;
-      if (ok) {
-        scope = std::string(target.substr(0, slash));
-        key = std::string(target.substr(slash + 1));
-        ok = valid_name(scope) && valid_name(key);
-      }
-    }
-    if (!ok) {
-      return respond(http::status::bad_request,
-                     "expected /<scope>/<key> with names of letters, digits and _-.:\n",
-                     keep_alive);
-    }
-    Reply reply;
-    switch (req.method()) {
-      case http::verb::get:
-        reply = server_.store().get(scope, key);
-        break;
-      case http::verb::put:
-        reply = server_.store().put(scope, key, std::move(req.body()));
-        break;
-      case http::verb::delete_:
-        reply = server_.store().finish(scope, key);
-        break;
-      default:
-        reply = {http::status::method_not_allowed, "only GET, PUT and DELETE are served\n"};
-        break;
-    }
-    respond(reply.status, std::move(reply.body), keep_alive);
+    const auto verb = req.method_string();
+    const auto method = parse_http_method(std::string_view(verb.data(), verb.size()));
+    auto reply = handle_horovod_request(server_.store(), method,
+                                        std::string_view(req.target().data(), req.target().size()),
+                                        std::move(req.body()));
+    respond(static_cast<http::status>(reply.status), std::move(reply.body), keep_alive);
   }
 
   void respond(http::status status, std::string body, bool keep_alive) {
