@@ -178,7 +178,10 @@ void OutputRelay::process(int rank, proto::Stream stream, std::string_view b) {
       continue;
     }
     if (sk.owner != -1) {
+      if (sk.held_bytes == 0) sk.held_since = std::chrono::steady_clock::now();
       rs.held.append(b);
+      sk.held_bytes += b.size();
+      if (sk.held_bytes > opt_.max_held_bytes) cut_long_line(stream);
       return;
     }
     if (!rs.partial.empty()) {
@@ -241,6 +244,7 @@ void OutputRelay::release_held(proto::Stream stream) {
     if (!rs.held.empty()) {
       ByteQueue held = std::move(rs.held);
       rs.held = ByteQueue();
+      sk.held_bytes -= held.size();
       process(r, stream, held.view());
     }
     if (rs.ended && sk.owner == r) {
@@ -249,6 +253,15 @@ void OutputRelay::release_held(proto::Stream stream) {
     }
     if (rs.ended && sk.owner == -1) flush_partial(sk, rs);
   }
+  if (sk.held_bytes > 0) sk.held_since = std::chrono::steady_clock::now();
+}
+
+void OutputRelay::cut_long_line(proto::Stream stream) {
+  Sink& sk = sink(stream);
+  if (sk.owner == -1) return;
+  sk.buf.append("\n", 1);  // the owner's next bytes start a new tagged line
+  sk.owner = -1;
+  release_held(stream);
 }
 
 void OutputRelay::flush_partial(Sink& sk, RankStream& rs) {
@@ -310,6 +323,14 @@ std::size_t OutputRelay::backlog() const {
 }
 
 void OutputRelay::flush() {
+  for (auto s : {proto::Stream::out, proto::Stream::err}) {
+    Sink& sk = sink(s);
+    if (sk.owner != -1 && sk.held_bytes > 0 &&
+        std::chrono::steady_clock::now() - sk.held_since >
+            std::chrono::milliseconds(opt_.max_hold_ms)) {
+      cut_long_line(s);
+    }
+  }
   write_sink(out_);
   write_sink(err_);
   for (auto& rs : per_rank_) write_file(rs);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <ctime>
@@ -37,6 +38,14 @@ struct RelayOptions {
   /// A partial line longer than this is streamed out (its tag first) instead of being held
   /// whole in memory; other ranks' lines on that stream wait until it ends.
   std::size_t long_line_bytes = 1u << 20;
+  /// ... but not for ever: once other ranks' output waiting behind a long line exceeds
+  /// this many bytes, or has waited `max_hold_ms`, the long line is cut there (a newline
+  /// ends the part so far; its rest continues as a new tagged line) and the waiting
+  /// output goes out. Memory stays bounded and a rank that never ends its line (a
+  /// progress bar redrawn with '\r') cannot hold the other ranks' output back.
+  std::size_t max_held_bytes = 4u << 20;
+  /// See max_held_bytes.
+  int max_hold_ms = 2000;
   /// Buffered bytes that trigger a write.
   std::size_t flush_bytes = 1u << 20;
   /// When the reader of stdout goes away (EPIPE, `hvdrun ... | head`) and no output_dir
@@ -90,7 +99,9 @@ class OutputRelay {
     int fd = -1;
     std::atomic<bool> broken{false};  // set by the writer thread (EPIPE: `hvdrun ... | head`)
     ByteQueue buf;
-    int owner = -1;  // rank whose long line is being streamed, or -1
+    int owner = -1;              // rank whose long line is being streamed, or -1
+    std::size_t held_bytes = 0;  // other ranks' bytes waiting for the owner's line to end
+    std::chrono::steady_clock::time_point held_since;  // when held_bytes became non-zero
   };
   struct RankStream {
     std::string tag;    // "[3]<stdout>:"
@@ -106,6 +117,7 @@ class OutputRelay {
   Sink& sink(proto::Stream s) { return s == proto::Stream::err ? err_ : out_; }
   void process(int rank, proto::Stream stream, std::string_view bytes);
   void release_held(proto::Stream stream);
+  void cut_long_line(proto::Stream stream);
   void flush_partial(Sink& sink, RankStream& rs);
   void put_prefix(Sink& sink, const RankStream& rs);
   void write_sink(Sink& sink);

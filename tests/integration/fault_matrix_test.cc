@@ -236,21 +236,22 @@ TEST_CASE("fault: a 1 GiB line of output is relayed byte-exact in bounded memory
   std::string marker = unique_marker();
   const unsigned long long kBytes = 1ull << 30;
   const std::string pattern = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-  // Rank 0 writes the long line; rank 1 writes 2,000 short lines meanwhile, which wait
-  // for the long line to end and must then all arrive whole.
+  // Rank 0 writes the long line; rank 1 writes 100,000 short lines (6.5 MB) meanwhile.
+  // They wait behind the long line until it ends or more than 4 MiB of them wait; then
+  // the long line is cut (it goes on as a new tagged line) and they go out, all whole.
   Hvdrun h({"-np", "2", "sh", "-c",
             "if [ $HVDRUN_RANK = 0 ]; then exec " + kWriter + " long-line " +
-                std::to_string(kBytes) + "; else exec " + kWriter + " lines 2000 1; fi"},
+                std::to_string(kBytes) + "; else exec " + kWriter + " lines 100000 1; fi"},
            {marker});
   std::string repeated;
   while (repeated.size() < (1u << 16)) repeated += pattern;
-  // Checks the stream as it passes: the long line whole, then whole short lines.
+  // Checks the stream as it passes: the long line's parts in order and byte-exact, each
+  // tagged; the short lines whole and in order.
   const std::string head = "[0]<stdout>:";
-  unsigned long long matched = 0, total = 0;
+  unsigned long long matched = 0, total = 0, short_bytes = 0;
   bool in_long = false, long_done = false, bad = false;
   std::string line;  // the current short line
-  int short_lines = 0, after = 0;
-  unsigned long long short_bytes = 0;
+  int parts = 0, empty = 0, short_lines = 0, after = 0;
   h.stream_stdout([&](std::string_view chunk) {
     total += chunk.size();
     std::size_t i = 0;
@@ -271,7 +272,8 @@ TEST_CASE("fault: a 1 GiB line of output is relayed byte-exact in bounded memory
         i += n;
         if (nl) {
           in_long = false;
-          long_done = true;
+          ++parts;
+          long_done = matched >= kBytes;
           ++i;
         }
         continue;
@@ -282,10 +284,13 @@ TEST_CASE("fault: a 1 GiB line of output is relayed byte-exact in bounded memory
         in_long = true;
         line.clear();
       } else if (c == '\n') {
+        int seq = -1;
         if (line == "[0]<stdout>:after\n") {
           ++after;
-        } else if (line.rfind("[1]<stdout>:r1 ", 0) == 0 && line.size() > 20 &&
-                   line.compare(line.size() - 5, 5, " end\n") == 0) {
+        } else if (line == head + "\n") {
+          ++empty;  // a cut just before the long line's own newline
+        } else if (std::sscanf(line.c_str(), "[1]<stdout>:r1 %d ", &seq) == 1 &&
+                   seq == short_lines && line.compare(line.size() - 5, 5, " end\n") == 0) {
           ++short_lines;
           short_bytes += line.size();
         } else {
@@ -298,25 +303,58 @@ TEST_CASE("fault: a 1 GiB line of output is relayed byte-exact in bounded memory
   auto t0 = Clock::now();
   int code = h.wait(240s);
   double ms = ms_since(t0);
-  INFO("stderr: " << h.err);
+  INFO("stderr: " << h.err << "\nlast line: " << line);
   CHECK(code == 0);
   CHECK_FALSE(bad);
   CHECK(long_done);
   CHECK(matched == kBytes);
   CHECK(after == 1);
-  CHECK(short_lines == 2000);
-  CHECK(total == head.size() + kBytes + 1 + 18 + short_bytes);  // nothing else
-  // hvdrun (and its agent) never held the line: peak RSS far below 1 GiB.
+  CHECK(empty <= 1);
+  CHECK(short_lines == 100000);
+  // Nothing else came out.
+  CHECK(total == (parts + empty) * (head.size() + 1) + kBytes + 18 + short_bytes);
+  // hvdrun (and its agent) held neither the line nor the lines behind it: peak RSS far
+  // below 1 GiB.
   CHECK(h.max_rss_kib() < 256 * 1024);
   CHECK(wait_none_with(marker, 5s));
-  char outcome[160];
+  char outcome[220];
   std::snprintf(outcome, sizeof outcome,
-                "relayed byte-exact (tag, %llu bytes, newline) in %.0f ms, %.0f MiB/s; peak RSS "
-                "%ld MiB; rank 1's 2,000 lines whole after it",
-                kBytes, ms, static_cast<double>(kBytes) / (1 << 20) / (ms / 1000),
+                "relayed byte-exact in %d tagged part(s) (cut when 4 MiB of other output waits) "
+                "in %.0f ms, %.0f MiB/s; peak RSS %ld MiB; rank 1's 100,000 lines whole, in order",
+                parts, ms, static_cast<double>(kBytes) / (1 << 20) / (ms / 1000),
                 h.max_rss_kib() / 1024);
-  report_fault({"a 1 GiB line of output (one rank) beside 2,000 short lines (another)", outcome, ms,
-                static_cast<int>(processes_with(marker).size()), "nothing"});
+  report_fault({"a 1 GiB line of output (one rank) beside 100,000 short lines (another)", outcome,
+                ms, static_cast<int>(processes_with(marker).size()), "nothing"});
+}
+
+TEST_CASE("fault: a rank that never ends its line holds the others' output back at most 2 s",
+          "[fault]") {
+  std::string marker = unique_marker();
+  TempDir tmp("fault");
+  // Rank 0: 2 MiB without a newline (a long line, streamed), then nothing until DIR/go.
+  Hvdrun h({"-np", "2", "sh", "-c",
+            "if [ $HVDRUN_RANK = 0 ]; then head -c 2097152 /dev/zero | tr '\\0' x; "
+            "while [ ! -e " +
+                tmp.path() +
+                "/go ]; do sleep 0.01; done; echo done; "
+                "else sleep 0.5; echo hello-from-1; fi"},
+           {marker});
+  auto t0 = Clock::now();
+  h.read_until(
+      [](const std::string& out) {
+        return out.find("[1]<stdout>:hello-from-1\n") != std::string::npos;
+      },
+      std::chrono::milliseconds(2000 * kSlowdown + 3000));
+  double ms = ms_since(t0);
+  touch(tmp.path() + "/go");
+  CHECK(h.wait(20s) == 0);
+  CHECK(h.out == "[0]<stdout>:" + std::string(2u << 20, 'x') + "\n[1]<stdout>:hello-from-1\n" +
+                     "[0]<stdout>:done\n");
+  CHECK(wait_none_with(marker, 5s));
+  report_fault({"a rank leaves a 2 MiB line open (a progress bar redrawn with \\r)",
+                "its line is cut after 2 s, another rank's waiting line goes out, nothing split "
+                "otherwise",
+                ms, static_cast<int>(processes_with(marker).size()), "nothing"});
 }
 
 TEST_CASE("fault: 16 ranks writing 10,000 lines per second each lose and split none", "[fault]") {
