@@ -28,6 +28,8 @@ using testing::alive;
 using testing::count;
 using testing::Hvdrun;
 using testing::read_file;
+// Time bounds stretch under the sanitizers.
+constexpr int kSlow = testing::kSlowdown;
 
 namespace {
 
@@ -81,7 +83,7 @@ TEST_CASE("remote: SIGINT ends the job with 130 and no rank left alive on any ho
   for (pid_t pid : pids) CHECK(alive(pid));
   h.signal(SIGINT);
   CHECK(h.wait() == 130);
-  CHECK(testing::wait_none_alive(pids, 5s));
+  CHECK(testing::wait_none_alive(pids, 5s * kSlow));
 }
 
 // Starts a job whose ranks write their pid (and their agent's) into a temp dir and wait.
@@ -117,28 +119,28 @@ TEST_CASE("remote: SIGKILL of hvdrun leaves no rank alive on any host") {
   PidJob job("localhost:1,node1:1,node2:1", 3);
   job.h.signal(SIGKILL);
   CHECK(job.h.wait() == 137);
-  CHECK(job.none_alive(5s));
+  CHECK(job.none_alive(5s * kSlow));
 }
 
 TEST_CASE("remote: a host whose connection dies fails the job, naming the host") {
   PidJob job("localhost:1,node1:1,node2:1", 3);
   auto t0 = Clock::now();
   REQUIRE(cluster().kill_sessions(2) > 0);
-  CHECK(job.h.wait(10s) == 255);
-  CHECK(Clock::now() - t0 < 10s);
+  CHECK(job.h.wait(10s * kSlow) == 255);
+  CHECK(Clock::now() - t0 < 10s * kSlow);
   CHECK_THAT(job.h.err, Catch::Contains("host node2"));
-  CHECK(job.none_alive(5s));
+  CHECK(job.none_alive(5s * kSlow));
 }
 
 TEST_CASE("remote: a stopped agent is caught by the heartbeat timeout") {
   PidJob job("localhost:1,node1:1", 2, {"HVDRUN_HEARTBEAT_TIMEOUT=1"});
   pid_t agent = job.read_pid("agent.1");
   REQUIRE(::kill(agent, SIGSTOP) == 0);
-  int code = job.h.wait(10s);
+  int code = job.h.wait(10s * kSlow);
   ::kill(agent, SIGCONT);  // it then finds its connection gone and ends its rank
   CHECK(code == 255);
   CHECK_THAT(job.h.err, Catch::Contains("host node1") && Catch::Contains("nothing heard from it"));
-  CHECK(job.none_alive(5s));
+  CHECK(job.none_alive(5s * kSlow));
 }
 
 TEST_CASE("remote: a host that fails the preflight stops the job before anything starts") {
@@ -243,7 +245,7 @@ TEST_CASE("remote: a cwd missing on one host fails the launch, naming host and d
   int code = h.wait();
   INFO("stderr: " << h.err);
   CHECK(code == 255);
-  CHECK(Clock::now() - t0 < 15s);  // the local rank was stopped, not waited for
+  CHECK(Clock::now() - t0 < 15s * kSlow);  // the local rank was stopped, not waited for
   CHECK_THAT(h.err, Catch::Contains("host node1") &&
                         Catch::Contains("cannot change to directory '" + cwd + "'") &&
                         Catch::Contains("No such file or directory"));
@@ -261,22 +263,24 @@ TEST_CASE("remote: an agent that does not report its ranks fails the launch at -
           "/silent.pid; exec cat > /dev/null; fi\nexec '" + kHvdrun + "' \"$@\"\n",
       0755);
   auto t0 = Clock::now();
-  Hvdrun h(
-      with_config({"--remote-hvdrun", wrapper, "--start-timeout", "3", "-H", "localhost:1,node1:1",
-                   "sh", "-c", "echo $$ > " + dir + "/rank.pid; exec sleep 60"}));
-  int code = h.wait(20s);
+  const int timeout_s = 3 * kSlow;
+  Hvdrun h(with_config({"--remote-hvdrun", wrapper, "--start-timeout", std::to_string(timeout_s),
+                        "-H", "localhost:1,node1:1", "sh", "-c",
+                        "echo $$ > " + dir + "/rank.pid; exec sleep 60"}));
+  int code = h.wait(20s * kSlow);
   auto elapsed = Clock::now() - t0;
   INFO("stderr: " << h.err);
   CHECK(code == 255);
-  CHECK(elapsed >= 3s);
-  CHECK(elapsed < 3s + 5s);  // one deadline from the start, preflight included; then teardown
-  CHECK_THAT(h.err, Catch::Contains("--start-timeout 3 s") &&
+  CHECK(elapsed >= std::chrono::seconds(timeout_s));
+  // One deadline from the start, preflight included; then the teardown.
+  CHECK(elapsed < std::chrono::seconds(timeout_s) + 5s * kSlow);
+  CHECK_THAT(h.err, Catch::Contains("--start-timeout " + std::to_string(timeout_s) + " s") &&
                         Catch::Contains("host node1: its agent did not answer"));
   CHECK_THAT(h.err, !Catch::Contains("host localhost"));  // its rank had started
   // Nothing left: the local rank and the silent stand-in on node1.
   std::vector<pid_t> pids = {testing::read_pid_file(dir + "/rank.pid"),
                              testing::read_pid_file(dir + "/silent.pid")};
-  CHECK(testing::wait_none_alive(pids, 5s));
+  CHECK(testing::wait_none_alive(pids, 5s * kSlow));
 }
 
 TEST_CASE("remote: a host listed twice is a usage error, before anything starts") {
