@@ -14,8 +14,13 @@
 # happens on this machine, so the sshd side of each login shares its CPUs with everything
 # else: read the figures as upper bounds, and compare within one run.
 #
+# Every SSH command runs through the remote user's login shell, which for bash sources
+# ~/.bashrc (here root's, with `pyenv init`: about 0.4 s per host): both launchers pay it
+# once per host. SKIP_SHELL_RC=1 has sshd set SHLVL=1 for its sessions (SetEnv), which makes
+# bash skip ~/.bashrc, to show the figures for hosts with lean shell start-up.
+#
 # Needs root, /usr/sbin/sshd, ssh, ssh-keygen, mpirun (OpenMPI) and /usr/bin/time.
-# Usage: bench/launch_remote.sh [build-dir=build] [reps=7] [big-hosts=32] [big-reps=3]
+# Usage: [SKIP_SHELL_RC=1] bench/launch_remote.sh [build-dir=build] [reps=7] [big-hosts=32] [big-reps=3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -78,6 +83,7 @@ MaxSessions 1000
 MaxAuthTries 20
 LoginGraceTime 60
 EOF
+    if [[ ${SKIP_SHELL_RC:-0} == 1 ]]; then echo "SetEnv SHLVL=1"; fi
   } >"$dir/sshd_config.$g"
   chmod 600 "$dir/sshd_config.$g"
   /usr/sbin/sshd -D -e -f "$dir/sshd_config.$g" </dev/null >"$dir/sshd.$g.log" 2>&1 &
@@ -154,7 +160,8 @@ mpirun_small=(mpirun --allow-run-as-root --prefix /usr --mca plm_rsh_agent "ssh 
   -H "$small" -np "$np" true)
 
 echo "host: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); $(mpirun --version | head -1)"
-echo "cluster: $hosts loopback hosts, $(((hosts + per_daemon - 1) / per_daemon)) sshd, port $port"
+echo "cluster: $hosts loopback hosts, $(((hosts + per_daemon - 1) / per_daemon)) sshd, port $port;" \
+  "remote shell start-up files: $([[ ${SKIP_SHELL_RC:-0} == 1 ]] && echo "skipped (SHLVL=1)" || echo "as the user has them")"
 
 # Warm up (page cache, sshd's first forks), and make sure both work before timing.
 timed "${hvdrun_small[@]}"
