@@ -1,11 +1,13 @@
 // The fault matrix (docs/reliability.md): faults injected for real into running hvdrun
-// jobs on this machine — a rank stopped before the rendezvous, 1,000 garbage connections
-// to the rendezvous, a client with the wrong secret, a 1 GiB line of output, 16 ranks
-// writing 10,000 lines per second each, 64 ranks under a 256 file descriptor limit. Each
-// case asserts what happened, how long detection took, that nothing of the job is left
-// running, and that nothing was lost, and prints its figures ("fault-matrix: ...", see
-// bench/fault_matrix.sh). Rank crash, launcher and agent SIGKILL are in local_job_test.cc,
-// the remote faults (sshd session killed, agent stopped) in remote_test.cc.
+// jobs — a rank stopped before the rendezvous, 1,000 garbage connections to the
+// rendezvous, a client with the wrong secret, a 1 GiB line of output, a line left open,
+// 16 ranks writing 10,000 lines per second each, 64 ranks under a 256 file descriptor
+// limit, and on the loopback SSH cluster a vanished stdout reader and a SIGKILLed remote
+// agent. Each case asserts what happened, how long detection took, that nothing of the
+// job is left running, and that nothing was lost, and prints its figures
+// ("fault-matrix: ...", see bench/fault_matrix.sh). Rank crash, signals to hvdrun and a
+// local agent's SIGKILL are in local_job_test.cc, the other remote faults (sshd session
+// killed, agent stopped) in remote_test.cc.
 #include <catch2/catch.hpp>
 
 #include <netinet/in.h>
@@ -40,6 +42,12 @@ namespace {
 
 const std::string kWorker = HVDRUN_BINARY_DIR "/tests/runtime/runtime_worker";
 const std::string kWriter = HVDRUN_BINARY_DIR "/tests/integration/hvdrun_test_output_writer";
+
+// One loopback SSH host (node1), started by the first case that needs it.
+SshdCluster& cluster() {
+  static SshdCluster c(1);
+  return c;
+}
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -431,14 +439,13 @@ TEST_CASE("fault: 64 ranks rendezvous under a 256 file descriptor limit", "[faul
 }
 
 TEST_CASE("fault: the reader of stdout goes away during a job on two hosts", "[fault][ssh]") {
-  SshdCluster cluster(1);
   TempDir tmp("fault");
   const std::string d = tmp.path();
   // Both ranks write their pid, wait for each other's, then write without end.
   const std::string rank = "echo $$ > " + d + "/pid.$HVDRUN_RANK; while [ ! -e " + d +
                            "/pid.0 ] || [ ! -e " + d + "/pid.1 ]; do sleep 0.01; done; exec yes";
   CapturedProcess p({"bash", "-c",
-                     "'" + hvdrun_binary() + "' --ssh-config " + cluster.ssh_config() +
+                     "'" + hvdrun_binary() + "' --ssh-config " + cluster().ssh_config() +
                          " -H localhost:1,node1:1 sh -c '" + rank +
                          "' | head -1; echo \"status=${PIPESTATUS[0]}\""});
   auto t0 = Clock::now();
@@ -453,4 +460,30 @@ TEST_CASE("fault: the reader of stdout goes away during a job on two hosts", "[f
   report_fault({"the reader of hvdrun's stdout goes away, ranks on this host and node1",
                 "hvdrun ends by SIGPIPE (141); both agents stop their ranks", ms + stop_ms,
                 wait_none_alive(pids, 0ms) ? 0 : 1, "nothing still wanted"});
+}
+
+TEST_CASE("fault: a remote agent killed with SIGKILL fails the job naming the host",
+          "[fault][ssh]") {
+  TempDir tmp("fault");
+  const std::string d = tmp.path();
+  Hvdrun h({"--ssh-config", cluster().ssh_config(), "-H", "localhost:1,node1:1", "sh", "-c",
+            "echo $$ > " + d + "/pid.$HVDRUN_RANK; echo $PPID > " + d +
+                "/agent.$HVDRUN_RANK; echo up; exec sleep 60"});
+  h.read_until([](const std::string& out) { return count(out, "up\n") == 2; }, 20s);
+  auto pids = read_pid_files(d, "pid.", 2);
+  pid_t agent = read_pid_file(d + "/agent.1");
+  REQUIRE(alive(agent));
+  auto t0 = Clock::now();
+  REQUIRE(::kill(agent, SIGKILL) == 0);
+  int code = h.wait(15s);
+  double ms = ms_since(t0);
+  INFO("stderr: " << h.err);
+  CHECK(code == 255);
+  CHECK_THAT(h.err, Catch::Contains("host node1"));
+  CHECK(ms < 5000 * kSlowdown);
+  CHECK(wait_none_alive(pids, 5s));
+  report_fault({"SIGKILL of the agent on node1 (ranks on this machine and node1)",
+                "hvdrun exits 255 naming host node1; node1's rank dies with its agent, this "
+                "machine's is stopped",
+                ms, wait_none_alive(pids, 0ms) ? 0 : 1, "node1's output not yet sent"});
 }
