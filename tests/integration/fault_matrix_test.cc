@@ -138,6 +138,24 @@ TEST_CASE("fault: a rank stopped before the rendezvous fails the job within --st
                 static_cast<int>(processes_with(marker).size()), "nothing (no output pending)"});
 }
 
+TEST_CASE("fault: a rank stopped mid-job is named by the others within HVDRUN_OP_TIMEOUT",
+          "[fault]") {
+  std::string marker = unique_marker();
+  auto t0 = Clock::now();
+  Hvdrun h({"-np", "3", kWorker, "stop-after-init"}, {marker, "HVDRUN_OP_TIMEOUT=2"});
+  int code = h.wait(30s);
+  double ms = ms_since(t0);
+  INFO("stderr: " << h.err);
+  CHECK(code == 4);  // the first rank whose barrier gave up
+  CHECK_THAT(h.err, Catch::Contains("rank(s) 1 did not arrive within 2 s (HVDRUN_OP_TIMEOUT)"));
+  // Init, the 2 s operation timeout, then the stopped rank's 3 s kill grace.
+  CHECK(ms < 8000 * kSlowdown);
+  CHECK(wait_none_with(marker, 5s));
+  report_fault({"rank SIGSTOPped after init, the others in a barrier, HVDRUN_OP_TIMEOUT=2",
+                "the others give up naming rank 1; hvdrun exits 4 with their message", ms,
+                static_cast<int>(processes_with(marker).size()), "nothing"});
+}
+
 TEST_CASE("fault: 1,000 garbage connections to the rendezvous during a job", "[fault]") {
   std::string marker = unique_marker();
   TempDir tmp("fault");

@@ -2,6 +2,7 @@
 // program, started N times by job_harness with the HVDRUN_* environment. The scenario
 // (argv[1]) says what to check; the exit code says whether it held (0 = yes).
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -197,6 +198,13 @@ int main(int argc, char** argv) {
     check_broadcast_allgather();
     if (hvdrun::size() <= 4) check_large();
     if (hvdrun_barrier() != 0) fail(std::string("barrier: ") + hvdrun_last_error());
+  } else if (scenario == "stop-after-init") {
+    // Rank 1 hangs (stops itself) after init; the others must not wait for ever.
+    if (hvdrun::rank() == 1) ::raise(SIGSTOP);
+    if (hvdrun_barrier() != 0) {
+      std::fprintf(stderr, "barrier failed: %s\n", hvdrun_last_error());
+      return 4;
+    }
   } else if (scenario == "exit-after-init") {
     // Leaves without taking part in the next collective.
     if (hvdrun::rank() == 1) return 0;
