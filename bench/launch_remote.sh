@@ -3,6 +3,8 @@
 # `true` on 8 hosts x 2 slots with hvdrun against OpenMPI's
 #   mpirun --allow-run-as-root --prefix /usr --mca plm_rsh_agent "ssh -F CFG" \
 #          -H node1:2,...,node8:2 -np 16 true
+# (the agent is a wrapper of `ssh -F CFG` that gives each host's orted its own session
+# directory, which real hosts have anyway)
 # (interleaved repetitions, median of each, ratio; target <= 0.25x), then a 32-host x
 # 4-slot hvdrun launch with hvdrun's peak RSS (/usr/bin/time).
 #
@@ -82,6 +84,7 @@ MaxStartups 1000:100:1000
 MaxSessions 1000
 MaxAuthTries 20
 LoginGraceTime 60
+AcceptEnv OMPI_MCA_orte_tmpdir_base
 EOF
     if [[ ${SKIP_SHELL_RC:-0} == 1 ]]; then echo "SetEnv SHLVL=1"; fi
   } >"$dir/sshd_config.$g"
@@ -127,6 +130,16 @@ for ((k = 1; k <= hosts; k++)); do
   done
 done
 
+# mpirun's rsh agent: ssh -F CFG, giving each host's orted its own session directory.
+# Loopback hosts share this machine's /tmp and name, so their orteds would all create
+# /tmp/ompi.HOST.UID/jf.N at once, and OpenMPI 4.1 fails on the EEXIST of that race.
+cat >"$dir/mpirun_ssh" <<EOF
+#!/bin/sh
+for a in "\$@"; do case "\$a" in -*) ;; *) host=\$a; break ;; esac; done
+exec ssh -F "$cfg" -o "SetEnv=OMPI_MCA_orte_tmpdir_base=$dir/ompi-\$host" "\$@"
+EOF
+chmod 755 "$dir/mpirun_ssh"
+
 host_list() {  # host_list N SLOTS -> node1:S,...,nodeN:S
   local out="" k
   for ((k = 1; k <= $1; k++)); do out+="${out:+,}node$k:$2"; done
@@ -156,7 +169,7 @@ range() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.3f-%.3f
 small=$(host_list "$small_hosts" "$small_slots")
 np=$((small_hosts * small_slots))
 hvdrun_small=("$hvdrun" --ssh-config "$cfg" -H "$small" -np "$np" true)
-mpirun_small=(mpirun --allow-run-as-root --prefix /usr --mca plm_rsh_agent "ssh -F $cfg"
+mpirun_small=(mpirun --allow-run-as-root --prefix /usr --mca plm_rsh_agent "$dir/mpirun_ssh"
   -H "$small" -np "$np" true)
 
 echo "host: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); $(mpirun --version | head -1)"
