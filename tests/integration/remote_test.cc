@@ -325,17 +325,3 @@ TEST_CASE("remote: each host's ranks get that host's interface toward the launch
   REQUIRE(user.wait() == 0);
   CHECK(user.out == "[0]<stdout>:G=lo N==user0\n");
 }
-
-// Not part of the suite (hidden tag): wall time of `true` on 8 loopback hosts x 2 slots.
-TEST_CASE("remote: launch time of true on 8 hosts x 2 slots", "[.][bench]") {
-  testing::SshdCluster c(8);
-  std::string hosts;
-  for (int k = 1; k <= 8; ++k) hosts += (k > 1 ? "," : "") + c.alias(k) + ":2";
-  for (int round = 0; round < 4; ++round) {
-    auto t0 = Clock::now();
-    Hvdrun h({"--ssh-config", c.ssh_config(), "-H", hosts, "true"});
-    REQUIRE(h.wait() == 0);
-    double ms = std::chrono::duration<double>(Clock::now() - t0).count() * 1000;
-    WARN("round " << round << ": " << ms << " ms");
-  }
-}
