@@ -118,9 +118,9 @@ class OutputRelay {
   void process(int rank, proto::Stream stream, std::string_view bytes);
   void release_held(proto::Stream stream);
   void cut_long_line(proto::Stream stream);
-  void flush_partial(Sink& sink, RankStream& rs);
-  void put_prefix(Sink& sink, const RankStream& rs);
-  void write_sink(Sink& sink);
+  void flush_partial(Sink& sk, RankStream& rs);
+  void put_prefix(Sink& sk, const RankStream& rs);
+  void write_sink(Sink& sk);
   void write_file(RankStream& rs);
   void refresh_timestamp();
   void writer_loop();

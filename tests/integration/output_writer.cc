@@ -17,7 +17,6 @@
 namespace {
 
 constexpr char kPattern[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-constexpr std::size_t kPatternLen = sizeof kPattern - 1;
 
 bool write_all(const char* p, std::size_t n) {
   while (n > 0) {
