@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "hostfile/placement.h"
 #include "launcher/job.h"
 #include "launcher/local_host.h"
 #include "ssh/check.h"
@@ -234,7 +235,10 @@ std::unique_ptr<AgentLink> start_ssh_agent(const std::string& host,
   return std::make_unique<SshAgentLink>(host, std::move(session), std::move(channel));
 }
 
-int run_job_over_ssh(const LaunchOptions& options) {
+int run_job_over_ssh(const LaunchOptions& requested) {
+  // Hosts that get no rank (-np below the slots) take no part: not even a login.
+  LaunchOptions options = requested;
+  if (!options.hosts.empty()) options.hosts = hostfile::place(options.hosts, options.np).hosts;
   bool all_local = true;
   for (const auto& h : options.hosts) all_local = all_local && is_local_host(h.name);
   if (all_local) return run_job(options);

@@ -325,3 +325,11 @@ TEST_CASE("remote: each host's ranks get that host's interface toward the launch
   REQUIRE(user.wait() == 0);
   CHECK(user.out == "[0]<stdout>:G=lo N==user0\n");
 }
+
+TEST_CASE("remote: a host that gets no rank is not contacted") {
+  // -np 1 places the only rank on node1; the second host would fail any login.
+  Hvdrun h(with_config({"-H", "node1:1,nosuchhost.invalid:1", "-np", "1", "echo", "ran"}));
+  INFO("stderr: " << h.err);
+  CHECK(h.wait() == 0);
+  CHECK(h.out == "[0]<stdout>:ran\n");
+}
