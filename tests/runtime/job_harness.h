@@ -3,12 +3,12 @@
 #pragma once
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -89,6 +89,7 @@ inline JobResult run_job(const JobSpec& spec) {
     };
     for (const auto& [k, v] : spec.env) env[k] = v;
     std::vector<std::string> env_strings;
+    env_strings.reserve(env.size());
     for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
     for (char** e = environ; *e; ++e) {
       std::string s(*e);

@@ -114,7 +114,7 @@ TEST_CASE("NCCL unique id is published by rank 0 and read through the store", "[
       }));
     auto c0 = client();
     CHECK(hvdrun::runtime::exchange_unique_id(
-              *c0, "g0/nccl/world/id", 0, [&] { return id; }, 5s) == id);
+              *c0, "g0/nccl/world/id", 0, [&] { return std::string(id); }, 5s) == id);
     for (auto& f : others) CHECK(f.get() == id);
     CHECK(server.get("g0/nccl/world/id") == "id:" + id);
   }

@@ -109,6 +109,7 @@ int run_process(const std::vector<std::string>& argv, std::string* output) {
     ::dup2(wr.get(), 1);
     ::dup2(wr.get(), 2);
     std::vector<char*> args;
+    args.reserve(argv.size() + 1);
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     ::execvp(args[0], args.data());
@@ -166,7 +167,7 @@ UnansweredListener::UnansweredListener() : fd_(::socket(AF_INET, SOCK_STREAM | S
   port_ = ntohs(sin.sin_port);
   for (int i = 0; i < 2; ++i) {  // non-blocking: the second one is left hanging by design
     UniqueFd c(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    ::connect(c.get(), reinterpret_cast<sockaddr*>(&sin), sizeof sin);
+    (void)::connect(c.get(), reinterpret_cast<sockaddr*>(&sin), sizeof sin);  // EINPROGRESS
     fillers_.push_back(std::move(c));
   }
   // Wait (bounded) until the first filler is established, so the queue is really full.
