@@ -36,6 +36,9 @@ class AgentProcess {
   explicit AgentProcess(const std::string& launcher_addr = {}) {
     auto [in_r, in_w] = make_pipe();
     auto [out_r, out_w] = make_pipe();
+    // A child inherits unflushed stdio buffers (Catch's "Filters:" line), and a rank that
+    // fails to exec would write them as its output where _exit flushes (under TSan).
+    std::fflush(nullptr);
     pid_ = ::fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
@@ -91,7 +94,7 @@ class AgentProcess {
   T expect() {
     auto g = next();
     REQUIRE(g);
-    INFO("got " << proto::type_name(g->msg));
+    INFO("got " << proto::type_name(g->msg) << (g->data.empty() ? "" : ": " + g->data));
     REQUIRE(std::holds_alternative<T>(g->msg));
     return std::get<T>(g->msg);
   }
