@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "compat/horovod_http_server.h"
 #include "hostfile/placement.h"
 #include "tests/compat/http_test_client.h"
@@ -136,10 +137,10 @@ double run_once(const hvdrun::hostfile::Placement& placement, bool gloo_mode) {
       const std::string cross = "cross_" + std::to_string(slot.local_rank);
       if (gloo_mode) {
         auto dev = gloo::transport::tcp::CreateDevice(gloo::transport::tcp::attr("127.0.0.1"));
-        keep[static_cast<std::size_t>(3 * r)] = gloo_scope(port, "global", r, n, dev);
-        keep[static_cast<std::size_t>(3 * r + 1)] =
+        keep[3 * static_cast<std::size_t>(r)] = gloo_scope(port, "global", r, n, dev);
+        keep[3 * static_cast<std::size_t>(r) + 1] =
             gloo_scope(port, local, slot.local_rank, slot.local_size, dev);
-        keep[static_cast<std::size_t>(3 * r + 2)] =
+        keep[3 * static_cast<std::size_t>(r) + 2] =
             gloo_scope(port, cross, slot.cross_rank, slot.cross_size, dev);
       } else {
         replay_scope(port, "global", host, r, n, deadline);
@@ -161,9 +162,9 @@ double run_once(const hvdrun::hostfile::Placement& placement, bool gloo_mode) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int ranks = argc > 1 ? std::atoi(argv[1]) : 16;
-  const int hosts = argc > 2 ? std::atoi(argv[2]) : 4;
-  const int rounds = argc > 3 ? std::atoi(argv[3]) : 3;
+  const int ranks = hvdrun::bench::int_arg(argc, argv, 1, 16);
+  const int hosts = hvdrun::bench::int_arg(argc, argv, 2, 4);
+  const int rounds = hvdrun::bench::int_arg(argc, argv, 3, 3);
   const std::string mode = argc > 4 ? argv[4] : "both";
   if (ranks < 1 || hosts < 1 || ranks % hosts != 0 || rounds < 1) {
     std::fprintf(stderr,

@@ -15,6 +15,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "bench/bench_args.h"
 #include "ssh/libssh2_session.h"
 #include "ssh/preflight.h"
 #include "tests/support/sshd_cluster.h"
@@ -105,8 +106,8 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int hosts = argc > 1 ? std::atoi(argv[1]) : 16;
-  const int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
+  const int hosts = hvdrun::bench::int_arg(argc, argv, 1, 16);
+  const int rounds = hvdrun::bench::int_arg(argc, argv, 2, 3);
   spdlog::set_level(spdlog::level::warn);
   if (const char* level = std::getenv("HVDRUN_BENCH_LOG_LEVEL")) {
     spdlog::set_level(spdlog::level::from_str(level));

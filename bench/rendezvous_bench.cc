@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "bench/bench_args.h"
 #include "tests/runtime/job_harness.h"
 
 int main(int argc, char** argv) {
@@ -16,9 +17,9 @@ int main(int argc, char** argv) {
   std::string self = argv[0];
   std::string rank_prog = self.substr(0, self.rfind('/') + 1) + "hvdrun_bench_rank";
   hvdrun::test::JobSpec spec;
-  spec.np = std::atoi(argv[2]);
+  spec.np = hvdrun::bench::int_arg(argc, argv, 2, 0);
   spec.argv = {rank_prog, argv[1]};
-  for (int i = 3; i < argc; ++i) spec.argv.push_back(argv[i]);
+  for (int i = 3; i < argc; ++i) spec.argv.emplace_back(argv[i]);
   spec.env = {{"HVDRUN_START_TIMEOUT", "120"}, {"HVDRUN_NCCL", "off"}};
   spec.deadline = std::chrono::seconds(300);
   auto r = hvdrun::test::run_job(spec);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "hvdrun/hvdrun.h"
 #include "runtime/env.h"
 #include "runtime/world.h"
@@ -88,7 +89,7 @@ int main(int argc, char** argv) {
       if (rank == 0) std::printf("result mesh_connect_ms=%.1f\n", ms_since(t1));
     } else if (mode == "allreduce" || mode == "latency") {
       std::size_t bytes = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 64u << 20;
-      int reps = argc > 3 ? std::atoi(argv[3]) : 5;
+      int reps = hvdrun::bench::int_arg(argc, argv, 3, 5);
       std::vector<float> buf(bytes / 4, 1.0f);
       for (int i = 0; i < 2; ++i)  // warm-up: connects the pairs, faults the pages in
         world.gloo().allreduce(buf.data(), buf.size(), hvdrun::DataType::kFloat32,

@@ -18,11 +18,13 @@
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "rendezvous/client.h"
 #include "rendezvous/protocol.h"
 #include "rendezvous/server.h"
@@ -182,10 +184,10 @@ void bare_client(std::uint16_t port, Sizes s, int iters) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const int clients = argc > 1 ? std::atoi(argv[1]) : 8;
-  const int iters = argc > 2 ? std::atoi(argv[2]) : 5000;
-  const int rounds = argc > 3 ? std::atoi(argv[3]) : 3;
+static int run(int argc, char** argv) {
+  const int clients = hvdrun::bench::int_arg(argc, argv, 1, 8);
+  const int iters = hvdrun::bench::int_arg(argc, argv, 2, 5000);
+  const int rounds = hvdrun::bench::int_arg(argc, argv, 3, 3);
   const double ops = 2.0 * clients * iters;
   auto sizes = frame_sizes();
   std::printf("frames: set %zu/%zu bytes, get %zu/%zu bytes (request/response)\n", sizes.set_req,
@@ -225,4 +227,13 @@ int main(int argc, char** argv) {
       "ratio=%.2f\n",
       clients, ops, ops / bare_s, ops / ours_s, bare_s / ours_s);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "store_bench: %s\n", e.what());
+    return 1;
+  }
 }

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   try {
     hvdrun::init();
     const int rank = hvdrun::rank(), size = hvdrun::size();
-    const int epochs = argc > 1 ? std::atoi(argv[1]) : 5;
+    const int epochs = argc > 1 ? std::stoi(argv[1]) : 5;  // throws on a non-number
     const std::string ckpt_dir = argc > 2 ? argv[2] : ".";
 
     // This rank's shard of the data set (a different seed per rank).

@@ -318,14 +318,17 @@ std::string tag_string(const Hmac& h, std::string_view label, std::string_view a
 }
 }  // namespace
 
-std::string Handshake::client_proof(const Hmac& s, std::string_view sn, std::string_view cn) {
-  return tag_string(s, "hvdrun-rdzv client", sn, cn);
+std::string Handshake::client_proof(const Hmac& secret, std::string_view server_nonce,
+                                    std::string_view client_nonce) {
+  return tag_string(secret, "hvdrun-rdzv client", server_nonce, client_nonce);
 }
-std::string Handshake::server_proof(const Hmac& s, std::string_view sn, std::string_view cn) {
-  return tag_string(s, "hvdrun-rdzv server", sn, cn);
+std::string Handshake::server_proof(const Hmac& secret, std::string_view server_nonce,
+                                    std::string_view client_nonce) {
+  return tag_string(secret, "hvdrun-rdzv server", server_nonce, client_nonce);
 }
-std::string Handshake::session_key(const Hmac& s, std::string_view sn, std::string_view cn) {
-  return tag_string(s, "hvdrun-rdzv session", sn, cn);
+std::string Handshake::session_key(const Hmac& secret, std::string_view server_nonce,
+                                   std::string_view client_nonce) {
+  return tag_string(secret, "hvdrun-rdzv session", server_nonce, client_nonce);
 }
 
 // --- frames -----------------------------------------------------------------------

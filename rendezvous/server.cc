@@ -18,6 +18,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "common/error.h"
 #include "rendezvous/protocol.h"
@@ -52,7 +53,7 @@ class Server::Impl {
   class Session;
 
   Impl(std::string secret, const std::string& bind_address, std::uint16_t port, ServerOptions opts)
-      : acceptor_(io_), secret_(secret), opts_(opts) {
+      : acceptor_(io_), secret_(std::move(secret)), opts_(opts) {
     boost::system::error_code ec;
     auto addr = asio::ip::make_address(bind_address, ec);
     std::string where = "rendezvous server on " + bind_address + ":" + std::to_string(port);
@@ -70,7 +71,14 @@ class Server::Impl {
     port_ = acceptor_.local_endpoint().port();
   }
 
-  ~Impl() { stop(); }
+  ~Impl() {
+    // A destructor must not throw: stop() throws only when joining the I/O thread fails
+    // (std::system_error), and a server being destroyed has nothing left to do then.
+    try {
+      stop();
+    } catch (...) {
+    }
+  }
 
   std::uint16_t port() const { return port_; }
 

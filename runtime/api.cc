@@ -92,20 +92,17 @@ std::string describe(const char* name, std::size_t count, DataType t) {
 
 std::size_t dtype_size(DataType dtype) {
   switch (dtype) {
-    case DataType::kInt32:
-      return 4;
-    case DataType::kInt64:
-      return 8;
-    case DataType::kFloat32:
-      return 4;
-    case DataType::kFloat64:
-      return 8;
-    case DataType::kFloat16:
-      return 2;
-    case DataType::kBFloat16:
-      return 2;
     case DataType::kUInt8:
       return 1;
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kInt32:
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kInt64:
+    case DataType::kFloat64:
+      return 8;
   }
   throw Error("hvdrun: unknown data type " + std::to_string(static_cast<int>(dtype)));
 }

@@ -17,7 +17,7 @@ class Parser {
   std::optional<std::string> text(const char* name, bool required) {
     const char* v = getenv_(name);
     if (v == nullptr || *v == '\0') {
-      if (required) missing_.push_back(name);
+      if (required) missing_.emplace_back(name);
       return std::nullopt;
     }
     return std::string(v);

@@ -137,7 +137,7 @@ void World::check_in(Clock::time_point deadline) {
   std::string msg = "rendezvous: " + who() + ": ";
   if (!absent.empty())
     msg += "rank" + std::string(absent.size() > 1 ? "s " : " ") + format_ranks(absent) +
-           (absent.size() > 1 ? " did" : " did") + " not arrive within " +
+           " did not arrive within " +
            seconds_text(env_.start_timeout) + " s (" +
            std::to_string(env_.size - static_cast<int>(absent.size())) + " of " +
            std::to_string(env_.size) + " checked in at " + store_->server_address() +
