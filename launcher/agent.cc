@@ -30,6 +30,7 @@
 #include "common/fd.h"
 #include "compat/env.h"
 #include "launcher/agent_protocol.h"
+#include "launcher/group_guard.h"
 #include "launcher/line_tail.h"
 
 extern char** environ;
@@ -154,6 +155,8 @@ class Agent {
   std::map<int, Rank> ranks_;
   std::map<pid_t, int> by_pid_;
   UniqueFd dev_null_;
+  // Kills the rank groups if this agent is killed; released after sweep_groups().
+  std::optional<GroupGuard> guard_;
 };
 
 void Agent::begin_kill(std::uint32_t grace_ms, const char* why) {
@@ -164,6 +167,9 @@ void Agent::begin_kill(std::uint32_t grace_ms, const char* why) {
   for (auto& [n, r] : ranks_) {
     if (!r.reaped && r.pid > 0) {
       ::kill(-r.pid, SIGTERM);
+      // A stopped process acts on SIGTERM only once continued: without this, a SIGSTOPped
+      // rank would hold the teardown for the whole grace period.
+      ::kill(-r.pid, SIGCONT);
       ++live;
     }
   }
@@ -270,6 +276,7 @@ void Agent::spawn(const proto::Spawn& s) {
   ::setpgid(pid, pid);  // also from here, so kill(-pid) works whoever runs first
   r.pid = pid;
   by_pid_[pid] = s.rank;
+  if (guard_) guard_->watch(pid);
   set_nonblocking(out_r.get());
   set_nonblocking(err_r.get());
   r.out = std::move(out_r);
@@ -505,6 +512,7 @@ int Agent::run() {
 
   dev_null_.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!dev_null_) throw_errno("opening /dev/null for rank stdin", "open");
+  guard_.emplace();
   set_nonblocking(in_);
   set_nonblocking(out_);
 
@@ -608,6 +616,7 @@ int Agent::run() {
     }
   }
   sweep_groups();
+  guard_.reset();
   return exit_code_;
 }
 

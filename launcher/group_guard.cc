@@ -1,0 +1,91 @@
+// The guard process: one blocking read loop over a pipe of process-group ids, forked from
+// the single-threaded agent and never exec'd. It holds nothing of the agent's but that pipe,
+// so it keeps no SSH channel or launcher stream open, and it ignores the signals a dying
+// session sends (SIGHUP, SIGTERM, SIGINT) so that it is still there to do its one job.
+#include "launcher/group_guard.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <vector>
+
+#include "common/error.h"
+
+namespace hvdrun::launcher {
+namespace {
+
+// Sent instead of a group id when the agent ends normally.
+constexpr std::int32_t kDone = 0;
+
+[[noreturn]] void guard_main(int from_agent) {
+  for (int s : {SIGHUP, SIGTERM, SIGINT, SIGPIPE, SIGQUIT}) ::signal(s, SIG_IGN);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  int null = ::open("/dev/null", O_RDWR);
+  if (null >= 0) {
+    ::dup2(null, 0);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+  }
+  if (::dup2(from_agent, 3) < 0) ::_exit(1);
+  ::close_range(4, ~0u, 0);
+  std::vector<pid_t> groups;
+  std::int32_t id = 0;
+  std::size_t have = 0;
+  for (;;) {
+    ssize_t n = ::read(3, reinterpret_cast<char*>(&id) + have, sizeof id - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // the agent is gone without saying it is done
+    have += static_cast<std::size_t>(n);
+    if (have < sizeof id) continue;
+    have = 0;
+    if (id == kDone) ::_exit(0);
+    groups.push_back(id);
+  }
+  for (pid_t g : groups) ::kill(-g, SIGKILL);
+  ::_exit(0);
+}
+
+}  // namespace
+
+GroupGuard::GroupGuard() {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) throw_errno("starting the rank group guard", "pipe2");
+  UniqueFd r(p[0]);
+  to_guard_.reset(p[1]);
+  pid_ = ::fork();
+  if (pid_ < 0) throw_errno("starting the rank group guard", "fork");
+  if (pid_ == 0) {
+    to_guard_.release();  // not closed here: close_range in guard_main drops it
+    guard_main(r.get());
+  }
+}
+
+GroupGuard::~GroupGuard() { release(); }
+
+void GroupGuard::watch(pid_t pgid) {
+  if (!to_guard_ || pgid <= 0) return;
+  std::int32_t id = pgid;
+  // Four bytes into an empty-enough pipe: atomic. A failed write means the guard is gone,
+  // which leaves the ranks to PR_SET_PDEATHSIG alone, as before the guard existed.
+  (void)!::write(to_guard_.get(), &id, sizeof id);
+}
+
+void GroupGuard::release() {
+  if (!to_guard_) return;
+  std::int32_t done = kDone;
+  (void)!::write(to_guard_.get(), &done, sizeof done);
+  to_guard_.reset();
+  if (pid_ > 0) {
+    while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  pid_ = -1;
+}
+
+}  // namespace hvdrun::launcher

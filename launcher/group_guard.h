@@ -1,0 +1,37 @@
+// A watchdog for the agent's rank process groups. Ranks die with their agent
+// (PR_SET_PDEATHSIG), but what a rank started itself (a shell's children, data loader
+// workers) shares the rank's process group and would outlive a SIGKILLed agent, since only
+// the agent knows to kill the groups. The guard is a small process forked from the agent
+// that learns every rank's process group over a pipe and, when that pipe ends without the
+// agent's "done" (the agent was killed, by the OOM killer or anyone), SIGKILLs each group.
+#pragma once
+
+#include <sys/types.h>
+
+#include "common/fd.h"
+
+namespace hvdrun::launcher {
+
+class GroupGuard {
+ public:
+  /// Forks the guard. Throws SystemError when the pipe or the fork fails.
+  GroupGuard();
+  /// Releases the guard (see release()).
+  ~GroupGuard();
+  GroupGuard(const GroupGuard&) = delete;
+  GroupGuard& operator=(const GroupGuard&) = delete;
+
+  /// The guard's pid (to tell it apart when reaping children).
+  pid_t pid() const { return pid_; }
+  /// Adds a rank's process group to those killed if the agent dies.
+  void watch(pid_t pgid);
+  /// The agent has ended every group itself: the guard exits without killing, and this
+  /// waits for it. Idempotent.
+  void release();
+
+ private:
+  UniqueFd to_guard_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace hvdrun::launcher
