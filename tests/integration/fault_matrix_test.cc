@@ -348,7 +348,8 @@ TEST_CASE("fault: a 1 GiB line of output is relayed byte-exact in bounded memory
   CHECK(total == (parts + empty) * (head.size() + 1) + kBytes + 18 + short_bytes);
   // hvdrun (and its agent) held neither the line nor the lines behind it: peak RSS far
   // below 1 GiB.
-  CHECK(h.max_rss_kib() < 256 * 1024);
+  // (ASan's quarantine alone keeps up to 256 MiB of freed memory.)
+  CHECK(h.max_rss_kib() < (kSlowdown > 1 ? 768 : 256) * 1024);
   CHECK(ms < 30000 * kSlowdown);  // about 1.2 s here: the relay streams, it does not stall
   CHECK(wait_none_with(marker, 5s));
   char outcome[220];
