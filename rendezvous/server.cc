@@ -52,8 +52,9 @@ class Server::Impl {
  public:
   class Session;
 
-  Impl(std::string secret, const std::string& bind_address, std::uint16_t port, ServerOptions opts)
-      : acceptor_(io_), secret_(std::move(secret)), opts_(opts) {
+  Impl(const std::string& secret, const std::string& bind_address, std::uint16_t port,
+       ServerOptions opts)
+      : acceptor_(io_), secret_(secret), opts_(opts) {
     boost::system::error_code ec;
     auto addr = asio::ip::make_address(bind_address, ec);
     std::string where = "rendezvous server on " + bind_address + ":" + std::to_string(port);
@@ -586,12 +587,12 @@ void Server::Impl::shutdown() {
   io_.stop();
 }
 
-Server::Server(std::string secret, const std::string& bind_address, std::uint16_t port)
-    : Server(std::move(secret), bind_address, port, ServerOptions{}) {}
+Server::Server(const std::string& secret, const std::string& bind_address, std::uint16_t port)
+    : Server(secret, bind_address, port, ServerOptions{}) {}
 
-Server::Server(std::string secret, const std::string& bind_address, std::uint16_t port,
+Server::Server(const std::string& secret, const std::string& bind_address, std::uint16_t port,
                ServerOptions options)
-    : impl_(std::make_unique<Impl>(std::move(secret), bind_address, port, options)) {}
+    : impl_(std::make_unique<Impl>(secret, bind_address, port, options)) {}
 
 Server::~Server() = default;
 std::uint16_t Server::port() const { return impl_->port(); }

@@ -34,9 +34,10 @@ class Server {
  public:
   /// Binds `bind_address` (an IPv4/IPv6 literal; "0.0.0.0" for all interfaces) on `port`
   /// (0 picks a free one). Throws SystemError naming address and port on failure.
-  Server(std::string secret, const std::string& bind_address = "0.0.0.0", std::uint16_t port = 0);
+  Server(const std::string& secret, const std::string& bind_address = "0.0.0.0",
+         std::uint16_t port = 0);
   /// As above, with explicit limits.
-  Server(std::string secret, const std::string& bind_address, std::uint16_t port,
+  Server(const std::string& secret, const std::string& bind_address, std::uint16_t port,
          ServerOptions options);
   ~Server();
   Server(const Server&) = delete;
