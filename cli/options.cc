@@ -286,7 +286,7 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   size_t best_d = 3;
   for (const auto& s : kOptions) {
     std::vector<std::string> forms = {std::string("--") + s.name};
-    if (s.single_dash) forms.push_back("-np");
+    if (s.single_dash) forms.emplace_back("-np");
     for (const auto& f : forms) {
       size_t d = edit_distance(name, f);
       size_t limit = name.size() <= 4 ? 1 : 2;

@@ -57,8 +57,8 @@ struct CompatEnv {
 CompatEnv compat_env(const hostfile::Placement& placement, int rank, const HostEndpoints& host);
 
 /// The same for one slot, for callers that hold a RankSlot rather than the placement:
-/// `host_name` as the user wrote it, `size` ranks in the job on `num_hosts` hosts.
-CompatEnv compat_env(const hostfile::RankSlot& slot, const std::string& host_name, int size,
+/// `hostname` as the user wrote it, `size` ranks in the job on `num_hosts` hosts.
+CompatEnv compat_env(const hostfile::RankSlot& slot, const std::string& hostname, int size,
                      int num_hosts, const HostEndpoints& host);
 
 /// A TCP port free on this host right now: binds port 0 on the wildcard address

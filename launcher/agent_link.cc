@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -120,7 +121,10 @@ bool single_threaded() {
   char line[256];
   int threads = 0;
   while (std::fgets(line, sizeof line, f)) {
-    if (std::sscanf(line, "Threads: %d", &threads) == 1) break;
+    if (std::strncmp(line, "Threads:", 8) == 0) {
+      threads = static_cast<int>(std::strtol(line + 8, nullptr, 10));
+      break;
+    }
   }
   std::fclose(f);
   return threads == 1;

@@ -26,6 +26,6 @@ std::unique_ptr<AgentLink> start_ssh_agent(const std::string& host,
 /// it, prints the preflight table to stderr and returns 255 without starting anything;
 /// otherwise every remote host's agent runs on the session its preflight opened. A job on
 /// local hosts only is run_job() unchanged. Throws like run_job().
-int run_job_over_ssh(const LaunchOptions& options);
+int run_job_over_ssh(const LaunchOptions& requested);
 
 }  // namespace hvdrun::launcher

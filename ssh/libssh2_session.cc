@@ -631,7 +631,10 @@ void authenticate(const Target& t, Core& core, Deadline deadline, const std::str
   for (const auto& f : t.identity_files) files.emplace_back(f, true);
   for (const auto& f : t.default_identity_files) files.emplace_back(f, false);
   std::string first_key;
-  for (const auto& [path, explicit_key] : files) {
+  for (const auto& file : files) {
+    // Named references, not a structured binding: the lambda below captures the path.
+    const std::string& path = file.first;
+    const bool explicit_key = file.second;
     if (disconnected) break;
     if (!file_exists(path)) {
       if (explicit_key) tried.push_back(path + " (missing)");
