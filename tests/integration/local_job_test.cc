@@ -217,7 +217,9 @@ TEST_CASE("bad usage exits 2 with one line and a hint before anything starts") {
 
 TEST_CASE("an agent killed with SIGKILL fails the job naming the host and leaves no rank") {
   std::string marker = unique_marker();
-  Hvdrun h({"-np", "2", "sh", "-c", "echo \"agent=$PPID\"; exec sleep 30"}, {marker});
+  // Each rank starts children of its own: they share its process group and the marker, and
+  // must not outlive the agent either.
+  Hvdrun h({"-np", "2", "sh", "-c", "sleep 30 & sleep 30 & echo \"agent=$PPID\"; wait"}, {marker});
   h.read_until(
       [](const std::string& out) { return count(out, "agent=") == 2 && out.back() == '\n'; });
   auto at = h.out.find("agent=") + 6;
@@ -233,8 +235,9 @@ TEST_CASE("an agent killed with SIGKILL fails the job naming the host and leaves
       Catch::Contains("the agent on host localhost ended unexpectedly (it was killed by signal 9"));
   CHECK(wait_none_with(marker, 5s));
   report_fault({"SIGKILL of a (local) agent, 2 ranks",
-                "hvdrun exits 255 naming the host; each rank dies with its agent (PDEATHSIG)", ms,
-                static_cast<int>(processes_with(marker).size()),
+                "hvdrun exits 255 naming the host; ranks die with their agent (PDEATHSIG), their "
+                "children by its guard",
+                ms, static_cast<int>(processes_with(marker).size()),
                 "output the agent had read and not yet sent"});
 }
 
