@@ -487,8 +487,8 @@ std::string help_text() {
   out +=
       "\n"
       "Exit status: 0 when every rank succeeds; else the first failing rank's code\n"
-      "(128+signal if killed); 130 after Ctrl-C; 143 after SIGTERM; 2 for bad usage;\n"
-      "255 when preflight or launch fails.\n"
+      "(128+signal if killed); 130 after Ctrl-C; 143 after SIGTERM; 141 when the reader\n"
+      "of the output goes away; 2 for bad usage; 255 when preflight or launch fails.\n"
       "See hvdrun(1) for hosts, environment, SSH configuration and output details.\n";
   return out;
 }
