@@ -1,10 +1,157 @@
 #!/usr/bin/env bash
-# Builds hvdrun with warnings as errors and runs the whole test suite with ctest.
-# Usage: scripts/test.sh [build-dir]   (default: build)
-set -euo pipefail
+# The whole of CI, in stages, each in its own build directory:
+#   plain  warnings-as-errors build, whole test suite           (build dir: <prefix>)
+#   asan   whole test suite under ASan + UBSan                  (<prefix>-asan)
+#   tsan   whole test suite under TSan                          (<prefix>-tsan)
+#   fuzz   clang-14 libFuzzer build, every fuzzer for 60 s      (<prefix>-fuzz)
+#   tidy   clang-tidy-14 (.clang-tidy) over the project's sources, using the plain
+#          build's compile_commands.json (configures <prefix> if needed, builds nothing)
+# Every stage runs even when an earlier one failed, so one run reports all of them; the
+# script exits non-zero when any failed and ends with a table of results and times.
+#
+# Usage: scripts/test.sh [--only STAGE[,STAGE...]] [--no-deps] [--prefix DIR]
+#   --only      run just these stages (default: all, in the order above)
+#   --no-deps   skip scripts/install-deps.sh
+#   --prefix    build directory prefix (default: build)
+# Environment: FUZZ_SECONDS (default 60) and FUZZ_JOBS (default 2) for the fuzz stage;
+# JOBS (default: nproc) for builds and ctest.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
-build=${1:-build}
-cmake -S . -B "$build" -G Ninja -DHVDRUN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build "$build" -j "$(nproc)"
-ctest --test-dir "$build" --output-on-failure --timeout 300 -j "$(nproc)"
+
+all_stages=(plain asan tsan fuzz tidy)
+stages=("${all_stages[@]}")
+deps=1
+prefix=build
+while (($#)); do
+  case $1 in
+    --only)
+      IFS=, read -r -a stages <<<"${2:?--only needs a stage list, e.g. --only asan,tidy}"
+      shift 2
+      ;;
+    --only=*)
+      IFS=, read -r -a stages <<<"${1#--only=}"
+      shift
+      ;;
+    --no-deps) deps=0; shift ;;
+    --prefix) prefix=${2:?--prefix needs a directory}; shift 2 ;;
+    --prefix=*) prefix=${1#--prefix=}; shift ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "scripts/test.sh: unknown argument '$1'; see scripts/test.sh --help" >&2; exit 2 ;;
+  esac
+done
+for s in "${stages[@]}"; do
+  [[ " ${all_stages[*]} " == *" $s "* ]] ||
+    { echo "scripts/test.sh: unknown stage '$s'; stages: ${all_stages[*]}" >&2; exit 2; }
+done
+
+jobs=${JOBS:-$(nproc)}
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+
+# Runs its arguments, echoing them first so the log shows every command.
+run() {
+  echo "+ $*"
+  "$@"
+}
+
+configure() {  # configure DIR [cmake args...]
+  local dir=$1
+  shift
+  run cmake -S . -B "$dir" -G Ninja -DHVDRUN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "${launcher[@]}" "$@"
+}
+
+# The tests scripts/known-failures.txt lists for STAGE, as one ctest regex (empty if none).
+known_failures() {  # known_failures STAGE
+  [[ -f scripts/known-failures.txt ]] || return 0
+  awk -v s="$1" '$1 == s { sub(/^[^ \t]+[ \t]+/, ""); sub(/[ \t]+#.*$/, ""); print }' \
+    scripts/known-failures.txt | paste -sd'|'
+}
+
+# Runs the built suite in DIR. Tests listed in scripts/known-failures.txt for STAGE run
+# afterwards on their own, and their results are shown but do not fail the stage.
+ctest_stage() {  # ctest_stage STAGE DIR TIMEOUT [ctest args...]
+  local stage=$1 dir=$2 timeout=$3
+  shift 3
+  local known
+  known=$(known_failures "$stage")
+  if [[ -z $known ]]; then
+    run "$@" ctest --test-dir "$dir" --output-on-failure --timeout "$timeout" -j "$jobs"
+    return
+  fi
+  local rc=0
+  run "$@" ctest --test-dir "$dir" --output-on-failure --timeout "$timeout" -j "$jobs" -E "$known" || rc=$?
+  echo "--- $stage: tests listed in scripts/known-failures.txt (shown, not failing the stage):"
+  run "$@" ctest --test-dir "$dir" --output-on-failure --timeout "$timeout" -j "$jobs" -R "$known" ||
+    echo "--- $stage: known failures still fail (see above)"
+  return "$rc"
+}
+
+# Builds and runs the whole suite. Sanitizer stages give ctest a longer per-test limit:
+# instrumented processes run several times slower.
+suite() {  # suite STAGE DIR TIMEOUT [cmake args...]
+  local stage=$1 dir=$2 timeout=$3
+  shift 3
+  configure "$dir" "$@" && run cmake --build "$dir" -j "$jobs" &&
+    ctest_stage "$stage" "$dir" "$timeout"
+}
+
+stage_plain() { suite plain "$prefix" 300; }
+
+stage_asan() {
+  # ASan's defaults: the first report ends the process non-zero, leaks are reported at
+  # exit. UBSan exits non-zero too (the build uses -fno-sanitize-recover); ask for stacks.
+  UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1} \
+    suite asan "$prefix-asan" 600 -DHVDRUN_SANITIZE=address
+}
+
+stage_tsan() {
+  # TSan of GCC 12 needs the 47-bit user address layout it was built for; kernels with
+  # more ASLR entropy (vm.mmap_rnd_bits > 28) map libraries where it cannot shadow them,
+  # so the tests run with ASLR off there (children inherit it).
+  local wrap=()
+  local bits
+  bits=$(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo 28)
+  if ((bits > 28)); then
+    echo "vm.mmap_rnd_bits=$bits: running the TSan suite under setarch -R"
+    wrap=(setarch "$(uname -m)" -R)
+  fi
+  configure "$prefix-tsan" -DHVDRUN_SANITIZE=thread && run cmake --build "$prefix-tsan" -j "$jobs" &&
+    TSAN_OPTIONS="${TSAN_OPTIONS:-second_deadlock_stack=1} suppressions=$PWD/scripts/tsan.supp" \
+      ctest_stage tsan "$prefix-tsan" 600 "${wrap[@]}"
+}
+
+stage_fuzz() {
+  local dir=$prefix-fuzz
+  run cmake -S . -B "$dir" -G Ninja -DHVDRUN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+    -DHVDRUN_FUZZ=ON -DHVDRUN_BUILD_TESTS=OFF "${launcher[@]}" &&
+    run cmake --build "$dir" -j "$jobs" --target fuzz_all &&
+    ARTIFACT_DIR=$dir/artifacts run fuzz/run_fuzzers.sh "$dir" "${FUZZ_SECONDS:-60}" "${FUZZ_JOBS:-2}"
+}
+
+stage_tidy() {
+  # Needs only compile_commands.json and the headers CMake generates, not a build.
+  [[ -f $prefix/compile_commands.json ]] || configure "$prefix" || return
+  scripts/tidy.sh "$prefix"
+}
+
+[[ $deps == 1 ]] && { scripts/install-deps.sh || exit 1; }
+
+declare -A result seconds
+failed=0
+for s in "${stages[@]}"; do
+  echo
+  echo "=================== stage $s: $(date -u +%H:%M:%S) ==================="
+  start=$SECONDS
+  if "stage_$s"; then result[$s]=ok; else result[$s]=FAILED; failed=1; fi
+  seconds[$s]=$((SECONDS - start))
+  echo "=================== stage $s: ${result[$s]} in ${seconds[$s]} s ==================="
+done
+
+echo
+echo "stage   result   seconds"
+for s in "${stages[@]}"; do
+  printf '%-7s %-8s %7d\n' "$s" "${result[$s]}" "${seconds[$s]}"
+done
+exit "$failed"
