@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI in stages, each in its own build directory (CI runs plain, asan and fuzz):
+# CI in stages, each in its own build directory (CI runs plain, asan, tsan and fuzz):
 #   plain  warnings-as-errors build, whole test suite           (build dir: <prefix>)
 #   asan   whole test suite under ASan + UBSan                  (<prefix>-asan)
 #   tsan   whole test suite under TSan                          (<prefix>-tsan)
@@ -10,7 +10,7 @@
 # script exits non-zero when any failed and ends with a table of results and times.
 #
 # Usage: scripts/test.sh [--only STAGE[,STAGE...]] [--no-deps] [--prefix DIR]
-#   --only      run just these stages (default, and CI: plain, asan, fuzz)
+#   --only      run just these stages (default, and CI: plain, asan, tsan, fuzz)
 #   --no-deps   skip scripts/install-deps.sh
 #   --prefix    build directory prefix (default: build)
 # Environment: FUZZ_SECONDS (default 60) and FUZZ_JOBS (default 2) for the fuzz stage;
@@ -19,8 +19,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 all_stages=(plain asan tsan fuzz tidy)
-# What CI runs. tsan and tidy run on request (--only) until the suite passes them.
-stages=(plain asan fuzz)
+# What CI runs. tidy runs on request (--only tidy) until every file passes it.
+stages=(plain asan tsan fuzz)
 deps=1
 prefix=build
 while (($#)); do
