@@ -7,7 +7,6 @@
 // (processes.h); every wait has a deadline.
 #include <catch2/catch.hpp>
 
-#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -27,6 +26,7 @@ using namespace std::chrono_literals;
 using testing::alive;
 using testing::count;
 using testing::Hvdrun;
+using testing::processes_with_cmdline;
 using testing::read_file;
 // Time bounds stretch under the sanitizers.
 constexpr int kSlow = testing::kSlowdown;
@@ -176,16 +176,8 @@ TEST_CASE("remote: the job secret is on no command line while a remote job runs"
   auto at = h.out.find("secret=") + 7;
   std::string secret = h.out.substr(at, h.out.find('\n', at) - at);
   REQUIRE(secret.size() == 64);
-  DIR* d = ::opendir("/proc");
-  REQUIRE(d);
   int scanned = 0;
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::string cmdline = read_file("/proc/" + std::string(e->d_name) + "/cmdline");
-    ++scanned;
-    CHECK(cmdline.find(secret) == std::string::npos);
-  }
-  ::closedir(d);
+  CHECK(processes_with_cmdline(secret, &scanned).empty());
   CHECK(scanned > 4);
   h.signal(SIGINT);
   CHECK(h.wait() == 130);

@@ -236,6 +236,18 @@ std::vector<pid_t> processes_with(const std::string& marker) {
   return found;
 }
 
+std::vector<pid_t> processes_with_cmdline(const std::string& text, int* scanned) {
+  std::vector<pid_t> found;
+  int seen = 0;
+  for (pid_t pid : all_pids()) {
+    ++seen;
+    std::string cmdline = read_file("/proc/" + std::to_string(pid) + "/cmdline");
+    if (cmdline.find(text) != std::string::npos) found.push_back(pid);
+  }
+  if (scanned) *scanned = seen;
+  return found;
+}
+
 std::string unique_marker() {
   std::random_device rd;
   return "HVDRUN_TEST_MARKER=" + std::to_string(::getpid()) + "-" + std::to_string(rd());

@@ -107,6 +107,9 @@ bool alive(pid_t pid);
 std::vector<pid_t> processes_in_group(pid_t pgid);
 /// Live processes whose environment contains `marker` (a "NAME=value" entry).
 std::vector<pid_t> processes_with(const std::string& marker);
+/// Processes (zombies included) whose command line contains `text`; `scanned`, when
+/// given, gets the number of processes looked at.
+std::vector<pid_t> processes_with_cmdline(const std::string& text, int* scanned = nullptr);
 /// A fresh "HVDRUN_TEST_MARKER=<pid>-<random>" entry, to pass in a job's environment
 /// and find every process of that job with processes_with().
 std::string unique_marker();
