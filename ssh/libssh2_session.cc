@@ -191,30 +191,29 @@ UniqueFd connect_any(const Target& t, const std::vector<Address>& addresses, Dea
   }
   std::string detail;
   for (const auto& e : errors) detail += (detail.empty() ? "" : "; ") + e;
-  ConnectError error =
-      timed_out
-          ? ConnectError(
-                Verdict::timeout,
-                "no TCP answer within " + seconds_text(t.connect_timeout) + " (" + detail + ")",
-                "check that the host is up and no firewall drops port " + std::to_string(t.port) +
-                    "; raise ConnectTimeout in ssh_config if the network is slow")
-          : ConnectError(
-                Verdict::refused, "cannot connect (" + detail + ")",
-                all_refused
-                    ? "start sshd on the host, or give the right port (-p, or Port in ssh_config)"
-                    : "check the route to the host and that it is up");
-  error.set_address(addresses.empty() ? t.hostname : addresses.front().text);
-  throw error;
+  const std::string address = addresses.empty() ? t.hostname : addresses.front().text;
+  if (timed_out) {
+    throw ConnectError(
+        Verdict::timeout,
+        "no TCP answer within " + seconds_text(t.connect_timeout) + " (" + detail + ")",
+        "check that the host is up and no firewall drops port " + std::to_string(t.port) +
+            "; raise ConnectTimeout in ssh_config if the network is slow",
+        address);
+  }
+  throw ConnectError(
+      Verdict::refused, "cannot connect (" + detail + ")",
+      all_refused ? "start sshd on the host, or give the right port (-p, or Port in ssh_config)"
+                  : "check the route to the host and that it is up",
+      address);
 }
 
 // Waits for the server's first bytes and checks they look like "SSH-".
 void expect_banner(const Target& t, int fd, const std::string& address, Deadline deadline) {
   auto fail = [&](Verdict v, const std::string& detail) {
-    ConnectError e(v, detail,
-                   "check that port " + std::to_string(t.port) + " on " + t.hostname +
-                       " is sshd (-p, or Port in ssh_config)");
-    e.set_address(address);
-    throw e;
+    throw ConnectError(v, detail,
+                       "check that port " + std::to_string(t.port) + " on " + t.hostname +
+                           " is sshd (-p, or Port in ssh_config)",
+                       address);
   };
   pollfd pfd{fd, POLLIN, 0};
   int rc;
@@ -488,9 +487,7 @@ std::string check_host_key(const Target& t, Core& core, const std::string& addre
   const std::string name = known_hosts_name(t.hostname, t.port);
   const std::string fp = key_type_of_blob(blob) + " " + fingerprint_sha256(blob);
   auto fail = [&](Verdict v, std::string detail, std::string fix) {
-    ConnectError e(v, std::move(detail), std::move(fix));
-    e.set_address(address);
-    return e;
+    return ConnectError(v, std::move(detail), std::move(fix), address);
   };
   HostKeyCheck check = check_known_host(t.known_hosts_file, t.hostname, t.port, blob);
   const std::string where = t.known_hosts_file + ":" + std::to_string(check.line);
@@ -548,11 +545,9 @@ bool file_exists(const std::string& path) {
 void authenticate(const Target& t, Core& core, Deadline deadline, const std::string& address) {
   const std::string who = t.user + "@" + t.hostname;
   auto timed_out = [&] {
-    ConnectError e(Verdict::timeout,
-                   "authentication did not finish before the deadline (--start-timeout)",
-                   "check the load on the host; raise --start-timeout");
-    e.set_address(address);
-    throw e;
+    throw ConnectError(Verdict::timeout,
+                       "authentication did not finish before the deadline (--start-timeout)",
+                       "check the load on the host; raise --start-timeout", address);
   };
   // userauth_list both asks which methods are allowed and tries "none".
   char* methods = nullptr;
@@ -561,21 +556,17 @@ void authenticate(const Target& t, Core& core, Deadline deadline, const std::str
         libssh2_userauth_list(core.session, t.user.c_str(), static_cast<unsigned>(t.user.size()));
     if (methods != nullptr || libssh2_userauth_authenticated(core.session)) break;
     if (libssh2_session_last_errno(core.session) != LIBSSH2_ERROR_EAGAIN) {
-      ConnectError e(Verdict::auth, "the server ended the login: " + core.last_error(),
-                     "check sshd's log on the host (MaxStartups, AllowUsers)");
-      e.set_address(address);
-      throw e;
+      throw ConnectError(Verdict::auth, "the server ended the login: " + core.last_error(),
+                         "check sshd's log on the host (MaxStartups, AllowUsers)", address);
     }
     if (!core.wait(deadline)) timed_out();
   }
   if (libssh2_userauth_authenticated(core.session)) return;
   if (std::strstr(methods, "publickey") == nullptr) {
-    ConnectError e(Verdict::auth,
-                   "the server accepts only '" + std::string(methods) + "' for " + who +
-                       "; hvdrun logs in with keys only",
-                   "enable PubkeyAuthentication in the host's sshd_config");
-    e.set_address(address);
-    throw e;
+    throw ConnectError(Verdict::auth,
+                       "the server accepts only '" + std::string(methods) + "' for " + who +
+                           "; hvdrun logs in with keys only",
+                       "enable PubkeyAuthentication in the host's sshd_config", address);
   }
 
   std::vector<std::string> tried;
@@ -686,9 +677,7 @@ void authenticate(const Target& t, Core& core, Deadline deadline, const std::str
              detail;
     fix = "eval \"$(ssh-agent)\" && ssh-add " + encrypted_key + "; or authorise a key: " + fix;
   }
-  ConnectError e(Verdict::auth, detail, fix);
-  e.set_address(address);
-  throw e;
+  throw ConnectError(Verdict::auth, detail, fix, address);
 }
 
 }  // namespace
@@ -743,14 +732,13 @@ std::unique_ptr<Session> Libssh2Connector::connect(const Target& t, Deadline dea
   int rc = core->call(deadline,
                       [&] { return libssh2_session_handshake(core->session, core->fd.get()); });
   if (rc != 0) {
-    ConnectError e =
-        rc == LIBSSH2_ERROR_TIMEOUT
-            ? ConnectError(Verdict::timeout, "SSH key exchange did not finish before the deadline",
-                           "check the load on the host; raise --start-timeout")
-            : ConnectError(Verdict::not_ssh, "SSH handshake failed: " + core->last_error(),
-                           "check that the server speaks SSH-2 with algorithms libssh2 supports");
-    e.set_address(address);
-    throw e;
+    if (rc == LIBSSH2_ERROR_TIMEOUT) {
+      throw ConnectError(Verdict::timeout, "SSH key exchange did not finish before the deadline",
+                         "check the load on the host; raise --start-timeout", address);
+    }
+    throw ConnectError(Verdict::not_ssh, "SSH handshake failed: " + core->last_error(),
+                       "check that the server speaks SSH-2 with algorithms libssh2 supports",
+                       address);
   }
   spdlog::debug("ssh {}: key exchange done after {} ms", t.alias, ms());
   std::string note = check_host_key(t, *core, address);

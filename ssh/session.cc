@@ -34,8 +34,13 @@ std::string_view to_string(Verdict verdict) {
   return "unknown";
 }
 
-ConnectError::ConnectError(Verdict verdict, std::string detail, std::string fix)
-    : LaunchError(detail), verdict_(verdict), detail_(std::move(detail)), fix_(std::move(fix)) {}
+ConnectError::ConnectError(Verdict verdict, std::string detail, std::string fix,
+                           std::string address)
+    : LaunchError(detail),
+      verdict_(verdict),
+      detail_(std::move(detail)),
+      fix_(std::move(fix)),
+      address_(std::move(address)) {}
 
 int ExitStatus::shell_code() const {
   if (signal.empty()) return code;

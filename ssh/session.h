@@ -75,8 +75,9 @@ struct Target {
 class ConnectError : public LaunchError {
  public:
   /// `detail` says what was found (without the host name: the caller attaches it);
-  /// `fix` says what to do about it.
-  ConnectError(Verdict verdict, std::string detail, std::string fix = {});
+  /// `fix` says what to do about it; `address` is the one it was about, if known (see
+  /// address()).
+  ConnectError(Verdict verdict, std::string detail, std::string fix = {}, std::string address = {});
   /// The classification.
   Verdict verdict() const noexcept { return verdict_; }
   /// What was found.
@@ -85,8 +86,6 @@ class ConnectError : public LaunchError {
   const std::string& fix() const noexcept { return fix_; }
   /// "host:port" (or the resolved "address:port") the error was about; may be empty.
   const std::string& address() const noexcept { return address_; }
-  /// Records the address (set by the connector once it knows it).
-  void set_address(std::string address) { address_ = std::move(address); }
 
  private:
   Verdict verdict_;
