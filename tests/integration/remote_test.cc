@@ -48,9 +48,10 @@ std::vector<std::string> with_config(std::vector<std::string> args) {
 }  // namespace
 
 TEST_CASE("remote: a mixed job places ranks and sets their environment per host") {
-  Hvdrun h(with_config({"-H", "localhost:2,node1:2,node2:2", "sh", "-c",
-                        "echo \"R=$HVDRUN_RANK H=$HVDRUN_HOSTNAME L=$HVDRUN_LOCAL_RANK "
-                        "C=$HVDRUN_CROSS_RANK S=$HVDRUN_SIZE\"; echo err$HVDRUN_RANK >&2"}));
+  const std::string script =
+      "echo \"R=$HVDRUN_RANK H=$HVDRUN_HOSTNAME L=$HVDRUN_LOCAL_RANK "
+      "C=$HVDRUN_CROSS_RANK S=$HVDRUN_SIZE\"; echo err$HVDRUN_RANK >&2";
+  Hvdrun h(with_config({"-H", "localhost:2,node1:2,node2:2", "sh", "-c", script}));
   INFO("stderr: " << h.err);
   REQUIRE(h.wait() == 0);
   const char* hosts[] = {"localhost", "node1", "node2"};
@@ -66,9 +67,10 @@ TEST_CASE("remote: a mixed job places ranks and sets their environment per host"
 }
 
 TEST_CASE("remote: a remote rank's exit code is hvdrun's, with its host and last stderr") {
-  Hvdrun h(with_config({"-H", "localhost:1,node1:1", "sh", "-c",
-                        "if [ $HVDRUN_RANK = 1 ]; then echo remote-boom >&2; exit 5; fi; "
-                        "exec sleep 30"}));
+  const std::string script =
+      "if [ $HVDRUN_RANK = 1 ]; then echo remote-boom >&2; exit 5; fi; "
+      "exec sleep 30";
+  Hvdrun h(with_config({"-H", "localhost:1,node1:1", "sh", "-c", script}));
   CHECK(h.wait() == 5);
   CHECK_THAT(h.err, Catch::Contains("rank 1 on host node1 exited with code 5"));
   CHECK_THAT(h.err, Catch::Contains("    remote-boom\n"));

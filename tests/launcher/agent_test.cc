@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -129,14 +130,15 @@ proto::Spawn shell(int rank, const std::string& script) {
 // True when `pid` no longer runs (absent, or a zombie nobody has reaped yet).
 bool running(pid_t pid) {
   if (::kill(pid, 0) != 0) return false;
-  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (!f) return false;
-  char state = '?';
-  int ignored_pid = 0;
-  char comm[256];
-  int n = std::fscanf(f, "%d %255s %c", &ignored_pid, comm, &state);
-  std::fclose(f);
-  return n == 3 && state != 'Z' && state != 'X';
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(f, stat)) return false;
+  // "pid (comm) state ...": comm may hold spaces and ')', so the state is the field after
+  // the last ')'.
+  auto close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return false;
+  char state = stat[close + 2];
+  return state != 'Z' && state != 'X';
 }
 
 bool gone(pid_t pid, std::chrono::milliseconds within) {

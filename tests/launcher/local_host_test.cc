@@ -42,7 +42,7 @@ TEST_CASE("the job and the preflight agree on which hosts are this machine") {
   // run it locally too (and the other way round).
   char name[256] = {};
   REQUIRE(::gethostname(name, sizeof name - 1) == 0);
-  for (std::string host :
+  for (const std::string& host :
        {std::string("localhost"), std::string("LOCALHOST"), std::string("localhost.localdomain"),
         std::string("127.0.0.1"), std::string("0:0::1"), std::string(name),
         std::string("127.0.0.2"), std::string("node1")}) {

@@ -43,7 +43,7 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
-PreflightReport check(const SshdCluster& cluster, hvdrun::launcher::LaunchOptions options) {
+PreflightReport check(const SshdCluster& cluster, const hvdrun::launcher::LaunchOptions& options) {
   Libssh2Connector connector;
   PreflightSettings settings;
   settings.expected_version = kVersion;

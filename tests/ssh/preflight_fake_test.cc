@@ -14,9 +14,9 @@ using hvdrun::testing::FakeHost;
 
 namespace {
 
-hvdrun::launcher::LaunchOptions options_for(std::vector<std::string> hosts) {
+hvdrun::launcher::LaunchOptions options_for(const std::vector<std::string>& hosts) {
   hvdrun::launcher::LaunchOptions o;
-  for (auto& h : hosts) o.hosts.push_back({h, 1});
+  for (const auto& h : hosts) o.hosts.push_back({h, 1});
   o.remote_hvdrun = "/opt/hvdrun/bin/hvdrun";
   o.start_timeout_s = 5;
   return o;
@@ -91,7 +91,7 @@ TEST_CASE("hosts are checked in parallel under one deadline", "[preflight]") {
   FakeHost slow = fake_host_with_version("hvdrun 9.9.9");
   slow.delay = std::chrono::seconds(30);
   c.add("slow", slow);
-  names.push_back("slow");
+  names.emplace_back("slow");
   auto opts = options_for(names);
   opts.start_timeout_s = 1;
   auto start = Clock::now();
