@@ -219,7 +219,7 @@ struct NcclComm::State {
 };
 
 NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, int size,
-                   int local_rank, Clock::time_point deadline)
+                   int local_rank, int local_size, Clock::time_point deadline)
     : s_(std::make_unique<State>()) {
   s_->rank = rank;
   const auto& nccl = Nccl::get();
@@ -272,7 +272,18 @@ NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, 
     ncclResult_t state = ncclInProgress;
     nccl.get_async_error(s_->comm, &state);
     if (state == ncclSuccess) break;
-    if (state != ncclInProgress) fail(std::string("NCCL init failed: ") + nccl.error_string(state));
+    if (state != ncclInProgress) {
+      std::string what = std::string("NCCL init failed: ") + nccl.error_string(state);
+      // The usual cause: more ranks on this host than GPUs, so two share one device,
+      // which NCCL refuses.
+      if (state == ncclInvalidUsage && local_size > devices)
+        what += "; " + std::to_string(local_size) + " ranks on this host share " +
+                std::to_string(devices) + " visible CUDA device" + (devices > 1 ? "s" : "") +
+                " and NCCL needs one per rank: give this host at most " + std::to_string(devices) +
+                " slot" + (devices > 1 ? "s" : "") + " (-H host:" + std::to_string(devices) +
+                "), or set HVDRUN_NCCL=off for CPU collectives only";
+      fail(what);
+    }
     if (Clock::now() >= deadline)
       fail(
           "NCCL init did not finish before the start timeout (a rank may be missing or "
@@ -286,10 +297,18 @@ NcclComm::~NcclComm() {
 }
 
 namespace {
-void check_enqueue(ncclResult_t rc, const char* what, int rank) {
-  if (rc == ncclSuccess || rc == ncclInProgress) return;
+// A non-blocking communicator may answer ncclInProgress while it enqueues; NCCL asks
+// that the caller wait for ncclCommGetAsyncError to leave that state before the next
+// call on the communicator. That wait covers the enqueue only, not the collective.
+void check_enqueue(ncclResult_t rc, ncclComm_t comm, const char* what, int rank) {
+  const auto& nccl = Nccl::get();
+  while (rc == ncclInProgress) {
+    std::this_thread::yield();
+    if (nccl.get_async_error(comm, &rc) != ncclSuccess) break;
+  }
+  if (rc == ncclSuccess) return;
   throw Error(std::string("nccl: ") + what + " on rank " + std::to_string(rank) + ": " +
-              Nccl::get().error_string(rc));
+              nccl.error_string(rc));
 }
 }  // namespace
 
@@ -297,25 +316,25 @@ void NcclComm::allreduce(const void* send, void* recv, std::size_t count, DataTy
                          ReduceOp op, void* stream) {
   check_enqueue(Nccl::get().all_reduce(send, recv, count, nccl_type(dtype), nccl_op(op), s_->comm,
                                        static_cast<cudaStream_t>(stream)),
-                "ncclAllReduce", s_->rank);
+                s_->comm, "ncclAllReduce", s_->rank);
 }
 void NcclComm::broadcast(void* buf, std::size_t count, DataType dtype, int root, void* stream) {
   check_enqueue(Nccl::get().broadcast(buf, buf, count, nccl_type(dtype), root, s_->comm,
                                       static_cast<cudaStream_t>(stream)),
-                "ncclBroadcast", s_->rank);
+                s_->comm, "ncclBroadcast", s_->rank);
 }
 void NcclComm::allgather(const void* send, void* recv, std::size_t count, DataType dtype,
                          void* stream) {
   check_enqueue(Nccl::get().all_gather(send, recv, count, nccl_type(dtype), s_->comm,
                                        static_cast<cudaStream_t>(stream)),
-                "ncclAllGather", s_->rank);
+                s_->comm, "ncclAllGather", s_->rank);
 }
 
 #else  // !HVDRUN_HAVE_NCCL
 
 struct NcclComm::State {};
 
-NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, int, int,
+NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, int, int, int,
                    Clock::time_point deadline) {
   const std::string why = "this libhvdrun was built without NCCL (configure with nccl.h found)";
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());

@@ -33,9 +33,10 @@ class NcclComm {
  public:
   /// Builds the communicator: picks device local_rank % devices, exchanges the unique id
   /// under `key`, initialises without blocking and aborts at `deadline`. Throws Error
-  /// (fast when there is no GPU or no NCCL).
+  /// (fast when there is no GPU or no NCCL; naming the cause when local_size ranks
+  /// share fewer GPUs).
   NcclComm(rendezvous::Client& store, const std::string& key, int rank, int size, int local_rank,
-           std::chrono::steady_clock::time_point deadline);
+           int local_size, std::chrono::steady_clock::time_point deadline);
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;

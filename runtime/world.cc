@@ -137,8 +137,7 @@ void World::check_in(Clock::time_point deadline) {
   std::string msg = "rendezvous: " + who() + ": ";
   if (!absent.empty())
     msg += "rank" + std::string(absent.size() > 1 ? "s " : " ") + format_ranks(absent) +
-           " did not arrive within " +
-           seconds_text(env_.start_timeout) + " s (" +
+           " did not arrive within " + seconds_text(env_.start_timeout) + " s (" +
            std::to_string(env_.size - static_cast<int>(absent.size())) + " of " +
            std::to_string(env_.size) + " checked in at " + store_->server_address() +
            "). Check the missing ranks' output for errors; raise --start-timeout if they are "
@@ -173,7 +172,7 @@ void World::build_nccl(Clock::time_point deadline) {
   }
   try {
     nccl_ = std::make_unique<NcclComm>(*store_, prefix_ + "/nccl/world/id", env_.rank, env_.size,
-                                       env_.local_rank, deadline);
+                                       env_.local_rank, env_.local_size, deadline);
   } catch (const Error& e) {
     if (require) throw;
     nccl_status_ = e.what();

@@ -10,118 +10,23 @@
 
 #include "hvdrun/hvdrun.h"
 #include "hvdrun/hvdrun_c.h"
-#include "runtime/reduce.h"
+#include "tests/runtime/collective_checks.h"
 
 using hvdrun::DataType;
 using hvdrun::ReduceOp;
-using hvdrun::runtime::BFloat16;
-using hvdrun::runtime::Half;
+using hvdrun_test::fail;
 
 namespace {
 
-int g_failures = 0;
-
-void fail(const std::string& what) {
-  if (g_failures++ < 10) std::fprintf(stderr, "rank %d: %s\n", hvdrun::rank(), what.c_str());
-}
-
-// Input element i of rank r for op `op`: small integers so every dtype is exact.
-double input(int r, std::size_t i, ReduceOp op) {
-  if (op == ReduceOp::kProduct) return static_cast<double>((r + i) % 2 + 1);
-  return static_cast<double>((r + i) % 3 + 1);
-}
-
-template <typename T>
-T make(double v) {
-  if constexpr (std::is_same_v<T, Half>)
-    return hvdrun::runtime::to_half(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, BFloat16>)
-    return hvdrun::runtime::to_bfloat16(static_cast<float>(v));
-  else
-    return static_cast<T>(v);
-}
-
-template <typename T>
-double value(T x) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
-    return hvdrun::runtime::to_float(x);
-  else
-    return static_cast<double>(x);
-}
-
-template <typename T>
-double expected(int n, std::size_t i, ReduceOp op) {
-  double acc = input(0, i, op);
-  for (int r = 1; r < n; ++r) {
-    double v = input(r, i, op);
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kAverage:
-        acc += v;
-        break;
-      case ReduceOp::kProduct:
-        acc *= v;
-        break;
-      case ReduceOp::kMin:
-        acc = std::min(acc, v);
-        break;
-      case ReduceOp::kMax:
-        acc = std::max(acc, v);
-        break;
-    }
-  }
-  if (op == ReduceOp::kAverage) {
-    if constexpr (std::is_integral_v<T>)
-      acc = std::trunc(acc / n);
-    else
-      acc = acc / n;
-  }
-  return acc;
-}
-
-template <typename T>
-void check_allreduce(DataType dt, const char* name, std::size_t count) {
-  const int n = hvdrun::size(), r = hvdrun::rank();
-  double tol = std::is_integral_v<T> ? 0 : (sizeof(T) == 2 ? 1e-2 : 1e-6);
-  for (auto op :
-       {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
-    for (bool in_place : {true, false}) {
-      std::vector<T> send(count), recv(count, make<T>(-7));
-      for (std::size_t i = 0; i < count; ++i) send[i] = make<T>(input(r, i, op));
-      auto before = send;
-      T* out = in_place ? send.data() : recv.data();
-      if (hvdrun_allreduce(send.data(), out, count, static_cast<hvdrun_dtype>(dt),
-                           static_cast<hvdrun_op>(op)) != 0) {
-        fail(std::string("allreduce failed: ") + hvdrun_last_error());
-        return;
-      }
-      for (std::size_t i = 0; i < count; ++i) {
-        double want = expected<T>(n, i, op);
-        double got = value(out[i]);
-        if (std::fabs(got - want) > tol * std::max(1.0, std::fabs(want))) {
-          fail(std::string(name) + " op " + std::to_string(static_cast<int>(op)) +
-               (in_place ? " in place" : " out of place") + " count " + std::to_string(count) +
-               " element " + std::to_string(i) + ": got " + std::to_string(got) + ", want " +
-               std::to_string(want));
-          break;
-        }
-      }
-      if (!in_place && std::memcmp(before.data(), send.data(), count * sizeof(T)) != 0)
-        fail(std::string(name) + ": out-of-place allreduce modified its input");
-    }
-  }
-}
-
 void check_all_allreduce() {
-  for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{40000}}) {
-    check_allreduce<std::int32_t>(DataType::kInt32, "int32", count);
-    check_allreduce<std::int64_t>(DataType::kInt64, "int64", count);
-    check_allreduce<float>(DataType::kFloat32, "float32", count);
-    check_allreduce<double>(DataType::kFloat64, "float64", count);
-    check_allreduce<Half>(DataType::kFloat16, "float16", count);
-    check_allreduce<BFloat16>(DataType::kBFloat16, "bfloat16", count);
-    check_allreduce<std::uint8_t>(DataType::kUInt8, "uint8", count);
-  }
+  hvdrun_test::check_every_dtype(
+      [](const void* send, void* out, std::size_t count, DataType dt, ReduceOp op) {
+        if (hvdrun_allreduce(send, out, count, static_cast<hvdrun_dtype>(dt),
+                             static_cast<hvdrun_op>(op)) != 0)
+          return std::string(hvdrun_last_error());
+        return std::string();
+      },
+      {1, 7, 40000});
 }
 
 // Above the algorithm cache's 16 MiB limit collectives run on the caller's buffer.
@@ -218,8 +123,8 @@ int main(int argc, char** argv) {
   }
   const int me = hvdrun_rank();
   hvdrun_shutdown();
-  if (g_failures) {
-    std::fprintf(stderr, "rank %d: %d checks failed\n", me, g_failures);
+  if (hvdrun_test::failures() != 0) {
+    std::fprintf(stderr, "rank %d: %d checks failed\n", me, hvdrun_test::failures());
     return 1;
   }
   return 0;
