@@ -1,26 +1,27 @@
 #!/usr/bin/env bash
-# CI in stages, each in its own build directory (CI runs plain, asan, tsan and fuzz):
+# CI in stages, each in its own build directory (CI runs all five):
 #   plain  warnings-as-errors build, whole test suite           (build dir: <prefix>)
 #   asan   whole test suite under ASan + UBSan                  (<prefix>-asan)
 #   tsan   whole test suite under TSan                          (<prefix>-tsan)
 #   fuzz   clang-14 libFuzzer build, every fuzzer for 60 s      (<prefix>-fuzz)
-#   tidy   clang-tidy-14 (.clang-tidy) over the project's sources, using the plain
-#          build's compile_commands.json (configures <prefix> if needed, builds nothing)
+#   tidy   clang-tidy-14 (.clang-tidy) over the project's sources and headers, using the
+#          plain build's compile_commands.json, and over fuzz/ using the fuzz build's
+#          (configures <prefix> and <prefix>-fuzz if needed, builds nothing)
 # Every stage runs even when an earlier one failed, so one run reports all of them; the
 # script exits non-zero when any failed and ends with a table of results and times.
 #
 # Usage: scripts/test.sh [--only STAGE[,STAGE...]] [--no-deps] [--prefix DIR]
-#   --only      run just these stages (default, and CI: plain, asan, tsan, fuzz)
+#   --only      run just these stages (default, and CI: plain, asan, tsan, fuzz, tidy)
 #   --no-deps   skip scripts/install-deps.sh
 #   --prefix    build directory prefix (default: build)
 # Environment: FUZZ_SECONDS (default 60) and FUZZ_JOBS (default 2) for the fuzz stage;
-# JOBS (default: nproc) for builds and ctest.
+# JOBS (default: nproc) for builds, ctest and clang-tidy.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 all_stages=(plain asan tsan fuzz tidy)
-# What CI runs. tidy runs on request (--only tidy) until every file passes it.
-stages=(plain asan tsan fuzz)
+# What CI runs: every stage.
+stages=("${all_stages[@]}")
 deps=1
 prefix=build
 while (($#)); do
@@ -103,19 +104,29 @@ stage_tsan() {
       ctest_stage tsan "$prefix-tsan" 600 "${wrap[@]}"
 }
 
+configure_fuzz() {  # configure_fuzz DIR
+  run cmake -S . -B "$1" -G Ninja -DHVDRUN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+    -DHVDRUN_FUZZ=ON -DHVDRUN_BUILD_TESTS=OFF "${launcher[@]}"
+}
+
 stage_fuzz() {
   local dir=$prefix-fuzz
-  run cmake -S . -B "$dir" -G Ninja -DHVDRUN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-    -DHVDRUN_FUZZ=ON -DHVDRUN_BUILD_TESTS=OFF "${launcher[@]}" &&
+  configure_fuzz "$dir" &&
     run cmake --build "$dir" -j "$jobs" --target fuzz_all &&
     ARTIFACT_DIR=$dir/artifacts run fuzz/run_fuzzers.sh "$dir" "${FUZZ_SECONDS:-60}" "${FUZZ_JOBS:-2}"
 }
 
 stage_tidy() {
-  # Needs only compile_commands.json and the headers CMake generates, not a build.
+  # Needs only compile_commands.json and the headers CMake generates, not a build. The
+  # plain build compiles every source but the fuzzers (and two that need MPI or an
+  # installed hvdrun, which tidy.sh names); the fuzz build compiles the fuzzers.
   [[ -f $prefix/compile_commands.json ]] || configure "$prefix" || return
-  scripts/tidy.sh "$prefix"
+  [[ -f $prefix-fuzz/compile_commands.json ]] || configure_fuzz "$prefix-fuzz" || return
+  local failed=0
+  JOBS=$jobs run scripts/tidy.sh "$prefix" || failed=1
+  JOBS=$jobs run scripts/tidy.sh "$prefix-fuzz" fuzz/*.cc || failed=1
+  return "$failed"
 }
 
 [[ $deps == 1 ]] && { scripts/install-deps.sh || exit 1; }
