@@ -7,11 +7,11 @@
 
 #include <chrono>
 #include <csignal>
-#include <cstdio>
 #include <fstream>
 #include <map>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tests/support/processes.h"
@@ -241,11 +241,11 @@ TEST_CASE("16 ranks writing many short lines lose and split none") {
   std::map<int, int> next;
   for (const auto& l : all) {
     int rank = -1, i = -1, tag_rank = -2;
-    char end[4] = {};
-    // NOLINTNEXTLINE(cert-err34-c): a bad number fails the checks below
-    REQUIRE(std::sscanf(l.c_str(), "[%d]<stdout>:r%d line %d %3s", &tag_rank, &rank, &i, end) == 4);
+    std::string_view s = l;  // "[R]<stdout>:rR line I end"
+    INFO(l);
+    REQUIRE((take(s, "[") && take_int(s, tag_rank) && take(s, "]<stdout>:r") && take_int(s, rank) &&
+             take(s, " line ") && take_int(s, i) && s == " end"));
     CHECK(tag_rank == rank);
-    CHECK(std::string(end) == "end");
     CHECK(next[rank] == i);  // in order per rank
     next[rank] = i + 1;
   }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -209,6 +210,21 @@ std::vector<std::string> lines(const std::string& s) {
   std::istringstream in(s);
   for (std::string l; std::getline(in, l);) v.push_back(l);
   return v;
+}
+
+bool take(std::string_view& s, std::string_view prefix) {
+  if (s.substr(0, prefix.size()) != prefix) return false;
+  s.remove_prefix(prefix.size());
+  return true;
+}
+
+bool take_int(std::string_view& s, int& value) {
+  int v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc()) return false;
+  value = v;
+  s.remove_prefix(static_cast<std::size_t>(end - s.data()));
+  return true;
 }
 
 bool alive(pid_t pid) {

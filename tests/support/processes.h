@@ -100,6 +100,12 @@ std::string read_file(const std::string& path);
 int count(const std::string& s, const std::string& what);
 /// `s` split at '\n' (a final partial line counts; no empty last element).
 std::vector<std::string> lines(const std::string& s);
+/// For taking an output line apart: drops `prefix` from the front of `s`; false (and `s`
+/// unchanged) when `s` does not start with it.
+bool take(std::string_view& s, std::string_view prefix);
+/// Reads the decimal integer at the front of `s` into `value` and drops it from `s`;
+/// false (and `s` unchanged) when there is none or it does not fit an int.
+bool take_int(std::string_view& s, int& value);
 
 /// True while `pid` is a live process (exists and is not a zombie).
 bool alive(pid_t pid);
