@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -218,10 +219,8 @@ void OutputRelay::process(int rank, proto::Stream stream, std::string_view b) {
         std::memcpy(dst, stamp_.data(), stamp_.size());
         dst += stamp_.size();
       }
-      // A tag goes into the middle of a byte buffer: no terminator wanted.
-      // NOLINTNEXTLINE(bugprone-not-null-terminated-result)
-      std::memcpy(dst, rs.tag.data(), rs.tag.size());
-      std::memcpy(dst + rs.tag.size(), p, len);
+      dst = std::copy(rs.tag.begin(), rs.tag.end(), dst);  // mid-buffer: no terminator
+      std::memcpy(dst, p, len);
       sk.buf.commit(tag + len);
       p = nl + 1;
     }
