@@ -3,11 +3,7 @@
 # BUILD_DIR's compile_commands.json compiles, and over the project headers they include.
 # Prints each finding once as path:line:col: check: message, and fails when there is any,
 # or when clang-tidy itself fails (a file that does not parse).
-#
-# Findings in the files listed in scripts/tidy-pending.txt (a path, or a folder ending in
-# /) are printed in a section of their own and do not fail the run: those files are
-# waiting for fixes by their owners.
-# The list is meant to shrink to nothing; every other file must stay clean.
+# There is no list of files allowed to have findings: every file must stay clean.
 # Tracked sources that BUILD_DIR does not compile are named as not checked (scripts/test.sh's
 # tidy stage checks fuzz/ with the fuzz build's database).
 # Usage: scripts/tidy.sh BUILD_DIR [FILE...]   (FILE: only these sources)
@@ -56,30 +52,12 @@ printf '%s\n' "${files[@]}" |
   xargs -P "${JOBS:-$(nproc)}" -n 2 "$tidy" -p "$build" --quiet \
     --header-filter="^$root/($folders)/" >"$out" 2>&1 || status=$?
 
-pending=()
-[[ -f scripts/tidy-pending.txt ]] && mapfile -t pending < <(grep -v '^\s*\(#\|$\)' scripts/tidy-pending.txt)
-is_pending() {
-  local p
-  # An entry ending in / covers every file below that folder.
-  for p in "${pending[@]}"; do [[ $1 == "$p" || ($p == */ && $1 == "$p"*) ]] && return 0; done
-  return 1
-}
-
 # One line per finding, paths relative to the repository, each reported once.
 mapfile -t findings < <(grep -E '^/[^:]+:[0-9]+:[0-9]+: (warning|error):' "$out" |
   sed -E "s|^$root/||; s|: (warning\|error): (.*) \[([^]]+)\]$|: \3: \2|" | sort -u)
-failing=()
-waiting=()
-for f in "${findings[@]}"; do
-  if is_pending "${f%%:*}"; then waiting+=("$f"); else failing+=("$f"); fi
-done
-if ((${#waiting[@]})); then
-  echo "tidy: ${#waiting[@]} findings in files listed in scripts/tidy-pending.txt (not failing yet):"
-  printf '  %s\n' "${waiting[@]}"
-fi
-if ((${#failing[@]})); then
-  echo "tidy: ${#failing[@]} findings:"
-  printf '  %s\n' "${failing[@]}"
+if ((${#findings[@]})); then
+  echo "tidy: ${#findings[@]} findings:"
+  printf '  %s\n' "${findings[@]}"
   exit 1
 fi
 # clang-tidy exits non-zero when a file does not compile; those errors are findings
