@@ -229,34 +229,6 @@ TEST_CASE("NCCL init without a GPU fails cleanly within the deadline", "[runtime
   }
 }
 
-TEST_CASE("NCCL collectives on device memory (needs a GPU)", "[runtime][nccl][gpu][job]") {
-  std::string why;
-  const int devices = hvdrun::runtime::cuda_device_count(&why);
-  if (devices <= 0) {
-    WARN("no CUDA device here (" << why << "); the GPU path is exercised on GPU machines only");
-    return;
-  }
-  const std::string gpu_worker = HVDRUN_BINARY_DIR "/tests/runtime/runtime_gpu_worker";
-  for (int np : {1, 2, 3}) {
-    DYNAMIC_SECTION("np " << np) {
-      JobSpec spec;
-      spec.np = np;
-      // More ranks than GPUs: NCCL refuses two ranks of one host on one device, so each
-      // rank claims a host of its own (NCCL_HOSTID) and NCCL joins them over sockets.
-      if (np > devices)
-        spec.argv = {"/bin/sh", "-c", "NCCL_HOSTID=gpu-test-$HVDRUN_RANK exec \"$0\" check",
-                     gpu_worker};
-      else
-        spec.argv = {gpu_worker, "check"};
-      spec.env = {{"HVDRUN_NCCL", "require"}, {"HVDRUN_START_TIMEOUT", "60"}};
-      spec.deadline = 120s;
-      auto r = run_job(spec);
-      INFO(r.dump());
-      CHECK(r.ok());
-    }
-  }
-}
-
 TEST_CASE("without NCCL required, CPU collectives still work and say why NCCL is off",
           "[runtime][nccl][job]") {
   JobSpec spec;
