@@ -9,7 +9,9 @@
 #include <spdlog/spdlog.h>
 
 #include <cstring>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #ifdef HVDRUN_HAVE_NCCL
 #include <nccl.h>
@@ -87,9 +89,17 @@ struct Cuda {
   using CountFn = int (*)(int*);
   using SetFn = int (*)(int);
   using ErrFn = const char* (*)(int);
+  using EventCreateFn = int (*)(void**, unsigned);
+  using EventRecordFn = int (*)(void*, void*);
+  using EventFn = int (*)(void*);
   CountFn get_device_count = nullptr;
   SetFn set_device = nullptr;
   ErrFn error_string = nullptr;
+  // For the device watchdog: an event recorded after each collective.
+  EventCreateFn event_create = nullptr;
+  EventRecordFn event_record = nullptr;
+  EventFn event_query = nullptr;
+  EventFn event_destroy = nullptr;
   std::string why;
 
   static const Cuda& get() {
@@ -104,8 +114,15 @@ struct Cuda {
       x.get_device_count = reinterpret_cast<CountFn>(::dlsym(h, "cudaGetDeviceCount"));
       x.set_device = reinterpret_cast<SetFn>(::dlsym(h, "cudaSetDevice"));
       x.error_string = reinterpret_cast<ErrFn>(::dlsym(h, "cudaGetErrorString"));
-      if (!x.get_device_count || !x.set_device || !x.error_string)
-        x.why = "CUDA runtime lacks cudaGetDeviceCount/cudaSetDevice";
+      x.event_create = reinterpret_cast<EventCreateFn>(::dlsym(h, "cudaEventCreateWithFlags"));
+      x.event_record = reinterpret_cast<EventRecordFn>(::dlsym(h, "cudaEventRecord"));
+      x.event_query = reinterpret_cast<EventFn>(::dlsym(h, "cudaEventQuery"));
+      x.event_destroy = reinterpret_cast<EventFn>(::dlsym(h, "cudaEventDestroy"));
+      if (!x.get_device_count || !x.set_device || !x.error_string || !x.event_create ||
+          !x.event_record || !x.event_query || !x.event_destroy) {
+        x.get_device_count = nullptr;
+        x.why = "the CUDA runtime found lacks cudaGetDeviceCount, cudaSetDevice or the event API";
+      }
       return x;
     }();
     return c;
@@ -213,13 +230,48 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 
 }  // namespace
 
+// cudaEventDisableTiming: the watchdog's events only mark completion.
+constexpr unsigned kEventDisableTiming = 2;
+// cudaErrorNotReady: the work before the event has not finished yet.
+constexpr int kCudaNotReady = 600;
+
 struct NcclComm::State {
   ncclComm_t comm = nullptr;
   int rank = 0;
+  // Events the watchdog has given back, for reuse (filled from its thread).
+  std::mutex pool_mu;
+  std::vector<void*> free_events;
+  std::unique_ptr<DeviceWatchdog> watchdog;
+
+  // Marks the work enqueued so far on `stream` for the watchdog.
+  void watch(void* stream, std::string what) {
+    const auto& cuda = Cuda::get();
+    void* ev = nullptr;
+    {
+      std::lock_guard lock(pool_mu);
+      if (!free_events.empty()) {
+        ev = free_events.back();
+        free_events.pop_back();
+      }
+    }
+    if (ev == nullptr && cuda.event_create(&ev, kEventDisableTiming) != 0) return;
+    if (cuda.event_record(ev, stream) != 0) {
+      cuda.event_destroy(ev);
+      return;
+    }
+    watchdog->track(ev, std::move(what));
+  }
+
+  ~State() {
+    watchdog.reset();  // joins its thread and gives every event back
+    for (void* ev : free_events) Cuda::get().event_destroy(ev);
+    if (comm) Nccl::get().destroy(comm);
+  }
 };
 
 NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, int size,
-                   int local_rank, int local_size, Clock::time_point deadline)
+                   int local_rank, int local_size, Clock::time_point deadline,
+                   std::chrono::milliseconds op_timeout)
     : s_(std::make_unique<State>()) {
   s_->rank = rank;
   const auto& nccl = Nccl::get();
@@ -290,11 +342,25 @@ NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, 
           "the network between GPUs blocked; check NCCL_SOCKET_IFNAME)");
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+
+  State* st = s_.get();
+  DeviceWatchdog::Hooks hooks;
+  hooks.done = [](void* ev) { return Cuda::get().event_query(ev) != kCudaNotReady; };
+  hooks.release = [st](void* ev) {
+    std::lock_guard lock(st->pool_mu);
+    st->free_events.push_back(ev);
+  };
+  hooks.async_error = [st]() -> std::string {
+    ncclResult_t state = ncclSuccess;
+    if (Nccl::get().get_async_error(st->comm, &state) != ncclSuccess) return {};
+    if (state == ncclSuccess || state == ncclInProgress) return {};
+    return Nccl::get().error_string(state);
+  };
+  s_->watchdog = std::make_unique<DeviceWatchdog>(
+      std::move(hooks), op_timeout, "rank " + std::to_string(rank) + " of " + std::to_string(size));
 }
 
-NcclComm::~NcclComm() {
-  if (s_ && s_->comm) Nccl::get().destroy(s_->comm);
-}
+NcclComm::~NcclComm() = default;
 
 namespace {
 // A non-blocking communicator may answer ncclInProgress while it enqueues; NCCL asks
@@ -317,17 +383,21 @@ void NcclComm::allreduce(const void* send, void* recv, std::size_t count, DataTy
   check_enqueue(Nccl::get().all_reduce(send, recv, count, nccl_type(dtype), nccl_op(op), s_->comm,
                                        static_cast<cudaStream_t>(stream)),
                 s_->comm, "ncclAllReduce", s_->rank);
+  s_->watch(stream, "allreduce of " + std::to_string(count) + " elements");
 }
 void NcclComm::broadcast(void* buf, std::size_t count, DataType dtype, int root, void* stream) {
   check_enqueue(Nccl::get().broadcast(buf, buf, count, nccl_type(dtype), root, s_->comm,
                                       static_cast<cudaStream_t>(stream)),
                 s_->comm, "ncclBroadcast", s_->rank);
+  s_->watch(stream, "broadcast of " + std::to_string(count) + " elements from rank " +
+                        std::to_string(root));
 }
 void NcclComm::allgather(const void* send, void* recv, std::size_t count, DataType dtype,
                          void* stream) {
   check_enqueue(Nccl::get().all_gather(send, recv, count, nccl_type(dtype), s_->comm,
                                        static_cast<cudaStream_t>(stream)),
                 s_->comm, "ncclAllGather", s_->rank);
+  s_->watch(stream, "allgather of " + std::to_string(count) + " elements");
 }
 
 #else  // !HVDRUN_HAVE_NCCL
@@ -335,7 +405,7 @@ void NcclComm::allgather(const void* send, void* recv, std::size_t count, DataTy
 struct NcclComm::State {};
 
 NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, int, int, int,
-                   Clock::time_point deadline) {
+                   Clock::time_point deadline, std::chrono::milliseconds) {
   const std::string why = "this libhvdrun was built without NCCL (configure with nccl.h found)";
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   exchange_unique_id(

@@ -11,6 +11,7 @@
 
 #include "hvdrun/hvdrun.h"
 #include "rendezvous/client.h"
+#include "runtime/device_watchdog.h"
 
 namespace hvdrun::runtime {
 
@@ -34,9 +35,12 @@ class NcclComm {
   /// Builds the communicator: picks device local_rank % devices, exchanges the unique id
   /// under `key`, initialises without blocking and aborts at `deadline`. Throws Error
   /// (fast when there is no GPU or no NCCL; naming the cause when local_size ranks
-  /// share fewer GPUs).
+  /// share fewer GPUs). Then watches every collective (DeviceWatchdog): one that has not
+  /// completed `op_timeout` after it was enqueued, or an asynchronous NCCL error, ends
+  /// the process with a message.
   NcclComm(rendezvous::Client& store, const std::string& key, int rank, int size, int local_rank,
-           int local_size, std::chrono::steady_clock::time_point deadline);
+           int local_size, std::chrono::steady_clock::time_point deadline,
+           std::chrono::milliseconds op_timeout);
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;

@@ -172,7 +172,8 @@ void World::build_nccl(Clock::time_point deadline) {
   }
   try {
     nccl_ = std::make_unique<NcclComm>(*store_, prefix_ + "/nccl/world/id", env_.rank, env_.size,
-                                       env_.local_rank, env_.local_size, deadline);
+                                       env_.local_rank, env_.local_size, deadline,
+                                       env_.op_timeout);
   } catch (const Error& e) {
     if (require) throw;
     nccl_status_ = e.what();

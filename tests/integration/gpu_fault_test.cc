@@ -1,9 +1,10 @@
 // Faults while ranks are inside NCCL collectives on a GPU: a rank that dies leaves its
-// peers blocked in a device allreduce that can never finish, so only the launcher can
-// end the job; SIGINT to hvdrun must stop ranks busy on the GPU too. Both need a CUDA
-// device; without one each case says so and checks nothing (the NCCL failure paths
-// without a GPU are in tests/runtime). When there are fewer GPUs than ranks, each rank
-// claims a host of its own (NCCL_HOSTID) and NCCL joins them over sockets.
+// peers blocked in a device allreduce that can never finish, so the launcher ends the
+// job; a rank that stops leaves them blocked with nothing dead, so their device
+// watchdog (HVDRUN_OP_TIMEOUT) must; SIGINT to hvdrun must stop ranks busy on the GPU. Both need a
+// CUDA device; without one each case says so and checks nothing (the NCCL failure paths without a
+// GPU are in tests/runtime). When there are fewer GPUs than ranks, each rank claims a host of its
+// own (NCCL_HOSTID) and NCCL joins them over sockets.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -22,8 +23,10 @@ namespace {
 
 const std::string kGpuWorker = HVDRUN_BINARY_DIR "/tests/runtime/runtime_gpu_worker";
 
-// hvdrun arguments for `np` ranks of `gpu_worker loop [exit_rank]`, or {} without a GPU.
-std::vector<std::string> gpu_job(int np, const std::string& exit_rank) {
+// hvdrun arguments for `np` ranks of `gpu_worker loop <loop_args>`, with `extra` hvdrun
+// options, or {} without a GPU.
+std::vector<std::string> gpu_job(int np, const std::string& loop_args,
+                                 const std::vector<std::string>& extra = {}) {
   std::string why;
   const int devices = hvdrun::runtime::cuda_device_count(&why);
   if (devices <= 0) {
@@ -31,14 +34,12 @@ std::vector<std::string> gpu_job(int np, const std::string& exit_rank) {
     return {};
   }
   std::string hostid = np > devices ? "NCCL_HOSTID=fault-$HVDRUN_RANK " : "";
-  return {"-np",
-          std::to_string(np),
-          "-x",
-          "HVDRUN_NCCL=require",
-          "sh",
-          "-c",
-          hostid + "exec \"$0\" loop " + exit_rank,
-          kGpuWorker};
+  std::vector<std::string> args = {"-np", std::to_string(np), "-x", "HVDRUN_NCCL=require"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  for (std::string a : {"sh", "-c"}) args.push_back(std::move(a));
+  args.push_back(hostid + "exec \"$0\" loop " + loop_args);
+  args.push_back(kGpuWorker);
+  return args;
 }
 
 double ms_since(Clock::time_point t0) {
@@ -78,4 +79,24 @@ TEST_CASE("SIGINT to hvdrun stops ranks running NCCL allreduces on a GPU", "[gpu
   report_fault({"SIGINT to hvdrun, 2 ranks inside NCCL allreduces on a GPU",
                 "exit 130, every rank stopped", ms, static_cast<int>(processes_with(marker).size()),
                 "nothing"});
+}
+
+TEST_CASE("a rank stopped between NCCL allreduces ends the job at HVDRUN_OP_TIMEOUT",
+          "[gpu][fault]") {
+  // Nothing dies, so only the device watchdog of the blocked ranks can see it.
+  auto args = gpu_job(3, "1 stop", {"-x", "HVDRUN_OP_TIMEOUT=2"});
+  if (args.empty()) return;
+  std::string marker = unique_marker();
+  Hvdrun h(args, {marker});
+  h.read_until([](const std::string& out) { return count(out, "ready") == 3; }, 90s);
+  auto t0 = Clock::now();
+  CHECK(h.wait(30s) == 70);
+  double ms = ms_since(t0);
+  CHECK(ms > 1500);
+  CHECK_THAT(h.err, Catch::Contains("did not complete within 2 s (HVDRUN_OP_TIMEOUT)"));
+  CHECK(wait_none_with(marker, 10s));
+  report_fault({"rank SIGSTOPped during NCCL allreduces on a GPU, HVDRUN_OP_TIMEOUT=2 (3 ranks)",
+                "the blocked ranks' device watchdog ends them (exit 70, naming the operation); "
+                "hvdrun stops the rest",
+                ms, static_cast<int>(processes_with(marker).size()), "nothing"});
 }

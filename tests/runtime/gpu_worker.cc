@@ -7,10 +7,12 @@
 //                             allgather, all through hvdrun's NCCL communicator
 //   gpu_worker bench BYTES... allreduce of float32 buffers of each size; rank 0 prints
 //                             "bench <bytes> <seconds per op> <algbw GB/s> <busbw GB/s>"
-//   gpu_worker loop [RANK]    every rank prints "ready" after its first device allreduce,
+//   gpu_worker loop [RANK [stop]]
+//                             every rank prints "ready" after its first device allreduce,
 //                             then runs allreduces for up to 120 s; RANK, when given,
-//                             leaves abruptly (_exit 7) once all are ready, so the others
-//                             block inside NCCL (for the launcher's fault tests)
+//                             leaves abruptly (_exit 7) once all are ready, or with `stop`
+//                             stops itself (SIGSTOP), so the others block inside NCCL (for
+//                             the fault tests)
 //
 // Both print "init <seconds>" on rank 0: hvdrun::init() including the NCCL communicator.
 // Exit codes: 0 every check held, 1 a check failed, 3 init failed or NCCL unavailable,
@@ -19,6 +21,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -208,7 +211,7 @@ void bench(Cuda& cuda, const std::vector<std::size_t>& sizes) {
 }
 
 // The fault tests' rank: see the header comment.
-int loop(Cuda& cuda, int exit_rank) {
+int loop(Cuda& cuda, int exit_rank, bool stop) {
   const std::size_t count = 1 << 20;
   DeviceBuffer buf(cuda, count * sizeof(float));
   auto one = [&] {
@@ -221,7 +224,10 @@ int loop(Cuda& cuda, int exit_rank) {
   std::fflush(stdout);
   // Every rank has said "ready" before one leaves.
   hvdrun::barrier();
-  if (hvdrun::rank() == exit_rank) ::_exit(7);
+  if (hvdrun::rank() == exit_rank) {
+    if (stop) ::raise(SIGSTOP);
+    ::_exit(7);
+  }
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (std::chrono::steady_clock::now() < end) one();
   return 0;
@@ -255,7 +261,8 @@ int main(int argc, char** argv) {
     if (scenario == "check") {
       check_device_collectives(cuda);
     } else if (scenario == "loop") {
-      return loop(cuda, argc > 2 ? static_cast<int>(std::strtol(argv[2], nullptr, 10)) : -1);
+      return loop(cuda, argc > 2 ? static_cast<int>(std::strtol(argv[2], nullptr, 10)) : -1,
+                  argc > 3 && std::string(argv[3]) == "stop");
     } else {
       std::vector<std::size_t> sizes;
       for (int i = 2; i < argc; ++i) sizes.push_back(std::strtoull(argv[i], nullptr, 10));
