@@ -17,6 +17,8 @@
 
 #include <cstdlib>
 
+#include "common/seconds_text.h"
+
 namespace hvdrun::runtime {
 
 using Clock = std::chrono::steady_clock;
@@ -35,13 +37,6 @@ namespace {
 milliseconds left(Clock::time_point deadline) {
   return std::max(milliseconds(1),
                   std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
-}
-
-std::string seconds_text(milliseconds d) {
-  auto s = d.count() / 1000.0;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
 }
 
 // Cheap test for a GPU without loading the CUDA runtime (which costs tens of ms per
@@ -172,8 +167,7 @@ void World::build_nccl(Clock::time_point deadline) {
   }
   try {
     nccl_ = std::make_unique<NcclComm>(*store_, prefix_ + "/nccl/world/id", env_.rank, env_.size,
-                                       env_.local_rank, env_.local_size, deadline,
-                                       env_.op_timeout);
+                                       env_.local_rank, env_.local_size, deadline, env_.op_timeout);
   } catch (const Error& e) {
     if (require) throw;
     nccl_status_ = e.what();

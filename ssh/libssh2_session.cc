@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "common/fd.h"
+#include "common/seconds_text.h"
 #include "ssh/known_hosts.h"
 
 namespace hvdrun::ssh {
@@ -40,15 +41,6 @@ void global_init() {
 long long ms_left(Deadline deadline) {
   return std::max<long long>(
       0, std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
-}
-
-std::string seconds_text(std::chrono::milliseconds d) {
-  auto ms = d.count();
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
-  std::ostringstream s;
-  s.precision(1);
-  s << std::fixed << static_cast<double>(ms) / 1000.0 << " s";
-  return s.str();
 }
 
 std::string format_address(const sockaddr* sa, bool with_port) {
@@ -135,7 +127,8 @@ std::vector<Address> resolve(const Target& t, Deadline deadline) {
   if (!state->cv.wait_until(lock, deadline, [&] { return state->done; })) {
     throw ConnectError(
         Verdict::dns,
-        "resolving '" + t.hostname + "' did not finish within " + seconds_text(t.connect_timeout),
+        "resolving '" + t.hostname + "' did not finish within " + seconds_text(t.connect_timeout) +
+            " s",
         "check the DNS servers in /etc/resolv.conf, or put the address in HostName (ssh_config) or "
         "-H");
   }
@@ -195,7 +188,7 @@ UniqueFd connect_any(const Target& t, const std::vector<Address>& addresses, Dea
   if (timed_out) {
     throw ConnectError(
         Verdict::timeout,
-        "no TCP answer within " + seconds_text(t.connect_timeout) + " (" + detail + ")",
+        "no TCP answer within " + seconds_text(t.connect_timeout) + " s (" + detail + ")",
         "check that the host is up and no firewall drops port " + std::to_string(t.port) +
             "; raise ConnectTimeout in ssh_config if the network is slow",
         address);
@@ -222,7 +215,7 @@ void expect_banner(const Target& t, int fd, const std::string& address, Deadline
   } while (rc < 0 && errno == EINTR);
   if (rc == 0) {
     fail(Verdict::not_ssh,
-         "accepted TCP but sent no SSH banner within " + seconds_text(t.connect_timeout));
+         "accepted TCP but sent no SSH banner within " + seconds_text(t.connect_timeout) + " s");
   }
   char buf[256];
   ssize_t n = ::recv(fd, buf, sizeof buf, MSG_PEEK);
