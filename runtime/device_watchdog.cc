@@ -1,6 +1,8 @@
 // See device_watchdog.h.
 #include "runtime/device_watchdog.h"
 
+#include "common/seconds_text.h"
+
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -26,9 +28,10 @@ DeviceWatchdog::~DeviceWatchdog() {
   for (const auto& op : ops_) hooks_.release(op.marker);
 }
 
-void DeviceWatchdog::track(Marker m, std::string what) {
+void DeviceWatchdog::track(Marker m, const char* kind, std::size_t count, int root) {
+  const auto deadline = Clock::now() + op_timeout_;
   std::lock_guard lock(mu_);
-  ops_.push_back({m, Clock::now() + op_timeout_, next_seq_++, std::move(what)});
+  ops_.push_back({m, deadline, next_seq_++, kind, count, root});
 }
 
 std::size_t DeviceWatchdog::pending() const {
@@ -62,10 +65,10 @@ std::string DeviceWatchdog::check_locked(Clock::time_point now) {
            " (a peer may be gone or the network between GPUs broken); ending this rank";
   if (!ops_.empty() && now >= ops_.front().deadline) {
     const auto& op = ops_.front();
-    char secs[32];
-    std::snprintf(secs, sizeof secs, "%g", static_cast<double>(op_timeout_.count()) / 1000.0);
-    return "hvdrun: " + who_ + ": device " + op.what + " (operation " + std::to_string(op.seq) +
-           ") did not complete within " + secs +
+    std::string what = std::string(op.kind) + " of " + std::to_string(op.count) + " elements";
+    if (op.root >= 0) what += " from rank " + std::to_string(op.root);
+    return "hvdrun: " + who_ + ": device " + what + " (operation " + std::to_string(op.seq) +
+           ") did not complete within " + seconds_text(op_timeout_) +
            " s (HVDRUN_OP_TIMEOUT): a rank is stopped, stuck in its own code or gone; ending "
            "this rank (exit " +
            std::to_string(kExitCode) + ")";

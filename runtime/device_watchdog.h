@@ -45,8 +45,10 @@ class DeviceWatchdog {
   DeviceWatchdog(const DeviceWatchdog&) = delete;
   DeviceWatchdog& operator=(const DeviceWatchdog&) = delete;
 
-  /// Watches operation `m`, enqueued now; `what` names it ("allreduce of 1024 float32").
-  void track(Marker m, std::string what);
+  /// Watches operation `m`, enqueued now: a `kind` ("allreduce", a string literal) of
+  /// `count` elements, from rank `root` when it has one. Cheap: the description is only
+  /// formatted if the operation fails.
+  void track(Marker m, const char* kind, std::size_t count, int root = -1);
   /// Operations enqueued and not yet seen complete.
   std::size_t pending() const;
   /// True once on_failure has been called.
@@ -61,7 +63,9 @@ class DeviceWatchdog {
     Marker marker;
     Clock::time_point deadline;
     std::uint64_t seq;
-    std::string what;
+    const char* kind;
+    std::size_t count;
+    int root;
   };
 
   void run();

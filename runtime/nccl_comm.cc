@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/seconds_text.h"
+
 #ifdef HVDRUN_HAVE_NCCL
 #include <nccl.h>
 #endif
@@ -228,23 +230,58 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-}  // namespace
+// A non-blocking communicator answers ncclInProgress while an operation (its own init, or
+// enqueueing a collective) is under way, and NCCL asks that ncclCommGetAsyncError be polled
+// until it leaves that state before the next call. Returns the state it settles in, or
+// ncclInProgress when `deadline` passes first. `pause` between polls: zero yields.
+ncclResult_t settle(ncclComm_t comm, ncclResult_t rc, Clock::time_point deadline,
+                    std::chrono::microseconds pause) {
+  while (rc == ncclInProgress) {
+    if (Clock::now() >= deadline) return ncclInProgress;
+    if (pause.count() > 0)
+      std::this_thread::sleep_for(pause);
+    else
+      std::this_thread::yield();
+    if (auto q = Nccl::get().get_async_error(comm, &rc); q != ncclSuccess) return q;
+  }
+  return rc;
+}
 
 // cudaEventDisableTiming: the watchdog's events only mark completion.
 constexpr unsigned kEventDisableTiming = 2;
 // cudaErrorNotReady: the work before the event has not finished yet.
 constexpr int kCudaNotReady = 600;
 
+}  // namespace
+
 struct NcclComm::State {
   ncclComm_t comm = nullptr;
   int rank = 0;
+  std::chrono::milliseconds op_timeout{0};
   // Events the watchdog has given back, for reuse (filled from its thread).
   std::mutex pool_mu;
   std::vector<void*> free_events;
   std::unique_ptr<DeviceWatchdog> watchdog;
 
-  // Marks the work enqueued so far on `stream` for the watchdog.
-  void watch(void* stream, std::string what) {
+  // After a collective call: waits out ncclInProgress (under HVDRUN_OP_TIMEOUT), throws
+  // on an error, and has the watchdog watch the collective.
+  void enqueued(ncclResult_t rc, const char* call, void* stream, const char* kind,
+                std::size_t count, int root = -1) {
+    if (rc == ncclInProgress) rc = settle(comm, rc, Clock::now() + op_timeout, {});
+    if (rc == ncclInProgress)
+      throw Error(std::string("nccl: ") + call + " on rank " + std::to_string(rank) +
+                  " was still being enqueued after " + seconds_text(op_timeout) +
+                  " s (HVDRUN_OP_TIMEOUT); run with NCCL_DEBUG=WARN to see why NCCL is stuck");
+    if (rc != ncclSuccess)
+      throw Error(std::string("nccl: ") + call + " on rank " + std::to_string(rank) + ": " +
+                  Nccl::get().error_string(rc));
+    watch(stream, kind, count, root);
+  }
+
+  // Marks the work enqueued so far on `stream` for the watchdog. Best effort: an
+  // operation no event can be recorded for goes unwatched (the launcher still ends the
+  // job when a rank dies).
+  void watch(void* stream, const char* kind, std::size_t count, int root) {
     const auto& cuda = Cuda::get();
     void* ev = nullptr;
     {
@@ -259,7 +296,7 @@ struct NcclComm::State {
       cuda.event_destroy(ev);
       return;
     }
-    watchdog->track(ev, std::move(what));
+    watchdog->track(ev, kind, count, root);
   }
 
   ~State() {
@@ -312,36 +349,30 @@ NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, 
 
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  auto rc = nccl.init_rank_config(&s_->comm, size, id, rank, &config);
   auto fail = [&](const std::string& what) {
     if (s_->comm) nccl.abort(s_->comm);
     s_->comm = nullptr;
     throw Error("nccl: rank " + std::to_string(rank) + " of " + std::to_string(size) + ": " + what);
   };
-  if (rc != ncclSuccess && rc != ncclInProgress)
-    fail(std::string("ncclCommInitRankConfig: ") + nccl.error_string(rc));
-  for (;;) {
-    ncclResult_t state = ncclInProgress;
-    nccl.get_async_error(s_->comm, &state);
-    if (state == ncclSuccess) break;
-    if (state != ncclInProgress) {
-      std::string what = std::string("NCCL init failed: ") + nccl.error_string(state);
-      // The usual cause: more ranks on this host than GPUs, so two share one device,
-      // which NCCL refuses.
-      if (state == ncclInvalidUsage && local_size > devices)
-        what += "; " + std::to_string(local_size) + " ranks on this host share " +
-                std::to_string(devices) + " visible CUDA device" + (devices > 1 ? "s" : "") +
-                " and NCCL needs one per rank: give this host at most " + std::to_string(devices) +
-                " slot" + (devices > 1 ? "s" : "") + " (-H host:" + std::to_string(devices) +
-                "), or set HVDRUN_NCCL=off for CPU collectives only";
-      fail(what);
-    }
-    if (Clock::now() >= deadline)
-      fail(
-          "NCCL init did not finish before the start timeout (a rank may be missing or "
-          "the network between GPUs blocked; check NCCL_SOCKET_IFNAME)");
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto rc = nccl.init_rank_config(&s_->comm, size, id, rank, &config);
+  auto state = settle(s_->comm, rc, deadline, std::chrono::milliseconds(1));
+  if (state == ncclInProgress)
+    fail(
+        "NCCL init did not finish before the start timeout (a rank may be missing or "
+        "the network between GPUs blocked; check NCCL_SOCKET_IFNAME)");
+  if (state != ncclSuccess) {
+    std::string what = std::string("NCCL init failed: ") + nccl.error_string(state);
+    // The usual cause: more ranks on this host than GPUs, so two share one device,
+    // which NCCL refuses.
+    if (state == ncclInvalidUsage && local_size > devices)
+      what += "; " + std::to_string(local_size) + " ranks on this host share " +
+              std::to_string(devices) + " visible CUDA device" + (devices > 1 ? "s" : "") +
+              " and NCCL needs one per rank: give this host at most " + std::to_string(devices) +
+              " slot" + (devices > 1 ? "s" : "") + " (-H host:" + std::to_string(devices) +
+              "), or set HVDRUN_NCCL=off for CPU collectives only";
+    fail(what);
   }
+  s_->op_timeout = op_timeout;
 
   State* st = s_.get();
   DeviceWatchdog::Hooks hooks;
@@ -351,10 +382,10 @@ NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, 
     st->free_events.push_back(ev);
   };
   hooks.async_error = [st]() -> std::string {
-    ncclResult_t state = ncclSuccess;
-    if (Nccl::get().get_async_error(st->comm, &state) != ncclSuccess) return {};
-    if (state == ncclSuccess || state == ncclInProgress) return {};
-    return Nccl::get().error_string(state);
+    ncclResult_t async = ncclSuccess;
+    if (Nccl::get().get_async_error(st->comm, &async) != ncclSuccess) return {};
+    if (async == ncclSuccess || async == ncclInProgress) return {};
+    return Nccl::get().error_string(async);
   };
   s_->watchdog = std::make_unique<DeviceWatchdog>(
       std::move(hooks), op_timeout, "rank " + std::to_string(rank) + " of " + std::to_string(size));
@@ -362,42 +393,22 @@ NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, 
 
 NcclComm::~NcclComm() = default;
 
-namespace {
-// A non-blocking communicator may answer ncclInProgress while it enqueues; NCCL asks
-// that the caller wait for ncclCommGetAsyncError to leave that state before the next
-// call on the communicator. That wait covers the enqueue only, not the collective.
-void check_enqueue(ncclResult_t rc, ncclComm_t comm, const char* what, int rank) {
-  const auto& nccl = Nccl::get();
-  while (rc == ncclInProgress) {
-    std::this_thread::yield();
-    if (nccl.get_async_error(comm, &rc) != ncclSuccess) break;
-  }
-  if (rc == ncclSuccess) return;
-  throw Error(std::string("nccl: ") + what + " on rank " + std::to_string(rank) + ": " +
-              nccl.error_string(rc));
-}
-}  // namespace
-
 void NcclComm::allreduce(const void* send, void* recv, std::size_t count, DataType dtype,
                          ReduceOp op, void* stream) {
-  check_enqueue(Nccl::get().all_reduce(send, recv, count, nccl_type(dtype), nccl_op(op), s_->comm,
-                                       static_cast<cudaStream_t>(stream)),
-                s_->comm, "ncclAllReduce", s_->rank);
-  s_->watch(stream, "allreduce of " + std::to_string(count) + " elements");
+  s_->enqueued(Nccl::get().all_reduce(send, recv, count, nccl_type(dtype), nccl_op(op), s_->comm,
+                                      static_cast<cudaStream_t>(stream)),
+               "ncclAllReduce", stream, "allreduce", count);
 }
 void NcclComm::broadcast(void* buf, std::size_t count, DataType dtype, int root, void* stream) {
-  check_enqueue(Nccl::get().broadcast(buf, buf, count, nccl_type(dtype), root, s_->comm,
-                                      static_cast<cudaStream_t>(stream)),
-                s_->comm, "ncclBroadcast", s_->rank);
-  s_->watch(stream, "broadcast of " + std::to_string(count) + " elements from rank " +
-                        std::to_string(root));
+  s_->enqueued(Nccl::get().broadcast(buf, buf, count, nccl_type(dtype), root, s_->comm,
+                                     static_cast<cudaStream_t>(stream)),
+               "ncclBroadcast", stream, "broadcast", count, root);
 }
 void NcclComm::allgather(const void* send, void* recv, std::size_t count, DataType dtype,
                          void* stream) {
-  check_enqueue(Nccl::get().all_gather(send, recv, count, nccl_type(dtype), s_->comm,
-                                       static_cast<cudaStream_t>(stream)),
-                s_->comm, "ncclAllGather", s_->rank);
-  s_->watch(stream, "allgather of " + std::to_string(count) + " elements");
+  s_->enqueued(Nccl::get().all_gather(send, recv, count, nccl_type(dtype), s_->comm,
+                                      static_cast<cudaStream_t>(stream)),
+               "ncclAllGather", stream, "allgather", count);
 }
 
 #else  // !HVDRUN_HAVE_NCCL

@@ -64,7 +64,7 @@ TEST_CASE("device watchdog: completed operations are released, nothing fails",
           "[runtime][watchdog]") {
   FakeDevice dev;
   DeviceWatchdog w(dev.hooks(), 10s, "rank 0 of 2", 5ms);
-  for (auto& op : dev.ops) w.track(&op, "allreduce of 4 elements");
+  for (auto& op : dev.ops) w.track(&op, "allreduce", 4);
   CHECK(w.pending() == 8);
   for (auto& op : dev.ops) op = true;
   CHECK(eventually([&] { return w.pending() == 0; }));
@@ -79,9 +79,9 @@ TEST_CASE("device watchdog: an operation stuck past the timeout is reported once
   auto failure = dev.failure.get_future();
   DeviceWatchdog w(dev.hooks(), 200ms, "rank 1 of 4", 5ms);
   dev.ops[0] = true;
-  w.track(&dev.ops[0], "allreduce of 1 elements");
-  w.track(&dev.ops[1], "broadcast of 1024 elements from rank 3");
-  w.track(&dev.ops[2], "allgather of 8 elements");
+  w.track(&dev.ops[0], "allreduce", 1);
+  w.track(&dev.ops[1], "broadcast", 1024, 3);
+  w.track(&dev.ops[2], "allgather", 8);
   dev.ops[2] = true;  // finished, but behind the stuck one
   auto t0 = std::chrono::steady_clock::now();
   REQUIRE(failure.wait_for(5s) == std::future_status::ready);
@@ -112,8 +112,8 @@ TEST_CASE("device watchdog: markers still pending at shutdown are given back",
   FakeDevice dev;
   {
     DeviceWatchdog w(dev.hooks(), 10s, "rank 0 of 1", 5ms);
-    w.track(&dev.ops[0], "allreduce of 1 elements");
-    w.track(&dev.ops[1], "allreduce of 1 elements");
+    w.track(&dev.ops[0], "allreduce", 1);
+    w.track(&dev.ops[1], "allreduce", 1);
   }
   CHECK(dev.released_count() == 2);
   CHECK(dev.failures == 0);
