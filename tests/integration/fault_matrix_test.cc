@@ -51,10 +51,6 @@ SshdCluster& cluster() {
   return c;
 }
 
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
 // Ranks that print the rendezvous port, then wait for DIR/go before exec'ing `command`.
 std::vector<std::string> gated(const std::string& dir, int np, const std::string& command) {
   return {"-np", std::to_string(np), "sh", "-c",

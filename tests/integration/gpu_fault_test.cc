@@ -36,14 +36,8 @@ std::vector<std::string> gpu_job(int np, const std::string& loop_args,
   std::string hostid = np > devices ? "NCCL_HOSTID=fault-$HVDRUN_RANK " : "";
   std::vector<std::string> args = {"-np", std::to_string(np), "-x", "HVDRUN_NCCL=require"};
   args.insert(args.end(), extra.begin(), extra.end());
-  for (std::string a : {"sh", "-c"}) args.push_back(std::move(a));
-  args.push_back(hostid + "exec \"$0\" loop " + loop_args);
-  args.push_back(kGpuWorker);
+  args.insert(args.end(), {"sh", "-c", hostid + "exec \"$0\" loop " + loop_args, kGpuWorker});
   return args;
-}
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
 }  // namespace

@@ -86,7 +86,7 @@ TEST_CASE("a failing rank's code becomes hvdrun's with a message naming rank and
       "exec sleep 30";
   Hvdrun h({"-np", "3", "sh", "-c", script}, {marker});
   CHECK(h.wait() == 3);
-  double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  double ms = ms_since(t0);
   CHECK(ms < 8000);  // the sleepers were stopped, not waited for
   CHECK_THAT(h.err, Catch::Contains("hvdrun: rank 1 on host localhost exited with code 3"));
   CHECK_THAT(h.err, Catch::Contains(
@@ -120,7 +120,7 @@ TEST_CASE("SIGINT and SIGTERM stop every rank with exit 130 and 143") {
   h.signal(sig);
   CHECK(h.wait(10s) == code);
   CHECK(wait_none_with(marker, 5s));
-  double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  double ms = ms_since(t0);
   report_fault({std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") + " to hvdrun (3 ranks)",
                 "exit " + std::to_string(code) + ", every rank stopped", ms,
                 static_cast<int>(processes_with(marker).size()), "nothing"});
@@ -136,7 +136,7 @@ TEST_CASE("SIGKILL of hvdrun leaves no rank alive") {
   CHECK(h.wait() == 128 + SIGKILL);
   // The agent sees EOF, sends SIGTERM (ignored here), and SIGKILLs after the 3 s grace.
   CHECK(wait_none_with(marker, 8s));
-  double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  double ms = ms_since(t0);
   report_fault({"SIGKILL of hvdrun (4 ranks that ignore SIGTERM)",
                 "the agent sees its stream end: SIGTERM, then SIGKILL after the 3 s grace", ms,
                 static_cast<int>(processes_with(marker).size()),
@@ -220,7 +220,7 @@ TEST_CASE("an agent killed with SIGKILL fails the job naming the host and leaves
   auto t0 = Clock::now();
   ::kill(agent, SIGKILL);
   CHECK(h.wait() == 255);
-  double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  double ms = ms_since(t0);
   CHECK_THAT(
       h.err,
       Catch::Contains("the agent on host localhost ended unexpectedly (it was killed by signal 9"));
@@ -259,7 +259,7 @@ TEST_CASE("hvdrun -np 2 yes | head -1 ends like a pipeline member: 141, nothing 
       {marker});
   auto t0 = Clock::now();
   REQUIRE(p.wait(15s) == 0);
-  double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  double ms = ms_since(t0);
   INFO("stderr: " << p.err);
   CHECK((p.out == "[0]<stdout>:y\nstatus=141\n" || p.out == "[1]<stdout>:y\nstatus=141\n"));
   CHECK(ms < 3000 * kSlowdown);

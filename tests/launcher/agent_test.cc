@@ -9,7 +9,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -19,9 +18,11 @@
 #include "launcher/agent.h"
 #include "launcher/agent_protocol.h"
 #include "ssh/local_host.h"
+#include "tests/support/processes.h"
 
 using namespace hvdrun;
 using namespace hvdrun::launcher;
+using hvdrun::testing::wait_none_alive;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -127,29 +128,6 @@ proto::Spawn shell(int rank, const std::string& script) {
   return s;
 }
 
-// True when `pid` no longer runs (absent, or a zombie nobody has reaped yet).
-bool running(pid_t pid) {
-  if (::kill(pid, 0) != 0) return false;
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(f, stat)) return false;
-  // "pid (comm) state ...": comm may hold spaces and ')', so the state is the field after
-  // the last ')'.
-  auto close = stat.rfind(')');
-  if (close == std::string::npos || close + 2 >= stat.size()) return false;
-  char state = stat[close + 2];
-  return state != 'Z' && state != 'X';
-}
-
-bool gone(pid_t pid, std::chrono::milliseconds within) {
-  auto deadline = Clock::now() + within;
-  while (running(pid)) {
-    if (Clock::now() > deadline) return false;
-    ::usleep(2000);
-  }
-  return true;
-}
-
 }  // namespace
 
 TEST_CASE("agent: its hello names this host's interface toward the launcher's address") {
@@ -231,7 +209,7 @@ TEST_CASE("agent: a kill request ends ranks with SIGTERM then SIGKILL after the 
   CHECK(exits[1].signaled);
   CHECK(exits[1].value == SIGKILL);
   CHECK(Clock::now() - t0 >= std::chrono::milliseconds(250));
-  CHECK(gone(pid0, std::chrono::milliseconds(100)));
+  CHECK(wait_none_alive({pid0}, std::chrono::milliseconds(100)));
   a.close_input();
   CHECK(a.wait_exit() == 0);
 }
@@ -243,7 +221,7 @@ TEST_CASE("agent: EOF on its input kills every rank and the agent exits") {
   auto started = a.expect<proto::RankStarted>();
   a.close_input();
   CHECK(a.wait_exit() == 0);
-  CHECK(gone(started.pid, std::chrono::milliseconds(2000)));
+  CHECK(wait_none_alive({started.pid}, std::chrono::milliseconds(2000)));
 }
 
 TEST_CASE("agent: a rank that cannot start is reported with the reason") {
@@ -276,5 +254,5 @@ TEST_CASE("agent: an invalid frame from the launcher is fatal and no rank surviv
   auto fatal = a.expect<proto::Fatal>();
   CHECK_THAT(fatal.message, Catch::Contains("negative rank"));
   CHECK(a.wait_exit() == 1);
-  CHECK(gone(started.pid, std::chrono::milliseconds(2000)));
+  CHECK(wait_none_alive({started.pid}, std::chrono::milliseconds(2000)));
 }

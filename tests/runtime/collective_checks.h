@@ -1,8 +1,8 @@
 // Shared by the rank programs of the runtime tests (host and device collectives): the
-// inputs every rank contributes, the result each reduction must give, and the
-// allreduce check over every op, in place and not, for one element type. The caller
-// supplies how to run one allreduce, so host (Gloo) and device (NCCL) buffers are checked
-// against the same expectations.
+// inputs every rank contributes, the result each reduction must give, the allreduce
+// check over every op, in place and not, and the broadcast and allgather checks. The
+// caller supplies how to run one collective on host buffers, so host (Gloo) and device
+// (NCCL) collectives are checked against the same expectations.
 #pragma once
 
 #include <algorithm>
@@ -145,6 +145,54 @@ inline void check_every_dtype(const AllreduceFn& allreduce,
     check_allreduce<BFloat16>(allreduce, DataType::kBFloat16, "bfloat16", count);
     check_allreduce<std::uint8_t>(allreduce, DataType::kUInt8, "uint8", count);
   }
+}
+
+/// Runs one broadcast of `count` elements of `buf` from `root`; returns "" or why not.
+using BroadcastFn =
+    std::function<std::string(void* buf, std::size_t count, DataType dtype, int root)>;
+/// Runs one allgather of `count` elements per rank; returns "" or why not.
+using AllgatherFn =
+    std::function<std::string(const void* send, void* recv, std::size_t count, DataType dtype)>;
+
+/// Broadcasts `count` float64 from the first and from the last rank; every rank must
+/// end with the root's values.
+inline void check_broadcast(const BroadcastFn& broadcast, std::size_t count) {
+  const int n = hvdrun::size();
+  const int r = hvdrun::rank();
+  for (int root : {0, n - 1}) {
+    auto want = [root](std::size_t i) { return static_cast<double>(i) * 0.5 + root; };
+    std::vector<double> buf(count);
+    for (std::size_t i = 0; i < count; ++i) buf[i] = r == root ? want(i) : -1.0;
+    if (auto err = broadcast(buf.data(), count, DataType::kFloat64, root); !err.empty()) {
+      fail("broadcast from " + std::to_string(root) + " failed: " + err);
+      continue;
+    }
+    for (std::size_t i = 0; i < count; ++i)
+      if (buf[i] != want(i)) {
+        fail("broadcast from " + std::to_string(root) + " wrong at " + std::to_string(i));
+        break;
+      }
+  }
+}
+
+/// Allgathers `count` int32 per rank; every rank must get each rank's block in order.
+inline void check_allgather(const AllgatherFn& allgather, std::size_t count) {
+  const int n = hvdrun::size();
+  const int r = hvdrun::rank();
+  auto value = [](int q, std::size_t i) { return static_cast<std::int32_t>(q * 100000 + i); };
+  std::vector<std::int32_t> mine(count);
+  std::vector<std::int32_t> all(count * static_cast<std::size_t>(n), -1);
+  for (std::size_t i = 0; i < count; ++i) mine[i] = value(r, i);
+  if (auto err = allgather(mine.data(), all.data(), count, DataType::kInt32); !err.empty()) {
+    fail("allgather of " + std::to_string(count) + " failed: " + err);
+    return;
+  }
+  for (int q = 0; q < n; ++q)
+    for (std::size_t i = 0; i < count; ++i)
+      if (all[static_cast<std::size_t>(q) * count + i] != value(q, i)) {
+        fail("allgather of " + std::to_string(count) + " wrong for rank " + std::to_string(q));
+        return;
+      }
 }
 
 }  // namespace hvdrun_test

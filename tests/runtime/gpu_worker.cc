@@ -34,7 +34,6 @@
 
 using hvdrun::DataType;
 using hvdrun::ReduceOp;
-using hvdrun_test::fail;
 
 namespace {
 
@@ -114,12 +113,23 @@ class DeviceBuffer {
   void* p_;
 };
 
+// "" when `step` runs through, else what it threw.
+template <typename Step>
+std::string failure_of(Step&& step) {
+  try {
+    step();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return {};
+}
+
 void check_device_collectives(Cuda& cuda) {
   // Host buffers go to the GPU, through NCCL, and back; the shared checks compare them.
   hvdrun_test::check_every_dtype(
       [&](const void* send, void* out, std::size_t count, DataType dt, ReduceOp op) {
-        const std::size_t bytes = count * hvdrun::dtype_size(dt);
-        try {
+        return failure_of([&] {
+          const std::size_t bytes = count * hvdrun::dtype_size(dt);
           DeviceBuffer dsend(cuda, bytes);
           DeviceBuffer drecv(cuda, bytes);
           cuda.to_device(dsend.get(), send, bytes);
@@ -130,49 +140,35 @@ void check_device_collectives(Cuda& cuda) {
           // An out-of-place allreduce must leave the device input alone: bring it back
           // over the host input, which the shared check compares with what was sent.
           if (out != send) cuda.to_host(const_cast<void*>(send), dsend.get(), bytes);
-        } catch (const std::exception& e) {
-          return std::string(e.what());
-        }
-        return std::string();
+        });
       },
       {1, 7, 40000, 3000000});
-
-  const int n = hvdrun::size();
-  const int r = hvdrun::rank();
-  for (int root : {0, n - 1}) {
-    std::vector<double> buf(100000);
-    for (std::size_t i = 0; i < buf.size(); ++i)
-      buf[i] = r == root ? static_cast<double>(i) * 0.5 + root : -1.0;
-    DeviceBuffer d(cuda, buf.size() * sizeof(double));
-    cuda.to_device(d.get(), buf.data(), buf.size() * sizeof(double));
-    hvdrun::broadcast_device(d.get(), buf.size(), DataType::kFloat64, root, cuda.stream());
-    cuda.sync();
-    cuda.to_host(buf.data(), d.get(), buf.size() * sizeof(double));
-    for (std::size_t i = 0; i < buf.size(); ++i)
-      if (buf[i] != static_cast<double>(i) * 0.5 + root) {
-        fail("device broadcast from " + std::to_string(root) + " wrong at " + std::to_string(i));
-        break;
-      }
-  }
-
-  const std::size_t count = 50000;
-  std::vector<std::int32_t> mine(count);
-  std::vector<std::int32_t> all(count * static_cast<std::size_t>(n), -1);
-  for (std::size_t i = 0; i < count; ++i) mine[i] = static_cast<std::int32_t>(r * 100000 + i);
-  DeviceBuffer dmine(cuda, count * sizeof(std::int32_t));
-  DeviceBuffer dall(cuda, all.size() * sizeof(std::int32_t));
-  cuda.to_device(dmine.get(), mine.data(), count * sizeof(std::int32_t));
-  hvdrun::allgather_device(dmine.get(), dall.get(), count, DataType::kInt32, cuda.stream());
-  cuda.sync();
-  cuda.to_host(all.data(), dall.get(), all.size() * sizeof(std::int32_t));
-  for (int q = 0; q < n; ++q)
-    for (std::size_t i = 0; i < count; ++i)
-      if (all[static_cast<std::size_t>(q) * count + i] !=
-          static_cast<std::int32_t>(q * 100000 + i)) {
-        fail("device allgather wrong for rank " + std::to_string(q));
-        q = n;
-        break;
-      }
+  hvdrun_test::check_broadcast(
+      [&](void* buf, std::size_t count, DataType dt, int root) {
+        return failure_of([&] {
+          const std::size_t bytes = count * hvdrun::dtype_size(dt);
+          DeviceBuffer d(cuda, bytes);
+          cuda.to_device(d.get(), buf, bytes);
+          hvdrun::broadcast_device(d.get(), count, dt, root, cuda.stream());
+          cuda.sync();
+          cuda.to_host(buf, d.get(), bytes);
+        });
+      },
+      100000);
+  hvdrun_test::check_allgather(
+      [&](const void* send, void* recv, std::size_t count, DataType dt) {
+        return failure_of([&] {
+          const std::size_t bytes = count * hvdrun::dtype_size(dt);
+          const std::size_t all = bytes * static_cast<std::size_t>(hvdrun::size());
+          DeviceBuffer dsend(cuda, bytes);
+          DeviceBuffer drecv(cuda, all);
+          cuda.to_device(dsend.get(), send, bytes);
+          hvdrun::allgather_device(dsend.get(), drecv.get(), count, dt, cuda.stream());
+          cuda.sync();
+          cuda.to_host(recv, drecv.get(), all);
+        });
+      },
+      50000);
 }
 
 // Times float32 allreduces of each size: a few warm-ups, then repeats for about 0.5 s

@@ -54,32 +54,21 @@ void check_large() {
 }
 
 void check_broadcast_allgather() {
-  const int n = hvdrun::size(), r = hvdrun::rank();
-  for (int root : {0, n - 1}) {
-    std::vector<double> buf(1000);
-    for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = r == root ? i * 0.5 + root : -1;
-    hvdrun::broadcast(buf.data(), buf.size(), DataType::kFloat64, root);
-    for (std::size_t i = 0; i < buf.size(); ++i)
-      if (buf[i] != i * 0.5 + root) {
-        fail("broadcast from " + std::to_string(root) + " wrong at " + std::to_string(i));
-        break;
-      }
-  }
-  for (std::size_t count : {std::size_t{3}, std::size_t{50000}}) {
-    std::vector<std::int32_t> mine(count), all(count * static_cast<std::size_t>(n), -1);
-    for (std::size_t i = 0; i < count; ++i) mine[i] = static_cast<std::int32_t>(r * 100000 + i);
-    if (hvdrun_allgather(mine.data(), all.data(), count, HVDRUN_INT32) != 0) {
-      fail(std::string("allgather failed: ") + hvdrun_last_error());
-      continue;
-    }
-    for (int q = 0; q < n; ++q)
-      for (std::size_t i = 0; i < count; ++i)
-        if (all[q * count + i] != static_cast<std::int32_t>(q * 100000 + i)) {
-          fail("allgather wrong for rank " + std::to_string(q));
-          q = n;
-          break;
-        }
-  }
+  hvdrun_test::check_broadcast(
+      [](void* buf, std::size_t count, DataType dt, int root) {
+        if (hvdrun_broadcast(buf, count, static_cast<hvdrun_dtype>(dt), root) != 0)
+          return std::string(hvdrun_last_error());
+        return std::string();
+      },
+      1000);
+  for (std::size_t count : {std::size_t{3}, std::size_t{50000}})
+    hvdrun_test::check_allgather(
+        [](const void* send, void* recv, std::size_t n, DataType dt) {
+          if (hvdrun_allgather(send, recv, n, static_cast<hvdrun_dtype>(dt)) != 0)
+            return std::string(hvdrun_last_error());
+          return std::string();
+        },
+        count);
 }
 
 }  // namespace

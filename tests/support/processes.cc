@@ -212,6 +212,10 @@ std::vector<std::string> lines(const std::string& s) {
   return v;
 }
 
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 bool take(std::string_view& s, std::string_view prefix) {
   if (s.substr(0, prefix.size()) != prefix) return false;
   s.remove_prefix(prefix.size());

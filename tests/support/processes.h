@@ -100,6 +100,8 @@ std::string read_file(const std::string& path);
 int count(const std::string& s, const std::string& what);
 /// `s` split at '\n' (a final partial line counts; no empty last element).
 std::vector<std::string> lines(const std::string& s);
+/// Milliseconds since `t0` (steady clock), for the figures the fault tests report.
+double ms_since(std::chrono::steady_clock::time_point t0);
 /// For taking an output line apart: drops `prefix` from the front of `s`; false (and `s`
 /// unchanged) when `s` does not start with it.
 bool take(std::string_view& s, std::string_view prefix);
