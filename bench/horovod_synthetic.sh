@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Horovod's PyTorch synthetic benchmark on the CPU, side by side: hvdrun.torch under
+# hvdrun, and Horovod 0.28.1 itself under `horovodrun --gloo`, both running the same
+# program (bench/pytorch_synthetic.py, which imports one or the other per --api), at
+# np 2 and np 4. Prints img/s for each and the ratio hvdrun/horovod.
+#
+# Horovod is built from PyPI once into its own virtualenv (Debian's torch, no cmake from
+# pip) and the time that install took is printed beside the figures: `pip install` of
+# hvdrun is meant to take at most a tenth of it.
+#
+# Usage: bench/horovod_synthetic.sh [build-dir=build] [-- extra benchmark flags]
+#   HOROVOD_VENV   where Horovod's virtualenv lives (default .cache/horovod-0.28.1)
+#   BENCH_NPS      rank counts to run (default "2 4")
+#   BENCH_FLAGS    benchmark flags (default: resnet18, batch 8, 2 warm-up batches,
+#                  3 batches per iteration, 5 iterations)
+#   --install-only build Horovod's virtualenv and stop
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+python=/usr/bin/python3
+venv=${HOROVOD_VENV:-$repo/.cache/horovod-0.28.1}
+install_only=0
+build=build
+extra=()
+while (($#)); do
+  case $1 in
+    --install-only) install_only=1 ;;
+    --) shift; extra=("$@"); break ;;
+    *) build=$1 ;;
+  esac
+  shift
+done
+
+# Builds Horovod 0.28.1 with PyTorch and Gloo (no MPI, TensorFlow or MXNet) against
+# Debian's torch; records how long pip took in $venv/install_seconds.
+install_horovod() {
+  if [[ -f $venv/install_seconds ]] && "$venv/bin/python" -c 'import horovod.torch' 2>/dev/null; then
+    return
+  fi
+  local pkgs=(libtorch-dev pybind11-dev libeigen3-dev python3-venv python3-torchvision)
+  local missing=()
+  for p in "${pkgs[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "installing ${missing[*]} with apt-get" >&2
+    apt-get install -y "${missing[@]}" >&2
+  fi
+  rm -rf "$venv"
+  "$python" -m venv --system-site-packages "$venv"
+  echo "building horovod==0.28.1 into $venv (about 10 minutes; log in $venv/install.log)" >&2
+  local start end
+  start=$(date +%s.%N)
+  HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
+    HOROVOD_WITHOUT_MPI=1 HOROVOD_WITH_GLOO=1 CMAKE_POLICY_VERSION_MINIMUM=3.5 \
+    "$venv/bin/pip" install --no-cache-dir --no-build-isolation horovod==0.28.1 \
+    >"$venv/install.log" 2>&1 || {
+      tail -30 "$venv/install.log" >&2
+      echo "horovod install failed; full log in $venv/install.log" >&2
+      exit 1
+    }
+  end=$(date +%s.%N)
+  awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f\n", b - a }' >"$venv/install_seconds"
+}
+
+install_horovod
+echo "horovod 0.28.1 pip install: $(cat "$venv/install_seconds") s"
+((install_only)) && exit 0

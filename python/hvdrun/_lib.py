@@ -1,0 +1,125 @@
+"""libhvdrun.so through ctypes: finding the library, declaring every function's
+signature, and turning a failed call into an exception carrying hvdrun_last_error().
+
+The library is loaded on first use, not at import, so `import hvdrun` works on a
+machine without it (for example to call hvdrun.run, which only needs the launcher).
+"""
+import ctypes
+import os
+import threading
+
+ABI_REQUIRED = 2
+
+# Element types and reductions of runtime/include/hvdrun/hvdrun_c.h; the values are stable.
+INT32, INT64, FLOAT32, FLOAT64, FLOAT16, BFLOAT16, UINT8 = range(7)
+SUM, AVERAGE, MIN, MAX, PRODUCT = range(5)
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_lock = threading.Lock()
+_lib = None
+
+
+class HvdrunError(RuntimeError):
+    """A collective or a call into libhvdrun failed; the message is the library's."""
+
+
+_c_int, _c_size, _vp, _handle = ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_longlong
+
+# name: (restype, argtypes)
+_SIGNATURES = {
+    "hvdrun_init": (_c_int, []),
+    "hvdrun_rank": (_c_int, []),
+    "hvdrun_size": (_c_int, []),
+    "hvdrun_local_rank": (_c_int, []),
+    "hvdrun_local_size": (_c_int, []),
+    "hvdrun_cross_rank": (_c_int, []),
+    "hvdrun_cross_size": (_c_int, []),
+    "hvdrun_allreduce": (_c_int, [_vp, _vp, _c_size, _c_int, _c_int]),
+    "hvdrun_broadcast": (_c_int, [_vp, _c_size, _c_int, _c_int]),
+    "hvdrun_allgather": (_c_int, [_vp, _vp, _c_size, _c_int]),
+    "hvdrun_barrier": (_c_int, []),
+    "hvdrun_shutdown": (_c_int, []),
+    "hvdrun_abi_version": (_c_int, []),
+    "hvdrun_version": (ctypes.c_char_p, []),
+    "hvdrun_is_initialized": (_c_int, []),
+    "hvdrun_generation": (_c_int, []),
+    "hvdrun_nccl_available": (_c_int, []),
+    "hvdrun_nccl_status": (ctypes.c_char_p, []),
+    "hvdrun_allreduce_async": (_handle, [_vp, _vp, _c_size, _c_int, _c_int]),
+    "hvdrun_broadcast_async": (_handle, [_vp, _c_size, _c_int, _c_int]),
+    "hvdrun_allgather_async": (_handle, [_vp, _vp, _c_size, _c_int]),
+    "hvdrun_barrier_async": (_handle, []),
+    "hvdrun_allreduce_device_async": (_handle, [_vp, _vp, _c_size, _c_int, _c_int, _vp]),
+    "hvdrun_broadcast_device_async": (_handle, [_vp, _c_size, _c_int, _c_int, _vp]),
+    "hvdrun_allgather_device_async": (_handle, [_vp, _vp, _c_size, _c_int, _vp]),
+    "hvdrun_allreduce_device": (_c_int, [_vp, _vp, _c_size, _c_int, _c_int, _vp]),
+    "hvdrun_broadcast_device": (_c_int, [_vp, _c_size, _c_int, _c_int, _vp]),
+    "hvdrun_allgather_device": (_c_int, [_vp, _vp, _c_size, _c_int, _vp]),
+    "hvdrun_poll": (_c_int, [_handle]),
+    "hvdrun_wait": (_c_int, [_handle]),
+    "hvdrun_pending": (ctypes.c_longlong, []),
+    "hvdrun_join": (_c_int, []),
+    "hvdrun_last_error": (ctypes.c_char_p, []),
+}
+
+
+def _candidates():
+    env = os.environ.get("HVDRUN_LIBRARY")
+    if env:
+        return [("HVDRUN_LIBRARY", env)]
+    return [("the hvdrun package", os.path.join(_HERE, "lib", "libhvdrun.so.0"))]
+
+
+def _load():
+    (source, path), = _candidates()
+    if not os.path.exists(path):
+        raise HvdrunError(
+            f"hvdrun: libhvdrun.so not found at {path} (from {source}). Install the package "
+            "with `pip install <hvdrun checkout>`, or point HVDRUN_LIBRARY at a built "
+            "libhvdrun.so (for example build/runtime/libhvdrun.so)")
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise HvdrunError(f"hvdrun: cannot load {path} (from {source}): {e}") from None
+    if not hasattr(lib, "hvdrun_abi_version"):
+        raise HvdrunError(
+            f"hvdrun: {path} implements ABI version 1, this package needs version "
+            f"{ABI_REQUIRED} or later (asynchronous collectives): rebuild or reinstall libhvdrun")
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise HvdrunError(f"hvdrun: {path} lacks {name}: rebuild or reinstall "
+                              "libhvdrun") from None
+        fn.restype = restype
+        fn.argtypes = argtypes
+    abi = lib.hvdrun_abi_version()
+    if abi < ABI_REQUIRED:
+        raise HvdrunError(
+            f"hvdrun: {path} implements ABI version {abi}, this package needs version "
+            f"{ABI_REQUIRED} or later: rebuild or reinstall libhvdrun")
+    return lib
+
+
+def lib():
+    """The loaded library (loading it on first call); raises HvdrunError saying how to
+    fix a missing or too old library."""
+    global _lib
+    if _lib is None:
+        with _lock:
+            if _lib is None:
+                _lib = _load()
+    return _lib
+
+
+def last_error(default="unknown error"):
+    """hvdrun_last_error() of this thread, decoded."""
+    msg = lib().hvdrun_last_error()
+    return msg.decode(errors="replace") if msg else default
+
+
+def check(rc, what):
+    """Raises HvdrunError naming `what` when a C call returned a negative value."""
+    if rc < 0:
+        raise HvdrunError(f"{what} failed: {last_error()}")
+    return rc

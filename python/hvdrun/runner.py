@@ -1,0 +1,261 @@
+"""hvdrun.run(): Horovod's `horovod.run` over the `hvdrun` launcher.
+
+The caller listens on a TCP port, starts `hvdrun ... python -m hvdrun._task` and hands
+each rank the port and a random per-run token through the environment (forwarded with
+`-x`, never on a command line). Each rank connects back to the launching host
+(HVDRUN_RENDEZVOUS_ADDR), both sides authenticate with the token (hvdrun/_wire.py), the
+rank fetches the pickled function and returns its pickled result or exception. No
+shared filesystem is needed.
+"""
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+
+from hvdrun import _wire
+
+try:
+    import cloudpickle as _pickle
+except ImportError:  # pragma: no cover - depends on the machine
+    import pickle as _pickle
+
+
+class JobFailed(RuntimeError):
+    """The job run by hvdrun.run() failed. `exit_code` is the launcher's exit status,
+    `message` its own error lines (which name the failing rank and quote its stderr),
+    and `__cause__` the exception a rank raised, when it could be sent back."""
+
+    def __init__(self, message, exit_code):
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+_UNSUPPORTED = {
+    "min_num_proc": "elastic runs (hvdrun --min-np ... on the command line)",
+    "max_num_proc": "elastic runs (hvdrun --max-np ... on the command line)",
+    "min_np": "elastic runs (hvdrun --min-np ... on the command line)",
+    "max_np": "elastic runs (hvdrun --max-np ... on the command line)",
+    "slots": "hosts='host:slots,...'",
+    "reset_limit": "elastic runs (hvdrun --reset-limit on the command line)",
+    "cooldown_range": "elastic runs (hvdrun --blacklist-cooldown-range on the command line)",
+    "host_discovery_script": "elastic runs (hvdrun --host-discovery-script on the command "
+                             "line)",
+    "mpi_args": "nothing: hvdrun has no MPI",
+}
+
+_TAGGED = re.compile(r"^\[\d+\]<std(out|err)>:")
+
+
+def _launcher():
+    path = os.environ.get("HVDRUN_LAUNCHER")
+    if path:
+        return path
+    path = shutil.which("hvdrun")
+    if path:
+        return path
+    beside = os.path.join(os.path.dirname(sys.executable), "hvdrun")
+    if os.access(beside, os.X_OK):
+        return beside
+    raise FileNotFoundError(
+        "hvdrun.run: the hvdrun launcher was not found (not in HVDRUN_LAUNCHER, not on "
+        f"PATH, not beside {sys.executable}); install hvdrun with pip or set "
+        "HVDRUN_LAUNCHER to its path")
+
+
+def _listen():
+    try:
+        s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        s.bind(("::", 0))
+    except OSError:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("0.0.0.0", 0))
+    s.listen(128)
+    return s
+
+
+class _Collector:
+    """Accepts the ranks' connections, serves the payload, collects the results."""
+
+    def __init__(self, sock, token, payload, num_proc):
+        self.sock = sock
+        self.token = token
+        self.payload = payload
+        self.num_proc = num_proc
+        self.lock = threading.Lock()
+        self.results = {}  # rank -> ("R", value) or ("E", (text, exception or None))
+        self.claimed = set()
+        self.stop = False
+        self.thread = threading.Thread(target=self._accept, name="hvdrun-run-accept",
+                                       daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        try:
+            conn.settimeout(30)
+            rank, chan = _wire.caller_handshake(conn, self.token)
+            with self.lock:
+                if rank >= self.num_proc or rank in self.claimed:
+                    return
+                self.claimed.add(rank)
+            conn.settimeout(None)
+            chan.send(self.payload)
+            body = chan.recv()
+            kind, value = body[:1], _pickle.loads(body[1:])
+            if kind == b"E":
+                text, exc = value
+                try:
+                    exc = _pickle.loads(exc) if exc else None
+                except Exception:  # noqa: BLE001 - the traceback text still says it all
+                    exc = None
+                value = (text, exc)
+            with self.lock:
+                self.results[rank] = (kind, value)
+        except (OSError, EOFError, _wire.AuthError, ValueError):
+            pass  # an unauthenticated or broken connection; the job's exit status decides
+        finally:
+            conn.close()
+
+    def close(self):
+        self.stop = True
+        self.sock.close()
+
+
+def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=None,
+        slots=None, reset_limit=None, cooldown_range=None, hosts=None, hostfile=None,
+        host_discovery_script=None, start_timeout=None, ssh_port=None,
+        ssh_identity_file=None, disable_cache=None, output_filename=None, verbose=None,
+        use_gloo=None, use_mpi=None, mpi_args=None, network_interface=None,
+        network_interfaces=None, executable=None, np=None, min_np=None, max_np=None,
+        ssh_config=None, env=None):
+    """Runs `func(*args, **kwargs)` on every rank of an hvdrun job and returns the list
+    of its return values, indexed by rank. The arguments are horovod.run's.
+
+    Arguments:
+        func: the function (pickled with cloudpickle, so lambdas and closures work).
+        args, kwargs: its arguments.
+        num_proc (or np): number of ranks.
+        hosts: "host1:2,host2:4" (default localhost:num_proc); hostfile: a hostfile path.
+        start_timeout: seconds for preflight, agent start and rendezvous.
+        ssh_port, ssh_identity_file: as hvdrun -p and -i; ssh_config: as --ssh-config.
+        output_filename: as --output-filename; verbose: as --verbose.
+        network_interface(s): one interface name (hvdrun uses one per job).
+        executable: the Python the ranks run (default sys.executable); hvdrun must be
+            importable there on every host.
+        env: extra environment variables for the ranks (dict).
+        use_gloo: accepted (hvdrun always uses Gloo for host memory); use_mpi=True,
+        mpi_args and the elastic arguments raise NotImplementedError.
+
+    Raises:
+        JobFailed: a rank failed; the message is the launcher's (rank, host, exit code,
+            the rank's last stderr lines), chained to the rank's exception.
+    """
+    given = dict(min_num_proc=min_num_proc, max_num_proc=max_num_proc, slots=slots,
+                 reset_limit=reset_limit, cooldown_range=cooldown_range,
+                 host_discovery_script=host_discovery_script, mpi_args=mpi_args,
+                 min_np=min_np, max_np=max_np)
+    for name, value in given.items():
+        if value is not None:
+            raise NotImplementedError(
+                f"hvdrun.run({name}=...) is not supported; use {_UNSUPPORTED[name]}")
+    if use_mpi:
+        raise NotImplementedError("hvdrun.run(use_mpi=True): hvdrun has no MPI; leave "
+                                  "use_mpi unset (Gloo is always used)")
+    if np is not None:
+        num_proc = np
+    if network_interface and network_interfaces:
+        raise ValueError("give network_interface or network_interfaces, not both")
+    if network_interface:
+        network_interfaces = network_interface.split(",")
+    if network_interfaces and len(network_interfaces) > 1:
+        raise NotImplementedError(
+            "hvdrun.run: hvdrun takes one network interface per job "
+            f"(got {network_interfaces}); pass one")
+    kwargs = kwargs or {}
+
+    def wrapped():
+        return func(*args, **kwargs)
+
+    payload = _pickle.dumps(wrapped)
+    token = secrets.token_bytes(32)
+    listener = _listen()
+    port = listener.getsockname()[1]
+
+    cmd = [_launcher(), "-np", str(num_proc)]
+    if hosts:
+        cmd += ["-H", hosts]
+    if hostfile:
+        cmd += ["--hostfile", str(hostfile)]
+    if start_timeout is not None:
+        cmd += ["--start-timeout", str(int(start_timeout))]
+    if ssh_port is not None:
+        cmd += ["-p", str(ssh_port)]
+    if ssh_identity_file:
+        cmd += ["-i", str(ssh_identity_file)]
+    if ssh_config:
+        cmd += ["--ssh-config", str(ssh_config)]
+    if output_filename:
+        cmd += ["--output-filename", str(output_filename)]
+    if network_interfaces:
+        cmd += ["--network-interface", network_interfaces[0]]
+    if verbose:
+        cmd += ["--verbose"]
+    child_env = dict(os.environ)
+    child_env.update({k: str(v) for k, v in (env or {}).items()})
+    child_env["HVDRUN_RUN_PORT"] = str(port)
+    child_env["HVDRUN_RUN_TOKEN"] = token.hex()
+    forward = ["HVDRUN_RUN_PORT", "HVDRUN_RUN_TOKEN"] + sorted(env or {})
+    for name in ("PYTHONPATH", "HVDRUN_LIBRARY"):
+        if name in child_env and name not in forward:
+            forward.append(name)
+    for name in forward:
+        cmd += ["-x", name]
+    cmd += [executable or sys.executable, "-m", "hvdrun._task"]
+
+    collector = _Collector(listener, token, payload, num_proc)
+    own_lines = []
+    try:
+        proc = subprocess.Popen(cmd, env=child_env, stdin=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        # Relay the launcher's stderr as it comes, keeping its own (untagged) lines.
+        for raw in proc.stderr:
+            sys.stderr.write(raw.decode(errors="replace"))
+            line = raw.decode(errors="replace").rstrip("\n")
+            if not _TAGGED.match(line):
+                own_lines.append(line)
+                del own_lines[:-60]
+        sys.stderr.flush()
+        code = proc.wait()
+    finally:
+        collector.close()
+
+    with collector.lock:
+        results = dict(collector.results)
+    failures = sorted((r, v) for r, (k, v) in results.items() if k == b"E")
+    if code == 0 and not failures and len(results) == num_proc:
+        return [results[r][1] for r in range(num_proc)]
+    message = "\n".join(own_lines).strip()
+    if not message and failures:
+        message = f"rank {failures[0][0]} raised:\n{failures[0][1][0]}"
+    if not message:
+        missing = sorted(set(range(num_proc)) - set(results))
+        message = (f"hvdrun exited with {code}; no result from ranks {missing}")
+    err = JobFailed(f"hvdrun.run: the job failed (hvdrun exit status {code}):\n{message}",
+                    code if code != 0 else 1)
+    cause = failures[0][1][1] if failures else None
+    if isinstance(cause, BaseException):
+        raise err from cause
+    raise err

@@ -1,0 +1,66 @@
+"""A drop-in for the commonly used part of `horovod.torch`: a Horovod PyTorch program
+runs under hvdrun after changing `import horovod.torch as hvd` to
+`import hvdrun.torch as hvd`.
+
+Provided: init, shutdown, is_initialized, rank, size, local_rank, local_size, cross_rank,
+cross_size, the ops Average, Sum, Min, Max, Product, allreduce(_)(async)(_), grouped
+allreduce and allgather, allgather(_async), allgather_object, broadcast(_)(async)(_),
+broadcast_object, broadcast_parameters, broadcast_optimizer_state, poll, synchronize,
+join, barrier, DistributedOptimizer, Compression, the *_built queries.
+
+Horovod names not provided raise an error naming them and what to use instead (see
+docs/python.md). Collectives are matched across ranks by the order they are issued in,
+not by name: every rank issues the same collectives in the same order.
+"""
+from hvdrun.torch.compression import Compression
+from hvdrun.torch.functions import (allgather_object, broadcast_object,
+                                    broadcast_optimizer_state, broadcast_parameters)
+from hvdrun.torch.mpi_ops import (Average, HorovodInternalError, Max, Min, Product, Sum,
+                                  allgather, allgather_async, allreduce, allreduce_,
+                                  allreduce_async, allreduce_async_, barrier, broadcast,
+                                  broadcast_, broadcast_async, broadcast_async_, ccl_built,
+                                  cross_rank, cross_size, cuda_built, ddl_built,
+                                  global_process_set, gloo_built, gloo_enabled,
+                                  grouped_allgather, grouped_allgather_async,
+                                  grouped_allreduce, grouped_allreduce_,
+                                  grouped_allreduce_async, grouped_allreduce_async_, init,
+                                  is_homogeneous, is_initialized, join, local_rank,
+                                  local_size, mpi_built, mpi_enabled, mpi_threads_supported,
+                                  nccl_built, poll, rank, rocm_built, shutdown, size,
+                                  synchronize)
+from hvdrun.torch.optimizer import DistributedOptimizer
+
+
+class HorovodFeatureNotSupported(NotImplementedError, AttributeError):
+    """A part of Horovod's API that hvdrun.torch does not provide. Also an
+    AttributeError, so hasattr() reports the name as missing."""
+
+
+_ALTERNATIVES = {
+    "Adasum": "op=hvd.Average (or hvd.Sum) with DistributedOptimizer",
+    "alltoall": "allgather, then take the slices meant for this rank",
+    "alltoall_async": "allgather_async, then take the slices meant for this rank",
+    "reducescatter": "allreduce, then take this rank's slice of the result",
+    "reducescatter_async": "allreduce_async, then take this rank's slice of the result",
+    "grouped_reducescatter": "allreduce each tensor, then take this rank's slices",
+    "grouped_reducescatter_async": "allreduce_async each tensor, then take this rank's "
+                                   "slices",
+    "sparse_allreduce_async": "allreduce_async of tensor.to_dense()",
+    "ProcessSet": "collectives over all ranks, or torch.distributed groups for subsets",
+    "add_process_set": "collectives over all ranks, or torch.distributed groups for subsets",
+    "remove_process_set": "collectives over all ranks",
+    "SyncBatchNorm": "torch.nn.SyncBatchNorm with torch.distributed, or plain BatchNorm",
+    "elastic": "hvdrun's elastic launch (--min-np/--max-np) with a checkpoint the program "
+               "reloads at start; hvdrun.torch has no elastic state objects",
+    "start_timeline": "the torch profiler (torch.profiler.profile)",
+    "stop_timeline": "the torch profiler (torch.profiler.profile)",
+    "DistributedAdasumOptimizer": "DistributedOptimizer with op=hvd.Average",
+}
+
+
+def __getattr__(name):
+    if name in _ALTERNATIVES:
+        raise HorovodFeatureNotSupported(
+            f"hvdrun.torch.{name} (from horovod.torch) is not supported by hvdrun; use "
+            f"{_ALTERNATIVES[name]} instead")
+    raise AttributeError(f"module 'hvdrun.torch' has no attribute {name!r}")

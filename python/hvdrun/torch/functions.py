@@ -1,0 +1,169 @@
+"""Horovod's helpers built on the collectives (`horovod.torch.functions`): broadcasting a
+model's parameters and an optimizer's state from one rank, and moving arbitrary Python
+objects (pickled with cloudpickle when it is installed, else pickle)."""
+import collections
+import io
+
+import torch
+
+from hvdrun.torch.mpi_ops import (_check_process_set, allgather, broadcast_,
+                                  broadcast_async_, global_process_set, rank, size,
+                                  synchronize)
+
+try:
+    import cloudpickle as _pickle
+except ImportError:  # pragma: no cover - depends on the machine
+    import pickle as _pickle
+
+
+def broadcast_parameters(params, root_rank):
+    """Overwrites every rank's parameters with rank `root_rank`'s, in place.
+
+    Arguments:
+        params: `model.state_dict()` (a dict, broadcast in sorted key order),
+            `list(model.named_parameters())` or `list(model.parameters())`.
+        root_rank: the rank whose values win.
+    """
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    elif isinstance(params, list):
+        items = [p if isinstance(p, tuple) else (None, p) for p in params]
+    else:
+        raise ValueError(f"invalid params of type: {type(params)}; pass "
+                         "model.state_dict() or a list of parameters")
+    handles = [broadcast_async_(p, root_rank, name) for name, p in items
+               if isinstance(p, torch.Tensor)]
+    for h in handles:
+        synchronize(h)
+
+
+def broadcast_optimizer_state(optimizer, root_rank, model=None):
+    """Overwrites every rank's optimizer state (tensors such as momentum buffers, and
+    scalars such as the learning rate of each param group) with rank `root_rank`'s.
+    An optimizer without state yet gets it first through one step with zero gradients,
+    as Horovod does.
+
+    Arguments:
+        optimizer: a torch optimizer or a DistributedOptimizer.
+        root_rank: the rank whose values win.
+        model: optional; its sparse embeddings get sparse zero gradients for that step.
+    """
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("cannot broadcast torch.optim.LBFGS state; broadcast_object its "
+                         "state_dict() instead")
+    state_dict = optimizer.state_dict()
+
+    sparse_params = set()
+    if model is not None:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Embedding) and m.sparse:
+                sparse_params.update(id(p) for p in m.parameters())
+
+    if len(state_dict["state"]) == 0:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.requires_grad and id(p) not in state_dict["state"]:
+                    p.grad = p.data.new(p.size()).zero_()
+                    if isinstance(optimizer, torch.optim.SparseAdam) or id(p) in sparse_params:
+                        p.grad = p.grad.to_sparse()
+        # A DistributedOptimizer's own step() would reduce gradients, which only works if
+        # every rank calls it: step the wrapped optimizer class directly.
+        if getattr(optimizer, "_hvdrun_distributed", False):
+            super(optimizer.__class__, optimizer).step()
+        else:
+            optimizer.step()
+        state_dict = optimizer.state_dict()
+
+    if len(state_dict["state"]) == 0:
+        return  # a stateless optimizer: nothing to broadcast
+
+    tensors = []
+    scalars = {}
+    setters = {}
+    occurrences = collections.defaultdict(int)
+
+    def set_option(index, key):
+        def assign(v):
+            optimizer.param_groups[index][key] = v
+        return assign
+
+    def set_state(pid, key):
+        def assign(v):
+            state_dict["state"][pid][key] = v
+        return assign
+
+    for index, group in enumerate(state_dict["param_groups"]):
+        for key, value in group.items():
+            if key == "params":
+                continue
+            name = f"{key}.{index}"
+            scalars[name] = value
+            setters[name] = set_option(index, key)
+        for pid in group["params"]:
+            if pid not in state_dict["state"]:
+                continue
+            for key, value in state_dict["state"][pid].items():
+                occurrences[key] += 1
+                name = f"{key}.{occurrences[key]}"
+                if torch.is_tensor(value):
+                    tensors.append((name, value))
+                else:
+                    scalars[name] = value
+                    setters[name] = set_state(pid, key)
+
+    broadcast_parameters(tensors, root_rank)
+    scalars = broadcast_object(scalars, root_rank)
+    # state_dict() shares the optimizer's per-parameter state dicts and tensors, so the
+    # tensors were overwritten in place and the setters write into the live state.
+    for name, value in scalars.items():
+        setters[name](value)
+
+
+def _dumps(obj):
+    buf = io.BytesIO()
+    _pickle.dump(obj, buf)
+    return buf.getvalue()
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Returns rank `root_rank`'s `obj` on every rank (pickled with cloudpickle, or
+    pickle when cloudpickle is missing).
+
+    Arguments:
+        obj: any picklable object (only rank `root_rank`'s matters).
+        root_rank: the rank whose object is sent.
+        name: accepted for compatibility and ignored.
+        process_set: only the global process set is supported.
+    """
+    _check_process_set(process_set, "broadcast_object")
+    if rank() == root_rank:
+        payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
+        length = torch.tensor([payload.numel()], dtype=torch.int64)
+        broadcast_(length, root_rank)
+    else:
+        length = torch.tensor([0], dtype=torch.int64)
+        broadcast_(length, root_rank)
+        payload = torch.empty(int(length.item()), dtype=torch.uint8)
+    broadcast_(payload, root_rank)
+    if rank() == root_rank:
+        return obj
+    return _pickle.loads(payload.numpy().tobytes())
+
+
+def allgather_object(obj, name=None):
+    """Returns the list of every rank's `obj`, in rank order (pickled with cloudpickle,
+    or pickle when cloudpickle is missing).
+
+    Arguments:
+        obj: any picklable object.
+        name: accepted for compatibility and ignored.
+    """
+    payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
+    lengths = allgather(torch.tensor([payload.numel()], dtype=torch.int64)).tolist()
+    gathered = allgather(payload).numpy()
+    out = []
+    offset = 0
+    for r in range(size()):
+        out.append(_pickle.loads(gathered[offset: offset + lengths[r]].tobytes()))
+        offset += lengths[r]
+    return out

@@ -1,0 +1,763 @@
+"""Horovod's tensor collectives (`horovod.torch.mpi_ops`) over libhvdrun's C ABI.
+
+Every collective is submitted to libhvdrun's queue, which runs them one at a time in
+submission order on a background thread; a handle here is an int naming one or more
+submitted C handles plus what must stay alive until they finish and what to do after
+(postscale, copying a widened integer tensor back, trimming a padded allgather).
+
+Unlike Horovod, operations are matched across ranks by submission order, not by name:
+every rank must submit the same collectives in the same order (names are accepted and
+ignored). DistributedOptimizer takes care of that for gradients.
+
+Host (CPU) tensors go through Gloo; CUDA tensors through NCCL, enqueued on the tensor
+device's current stream (the handle completes once enqueued: later work on that stream
+sees the result, as with Horovod's synchronize()).
+"""
+import atexit
+import ctypes
+import itertools
+import sys
+import threading
+import zlib
+
+import torch
+
+from hvdrun import _lib
+from hvdrun._lib import HvdrunError
+from hvdrun.torch.compression import Compression
+
+# Horovod's name for a failed collective; a RuntimeError like Horovod's.
+HorovodInternalError = HvdrunError
+
+# Reduction ops (the C ABI's values).
+Average = _lib.AVERAGE
+Sum = _lib.SUM
+Min = _lib.MIN
+Max = _lib.MAX
+Product = _lib.PRODUCT
+_OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product"}
+
+_NATIVE = {
+    torch.int32: _lib.INT32,
+    torch.int64: _lib.INT64,
+    torch.float32: _lib.FLOAT32,
+    torch.float64: _lib.FLOAT64,
+    torch.float16: _lib.FLOAT16,
+    torch.bfloat16: _lib.BFLOAT16,
+    torch.uint8: _lib.UINT8,
+}
+# Reduced as int32 and narrowed back (wrapping exactly as the narrow type's own arithmetic).
+_WIDENED = {torch.int8, torch.int16}
+_COMPLEX = {torch.complex64, torch.complex128}
+
+
+class _ProcessSet:
+    """The only process set hvdrun offers: every rank of the job."""
+
+    process_set_id = 0
+
+    def size(self):
+        return size()
+
+    def rank(self):
+        return rank()
+
+    def included(self):
+        return True
+
+    def __repr__(self):
+        return "ProcessSet(process_set_id=0, ranks=all)"
+
+
+global_process_set = _ProcessSet()
+
+
+def _check_process_set(process_set, what):
+    if process_set is not None and process_set is not global_process_set:
+        raise NotImplementedError(
+            f"hvdrun.torch.{what}: process sets are not supported; every collective runs "
+            "over all ranks. Drop the process_set argument, or use torch.distributed groups "
+            "for collectives over a subset of ranks")
+
+
+# ---- job -----------------------------------------------------------------------------
+
+_state_lock = threading.Lock()
+_atexit_registered = False
+
+
+def init(comm=None, process_sets=None):
+    """Joins the job that `hvdrun` started (reads the HVDRUN_* environment, meets the
+    other ranks at the rendezvous, builds the communicators). Idempotent.
+
+    Arguments:
+        comm: Horovod's MPI communicator or list of ranks; not supported (must be None).
+        process_sets: Horovod's process sets; not supported (must be None).
+    """
+    global _atexit_registered
+    if comm is not None:
+        raise NotImplementedError(
+            "hvdrun.torch.init(comm=...): MPI communicators and rank subsets are not "
+            "supported; call init() with no arguments inside a job started by hvdrun")
+    if process_sets is not None:
+        raise NotImplementedError(
+            "hvdrun.torch.init(process_sets=...): process sets are not supported; call "
+            "init() without process_sets (every collective runs over all ranks)")
+    lib = _lib.lib()
+    _lib.check(lib.hvdrun_init(), "hvdrun.torch.init")
+    with _state_lock:
+        if not _atexit_registered:
+            atexit.register(_shutdown_at_exit)
+            _install_excepthook()
+            _atexit_registered = True
+
+
+def shutdown():
+    """Leaves the job and releases the communicators. Collectives still pending are
+    waited for first. Idempotent."""
+    lib = _lib.lib()
+    _lib.check(lib.hvdrun_shutdown(), "hvdrun.torch.shutdown")
+    with _pending_lock:
+        _pending.clear()
+
+
+_failing = False
+
+
+def _install_excepthook():
+    # A rank dying of an uncaught exception must exit at once: a clean shutdown could wait
+    # for peers that are themselves waiting for this rank.
+    previous = sys.excepthook
+
+    def hook(*args):
+        global _failing
+        _failing = True
+        previous(*args)
+
+    sys.excepthook = hook
+
+
+def _shutdown_at_exit():
+    if _failing or _lib._lib is None:
+        return
+    lib = _lib.lib()
+    if not lib.hvdrun_is_initialized():
+        return
+    # Shutdown waits for pending collectives; bounded so a dead peer cannot keep the
+    # process alive (the thread is a daemon: the interpreter exits without it).
+    t = threading.Thread(target=lib.hvdrun_shutdown, name="hvdrun-shutdown", daemon=True)
+    t.start()
+    t.join(30.0)
+    if t.is_alive():
+        print("hvdrun.torch: shutdown did not finish within 30 s at exit (a peer rank "
+              "probably exited); leaving without it", file=sys.stderr)
+
+
+def is_initialized():
+    """True between init() and shutdown()."""
+    return bool(_lib.lib().hvdrun_is_initialized())
+
+
+def _query(fn, name):
+    v = fn()
+    if v < 0:
+        raise ValueError(f"hvdrun.torch.{name}() called before init(): call hvd.init() first")
+    return v
+
+
+def rank():
+    """This process's rank in [0, size())."""
+    return _query(_lib.lib().hvdrun_rank, "rank")
+
+
+def size():
+    """Number of ranks in the job."""
+    return _query(_lib.lib().hvdrun_size, "size")
+
+
+def local_rank():
+    """Rank among the ranks on this host (use it to pick a GPU)."""
+    return _query(_lib.lib().hvdrun_local_rank, "local_rank")
+
+
+def local_size():
+    """Number of ranks on this host."""
+    return _query(_lib.lib().hvdrun_local_size, "local_size")
+
+
+def cross_rank():
+    """Index of this host among the hosts."""
+    return _query(_lib.lib().hvdrun_cross_rank, "cross_rank")
+
+
+def cross_size():
+    """Number of hosts with a rank of this local_rank."""
+    return _query(_lib.lib().hvdrun_cross_size, "cross_size")
+
+
+def is_homogeneous():
+    """True when every host runs the same number of ranks."""
+    return size() == local_size() * cross_size()
+
+
+def mpi_built():
+    """False: hvdrun has no MPI."""
+    return False
+
+
+def mpi_enabled():
+    """False: hvdrun has no MPI."""
+    return False
+
+
+def mpi_threads_supported():
+    """Horovod raises when MPI is not in use; so does hvdrun, which never uses MPI."""
+    raise ValueError("hvdrun.torch.mpi_threads_supported: hvdrun does not use MPI")
+
+
+def gloo_built():
+    """True: host collectives run on Gloo."""
+    return True
+
+
+def gloo_enabled():
+    """True: host collectives run on Gloo."""
+    return True
+
+
+def nccl_built():
+    """True when CUDA tensors can be reduced: after init(), whether NCCL was loaded and
+    a communicator built; before init(), whether libnccl.so.2 can be loaded at all."""
+    lib = _lib.lib()
+    if lib.hvdrun_is_initialized():
+        return lib.hvdrun_nccl_available() == 1
+    try:
+        ctypes.CDLL("libnccl.so.2")
+        return True
+    except OSError:
+        return False
+
+
+def cuda_built():
+    """True when torch sees a CUDA device (hvdrun loads CUDA and NCCL at run time)."""
+    return torch.cuda.is_available()
+
+
+def rocm_built():
+    """False: hvdrun has no ROCm path."""
+    return False
+
+
+def ddl_built():
+    """False: hvdrun has no IBM DDL path."""
+    return False
+
+
+def ccl_built():
+    """False: hvdrun has no oneCCL path."""
+    return False
+
+
+# ---- handles -------------------------------------------------------------------------
+
+class _Pending:
+    __slots__ = ("handles", "keep", "finish", "group")
+
+    def __init__(self, handles, keep, finish, group):
+        self.handles = handles  # C handles, waited for in order
+        self.keep = keep  # tensors the library reads or writes until they finish
+        self.finish = finish  # called after a successful wait; returns the output
+        self.group = group  # member handles of a grouped operation, else None
+
+
+_pending_lock = threading.Lock()
+_pending = {}
+_ids = itertools.count(1)
+
+
+def _register(handles, keep, finish, group=None):
+    p = _Pending(handles, keep, finish, group)
+    with _pending_lock:
+        h = next(_ids)
+        _pending[h] = p
+    return h
+
+
+def _register_group(handles):
+    return _register([], None, None, handles)
+
+
+def poll(handle):
+    """True when the operation behind `handle` has finished, so that synchronize() will
+    not block."""
+    with _pending_lock:
+        p = _pending.get(handle)
+    if p is None:
+        return True
+    if p.group is not None:
+        return all(poll(h) for h in p.group)
+    lib = _lib.lib()
+    for h in p.handles:
+        r = lib.hvdrun_poll(h)
+        if r < 0:
+            raise HorovodInternalError(f"hvdrun.torch.poll: {_lib.last_error()}")
+        if r == 0:
+            return False
+    return True
+
+
+def synchronize(handle):
+    """Waits for the operation behind `handle` and returns its output tensor (a list for
+    a grouped operation; None for a handle unknown or already synchronized, as Horovod).
+    Raises HorovodInternalError when the collective failed."""
+    with _pending_lock:
+        p = _pending.pop(handle, None)
+    if p is None:
+        return None
+    if p.group is not None:
+        return [synchronize(h) for h in p.group]
+    lib = _lib.lib()
+    error = None
+    for h in p.handles:
+        if lib.hvdrun_wait(h) != 0 and error is None:
+            error = _lib.last_error()
+    if error is not None:
+        raise HorovodInternalError(error)
+    return p.finish()
+
+
+def _after(stream, device, steps, output):
+    """The finish of an operation on `output`: orders the current CUDA stream after the
+    one the collective was enqueued on, runs `steps`, returns `output`."""
+    def finish():
+        if stream is not None:
+            current = torch.cuda.current_stream(device)
+            if current != stream:
+                current.wait_stream(stream)
+        for step in steps:
+            step()
+        return output
+    return finish
+
+
+# ---- submission ----------------------------------------------------------------------
+
+def _device_of(tensor, what):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"hvdrun.torch.{what}: expected a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.is_sparse:
+        raise NotImplementedError(
+            f"hvdrun.torch.{what}: sparse tensors are not supported; reduce "
+            "tensor.to_dense(), or use sparse=False in nn.Embedding")
+    dev = tensor.device.type
+    if dev == "cpu":
+        return False
+    if dev == "cuda":
+        lib = _lib.lib()
+        if lib.hvdrun_nccl_available() != 1:
+            status = (lib.hvdrun_nccl_status() or b"").decode(errors="replace")
+            raise HorovodInternalError(
+                f"hvdrun.torch.{what}: a CUDA tensor needs NCCL, which this rank does not "
+                f"have ({status or 'not initialised: call hvd.init() first'}); move the "
+                "tensor to the CPU or make libnccl.so.2 loadable")
+        return True
+    raise NotImplementedError(
+        f"hvdrun.torch.{what}: tensors on {tensor.device} are not supported; use CPU or "
+        "CUDA tensors")
+
+
+def _stream(tensor):
+    return torch.cuda.current_stream(tensor.device)
+
+
+def _submit_allreduce(send, recv, ctype, op, what):
+    """Submits one allreduce of `send` into `recv` (same device, same size)."""
+    lib = _lib.lib()
+    n = recv.numel()
+    if send.is_cuda:
+        h = lib.hvdrun_allreduce_device_async(send.data_ptr(), recv.data_ptr(), n, ctype, op,
+                                              _stream(recv).cuda_stream)
+    else:
+        h = lib.hvdrun_allreduce_async(send.data_ptr(), recv.data_ptr(), n, ctype, op)
+    if h < 0:
+        raise HorovodInternalError(f"hvdrun.torch.{what}: {_lib.last_error()}")
+    return h
+
+
+def _submit_bytes(kind, a, b, root, what):
+    """Broadcast (kind 'b', in place on `a`) or allgather (kind 'g', `a` into `b`) of raw
+    bytes: both move any dtype bit for bit."""
+    lib = _lib.lib()
+    n = a.numel() * a.element_size()
+    if kind == "b":
+        if a.is_cuda:
+            h = lib.hvdrun_broadcast_device_async(a.data_ptr(), n, _lib.UINT8, root,
+                                                  _stream(a).cuda_stream)
+        else:
+            h = lib.hvdrun_broadcast_async(a.data_ptr(), n, _lib.UINT8, root)
+    else:
+        if a.is_cuda:
+            h = lib.hvdrun_allgather_device_async(a.data_ptr(), b.data_ptr(), n, _lib.UINT8,
+                                                  _stream(a).cuda_stream)
+        else:
+            h = lib.hvdrun_allgather_async(a.data_ptr(), b.data_ptr(), n, _lib.UINT8)
+    if h < 0:
+        raise HorovodInternalError(f"hvdrun.torch.{what}: {_lib.last_error()}")
+    return h
+
+
+def _resolve_op(op, average, what):
+    if op is not None and average is not None:
+        raise ValueError(f"hvdrun.torch.{what}: the op parameter supersedes average; "
+                         "give only op")
+    if op is None:
+        return Average if average is None or average else Sum
+    if op not in _OP_NAMES:
+        raise NotImplementedError(
+            f"hvdrun.torch.{what}: op {op!r} is not supported; use hvd.Average, hvd.Sum, "
+            "hvd.Min, hvd.Max or hvd.Product (Adasum is not available in hvdrun)")
+    return op
+
+
+def _scale(t, factor):
+    if factor == 1.0:
+        return
+    if t.is_floating_point() or t.is_complex():
+        t.mul_(factor)
+    else:
+        t.copy_(t * factor)
+
+
+def _allreduce_async(tensor, output, op, prescale_factor, postscale_factor, what):
+    """Reduces `tensor` into `output` (the same tensor when in place)."""
+    _device_of(tensor, what)
+    in_place = output is tensor
+    if in_place and not tensor.is_contiguous():
+        raise ValueError(f"hvdrun.torch.{what}: tensor is required to be contiguous")
+    dtype = tensor.dtype
+    finish_steps = []
+    if dtype in _NATIVE or dtype in _COMPLEX:
+        if dtype in _COMPLEX and op not in (Sum, Average):
+            raise NotImplementedError(
+                f"hvdrun.torch.{what}: op {_OP_NAMES[op]} on complex tensors is not "
+                "supported; use Sum or Average")
+        src = tensor if tensor.is_contiguous() else tensor.contiguous()
+        if prescale_factor != 1.0:
+            if in_place:
+                _scale(tensor, prescale_factor)
+            else:
+                output.copy_(src)
+                _scale(output, prescale_factor)
+                src = output
+        send, recv = src, output
+        if dtype in _COMPLEX:
+            send, recv = torch.view_as_real(send), torch.view_as_real(recv)
+        ctype = _NATIVE[send.dtype]
+        keep = (tensor, send, recv, output)
+    elif dtype in _WIDENED:
+        wide = tensor.to(torch.int32)
+        _scale(wide, prescale_factor)
+        send = recv = wide
+        ctype = _lib.INT32
+        keep = (tensor, wide, output)
+        finish_steps.append(lambda: output.copy_(wide))
+    elif dtype == torch.bool:
+        raise NotImplementedError(
+            f"hvdrun.torch.{what}: allreduce of torch.bool is not supported; convert to "
+            "torch.uint8 or torch.int32 first (Max is logical or, Min logical and)")
+    else:
+        raise NotImplementedError(
+            f"hvdrun.torch.{what}: tensors of {dtype} are not supported; use float16/32/64, "
+            "bfloat16, int8/16/32/64, uint8 or complex64/128")
+    if postscale_factor != 1.0:
+        finish_steps.append(lambda: _scale(output, postscale_factor))
+    handles = []
+    if recv.numel() > 0:
+        handles.append(_submit_allreduce(send, recv, ctype, op, what))
+    stream = _stream(output) if output.is_cuda else None
+    return _register(handles, keep, _after(stream, output.device, finish_steps, output))
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Starts reducing `tensor` over all ranks into a new tensor; `tensor` is not
+    modified. Returns a handle for poll() and synchronize(), which returns the result.
+
+    Arguments:
+        tensor: the tensor to reduce (CPU or CUDA).
+        average: deprecated Horovod flag (True: Average, False: Sum); use op.
+        name: accepted for compatibility and ignored: collectives are matched by order.
+        op: Average (default), Sum, Min, Max or Product.
+        prescale_factor: multiplies the tensor before the reduction.
+        postscale_factor: multiplies the result after the reduction.
+        process_set: only the global process set is supported.
+    """
+    _check_process_set(process_set, "allreduce_async")
+    op = _resolve_op(op, average, "allreduce_async")
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _allreduce_async(tensor, output, op, prescale_factor, postscale_factor,
+                            "allreduce_async")
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """Starts reducing `tensor` over all ranks in place (it must be contiguous and left
+    alone until synchronize()). Arguments as allreduce_async."""
+    _check_process_set(process_set, "allreduce_async_")
+    op = _resolve_op(op, average, "allreduce_async_")
+    return _allreduce_async(tensor, tensor, op, prescale_factor, postscale_factor,
+                            "allreduce_async_")
+
+
+class _AllreduceFn(torch.autograd.Function):
+    """allreduce as an autograd function: the gradient is allreduced the same way."""
+
+    @staticmethod
+    def forward(ctx, tensor, op, prescale_factor, postscale_factor):
+        ctx.args = (op, prescale_factor, postscale_factor)
+        return synchronize(allreduce_async(tensor, op=op, prescale_factor=prescale_factor,
+                                           postscale_factor=postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        op, pre, post = ctx.args
+        return allreduce(grad_output, op=op, prescale_factor=pre, postscale_factor=post), \
+            None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Reduces `tensor` over all ranks and returns the result as a new tensor; `tensor`
+    is not modified. Differentiable: the gradient is reduced with the same op.
+
+    Arguments:
+        tensor: the tensor to reduce (CPU or CUDA).
+        average: deprecated Horovod flag (True: Average, False: Sum); use op.
+        name: accepted for compatibility and ignored: collectives are matched by order.
+        compression: Compression.none or Compression.fp16 (reduces in float16).
+        op: Average (default), Sum, Min, Max or Product.
+        prescale_factor: multiplies the tensor before the reduction.
+        postscale_factor: multiplies the result after the reduction.
+        process_set: only the global process set is supported.
+    """
+    _check_process_set(process_set, "allreduce")
+    op = _resolve_op(op, average, "allreduce")
+    compressed, ctx = compression.compress(tensor)
+    reduced = _AllreduceFn.apply(compressed, op, prescale_factor, postscale_factor)
+    return compression.decompress(reduced, ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    """Reduces `tensor` over all ranks in place and returns it. Arguments as
+    allreduce_async."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """Starts reducing each tensor of a list; one handle whose synchronize() returns the
+    list of results. Arguments as allreduce_async."""
+    handles = [allreduce_async(t, average, name, op, prescale_factor, postscale_factor,
+                               process_set) for t in tensors]
+    return _register_group(handles)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    """In-place grouped_allreduce_async."""
+    handles = [allreduce_async_(t, average, name, op, prescale_factor, postscale_factor,
+                                process_set) for t in tensors]
+    return _register_group(handles)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Reduces each tensor of a list; returns the list of results."""
+    return [allreduce(t, average, name, compression, op, prescale_factor, postscale_factor,
+                      process_set) for t in tensors]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    """Reduces each tensor of a list in place; returns the list."""
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+
+# ---- broadcast -----------------------------------------------------------------------
+
+def _broadcast_async(tensor, output, root_rank, what):
+    _device_of(tensor, what)
+    if output is tensor and not tensor.is_contiguous():
+        raise ValueError(f"hvdrun.torch.{what}: tensor is required to be contiguous")
+    if output is not tensor:
+        output.copy_(tensor)
+    handles = []
+    if output.numel() > 0:
+        handles.append(_submit_bytes("b", output, None, root_rank, what))
+    stream = _stream(output) if output.is_cuda else None
+    return _register(handles, (tensor, output), _after(stream, output.device, (), output))
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts copying `tensor` of rank `root_rank` to a new tensor on every rank; returns
+    a handle whose synchronize() returns it. `tensor` is not modified."""
+    _check_process_set(process_set, "broadcast_async")
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _broadcast_async(tensor, output, root_rank, "broadcast_async")
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts overwriting `tensor` on every rank with rank `root_rank`'s, in place."""
+    _check_process_set(process_set, "broadcast_async_")
+    return _broadcast_async(tensor, tensor, root_rank, "broadcast_async_")
+
+
+class _BroadcastFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank):
+        ctx.root_rank = root_rank
+        return synchronize(broadcast_async(tensor, root_rank))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        reduced = allreduce(grad_output, op=Average)
+        if rank() != ctx.root_rank:
+            reduced = reduced * 0
+        return reduced, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Returns rank `root_rank`'s `tensor` on every rank, as a new tensor; `tensor` is
+    not modified. Differentiable as Horovod's (the root gets the averaged gradient)."""
+    _check_process_set(process_set, "broadcast")
+    return _BroadcastFn.apply(tensor, root_rank)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Overwrites `tensor` on every rank with rank `root_rank`'s, in place; returns it."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+# ---- allgather -----------------------------------------------------------------------
+
+def _allgather_async(tensor, what):
+    _device_of(tensor, what)
+    if tensor.dim() == 0:
+        raise ValueError(f"hvdrun.torch.{what}: the tensor needs at least one dimension "
+                         "(allgather concatenates along the first); use tensor.reshape(1)")
+    n = size()
+    src = tensor if tensor.is_contiguous() else tensor.contiguous()
+    rest = tuple(src.shape[1:])
+    row = 1
+    for d in rest:
+        row *= d
+    # Every rank's first dimension (and a fingerprint of the rest, so mismatched shapes
+    # or dtypes fail with a message instead of garbage).
+    meta = torch.tensor([src.shape[0], src.dim(), row, src.element_size(),
+                         zlib.crc32(str(src.dtype).encode())], dtype=torch.int64)
+    everyone = torch.empty(n * meta.numel(), dtype=torch.int64)
+    if n > 1:
+        h = _submit_bytes("g", meta, everyone, 0, what)
+        if _lib.lib().hvdrun_wait(h) != 0:
+            raise HorovodInternalError(f"hvdrun.torch.{what}: {_lib.last_error()}")
+    else:
+        everyone.copy_(meta)
+    table = everyone.view(n, -1).tolist()
+    for r, m in enumerate(table):
+        if m[1:] != table[0][1:]:
+            raise ValueError(
+                f"hvdrun.torch.{what}: ranks disagree on the tensor: rank 0 has "
+                f"{table[0][1]} dims, {table[0][2]} elements per row, {table[0][3]}-byte "
+                f"elements; rank {r} has {m[1]}, {m[2]}, {m[3]} (this rank: {src.dtype}, "
+                f"shape {tuple(src.shape)}). Only the first dimension may differ")
+    firsts = [m[0] for m in table]
+    biggest = max(firsts)
+    rowbytes = row * src.element_size()
+    if biggest == 0 or rowbytes == 0:
+        output = src.new_empty((sum(firsts),) + rest)
+        return _register([], (tensor,), _after(None, None, (), output))
+    if src.shape[0] == biggest:
+        send = src.reshape(-1).view(torch.uint8)
+    else:
+        send = torch.zeros(biggest * rowbytes, dtype=torch.uint8, device=src.device)
+        send[: src.numel() * src.element_size()].copy_(src.reshape(-1).view(torch.uint8))
+    recv = torch.empty(n * biggest * rowbytes, dtype=torch.uint8, device=src.device)
+    if n > 1:
+        handles = [_submit_bytes("g", send, recv, 0, what)]
+    else:
+        recv.copy_(send)
+        handles = []
+    stream = _stream(src) if src.is_cuda else None
+
+    def finish():
+        _after(stream, src.device, (), None)()
+        if all(f == biggest for f in firsts):
+            return recv.view(src.dtype).view((n * biggest,) + rest)
+        parts = recv.view(n, biggest * rowbytes)
+        out = torch.cat([parts[r, : firsts[r] * rowbytes] for r in range(n)])
+        return out.view(src.dtype).view((sum(firsts),) + rest)
+
+    return _register(handles, (tensor, send, recv), finish)
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts concatenating every rank's `tensor` along the first dimension (which may
+    differ between ranks; the other dimensions may not). Returns a handle whose
+    synchronize() returns the result. Waits for the ranks' first dimensions before
+    returning."""
+    _check_process_set(process_set, "allgather_async")
+    return _allgather_async(tensor, "allgather_async")
+
+
+class _AllgatherFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor):
+        ctx.dim = tensor.shape[0]
+        return synchronize(allgather_async(tensor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        reduced = allreduce(grad_output, op=Average)
+        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64))
+        offset = int(dims[: rank()].sum().item())
+        return reduced.narrow(0, offset, ctx.dim)
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Returns every rank's `tensor` concatenated along the first dimension, in rank
+    order (first dimensions may differ between ranks). Differentiable."""
+    _check_process_set(process_set, "allgather")
+    return _AllgatherFn.apply(tensor)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """allgather_async of each tensor of a list; synchronize() returns the list."""
+    handles = [allgather_async(t, name, process_set) for t in tensors]
+    return _register_group(handles)
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """allgather of each tensor of a list; returns the list of results."""
+    return [allgather(t, name, process_set) for t in tensors]
+
+
+# ---- join and barrier ----------------------------------------------------------------
+
+def join(device=-1):
+    """Declares that this rank has no more work and waits until every rank has joined;
+    returns the rank that joined last. Unlike Horovod, ranks that joined do not stand in
+    for collectives other ranks still issue: every rank must issue the same collectives
+    before joining (give every rank the same number of batches)."""
+    r = _lib.lib().hvdrun_join()
+    if r < 0:
+        raise HorovodInternalError(f"hvdrun.torch.join: {_lib.last_error()}")
+    return r
+
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank has entered the barrier (after its earlier collectives)."""
+    _check_process_set(process_set, "barrier")
+    _lib.check(_lib.lib().hvdrun_barrier(), "hvdrun.torch.barrier")
