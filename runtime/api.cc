@@ -1,10 +1,14 @@
-// The public C++ API (hvdrun/hvdrun.h): one process-wide World behind a mutex, so calls
-// from several threads are serialised rather than interleaved on the wire.
+// The public C++ API (hvdrun/hvdrun.h): one process-wide World and the Engine that runs
+// every collective in submission order, blocking or asynchronous, so calls from several
+// threads are serialised in one order rather than interleaved on the wire.
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <mutex>
 
 #include "hvdrun/hvdrun.h"
+#include "runtime/engine.h"
 #include "runtime/world.h"
 
 namespace hvdrun {
@@ -13,16 +17,26 @@ Error::~Error() = default;
 
 namespace {
 
-std::mutex g_mu;
+// The joined job: the World and the engine that runs its collectives. Collectives hold a
+// reference for their duration, so shutdown() on one thread cannot pull the World from
+// under a collective on another. The engine is declared last so it is destroyed (and has
+// run everything queued) before the World.
+struct Joined {
+  std::unique_ptr<runtime::World> world;
+  std::unique_ptr<runtime::Engine> engine;
+};
+
+std::mutex g_mu;  // guards g_joined (the pointer), never held during a collective
 // Deliberately never destroyed at exit: leaving the job needs the network and logging,
 // which static destruction may already have torn down. shutdown() releases it.
-std::unique_ptr<runtime::World>& g_world = *new std::unique_ptr<runtime::World>;
+std::shared_ptr<Joined>& g_joined = *new std::shared_ptr<Joined>;
 
-runtime::World& world(const char* fn) {
-  if (!g_world)
+std::shared_ptr<Joined> joined(const char* fn) {
+  std::lock_guard lock(g_mu);
+  if (!g_joined)
     throw Error(std::string("hvdrun::") + fn +
                 "() called before hvdrun::init() (or after hvdrun::shutdown())");
-  return *g_world;
+  return g_joined;
 }
 
 const char* dtype_name(DataType t) {
@@ -109,127 +123,225 @@ std::size_t dtype_size(DataType dtype) {
 
 void init() {
   std::lock_guard lock(g_mu);
-  if (g_world) return;
+  if (g_joined) return;
   auto env = runtime::read_environment([](const char* n) { return std::getenv(n); });
-  g_world = std::make_unique<runtime::World>(std::move(env));
+  auto j = std::make_shared<Joined>();
+  j->world = std::make_unique<runtime::World>(std::move(env));
+  j->engine = std::make_unique<runtime::Engine>();
+  g_joined = std::move(j);
 }
 
 bool is_initialized() {
   std::lock_guard lock(g_mu);
-  return g_world != nullptr;
+  return g_joined != nullptr;
 }
 
 void shutdown() {
-  std::lock_guard lock(g_mu);
-  if (g_world) g_world->leave();
-  g_world.reset();
+  std::shared_ptr<Joined> j;
+  {
+    std::lock_guard lock(g_mu);
+    j = std::move(g_joined);
+  }
+  if (!j) return;
+  // Everything submitted runs first (the engine keeps submission order), then the final
+  // barrier of leave() goes through the engine too, after the last collective. After a
+  // failed collective the job is over: leave without waiting for peers that are gone.
+  j->engine->drain();
+  if (!j->engine->failure().empty()) {
+    j->world->leave(false);
+    return;
+  }
+  j->engine->run("shutdown", [&] { j->world->leave(); });
 }
 
-int rank() {
-  std::lock_guard lock(g_mu);
-  return world("rank").env().rank;
-}
-int size() {
-  std::lock_guard lock(g_mu);
-  return world("size").env().size;
-}
-int local_rank() {
-  std::lock_guard lock(g_mu);
-  return world("local_rank").env().local_rank;
-}
-int local_size() {
-  std::lock_guard lock(g_mu);
-  return world("local_size").env().local_size;
-}
-int cross_rank() {
-  std::lock_guard lock(g_mu);
-  return world("cross_rank").env().cross_rank;
-}
-int cross_size() {
-  std::lock_guard lock(g_mu);
-  return world("cross_size").env().cross_size;
+namespace {
+const runtime::Environment& env_of(const char* fn) { return joined(fn)->world->env(); }
+}  // namespace
+
+int rank() { return env_of("rank").rank; }
+int size() { return env_of("size").size; }
+int local_rank() { return env_of("local_rank").local_rank; }
+int local_size() { return env_of("local_size").local_size; }
+int cross_rank() { return env_of("cross_rank").cross_rank; }
+int cross_size() { return env_of("cross_size").cross_size; }
+int generation() { return env_of("generation").generation; }
+
+namespace {
+
+// One collective, checked and described: what the engine runs, blocking or not.
+struct Op {
+  std::shared_ptr<Joined> j;
+  std::string what;
+  std::function<void()> body;
+};
+
+// Blocking: runs after everything submitted before it.
+void run_now(Op op) {
+  auto& w = *op.j->world;
+  op.j->engine->run(op.what, [&w, what = op.what, body = std::move(op.body)] {
+    collective(w, what, body);
+  });
 }
 
-void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
-  std::lock_guard lock(g_mu);
-  auto& w = world("allreduce");
+// Asynchronous. The task may point at the World: the World outlives the engine, whose
+// destructor runs every queued task first.
+Handle submit(Op op) {
+  auto* w = op.j->world.get();
+  return op.j->engine->submit(op.what, [w, what = op.what, body = std::move(op.body)] {
+    collective(*w, what, body);
+  });
+}
+
+Op allreduce_op(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
+  auto j = joined("allreduce");
   check_dtype(dtype);
   check_op(op);
   if (count > 0 && (send == nullptr || recv == nullptr))
     throw Error("hvdrun::allreduce: null buffer");
-  if (send != recv && count > 0) std::memmove(recv, send, count * dtype_size(dtype));
-  collective(w, describe("allreduce", count, dtype) + " (" + op_name(op) + ")",
-             [&] { w.gloo().allreduce(recv, count, dtype, op); });
+  auto* w = j->world.get();
+  return {std::move(j), describe("allreduce", count, dtype) + " (" + op_name(op) + ")",
+          [=] {
+            if (send != recv && count > 0) std::memmove(recv, send, count * dtype_size(dtype));
+            w->gloo().allreduce(recv, count, dtype, op);
+          }};
 }
 
-void broadcast(void* buf, std::size_t count, DataType dtype, int root) {
-  std::lock_guard lock(g_mu);
-  auto& w = world("broadcast");
+Op broadcast_op(void* buf, std::size_t count, DataType dtype, int root) {
+  auto j = joined("broadcast");
   check_dtype(dtype);
-  if (root < 0 || root >= w.env().size)
+  const int n = j->world->env().size;
+  if (root < 0 || root >= n)
     throw Error("hvdrun::broadcast: root " + std::to_string(root) + " is not a rank (size " +
-                std::to_string(w.env().size) + ")");
+                std::to_string(n) + ")");
   if (count > 0 && buf == nullptr) throw Error("hvdrun::broadcast: null buffer");
-  collective(w, describe("broadcast", count, dtype) + " from rank " + std::to_string(root),
-             [&] { w.gloo().broadcast(buf, count * dtype_size(dtype), root); });
+  auto* w = j->world.get();
+  return {std::move(j), describe("broadcast", count, dtype) + " from rank " + std::to_string(root),
+          [=] { w->gloo().broadcast(buf, count * dtype_size(dtype), root); }};
 }
 
-void allgather(const void* send, void* recv, std::size_t count, DataType dtype) {
-  std::lock_guard lock(g_mu);
-  auto& w = world("allgather");
+Op allgather_op(const void* send, void* recv, std::size_t count, DataType dtype) {
+  auto j = joined("allgather");
   check_dtype(dtype);
   if (count > 0 && (send == nullptr || recv == nullptr))
     throw Error("hvdrun::allgather: null buffer");
-  collective(w, describe("allgather", count, dtype),
-             [&] { w.gloo().allgather(send, recv, count * dtype_size(dtype)); });
+  auto* w = j->world.get();
+  return {std::move(j), describe("allgather", count, dtype),
+          [=] { w->gloo().allgather(send, recv, count * dtype_size(dtype)); }};
 }
 
-void barrier() {
-  std::lock_guard lock(g_mu);
-  auto& w = world("barrier");
-  collective(w, "barrier", [&] { w.barrier(); });
+Op barrier_op() {
+  auto j = joined("barrier");
+  auto* w = j->world.get();
+  return {std::move(j), "barrier", [w] { w->barrier(); }};
 }
 
-bool nccl_available() {
-  std::lock_guard lock(g_mu);
-  return g_world && g_world->nccl() != nullptr;
-}
-
-std::string nccl_status() {
-  std::lock_guard lock(g_mu);
-  if (!g_world) return "hvdrun::init() has not been called";
-  return g_world->nccl_status();
-}
-
-namespace {
-runtime::NcclComm& nccl(const char* fn) {
-  auto& w = world(fn);
+runtime::NcclComm& nccl(runtime::World& w, const char* fn) {
   if (!w.nccl())
     throw Error(std::string("hvdrun::") + fn +
                 ": device buffers need NCCL, which is unavailable: " + w.nccl_status());
   return *w.nccl();
 }
+
+// Device collectives fail at submission when NCCL is unavailable, like a bad argument.
+Op allreduce_device_op(const void* send, void* recv, std::size_t count, DataType dtype,
+                       ReduceOp op, void* stream) {
+  auto j = joined("allreduce_device");
+  check_dtype(dtype);
+  check_op(op);
+  auto* c = &nccl(*j->world, "allreduce_device");
+  return {std::move(j), describe("device allreduce", count, dtype) + " (" + op_name(op) + ")",
+          [=] { c->allreduce(send, recv, count, dtype, op, stream); }};
+}
+
+Op broadcast_device_op(void* buf, std::size_t count, DataType dtype, int root, void* stream) {
+  auto j = joined("broadcast_device");
+  check_dtype(dtype);
+  auto* c = &nccl(*j->world, "broadcast_device");
+  return {std::move(j),
+          describe("device broadcast", count, dtype) + " from rank " + std::to_string(root),
+          [=] { c->broadcast(buf, count, dtype, root, stream); }};
+}
+
+Op allgather_device_op(const void* send, void* recv, std::size_t count, DataType dtype,
+                       void* stream) {
+  auto j = joined("allgather_device");
+  check_dtype(dtype);
+  auto* c = &nccl(*j->world, "allgather_device");
+  return {std::move(j), describe("device allgather", count, dtype),
+          [=] { c->allgather(send, recv, count, dtype, stream); }};
+}
+
 }  // namespace
+
+void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
+  run_now(allreduce_op(send, recv, count, dtype, op));
+}
+void broadcast(void* buf, std::size_t count, DataType dtype, int root) {
+  run_now(broadcast_op(buf, count, dtype, root));
+}
+void allgather(const void* send, void* recv, std::size_t count, DataType dtype) {
+  run_now(allgather_op(send, recv, count, dtype));
+}
+void barrier() { run_now(barrier_op()); }
+
+Handle allreduce_async(const void* send, void* recv, std::size_t count, DataType dtype,
+                       ReduceOp op) {
+  return submit(allreduce_op(send, recv, count, dtype, op));
+}
+Handle broadcast_async(void* buf, std::size_t count, DataType dtype, int root) {
+  return submit(broadcast_op(buf, count, dtype, root));
+}
+Handle allgather_async(const void* send, void* recv, std::size_t count, DataType dtype) {
+  return submit(allgather_op(send, recv, count, dtype));
+}
+Handle barrier_async() { return submit(barrier_op()); }
 
 void allreduce_device(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                       void* stream) {
-  std::lock_guard lock(g_mu);
-  check_dtype(dtype);
-  check_op(op);
-  nccl("allreduce_device").allreduce(send, recv, count, dtype, op, stream);
+  run_now(allreduce_device_op(send, recv, count, dtype, op, stream));
 }
-
 void broadcast_device(void* buf, std::size_t count, DataType dtype, int root, void* stream) {
-  std::lock_guard lock(g_mu);
-  check_dtype(dtype);
-  nccl("broadcast_device").broadcast(buf, count, dtype, root, stream);
+  run_now(broadcast_device_op(buf, count, dtype, root, stream));
 }
-
 void allgather_device(const void* send, void* recv, std::size_t count, DataType dtype,
                       void* stream) {
+  run_now(allgather_device_op(send, recv, count, dtype, stream));
+}
+
+Handle allreduce_device_async(const void* send, void* recv, std::size_t count, DataType dtype,
+                              ReduceOp op, void* stream) {
+  return submit(allreduce_device_op(send, recv, count, dtype, op, stream));
+}
+Handle broadcast_device_async(void* buf, std::size_t count, DataType dtype, int root,
+                              void* stream) {
+  return submit(broadcast_device_op(buf, count, dtype, root, stream));
+}
+Handle allgather_device_async(const void* send, void* recv, std::size_t count, DataType dtype,
+                              void* stream) {
+  return submit(allgather_device_op(send, recv, count, dtype, stream));
+}
+
+bool poll(Handle handle) { return joined("poll")->engine->poll(handle); }
+void wait(Handle handle) { joined("wait")->engine->wait(handle); }
+std::int64_t pending() { return joined("pending")->engine->pending(); }
+
+int join() {
+  auto j = joined("join");
+  int last = -1;
+  auto* w = j->world.get();
+  j->engine->run("join", [&] { collective(*w, "join", [&] { last = w->join(); }); });
+  return last;
+}
+
+bool nccl_available() {
   std::lock_guard lock(g_mu);
-  check_dtype(dtype);
-  nccl("allgather_device").allgather(send, recv, count, dtype, stream);
+  return g_joined && g_joined->world->nccl() != nullptr;
+}
+
+std::string nccl_status() {
+  std::lock_guard lock(g_mu);
+  if (!g_joined) return "hvdrun::init() has not been called";
+  return g_joined->world->nccl_status();
 }
 
 const char* version() { return HVDRUN_VERSION; }

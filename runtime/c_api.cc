@@ -33,6 +33,21 @@ int query(Fn fn) {
   return -1;
 }
 
+// Submits an asynchronous collective: its handle, or -1 with the reason kept.
+template <typename Fn>
+hvdrun_handle submitted(Fn fn) {
+  try {
+    hvdrun_handle h = fn();
+    g_last_error.clear();
+    return h;
+  } catch (const std::exception& e) {
+    g_last_error = e.what();
+  } catch (...) {
+    g_last_error = "hvdrun: unknown failure";
+  }
+  return -1;
+}
+
 hvdrun::DataType to_dtype(hvdrun_dtype t) { return static_cast<hvdrun::DataType>(t); }
 hvdrun::ReduceOp to_op(hvdrun_op op) { return static_cast<hvdrun::ReduceOp>(op); }
 
@@ -81,5 +96,88 @@ int hvdrun_shutdown(void) {
   return guarded([] { hvdrun::shutdown(); });
 }
 const char* hvdrun_last_error(void) { return g_last_error.c_str(); }
+
+int hvdrun_abi_version(void) { return HVDRUN_ABI_VERSION; }
+const char* hvdrun_version(void) { return hvdrun::version(); }
+int hvdrun_is_initialized(void) { return hvdrun::is_initialized() ? 1 : 0; }
+int hvdrun_generation(void) {
+  return query([] { return hvdrun::generation(); });
+}
+int hvdrun_nccl_available(void) {
+  if (!hvdrun::is_initialized()) {
+    g_last_error = "hvdrun_nccl_available() called before hvdrun_init()";
+    return -1;
+  }
+  return hvdrun::nccl_available() ? 1 : 0;
+}
+const char* hvdrun_nccl_status(void) {
+  thread_local std::string status;
+  status = hvdrun::nccl_status();
+  return status.c_str();
+}
+
+hvdrun_handle hvdrun_allreduce_async(const void* send, void* recv, size_t count,
+                                     hvdrun_dtype dtype, hvdrun_op op) {
+  return submitted(
+      [&] { return hvdrun::allreduce_async(send, recv, count, to_dtype(dtype), to_op(op)); });
+}
+hvdrun_handle hvdrun_broadcast_async(void* buf, size_t count, hvdrun_dtype dtype, int root) {
+  return submitted([&] { return hvdrun::broadcast_async(buf, count, to_dtype(dtype), root); });
+}
+hvdrun_handle hvdrun_allgather_async(const void* send, void* recv, size_t count,
+                                     hvdrun_dtype dtype) {
+  return submitted([&] { return hvdrun::allgather_async(send, recv, count, to_dtype(dtype)); });
+}
+hvdrun_handle hvdrun_barrier_async(void) {
+  return submitted([] { return hvdrun::barrier_async(); });
+}
+
+hvdrun_handle hvdrun_allreduce_device_async(const void* send, void* recv, size_t count,
+                                            hvdrun_dtype dtype, hvdrun_op op, void* stream) {
+  return submitted([&] {
+    return hvdrun::allreduce_device_async(send, recv, count, to_dtype(dtype), to_op(op), stream);
+  });
+}
+hvdrun_handle hvdrun_broadcast_device_async(void* buf, size_t count, hvdrun_dtype dtype, int root,
+                                            void* stream) {
+  return submitted(
+      [&] { return hvdrun::broadcast_device_async(buf, count, to_dtype(dtype), root, stream); });
+}
+hvdrun_handle hvdrun_allgather_device_async(const void* send, void* recv, size_t count,
+                                            hvdrun_dtype dtype, void* stream) {
+  return submitted(
+      [&] { return hvdrun::allgather_device_async(send, recv, count, to_dtype(dtype), stream); });
+}
+
+int hvdrun_allreduce_device(const void* send, void* recv, size_t count, hvdrun_dtype dtype,
+                            hvdrun_op op, void* stream) {
+  return guarded(
+      [&] { hvdrun::allreduce_device(send, recv, count, to_dtype(dtype), to_op(op), stream); });
+}
+int hvdrun_broadcast_device(void* buf, size_t count, hvdrun_dtype dtype, int root, void* stream) {
+  return guarded([&] { hvdrun::broadcast_device(buf, count, to_dtype(dtype), root, stream); });
+}
+int hvdrun_allgather_device(const void* send, void* recv, size_t count, hvdrun_dtype dtype,
+                            void* stream) {
+  return guarded([&] { hvdrun::allgather_device(send, recv, count, to_dtype(dtype), stream); });
+}
+
+int hvdrun_poll(hvdrun_handle handle) {
+  return query([&] { return hvdrun::poll(handle) ? 1 : 0; });
+}
+int hvdrun_wait(hvdrun_handle handle) {
+  return guarded([&] { hvdrun::wait(handle); });
+}
+long long hvdrun_pending(void) {
+  try {
+    return hvdrun::pending();
+  } catch (const std::exception& e) {
+    g_last_error = e.what();
+  }
+  return -1;
+}
+int hvdrun_join(void) {
+  return query([] { return hvdrun::join(); });
+}
 
 }  // extern "C"

@@ -257,6 +257,7 @@ constexpr int kCudaNotReady = 600;
 struct NcclComm::State {
   ncclComm_t comm = nullptr;
   int rank = 0;
+  int device = 0;
   std::chrono::milliseconds op_timeout{0};
   // Events the watchdog has given back, for reuse (filled from its thread).
   std::mutex pool_mu;
@@ -265,6 +266,17 @@ struct NcclComm::State {
 
   // After a collective call: waits out ncclInProgress (under HVDRUN_OP_TIMEOUT), throws
   // on an error, and has the watchdog watch the collective.
+  // Collectives run on the library's engine thread, whose current CUDA device is its own:
+  // make it this communicator's before NCCL and the watchdog's event touch the stream.
+  void on_device() const {
+    thread_local int current = -1;
+    if (current == device) return;
+    if (int rc = Cuda::get().set_device(device); rc != 0)
+      throw Error("nccl: rank " + std::to_string(rank) + ": cudaSetDevice(" +
+                  std::to_string(device) + "): " + Cuda::get().error_string(rc));
+    current = device;
+  }
+
   void enqueued(ncclResult_t rc, const char* call, void* stream, const char* kind,
                 std::size_t count, int root = -1) {
     if (rc == ncclInProgress) rc = settle(comm, rc, Clock::now() + op_timeout, {});
@@ -343,6 +355,7 @@ NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, 
   std::memcpy(id.internal, id_bytes.data(), id_bytes.size());
 
   int dev = local_rank % devices;
+  s_->device = dev;
   if (int rc = Cuda::get().set_device(dev); rc != 0)
     throw Error("nccl: rank " + std::to_string(rank) + ": cudaSetDevice(" + std::to_string(dev) +
                 "): " + Cuda::get().error_string(rc));
@@ -395,17 +408,20 @@ NcclComm::~NcclComm() = default;
 
 void NcclComm::allreduce(const void* send, void* recv, std::size_t count, DataType dtype,
                          ReduceOp op, void* stream) {
+  s_->on_device();
   s_->enqueued(Nccl::get().all_reduce(send, recv, count, nccl_type(dtype), nccl_op(op), s_->comm,
                                       static_cast<cudaStream_t>(stream)),
                "ncclAllReduce", stream, "allreduce", count);
 }
 void NcclComm::broadcast(void* buf, std::size_t count, DataType dtype, int root, void* stream) {
+  s_->on_device();
   s_->enqueued(Nccl::get().broadcast(buf, buf, count, nccl_type(dtype), root, s_->comm,
                                      static_cast<cudaStream_t>(stream)),
                "ncclBroadcast", stream, "broadcast", count, root);
 }
 void NcclComm::allgather(const void* send, void* recv, std::size_t count, DataType dtype,
                          void* stream) {
+  s_->on_device();
   s_->enqueued(Nccl::get().all_gather(send, recv, count, nccl_type(dtype), s_->comm,
                                       static_cast<cudaStream_t>(stream)),
                "ncclAllGather", stream, "allgather", count);

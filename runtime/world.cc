@@ -79,12 +79,12 @@ World::World(Environment env) : env_(std::move(env)) {
 
 World::~World() { leave(); }
 
-void World::leave() {
+void World::leave(bool farewell) {
   if (left_) return;
   left_ = true;
   // The final barrier only matters when Gloo connections exist (a peer may still be
   // reading from one); without any, leaving cannot disturb anybody.
-  if (env_.size > 1 && store_ && gloo_ && gloo_->connected_pairs() > 0) {
+  if (farewell && env_.size > 1 && store_ && gloo_ && gloo_->connected_pairs() > 0) {
     try {
       barrier();
     } catch (const std::exception& e) {
@@ -175,14 +175,18 @@ void World::build_nccl(Clock::time_point deadline) {
   }
 }
 
-void World::barrier() {
-  if (env_.size == 1) return;
+void World::barrier() { arrive(); }
+
+int World::join() { return arrive(); }
+
+int World::arrive() {
+  if (env_.size == 1) return env_.rank;
   const long long k = ++barrier_seq_;
   const std::string base = prefix_ + "/barrier/";
   const std::string ks = std::to_string(k);
   store_->set(base + "rank/" + std::to_string(env_.rank), ks);
   if (store_->add(base + ks + "/count", 1) == env_.size) {
-    store_->set(base + ks + "/done", "1");
+    store_->set(base + ks + "/done", std::to_string(env_.rank));
     // Everyone has left barrier k-1 (they all arrived here), so its keys can go.
     if (k > 1) {
       store_->erase(base + std::to_string(k - 1) + "/count");
@@ -190,7 +194,11 @@ void World::barrier() {
     }
   }
   auto missing = store_->wait_for({base + ks + "/done"}, env_.op_timeout);
-  if (missing.empty()) return;
+  if (missing.empty()) {
+    // Barrier k's keys go only when barrier k+1 completes, which needs this rank.
+    auto last = store_->get(base + ks + "/done");
+    return last ? static_cast<int>(std::strtol(last->c_str(), nullptr, 10)) : -1;
+  }
   std::vector<std::string> keys;
   for (int i = 0; i < env_.size; ++i) keys.push_back(base + "rank/" + std::to_string(i));
   auto seen = store_->multi_get(keys);

@@ -25,10 +25,13 @@ class World {
   const Environment& env() const { return env_; }
   /// Barrier through the store; on timeout names the ranks that did not arrive.
   void barrier();
+  /// A barrier that returns the rank that arrived last.
+  int join();
   /// Leaves the job: a final barrier (so no rank closes a connection a peer is still
-  /// reading from), then the communicators are released. Failures are logged, not
-  /// thrown. Called by the destructor when not called before.
-  void leave();
+  /// reading from; skipped when `farewell` is false, after a collective failed and the
+  /// peers are gone or going), then the communicators are released. Failures are
+  /// logged, not thrown. Called by the destructor when not called before.
+  void leave(bool farewell = true);
   /// The CPU communicator.
   GlooComm& gloo() { return *gloo_; }
   /// The GPU communicator, or nullptr (see nccl_status()).
@@ -44,6 +47,8 @@ class World {
   void check_in(std::chrono::steady_clock::time_point deadline);
   void build_nccl(std::chrono::steady_clock::time_point deadline);
   std::string who() const;
+  // The barrier behind barrier() and join(): returns the rank that arrived last.
+  int arrive();
 
   Environment env_;
   std::string prefix_;

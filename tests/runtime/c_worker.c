@@ -1,15 +1,31 @@
 /* A rank written in C against hvdrun/hvdrun_c.h (checks that the header is valid C and
- * the C ABI is enough): sums rank+1 across ranks and checks the result. */
+ * the C ABI is enough). Modes:
+ *   (none)      sums rank+1 across ranks and checks the result
+ *   async       ABI version 2: asynchronous collectives waited for out of order, polling,
+ *               blocking calls ordered after earlier submissions, bad handles and
+ *               arguments, join, device calls without NCCL
+ *   async-lost  rank 1 exits right after init; the others' queued collectives fail with
+ *               the cause, and collectives submitted later fail at once naming it */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "hvdrun/hvdrun_c.h"
 
-int main(void) {
-  if (hvdrun_init() != 0) {
-    fprintf(stderr, "init: %s\n", hvdrun_last_error());
-    return 3;
-  }
-  int rank = hvdrun_rank(), size = hvdrun_size();
+#define CHECK(cond)                                                                  \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      fprintf(stderr, "rank %d: check failed at line %d: %s (last error: %s)\n", rank, \
+              __LINE__, #cond, hvdrun_last_error());                                 \
+      return 1;                                                                      \
+    }                                                                                \
+  } while (0)
+
+static int rank = -1;
+
+static int sum_mode(void) {
+  int size = hvdrun_size();
   double v[3] = {rank + 1.0, rank + 1.0, rank + 1.0};
   if (hvdrun_allreduce(v, v, 3, HVDRUN_FLOAT64, HVDRUN_SUM) != 0) {
     fprintf(stderr, "allreduce: %s\n", hvdrun_last_error());
@@ -17,7 +33,136 @@ int main(void) {
   }
   double want = size * (size + 1) / 2.0;
   int ok = v[0] == want && v[1] == want && v[2] == want;
-  if (hvdrun_barrier() != 0 || hvdrun_shutdown() != 0) return 1;
+  if (hvdrun_barrier() != 0) return 1;
   printf("rank %d: %s\n", rank, ok ? "ok" : "wrong");
   return ok ? 0 : 1;
+}
+
+enum { kOps = 12, kMax = 100000 };
+
+static int async_mode(void) {
+  int size = hvdrun_size();
+  CHECK(hvdrun_abi_version() == HVDRUN_ABI_VERSION && HVDRUN_ABI_VERSION >= 2);
+  CHECK(strlen(hvdrun_version()) > 0);
+  CHECK(hvdrun_is_initialized() == 1);
+  CHECK(hvdrun_generation() == 0);
+
+  /* Many allreduces of different sizes in flight at once, waited for in reverse. */
+  static float bufs[kOps][kMax];
+  hvdrun_handle h[kOps];
+  for (int k = 0; k < kOps; ++k) {
+    size_t n = (size_t)1 + (size_t)k * 7919 % kMax;
+    for (size_t i = 0; i < n; ++i) bufs[k][i] = (float)(rank + k + (int)(i % 5));
+    h[k] = hvdrun_allreduce_async(bufs[k], bufs[k], n, HVDRUN_FLOAT32, HVDRUN_SUM);
+    CHECK(h[k] > 0);
+  }
+  CHECK(hvdrun_pending() >= kOps);
+  for (int k = kOps - 1; k >= 0; --k) {
+    CHECK(hvdrun_poll(h[k]) >= 0);
+    CHECK(hvdrun_wait(h[k]) == 0);
+    size_t n = (size_t)1 + (size_t)k * 7919 % kMax;
+    for (size_t i = 0; i < n; ++i) {
+      float want = (float)(size * (size - 1) / 2 + size * (k + (int)(i % 5)));
+      CHECK(bufs[k][i] == want);
+    }
+  }
+  CHECK(hvdrun_pending() == 0);
+
+  /* A handle is gone once waited for; an unknown one is refused, with a message. */
+  CHECK(hvdrun_poll(h[0]) == -1);
+  CHECK(hvdrun_wait(h[0]) == -1);
+  CHECK(strstr(hvdrun_last_error(), "unknown or was already waited for") != NULL);
+  CHECK(hvdrun_wait(987654321) == -1);
+
+  /* Broadcast, allgather, out-of-place min and a barrier, all asynchronous at once. */
+  long long b[4] = {rank, rank, rank, rank};
+  int g_send[2] = {rank, -rank};
+  int* g_recv = calloc((size_t)size * 2, sizeof(int));
+  double m_send = 10.0 + rank, m_recv = 0;
+  hvdrun_handle hb = hvdrun_broadcast_async(b, 4, HVDRUN_INT64, size - 1);
+  hvdrun_handle hg = hvdrun_allgather_async(g_send, g_recv, 2, HVDRUN_INT32);
+  hvdrun_handle hm = hvdrun_allreduce_async(&m_send, &m_recv, 1, HVDRUN_FLOAT64, HVDRUN_MIN);
+  hvdrun_handle hz = hvdrun_barrier_async();
+  CHECK(hb > 0 && hg > 0 && hm > 0 && hz > 0);
+  /* A blocking call runs after everything submitted before it. */
+  int one = 1;
+  CHECK(hvdrun_allreduce(&one, &one, 1, HVDRUN_INT32, HVDRUN_SUM) == 0);
+  CHECK(one == size);
+  CHECK(hvdrun_poll(hb) == 1 && hvdrun_poll(hg) == 1 && hvdrun_poll(hm) == 1);
+  CHECK(hvdrun_poll(hz) == 1);
+  CHECK(hvdrun_wait(hz) == 0 && hvdrun_wait(hm) == 0 && hvdrun_wait(hg) == 0);
+  CHECK(hvdrun_wait(hb) == 0);
+  for (int i = 0; i < 4; ++i) CHECK(b[i] == size - 1);
+  for (int r = 0; r < size; ++r) CHECK(g_recv[2 * r] == r && g_recv[2 * r + 1] == -r);
+  CHECK(m_recv == 10.0 && m_send == 10.0 + rank);
+  free(g_recv);
+
+  /* Bad arguments fail at submission, with the reason, and queue nothing. */
+  CHECK(hvdrun_allreduce_async(NULL, NULL, 4, HVDRUN_FLOAT32, HVDRUN_SUM) == -1);
+  CHECK(strstr(hvdrun_last_error(), "null buffer") != NULL);
+  CHECK(hvdrun_broadcast_async(b, 4, HVDRUN_INT64, size) == -1);
+  CHECK(strstr(hvdrun_last_error(), "is not a rank") != NULL);
+  CHECK(hvdrun_allreduce_async(b, b, 4, (hvdrun_dtype)42, HVDRUN_SUM) == -1);
+  CHECK(hvdrun_pending() == 0);
+
+  /* No GPU here (the test sets HVDRUN_NCCL=off): device calls fail at once, saying why. */
+  CHECK(hvdrun_nccl_available() == 0);
+  CHECK(strlen(hvdrun_nccl_status()) > 0);
+  CHECK(hvdrun_allreduce_device_async(b, b, 4, HVDRUN_INT64, HVDRUN_SUM, NULL) == -1);
+  CHECK(strstr(hvdrun_last_error(), "NCCL") != NULL);
+  CHECK(hvdrun_broadcast_device(b, 4, HVDRUN_INT64, 0, NULL) == -1);
+
+  /* join: every rank learns the same last rank. */
+  int last = hvdrun_join();
+  CHECK(last >= 0 && last < size);
+  int lo = last, hi = last;
+  CHECK(hvdrun_allreduce(&lo, &lo, 1, HVDRUN_INT32, HVDRUN_MIN) == 0);
+  CHECK(hvdrun_allreduce(&hi, &hi, 1, HVDRUN_INT32, HVDRUN_MAX) == 0);
+  CHECK(lo == last && hi == last);
+  printf("rank %d: async ok\n", rank);
+  return 0;
+}
+
+static int async_lost_mode(void) {
+  if (rank == 1) _exit(0); /* gone without a word, right after init */
+  float v[1024];
+  for (int i = 0; i < 1024; ++i) v[i] = 1.0f;
+  hvdrun_handle h1 = hvdrun_allreduce_async(v, v, 1024, HVDRUN_FLOAT32, HVDRUN_SUM);
+  hvdrun_handle h2 = hvdrun_allreduce_async(v, v, 1024, HVDRUN_FLOAT32, HVDRUN_SUM);
+  CHECK(h1 > 0 && h2 > 0);
+  CHECK(hvdrun_wait(h1) == -1);
+  fprintf(stderr, "rank %d: first: %s\n", rank, hvdrun_last_error());
+  CHECK(strstr(hvdrun_last_error(), "rank") != NULL);
+  CHECK(hvdrun_wait(h2) == -1);
+  CHECK(strstr(hvdrun_last_error(), "earlier collective failed") != NULL);
+  hvdrun_handle h3 = hvdrun_barrier_async();
+  CHECK(h3 > 0);
+  CHECK(hvdrun_wait(h3) == -1);
+  CHECK(strstr(hvdrun_last_error(), "earlier collective failed") != NULL);
+  /* Shutdown after a failure leaves at once: no final barrier with a lost peer. */
+  CHECK(hvdrun_shutdown() == 0);
+  CHECK(hvdrun_is_initialized() == 0);
+  printf("rank %d: lost peer reported\n", rank);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "sum";
+  if (hvdrun_init() != 0) {
+    fprintf(stderr, "init: %s\n", hvdrun_last_error());
+    return 3;
+  }
+  rank = hvdrun_rank();
+  int rc;
+  if (strcmp(mode, "async") == 0)
+    rc = async_mode();
+  else if (strcmp(mode, "async-lost") == 0)
+    rc = async_lost_mode();
+  else
+    rc = sum_mode();
+  if (hvdrun_shutdown() != 0) {
+    fprintf(stderr, "shutdown: %s\n", hvdrun_last_error());
+    return 1;
+  }
+  return rc;
 }

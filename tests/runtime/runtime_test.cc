@@ -248,6 +248,33 @@ TEST_CASE("a C program uses the C ABI", "[runtime][job]") {
   CHECK(r.ok());
 }
 
+TEST_CASE("the C ABI's asynchronous collectives complete in submission order", "[runtime][job]") {
+  auto np = GENERATE(1, 2, 4);
+  JobSpec spec;
+  spec.np = np;
+  spec.argv = {HVDRUN_BINARY_DIR "/tests/runtime/runtime_c_worker", "async"};
+  spec.env = {{"HVDRUN_NCCL", "off"}};
+  spec.deadline = 60s;
+  auto r = run_job(spec);
+  INFO("np=" << np << "\n" << r.dump());
+  CHECK(r.ok());
+}
+
+TEST_CASE("a lost peer fails queued asynchronous collectives and every later one",
+          "[runtime][job]") {
+  JobSpec spec;
+  spec.np = 3;
+  spec.argv = {HVDRUN_BINARY_DIR "/tests/runtime/runtime_c_worker", "async-lost"};
+  spec.env = {{"HVDRUN_OP_TIMEOUT", "3"}, {"HVDRUN_NCCL", "off"}};
+  spec.deadline = 30s;
+  auto r = run_job(spec);
+  INFO(r.dump());
+  CHECK(!r.timed_out);
+  CHECK(r.ok());
+  for (const auto& rr : r.ranks)
+    if (rr.rank != 1) CHECK_THAT(rr.err, Catch::Contains("lost peer reported"));
+}
+
 TEST_CASE("Python ctypes drives libhvdrun.so", "[runtime][python][job]") {
   JobSpec spec;
   spec.np = 3;

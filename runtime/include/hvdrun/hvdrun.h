@@ -1,6 +1,9 @@
 // libhvdrun's C++ API: join the job hvdrun launched (init reads the HVDRUN_* environment
 // and rendezvouses with the other ranks), then run collectives: host buffers over Gloo,
-// device buffers over NCCL on a CUDA stream. Errors are thrown as hvdrun::Error.
+// device buffers over NCCL on a CUDA stream, blocking or asynchronously (handles). Every
+// collective, from any thread, runs in submission order on one background thread of the
+// library, so ranks that submit the same collectives in the same order never deadlock.
+// Errors are thrown as hvdrun::Error.
 #pragma once
 
 #include <cstddef>
@@ -38,7 +41,8 @@ class HVDRUN_API Error : public std::runtime_error {
 HVDRUN_API void init();
 /// True between init() and shutdown().
 HVDRUN_API bool is_initialized();
-/// Leaves the job and releases communicators. Idempotent.
+/// Waits for every submitted collective, leaves the job and releases communicators.
+/// Idempotent.
 HVDRUN_API void shutdown();
 
 /// This process's rank in [0, size()).
@@ -53,6 +57,9 @@ HVDRUN_API int local_size();
 HVDRUN_API int cross_rank();
 /// Number of hosts that run this local_rank.
 HVDRUN_API int cross_size();
+
+/// HVDRUN_GENERATION of this job (0 unless an elastic launcher restarted it).
+HVDRUN_API int generation();
 
 /// Bytes per element of `dtype`.
 HVDRUN_API std::size_t dtype_size(DataType dtype);
@@ -81,6 +88,41 @@ HVDRUN_API void broadcast_device(void* buf, std::size_t count, DataType dtype, i
 /// allgather on device memory through NCCL, enqueued on `cuda_stream`.
 HVDRUN_API void allgather_device(const void* send, void* recv, std::size_t count, DataType dtype,
                                  void* cuda_stream);
+
+/// Identifies a submitted asynchronous collective until wait() is called on it.
+using Handle = std::int64_t;
+
+/// Submits allreduce (as above) and returns at once. `send` and `recv` must stay valid
+/// and untouched until wait() returns for the handle.
+HVDRUN_API Handle allreduce_async(const void* send, void* recv, std::size_t count,
+                                  DataType dtype, ReduceOp op = ReduceOp::kSum);
+/// Submits broadcast (as above) and returns at once.
+HVDRUN_API Handle broadcast_async(void* buf, std::size_t count, DataType dtype, int root);
+/// Submits allgather (as above) and returns at once.
+HVDRUN_API Handle allgather_async(const void* send, void* recv, std::size_t count,
+                                  DataType dtype);
+/// Submits a barrier and returns at once.
+HVDRUN_API Handle barrier_async();
+/// Submits allreduce_device; the handle completes once NCCL has enqueued it on the stream.
+HVDRUN_API Handle allreduce_device_async(const void* send, void* recv, std::size_t count,
+                                         DataType dtype, ReduceOp op, void* cuda_stream);
+/// Submits broadcast_device; completes once enqueued on the stream.
+HVDRUN_API Handle broadcast_device_async(void* buf, std::size_t count, DataType dtype, int root,
+                                         void* cuda_stream);
+/// Submits allgather_device; completes once enqueued on the stream.
+HVDRUN_API Handle allgather_device_async(const void* send, void* recv, std::size_t count,
+                                         DataType dtype, void* cuda_stream);
+/// True once the collective behind `handle` has finished, successfully or not. Throws
+/// Error for a handle that is unknown or already waited for.
+HVDRUN_API bool poll(Handle handle);
+/// Waits for the collective behind `handle`, releases the handle and throws its Error if
+/// it failed. After one collective fails, every later one fails with that cause.
+HVDRUN_API void wait(Handle handle);
+/// Number of submitted collectives not yet waited for.
+HVDRUN_API std::int64_t pending();
+/// Waits until every rank has called join() and returns the rank that called it last.
+/// Every rank must have submitted the same collectives before joining.
+HVDRUN_API int join();
 
 /// Library version, e.g. "0.1.0".
 HVDRUN_API const char* version();

@@ -1,6 +1,21 @@
 /* libhvdrun's C ABI: the functions a C program or Python ctypes calls to join an hvdrun
- * job and run collectives on host memory. Every function returning int returns 0 on
- * success and a negative value on failure; hvdrun_last_error() then says why. */
+ * job and run collectives, on host memory (Gloo) or CUDA device memory (NCCL), blocking or
+ * asynchronously through handles. Every function returning int returns 0 on success and a
+ * negative value on failure; hvdrun_last_error() then says why.
+ *
+ * Versioning: HVDRUN_ABI_VERSION counts additions. Functions are only ever added within
+ * one SONAME (libhvdrun.so.0); an existing signature or meaning never changes. A binding
+ * checks hvdrun_abi_version() >= the version it needs before calling newer functions.
+ *   1  init, queries, blocking host collectives, barrier, shutdown, last_error
+ *   2  asynchronous collectives with handles (poll, wait), device (CUDA stream) variants,
+ *      version, is_initialized, nccl_available, nccl_status, generation, join
+ *
+ * Ordering: every collective, blocking or not, host or device, from any thread, runs in
+ * the order it was submitted, one at a time, on a background thread of the library. A
+ * program whose ranks submit the same collectives in the same order therefore never
+ * deadlocks, whatever its threads do. A blocking call waits for everything submitted
+ * before it. After one collective fails (a peer lost, a timeout), every collective
+ * submitted later fails at once with that cause: the job is over. */
 #ifndef HVDRUN_HVDRUN_C_H_
 #define HVDRUN_HVDRUN_C_H_
 
@@ -36,6 +51,12 @@ typedef enum hvdrun_op {
   HVDRUN_PRODUCT = 4
 } hvdrun_op;
 
+/** The ABI version this library implements (HVDRUN_ABI_VERSION of its build). */
+#define HVDRUN_ABI_VERSION 2
+
+/** Identifies one submitted asynchronous collective; valid (> 0) until hvdrun_wait. */
+typedef long long hvdrun_handle;
+
 /** Joins the job described by the HVDRUN_* environment (set by hvdrun). Idempotent. */
 HVDRUN_C_API int hvdrun_init(void);
 /** This process's rank in [0, size), or -1 before hvdrun_init. */
@@ -61,8 +82,80 @@ HVDRUN_C_API int hvdrun_broadcast(void* buf, size_t count, hvdrun_dtype dtype, i
 HVDRUN_C_API int hvdrun_allgather(const void* send, void* recv, size_t count, hvdrun_dtype dtype);
 /** Returns once every rank has entered the barrier. */
 HVDRUN_C_API int hvdrun_barrier(void);
-/** Leaves the job and releases communicators. Idempotent. */
+/** Waits for every submitted collective, leaves the job and releases communicators.
+ *  Idempotent. After a failed collective it leaves at once, without a final barrier. */
 HVDRUN_C_API int hvdrun_shutdown(void);
+/* ---- ABI version 2 ---------------------------------------------------------------- */
+
+/** HVDRUN_ABI_VERSION of this library (callable before hvdrun_init). */
+HVDRUN_C_API int hvdrun_abi_version(void);
+/** Library version, e.g. "0.1.0" (callable before hvdrun_init). */
+HVDRUN_C_API const char* hvdrun_version(void);
+/** 1 between hvdrun_init and hvdrun_shutdown, else 0. */
+HVDRUN_C_API int hvdrun_is_initialized(void);
+/** HVDRUN_GENERATION of this job (0 unless restarted by an elastic launcher), or -1
+ *  before hvdrun_init. */
+HVDRUN_C_API int hvdrun_generation(void);
+/** 1 when an NCCL communicator was built (device collectives work), 0 when not, -1
+ *  before hvdrun_init. */
+HVDRUN_C_API int hvdrun_nccl_available(void);
+/** Why NCCL is unavailable ("" when available). Valid until the next call on this thread. */
+HVDRUN_C_API const char* hvdrun_nccl_status(void);
+
+/** Submits an allreduce of host memory (as hvdrun_allreduce); returns its handle (> 0)
+ *  at once, or -1 when it cannot be submitted (bad argument, not initialised). The
+ *  buffers must stay valid and untouched until hvdrun_wait returns. */
+HVDRUN_C_API hvdrun_handle hvdrun_allreduce_async(const void* send, void* recv, size_t count,
+                                                  hvdrun_dtype dtype, hvdrun_op op);
+/** Submits a broadcast of host memory (as hvdrun_broadcast). */
+HVDRUN_C_API hvdrun_handle hvdrun_broadcast_async(void* buf, size_t count, hvdrun_dtype dtype,
+                                                  int root);
+/** Submits an allgather of host memory (as hvdrun_allgather). */
+HVDRUN_C_API hvdrun_handle hvdrun_allgather_async(const void* send, void* recv, size_t count,
+                                                  hvdrun_dtype dtype);
+/** Submits a barrier. */
+HVDRUN_C_API hvdrun_handle hvdrun_barrier_async(void);
+
+/** Device memory: `send`/`recv`/`buf` are CUDA device pointers and the NCCL operation is
+ *  enqueued on `cuda_stream` (a cudaStream_t; NULL is the legacy default stream). The
+ *  handle completes once the operation is enqueued on the stream: work the caller
+ *  enqueues on that stream afterwards sees the result; the host must synchronise the
+ *  stream before reading the memory itself. Fails when NCCL is unavailable
+ *  (hvdrun_nccl_status says why). */
+HVDRUN_C_API hvdrun_handle hvdrun_allreduce_device_async(const void* send, void* recv,
+                                                         size_t count, hvdrun_dtype dtype,
+                                                         hvdrun_op op, void* cuda_stream);
+/** Device broadcast from `root`, enqueued on `cuda_stream`. */
+HVDRUN_C_API hvdrun_handle hvdrun_broadcast_device_async(void* buf, size_t count,
+                                                         hvdrun_dtype dtype, int root,
+                                                         void* cuda_stream);
+/** Device allgather (size * count elements into `recv`), enqueued on `cuda_stream`. */
+HVDRUN_C_API hvdrun_handle hvdrun_allgather_device_async(const void* send, void* recv,
+                                                         size_t count, hvdrun_dtype dtype,
+                                                         void* cuda_stream);
+/** Blocking forms of the three device collectives (return once enqueued). */
+HVDRUN_C_API int hvdrun_allreduce_device(const void* send, void* recv, size_t count,
+                                         hvdrun_dtype dtype, hvdrun_op op, void* cuda_stream);
+HVDRUN_C_API int hvdrun_broadcast_device(void* buf, size_t count, hvdrun_dtype dtype, int root,
+                                         void* cuda_stream);
+HVDRUN_C_API int hvdrun_allgather_device(const void* send, void* recv, size_t count,
+                                         hvdrun_dtype dtype, void* cuda_stream);
+
+/** 1 when the collective behind `handle` has finished (successfully or not), 0 while it is
+ *  queued or running, -1 for a handle that is unknown or already waited for. */
+HVDRUN_C_API int hvdrun_poll(hvdrun_handle handle);
+/** Waits for the collective behind `handle` and releases the handle: 0 when it
+ *  succeeded, -1 when it failed (hvdrun_last_error says why) or the handle is unknown. */
+HVDRUN_C_API int hvdrun_wait(hvdrun_handle handle);
+/** Number of submitted collectives not yet waited for (finished or not). */
+HVDRUN_C_API long long hvdrun_pending(void);
+
+/** Declares that this rank has no more work and waits until every rank has joined.
+ *  Returns the rank that joined last (>= 0), or -1 on failure. Unlike Horovod's join,
+ *  ranks that joined do not take part in collectives that other ranks still issue: every
+ *  rank must issue the same collectives before it joins. */
+HVDRUN_C_API int hvdrun_join(void);
+
 /** Message of the last failure on this thread ("" when none). Valid until the next call. */
 HVDRUN_C_API const char* hvdrun_last_error(void);
 

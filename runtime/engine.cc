@@ -1,0 +1,150 @@
+// The collective engine (engine.h): one mutex, one condition variable, one worker.
+#include "runtime/engine.h"
+
+#include <utility>
+
+#include "hvdrun/hvdrun.h"
+
+namespace hvdrun::runtime {
+
+namespace {
+
+std::string message_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown failure";
+  }
+}
+
+}  // namespace
+
+Engine::Engine() : thread_([this] { worker(); }) {}
+
+Engine::~Engine() {
+  {
+    std::unique_lock lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Engine::execute(Slot& slot) {
+  std::string earlier;
+  {
+    std::lock_guard lock(mu_);
+    earlier = failure_;
+  }
+  if (!earlier.empty()) {
+    slot.error = std::make_exception_ptr(
+        Error("hvdrun: " + slot.what + " was not run because an earlier collective failed: " +
+              earlier));
+    return;
+  }
+  try {
+    slot.task();
+  } catch (...) {
+    slot.error = std::current_exception();
+    std::lock_guard lock(mu_);
+    if (failure_.empty()) failure_ = message_of(slot.error);
+  }
+  slot.task = nullptr;  // release what the task captured before anyone waits
+}
+
+void Engine::worker() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return !busy_ && (!queue_.empty() || stopping_); });
+    if (queue_.empty()) return;  // stopping, and nothing left to run
+    auto slot = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    execute(*slot);
+    lock.lock();
+    busy_ = false;
+    slot->done = true;
+    cv_.notify_all();
+  }
+}
+
+Engine::Handle Engine::submit(std::string what, Task task) {
+  auto slot = std::make_shared<Slot>();
+  slot->what = std::move(what);
+  slot->task = std::move(task);
+  Handle h = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) throw Error("hvdrun: " + slot->what + " submitted during shutdown");
+    h = next_++;
+    slots_.emplace(h, slot);
+    queue_.push_back(std::move(slot));
+  }
+  cv_.notify_all();
+  return h;
+}
+
+void Engine::run(std::string what, Task task) {
+  std::unique_lock lock(mu_);
+  if (queue_.empty() && !busy_) {
+    busy_ = true;
+    lock.unlock();
+    Slot slot{std::move(what), std::move(task), false, nullptr};
+    execute(slot);
+    lock.lock();
+    busy_ = false;
+    lock.unlock();
+    cv_.notify_all();
+    if (slot.error) std::rethrow_exception(slot.error);
+    return;
+  }
+  auto slot = std::make_shared<Slot>();
+  slot->what = std::move(what);
+  slot->task = std::move(task);
+  queue_.push_back(slot);
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return slot->done; });
+  if (slot->error) std::rethrow_exception(slot->error);
+}
+
+std::shared_ptr<Engine::Slot> Engine::find(Handle h, const char* fn) {
+  auto it = slots_.find(h);
+  if (it == slots_.end())
+    throw Error(std::string("hvdrun::") + fn + ": handle " + std::to_string(h) +
+                " is unknown or was already waited for");
+  return it->second;
+}
+
+bool Engine::poll(Handle h) {
+  std::lock_guard lock(mu_);
+  return find(h, "poll")->done;
+}
+
+void Engine::wait(Handle h) {
+  std::unique_lock lock(mu_);
+  auto slot = find(h, "wait");
+  cv_.wait(lock, [&] { return slot->done; });
+  slots_.erase(h);
+  lock.unlock();
+  if (slot->error) std::rethrow_exception(slot->error);
+}
+
+std::int64_t Engine::pending() {
+  std::lock_guard lock(mu_);
+  return static_cast<std::int64_t>(slots_.size());
+}
+
+std::string Engine::failure() {
+  std::lock_guard lock(mu_);
+  return failure_;
+}
+
+void Engine::drain() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+}
+
+}  // namespace hvdrun::runtime
