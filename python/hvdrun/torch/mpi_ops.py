@@ -29,13 +29,15 @@ from hvdrun.torch.compression import Compression
 # Horovod's name for a failed collective; a RuntimeError like Horovod's.
 HorovodInternalError = HvdrunError
 
-# Reduction ops (the C ABI's values).
-Average = _lib.AVERAGE
-Sum = _lib.SUM
-Min = _lib.MIN
-Max = _lib.MAX
-Product = _lib.PRODUCT
+# Reduction ops, with Horovod's values (2 is Horovod's Adasum, which hvdrun lacks).
+Average = 0
+Sum = 1
+Min = 3
+Max = 4
+Product = 5
 _OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product"}
+_C_OP = {Average: _lib.AVERAGE, Sum: _lib.SUM, Min: _lib.MIN, Max: _lib.MAX,
+         Product: _lib.PRODUCT}
 
 _NATIVE = {
     torch.int32: _lib.INT32,
@@ -374,11 +376,12 @@ def _submit_allreduce(send, recv, ctype, op, what):
     """Submits one allreduce of `send` into `recv` (same device, same size)."""
     lib = _lib.lib()
     n = recv.numel()
+    cop = _C_OP[op]
     if send.is_cuda:
-        h = lib.hvdrun_allreduce_device_async(send.data_ptr(), recv.data_ptr(), n, ctype, op,
+        h = lib.hvdrun_allreduce_device_async(send.data_ptr(), recv.data_ptr(), n, ctype, cop,
                                               _stream(recv).cuda_stream)
     else:
-        h = lib.hvdrun_allreduce_async(send.data_ptr(), recv.data_ptr(), n, ctype, op)
+        h = lib.hvdrun_allreduce_async(send.data_ptr(), recv.data_ptr(), n, ctype, cop)
     if h < 0:
         raise HorovodInternalError(f"hvdrun.torch.{what}: {_lib.last_error()}")
     return h
@@ -494,6 +497,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     """
     _check_process_set(process_set, "allreduce_async")
     op = _resolve_op(op, average, "allreduce_async")
+    _device_of(tensor, "allreduce_async")
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
     return _allreduce_async(tensor, output, op, prescale_factor, postscale_factor,
                             "allreduce_async")
@@ -605,6 +609,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     """Starts copying `tensor` of rank `root_rank` to a new tensor on every rank; returns
     a handle whose synchronize() returns it. `tensor` is not modified."""
     _check_process_set(process_set, "broadcast_async")
+    _device_of(tensor, "broadcast_async")
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
     return _broadcast_async(tensor, output, root_rank, "broadcast_async")
 
@@ -730,6 +735,10 @@ def allgather(tensor, name=None, process_set=global_process_set):
     """Returns every rank's `tensor` concatenated along the first dimension, in rank
     order (first dimensions may differ between ranks). Differentiable."""
     _check_process_set(process_set, "allgather")
+    _device_of(tensor, "allgather")
+    if tensor.dim() == 0:
+        raise ValueError("hvdrun.torch.allgather: the tensor needs at least one dimension "
+                         "(allgather concatenates along the first); use tensor.reshape(1)")
     return _AllgatherFn.apply(tensor)
 
 
