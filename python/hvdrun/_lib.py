@@ -72,7 +72,7 @@ def _candidates():
 
 def _load():
     (source, path), = _candidates()
-    if not os.path.exists(path):
+    if os.sep in path and not os.path.exists(path):
         raise HvdrunError(
             f"hvdrun: libhvdrun.so not found at {path} (from {source}). Install the package "
             "with `pip install <hvdrun checkout>`, or point HVDRUN_LIBRARY at a built "

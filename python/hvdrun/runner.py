@@ -51,6 +51,31 @@ _UNSUPPORTED = {
 _TAGGED = re.compile(r"^\[\d+\]<std(out|err)>:")
 
 
+def _is_user_module(module):
+    """True for a module of the user's own code (not installed, not the standard
+    library): ranks may not be able to import it, so its functions travel by value."""
+    path = getattr(module, "__file__", None)
+    if not path or module.__name__ == "__main__":
+        return False
+    path = os.path.realpath(path)
+    installed = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    return not any(path.startswith(p + os.sep) for p in installed) and \
+        "-packages" + os.sep not in path
+
+
+def _dumps_function(wrapped, func):
+    module = sys.modules.get(getattr(func, "__module__", None) or "")
+    by_value = (module is not None and _is_user_module(module)
+                and hasattr(_pickle, "register_pickle_by_value"))
+    if by_value:
+        _pickle.register_pickle_by_value(module)
+    try:
+        return _pickle.dumps(wrapped)
+    finally:
+        if by_value:
+            _pickle.unregister_pickle_by_value(module)
+
+
 def _launcher():
     path = os.environ.get("HVDRUN_LAUNCHER")
     if path:
@@ -189,7 +214,7 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
     def wrapped():
         return func(*args, **kwargs)
 
-    payload = _pickle.dumps(wrapped)
+    payload = _dumps_function(wrapped, func)
     token = secrets.token_bytes(32)
     listener = _listen()
     port = listener.getsockname()[1]

@@ -181,7 +181,12 @@ class _Reducer:
         self.reset()
 
     def reset(self):
+        # A bucket still in flight (load_state_dict() after an aborted backward) is waited
+        # for, whatever its outcome, before its buffer can be refilled.
+        lib = _lib.lib()
         for b in self.buckets:
+            if b.handle is not None:
+                lib.hvdrun_wait(b.handle)
             b.ready = 0
             b.sent = b.ctx = b.handle = b.stream = None
         for p in self.delay:

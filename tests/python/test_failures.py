@@ -1,0 +1,99 @@
+"""Failures: a rank that raises after init ends the job, with its traceback in the
+launcher's message, within a deadline (no background thread keeps a process alive);
+ranks that leave with work pending or without shutdown() still exit 0; unsupported
+Horovod API and a missing or wrong library fail with messages that name them."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from _jobs import expect_ok, run_job
+
+# The job must be over well before this: teardown after a failure takes seconds.
+DEADLINE = 30
+
+
+@pytest.mark.parametrize("mode,text", [
+    ("raise-in-collective", "RuntimeError: deliberate failure on rank 1 after init"),
+    ("raise-in-backward", "backward_passes_per_step"),
+])
+@pytest.mark.parametrize("np", [2, 4])
+def test_rank_raising_after_init_ends_the_job(np, mode, text):
+    start = time.monotonic()
+    job = run_job(np, "failing_worker.py", mode, timeout=DEADLINE)
+    assert time.monotonic() - start < DEADLINE
+    assert job.code == 1, job.describe()
+    assert "rank 1 on host localhost exited with code 1" in job.err, job.describe()
+    # The launcher's own message quotes the end of rank 1's traceback.
+    launcher_lines = job.err[job.err.index("rank 1 on host localhost"):]
+    assert text in launcher_lines, job.describe()
+    assert "[1]<stderr>:Traceback (most recent call last)" in job.err, job.describe()
+
+
+@pytest.mark.parametrize("mode", ["pending-at-exit", "no-shutdown"])
+def test_untidy_exit_still_succeeds(mode):
+    job = run_job(2, "failing_worker.py", mode, timeout=DEADLINE)
+    expect_ok(job, 2, marker="leaving")
+
+
+def python(code, **env):
+    full = dict(os.environ)
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_hvdrun_imports_without_torch_or_library():
+    p = python("import sys; sys.modules['torch'] = None\n"
+               "import hvdrun; print(hvdrun.__version__, hvdrun.run.__name__)",
+               HVDRUN_LIBRARY="/nonexistent/libhvdrun.so")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["0.1.0", "run"]
+
+
+def test_missing_library_says_how_to_fix():
+    p = python("import hvdrun.torch as hvd; hvd.init()", HVDRUN_LIBRARY="/nonexistent/libhvdrun.so")
+    assert p.returncode != 0
+    assert "libhvdrun.so not found at /nonexistent/libhvdrun.so (from HVDRUN_LIBRARY)" in p.stderr
+    assert "pip install" in p.stderr
+
+
+def test_library_without_abi_2_is_refused():
+    p = python("import hvdrun.torch as hvd; hvd.init()", HVDRUN_LIBRARY="libm.so.6")
+    assert p.returncode != 0
+    assert "ABI version 1, this package needs version 2" in p.stderr, p.stderr
+
+
+def test_init_outside_a_job_fails_with_the_library_message():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HVDRUN_RANK", "HVDRUN_SIZE"))}
+    p = subprocess.run([sys.executable, "-c", "import hvdrun.torch as hvd; hvd.init()"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert "HvdrunError: hvdrun.torch.init failed: " in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("name", ["Adasum", "alltoall", "reducescatter", "ProcessSet",
+                                  "add_process_set", "SyncBatchNorm", "elastic",
+                                  "sparse_allreduce_async", "start_timeline",
+                                  "grouped_reducescatter"])
+def test_unsupported_api_names_itself(name):
+    import hvdrun.torch as hvd
+    with pytest.raises(NotImplementedError) as e:
+        getattr(hvd, name)
+    assert f"hvdrun.torch.{name}" in str(e.value) and "instead" in str(e.value)
+    assert not hasattr(hvd, name)
+
+
+def test_unsupported_arguments_name_themselves():
+    import torch
+
+    import hvdrun.torch as hvd
+    with pytest.raises(NotImplementedError, match="process_sets"):
+        hvd.init(process_sets=[[0]])
+    with pytest.raises(NotImplementedError, match="sparse_as_dense"):
+        hvd.DistributedOptimizer(torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=1),
+                                 sparse_as_dense=True)
+    with pytest.raises(NotImplementedError, match="process set"):
+        hvd.allreduce(torch.ones(1), process_set=object())
