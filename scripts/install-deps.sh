@@ -6,6 +6,9 @@ pkgs=(
   libboost-dev libboost-program-options-dev libspdlog-dev libfmt-dev
   libssh2-1-dev libssl-dev libgloo-dev catch2
   openssh-server openssh-client groff-base python3 python3-torch
+  # The Python package's tests: pytest, torchvision, a venv for `pip install`, and
+  # cloudpickle for hvdrun.run.
+  python3-torchvision python3-pytest python3-venv python3-pip python3-cloudpickle
   # scripts/test.sh's fuzz and tidy stages: clang-14 with libFuzzer and its sanitizer
   # runtimes, llvm-symbolizer for readable fuzzer stacks, and clang-tidy-14.
   clang-14 libclang-rt-14-dev llvm-14 clang-tidy-14
