@@ -12,7 +12,11 @@
 #   HOROVOD_VENV   where Horovod's virtualenv lives (default .cache/horovod-0.28.1)
 #   BENCH_NPS      rank counts to run (default "2 4")
 #   BENCH_FLAGS    benchmark flags (default: resnet18, batch 8, 2 warm-up batches,
-#                  3 batches per iteration, 5 iterations)
+#                  3 batches per iteration, 3 iterations, CPU)
+#   BENCH_ROUNDS   runs of each side per rank count, alternating hvdrun and Horovod so
+#                  that load from other processes hits both alike (default 2); the
+#                  figure is the mean over rounds
+#   BENCH_NO_BUILD set: use the build as it is (do not run cmake --build first)
 #   --install-only build Horovod's virtualenv and stop
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,5 +68,45 @@ install_horovod() {
 }
 
 install_horovod
+if ((install_only)); then
+  echo "horovod 0.28.1 pip install: $(cat "$venv/install_seconds") s"
+  exit 0
+fi
+
+flags=${BENCH_FLAGS:---model resnet18 --batch-size 8 --num-warmup-batches 2 --num-batches-per-iter 3 --num-iters 3 --no-cuda}
+rounds=${BENCH_ROUNDS:-2}
+nps=${BENCH_NPS:-2 4}
+[[ -n ${BENCH_NO_BUILD:-} ]] || cmake --build "$build" --target hvdrun hvdrun_runtime >/dev/null
+hvdrun_bin=$repo/$build/cli/hvdrun
+[[ -x $hvdrun_bin ]] || hvdrun_bin=$build/cli/hvdrun
+lib=$(dirname "$hvdrun_bin")/../runtime/libhvdrun.so
+log=$(mktemp -d /tmp/hvdrun-synthetic.XXXXXX)
+
+# Prints the "Total img/sec" figure of one run; the run's output is kept in $log.
+run_one() {
+  local api=$1 np=$2 out=$log/$1-np$2-$3.txt
+  # shellcheck disable=SC2086 # $flags is a list of flags
+  if [[ $api == hvdrun ]]; then
+    HVDRUN_LIBRARY=$lib PYTHONPATH=$repo/python \
+      "$hvdrun_bin" -np "$np" "$python" bench/pytorch_synthetic.py --api hvdrun $flags "${extra[@]}" >"$out" 2>&1
+  else
+    PATH=$venv/bin:$PATH "$venv/bin/horovodrun" --gloo -np "$np" -H "localhost:$np" \
+      "$venv/bin/python" bench/pytorch_synthetic.py --api horovod $flags "${extra[@]}" >"$out" 2>&1
+  fi || { echo "$api at np $np failed; output in $out" >&2; tail -20 "$out" >&2; exit 1; }
+  sed -n 's/.*Total img\/sec on [0-9]* [A-Z]*(s): \([0-9.]*\).*/\1/p' "$out"
+}
+
+echo "load: $(cut -d' ' -f1-3 /proc/loadavg); flags: $flags; rounds: $rounds; logs: $log"
+printf '%-4s %-14s %-14s %s\n' np "hvdrun img/s" "horovod img/s" "ratio hvdrun/horovod"
+for np in $nps; do
+  ours=() theirs=()
+  for ((i = 0; i < rounds; i++)); do
+    ours+=("$(run_one hvdrun "$np" "$i")")
+    theirs+=("$(run_one horovod "$np" "$i")")
+  done
+  a=$(printf '%s\n' "${ours[@]}" | awk '{ s += $1 } END { printf "%.2f", s / NR }')
+  b=$(printf '%s\n' "${theirs[@]}" | awk '{ s += $1 } END { printf "%.2f", s / NR }')
+  printf '%-4s %-14s %-14s %s   (runs: hvdrun %s; horovod %s)\n' "$np" "$a" "$b" \
+    "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", a / b }')" "${ours[*]}" "${theirs[*]}"
+done
 echo "horovod 0.28.1 pip install: $(cat "$venv/install_seconds") s"
-((install_only)) && exit 0

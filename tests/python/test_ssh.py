@@ -1,0 +1,71 @@
+"""hvdrun.torch and hvdrun.run on the loopback SSH cluster (real sshd on 127.0.0.2 and
+127.0.0.3, aliases node1 and node2, started by tests/support's hvdrun_test_cluster):
+ranks on "remote" hosts run the same hvdrun binary and reach the caller and each other
+over TCP. Needs root (sshd) like the C++ ssh tests."""
+import os
+import select
+import subprocess
+import time
+
+import pytest
+
+import hvdrun
+from _jobs import expect_ok, run_job
+
+
+@pytest.fixture(scope="module")
+def ssh_config():
+    if os.geteuid() != 0:
+        pytest.skip("the loopback sshd cluster needs root")
+    helper = os.environ["HVDRUN_TEST_CLUSTER"]
+    if not os.path.exists(helper):
+        pytest.fail(f"{helper} is missing: build the hvdrun_test_cluster target")
+    proc = subprocess.Popen([helper, "2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    line = ""
+    while not line.endswith("\n"):
+        left = deadline - time.monotonic()
+        ready, _, _ = select.select([proc.stdout], [], [], max(left, 0))
+        if not ready:
+            proc.kill()
+            pytest.fail("hvdrun_test_cluster printed no ssh_config within 30 s: "
+                        + proc.stderr.read())
+        chunk = proc.stdout.readline()
+        if not chunk:
+            pytest.fail("hvdrun_test_cluster failed: " + proc.stderr.read())
+        line += chunk
+    yield line.strip()
+    proc.stdin.close()  # EOF: the helper stops sshd and removes its directory
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("hvdrun_test_cluster did not stop within 20 s of stdin EOF")
+
+
+@pytest.mark.parametrize("np,hosts", [(2, "node1:1,node2:1"), (4, "localhost:2,node1:1,node2:1")])
+def test_api_over_ssh(ssh_config, np, hosts):
+    expect_ok(run_job(np, "api_worker.py", hosts=hosts, ssh_config=ssh_config), np)
+
+
+def test_optimizer_over_ssh(ssh_config):
+    job = run_job(4, "optimizer_worker.py", 30, hosts="node1:2,node2:2", ssh_config=ssh_config)
+    expect_ok(job, 4)
+
+
+def where():
+    import socket
+
+    import torch
+
+    import hvdrun.torch as hvd
+    hvd.init()
+    total = hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum).item()
+    return os.environ["HVDRUN_HOSTNAME"], hvd.rank(), hvd.cross_rank(), total, socket.gethostname()
+
+
+def test_run_over_ssh(ssh_config):
+    results = hvdrun.run(where, np=3, hosts="localhost:1,node1:1,node2:1", ssh_config=ssh_config)
+    assert [r[:4] for r in results] == [("localhost", 0, 0, 3.0), ("node1", 1, 1, 3.0),
+                                        ("node2", 2, 2, 3.0)]
