@@ -15,7 +15,8 @@
 #                  3 batches per iteration, 3 iterations, CPU)
 #   BENCH_ROUNDS   runs of each side per rank count, alternating hvdrun and Horovod so
 #                  that load from other processes hits both alike (default 2); the
-#                  figure is the mean over rounds
+#                  figures are the mean over rounds and the best round (the least
+#                  disturbed one on a shared machine)
 #   BENCH_NO_BUILD set: use the build as it is (do not run cmake --build first)
 #   --install-only build Horovod's virtualenv and stop
 set -euo pipefail
@@ -104,9 +105,12 @@ for np in $nps; do
     ours+=("$(run_one hvdrun "$np" "$i")")
     theirs+=("$(run_one horovod "$np" "$i")")
   done
-  a=$(printf '%s\n' "${ours[@]}" | awk '{ s += $1 } END { printf "%.2f", s / NR }')
-  b=$(printf '%s\n' "${theirs[@]}" | awk '{ s += $1 } END { printf "%.2f", s / NR }')
-  printf '%-4s %-14s %-14s %s   (runs: hvdrun %s; horovod %s)\n' "$np" "$a" "$b" \
-    "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", a / b }')" "${ours[*]}" "${theirs[*]}"
+  mean() { printf '%s\n' "$@" | awk '{ s += $1 } END { printf "%.2f", s / NR }'; }
+  best() { printf '%s\n' "$@" | sort -g | tail -1; }
+  ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+  a=$(mean "${ours[@]}") b=$(mean "${theirs[@]}")
+  ba=$(best "${ours[@]}") bb=$(best "${theirs[@]}")
+  printf '%-4s %-14s %-14s %-6s best: %s vs %s, ratio %s   (runs: hvdrun %s; horovod %s)\n' \
+    "$np" "$a" "$b" "$(ratio "$a" "$b")" "$ba" "$bb" "$(ratio "$ba" "$bb")" "${ours[*]}" "${theirs[*]}"
 done
 echo "horovod 0.28.1 pip install: $(cat "$venv/install_seconds") s"

@@ -44,7 +44,8 @@ def ssh_config():
         pytest.fail("hvdrun_test_cluster did not stop within 20 s of stdin EOF")
 
 
-@pytest.mark.parametrize("np,hosts", [(2, "node1:1,node2:1"), (4, "localhost:2,node1:1,node2:1")])
+@pytest.mark.parametrize("np,hosts", [(1, "node1:1"), (2, "node1:1,node2:1"),
+                                     (4, "localhost:2,node1:1,node2:1")])
 def test_api_over_ssh(ssh_config, np, hosts):
     expect_ok(run_job(np, "api_worker.py", hosts=hosts, ssh_config=ssh_config), np)
 

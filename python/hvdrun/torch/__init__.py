@@ -64,3 +64,18 @@ def __getattr__(name):
             f"hvdrun.torch.{name} (from horovod.torch) is not supported by hvdrun; use "
             f"{_ALTERNATIVES[name]} instead")
     raise AttributeError(f"module 'hvdrun.torch' has no attribute {name!r}")
+
+
+__all__ = [
+    "Average", "Compression", "DistributedOptimizer", "HorovodFeatureNotSupported",
+    "HorovodInternalError", "Max", "Min", "Product", "Sum", "allgather", "allgather_async",
+    "allgather_object", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "barrier", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
+    "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "ccl_built",
+    "cross_rank", "cross_size", "cuda_built", "ddl_built", "global_process_set", "gloo_built",
+    "gloo_enabled", "grouped_allgather", "grouped_allgather_async", "grouped_allreduce",
+    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "init",
+    "is_homogeneous", "is_initialized", "join", "local_rank", "local_size", "mpi_built",
+    "mpi_enabled", "mpi_threads_supported", "nccl_built", "poll", "rank", "rocm_built",
+    "shutdown", "size", "synchronize",
+]
