@@ -6,7 +6,12 @@ against torch).
 Importing this package needs neither torch nor libhvdrun.so; both are loaded on first
 use.
 """
-__version__ = "0.1.0"
+try:  # the installed distribution's version (pyproject.toml takes it from CMakeLists.txt)
+    from importlib.metadata import PackageNotFoundError, version
+
+    __version__ = version("hvdrun")
+except (ImportError, PackageNotFoundError):  # running from a checkout
+    __version__ = "0.1.0"
 
 from hvdrun._lib import HvdrunError  # noqa: E402
 from hvdrun.runner import JobFailed, run  # noqa: E402

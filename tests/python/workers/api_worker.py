@@ -134,6 +134,11 @@ for dt in [torch.float32, torch.float16, torch.int64, torch.uint8, torch.int8, t
     got = hvd.allgather(piece)
     want = torch.cat([torch.full((k + 1, 2), k % 2, dtype=torch.float64).to(dt) for k in range(n)])
     assert got.dtype == dt and torch.equal(got, want), (dt, got)
+# Back-to-back allgathers of one size with changing contents: each must see this round's
+# values from every rank, never a faster rank's next round.
+for i in range(100):
+    got = hvd.allgather(torch.full((1, 5), i * 100 + r, dtype=torch.int64))
+    assert got[:, 0].tolist() == [i * 100 + k for k in range(n)], (i, got[:, 0].tolist())
 same = hvd.allgather(torch.full((2, 3), mine))
 assert same.shape == (2 * n, 3) and same[::2, 0].tolist() == [float(k + 1) for k in range(n)]
 h = hvd.allgather_async(torch.tensor([r]))
