@@ -226,6 +226,12 @@ expect_raises(NotImplementedError,
               lambda: hvd.DistributedOptimizer(torch.optim.SGD(model2.parameters(), lr=1), op=2),
               "Adasum")
 expect_raises(NotImplementedError, lambda: hvd.allreduce(torch.ones(1).to_sparse()), "sparse")
+expect_raises(NotImplementedError, lambda: hvd.allreduce(torch.empty(2, device="meta")), "meta")
+expect_raises(NotImplementedError, lambda: hvd.broadcast_(torch.empty(2, device="meta"), 0), "meta")
+if not torch.cuda.is_available():
+    # No GPU here: a CUDA tensor cannot even be made, so the NCCL message is checked
+    # through the library's own answer.
+    assert hvd.nccl_built() is False
 assert hvd.global_process_set.included()
 
 # barrier and join end the job in step.
