@@ -59,12 +59,15 @@ class _ProcessSet:
     process_set_id = 0
 
     def size(self):
+        """Number of ranks in the set: all of them."""
         return size()
 
     def rank(self):
+        """This process's rank in the set: its rank in the job."""
         return rank()
 
     def included(self):
+        """True: every rank belongs to the global set."""
         return True
 
     def __repr__(self):
