@@ -11,6 +11,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -252,6 +253,7 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
 
     collector = _Collector(listener, token, payload, num_proc)
     own_lines = []
+    proc = None
     try:
         proc = subprocess.Popen(cmd, env=child_env, stdin=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE)
@@ -264,6 +266,16 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
                 del own_lines[:-60]
         sys.stderr.flush()
         code = proc.wait()
+    except BaseException:
+        # Interrupted (Ctrl-C in the caller): hvdrun stops every rank on SIGINT.
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        raise
     finally:
         collector.close()
 
