@@ -1,0 +1,90 @@
+"""One rank checking hvdrun.torch on CUDA tensors (NCCL through libhvdrun, enqueued on the
+current stream): collectives against the same values on the CPU, a DistributedOptimizer
+on a GPU model keeping parameters identical across ranks, and a model with one layer on
+the CPU and the rest on the GPU (buckets of each device). Prints "rank R: gpu checks
+passed". Run with HVDRUN_NCCL=require; with fewer GPUs than ranks each rank claims a host
+of its own (NCCL_HOSTID) so that NCCL accepts two ranks on one device."""
+import os
+
+import torch
+
+rank_env = int(os.environ["HVDRUN_RANK"])
+if torch.cuda.device_count() < int(os.environ["HVDRUN_LOCAL_SIZE"]):
+    os.environ["NCCL_HOSTID"] = f"hvdrun-python-gpu-{rank_env}"
+
+import hvdrun.torch as hvd  # noqa: E402
+
+hvd.init()
+r, n = hvd.rank(), hvd.size()
+assert hvd.nccl_built(), "NCCL is not available on this rank"
+torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
+dev = torch.device("cuda", torch.cuda.current_device())
+total = n * (n + 1) / 2
+
+for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
+           torch.int64, torch.uint8, torch.int8):
+    x = torch.full((1000,), r + 1, dtype=dt, device=dev)
+    got = hvd.allreduce(x, op=hvd.Sum)
+    assert got.is_cuda and got.dtype == dt
+    assert torch.equal(got.cpu(), torch.full((1000,), total).to(dt)), dt
+    assert torch.equal(hvd.allreduce(x, op=hvd.Max).cpu(), torch.full((1000,), n).to(dt)), dt
+avg = hvd.allreduce(torch.full((7,), float(r + 1), device=dev))
+assert torch.allclose(avg.cpu(), torch.full((7,), total / n))
+y = torch.full((3, 3), float(r + 1), device=dev)
+assert hvd.allreduce_(y, op=hvd.Sum, postscale_factor=2.0) is y
+assert torch.equal(y.cpu(), torch.full((3, 3), 2 * total))
+h = hvd.allreduce_async(torch.full((4,), 1.0, device=dev), op=hvd.Sum)
+assert torch.equal(hvd.synchronize(h).cpu(), torch.full((4,), float(n)))
+# On another stream: the result is ordered after the collective on the stream it used.
+side = torch.cuda.Stream()
+with torch.cuda.stream(side):
+    z = torch.full((1 << 20,), 1.0, device=dev)
+    h = hvd.allreduce_async_(z, op=hvd.Sum)
+assert torch.equal(hvd.synchronize(h).cpu(), torch.full((1 << 20,), float(n)))
+
+g = hvd.allgather(torch.full((r + 1, 2), r, device=dev))
+assert g.is_cuda and g[:, 0].tolist() == [k for k in range(n) for _ in range(k + 1)]
+b = hvd.broadcast(torch.full((5,), r, device=dev), n - 1)
+assert b.cpu().tolist() == [n - 1] * 5
+assert hvd.broadcast_object(("gpu", r), 0) == ("gpu", 0)
+
+torch.manual_seed(7)
+model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)).to(dev)
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                               named_parameters=model.named_parameters(),
+                               compression=hvd.Compression.fp16)
+hvd.broadcast_parameters(model.state_dict(), 0)
+torch.manual_seed(100 + r)
+for _ in range(20):
+    opt.zero_grad()
+    model(torch.randn(8, 16, device=dev)).pow(2).mean().backward()
+    opt.step()
+flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).unsqueeze(0)
+everyone = hvd.allgather(flat)
+assert all(torch.equal(everyone[0], row) for row in everyone), "GPU parameters differ"
+
+
+class Mixed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cpu_layer = torch.nn.Linear(4, 8)
+        self.gpu_layer = torch.nn.Linear(8, 2).to(dev)
+
+    def forward(self, x):
+        return self.gpu_layer(self.cpu_layer(x).to(dev))
+
+
+mixed = Mixed()
+hvd.broadcast_parameters(mixed.state_dict(), 0)
+opt2 = hvd.DistributedOptimizer(torch.optim.SGD(mixed.parameters(), lr=0.1),
+                                named_parameters=mixed.named_parameters())
+for _ in range(5):
+    opt2.zero_grad()
+    mixed(torch.randn(3, 4)).sum().backward()
+    opt2.step()
+for p in mixed.parameters():
+    rows = hvd.allgather(p.detach().reshape(1, -1))
+    assert all(torch.equal(rows[0], row) for row in rows), "mixed-device parameters differ"
+
+hvd.shutdown()
+print(f"rank {r}: gpu checks passed")
