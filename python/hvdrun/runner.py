@@ -117,9 +117,14 @@ class _Collector:
         self.results = {}  # rank -> ("R", value) or ("E", (text, exception or None))
         self.claimed = set()
         self.stop = False
+        self.preauth = threading.BoundedSemaphore(self.PREAUTH_LIMIT)
         self.thread = threading.Thread(target=self._accept, name="hvdrun-run-accept",
                                        daemon=True)
         self.thread.start()
+
+    # Connections not yet authenticated, at most: more are closed at once, so that
+    # strangers cannot hold up the ranks' own connections.
+    PREAUTH_LIMIT = 64
 
     def _accept(self):
         while not self.stop:
@@ -127,12 +132,18 @@ class _Collector:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
+            if not self.preauth.acquire(blocking=False):
+                conn.close()
+                continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn):
         try:
             conn.settimeout(30)
-            rank, chan = _wire.caller_handshake(conn, self.token)
+            try:
+                rank, chan = _wire.caller_handshake(conn, self.token)
+            finally:
+                self.preauth.release()
             with self.lock:
                 if rank >= self.num_proc or rank in self.claimed:
                     return
@@ -140,7 +151,12 @@ class _Collector:
             conn.settimeout(None)
             chan.send(self.payload)
             body = chan.recv()
-            kind, value = body[:1], _pickle.loads(body[1:])
+            kind = body[:1]
+            try:
+                value = _pickle.loads(body[1:])
+            except Exception as e:  # noqa: BLE001 - reported as that rank's failure
+                kind, value = b"E", (f"hvdrun.run: rank {rank}'s result cannot be "
+                                     f"unpickled in the caller: {e!r}\n", b"")
             if kind == b"E":
                 text, exc = value
                 try:
