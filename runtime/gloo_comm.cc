@@ -413,29 +413,15 @@ class GlooComm::Impl {
     }
   }
 
+  // Broadcast is never cached: BroadcastOneToAll writes straight into the receivers'
+  // buffers with no flow control, so a root that runs ahead would overwrite a reused
+  // buffer before a receiver has copied the previous broadcast out of it. A fresh
+  // algorithm per call takes fresh slots, which Gloo holds until they are registered.
   void broadcast(void* buf, std::size_t bytes, int root) {
     if (size_ < 2 || bytes == 0) return;
-    auto make = [&](char* p) -> std::unique_ptr<gloo::Algorithm> {
-      if (bytes <= small_bytes_ && sync_.ctx) {
-        connect(sync_, Topology::kFullMesh, 0);
-        auto algo = std::make_unique<gloo::BroadcastOneToAll<char>>(
-            sync_.ctx, std::vector<char*>{p}, bytes, root);
-        built_barrier();
-        return algo;
-      }
-      connect(async_, Topology::kStar, root);
-      return std::make_unique<gloo::BroadcastOneToAll<char>>(async_.ctx, std::vector<char*>{p},
-                                                             bytes, root);
-    };
-    if (bytes > kCacheMaxBytes) {
-      make(static_cast<char*>(buf))->run();
-      return;
-    }
-    auto& e = cached("bc/" + std::to_string(root) + "/" + std::to_string(bytes), bytes, 0,
-                     [&](Entry& en) { return make(en.buf.data()); });
-    if (rank_ == root) std::memcpy(e.buf.data(), buf, bytes);
-    e.algo->run();
-    if (rank_ != root) std::memcpy(buf, e.buf.data(), bytes);
+    auto* p = static_cast<char*>(buf);
+    connect(async_, Topology::kStar, root);
+    gloo::BroadcastOneToAll<char>(async_.ctx, std::vector<char*>{p}, bytes, root).run();
   }
 
   void allgather(const void* send, void* recv, std::size_t bytes) {
@@ -456,7 +442,13 @@ class GlooComm::Impl {
       make(own, static_cast<char*>(recv))->run();
       return;
     }
-    auto& e = cached("ag/" + std::to_string(bytes), bytes, total,
+    // AllgatherRing receives straight into `out`, with no flow control: a neighbour that
+    // has finished this allgather may send the next one of the same size before this
+    // rank has copied `out` away. So calls alternate between two cached algorithms. A
+    // neighbour cannot get two calls ahead: finishing a call needs this rank's chunk of
+    // it, which this rank sends only after it has copied out the call before.
+    const bool odd = (ag_calls_[bytes]++ & 1) != 0;
+    auto& e = cached("ag/" + std::to_string(bytes) + (odd ? "/1" : "/0"), bytes, total,
                      [&](Entry& en) { return make(en.buf.data(), en.out.data()); });
     std::memcpy(e.buf.data(), send, bytes);
     e.algo->run();
@@ -472,6 +464,7 @@ class GlooComm::Impl {
   std::list<Entry> lru_;
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;
   std::size_t cache_bytes_ = 0;
+  std::unordered_map<std::size_t, unsigned long long> ag_calls_;  // allgathers per size
 
   rendezvous::Client& store_;
   std::string prefix_;

@@ -3,7 +3,8 @@
  *   (none)      sums rank+1 across ranks and checks the result
  *   async       ABI version 2: asynchronous collectives waited for out of order, polling,
  *               blocking calls ordered after earlier submissions, bad handles and
- *               arguments, join, device calls without NCCL
+ *               arguments, back-to-back allgathers and broadcasts of one size, join,
+ *               device calls without NCCL
  *   async-lost  rank 1 exits right after init; the others' queued collectives fail with
  *               the cause, and collectives submitted later fail at once naming it */
 #include <stdio.h>
@@ -111,6 +112,24 @@ static int async_mode(void) {
   CHECK(hvdrun_allreduce_device_async(b, b, 4, HVDRUN_INT64, HVDRUN_SUM, NULL) == -1);
   CHECK(strstr(hvdrun_last_error(), "NCCL") != NULL);
   CHECK(hvdrun_broadcast_device(b, 4, HVDRUN_INT64, 0, NULL) == -1);
+
+  /* Back-to-back collectives of one size reuse the library's buffers: a fast rank's
+   * next call must never overwrite a slow rank's result before it was copied out. */
+  {
+    int ag_in[3], *ag_out = calloc((size_t)size * 3, sizeof(int));
+    long long bc[5];
+    for (int i = 0; i < 200; ++i) {
+      for (int j = 0; j < 3; ++j) ag_in[j] = i * 100 + rank;
+      CHECK(hvdrun_allgather(ag_in, ag_out, 3, HVDRUN_INT32) == 0);
+      for (int r = 0; r < size; ++r)
+        for (int j = 0; j < 3; ++j) CHECK(ag_out[3 * r + j] == i * 100 + r);
+      int root = i % size;
+      for (int j = 0; j < 5; ++j) bc[j] = rank == root ? i : -1;
+      CHECK(hvdrun_broadcast(bc, 5, HVDRUN_INT64, root) == 0);
+      for (int j = 0; j < 5; ++j) CHECK(bc[j] == i);
+    }
+    free(ag_out);
+  }
 
   /* join: every rank learns the same last rank. */
   int last = hvdrun_join();
