@@ -27,9 +27,10 @@ from hvdrun.torch.mpi_ops import Average, HorovodInternalError, global_process_s
 
 _DEFAULT_FUSION_BYTES = 16 << 20
 
-_TOO_MANY_PASSES = ("Gradients were computed more than backward_passes_per_step times "
-                    "before call to step(). Increase backward_passes_per_step to "
-                    "accumulate gradients locally.")
+_TOO_MANY_PASSES = ("hvdrun.torch.DistributedOptimizer: a parameter's gradient was "
+                    "produced by more backward passes than backward_passes_per_step "
+                    "before step(); raise backward_passes_per_step to accumulate that "
+                    "many passes locally, or call step() after each one")
 
 
 def fusion_threshold():
@@ -211,20 +212,23 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                 for i, group in enumerate(self.param_groups)
                                 for j, v in enumerate(group["params"])]
         if any(not isinstance(p, tuple) for p in named_parameters):
-            raise ValueError("named_parameters should be a sequence of tuples (name, "
-                             "parameter), usually produced by model.named_parameters().")
+            raise ValueError("hvdrun.torch.DistributedOptimizer: named_parameters must "
+                             "hold (name, parameter) pairs; pass model.named_parameters()")
         seen, dups = set(), set()
         for k, _ in named_parameters:
             (dups if k in seen else seen).add(k)
         if dups:
-            raise ValueError("Parameter names in named_parameters must be unique. Found "
-                             "duplicates: " + ", ".join(sorted(dups)))
+            raise ValueError("hvdrun.torch.DistributedOptimizer: named_parameters names "
+                             "these more than once: " + ", ".join(sorted(dups)) +
+                             "; give every parameter its own name")
         all_ids = {id(v) for group in self.param_groups for v in group["params"]}
         unnamed = all_ids - {id(v) for _, v in named_parameters}
         if unnamed:
-            raise ValueError("named_parameters was specified, but one or more model "
-                             "parameters were not named. Python object ids: "
-                             + ", ".join(str(i) for i in unnamed))
+            raise ValueError("hvdrun.torch.DistributedOptimizer: the optimizer has "
+                             f"{len(unnamed)} parameter(s) missing from named_parameters "
+                             "(Python ids " + ", ".join(str(i) for i in unnamed) +
+                             "); pass the named_parameters() of the model the optimizer "
+                             "was built from")
         self._parameter_names = {v: k for k, v in named_parameters}
         self.backward_passes_per_step = backward_passes_per_step
         self.op = op
@@ -298,11 +302,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         wrapped optimizer."""
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
-                              "context after optimizer.synchronize(). This can cause "
-                              "training slowdown. You may want to consider using "
-                              "optimizer.skip_synchronize() context if you use "
-                              "optimizer.synchronize() in your code.")
+                warnings.warn("hvdrun.torch: step() after an explicit synchronize() "
+                              "synchronizes again, which costs time; wrap step() in "
+                              "`with optimizer.skip_synchronize():` when you call "
+                              "synchronize() yourself")
             self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
@@ -310,9 +313,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def zero_grad(self, *args, **kwargs):
         """The wrapped optimizer's zero_grad; an error between backward() and step()."""
         if self._reducer is not None and self._reducer.active:
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() "
-                                 "but before optimizer.step() or optimizer.synchronize(). "
-                                 "This is prohibited as it can cause a race condition.")
+            raise AssertionError("hvdrun.torch: zero_grad() between backward() and "
+                                 "step() (or synchronize()) would clear gradients that are "
+                                 "still being reduced; call it before backward() or after "
+                                 "step()")
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
 
@@ -349,12 +353,14 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             f"hvdrun.torch.DistributedOptimizer(op={op!r}) is not supported (Adasum is not "
             "available in hvdrun); use op=hvd.Average (the default) or hvd.Sum")
     if gradient_predivide_factor != 1.0 and op != Average:
-        raise ValueError("gradient_predivide_factor not supported with op != Average")
+        raise ValueError("hvdrun.torch.DistributedOptimizer: gradient_predivide_factor "
+                         "only applies to op=Average; drop it or use op=hvd.Average")
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
     if num_groups not in (0, None) and groups is None:
-        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be "
-                      "removed in v0.23.0.", DeprecationWarning)
+        warnings.warn("hvdrun.torch.DistributedOptimizer: num_groups is accepted for "
+                      "compatibility and ignored (hvdrun always fuses gradients)",
+                      DeprecationWarning)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,

@@ -95,7 +95,7 @@ if n > 1:
     try:
         opt.zero_grad()
     except AssertionError as e:
-        assert "zero_grad() was called after loss.backward()" in str(e)
+        assert "zero_grad() between backward() and step()" in str(e), e
     else:
         raise AssertionError("zero_grad between backward and step did not raise")
 opt.synchronize()
