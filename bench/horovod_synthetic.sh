@@ -18,7 +18,11 @@
 #                  figures are the mean over rounds and the best round (the least
 #                  disturbed one on a shared machine)
 #   BENCH_NO_BUILD set: use the build as it is (do not run cmake --build first)
-#   --install-only build Horovod's virtualenv and stop
+#   HOROVOD_REINSTALL set: build Horovod's virtualenv again even if it exists (to time it
+#                  under the same conditions as hvdrun's install)
+#   --install-only time both installs and stop: Horovod's (as above) and `pip install`
+#                  of this checkout into a fresh virtualenv (no pip cache, no ccache),
+#                  and print the ratio
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -39,7 +43,8 @@ done
 # Builds Horovod 0.28.1 with PyTorch and Gloo (no MPI, TensorFlow or MXNet) against
 # Debian's torch; records how long pip took in $venv/install_seconds.
 install_horovod() {
-  if [[ -f $venv/install_seconds ]] && "$venv/bin/python" -c 'import horovod.torch' 2>/dev/null; then
+  if [[ -z ${HOROVOD_REINSTALL:-} && -f $venv/install_seconds ]] &&
+    "$venv/bin/python" -c 'import horovod.torch' 2>/dev/null; then
     return
   fi
   local pkgs=(libtorch-dev pybind11-dev libeigen3-dev python3-venv python3-torchvision)
@@ -68,9 +73,30 @@ install_horovod() {
   awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f\n", b - a }' >"$venv/install_seconds"
 }
 
+# Times `pip install` of this checkout, as a user would run it, into a fresh virtualenv.
+time_hvdrun_install() {
+  local dir start end
+  dir=$(mktemp -d /tmp/hvdrun-pip.XXXXXX)
+  "$python" -m venv --system-site-packages "$dir/venv"
+  start=$(date +%s.%N)
+  CCACHE_DISABLE=1 "$dir/venv/bin/pip" install --no-cache-dir --quiet "$repo" >"$dir/install.log" 2>&1 || {
+    tail -30 "$dir/install.log" >&2
+    echo "pip install of hvdrun failed; log in $dir/install.log" >&2
+    exit 1
+  }
+  end=$(date +%s.%N)
+  rm -rf "$dir"
+  awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f\n", b - a }'
+}
+
 install_horovod
 if ((install_only)); then
-  echo "horovod 0.28.1 pip install: $(cat "$venv/install_seconds") s"
+  ours=$(time_hvdrun_install)
+  theirs=$(cat "$venv/install_seconds")
+  echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "horovod 0.28.1 pip install: $theirs s"
+  echo "hvdrun pip install:         $ours s"
+  awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "ratio hvdrun/horovod = %.3f (target <= 0.1)\n", a / b }'
   exit 0
 fi
 
