@@ -50,8 +50,8 @@ _ALTERNATIVES = {
     "add_process_set": "collectives over all ranks, or torch.distributed groups for subsets",
     "remove_process_set": "collectives over all ranks",
     "SyncBatchNorm": "torch.nn.SyncBatchNorm with torch.distributed, or plain BatchNorm",
-    "elastic": "hvdrun's elastic launch (--min-np/--max-np) with a checkpoint the program "
-               "reloads at start; hvdrun.torch has no elastic state objects",
+    "elastic": "a checkpoint the program saves and reloads at start, with the job "
+               "restarted by hand or by the scheduler; hvdrun has no elastic mode yet",
     "start_timeline": "the torch profiler (torch.profiler.profile)",
     "stop_timeline": "the torch profiler (torch.profiler.profile)",
     "DistributedAdasumOptimizer": "DistributedOptimizer with op=hvd.Average",
