@@ -17,13 +17,12 @@
 
 #include <boost/program_options.hpp>
 
+#include "common/env_names.h"
 #include "common/error.h"
+#include "common/quote.h"
+#include "common/version.h"
 #include "hostfile/hosts.h"
 #include "hostfile/placement.h"
-
-#ifndef HVDRUN_VERSION_STRING
-#define HVDRUN_VERSION_STRING "unknown"
-#endif
 
 namespace hvdrun::cli {
 namespace {
@@ -55,8 +54,8 @@ struct OptSpec {
   unsigned modes;
 };
 
-constexpr int kMaxNp = 1 << 20;
-constexpr int kMaxStartTimeout = 86400;
+constexpr int kMaxNp = env_names::kMaxRanks;
+constexpr int kMaxStartTimeout = env_names::kMaxStartTimeoutS;
 
 const std::array kOptions = {
     OptSpec{"num-proc", 0, true, "N", "Job", "number of ranks (default: all slots)", kRun | kCheck},
@@ -238,27 +237,6 @@ std::string column(const OptSpec& s) {
   }
   if (s.arg) out += std::string(" ") + s.arg;
   return out;
-}
-
-// Quotes user text in a message, keeping it on one line.
-std::string quote(std::string_view s) {
-  std::string out = "'";
-  for (char c : s) {
-    auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      static const char* hex = "0123456789abcdef";
-      out += "\\x";
-      out += hex[u >> 4];
-      out += hex[u & 15];
-    } else {
-      out += c;
-    }
-    if (out.size() > 80) {
-      out += "...";
-      break;
-    }
-  }
-  return out + "'";
 }
 
 size_t edit_distance(std::string_view a, std::string_view b) {
@@ -580,7 +558,7 @@ Command parse_command_line(const std::vector<std::string>& args) {
     }
     if (std::strcmp(spec->name, "version") == 0) {
       cmd.action = Action::version;
-      cmd.help_text = std::string("hvdrun ") + HVDRUN_VERSION_STRING + "\n";
+      cmd.help_text = std::string(kVersionLine) + "\n";
       return cmd;
     }
     found.push_back(Found{spec, value});
@@ -748,8 +726,8 @@ Command parse_command_line(const std::vector<std::string>& args) {
     o.command = std::move(command);
     cmd.action = Action::run;
   }
-  // Catch -np larger than the slots now, before anything starts.
-  if (!o.hosts.empty()) hostfile::place(o.hosts, o.np);
+  // Catch -np larger than the slots now, before anything starts (the launch plan places).
+  if (!o.hosts.empty()) hostfile::ranks_wanted(o.hosts, o.np);
   return cmd;
 }
 

@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "common/quote.h"
 
 namespace hvdrun::hostfile {
 namespace {
@@ -32,38 +33,6 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
   while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
   return s;
-}
-
-// Quotes user text for an error message: non-printable bytes escaped, long text cut, so
-// that a message stays on one line whatever the input held.
-std::string quote(std::string_view s) {
-  constexpr size_t kMaxShown = 80;
-  std::string out = "'";
-  size_t shown = 0;
-  for (char ch : s) {
-    if (shown == kMaxShown) {
-      out += "...";
-      break;
-    }
-    auto c = static_cast<unsigned char>(ch);
-    if (c == '\t') {
-      out += "\\t";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c < 0x20 || c == 0x7f) {
-      static const char* hex = "0123456789abcdef";
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    } else {
-      out += ch;
-    }
-    ++shown;
-  }
-  out += "'";
-  return out;
 }
 
 bool is_name_char(char c) {

@@ -7,7 +7,6 @@
 
 #include <poll.h>
 #include <signal.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -23,17 +22,17 @@
 #include <string>
 #include <vector>
 
+#include "common/env_names.h"
 #include "common/error.h"
+#include "common/thread_failure.h"
 #include "compat/horovod_http_server.h"
-#include "hostfile/placement.h"
+#include "launcher/launch_plan.h"
 #include "launcher/agent_protocol.h"
 #include "launcher/local_host.h"
 #include "launcher/output_relay.h"
 #include "launcher/rank_env.h"
 
-#ifdef HVDRUN_HAVE_RENDEZVOUS
 #include "rendezvous/server.h"
-#endif
 
 extern char** environ;
 
@@ -108,27 +107,6 @@ double env_seconds(const char* name, double fallback) {
   return d;
 }
 
-#ifndef HVDRUN_HAVE_RENDEZVOUS
-// Without the rendezvous library the job still gets a secret of the same form.
-std::string random_secret() {
-  unsigned char bytes[32];
-  std::size_t got = 0;
-  while (got < sizeof bytes) {
-    ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw_errno("generating the job secret", "getrandom");
-    got += static_cast<std::size_t>(n);
-  }
-  static const char* hex = "0123456789abcdef";
-  std::string s;
-  for (unsigned char b : bytes) {
-    s.push_back(hex[b >> 4]);
-    s.push_back(hex[b & 15]);
-  }
-  return s;
-}
-#endif
-
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s;
   for (std::size_t i = 0; i < ranks.size(); ++i) {
@@ -142,6 +120,7 @@ struct Host {
   int index = 0;
   std::string name;
   bool local = true;
+  LaunchMethod method = LaunchMethod::local;
   std::unique_ptr<AgentLink> link;
   proto::Decoder decoder;
   ByteQueue outq;
@@ -168,8 +147,8 @@ struct Failure {
 
 class Job {
  public:
-  Job(const LaunchOptions& opt, const JobHooks& hooks, hostfile::Placement placement)
-      : opt_(opt), hooks_(hooks), placement_(std::move(placement)) {}
+  Job(const LaunchPlan& plan, const LaunchOptions& opt, const JobHooks& hooks)
+      : opt_(opt), hooks_(hooks), plan_(plan), placement_(plan.placement) {}
 
   int run();
 
@@ -184,6 +163,8 @@ class Job {
   void host_closed(Host& h, const std::string& why);
   void fail(int exit_code, std::string message);
   void check_timers(Clock::time_point now);
+  void watch(std::string what, const ThreadFailure& failure);
+  void check_servers();
   int running_ranks() const;
   bool all_done() const { return done_ranks_ == placement_.size(); }
   // hvdrun's own stdout/stderr cannot keep up: stop reading agents (ranks then block on
@@ -194,7 +175,8 @@ class Job {
 
   const LaunchOptions& opt_;
   const JobHooks& hooks_;
-  hostfile::Placement placement_;
+  const LaunchPlan& plan_;
+  const hostfile::Placement& placement_;
   std::vector<Host> hosts_;
   std::vector<RankState> ranks_;
   std::optional<OutputRelay> relay_;
@@ -210,7 +192,27 @@ class Job {
   int started_ranks_ = 0;
   int done_ranks_ = 0;
   std::optional<Failure> failure_;
+  // The servers' I/O threads: an error there ends the job with its cause.
+  struct Watched {
+    std::string what;
+    const ThreadFailure* failure;
+    bool reported;
+  };
+  std::vector<Watched> watched_;
 };
+
+void Job::watch(std::string what, const ThreadFailure& failure) {
+  watched_.push_back(Watched{std::move(what), &failure, false});
+}
+
+void Job::check_servers() {
+  for (Watched& w : watched_) {
+    if (w.reported || !w.failure->failed()) continue;
+    w.reported = true;  // and its descriptor is no longer polled
+    fail(255, "hvdrun: the " + w.what + " failed: " + describe(w.failure->get()) +
+                  "; stopped the job\n");
+  }
+}
 
 void Job::send(Host& h, const proto::Message& m) {
   if (!h.closed) proto::encode(m, h.outq);
@@ -227,9 +229,8 @@ void Job::start_agents() {
     } else if (hooks_.remote_link) {
       h.link = hooks_.remote_link(h.name);
     } else {
-      throw LaunchError("host '" + h.name +
-                        "' is not this machine, and this hvdrun cannot start agents on other "
-                        "hosts yet; use localhost (or this machine's name) in -H");
+      throw LaunchError("host '" + h.name + "' is reached over " + std::string(to_string(h.method)) +
+                        ", but no link was opened to it");
     }
     h.last_rx = Clock::now();
     spdlog::debug("host {}: {}", h.name, h.link->describe());
@@ -510,8 +511,8 @@ int Job::finish() {
 
 int Job::run() {
   start_time_ = Clock::now();
-  grace_ = milliseconds(static_cast<long>(env_seconds("HVDRUN_KILL_GRACE", 3.0) * 1000));
-  hb_timeout_ = milliseconds(static_cast<long>(env_seconds("HVDRUN_HEARTBEAT_TIMEOUT", 30.0) * 1000));
+  grace_ = milliseconds(static_cast<long>(env_seconds(env_names::kKillGrace, 3.0) * 1000));
+  hb_timeout_ = milliseconds(static_cast<long>(env_seconds(env_names::kHeartbeatTimeout, 30.0) * 1000));
   hb_interval_ = std::max(milliseconds(10), std::min(milliseconds(1000), hb_timeout_ / 4));
   if (hb_timeout_.count() == 0) hb_interval_ = milliseconds(1000);
   if (opt_.command.empty()) {
@@ -520,19 +521,18 @@ int Job::run() {
 
   const int size = placement_.size();
   ranks_.resize(static_cast<std::size_t>(size));
-  bool all_local = true;
-  for (std::size_t i = 0; i < placement_.hosts.size(); ++i) {
+  const bool all_local = plan_.all_local();
+  for (std::size_t i = 0; i < plan_.hosts.size(); ++i) {
+    const PlannedHost& planned = plan_.hosts[i];
     Host h;
     h.index = static_cast<int>(i);
-    h.name = placement_.hosts[i].name;
-    h.local = is_local_host(h.name);
-    all_local = all_local && h.local;
+    h.name = planned.name;
+    h.local = planned.local;
+    h.method = planned.method;
+    h.ranks = planned.ranks;
+    for (int r : h.ranks) ranks_[static_cast<std::size_t>(r)].host = h.index;
     h.base_env = host_base_env(environ, h.local, opt_.env);
     hosts_.push_back(std::move(h));
-  }
-  for (const auto& slot : placement_.ranks) {
-    hosts_[static_cast<std::size_t>(slot.host_index)].ranks.push_back(slot.rank);
-    ranks_[static_cast<std::size_t>(slot.rank)].host = slot.host_index;
   }
 
   job_env_.size = size;
@@ -565,14 +565,12 @@ int Job::run() {
   ro.timestamp = opt_.prefix_timestamp;
   ro.output_dir = opt_.output_filename;
   relay_.emplace(ro, size);
-#ifdef HVDRUN_HAVE_RENDEZVOUS
   job_env_.secret = rendezvous::generate_secret();
   rendezvous::Server server(job_env_.secret, bind_addr, 0);
   server.start();
   job_env_.rendezvous_port = server.port();
-#else
-  job_env_.secret = random_secret();
-#endif
+  watch("rendezvous server", server.failure());
+  if (hooks_.on_rendezvous) hooks_.on_rendezvous(server);
   // Horovod's own gloo-mode rendezvous (HTTP), for unmodified Horovod programs. Its
   // protocol has no secret: beyond loopback it admits only the job's hosts.
   compat::HorovodHttpServer horovod(placement_, bind_addr, 0);
@@ -582,6 +580,7 @@ int Job::run() {
     horovod.allow_only(allowed);
   }
   horovod.start();
+  watch("Horovod rendezvous server", horovod.failure());
   job_env_.horovod_port = horovod.port();
   job_env_.num_hosts = static_cast<int>(hosts_.size());
   spdlog::debug("rendezvous on {}:{}, Horovod rendezvous on port {}", bind_addr,
@@ -626,6 +625,9 @@ int Job::run() {
         // Agents are not expected to get through while we do not read them.
         if (paused) h.last_rx = now;
       }
+      for (const Watched& w : watched_) {
+        if (!w.reported) fds.push_back({w.failure->fd(), POLLIN, 0});
+      }
       auto wake = next_heartbeat_;
       if (paused) wake = std::min(wake, now + milliseconds(5));
       if (!teardown_deadline_ && started_ranks_ < size) wake = std::min(wake, start_deadline_);
@@ -640,6 +642,7 @@ int Job::run() {
         for (Host& h : hosts_) service(h);
         relay_->flush();
       }
+      check_servers();
       check_timers(Clock::now());
       for (Host& h : hosts_) service(h, /*read=*/false);  // send what the timers queued
     }
@@ -656,14 +659,13 @@ int Job::run() {
 
 }  // namespace
 
-int run_job(const LaunchOptions& options, const JobHooks& hooks) {
-  std::vector<hostfile::HostSlots> hosts = options.hosts;
-  if (hosts.empty()) {
-    if (!options.np) throw UsageError("-np is required without -H or --hostfile; expected e.g. hvdrun -np 4 python train.py");
-    hosts.push_back({"localhost", *options.np});
-  }
-  Job job(options, hooks, hostfile::place(hosts, options.np));
+int run_job(const LaunchPlan& plan, const LaunchOptions& options, const JobHooks& hooks) {
+  Job job(plan, options, hooks);
   return job.run();
+}
+
+int run_job(const LaunchOptions& options, const JobHooks& hooks) {
+  return run_job(make_plan(options), options, hooks);
 }
 
 }  // namespace hvdrun::launcher

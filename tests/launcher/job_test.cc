@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/fd.h"
 #include "launcher/job.h"
+#include "rendezvous/server.h"
 
 using namespace hvdrun;
 using namespace hvdrun::launcher;
@@ -131,6 +132,19 @@ TEST_CASE("job: an agent stream polluted by a login banner is named as such") {
   CHECK(r.code == 255);
   CHECK_THAT(r.err, Catch::Contains("Welcome to the cluster!"));
   CHECK_THAT(r.err, Catch::Contains("login script"));
+}
+
+TEST_CASE("job: an error on the rendezvous server's thread ends the job with its cause") {
+  JobHooks hooks;
+  hooks.agent_exe = kHvdrun;
+  hooks.on_rendezvous = [](rendezvous::Server& server) {
+    server.post([] { throw std::runtime_error("the store ran out of room"); });
+  };
+  Result r = run(options(2, {"sleep", "30"}), hooks);
+  CHECK(r.code == 255);
+  CHECK_THAT(r.err, Catch::Contains("the rendezvous server failed: the store ran out of room; "
+                                    "stopped the job"));
+  CHECK(r.seconds < 10);
 }
 
 TEST_CASE("job: a remote host without a transport is a launch error") {
