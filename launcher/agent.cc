@@ -11,7 +11,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,25 +31,13 @@
 #include "launcher/agent_protocol.h"
 #include "launcher/group_guard.h"
 #include "launcher/line_tail.h"
-
-extern char** environ;
+#include "launcher/subprocess.h"
 
 namespace hvdrun::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-volatile sig_atomic_t g_child = 0;
-volatile sig_atomic_t g_term = 0;
-
-void on_signal(int sig) {
-  if (sig == SIGCHLD) {
-    g_child = 1;
-  } else {
-    g_term = sig;
-  }
-}
 
 // Pause reading rank output while this much is waiting for the launcher.
 constexpr std::size_t kQueueHighWater = 4u << 20;
@@ -226,54 +213,27 @@ void Agent::spawn(const proto::Spawn& s) {
 
   auto [out_r, out_w] = make_pipe();
   auto [err_r, err_w] = make_pipe();
-  auto [st_r, st_w] = make_pipe();
   // Bigger pipes mean fewer wakeups for chatty ranks; failure is harmless.
   ::fcntl(out_r.get(), F_SETPIPE_SZ, 1 << 20);
 
-  std::vector<char*> argv;
-  for (const auto& a : s.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (const auto& e : s.env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  const char* cwd = s.cwd.empty() ? nullptr : s.cwd.c_str();
-  pid_t agent_pid = ::getpid();
-
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    int e = errno;
+  ChildSpec spec;
+  spec.argv = s.argv;
+  spec.env = &s.env;
+  spec.cwd = s.cwd;
+  spec.stdin_fd = dev_null_.get();
+  spec.stdout_fd = out_w.get();
+  spec.stderr_fd = err_w.get();
+  spec.death_signal = SIGKILL;
+  Child child;
+  try {
+    child = launcher::spawn(spec);
+  } catch (const SystemError& e) {
     r.reported = true;
     send(proto::Fatal{s.rank, "cannot start rank " + std::to_string(s.rank) + ": fork: " +
-                                  std::strerror(e)});
+                                  std::strerror(e.code())});
     return;
   }
-  if (pid == 0) {
-    // The agent is single-threaded, so the child may use the C library freely until exec.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != agent_pid) ::_exit(127);
-    ::dup2(dev_null_.get(), 0);
-    ::dup2(out_w.get(), 1);
-    ::dup2(err_w.get(), 2);
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGQUIT}) ::sigaction(sig, &dfl, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    int report[2] = {0, 0};
-    if (cwd && ::chdir(cwd) != 0) {
-      report[0] = 1;
-    } else {
-      environ = envp.data();  // execvp searches the rank's own PATH
-      ::execvp(argv[0], argv.data());
-      report[0] = 2;
-    }
-    report[1] = errno;
-    (void)!::write(st_w.get(), report, sizeof report);
-    ::_exit(127);
-  }
-  ::setpgid(pid, pid);  // also from here, so kill(-pid) works whoever runs first
+  const pid_t pid = child.pid;
   r.pid = pid;
   by_pid_[pid] = s.rank;
   if (guard_) guard_->watch(pid);
@@ -281,7 +241,7 @@ void Agent::spawn(const proto::Spawn& s) {
   set_nonblocking(err_r.get());
   r.out = std::move(out_r);
   r.err = std::move(err_r);
-  r.exec_status = std::move(st_r);
+  r.exec_status = std::move(child.exec_status);
   spdlog::debug("rank {} forked as pid {}", s.rank, pid);
 }
 
@@ -291,17 +251,13 @@ void Agent::check_exec_status(Rank& r, bool blocking) {
     pollfd p{r.exec_status.get(), POLLIN, 0};
     if (::poll(&p, 1, 0) <= 0) return;
   }
-  int report[2] = {0, 0};
-  ssize_t n;
-  do {
-    n = ::read(r.exec_status.get(), report, sizeof report);
-  } while (n < 0 && errno == EINTR);
+  auto failure = read_exec_failure(r.exec_status.get());
   r.exec_status.reset();
-  if (n == static_cast<ssize_t>(sizeof report)) {
-    std::string what = report[0] == 1 ? "cannot change to directory '" + r.cwd + "'"
-                                       : "cannot execute '" + r.argv0 + "'";
+  if (failure) {
+    std::string what = failure->chdir ? "cannot change to directory '" + r.cwd + "'"
+                                      : "cannot execute '" + r.argv0 + "'";
     send(proto::Fatal{r.rank, "cannot start rank " + std::to_string(r.rank) + ": " + what + ": " +
-                                  std::strerror(report[1])});
+                                  std::strerror(failure->error)});
     r.reported = true;  // the fatal frame stands for its exit report
   } else {
     send(proto::RankStarted{r.rank, r.pid});
@@ -497,18 +453,7 @@ bool Agent::report_fatal(const std::string& message) {
 }
 
 int Agent::run() {
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigset_t blocked, wait_mask;
-  sigemptyset(&blocked);
-  for (int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) {
-    sigaddset(&blocked, s);
-    ::sigaction(s, &sa, nullptr);
-  }
-  ::signal(SIGPIPE, SIG_IGN);
-  ::sigprocmask(SIG_BLOCK, &blocked, &wait_mask);
-  for (int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigdelset(&wait_mask, s);
+  SignalMask signals({SIGCHLD, SIGTERM, SIGINT, SIGHUP});
 
   dev_null_.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!dev_null_) throw_errno("opening /dev/null for rank stdin", "open");
@@ -523,14 +468,9 @@ int Agent::run() {
   };
   std::vector<Slot> slots;
   for (;;) {
-    if (g_child) {
-      g_child = 0;
-      reap();
-    }
-    if (g_term) {
-      int sig = g_term;
-      g_term = 0;
-      spdlog::debug("signal {}", sig);
+    if (signals.take(SIGCHLD) > 0) reap();
+    if (signals.take(SIGTERM) + signals.take(SIGINT) + signals.take(SIGHUP) > 0) {
+      spdlog::debug("signal {}", SignalMask::last());
       in_eof_ = true;
       begin_kill(have_hello_ ? hello_.kill_grace_ms : 3000, "agent received a signal");
     }
@@ -593,7 +533,7 @@ int Agent::run() {
     if (left.count() < 0) left = {};
     timespec ts{static_cast<time_t>(left.count() / 1000000000),
                 static_cast<long>(left.count() % 1000000000)};
-    int rc = ::ppoll(fds.data(), fds.size(), &ts, &wait_mask);
+    int rc = ::ppoll(fds.data(), fds.size(), &ts, signals.wait_mask());
     if (rc < 0) {
       if (errno == EINTR) continue;
       throw_errno("agent main loop", "ppoll");

@@ -11,7 +11,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <array>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -31,6 +30,7 @@
 #include "launcher/local_host.h"
 #include "launcher/output_relay.h"
 #include "launcher/rank_env.h"
+#include "launcher/subprocess.h"
 
 #include "rendezvous/server.h"
 
@@ -41,59 +41,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-volatile sig_atomic_t g_last_signal = 0;
-volatile sig_atomic_t g_signal_count = 0;
-
-void on_signal(int sig) {
-  g_last_signal = sig;
-  g_signal_count = g_signal_count + 1;
-}
-
-// Blocks SIGINT/SIGTERM/SIGHUP (so threads started later inherit the block and the main
-// loop alone sees them, inside ppoll) and ignores SIGPIPE; restores everything on exit.
-class SignalGuard {
- public:
-  SignalGuard() {
-    g_last_signal = 0;
-    g_signal_count = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigset_t block;
-    sigemptyset(&block);
-    for (std::size_t i = 0; i < kSignals.size(); ++i) {
-      sigaddset(&block, kSignals[i]);
-      ::sigaction(kSignals[i], &sa, &old_[i]);
-    }
-    struct sigaction ign {};
-    ign.sa_handler = SIG_IGN;
-    ::sigaction(SIGPIPE, &ign, &old_pipe_);
-    ::pthread_sigmask(SIG_BLOCK, &block, &old_mask_);
-    wait_mask_ = old_mask_;
-    for (int s : kSignals) sigdelset(&wait_mask_, s);
-  }
-  ~SignalGuard() {
-    ::pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
-    for (std::size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
-    ::sigaction(SIGPIPE, &old_pipe_, nullptr);
-  }
-  SignalGuard(const SignalGuard&) = delete;
-  SignalGuard& operator=(const SignalGuard&) = delete;
-  const sigset_t* wait_mask() const { return &wait_mask_; }
-
- private:
-  static constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGHUP};
-  std::array<struct sigaction, 3> old_{};
-  struct sigaction old_pipe_ {};
-  sigset_t old_mask_{};
-  sigset_t wait_mask_{};
-};
-
-std::string signal_text(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return "signal " + std::to_string(sig) + (abbrev ? std::string(" (SIG") + abbrev + ")" : "");
-}
 
 double env_seconds(const char* name, double fallback) {
   const char* v = std::getenv(name);
@@ -556,7 +503,8 @@ int Job::run() {
     }
   }
 
-  SignalGuard signals;  // before any thread starts, so every thread inherits the block
+  // Before any thread starts, so that every thread inherits the block.
+  SignalMask signals({SIGINT, SIGTERM, SIGHUP});
   // Agents first, while this process is still single-threaded: a local agent is then a
   // plain fork that needs no exec.
   start_agents();
@@ -590,14 +538,13 @@ int Job::run() {
   start_deadline_ =
       hooks_.launch_start.value_or(start_time_) + std::chrono::seconds(opt_.start_timeout_s);
   next_heartbeat_ = Clock::now() + hb_interval_;
-  int handled_signals = 0;
+  bool interrupted = false;
   std::vector<pollfd> fds;
   try {
     for (;;) {
-      if (g_signal_count != handled_signals) {
-        bool again = handled_signals > 0;
-        handled_signals = g_signal_count;
-        int sig = g_last_signal;
+      if (signals.take(SIGINT) + signals.take(SIGTERM) + signals.take(SIGHUP) > 0) {
+        const bool again = std::exchange(interrupted, true);
+        const int sig = SignalMask::last();
         if (again) {
           // A second interrupt: stop waiting for a graceful end.
           for (Host& h : hosts_) h.link->abort();
