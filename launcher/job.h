@@ -10,6 +10,7 @@
 #include <string>
 
 #include "launcher/agent_link.h"
+#include "launcher/job_context.h"
 #include "launcher/launch_plan.h"
 #include "launcher/options.h"
 
@@ -24,6 +25,8 @@ struct JobHooks {
   /// The executable run as a local host's agent (`EXE agent`); empty: the agent is a fork
   /// of this process (see start_local_agent).
   std::string agent_exe;
+  /// Opens the agent link of a host on this machine. Unset: start_local_agent(agent_exe).
+  std::function<std::unique_ptr<AgentLink>(const std::string& host)> local_link;
   /// Opens the agent link of a host whose launch method is ssh (the SSH exec channel
   /// running `hvdrun agent` that the preflight started). Unset: such a host is a
   /// LaunchError.
@@ -44,7 +47,12 @@ struct JobHooks {
 /// rank has been stopped.
 int run_job(const LaunchPlan& plan, const LaunchOptions& options, const JobHooks& hooks = {});
 
-/// Same, with the plan made from `options` (make_plan).
+/// Same, in `context` (its clock and policy set): the seam the job's unit tests use.
+int run_job(const LaunchPlan& plan, const LaunchOptions& options, const JobHooks& hooks,
+            JobContext& context);
+
+/// Same, with the plan made from `options` (make_plan) and the context of this process
+/// (process_context, the real clock, the first-failure rule).
 int run_job(const LaunchOptions& options, const JobHooks& hooks = {});
 
 }  // namespace hvdrun::launcher
