@@ -92,8 +92,8 @@ class Job {
   // One turn of the supervision loop; false when the job is over.
   bool turn();
   bool handle_interrupt();
-  bool teardown_overdue(Clock::time_point now);
-  void wait_for_events(Clock::time_point now);
+  bool teardown_overdue(Clock::time_point t);
+  void wait_for_events(Clock::time_point t);
 
   std::unique_ptr<AgentLink> open_link(const Host& h);
   void send(Host& h, const proto::Message& m);
@@ -110,8 +110,8 @@ class Job {
   void fail(int exit_code, std::string message);
   void begin_teardown();
   bool stopping() const { return teardown_deadline_.has_value(); }
-  void check_timers(Clock::time_point now);
-  void check_start_deadline(Clock::time_point now);
+  void check_timers(Clock::time_point t);
+  void check_start_deadline(Clock::time_point t);
   void watch(std::string what, const ThreadFailure& failure);
   void check_servers();
   int running_ranks() const;
