@@ -232,6 +232,7 @@ void Agent::spawn(const proto::Spawn& s) {
   ::fcntl(out_r.get(), F_SETPIPE_SZ, 1 << 20);
 
   ChildSpec spec;
+  spec.what = "rank " + std::to_string(s.rank);
   spec.argv = s.argv;
   spec.env = &s.env;
   spec.cwd = s.cwd;

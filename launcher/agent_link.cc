@@ -113,6 +113,7 @@ std::unique_ptr<AgentLink> start_local_agent(const std::string& exe_arg) {
   auto [to_agent_r, to_agent_w] = make_pipe();
   auto [from_agent_r, from_agent_w] = make_pipe();
   ChildSpec spec;
+  spec.what = "the local agent " + exe;
   spec.stdin_fd = to_agent_r.get();
   spec.stdout_fd = from_agent_w.get();
   spec.death_signal = SIGTERM;  // terminal signals go to the launcher alone (own group)

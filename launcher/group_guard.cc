@@ -60,6 +60,7 @@ GroupGuard::GroupGuard() {
   UniqueFd r(p[0]);
   to_guard_.reset(p[1]);
   ChildSpec spec;
+  spec.what = "the rank group guard";
   // guard_main keeps only the read end (close_range drops the write end in the child).
   spec.main = [from_agent = r.get()]() -> int { guard_main(from_agent); };
   // It stays in the agent's process group and outlives the agent on purpose.

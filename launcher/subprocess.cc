@@ -88,9 +88,8 @@ Child spawn(const ChildSpec& spec) {
   UniqueFd status_w;
   if (exec) std::tie(status_r, status_w) = make_pipe();
   const pid_t parent = ::getpid();
-  const std::string what = exec ? spec.argv[0] : std::string("a child process");
   pid_t pid = ::fork();
-  if (pid < 0) throw_errno("starting " + what, "fork");
+  if (pid < 0) throw_errno("starting " + spec.what, "fork");
   if (pid == 0) {
     child(spec, parent, exec ? argv.data() : nullptr, spec.env ? envp.data() : nullptr,
           status_w.get());

@@ -22,6 +22,8 @@ namespace hvdrun::launcher {
 
 /// How to start a child.
 struct ChildSpec {
+  /// What the child is, for error messages ("the local agent /usr/bin/hvdrun").
+  std::string what = "a child process";
   /// Program and arguments, run with execvp (PATH from `env` when given). Empty: the
   /// child runs `main` instead, without exec.
   std::vector<std::string> argv;
