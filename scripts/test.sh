@@ -132,7 +132,7 @@ stage_tidy() {
     JOBS=$jobs run scripts/tidy.sh "$prefix-fuzz" fuzz/*.cc || failed=1
   else
     JOBS=$jobs run scripts/tidy.sh "$prefix" --changed || failed=1
-    JOBS=$jobs run scripts/tidy.sh "$prefix-fuzz" --changed || failed=1
+    JOBS=$jobs TIDY_UNDER=fuzz/ run scripts/tidy.sh "$prefix-fuzz" --changed || failed=1
   fi
   return "$failed"
 }

@@ -10,7 +10,8 @@
 #        scripts/tidy.sh BUILD_DIR --changed [BASE]
 #   --changed: only what differs from BASE (default: the merge base with origin/main,
 #   else main, else HEAD~1), committed or not: each changed source, and for a changed
-#   header every source that includes it. CI runs this; the full run is for by hand.
+#   header every source that includes it; with TIDY_UNDER=DIR/ only the sources under
+#   DIR/. CI runs this; the full run is for by hand.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:?usage: scripts/tidy.sh BUILD_DIR [FILE...] | BUILD_DIR --changed [BASE]}
@@ -38,7 +39,7 @@ if [[ ${1:-} == --changed ]]; then
     esac
   done
   # Only sources this build compiles (the fuzzers are in the fuzz build's database only).
-  mapfile -t files < <(printf '%s\n' "${selected[@]}" | sort -u |
+  mapfile -t files < <(printf '%s\n' "${selected[@]}" | sort -u | grep "^${TIDY_UNDER:-}" |
     python3 -c '
 import json, os, sys
 db = json.load(open(sys.argv[1]))
