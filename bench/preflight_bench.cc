@@ -16,8 +16,8 @@
 #include <spdlog/spdlog.h>
 
 #include "bench/bench_args.h"
+#include "launcher/preflight.h"
 #include "ssh/libssh2_session.h"
-#include "ssh/preflight.h"
 #include "tests/support/sshd_cluster.h"
 
 using Clock = std::chrono::steady_clock;
@@ -69,11 +69,11 @@ Sample run_preflight(const hvdrun::testing::SshdCluster& c, int hosts,
   auto options = c.options(hosts);
   options.remote_hvdrun = stand_in;
   hvdrun::ssh::Libssh2Connector connector;
-  hvdrun::ssh::PreflightSettings settings;
+  hvdrun::launcher::PreflightSettings settings;
   settings.expected_version = "hvdrun bench";
   double cpu0 = self_cpu();
   auto t0 = Clock::now();
-  auto report = hvdrun::ssh::preflight(options, connector, settings);
+  auto report = hvdrun::launcher::preflight(options, connector, settings);
   Sample s{seconds_since(t0), self_cpu() - cpu0};
   if (!report.ok()) {
     std::fprintf(stderr, "preflight failed\n");

@@ -15,9 +15,8 @@
 #include "common/error.h"
 #include "compat/check_build.h"
 #include "launcher/agent.h"
-#include "launcher/job.h"
-#include "launcher/ssh_agent_link.h"
-#include "ssh/check.h"
+#include "launcher/check.h"
+#include "launcher/launch.h"
 
 namespace {
 
@@ -71,7 +70,7 @@ int main(int argc, char** argv) {
     case Action::check:
       setup_logging(cmd.options, "hvdrun: [%l] %v");
       try {
-        return hvdrun::ssh::run_check(cmd.options);
+        return hvdrun::launcher::run_check(cmd.options);
       } catch (const hvdrun::UsageError& e) {
         return usage_error(e.what());
       } catch (const std::exception& e) {
@@ -92,7 +91,7 @@ int main(int argc, char** argv) {
 
   setup_logging(cmd.options, "hvdrun: [%l] %v");
   try {
-    return hvdrun::launcher::run_job_over_ssh(cmd.options);
+    return hvdrun::launcher::launch(cmd.options);
   } catch (const hvdrun::UsageError& e) {
     return usage_error(e.what());
   } catch (const std::exception& e) {

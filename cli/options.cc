@@ -17,13 +17,12 @@
 
 #include <boost/program_options.hpp>
 
+#include "common/env_names.h"
 #include "common/error.h"
+#include "common/quote.h"
+#include "common/version.h"
 #include "hostfile/hosts.h"
 #include "hostfile/placement.h"
-
-#ifndef HVDRUN_VERSION_STRING
-#define HVDRUN_VERSION_STRING "unknown"
-#endif
 
 namespace hvdrun::cli {
 namespace {
@@ -55,8 +54,8 @@ struct OptSpec {
   unsigned modes;
 };
 
-constexpr int kMaxNp = 1 << 20;
-constexpr int kMaxStartTimeout = 86400;
+constexpr int kMaxNp = env_names::kMaxRanks;
+constexpr int kMaxStartTimeout = env_names::kMaxStartTimeoutS;
 
 const std::array kOptions = {
     OptSpec{"num-proc", 0, true, "N", "Job", "number of ranks (default: all slots)", kRun | kCheck},
@@ -238,27 +237,6 @@ std::string column(const OptSpec& s) {
   }
   if (s.arg) out += std::string(" ") + s.arg;
   return out;
-}
-
-// Quotes user text in a message, keeping it on one line.
-std::string quote(std::string_view s) {
-  std::string out = "'";
-  for (char c : s) {
-    auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      static const char* hex = "0123456789abcdef";
-      out += "\\x";
-      out += hex[u >> 4];
-      out += hex[u & 15];
-    } else {
-      out += c;
-    }
-    if (out.size() > 80) {
-      out += "...";
-      break;
-    }
-  }
-  return out + "'";
 }
 
 size_t edit_distance(std::string_view a, std::string_view b) {
@@ -493,102 +471,121 @@ std::string help_text() {
   return out;
 }
 
-Command parse_command_line(const std::vector<std::string>& args) {
-  Command cmd;
-  auto& o = cmd.options;
-  unsigned mode = kRun;
-  size_t i = 0;
-  if (!args.empty()) {
-    if (args[0] == "run") {
-      i = 1;
-    } else if (args[0] == "check") {
-      mode = kCheck;
-      i = 1;
-    } else if (args[0] == "agent") {
-      mode = kAgent;
-      i = 1;
-    }
-  }
+namespace {
 
-  // Walk: find the options, their values, and where the command starts.
+// The subcommand (run when none is named), and where its options start.
+unsigned subcommand(const std::vector<std::string>& args, size_t& first) {
+  first = 0;
+  if (args.empty()) return kRun;
+  if (args[0] == "run" || args[0] == "check" || args[0] == "agent") first = 1;
+  if (args[0] == "check") return kCheck;
+  if (args[0] == "agent") return kAgent;
+  return kRun;
+}
+
+// A token that names an option: its spec, a value written with it (`--name=value`,
+// `-pVALUE`) and the form the user wrote, for messages.
+struct Token {
+  const OptSpec* spec = nullptr;
+  std::optional<std::string> value;
+  std::string written;
+};
+
+// The option `a` names; nullopt when `a` is not an option (the command starts there).
+std::optional<Token> option_token(const std::string& a) {
+  Token t;
+  if (a.size() > 2 && a.compare(0, 2, "--") == 0) {
+    size_t eq = a.find('=');
+    std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    for (const auto& s : kOptions) {
+      if (name == s.name) t.spec = &s;
+    }
+    if (!t.spec) unknown_option(a);
+    if (eq != std::string::npos) t.value = a.substr(eq + 1);
+    t.written = "--" + name;
+  } else if (auto alias = std::find_if(kSingleDashAliases.begin(), kSingleDashAliases.end(),
+                                       [&](const auto& p) {
+                                         return std::string_view(a).substr(0, a.find('=')) ==
+                                                p.first;
+                                       });
+             alias != kSingleDashAliases.end()) {
+    t.spec = &spec_named(alias->second);
+    if (a.find('=') != std::string::npos) t.value = a.substr(a.find('=') + 1);
+    t.written = std::string(alias->first);
+  } else if (a == "-np" || a.compare(0, 4, "-np=") == 0) {
+    t.spec = &spec_named("num-proc");
+    if (a.size() > 3) t.value = a.substr(4);
+    t.written = "-np";
+  } else if (a.size() >= 2 && a[0] == '-' && a[1] != '-') {
+    for (const auto& s : kOptions) {
+      if (s.short_name == a[1]) t.spec = &s;
+    }
+    if (!t.spec || (!t.spec->arg && a.size() > 2)) unknown_option(a);
+    if (a.size() > 2) t.value = a.substr(a[2] == '=' ? 3 : 2);
+    t.written = a.substr(0, 2);
+  } else {
+    return std::nullopt;
+  }
+  return t;
+}
+
+// argv taken apart: the options found, the user's command, and the answer to --help or
+// --version when one of them came first.
+struct Walk {
   std::vector<Found> found;
   std::vector<std::string> command;
+  std::optional<Command> answer;
+};
+
+// Finds the options, their values, and where the command starts: at the first word that
+// is not an option, or after `--`.
+Walk walk(const std::vector<std::string>& args, size_t i, unsigned mode) {
+  Walk w;
   for (; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--") {
-      command.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+      w.command.assign(args.begin() + static_cast<long>(i) + 1, args.end());
       break;
     }
-    const OptSpec* spec = nullptr;
-    std::optional<std::string> value;
-    std::string written;
-    if (a.size() > 2 && a.compare(0, 2, "--") == 0) {
-      size_t eq = a.find('=');
-      std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-      for (const auto& s : kOptions) {
-        if (name == s.name) spec = &s;
-      }
-      if (!spec) unknown_option(a);
-      if (eq != std::string::npos) value = a.substr(eq + 1);
-      written = "--" + name;
-    } else if (auto alias = std::find_if(kSingleDashAliases.begin(), kSingleDashAliases.end(),
-                                         [&](const auto& p) {
-                                           return std::string_view(a).substr(0, a.find('=')) ==
-                                                  p.first;
-                                         });
-               alias != kSingleDashAliases.end()) {
-      spec = &spec_named(alias->second);
-      if (a.find('=') != std::string::npos) value = a.substr(a.find('=') + 1);
-      written = std::string(alias->first);
-    } else if (a == "-np" || a.compare(0, 4, "-np=") == 0) {
-      spec = &spec_named("num-proc");
-      if (a.size() > 3) value = a.substr(4);
-      written = "-np";
-    } else if (a.size() >= 2 && a[0] == '-' && a[1] != '-') {
-      for (const auto& s : kOptions) {
-        if (s.short_name == a[1]) spec = &s;
-      }
-      if (!spec || (!spec->arg && a.size() > 2)) unknown_option(a);
-      if (a.size() > 2) value = a.substr(a[2] == '=' ? 3 : 2);
-      written = a.substr(0, 2);
-    } else {
-      command.assign(args.begin() + static_cast<long>(i), args.end());
+    std::optional<Token> t = option_token(a);
+    if (!t) {
+      w.command.assign(args.begin() + static_cast<long>(i), args.end());
       break;
     }
-
-    if (!(spec->modes & mode)) {
-      // --help and --version answer in any mode; everything else must belong to it.
-      wrong_mode(*spec, mode);
-    }
-    if (spec->arg && !value) {
-      std::string example = written + " " + spec->arg;
+    const OptSpec& spec = *t->spec;
+    // --help and --version answer in any mode; everything else must belong to it.
+    if (!(spec.modes & mode)) wrong_mode(spec, mode);
+    if (spec.arg && !t->value) {
+      std::string example = t->written + " " + spec.arg;
       if (i + 1 >= args.size() ||
           (args[i + 1].size() > 2 && args[i + 1].compare(0, 2, "--") == 0)) {
-        throw UsageError(written + " needs a value; expected " + example);
+        throw UsageError(t->written + " needs a value; expected " + example);
       }
-      value = args[++i];
-    } else if (!spec->arg && value) {
-      throw UsageError(written + " takes no value; got " + quote(a));
+      t->value = args[++i];
+    } else if (!spec.arg && t->value) {
+      throw UsageError(t->written + " takes no value; got " + quote(a));
     }
-    if (value && value->empty()) {
-      throw UsageError(written + " needs a non-empty value; expected " + written + " " + spec->arg);
+    if (t->value && t->value->empty()) {
+      throw UsageError(t->written + " needs a non-empty value; expected " + t->written + " " +
+                       spec.arg);
     }
-    if (std::strcmp(spec->name, "help") == 0) {
-      cmd.action = Action::help;
-      cmd.help_text = help_text();
-      return cmd;
+    if (std::strcmp(spec.name, "help") == 0 || std::strcmp(spec.name, "version") == 0) {
+      Command answer;
+      const bool help = std::strcmp(spec.name, "help") == 0;
+      answer.action = help ? Action::help : Action::version;
+      answer.help_text = help ? help_text() : std::string(kVersionLine) + "\n";
+      w.answer = std::move(answer);
+      return w;
     }
-    if (std::strcmp(spec->name, "version") == 0) {
-      cmd.action = Action::version;
-      cmd.help_text = std::string("hvdrun ") + HVDRUN_VERSION_STRING + "\n";
-      return cmd;
-    }
-    found.push_back(Found{spec, value});
+    w.found.push_back(Found{&spec, t->value});
   }
+  return w;
+}
 
-  // Boost.Program_options stores the options strictly: a repeated single-valued option is
-  // an error. Every token is handed over as --name or --name=value, so a value that looks
-  // like an option (`-np -1`) reaches our own checks below instead of confusing Boost.
+// Boost.Program_options stores the options strictly: a repeated single-valued option is
+// an error. Every token is handed over as --name or --name=value, so a value that looks
+// like an option (`-np -1`) reaches our own checks instead of confusing Boost.
+po::variables_map store_strictly(const std::vector<Found>& found, unsigned mode) {
   po::options_description desc;
   for (const auto& s : kOptions) {
     if (!(s.modes & mode)) continue;
@@ -620,136 +617,179 @@ Command parse_command_line(const std::vector<std::string>& args) {
   } catch (const po::error& e) {
     throw UsageError(std::string(e.what()) + "; see hvdrun --help");
   }
-  auto given = [&](const char* name) {
-    auto it = vm.find(name);
-    if (it == vm.end()) return false;
+  return vm;
+}
+
+// The stored options, by name.
+class Values {
+ public:
+  explicit Values(po::variables_map vm) : vm_(std::move(vm)) {}
+
+  bool given(const char* name) const {
+    auto it = vm_.find(name);
+    if (it == vm_.end()) return false;
     if (const bool* b = boost::any_cast<bool>(&it->second.value())) return *b;
     return true;
-  };
-  auto str = [&](const char* name) { return vm[name].as<std::string>(); };
-  auto nonempty = [&](const char* name) {
+  }
+  std::string str(const char* name) const { return vm_[name].as<std::string>(); }
+  std::string nonempty(const char* name) const {
     std::string v = str(name);
     if (v.empty()) {
       const OptSpec& s = spec_named(name);
       throw UsageError(shown(s) + " needs a non-empty value; expected " + shown(s) + " " + s.arg);
     }
     return v;
-  };
+  }
+  std::vector<std::string> list(const char* name) const {
+    return vm_.count(name) ? vm_[name].as<std::vector<std::string>>() : std::vector<std::string>{};
+  }
 
-  // --log-level and --verbose first: they apply to every action.
-  if (given("log-level")) {
-    std::string level = str("log-level");
+ private:
+  po::variables_map vm_;
+};
+
+// --log-level and --verbose: they apply to every action.
+void apply_logging(const Values& v, launcher::LaunchOptions& o) {
+  if (v.given("log-level")) {
+    std::string level = v.str("log-level");
     std::transform(level.begin(), level.end(), level.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     static const std::set<std::string> kLevels = {"trace", "debug",    "info", "warning",
                                                   "error", "critical", "off"};
     if (!kLevels.count(level)) {
-      throw UsageError("bad value " + quote(str("log-level")) +
+      throw UsageError("bad value " + quote(v.str("log-level")) +
                        " for --log-level; expected trace, debug, info, warning, error, "
                        "critical or off");
     }
     o.log_level = level;
   }
-  o.verbose = given("verbose");
+  o.verbose = v.given("verbose");
+}
 
+void check_build_alone(const std::vector<Found>& found, const std::vector<std::string>& command) {
+  for (const auto& f : found) {
+    std::string_view n = f.spec->name;
+    if (n != "check-build" && n != "verbose" && n != "log-level") {
+      throw UsageError("--check-build takes no other options; got " + shown(*f.spec));
+    }
+  }
+  if (!command.empty()) {
+    throw UsageError("--check-build takes no command; got " + quote(command.front()));
+  }
+}
+
+// The options `run` and `check` share: ranks, hosts, SSH and the start deadline.
+void apply_hosts_and_ssh(const Values& v, launcher::LaunchOptions& o) {
+  if (v.given("num-proc")) {
+    o.np = number_option(spec_named("num-proc"), v.str("num-proc"), 1, kMaxNp,
+                         "a whole number of processes", "-np 4");
+  }
+  if (v.given("hosts") && v.given("hostfile")) {
+    throw UsageError("-H and --hostfile cannot be used together; give the hosts one way");
+  }
+  if (v.given("hosts")) o.hosts = hostfile::parse_host_list(v.str("hosts"));
+  if (v.given("hostfile")) o.hosts = hostfile::parse_hostfile(v.nonempty("hostfile"));
+  if (v.given("ssh-port")) {
+    o.ssh_port = number_option(spec_named("ssh-port"), v.str("ssh-port"), 1, 65535, "a port number",
+                               "-p 2222");
+  }
+  if (v.given("ssh-identity-file")) o.ssh_identity_file = v.nonempty("ssh-identity-file");
+  if (v.given("ssh-config")) o.ssh_config = v.nonempty("ssh-config");
+  if (v.given("start-timeout")) {
+    o.start_timeout_s = number_option(spec_named("start-timeout"), v.str("start-timeout"), 1,
+                                      kMaxStartTimeout, "whole seconds", "--start-timeout 60");
+  }
+  if (v.given("remote-hvdrun")) o.remote_hvdrun = v.nonempty("remote-hvdrun");
+}
+
+// The options of `run` alone: interface, output, and the ranks' environment.
+void apply_run_options(const Values& v, const std::vector<Found>& found,
+                       launcher::LaunchOptions& o) {
+  if (v.given("network-interface")) {
+    o.network_interface = v.nonempty("network-interface");
+    if (o.network_interface.find_first_of(" \t\n/") != std::string::npos) {
+      throw UsageError("bad value " + quote(o.network_interface) +
+                       " for --network-interface; expected an interface name such as eth0");
+    }
+  }
+  if (v.given("output-filename")) o.output_filename = v.nonempty("output-filename");
+  o.prefix_timestamp = v.given("prefix-output-with-timestamp");
+  o.env = horovod_knob_env(found);
+  for (const auto& e : v.list("env")) {
+    std::string_view name = std::string_view(e).substr(0, e.find('='));
+    if (!valid_env_name(name)) {
+      throw UsageError("bad value " + quote(e) +
+                       " for -x/--env; expected NAME or NAME=VALUE "
+                       "where NAME has letters, digits and '_' and does not start with a digit");
+    }
+    o.env.push_back(e);
+  }
+}
+
+void check_has_no_command(const std::vector<std::string>& command) {
+  if (!command.empty()) {
+    throw UsageError("'hvdrun check' takes no command (got " + quote(command.front()) +
+                     "); it only checks the hosts, run the job with hvdrun [options] command");
+  }
+}
+
+void set_run_command(launcher::LaunchOptions& o, std::vector<std::string> command) {
+  if (command.empty()) {
+    throw UsageError(
+        "no command to run; expected hvdrun [options] command [args...], as in "
+        "hvdrun -np 4 python train.py (see hvdrun --help)");
+  }
+  if (!o.np && o.hosts.empty()) {
+    // Echo the user's program in the example when it is plain text.
+    std::string program = command[0];
+    bool plain = !program.empty() && program.size() <= 60 &&
+                 std::all_of(program.begin(), program.end(), [](char c) {
+                   return static_cast<unsigned char>(c) > 0x20 && c != 0x7f;
+                 });
+    if (!plain) program = "command";
+    throw UsageError("-np is required without -H or --hostfile; expected e.g. hvdrun -np 4 " +
+                     program);
+  }
+  o.command = std::move(command);
+}
+
+}  // namespace
+
+Command parse_command_line(const std::vector<std::string>& args) {
+  size_t first = 0;
+  const unsigned mode = subcommand(args, first);
+  Walk w = walk(args, first, mode);
+  if (w.answer) return std::move(*w.answer);
+  const Values values(store_strictly(w.found, mode));
+
+  Command cmd;
+  launcher::LaunchOptions& o = cmd.options;
+  apply_logging(values, o);
   if (mode == kAgent) {
-    if (!command.empty()) {
-      throw UsageError("'hvdrun agent' takes no arguments; got " + quote(command.front()) +
+    if (!w.command.empty()) {
+      throw UsageError("'hvdrun agent' takes no arguments; got " + quote(w.command.front()) +
                        " (it is started by hvdrun itself)");
     }
     cmd.action = Action::agent;
     return cmd;
   }
-
-  if (given("check-build")) {
-    for (const auto& f : found) {
-      std::string_view n = f.spec->name;
-      if (n != "check-build" && n != "verbose" && n != "log-level") {
-        throw UsageError("--check-build takes no other options; got " + shown(*f.spec));
-      }
-    }
-    if (!command.empty()) {
-      throw UsageError("--check-build takes no command; got " + quote(command.front()));
-    }
+  if (values.given("check-build")) {
+    check_build_alone(w.found, w.command);
     cmd.action = Action::check_build;
     return cmd;
   }
-
-  if (given("num-proc")) {
-    o.np = number_option(spec_named("num-proc"), str("num-proc"), 1, kMaxNp,
-                         "a whole number of processes", "-np 4");
-  }
-  if (given("hosts") && given("hostfile")) {
-    throw UsageError("-H and --hostfile cannot be used together; give the hosts one way");
-  }
-  if (given("hosts")) o.hosts = hostfile::parse_host_list(str("hosts"));
-  if (given("hostfile")) o.hosts = hostfile::parse_hostfile(nonempty("hostfile"));
-  if (given("ssh-port")) {
-    o.ssh_port = number_option(spec_named("ssh-port"), str("ssh-port"), 1, 65535, "a port number",
-                               "-p 2222");
-  }
-  if (given("ssh-identity-file")) o.ssh_identity_file = nonempty("ssh-identity-file");
-  if (given("ssh-config")) o.ssh_config = nonempty("ssh-config");
-  if (given("start-timeout")) {
-    o.start_timeout_s = number_option(spec_named("start-timeout"), str("start-timeout"), 1,
-                                      kMaxStartTimeout, "whole seconds", "--start-timeout 60");
-  }
-  if (given("remote-hvdrun")) o.remote_hvdrun = nonempty("remote-hvdrun");
+  apply_hosts_and_ssh(values, o);
   if (mode == kRun) {
-    if (given("network-interface")) {
-      o.network_interface = nonempty("network-interface");
-      if (o.network_interface.find_first_of(" \t\n/") != std::string::npos) {
-        throw UsageError("bad value " + quote(o.network_interface) +
-                         " for --network-interface; expected an interface name such as eth0");
-      }
-    }
-    if (given("output-filename")) o.output_filename = nonempty("output-filename");
-    o.prefix_timestamp = given("prefix-output-with-timestamp");
-    o.env = horovod_knob_env(found);
-    if (vm.count("env")) {
-      for (const auto& e : vm["env"].as<std::vector<std::string>>()) {
-        std::string_view name = std::string_view(e).substr(0, e.find('='));
-        if (!valid_env_name(name)) {
-          throw UsageError(
-              "bad value " + quote(e) +
-              " for -x/--env; expected NAME or NAME=VALUE "
-              "where NAME has letters, digits and '_' and does not start with a digit");
-        }
-        o.env.push_back(e);
-      }
-    }
-  } else {
-    o.json = given("json");
-  }
-
-  if (mode == kCheck) {
-    if (!command.empty()) {
-      throw UsageError("'hvdrun check' takes no command (got " + quote(command.front()) +
-                       "); it only checks the hosts, run the job with hvdrun [options] command");
-    }
-    cmd.action = Action::check;
-  } else {
-    if (command.empty()) {
-      throw UsageError(
-          "no command to run; expected hvdrun [options] command [args...], as in "
-          "hvdrun -np 4 python train.py (see hvdrun --help)");
-    }
-    if (!o.np && o.hosts.empty()) {
-      // Echo the user's program in the example when it is plain text.
-      std::string program = command[0];
-      bool plain = !program.empty() && program.size() <= 60 &&
-                   std::all_of(program.begin(), program.end(), [](char c) {
-                     return static_cast<unsigned char>(c) > 0x20 && c != 0x7f;
-                   });
-      if (!plain) program = "command";
-      throw UsageError("-np is required without -H or --hostfile; expected e.g. hvdrun -np 4 " +
-                       program);
-    }
-    o.command = std::move(command);
+    apply_run_options(values, w.found, o);
+    set_run_command(o, std::move(w.command));
     cmd.action = Action::run;
+  } else {
+    o.json = values.given("json");
+    check_has_no_command(w.command);
+    cmd.action = Action::check;
   }
-  // Catch -np larger than the slots now, before anything starts.
-  if (!o.hosts.empty()) hostfile::place(o.hosts, o.np);
+  // Catch -np larger than the slots now, before anything starts (the launch plan places).
+  if (!o.hosts.empty()) hostfile::ranks_wanted(o.hosts, o.np);
   return cmd;
 }
 

@@ -9,15 +9,13 @@
 
 #include <string>
 
+#include "common/version.h"
+
 #ifdef HVDRUN_HAVE_NCCL
 #include <nccl.h>
 #endif
 #if defined(HVDRUN_HAVE_NCCL) && defined(HVDRUN_HAVE_CUDART_HEADER)
 #include <cuda_runtime_api.h>
-#endif
-
-#ifndef HVDRUN_VERSION_STRING
-#define HVDRUN_VERSION_STRING "unknown"
 #endif
 
 namespace hvdrun::compat {
@@ -105,7 +103,7 @@ std::string mark(bool on) { return on ? "    [X] " : "    [ ] "; }
 
 std::string check_build_report() {
   std::string r;
-  r += "hvdrun v" HVDRUN_VERSION_STRING ":\n\n";
+  r += std::string("hvdrun v") + kVersionString + ":\n\n";
 
   r += "Available Frameworks:\n";
   r += mark(true) + "Any program (libhvdrun C++ API and C ABI)\n";

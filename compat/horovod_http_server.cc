@@ -92,11 +92,15 @@ class HorovodHttpServer::Impl {
     thread_ = std::thread([this] {
       try {
         io_.run();
-      } catch (const std::exception& e) {
-        spdlog::error("Horovod rendezvous: I/O thread stopped: {}", e.what());
+      } catch (...) {
+        // The launcher's loop polls failure_.fd() and ends the job with this cause.
+        failure_.set(std::current_exception());
+        spdlog::debug("Horovod rendezvous: I/O thread stopped: {}", describe(failure_.get()));
       }
     });
   }
+
+  const ThreadFailure& failure() const { return failure_; }
 
   void stop() {
     if (stopped_.exchange(true)) return;
@@ -161,6 +165,7 @@ class HorovodHttpServer::Impl {
   asio::io_context io_{1};
   tcp::acceptor acceptor_{io_};
   std::uint16_t port_ = 0;
+  ThreadFailure failure_;
   std::thread thread_;
 };
 
@@ -339,5 +344,6 @@ void HorovodHttpServer::allow_only(const std::vector<std::string>& addresses) {
 void HorovodHttpServer::start() { impl_->start(); }
 void HorovodHttpServer::stop() { impl_->stop(); }
 HttpServerStats HorovodHttpServer::stats() const { return impl_->stats(); }
+const ThreadFailure& HorovodHttpServer::failure() const { return impl_->failure(); }
 
 }  // namespace hvdrun::compat

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/thread_failure.h"
 #include "hostfile/placement.h"
 
 namespace hvdrun::compat {
@@ -86,6 +87,9 @@ class HorovodHttpServer {
   void stop();
   /// A snapshot of the counters; callable from any thread.
   HttpServerStats stats() const;
+  /// The I/O thread's failure: its fd() turns readable when the thread stops on an error,
+  /// which get() then holds. The launcher polls it so that the job ends with that cause.
+  const ThreadFailure& failure() const;
 
  private:
   class Impl;

@@ -1,7 +1,10 @@
 #!/bin/sh
-# Runs every fuzzer built in BUILD_DIR for SECONDS each (default 60) from its seed corpus
-# in fuzz/corpus/<target>/, JOBS of them at a time (default 1), writing new inputs to a
-# scratch directory so the checked-in corpus stays small. Exits non-zero when any fuzzer
+# Runs every fuzzer built in BUILD_DIR: first it replays its seed corpus in
+# fuzz/corpus/<target>/ once (every checked-in input, the fixed crash reproducers
+# included, must still pass), then it fuzzes for SECONDS (default 60; 0: replay only),
+# JOBS fuzzers at a time (default 1), writing new inputs to a scratch directory so the
+# checked-in corpus stays small. CI runs a short fuzz after the replay (scripts/test.sh,
+# FUZZ_SECONDS); run it longer by hand, e.g. fuzz/run_fuzzers.sh build-fuzz 600 2. Exits non-zero when any fuzzer
 # finds a crash, leak or timeout (every fuzzer still runs its time, so one run reports
 # them all); the reproducer is left in ARTIFACT_DIR (default: the current directory) as
 # crash-*, leak-*, timeout-* or oom-*, and its fuzzer's log is printed.
@@ -30,9 +33,16 @@ run_one() {
   rc=0
   # -timeout: one input taking 10 s is a hang. -rss_limit_mb: an input that needs 2 GiB
   # is a bug too. Leak detection is on by default in ASan builds.
-  "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-    -artifact_prefix="$artifacts/" $dict "$scratch/$name" $seeds \
-    >"$scratch/$name.log" 2>&1 || rc=$?
+  # The replay: -runs=0 runs every input of the corpus once and stops.
+  if [ -n "$seeds" ]; then
+    "$bin" -runs=0 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$artifacts/" "$seeds" \
+      >"$scratch/$name.log" 2>&1 || rc=$?
+  fi
+  if [ "$rc" = 0 ] && [ "$seconds" -gt 0 ]; then
+    "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+      -artifact_prefix="$artifacts/" $dict "$scratch/$name" $seeds \
+      >>"$scratch/$name.log" 2>&1 || rc=$?
+  fi
   echo "$rc" >"$scratch/$name.rc"
 }
 
@@ -46,7 +56,7 @@ done
 # Start JOBS fuzzers, wait for that batch, start the next.
 running=0
 for bin in $bins; do
-  echo "== fuzz_${bin##*/fuzz_} for ${seconds}s"
+  echo "== fuzz_${bin##*/fuzz_}: corpus replay, then ${seconds}s"
   run_one "$bin" &
   running=$((running + 1))
   if [ "$running" -ge "$jobs" ]; then

@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "common/quote.h"
 
 namespace hvdrun::hostfile {
 namespace {
@@ -32,38 +33,6 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
   while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
   return s;
-}
-
-// Quotes user text for an error message: non-printable bytes escaped, long text cut, so
-// that a message stays on one line whatever the input held.
-std::string quote(std::string_view s) {
-  constexpr size_t kMaxShown = 80;
-  std::string out = "'";
-  size_t shown = 0;
-  for (char ch : s) {
-    if (shown == kMaxShown) {
-      out += "...";
-      break;
-    }
-    auto c = static_cast<unsigned char>(ch);
-    if (c == '\t') {
-      out += "\\t";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c < 0x20 || c == 0x7f) {
-      static const char* hex = "0123456789abcdef";
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    } else {
-      out += ch;
-    }
-    ++shown;
-  }
-  out += "'";
-  return out;
 }
 
 bool is_name_char(char c) {
@@ -249,9 +218,96 @@ std::vector<HostSlots> parse_host_list(std::string_view text) {
   return hosts;
 }
 
+namespace {
+
+constexpr const char* kForms = "'host slots=N', 'host:N' or 'host'";
+
+// The key=value attributes after a hostfile entry (spaces tolerated around '='): slots=N
+// sets `h.slots`, max_slots=N is checked and ignored.
+void apply_attributes(std::string_view rest, std::string_view content, bool colon_slots,
+                      const std::string& where, HostSlots& h) {
+  bool have_slots_attr = false;
+  bool have_max_slots = false;
+  while (!rest.empty()) {
+    size_t key_end = 0;
+    while (key_end < rest.size() && !is_space(rest[key_end]) && rest[key_end] != '=') ++key_end;
+    std::string_view key = rest.substr(0, key_end);
+    std::string_view after = trim(rest.substr(key_end));
+    if (key.empty() || after.empty() || after.front() != '=') {
+      throw UsageError(where + "unexpected " + quote(key.empty() ? rest : key) + " in " +
+                       quote(content) + "; expected " + kForms);
+    }
+    after = trim(after.substr(1));
+    size_t value_end = 0;
+    while (value_end < after.size() && !is_space(after[value_end])) ++value_end;
+    std::string_view value = after.substr(0, value_end);
+    rest = trim(after.substr(value_end));
+
+    if (key == "slots") {
+      if (colon_slots || have_slots_attr) {
+        throw UsageError(where + "slot count given twice in " + quote(content) +
+                         "; expected either 'host slots=N' or 'host:N'");
+      }
+      auto slots = parse_slots(value);
+      if (!slots) {
+        throw UsageError(where + bad_slots_message(value, h.name, display(h.name) + " slots=4"));
+      }
+      h.slots = *slots;
+      have_slots_attr = true;
+    } else if (key == "max_slots") {
+      // Accepted for hostfiles shared with mpirun; hvdrun never places more ranks on a
+      // host than its slots, so the value is checked and otherwise ignored.
+      if (have_max_slots) {
+        throw UsageError(where + "max_slots given twice in " + quote(content) +
+                         "; expected it at most once");
+      }
+      if (!parse_slots(value)) {
+        throw UsageError(where + "bad max_slots " + quote(value) + " for host " + quote(h.name) +
+                         "; expected a whole number from 1 to " + std::to_string(kMaxSlots));
+      }
+      have_max_slots = true;
+    } else {
+      throw UsageError(where + "unknown attribute " + quote(key) + " in " + quote(content) +
+                       "; expected " + kForms + " (max_slots=N is accepted and ignored)");
+    }
+  }
+}
+
+// One hostfile line without its comment, trimmed and not empty: the first
+// whitespace-separated word is the host entry, the rest its attributes.
+HostSlots parse_hostfile_line(std::string_view content, const std::string& where) {
+  size_t word_end = 0;
+  while (word_end < content.size() && !is_space(content[word_end])) ++word_end;
+  std::string_view entry = content.substr(0, word_end);
+  if (entry.find('=') != std::string_view::npos) {
+    throw UsageError(where + "line " + quote(content) + " starts with " + quote(entry) +
+                     " instead of a host; expected " + kForms);
+  }
+  if (entry.find(',') != std::string_view::npos) {
+    throw UsageError(where + quote(entry) + " holds several hosts; expected one host per line as " +
+                     kForms);
+  }
+  std::string name;
+  std::optional<std::string_view> colon_slots;
+  if (auto err = split_entry(entry, name, colon_slots); !err.empty()) {
+    throw UsageError(where + err);
+  }
+  HostSlots h{name, 1};
+  if (colon_slots) {
+    auto slots = parse_slots(*colon_slots);
+    if (!slots) {
+      throw UsageError(where + bad_slots_message(*colon_slots, name, display(name) + ":4"));
+    }
+    h.slots = *slots;
+  }
+  apply_attributes(trim(content.substr(word_end)), content, colon_slots.has_value(), where, h);
+  return h;
+}
+
+}  // namespace
+
 std::vector<HostSlots> parse_hostfile_text(std::string_view text, std::string_view filename) {
   const std::string file(filename);
-  const std::string kForms = "'host slots=N', 'host:N' or 'host'";
   // A UTF-8 byte-order mark written by some editors is not part of the first host name.
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
 
@@ -266,96 +322,20 @@ std::vector<HostSlots> parse_hostfile_text(std::string_view text, std::string_vi
     start = nl == std::string_view::npos ? text.size() : nl + 1;
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    const std::string where = file + ":" + std::to_string(line_no) + ": ";
-
-    std::string_view content = line.substr(0, line.find('#'));
-    content = trim(content);
+    std::string_view content = trim(line.substr(0, line.find('#')));
     if (content.empty()) continue;
-
-    // The first whitespace-separated word is the host entry; the rest are key=value
-    // attributes, with spaces tolerated around '='.
-    size_t word_end = 0;
-    while (word_end < content.size() && !is_space(content[word_end])) ++word_end;
-    std::string_view entry = content.substr(0, word_end);
-    std::string_view rest = trim(content.substr(word_end));
-
-    if (entry.find('=') != std::string_view::npos) {
-      throw UsageError(where + "line " + quote(content) + " starts with " + quote(entry) +
-                       " instead of a host; expected " + kForms);
-    }
-    if (entry.find(',') != std::string_view::npos) {
-      throw UsageError(where + quote(entry) +
-                       " holds several hosts; expected one host per line as " + kForms);
-    }
-    std::string name;
-    std::optional<std::string_view> colon_slots;
-    if (auto err = split_entry(entry, name, colon_slots); !err.empty()) {
-      throw UsageError(where + err);
-    }
-    HostSlots h{name, 1};
-    if (colon_slots) {
-      auto slots = parse_slots(*colon_slots);
-      if (!slots) {
-        throw UsageError(where + bad_slots_message(*colon_slots, name, display(name) + ":4"));
-      }
-      h.slots = *slots;
-    }
-
-    bool have_slots_attr = false;
-    bool have_max_slots = false;
-    while (!rest.empty()) {
-      size_t key_end = 0;
-      while (key_end < rest.size() && !is_space(rest[key_end]) && rest[key_end] != '=') ++key_end;
-      std::string_view key = rest.substr(0, key_end);
-      std::string_view after = trim(rest.substr(key_end));
-      if (key.empty() || after.empty() || after.front() != '=') {
-        throw UsageError(where + "unexpected " + quote(key.empty() ? rest : key) + " in " +
-                         quote(content) + "; expected " + kForms);
-      }
-      after = trim(after.substr(1));
-      size_t value_end = 0;
-      while (value_end < after.size() && !is_space(after[value_end])) ++value_end;
-      std::string_view value = after.substr(0, value_end);
-      rest = trim(after.substr(value_end));
-
-      if (key == "slots") {
-        if (colon_slots || have_slots_attr) {
-          throw UsageError(where + "slot count given twice in " + quote(content) +
-                           "; expected either 'host slots=N' or 'host:N'");
-        }
-        auto slots = parse_slots(value);
-        if (!slots) {
-          throw UsageError(where + bad_slots_message(value, name, display(name) + " slots=4"));
-        }
-        h.slots = *slots;
-        have_slots_attr = true;
-      } else if (key == "max_slots") {
-        // Accepted for hostfiles shared with mpirun; hvdrun never places more ranks on a
-        // host than its slots, so the value is checked and otherwise ignored.
-        if (have_max_slots) {
-          throw UsageError(where + "max_slots given twice in " + quote(content) +
-                           "; expected it at most once");
-        }
-        if (!parse_slots(value)) {
-          throw UsageError(where + "bad max_slots " + quote(value) + " for host " + quote(name) +
-                           "; expected a whole number from 1 to " + std::to_string(kMaxSlots));
-        }
-        have_max_slots = true;
-      } else {
-        throw UsageError(where + "unknown attribute " + quote(key) + " in " + quote(content) +
-                         "; expected " + kForms + " (max_slots=N is accepted and ignored)");
-      }
-    }
-
-    auto [it, inserted] = seen.emplace(lower(name), line_no);
+    const std::string where = file + ":" + std::to_string(line_no) + ": ";
+    HostSlots h = parse_hostfile_line(content, where);
+    auto [it, inserted] = seen.emplace(lower(h.name), line_no);
     if (!inserted) {
-      throw UsageError(where + "host " + quote(name) + " is already listed at line " +
+      throw UsageError(where + "host " + quote(h.name) + " is already listed at line " +
                        std::to_string(it->second) + "; list each host once with its total slots");
     }
     hosts.push_back(std::move(h));
   }
   if (hosts.empty()) {
-    throw UsageError(file + ": no hosts in the hostfile; expected one host per line as " + kForms);
+    throw UsageError(file + ": no hosts in the hostfile; expected one host per line as " +
+                     std::string(kForms));
   }
   return hosts;
 }

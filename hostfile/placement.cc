@@ -5,14 +5,15 @@
 
 #include <string>
 
+#include "common/env_names.h"
 #include "common/error.h"
 
 namespace hvdrun::hostfile {
 namespace {
 
 // An upper bound on ranks per job, so that a typo fails with a message instead of
-// allocating gigabytes.
-constexpr long long kMaxRanks = 1 << 20;
+// allocating gigabytes; the runtime accepts the same.
+constexpr long long kMaxRanks = env_names::kMaxRanks;
 
 std::string display(const std::string& name) {
   if (name.find(':') != std::string::npos) return "[" + name + "]";
@@ -35,7 +36,7 @@ std::string list_slots(const std::vector<HostSlots>& hosts) {
 
 }  // namespace
 
-Placement place(const std::vector<HostSlots>& hosts, std::optional<int> np) {
+int ranks_wanted(const std::vector<HostSlots>& hosts, std::optional<int> np) {
   if (hosts.empty()) {
     throw UsageError("no hosts to place ranks on; expected -H host[:slots],... or --hostfile FILE");
   }
@@ -61,15 +62,19 @@ Placement place(const std::vector<HostSlots>& hosts, std::optional<int> np) {
     throw UsageError(std::to_string(wanted) + " ranks requested; at most " +
                      std::to_string(kMaxRanks) + " are supported, lower -np or the slots");
   }
+  return static_cast<int>(wanted);
+}
 
+Placement place(const std::vector<HostSlots>& hosts, std::optional<int> np) {
+  const int wanted = ranks_wanted(hosts, np);
   Placement p;
   p.ranks.reserve(static_cast<size_t>(wanted));
   // max_local = the largest local_size, which bounds the cross communicators.
   int max_local = 0;
-  long long remaining = wanted;
+  int remaining = wanted;
   for (const auto& h : hosts) {
     if (remaining == 0) break;
-    int n = static_cast<int>(remaining < h.slots ? remaining : h.slots);
+    int n = remaining < h.slots ? remaining : h.slots;
     p.hosts.push_back(HostSlots{h.name, n});
     if (n > max_local) max_local = n;
     remaining -= n;

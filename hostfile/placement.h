@@ -33,6 +33,11 @@ struct Placement {
   int size() const { return static_cast<int>(ranks.size()); }
 };
 
+/// The number of ranks `np` asks for on `hosts` (all slots when `np` is empty), checked
+/// without placing them: the errors of place(). The command line calls it to reject bad
+/// input before anything starts; the launch plan then places the ranks, once.
+int ranks_wanted(const std::vector<HostSlots>& hosts, std::optional<int> np);
+
 /// Places `np` ranks (all slots when `np` is empty) on `hosts`. Errors (UsageError):
 /// np < 1, np greater than the total slots (the message lists the slots), empty host list.
 Placement place(const std::vector<HostSlots>& hosts, std::optional<int> np);

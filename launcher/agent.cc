@@ -11,7 +11,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,25 +31,13 @@
 #include "launcher/agent_protocol.h"
 #include "launcher/group_guard.h"
 #include "launcher/line_tail.h"
-
-extern char** environ;
+#include "launcher/subprocess.h"
 
 namespace hvdrun::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-volatile sig_atomic_t g_child = 0;
-volatile sig_atomic_t g_term = 0;
-
-void on_signal(int sig) {
-  if (sig == SIGCHLD) {
-    g_child = 1;
-  } else {
-    g_term = sig;
-  }
-}
 
 // Pause reading rank output while this much is waiting for the launcher.
 constexpr std::size_t kQueueHighWater = 4u << 20;
@@ -128,6 +115,12 @@ class Agent {
   void flush_queue();
   bool all_done() const;
   void sweep_groups();
+  // The steps of run()'s loop.
+  void take_signals(SignalMask& signals);
+  void check_timers(Clock::time_point now);
+  bool finished(Clock::time_point now);
+  Clock::time_point collect_pollfds(Clock::time_point now);
+  void dispatch();
 
   int in_;
   int out_;
@@ -157,6 +150,14 @@ class Agent {
   UniqueFd dev_null_;
   // Kills the rank groups if this agent is killed; released after sweep_groups().
   std::optional<GroupGuard> guard_;
+  // What the next wait polls: a rank's stdout (0), stderr (1) or exec status (2), or
+  // without a rank the launcher stream in (0) or out (1).
+  struct Slot {
+    Rank* rank;
+    int what;
+  };
+  std::vector<pollfd> fds_;
+  std::vector<Slot> slots_;
 };
 
 void Agent::begin_kill(std::uint32_t grace_ms, const char* why) {
@@ -217,7 +218,8 @@ void Agent::spawn(const proto::Spawn& s) {
   if (closing_) {
     // The launcher still counts on hearing about this rank.
     r.reported = true;
-    send(proto::Fatal{s.rank, "rank " + std::to_string(s.rank) + " not started: the agent is stopping"});
+    send(proto::Fatal{s.rank,
+                      "rank " + std::to_string(s.rank) + " not started: the agent is stopping"});
     return;
   }
   r.argv0 = s.argv[0];
@@ -226,54 +228,28 @@ void Agent::spawn(const proto::Spawn& s) {
 
   auto [out_r, out_w] = make_pipe();
   auto [err_r, err_w] = make_pipe();
-  auto [st_r, st_w] = make_pipe();
   // Bigger pipes mean fewer wakeups for chatty ranks; failure is harmless.
   ::fcntl(out_r.get(), F_SETPIPE_SZ, 1 << 20);
 
-  std::vector<char*> argv;
-  for (const auto& a : s.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (const auto& e : s.env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  const char* cwd = s.cwd.empty() ? nullptr : s.cwd.c_str();
-  pid_t agent_pid = ::getpid();
-
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    int e = errno;
+  ChildSpec spec;
+  spec.what = "rank " + std::to_string(s.rank);
+  spec.argv = s.argv;
+  spec.env = &s.env;
+  spec.cwd = s.cwd;
+  spec.stdin_fd = dev_null_.get();
+  spec.stdout_fd = out_w.get();
+  spec.stderr_fd = err_w.get();
+  spec.death_signal = SIGKILL;
+  Child child;
+  try {
+    child = launcher::spawn(spec);
+  } catch (const SystemError& e) {
     r.reported = true;
-    send(proto::Fatal{s.rank, "cannot start rank " + std::to_string(s.rank) + ": fork: " +
-                                  std::strerror(e)});
+    send(proto::Fatal{s.rank, "cannot start rank " + std::to_string(s.rank) +
+                                  ": fork: " + std::strerror(e.code())});
     return;
   }
-  if (pid == 0) {
-    // The agent is single-threaded, so the child may use the C library freely until exec.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != agent_pid) ::_exit(127);
-    ::dup2(dev_null_.get(), 0);
-    ::dup2(out_w.get(), 1);
-    ::dup2(err_w.get(), 2);
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGQUIT}) ::sigaction(sig, &dfl, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    int report[2] = {0, 0};
-    if (cwd && ::chdir(cwd) != 0) {
-      report[0] = 1;
-    } else {
-      environ = envp.data();  // execvp searches the rank's own PATH
-      ::execvp(argv[0], argv.data());
-      report[0] = 2;
-    }
-    report[1] = errno;
-    (void)!::write(st_w.get(), report, sizeof report);
-    ::_exit(127);
-  }
-  ::setpgid(pid, pid);  // also from here, so kill(-pid) works whoever runs first
+  const pid_t pid = child.pid;
   r.pid = pid;
   by_pid_[pid] = s.rank;
   if (guard_) guard_->watch(pid);
@@ -281,7 +257,7 @@ void Agent::spawn(const proto::Spawn& s) {
   set_nonblocking(err_r.get());
   r.out = std::move(out_r);
   r.err = std::move(err_r);
-  r.exec_status = std::move(st_r);
+  r.exec_status = std::move(child.exec_status);
   spdlog::debug("rank {} forked as pid {}", s.rank, pid);
 }
 
@@ -291,17 +267,13 @@ void Agent::check_exec_status(Rank& r, bool blocking) {
     pollfd p{r.exec_status.get(), POLLIN, 0};
     if (::poll(&p, 1, 0) <= 0) return;
   }
-  int report[2] = {0, 0};
-  ssize_t n;
-  do {
-    n = ::read(r.exec_status.get(), report, sizeof report);
-  } while (n < 0 && errno == EINTR);
+  auto failure = read_exec_failure(r.exec_status.get());
   r.exec_status.reset();
-  if (n == static_cast<ssize_t>(sizeof report)) {
-    std::string what = report[0] == 1 ? "cannot change to directory '" + r.cwd + "'"
-                                       : "cannot execute '" + r.argv0 + "'";
+  if (failure) {
+    std::string what = failure->chdir ? "cannot change to directory '" + r.cwd + "'"
+                                      : "cannot execute '" + r.argv0 + "'";
     send(proto::Fatal{r.rank, "cannot start rank " + std::to_string(r.rank) + ": " + what + ": " +
-                                  std::strerror(report[1])});
+                                  std::strerror(failure->error)});
     r.reported = true;  // the fatal frame stands for its exit report
   } else {
     send(proto::RankStarted{r.rank, r.pid});
@@ -317,7 +289,8 @@ std::size_t Agent::read_rank(Rank& r, proto::Stream stream, std::size_t limit) {
     char* p = q.prepare(proto::kOutputHeaderBytes + want);
     ssize_t n = ::read(fd.get(), p + proto::kOutputHeaderBytes, want);
     if (n > 0) {
-      if (stream == proto::Stream::err) r.tail.add({p + proto::kOutputHeaderBytes, static_cast<std::size_t>(n)});
+      if (stream == proto::Stream::err)
+        r.tail.add({p + proto::kOutputHeaderBytes, static_cast<std::size_t>(n)});
       if (out_broken_) {  // nobody to send to; keep the pipe flowing
         total += static_cast<std::size_t>(n);
         continue;
@@ -446,7 +419,8 @@ void Agent::flush_queue() {
       n = ::write(out_, queue_.data(), queue_.size());
       if (n > 0) queue_.consume(static_cast<std::size_t>(n));
     } else if (splice_left_) {
-      n = ::splice(splice_fd_, nullptr, out_, nullptr, splice_left_, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+      n = ::splice(splice_fd_, nullptr, out_, nullptr, splice_left_,
+                   SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
       if (n > 0) splice_left_ -= static_cast<std::size_t>(n);
       if (n < 0 && errno == EINVAL) {
         // This stream cannot take spliced pages (not a pipe or socket): copy instead. The
@@ -497,127 +471,130 @@ bool Agent::report_fatal(const std::string& message) {
 }
 
 int Agent::run() {
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigset_t blocked, wait_mask;
-  sigemptyset(&blocked);
-  for (int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) {
-    sigaddset(&blocked, s);
-    ::sigaction(s, &sa, nullptr);
-  }
-  ::signal(SIGPIPE, SIG_IGN);
-  ::sigprocmask(SIG_BLOCK, &blocked, &wait_mask);
-  for (int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigdelset(&wait_mask, s);
-
+  SignalMask signals({SIGCHLD, SIGTERM, SIGINT, SIGHUP});
   dev_null_.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!dev_null_) throw_errno("opening /dev/null for rank stdin", "open");
   guard_.emplace();
   set_nonblocking(in_);
   set_nonblocking(out_);
-
-  std::vector<pollfd> fds;
-  struct Slot {
-    Rank* rank;
-    int what;  // 0 stdout, 1 stderr, 2 exec status
-  };
-  std::vector<Slot> slots;
   for (;;) {
-    if (g_child) {
-      g_child = 0;
-      reap();
-    }
-    if (g_term) {
-      int sig = g_term;
-      g_term = 0;
-      spdlog::debug("signal {}", sig);
-      in_eof_ = true;
-      begin_kill(have_hello_ ? hello_.kill_grace_ms : 3000, "agent received a signal");
-    }
+    take_signals(signals);
     report_exits();
-    auto now = Clock::now();
-    if (killing_ && kill_at_ && now >= *kill_at_) {
-      for (auto& [n, r] : ranks_) {
-        if (!r.reaped && r.pid > 0) ::kill(-r.pid, SIGKILL);
-      }
-      kill_at_.reset();
-    }
-    if (have_hello_ && !in_eof_ && hello_.heartbeat_timeout_ms > 0 &&
-        now - last_rx_ > milliseconds(hello_.heartbeat_timeout_ms)) {
-      spdlog::error("nothing from the launcher for {} ms: killing all ranks",
-                    hello_.heartbeat_timeout_ms);
-      in_eof_ = true;
-      exit_code_ = 1;
-      begin_kill(hello_.kill_grace_ms, "launcher heartbeats stopped");
-    }
-    if (have_hello_ && !in_eof_ && now >= next_heartbeat_) {
-      send(proto::Heartbeat{});
-      next_heartbeat_ = now + milliseconds(std::max<std::uint32_t>(hello_.heartbeat_interval_ms, 10));
-    }
+    const auto now = Clock::now();
+    check_timers(now);
     flush_queue();
-    if (in_eof_ && all_done()) {
-      if (!pending() || out_broken_) break;
-      // Give the launcher a moment to take the last frames, then go anyway.
-      if (!flush_deadline_) flush_deadline_ = now + milliseconds(2000);
-      if (now >= *flush_deadline_) break;
-    }
-
-    fds.clear();
-    slots.clear();
-    if (!in_eof_) fds.push_back({in_, POLLIN, 0}), slots.push_back({nullptr, 0});
-    if (pending() && !out_broken_) fds.push_back({out_, POLLOUT, 0}), slots.push_back({nullptr, 1});
-    bool room = queue_.size() + later_.size() < kQueueHighWater || out_broken_;
-    // Wake for the next heartbeat, the SIGKILL deadline, the launcher's silence limit, or a
-    // deferred rank pipe.
-    auto wake = have_hello_ && !in_eof_ ? next_heartbeat_ : now + milliseconds(1000);
-    for (auto& [n, r] : ranks_) {
-      for (int k = 0; k < 2; ++k) {
-        UniqueFd& fd = k == 0 ? r.out : r.err;
-        if (!room || !fd) continue;
-        if (k == 0 && splice_left_ && splice_rank_ == r.rank) continue;  // not past the splice
-        if (r.defer[k] > now) {
-          wake = std::min(wake, r.defer[k]);
-        } else {
-          fds.push_back({fd.get(), POLLIN, 0});
-          slots.push_back({&r, k});
-        }
-      }
-      if (r.exec_status) fds.push_back({r.exec_status.get(), POLLIN, 0}), slots.push_back({&r, 2});
-    }
-    if (kill_at_) wake = std::min(wake, *kill_at_);
-    if (have_hello_ && !in_eof_ && hello_.heartbeat_timeout_ms > 0) {
-      wake = std::min(wake, last_rx_ + milliseconds(hello_.heartbeat_timeout_ms) + milliseconds(1));
-    }
-    if (flush_deadline_) wake = std::min(wake, *flush_deadline_);
+    if (finished(now)) break;
+    const auto wake = collect_pollfds(now);
     auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(wake - now);
     if (left.count() < 0) left = {};
     timespec ts{static_cast<time_t>(left.count() / 1000000000),
                 static_cast<long>(left.count() % 1000000000)};
-    int rc = ::ppoll(fds.data(), fds.size(), &ts, &wait_mask);
+    int rc = ::ppoll(fds_.data(), fds_.size(), &ts, signals.wait_mask());
     if (rc < 0) {
       if (errno == EINTR) continue;
       throw_errno("agent main loop", "ppoll");
     }
-    for (std::size_t i = 0; i < fds.size(); ++i) {
-      if (!fds[i].revents) continue;
-      const Slot& s = slots[i];
-      if (!s.rank) {
-        if (s.what == 0) read_stdin();
-        if (s.what == 1) flush_queue();
-      } else if (s.what == 2) {
-        check_exec_status(*s.rank, false);
-      } else {
-        std::size_t got = s.what == 0 && can_splice()
-                              ? splice_rank(*s.rank)
-                              : read_rank(*s.rank, s.what == 0 ? proto::Stream::out : proto::Stream::err,
-                                          4 * proto::kMaxOutputChunk);
-        if (got < kSmallRead) s.rank->defer[s.what] = Clock::now() + kCoalesce;
-      }
-    }
+    dispatch();
   }
   sweep_groups();
   guard_.reset();
   return exit_code_;
+}
+
+void Agent::take_signals(SignalMask& signals) {
+  if (signals.take(SIGCHLD) > 0) reap();
+  if (signals.take(SIGTERM) + signals.take(SIGINT) + signals.take(SIGHUP) > 0) {
+    spdlog::debug("signal {}", SignalMask::last());
+    in_eof_ = true;
+    begin_kill(have_hello_ ? hello_.kill_grace_ms : 3000, "agent received a signal");
+  }
+}
+
+// The SIGKILL after the grace, the launcher's silence limit, and our own heartbeat.
+void Agent::check_timers(Clock::time_point now) {
+  if (killing_ && kill_at_ && now >= *kill_at_) {
+    for (auto& [n, r] : ranks_) {
+      if (!r.reaped && r.pid > 0) ::kill(-r.pid, SIGKILL);
+    }
+    kill_at_.reset();
+  }
+  if (have_hello_ && !in_eof_ && hello_.heartbeat_timeout_ms > 0 &&
+      now - last_rx_ > milliseconds(hello_.heartbeat_timeout_ms)) {
+    spdlog::error("nothing from the launcher for {} ms: killing all ranks",
+                  hello_.heartbeat_timeout_ms);
+    in_eof_ = true;
+    exit_code_ = 1;
+    begin_kill(hello_.kill_grace_ms, "launcher heartbeats stopped");
+  }
+  if (have_hello_ && !in_eof_ && now >= next_heartbeat_) {
+    send(proto::Heartbeat{});
+    next_heartbeat_ = now + milliseconds(std::max<std::uint32_t>(hello_.heartbeat_interval_ms, 10));
+  }
+}
+
+// True once the launcher is gone or done and every rank is reported (and the last frames
+// went out, or had their moment).
+bool Agent::finished(Clock::time_point now) {
+  if (!in_eof_ || !all_done()) return false;
+  if (!pending() || out_broken_) return true;
+  // Give the launcher a moment to take the last frames, then go anyway.
+  if (!flush_deadline_) flush_deadline_ = now + milliseconds(2000);
+  return now >= *flush_deadline_;
+}
+
+// Fills fds_/slots_ for the next wait; returns when to wake up at the latest: the next
+// heartbeat, the SIGKILL deadline, the launcher's silence limit, or a deferred rank pipe.
+Clock::time_point Agent::collect_pollfds(Clock::time_point now) {
+  fds_.clear();
+  slots_.clear();
+  auto add = [this](int fd, short events, Rank* rank, int what) {
+    fds_.push_back({fd, events, 0});
+    slots_.push_back({rank, what});
+  };
+  if (!in_eof_) add(in_, POLLIN, nullptr, 0);
+  if (pending() && !out_broken_) add(out_, POLLOUT, nullptr, 1);
+  const bool room = queue_.size() + later_.size() < kQueueHighWater || out_broken_;
+  auto wake = have_hello_ && !in_eof_ ? next_heartbeat_ : now + milliseconds(1000);
+  for (auto& [n, r] : ranks_) {
+    for (int k = 0; k < 2; ++k) {
+      UniqueFd& fd = k == 0 ? r.out : r.err;
+      if (!room || !fd) continue;
+      if (k == 0 && splice_left_ && splice_rank_ == r.rank) continue;  // not past the splice
+      if (r.defer[k] > now) {
+        wake = std::min(wake, r.defer[k]);
+      } else {
+        add(fd.get(), POLLIN, &r, k);
+      }
+    }
+    if (r.exec_status) add(r.exec_status.get(), POLLIN, &r, 2);
+  }
+  if (kill_at_) wake = std::min(wake, *kill_at_);
+  if (have_hello_ && !in_eof_ && hello_.heartbeat_timeout_ms > 0) {
+    wake = std::min(wake, last_rx_ + milliseconds(hello_.heartbeat_timeout_ms) + milliseconds(1));
+  }
+  if (flush_deadline_) wake = std::min(wake, *flush_deadline_);
+  return wake;
+}
+
+// Acts on every descriptor the wait found ready.
+void Agent::dispatch() {
+  for (std::size_t i = 0; i < fds_.size(); ++i) {
+    if (!fds_[i].revents) continue;
+    const Slot& s = slots_[i];
+    if (!s.rank) {
+      if (s.what == 0) read_stdin();
+      if (s.what == 1) flush_queue();
+    } else if (s.what == 2) {
+      check_exec_status(*s.rank, false);
+    } else {
+      std::size_t got =
+          s.what == 0 && can_splice()
+              ? splice_rank(*s.rank)
+              : read_rank(*s.rank, s.what == 0 ? proto::Stream::out : proto::Stream::err,
+                          4 * proto::kMaxOutputChunk);
+      if (got < kSmallRead) s.rank->defer[s.what] = Clock::now() + kCoalesce;
+    }
+  }
 }
 
 }  // namespace

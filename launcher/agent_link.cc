@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,24 +10,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 
 #include "common/error.h"
 #include "launcher/agent.h"
+#include "launcher/subprocess.h"
 
 #include <spdlog/spdlog.h>
 
 namespace hvdrun::launcher {
 namespace {
-
-std::string describe_status(int status) {
-  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
-           strsignal(WTERMSIG(status)) + ")";
-  }
-  return "ended with status " + std::to_string(status);
-}
 
 class LocalAgentLink : public AgentLink {
  public:
@@ -63,7 +53,8 @@ class LocalAgentLink : public AgentLink {
     if (!to_) return {IoResult::error, 0, "write to agent: stream already closed"};
     for (;;) {
       ssize_t n = ::write(to_.get(), buf, size);
-      if (n >= 0) return {n ? IoResult::ok : IoResult::would_block, static_cast<std::size_t>(n), {}};
+      if (n >= 0)
+        return {n ? IoResult::ok : IoResult::would_block, static_cast<std::size_t>(n), {}};
       if (errno == EINTR) continue;
       if (errno == EAGAIN) return {IoResult::would_block, 0, {}};
       return {IoResult::error, 0, std::string("write to agent: ") + std::strerror(errno)};
@@ -80,26 +71,10 @@ class LocalAgentLink : public AgentLink {
     to_.reset();
     from_.reset();
     if (pid_ <= 0) return result_;
-    // The agent is our child: poll its exit with a short backoff up to the deadline.
-    auto delay = std::chrono::microseconds(200);
-    for (;;) {
-      int status = 0;
-      pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_ || (r < 0 && errno != EINTR)) {
-        result_ = r == pid_ ? describe_status(status) : std::string();
-        pid_ = -1;
-        return result_;
-      }
-      if (std::chrono::steady_clock::now() >= deadline) {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, &status, 0);
-        pid_ = -1;
-        result_ = "did not exit in time and was killed";
-        return result_;
-      }
-      std::this_thread::sleep_for(delay);
-      delay = std::min(delay * 2, std::chrono::microseconds(20000));
-    }
+    // The agent is our child: wait for it with a short backoff up to the deadline.
+    result_ = wait_or_kill(pid_, deadline);
+    pid_ = -1;
+    return result_;
   }
 
   std::string describe() const override { return "local agent pid " + std::to_string(pid_); }
@@ -137,27 +112,16 @@ std::unique_ptr<AgentLink> start_local_agent(const std::string& exe_arg) {
   const std::string exe = exe_arg.empty() ? "/proc/self/exe" : exe_arg;
   auto [to_agent_r, to_agent_w] = make_pipe();
   auto [from_agent_r, from_agent_w] = make_pipe();
-  const char* argv[] = {"hvdrun", "agent", nullptr};
-  pid_t parent = ::getpid();
-  sigset_t empty;
-  sigemptyset(&empty);
-  pid_t pid = ::fork();
-  if (pid < 0) throw_errno("starting the local agent " + exe, "fork");
-  if (pid == 0) {
-    // Child: only async-signal-safe calls until exec.
-    ::setpgid(0, 0);  // terminal signals go to the launcher alone
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent) ::_exit(1);
-    ::dup2(to_agent_r.get(), 0);
-    ::dup2(from_agent_w.get(), 1);
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGQUIT}) ::sigaction(s, &dfl, nullptr);
-    ::sigprocmask(SIG_SETMASK, &empty, nullptr);
-    if (in_process) {
+  ChildSpec spec;
+  spec.what = "the local agent " + exe;
+  spec.stdin_fd = to_agent_r.get();
+  spec.stdout_fd = from_agent_w.get();
+  spec.death_signal = SIGTERM;  // terminal signals go to the launcher alone (own group)
+  if (in_process) {
+    spec.main = [] {
       // Nothing of the launcher's may stay open here: another local agent's pipe end held
       // by this one would hide the launcher's death from it.
-      ::close_range(3, ~0u, 0);
+      ::close_range(3, ~0U, 0);
       spdlog::set_pattern("hvdrun agent: [%l] %v");
       int code = 1;
       try {
@@ -165,12 +129,18 @@ std::unique_ptr<AgentLink> start_local_agent(const std::string& exe_arg) {
       } catch (...) {
       }
       std::fflush(stderr);
-      ::_exit(code);  // no exit handlers or static destructors of the launcher's state
+      return code;
+    };
+  } else {
+    spec.argv = {"hvdrun", "agent"};
+    spec.path = exe;
+  }
+  Child child = spawn(spec);
+  if (child.exec_status) {
+    if (auto failure = read_exec_failure(child.exec_status.get())) {
+      ::waitpid(child.pid, nullptr, 0);
+      throw SystemError("hvdrun: cannot execute the agent binary " + exe, "execv", failure->error);
     }
-    ::execv(exe.c_str(), const_cast<char* const*>(argv));
-    const char msg[] = "hvdrun: cannot execute the agent binary\n";
-    (void)!::write(2, msg, sizeof msg - 1);
-    ::_exit(127);
   }
   to_agent_r.reset();
   from_agent_w.reset();
@@ -178,7 +148,8 @@ std::unique_ptr<AgentLink> start_local_agent(const std::string& exe_arg) {
   ::fcntl(from_agent_r.get(), F_SETPIPE_SZ, 1 << 20);
   set_nonblocking(to_agent_w.get());
   set_nonblocking(from_agent_r.get());
-  return std::make_unique<LocalAgentLink>(pid, std::move(to_agent_w), std::move(from_agent_r));
+  return std::make_unique<LocalAgentLink>(child.pid, std::move(to_agent_w),
+                                          std::move(from_agent_r));
 }
 
 }  // namespace hvdrun::launcher

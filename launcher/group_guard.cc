@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "launcher/subprocess.h"
 
 namespace hvdrun::launcher {
 namespace {
@@ -58,12 +59,13 @@ GroupGuard::GroupGuard() {
   if (::pipe2(p, O_CLOEXEC) != 0) throw_errno("starting the rank group guard", "pipe2");
   UniqueFd r(p[0]);
   to_guard_.reset(p[1]);
-  pid_ = ::fork();
-  if (pid_ < 0) throw_errno("starting the rank group guard", "fork");
-  if (pid_ == 0) {
-    to_guard_.release();  // not closed here: close_range in guard_main drops it
-    guard_main(r.get());
-  }
+  ChildSpec spec;
+  spec.what = "the rank group guard";
+  // guard_main keeps only the read end (close_range drops the write end in the child).
+  spec.main = [from_agent = r.get()]() -> int { guard_main(from_agent); };
+  // It stays in the agent's process group and outlives the agent on purpose.
+  spec.own_group = false;
+  pid_ = spawn(spec).pid;
 }
 
 GroupGuard::~GroupGuard() { release(); }

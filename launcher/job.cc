@@ -1,133 +1,41 @@
-// run_job: the launcher's single supervision loop over every agent link (ppoll, with
-// SIGINT/SIGTERM/SIGHUP blocked except inside the wait), the first-failure rule, and a
-// teardown that runs on every path: Kill frames to every agent (SIGTERM, grace, SIGKILL
-// there), then closing the links, then reaping. Nothing is left running: an agent whose
-// link closes kills its ranks, and every rank dies with its agent (PR_SET_PDEATHSIG).
+// run_job: the launcher's single supervision loop over every agent link, written as the
+// steps of a launch (lay out the hosts, start the agents, the output relay and the
+// servers, supervise, finish). Time, waiting, output and the failure rule come through
+// the JobContext. Teardown runs on every path: Kill frames to every agent (SIGTERM,
+// grace, SIGKILL there), then closing the links, then reaping. Nothing is left running: an
+// agent whose link closes kills its ranks, and every rank dies with its agent
+// (PR_SET_PDEATHSIG).
 #include "launcher/job.h"
 
 #include <poll.h>
 #include <signal.h>
-#include <sys/random.h>
-#include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
-#include <array>
-#include <cerrno>
+#include <algorithm>
 #include <chrono>
-#include <climits>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "common/fd.h"
+#include "common/thread_failure.h"
 #include "compat/horovod_http_server.h"
-#include "hostfile/placement.h"
 #include "launcher/agent_protocol.h"
+#include "launcher/launch_plan.h"
 #include "launcher/local_host.h"
 #include "launcher/output_relay.h"
 #include "launcher/rank_env.h"
-
-#ifdef HVDRUN_HAVE_RENDEZVOUS
+#include "launcher/subprocess.h"
 #include "rendezvous/server.h"
-#endif
-
-extern char** environ;
 
 namespace hvdrun::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-volatile sig_atomic_t g_last_signal = 0;
-volatile sig_atomic_t g_signal_count = 0;
-
-void on_signal(int sig) {
-  g_last_signal = sig;
-  g_signal_count = g_signal_count + 1;
-}
-
-// Blocks SIGINT/SIGTERM/SIGHUP (so threads started later inherit the block and the main
-// loop alone sees them, inside ppoll) and ignores SIGPIPE; restores everything on exit.
-class SignalGuard {
- public:
-  SignalGuard() {
-    g_last_signal = 0;
-    g_signal_count = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigset_t block;
-    sigemptyset(&block);
-    for (std::size_t i = 0; i < kSignals.size(); ++i) {
-      sigaddset(&block, kSignals[i]);
-      ::sigaction(kSignals[i], &sa, &old_[i]);
-    }
-    struct sigaction ign {};
-    ign.sa_handler = SIG_IGN;
-    ::sigaction(SIGPIPE, &ign, &old_pipe_);
-    ::pthread_sigmask(SIG_BLOCK, &block, &old_mask_);
-    wait_mask_ = old_mask_;
-    for (int s : kSignals) sigdelset(&wait_mask_, s);
-  }
-  ~SignalGuard() {
-    ::pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
-    for (std::size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
-    ::sigaction(SIGPIPE, &old_pipe_, nullptr);
-  }
-  SignalGuard(const SignalGuard&) = delete;
-  SignalGuard& operator=(const SignalGuard&) = delete;
-  const sigset_t* wait_mask() const { return &wait_mask_; }
-
- private:
-  static constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGHUP};
-  std::array<struct sigaction, 3> old_{};
-  struct sigaction old_pipe_ {};
-  sigset_t old_mask_{};
-  sigset_t wait_mask_{};
-};
-
-std::string signal_text(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return "signal " + std::to_string(sig) + (abbrev ? std::string(" (SIG") + abbrev + ")" : "");
-}
-
-double env_seconds(const char* name, double fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  double d = std::strtod(v, &end);
-  if (end == v || *end || d < 0) {
-    throw UsageError(std::string(name) + "='" + v + "' is not a number of seconds; expected e.g. " +
-                     name + "=30");
-  }
-  return d;
-}
-
-#ifndef HVDRUN_HAVE_RENDEZVOUS
-// Without the rendezvous library the job still gets a secret of the same form.
-std::string random_secret() {
-  unsigned char bytes[32];
-  std::size_t got = 0;
-  while (got < sizeof bytes) {
-    ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw_errno("generating the job secret", "getrandom");
-    got += static_cast<std::size_t>(n);
-  }
-  static const char* hex = "0123456789abcdef";
-  std::string s;
-  for (unsigned char b : bytes) {
-    s.push_back(hex[b >> 4]);
-    s.push_back(hex[b & 15]);
-  }
-  return s;
-}
-#endif
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s;
@@ -142,6 +50,7 @@ struct Host {
   int index = 0;
   std::string name;
   bool local = true;
+  LaunchMethod method = LaunchMethod::local;
   std::unique_ptr<AgentLink> link;
   proto::Decoder decoder;
   ByteQueue outq;
@@ -161,77 +70,166 @@ struct RankState {
   bool done = false;
 };
 
-struct Failure {
-  int exit_code = 0;
-  std::string message;
-};
-
 class Job {
  public:
-  Job(const LaunchOptions& opt, const JobHooks& hooks, hostfile::Placement placement)
-      : opt_(opt), hooks_(hooks), placement_(std::move(placement)) {}
+  Job(const LaunchPlan& plan, const LaunchOptions& opt, const JobHooks& hooks, JobContext& ctx)
+      : opt_(opt), hooks_(hooks), ctx_(ctx), plan_(plan), placement_(plan.placement) {}
 
   int run();
 
  private:
+  // The steps of run(), in order.
+  void check_command() const;
+  void lay_out_hosts();
+  std::string prepare_job_env();
+  void prepare_output_dirs() const;
   void start_agents();
+  void start_relay();
+  void start_servers(const std::string& bind_addr);
+  void supervise();
+  int finish();
+
+  // One turn of the supervision loop; false when the job is over.
+  bool turn();
+  bool handle_interrupt();
+  bool teardown_overdue(Clock::time_point t);
+  void wait_for_events(Clock::time_point t);
+
+  std::unique_ptr<AgentLink> open_link(const Host& h);
   void send(Host& h, const proto::Message& m);
   void send_spawns(Host& h);
   void service(Host& h, bool read = true);
   void handle(Host& h, proto::Message& m);
+  void on_agent_hello(Host& h, const proto::AgentHello& hello);
+  void on_rank_started(Host& h, const proto::RankStarted& st);
+  void on_rank_exited(Host& h, const proto::RankExited& ex);
+  void on_fatal(Host& h, const proto::Fatal& f);
   Host* owner_of(Host& h, int rank, const char* what);
   void rank_done(int rank);
   void host_closed(Host& h, const std::string& why);
   void fail(int exit_code, std::string message);
-  void check_timers(Clock::time_point now);
+  void begin_teardown();
+  bool stopping() const { return teardown_deadline_.has_value(); }
+  void check_timers(Clock::time_point t);
+  void check_start_deadline(Clock::time_point t);
+  void watch(std::string what, const ThreadFailure& failure);
+  void check_servers();
   int running_ranks() const;
   bool all_done() const { return done_ranks_ == placement_.size(); }
+  Clock::time_point now() const { return ctx_.clock->now(); }
   // hvdrun's own stdout/stderr cannot keep up: stop reading agents (ranks then block on
   // their pipes) until it drains.
   bool output_backed_up() const { return relay_->backlog() > kMaxOutputBacklog; }
   static constexpr std::size_t kMaxOutputBacklog = 16u << 20;
-  int finish();
 
   const LaunchOptions& opt_;
   const JobHooks& hooks_;
-  hostfile::Placement placement_;
+  JobContext& ctx_;
+  const LaunchPlan& plan_;
+  const hostfile::Placement& placement_;
   std::vector<Host> hosts_;
   std::vector<RankState> ranks_;
   std::optional<OutputRelay> relay_;
   JobEnv job_env_;
-  std::string cwd_;
-  milliseconds grace_{3000};
-  milliseconds hb_interval_{1000};
-  milliseconds hb_timeout_{30000};
   Clock::time_point start_time_;
   Clock::time_point start_deadline_;
   Clock::time_point next_heartbeat_;
   std::optional<Clock::time_point> teardown_deadline_;
+  bool interrupted_ = false;
   int started_ranks_ = 0;
   int done_ranks_ = 0;
-  std::optional<Failure> failure_;
+  // The servers' I/O threads: an error there ends the job with its cause.
+  struct Watched {
+    std::string what;
+    const ThreadFailure* failure;
+    bool reported;
+  };
+  std::vector<Watched> watched_;
+  std::vector<pollfd> fds_;
+  // Declared last, so destroyed first: the servers stop before the links end the agents.
+  std::optional<rendezvous::Server> server_;
+  std::optional<compat::HorovodHttpServer> horovod_;
 };
 
-void Job::send(Host& h, const proto::Message& m) {
-  if (!h.closed) proto::encode(m, h.outq);
+int Job::run() {
+  start_time_ = now();
+  check_command();
+  lay_out_hosts();
+  const std::string bind_addr = prepare_job_env();
+  prepare_output_dirs();
+  // Agents first, while this process is still single-threaded: a local agent is then a
+  // plain fork that needs no exec.
+  start_agents();
+  start_relay();
+  start_servers(bind_addr);
+  supervise();
+  return finish();
+}
+
+void Job::check_command() const {
+  if (opt_.command.empty()) {
+    throw UsageError("no command to run; expected e.g. hvdrun -np 4 python train.py");
+  }
+}
+
+// Hosts and ranks as the plan placed them, and each host's base environment.
+void Job::lay_out_hosts() {
+  ranks_.resize(static_cast<std::size_t>(placement_.size()));
+  for (std::size_t i = 0; i < plan_.hosts.size(); ++i) {
+    const PlannedHost& planned = plan_.hosts[i];
+    Host h;
+    h.index = static_cast<int>(i);
+    h.name = planned.name;
+    h.local = planned.local;
+    h.method = planned.method;
+    h.ranks = planned.ranks;
+    for (int r : h.ranks) ranks_[static_cast<std::size_t>(r)].host = h.index;
+    h.base_env = host_base_env(ctx_.environment, h.local, opt_.env);
+    hosts_.push_back(std::move(h));
+  }
+}
+
+// The job-wide part of every rank's environment; returns the servers' bind address.
+std::string Job::prepare_job_env() {
+  job_env_.size = placement_.size();
+  job_env_.start_timeout_s = opt_.start_timeout_s;
+  job_env_.network_interface = opt_.network_interface;
+  job_env_.num_hosts = static_cast<int>(hosts_.size());
+  std::string bind_addr = plan_.all_local() ? "127.0.0.1" : "0.0.0.0";
+  if (!opt_.network_interface.empty()) {
+    job_env_.rendezvous_addr = interface_address(opt_.network_interface);
+    bind_addr = job_env_.rendezvous_addr;
+  }
+  return bind_addr;
+}
+
+void Job::prepare_output_dirs() const {
+  if (opt_.output_filename.empty()) return;
+  // A directory that cannot be made is bad input: report it before anything starts.
+  try {
+    OutputRelay::make_rank_dirs(opt_.output_filename, placement_.size());
+  } catch (const SystemError& e) {
+    throw UsageError(std::string(e.what()) +
+                     "; give --output-filename a directory you can write to");
+  }
+}
+
+std::unique_ptr<AgentLink> Job::open_link(const Host& h) {
+  if (h.local)
+    return hooks_.local_link ? hooks_.local_link(h.name) : start_local_agent(hooks_.agent_exe);
+  if (hooks_.remote_link) return hooks_.remote_link(h.name);
+  throw LaunchError("host '" + h.name + "' is reached over " + std::string(to_string(h.method)) +
+                    ", but no link was opened to it");
 }
 
 void Job::start_agents() {
   proto::Hello hello;
-  hello.heartbeat_interval_ms = static_cast<std::uint32_t>(hb_interval_.count());
-  hello.kill_grace_ms = static_cast<std::uint32_t>(grace_.count());
+  hello.heartbeat_interval_ms = static_cast<std::uint32_t>(ctx_.heartbeat_interval.count());
+  hello.kill_grace_ms = static_cast<std::uint32_t>(ctx_.kill_grace.count());
   hello.log_level = opt_.verbose ? "debug" : opt_.log_level;
   for (Host& h : hosts_) {
-    if (h.local) {
-      h.link = start_local_agent(hooks_.agent_exe);
-    } else if (hooks_.remote_link) {
-      h.link = hooks_.remote_link(h.name);
-    } else {
-      throw LaunchError("host '" + h.name +
-                        "' is not this machine, and this hvdrun cannot start agents on other "
-                        "hosts yet; use localhost (or this machine's name) in -H");
-    }
-    h.last_rx = Clock::now();
+    h.link = open_link(h);
+    h.last_rx = now();
     spdlog::debug("host {}: {}", h.name, h.link->describe());
   }
   // This machine as the other hosts reach it: the interface of its ranks in a job with
@@ -246,7 +244,8 @@ void Job::start_agents() {
   for (Host& h : hosts_) {
     // A local agent needs no silence limit: its stdin reaches EOF whenever the launcher
     // dies. A remote one must notice a launcher that is gone but whose connection is not.
-    hello.heartbeat_timeout_ms = h.local ? 0 : static_cast<std::uint32_t>(hb_timeout_.count());
+    hello.heartbeat_timeout_ms =
+        h.local ? 0 : static_cast<std::uint32_t>(ctx_.heartbeat_timeout.count());
     // Each agent names its own host's interface toward the launcher, unless the user chose
     // one with --network-interface.
     hello.launcher_addr.clear();
@@ -254,6 +253,131 @@ void Job::start_agents() {
       hello.launcher_addr = h.local ? outward : h.link->launcher_address();
     send(h, hello);
   }
+}
+
+void Job::start_relay() {
+  RelayOptions ro;
+  ro.timestamp = opt_.prefix_timestamp;
+  ro.output_dir = opt_.output_filename;
+  ro.stdout_fd = ctx_.stdout_fd;
+  ro.stderr_fd = ctx_.stderr_fd;
+  relay_.emplace(ro, placement_.size());
+}
+
+// The rendezvous server, and Horovod's own gloo-mode rendezvous (HTTP) for unmodified
+// Horovod programs. Horovod's protocol has no secret: beyond loopback its server admits
+// only the job's hosts.
+void Job::start_servers(const std::string& bind_addr) {
+  job_env_.secret = rendezvous::generate_secret();
+  server_.emplace(job_env_.secret, bind_addr, 0);
+  server_->start();
+  job_env_.rendezvous_port = server_->port();
+  watch("rendezvous server", server_->failure());
+  if (hooks_.on_rendezvous) hooks_.on_rendezvous(*server_);
+  horovod_.emplace(placement_, bind_addr, 0);
+  if (!plan_.all_local()) {
+    std::vector<std::string> allowed = {"127.0.0.1", "::1"};
+    for (const Host& h : hosts_) allowed.push_back(h.link->host_address());
+    horovod_->allow_only(allowed);
+  }
+  horovod_->start();
+  watch("Horovod rendezvous server", horovod_->failure());
+  job_env_.horovod_port = horovod_->port();
+  spdlog::debug("rendezvous on {}:{}, Horovod rendezvous on port {}", bind_addr,
+                job_env_.rendezvous_port, job_env_.horovod_port);
+}
+
+void Job::supervise() {
+  // One deadline for the whole start: it began with the preflight when there was one.
+  start_deadline_ =
+      hooks_.launch_start.value_or(start_time_) + std::chrono::seconds(opt_.start_timeout_s);
+  next_heartbeat_ = now() + ctx_.heartbeat_interval;
+  try {
+    while (turn()) {
+    }
+  } catch (...) {
+    // Tear down before the error leaves: the links' destructors end every agent.
+    for (Host& h : hosts_) {
+      if (h.link) h.link->close_write();
+    }
+    relay_->flush();
+    throw;
+  }
+}
+
+bool Job::turn() {
+  if (!handle_interrupt()) return false;
+  if (all_done()) return false;
+  const auto t = now();
+  if (teardown_overdue(t)) return false;
+  // Write what is queued before waiting: an SSH link polls for input only (output
+  // waits on the peer's window), and an agent says nothing before the launcher's hello.
+  for (Host& h : hosts_) {
+    if (!h.outq.empty()) service(h, /*read=*/false);
+  }
+  wait_for_events(t);
+  check_servers();
+  check_timers(now());
+  for (Host& h : hosts_) service(h, /*read=*/false);  // send what the timers queued
+  return true;
+}
+
+// A first interrupt stops the job gracefully; a second one stops waiting for that.
+bool Job::handle_interrupt() {
+  const int sig = ctx_.clock->take_interrupt();
+  if (sig == 0) return true;
+  if (std::exchange(interrupted_, true)) {
+    for (Host& h : hosts_) h.link->abort();
+    return false;
+  }
+  fail(128 + sig, "hvdrun: interrupted by " + signal_text(sig) + "; stopped all ranks\n");
+  return true;
+}
+
+bool Job::teardown_overdue(Clock::time_point t) {
+  if (!teardown_deadline_ || t < *teardown_deadline_) return false;
+  spdlog::warn("ranks still running {} ms after the kill request; abandoning them to their agents",
+               (ctx_.kill_grace + std::chrono::seconds(5)).count());
+  return true;
+}
+
+void Job::wait_for_events(Clock::time_point t) {
+  fds_.clear();
+  const bool paused = output_backed_up();
+  for (Host& h : hosts_) {
+    if (h.closed) continue;
+    h.link->add_pollfds(fds_, !paused, !h.outq.empty());
+    // Agents are not expected to get through while we do not read them.
+    if (paused) h.last_rx = t;
+  }
+  for (const Watched& w : watched_) {
+    if (!w.reported) fds_.push_back({w.failure->fd(), POLLIN, 0});
+  }
+  auto wake = next_heartbeat_;
+  if (paused) wake = std::min(wake, t + milliseconds(5));
+  if (!stopping() && started_ranks_ < placement_.size()) wake = std::min(wake, start_deadline_);
+  if (teardown_deadline_) wake = std::min(wake, *teardown_deadline_);
+  if (ctx_.clock->wait(fds_, wake) > 0) {
+    for (Host& h : hosts_) service(h);
+    relay_->flush();
+  }
+}
+
+void Job::watch(std::string what, const ThreadFailure& failure) {
+  watched_.push_back(Watched{std::move(what), &failure, false});
+}
+
+void Job::check_servers() {
+  for (Watched& w : watched_) {
+    if (w.reported || !w.failure->failed()) continue;
+    w.reported = true;  // and its descriptor is no longer polled
+    fail(255, "hvdrun: the " + w.what + " failed: " + describe(w.failure->get()) +
+                  "; stopped the job\n");
+  }
+}
+
+void Job::send(Host& h, const proto::Message& m) {
+  if (!h.closed) proto::encode(m, h.outq);
 }
 
 // Host h's spawn frames, once both h's agent (its interface) and the agent of rank 0's host
@@ -272,7 +396,7 @@ void Job::send_spawns(Host& h) {
     proto::Spawn s;
     s.rank = r;
     s.argv = opt_.command;
-    s.cwd = cwd_;
+    s.cwd = ctx_.cwd;
     s.env =
         rank_env(h.base_env, placement_.ranks[static_cast<std::size_t>(r)], h.name, env).entries();
     send(h, s);
@@ -303,18 +427,21 @@ int Job::running_ranks() const {
 }
 
 void Job::fail(int exit_code, std::string message) {
-  if (!failure_) {
-    failure_ = Failure{exit_code, std::move(message)};
-    spdlog::info("stopping the job: {}", failure_->message.substr(0, failure_->message.find('\n')));
-  }
+  if (ctx_.policy->on_failure(Failure{exit_code, std::move(message)})) begin_teardown();
+}
+
+void Job::begin_teardown() {
   if (teardown_deadline_) return;
-  teardown_deadline_ = Clock::now() + grace_ + std::chrono::seconds(5);
+  if (const auto& f = ctx_.policy->outcome()) {
+    spdlog::info("stopping the job: {}", f->message.substr(0, f->message.find('\n')));
+  }
+  teardown_deadline_ = now() + ctx_.kill_grace + std::chrono::seconds(5);
   for (Host& h : hosts_) {
     if (h.spawned) continue;
     h.spawned = true;                    // and it never will be now
     for (int r : h.ranks) rank_done(r);  // none of its ranks was ever started
   }
-  for (Host& h : hosts_) send(h, proto::Kill{static_cast<std::uint32_t>(grace_.count())});
+  for (Host& h : hosts_) send(h, proto::Kill{static_cast<std::uint32_t>(ctx_.kill_grace.count())});
 }
 
 void Job::host_closed(Host& h, const std::string& why) {
@@ -329,11 +456,11 @@ void Job::host_closed(Host& h, const std::string& why) {
   std::string how = why;
   if (how.empty()) {
     // The agent's exit status (and a remote agent's last stderr) says more than "EOF".
-    std::string status = h.link->close(Clock::now() + milliseconds(500));
+    std::string status = h.link->close(now() + milliseconds(500));
     how = status.empty() ? "its connection closed" : "it " + status;
   }
   for (int r : lost) rank_done(r);
-  if (!teardown_deadline_) {
+  if (!stopping()) {
     fail(255, "hvdrun: the agent on host " + h.name + " ended unexpectedly (" + how +
                   ") while rank" + (lost.size() > 1 ? "s " : " ") + rank_list(lost) +
                   (lost.size() > 1 ? " were" : " was") + " running; stopped the job\n");
@@ -346,71 +473,86 @@ void Job::handle(Host& h, proto::Message& m) {
     relay_->add(o->rank, o->stream, o->data);
   } else if (std::holds_alternative<proto::Heartbeat>(m)) {
   } else if (auto* hello = std::get_if<proto::AgentHello>(&m)) {
-    if (hello->version != proto::kVersion) {
-      throw proto::ProtocolError("the agent speaks agent protocol version " +
-                                 std::to_string(hello->version) + " but this hvdrun speaks " +
-                                 std::to_string(proto::kVersion) +
-                                 "; install the same hvdrun version on every host");
-    }
-    h.hello = true;
-    h.info = *hello;
-    spdlog::debug(
-        "host {}: agent pid {} on {} ready after {} ms; interface toward the launcher: '{}'",
-        h.name, hello->pid, hello->hostname,
-        std::chrono::duration_cast<milliseconds>(Clock::now() - start_time_).count(), hello->iface);
-    const Host& first = hosts_[static_cast<std::size_t>(placement_.ranks[0].host_index)];
-    if (!teardown_deadline_ && first.hello) {
-      for (Host& other : hosts_) {
-        if (other.hello && !other.spawned && !other.closed) send_spawns(other);
-      }
-    }
+    on_agent_hello(h, *hello);
   } else if (auto* st = std::get_if<proto::RankStarted>(&m)) {
-    owner_of(h, st->rank, "rank-started");
-    RankState& rs = ranks_[static_cast<std::size_t>(st->rank)];
-    if (!rs.started) {
-      rs.started = true;
-      ++h.started;
-      if (++started_ranks_ == placement_.size()) {
-        spdlog::info("all {} ranks started in {} ms", started_ranks_,
-                     std::chrono::duration_cast<milliseconds>(Clock::now() - start_time_).count());
-      }
-    }
+    on_rank_started(h, *st);
   } else if (auto* ex = std::get_if<proto::RankExited>(&m)) {
-    owner_of(h, ex->rank, "rank-exited");
-    if (ranks_[static_cast<std::size_t>(ex->rank)].done) return;
-    int others = running_ranks() - 1;
-    rank_done(ex->rank);
-    if ((ex->signaled || ex->value != 0) && !teardown_deadline_) {
-      std::string msg = "hvdrun: rank " + std::to_string(ex->rank) + " on host " + h.name +
-                        (ex->signaled ? " was killed by " + signal_text(ex->value)
-                                      : " exited with code " + std::to_string(ex->value));
-      if (others > 0) {
-        msg += "; stopped the other " + std::to_string(others) + " running rank" +
-               (others > 1 ? "s" : "");
-      }
-      msg += "\n";
-      auto tail = ex->stderr_tail.empty() ? relay_->stderr_tail(ex->rank) : ex->stderr_tail;
-      if (tail.empty()) {
-        msg += "hvdrun: rank " + std::to_string(ex->rank) + " wrote nothing to stderr\n";
-      } else {
-        msg += "hvdrun: last lines rank " + std::to_string(ex->rank) + " wrote to stderr:\n";
-        for (const auto& line : tail) msg += "    " + line + "\n";
-      }
-      fail(ex->signaled ? 128 + ex->value : ex->value, std::move(msg));
-    }
+    on_rank_exited(h, *ex);
   } else if (auto* f = std::get_if<proto::Fatal>(&m)) {
-    if (f->rank >= 0) {
-      owner_of(h, f->rank, "fatal");
-      rank_done(f->rank);
-    }
-    if (!teardown_deadline_) {
-      fail(255, "hvdrun: host " + h.name + ": " + f->message + "\n");
-    } else {
-      spdlog::warn("host {}: {}", h.name, f->message);
-    }
+    on_fatal(h, *f);
   } else {
     throw proto::ProtocolError(std::string("agent protocol: unexpected ") + proto::type_name(m) +
                                " frame from the agent");
+  }
+}
+
+void Job::on_agent_hello(Host& h, const proto::AgentHello& hello) {
+  if (hello.version != proto::kVersion) {
+    throw proto::ProtocolError("the agent speaks agent protocol version " +
+                               std::to_string(hello.version) + " but this hvdrun speaks " +
+                               std::to_string(proto::kVersion) +
+                               "; install the same hvdrun version on every host");
+  }
+  h.hello = true;
+  h.info = hello;
+  spdlog::debug(
+      "host {}: agent pid {} on {} ready after {} ms; interface toward the launcher: '{}'", h.name,
+      hello.pid, hello.hostname,
+      std::chrono::duration_cast<milliseconds>(now() - start_time_).count(), hello.iface);
+  const Host& first = hosts_[static_cast<std::size_t>(placement_.ranks[0].host_index)];
+  if (!stopping() && first.hello) {
+    for (Host& other : hosts_) {
+      if (other.hello && !other.spawned && !other.closed) send_spawns(other);
+    }
+  }
+}
+
+void Job::on_rank_started(Host& h, const proto::RankStarted& st) {
+  owner_of(h, st.rank, "rank-started");
+  RankState& rs = ranks_[static_cast<std::size_t>(st.rank)];
+  if (rs.started) return;
+  rs.started = true;
+  ++h.started;
+  if (++started_ranks_ == placement_.size()) {
+    spdlog::info("all {} ranks started in {} ms", started_ranks_,
+                 std::chrono::duration_cast<milliseconds>(now() - start_time_).count());
+  }
+}
+
+void Job::on_rank_exited(Host& h, const proto::RankExited& ex) {
+  owner_of(h, ex.rank, "rank-exited");
+  if (ranks_[static_cast<std::size_t>(ex.rank)].done) return;
+  int others = running_ranks() - 1;
+  rank_done(ex.rank);
+  if ((ex.signaled || ex.value != 0) && !stopping()) {
+    std::string msg = "hvdrun: rank " + std::to_string(ex.rank) + " on host " + h.name +
+                      (ex.signaled ? " was killed by " + signal_text(ex.value)
+                                   : " exited with code " + std::to_string(ex.value));
+    if (others > 0) {
+      msg += "; stopped the other " + std::to_string(others) + " running rank" +
+             (others > 1 ? "s" : "");
+    }
+    msg += "\n";
+    auto tail = ex.stderr_tail.empty() ? relay_->stderr_tail(ex.rank) : ex.stderr_tail;
+    if (tail.empty()) {
+      msg += "hvdrun: rank " + std::to_string(ex.rank) + " wrote nothing to stderr\n";
+    } else {
+      msg += "hvdrun: last lines rank " + std::to_string(ex.rank) + " wrote to stderr:\n";
+      for (const auto& line : tail) msg += "    " + line + "\n";
+    }
+    fail(ex.signaled ? 128 + ex.value : ex.value, std::move(msg));
+  }
+}
+
+void Job::on_fatal(Host& h, const proto::Fatal& f) {
+  if (f.rank >= 0) {
+    owner_of(h, f.rank, "fatal");
+    rank_done(f.rank);
+  }
+  if (!stopping()) {
+    fail(255, "hvdrun: host " + h.name + ": " + f.message + "\n");
+  } else {
+    spdlog::warn("host {}: {}", h.name, f.message);
   }
 }
 
@@ -439,7 +581,7 @@ void Job::service(Host& h, bool read) {
         return;
       }
       h.decoder.commit(r.bytes);
-      h.last_rx = Clock::now();
+      h.last_rx = now();
       budget -= std::min(budget, r.bytes);
       while (auto m = h.decoder.next()) {
         handle(h, *m);
@@ -452,23 +594,28 @@ void Job::service(Host& h, bool read) {
   }
 }
 
-void Job::check_timers(Clock::time_point now) {
-  if (now >= next_heartbeat_) {
+void Job::check_timers(Clock::time_point t) {
+  if (t >= next_heartbeat_) {
     for (Host& h : hosts_) send(h, proto::Heartbeat{});
-    next_heartbeat_ = now + hb_interval_;
+    next_heartbeat_ = t + ctx_.heartbeat_interval;
   }
-  if (hb_timeout_.count() > 0) {
+  if (ctx_.heartbeat_timeout.count() > 0) {
     for (Host& h : hosts_) {
-      if (!h.closed && now - h.last_rx > hb_timeout_) {
+      if (!h.closed && t - h.last_rx > ctx_.heartbeat_timeout) {
         h.link->abort();
         char secs[32];
-        std::snprintf(secs, sizeof secs, "%g", static_cast<double>(hb_timeout_.count()) / 1000);
+        std::snprintf(secs, sizeof secs, "%g",
+                      static_cast<double>(ctx_.heartbeat_timeout.count()) / 1000);
         host_closed(h, std::string("nothing heard from it for ") + secs +
                            " s: the host, the agent or the connection hangs");
       }
     }
   }
-  if (!teardown_deadline_ && started_ranks_ < placement_.size() && now >= start_deadline_) {
+  check_start_deadline(t);
+}
+
+void Job::check_start_deadline(Clock::time_point t) {
+  if (!stopping() && started_ranks_ < placement_.size() && t >= start_deadline_) {
     std::string where;
     for (Host& h : hosts_) {
       int want = static_cast<int>(h.ranks.size());
@@ -479,9 +626,10 @@ void Job::check_timers(Clock::time_point now) {
         h.closed = true;
         for (int r : h.ranks) rank_done(r);
       }
-      where += "\n    host " + h.name + ": " +
-               (h.hello ? std::to_string(h.started) + " of " + std::to_string(want) + " ranks started"
-                        : std::string("its agent did not answer"));
+      where +=
+          "\n    host " + h.name + ": " +
+          (h.hello ? std::to_string(h.started) + " of " + std::to_string(want) + " ranks started"
+                   : std::string("its agent did not answer"));
     }
     fail(255, "hvdrun: the ranks did not all start within --start-timeout " +
                   std::to_string(opt_.start_timeout_s) + " s; stopped the job:" + where + "\n");
@@ -494,176 +642,38 @@ int Job::finish() {
   for (Host& h : hosts_) {
     if (h.link) h.link->close_write();
   }
-  auto deadline = Clock::now() + std::chrono::seconds(2);
+  auto deadline = now() + std::chrono::seconds(2);
   for (Host& h : hosts_) {
     if (!h.link) continue;
     std::string how = h.link->close(deadline);
     spdlog::debug("host {}: agent {}", h.name, how);
   }
-  if (failure_) {
-    std::fputs(failure_->message.c_str(), stderr);
-    std::fflush(stderr);
-    return failure_->exit_code;
+  if (const auto& f = ctx_.policy->outcome()) {
+    write_all(ctx_.stderr_fd, f->message.data(), f->message.size());
+    return f->exit_code;
   }
   return 0;
 }
 
-int Job::run() {
-  start_time_ = Clock::now();
-  grace_ = milliseconds(static_cast<long>(env_seconds("HVDRUN_KILL_GRACE", 3.0) * 1000));
-  hb_timeout_ = milliseconds(static_cast<long>(env_seconds("HVDRUN_HEARTBEAT_TIMEOUT", 30.0) * 1000));
-  hb_interval_ = std::max(milliseconds(10), std::min(milliseconds(1000), hb_timeout_ / 4));
-  if (hb_timeout_.count() == 0) hb_interval_ = milliseconds(1000);
-  if (opt_.command.empty()) {
-    throw UsageError("no command to run; expected e.g. hvdrun -np 4 python train.py");
-  }
-
-  const int size = placement_.size();
-  ranks_.resize(static_cast<std::size_t>(size));
-  bool all_local = true;
-  for (std::size_t i = 0; i < placement_.hosts.size(); ++i) {
-    Host h;
-    h.index = static_cast<int>(i);
-    h.name = placement_.hosts[i].name;
-    h.local = is_local_host(h.name);
-    all_local = all_local && h.local;
-    h.base_env = host_base_env(environ, h.local, opt_.env);
-    hosts_.push_back(std::move(h));
-  }
-  for (const auto& slot : placement_.ranks) {
-    hosts_[static_cast<std::size_t>(slot.host_index)].ranks.push_back(slot.rank);
-    ranks_[static_cast<std::size_t>(slot.rank)].host = slot.host_index;
-  }
-
-  job_env_.size = size;
-  job_env_.start_timeout_s = opt_.start_timeout_s;
-  job_env_.network_interface = opt_.network_interface;
-  std::string bind_addr = all_local ? "127.0.0.1" : "0.0.0.0";
-  if (!opt_.network_interface.empty()) {
-    job_env_.rendezvous_addr = interface_address(opt_.network_interface);
-    bind_addr = job_env_.rendezvous_addr;
-  }
-  char cwd[PATH_MAX];
-  if (!::getcwd(cwd, sizeof cwd)) throw_errno("finding the working directory", "getcwd");
-  cwd_ = cwd;
-
-  if (!opt_.output_filename.empty()) {
-    // A directory that cannot be made is bad input: report it before anything starts.
-    try {
-      OutputRelay::make_rank_dirs(opt_.output_filename, size);
-    } catch (const SystemError& e) {
-      throw UsageError(std::string(e.what()) + "; give --output-filename a directory you can write to");
-    }
-  }
-
-  SignalGuard signals;  // before any thread starts, so every thread inherits the block
-  // Agents first, while this process is still single-threaded: a local agent is then a
-  // plain fork that needs no exec.
-  start_agents();
-
-  RelayOptions ro;
-  ro.timestamp = opt_.prefix_timestamp;
-  ro.output_dir = opt_.output_filename;
-  relay_.emplace(ro, size);
-#ifdef HVDRUN_HAVE_RENDEZVOUS
-  job_env_.secret = rendezvous::generate_secret();
-  rendezvous::Server server(job_env_.secret, bind_addr, 0);
-  server.start();
-  job_env_.rendezvous_port = server.port();
-#else
-  job_env_.secret = random_secret();
-#endif
-  // Horovod's own gloo-mode rendezvous (HTTP), for unmodified Horovod programs. Its
-  // protocol has no secret: beyond loopback it admits only the job's hosts.
-  compat::HorovodHttpServer horovod(placement_, bind_addr, 0);
-  if (!all_local) {
-    std::vector<std::string> allowed = {"127.0.0.1", "::1"};
-    for (const Host& h : hosts_) allowed.push_back(h.link->host_address());
-    horovod.allow_only(allowed);
-  }
-  horovod.start();
-  job_env_.horovod_port = horovod.port();
-  job_env_.num_hosts = static_cast<int>(hosts_.size());
-  spdlog::debug("rendezvous on {}:{}, Horovod rendezvous on port {}", bind_addr,
-                job_env_.rendezvous_port, job_env_.horovod_port);
-
-  // One deadline for the whole start: it began with the preflight when there was one.
-  start_deadline_ =
-      hooks_.launch_start.value_or(start_time_) + std::chrono::seconds(opt_.start_timeout_s);
-  next_heartbeat_ = Clock::now() + hb_interval_;
-  int handled_signals = 0;
-  std::vector<pollfd> fds;
-  try {
-    for (;;) {
-      if (g_signal_count != handled_signals) {
-        bool again = handled_signals > 0;
-        handled_signals = g_signal_count;
-        int sig = g_last_signal;
-        if (again) {
-          // A second interrupt: stop waiting for a graceful end.
-          for (Host& h : hosts_) h.link->abort();
-          break;
-        }
-        fail(128 + sig, "hvdrun: interrupted by " + signal_text(sig) + "; stopped all ranks\n");
-      }
-      if (all_done()) break;
-      auto now = Clock::now();
-      if (teardown_deadline_ && now >= *teardown_deadline_) {
-        spdlog::warn("ranks still running {} ms after the kill request; abandoning them to their agents",
-                     (grace_ + std::chrono::seconds(5)).count());
-        break;
-      }
-      // Write what is queued before waiting: an SSH link polls for input only (output
-      // waits on the peer's window), and an agent says nothing before the launcher's hello.
-      for (Host& h : hosts_) {
-        if (!h.outq.empty()) service(h, /*read=*/false);
-      }
-      fds.clear();
-      bool paused = output_backed_up();
-      for (Host& h : hosts_) {
-        if (h.closed) continue;
-        h.link->add_pollfds(fds, !paused, !h.outq.empty());
-        // Agents are not expected to get through while we do not read them.
-        if (paused) h.last_rx = now;
-      }
-      auto wake = next_heartbeat_;
-      if (paused) wake = std::min(wake, now + milliseconds(5));
-      if (!teardown_deadline_ && started_ranks_ < size) wake = std::min(wake, start_deadline_);
-      if (teardown_deadline_) wake = std::min(wake, *teardown_deadline_);
-      auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(wake - now);
-      if (left.count() < 0) left = {};
-      timespec ts{static_cast<time_t>(left.count() / 1000000000),
-                  static_cast<long>(left.count() % 1000000000)};
-      int rc = ::ppoll(fds.data(), fds.size(), &ts, signals.wait_mask());
-      if (rc < 0 && errno != EINTR) throw_errno("launcher main loop", "ppoll");
-      if (rc > 0) {
-        for (Host& h : hosts_) service(h);
-        relay_->flush();
-      }
-      check_timers(Clock::now());
-      for (Host& h : hosts_) service(h, /*read=*/false);  // send what the timers queued
-    }
-  } catch (...) {
-    // Tear down before the error leaves: the links' destructors end every agent.
-    for (Host& h : hosts_) {
-      if (h.link) h.link->close_write();
-    }
-    relay_->flush();
-    throw;
-  }
-  return finish();
-}
-
 }  // namespace
 
-int run_job(const LaunchOptions& options, const JobHooks& hooks) {
-  std::vector<hostfile::HostSlots> hosts = options.hosts;
-  if (hosts.empty()) {
-    if (!options.np) throw UsageError("-np is required without -H or --hostfile; expected e.g. hvdrun -np 4 python train.py");
-    hosts.push_back({"localhost", *options.np});
-  }
-  Job job(options, hooks, hostfile::place(hosts, options.np));
+int run_job(const LaunchPlan& plan, const LaunchOptions& options, const JobHooks& hooks,
+            JobContext& context) {
+  Job job(plan, options, hooks, context);
   return job.run();
+}
+
+int run_job(const LaunchPlan& plan, const LaunchOptions& options, const JobHooks& hooks) {
+  JobContext context = process_context();
+  SystemJobClock clock;  // before any thread starts
+  FirstFailurePolicy policy;
+  context.clock = &clock;
+  context.policy = &policy;
+  return run_job(plan, options, hooks, context);
+}
+
+int run_job(const LaunchOptions& options, const JobHooks& hooks) {
+  return run_job(make_plan(options), options, hooks);
 }
 
 }  // namespace hvdrun::launcher

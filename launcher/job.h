@@ -10,7 +10,13 @@
 #include <string>
 
 #include "launcher/agent_link.h"
+#include "launcher/job_context.h"
+#include "launcher/launch_plan.h"
 #include "launcher/options.h"
+
+namespace hvdrun::rendezvous {
+class Server;
+}  // namespace hvdrun::rendezvous
 
 namespace hvdrun::launcher {
 
@@ -19,12 +25,18 @@ struct JobHooks {
   /// The executable run as a local host's agent (`EXE agent`); empty: the agent is a fork
   /// of this process (see start_local_agent).
   std::string agent_exe;
-  /// Opens the agent link of a remote host (an SSH exec channel running `hvdrun agent`).
-  /// Unset: remote hosts are a LaunchError.
+  /// Opens the agent link of a host on this machine. Unset: start_local_agent(agent_exe).
+  std::function<std::unique_ptr<AgentLink>(const std::string& host)> local_link;
+  /// Opens the agent link of a host whose launch method is ssh (the SSH exec channel
+  /// running `hvdrun agent` that the preflight started). Unset: such a host is a
+  /// LaunchError.
   std::function<std::unique_ptr<AgentLink>(const std::string& host)> remote_link;
   /// When the launch began (before the SSH preflight): --start-timeout counts from here.
   /// Unset: from the start of run_job.
   std::optional<std::chrono::steady_clock::time_point> launch_start;
+  /// Called once the job's rendezvous server serves (tests inject failures on its
+  /// thread through it). Unset: nothing.
+  std::function<void(rendezvous::Server&)> on_rendezvous;
 };
 
 /// Runs the job `options` describes and returns hvdrun's exit code: 0 when every rank
@@ -33,6 +45,14 @@ struct JobHooks {
 /// a rank could not be started, --start-timeout passed). Throws UsageError for bad input
 /// found before anything started; any other exception escapes only after every agent and
 /// rank has been stopped.
+int run_job(const LaunchPlan& plan, const LaunchOptions& options, const JobHooks& hooks = {});
+
+/// Same, in `context` (its clock and policy set): the seam the job's unit tests use.
+int run_job(const LaunchPlan& plan, const LaunchOptions& options, const JobHooks& hooks,
+            JobContext& context);
+
+/// Same, with the plan made from `options` (make_plan) and the context of this process
+/// (process_context, the real clock, the first-failure rule).
 int run_job(const LaunchOptions& options, const JobHooks& hooks = {});
 
 }  // namespace hvdrun::launcher

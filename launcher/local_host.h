@@ -4,14 +4,19 @@
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace hvdrun::launcher {
 
 /// True for localhost (any case, also localhost.localdomain), gethostname() (full or
 /// short, any case, or its canonical FQDN) and any address literal assigned to one of this
-/// machine's interfaces (127.0.0.1, ::1, ...). The same rule as ssh::is_local_host, which
-/// the preflight uses.
-bool is_local_host(const std::string& name);
+/// machine's interfaces (127.0.0.1, ::1, ...). Applied once per host, by make_plan(); the
+/// preflight and the job read the plan's answer.
+bool is_local_host(std::string_view host);
+
+/// This machine's interface addresses in numeric form (getifaddrs), IPv4 and IPv6.
+std::vector<std::string> local_addresses();
 
 /// The IPv4 (else IPv6) address of network interface `ifname`; throws UsageError when the
 /// interface does not exist or has no address.

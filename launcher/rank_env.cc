@@ -1,6 +1,7 @@
 // Rank environments (see rank_env.h).
 #include "launcher/rank_env.h"
 
+#include "common/env_names.h"
 #include "compat/env.h"
 
 #include <cstdlib>
@@ -86,19 +87,19 @@ EnvList rank_env(const EnvList& base, const hostfile::RankSlot& slot, const std:
   const std::string rdv_port = std::to_string(job.rendezvous_port);
   const std::string timeout = std::to_string(job.start_timeout_s);
 
-  env.set("HVDRUN_RANK", rank);
-  env.set("HVDRUN_SIZE", size);
-  env.set("HVDRUN_LOCAL_RANK", local_rank);
-  env.set("HVDRUN_LOCAL_SIZE", local_size);
-  env.set("HVDRUN_CROSS_RANK", cross_rank);
-  env.set("HVDRUN_CROSS_SIZE", cross_size);
-  env.set("HVDRUN_HOSTNAME", host_name);
-  env.set("HVDRUN_RENDEZVOUS_ADDR", job.rendezvous_addr);
-  env.set("HVDRUN_RENDEZVOUS_PORT", rdv_port);
-  env.set("HVDRUN_SECRET", job.secret);
-  env.set("HVDRUN_START_TIMEOUT", timeout);
+  env.set(env_names::kRank, rank);
+  env.set(env_names::kSize, size);
+  env.set(env_names::kLocalRank, local_rank);
+  env.set(env_names::kLocalSize, local_size);
+  env.set(env_names::kCrossRank, cross_rank);
+  env.set(env_names::kCrossSize, cross_size);
+  env.set(env_names::kHostname, host_name);
+  env.set(env_names::kRendezvousAddr, job.rendezvous_addr);
+  env.set(env_names::kRendezvousPort, rdv_port);
+  env.set(env_names::kSecret, job.secret);
+  env.set(env_names::kStartTimeout, timeout);
 
-  if (!job.network_interface.empty()) env.set("HVDRUN_NETWORK_INTERFACE", job.network_interface);
+  if (!job.network_interface.empty()) env.set(env_names::kNetworkInterface, job.network_interface);
 
   compat::HostEndpoints ends;
   ends.horovod_rendezvous_addr = job.rendezvous_addr;

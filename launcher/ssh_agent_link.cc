@@ -1,7 +1,5 @@
 // SshAgentLink: a remote host's agent over one SSH exec channel, driven from the
-// launcher's poll loop without blocking; and run_job_over_ssh, which runs the preflight
-// (whose version check starts the agent in the same remote shell) and hands each good
-// host's session and agent channel to its agent link.
+// launcher's poll loop without blocking.
 #include "launcher/ssh_agent_link.h"
 
 #include <poll.h>
@@ -16,12 +14,6 @@
 #include <utility>
 
 #include "common/error.h"
-#include "hostfile/placement.h"
-#include "launcher/job.h"
-#include "launcher/local_host.h"
-#include "ssh/check.h"
-#include "ssh/libssh2_session.h"
-#include "ssh/preflight.h"
 
 namespace hvdrun::launcher {
 namespace {
@@ -225,56 +217,10 @@ class SshAgentLink : public AgentLink {
 
 }  // namespace
 
-std::unique_ptr<AgentLink> start_ssh_agent(const std::string& host,
-                                           std::unique_ptr<ssh::Session> session,
-                                           const std::string& remote_hvdrun,
-                                           ssh::Deadline deadline) {
-  // The command line holds the path alone: the job's secret and environment travel inside
-  // the channel, in spawn frames.
-  auto channel = session->exec(ssh::shell_quote(remote_hvdrun) + " agent", deadline);
+std::unique_ptr<AgentLink> make_ssh_agent_link(const std::string& host,
+                                               std::unique_ptr<ssh::Session> session,
+                                               std::unique_ptr<ssh::Channel> channel) {
   return std::make_unique<SshAgentLink>(host, std::move(session), std::move(channel));
-}
-
-int run_job_over_ssh(const LaunchOptions& requested) {
-  // Hosts that get no rank (-np below the slots) take no part: not even a login.
-  LaunchOptions options = requested;
-  if (!options.hosts.empty()) options.hosts = hostfile::place(options.hosts, options.np).hosts;
-  bool all_local = true;
-  for (const auto& h : options.hosts) all_local = all_local && is_local_host(h.name);
-  if (all_local) return run_job(options);
-
-  std::string version = ssh::local_version_line();
-  if (version.empty()) {
-    throw LaunchError("cannot tell this hvdrun's version: `" + ssh::self_executable() +
-                      " --version` failed");
-  }
-  ssh::Libssh2Connector connector;
-  ssh::PreflightSettings settings;
-  settings.expected_version = version;
-  // Every host's agent starts in the shell that reports its version: one remote shell
-  // per host per job, all in parallel.
-  settings.start_agent = true;
-  auto start = ssh::Clock::now();
-  ssh::PreflightReport report = ssh::preflight(options, connector, settings);
-  if (!report.ok()) {
-    std::string table = ssh::render_table(report);
-    std::fprintf(stderr, "hvdrun: %d host%s failed the preflight; nothing was started:\n%s",
-                 report.failures(), report.failures() > 1 ? "s" : "", table.c_str());
-    std::fflush(stderr);
-    return 255;
-  }
-  JobHooks hooks;
-  hooks.launch_start = start;
-  hooks.remote_link = [&](const std::string& host) -> std::unique_ptr<AgentLink> {
-    for (auto& check : report.hosts) {
-      if (check.host != host || !check.session || !check.agent_channel) continue;
-      return std::make_unique<SshAgentLink>(host, std::move(check.session),
-                                            std::move(check.agent_channel));
-    }
-    // Cannot happen: the preflight and the job share ssh::is_local_host.
-    throw LaunchError("host " + host + " has no SSH session from the preflight");
-  };
-  return run_job(options, hooks);
 }
 
 }  // namespace hvdrun::launcher

@@ -370,10 +370,7 @@ void Client::wait(const std::vector<std::string>& keys, std::chrono::millisecond
                   const std::string& what) {
   auto missing = wait_for(keys, timeout);
   if (missing.empty()) return;
-  std::string list;
-  for (std::size_t i = 0; i < missing.size() && i < 16; ++i)
-    list += (i ? ", '" : "'") + missing[i] + "'";
-  if (missing.size() > 16) list += " and " + std::to_string(missing.size() - 16) + " more";
+  const std::string list = key_list(missing);  // before `missing` is moved from
   throw TimeoutError(impl_->prefix() + ": " + (what.empty() ? "wait" : what) + ": " + list +
                          " did not appear within " + std::to_string(timeout.count()) +
                          " ms (server " + impl_->address_ + ")",

@@ -11,28 +11,9 @@
 #include <vector>
 
 #include "common/error.h"
+#include "rendezvous/store.h"
 
 namespace hvdrun::rendezvous {
-
-/// A rendezvous failure: could not connect, authentication rejected, connection lost,
-/// protocol violation. The message names the server address and the operation.
-class Error : public LaunchError {
- public:
-  using LaunchError::LaunchError;
-};
-
-/// A wait whose deadline passed; `missing()` lists the keys that never appeared.
-class TimeoutError : public Error {
- public:
-  /// `message` is complete; `missing` the keys still absent at the deadline.
-  TimeoutError(const std::string& message, std::vector<std::string> missing)
-      : Error(message), missing_(std::move(missing)) {}
-  /// Keys that were still absent at the deadline.
-  const std::vector<std::string>& missing() const { return missing_; }
-
- private:
-  std::vector<std::string> missing_;
-};
 
 /// How to reach the server and how patiently.
 struct ClientOptions {
@@ -56,36 +37,36 @@ struct ClientOptions {
   std::string who;
 };
 
-/// One authenticated connection to the rendezvous server. Not thread-safe: one call at
-/// a time (callers serialise).
-class Client {
+/// One authenticated connection to the rendezvous server: the real Store. Not
+/// thread-safe: one call at a time (callers serialise).
+class Client : public Store {
  public:
   /// Connects and authenticates, retrying under the connect deadline.
   /// Throws Error naming the address and the last failure.
   explicit Client(ClientOptions options);
-  ~Client();
+  ~Client() override;
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
   /// Stores `value` under `key`, waking waiters.
-  void set(const std::string& key, const std::string& value);
+  void set(const std::string& key, const std::string& value) override;
   /// Stores several keys in one round trip (waiters see all of them at once).
-  void multi_set(const std::vector<std::pair<std::string, std::string>>& items);
+  void multi_set(const std::vector<std::pair<std::string, std::string>>& items) override;
   /// The value of `key` now, or nullopt.
-  std::optional<std::string> get(const std::string& key);
+  std::optional<std::string> get(const std::string& key) override;
   /// The values of `keys` now (nullopt where absent), in order.
-  std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys);
+  std::vector<std::optional<std::string>> multi_get(const std::vector<std::string>& keys) override;
   /// Adds `delta` to the integer under `key` (absent = 0) and returns the new value.
-  std::int64_t add(const std::string& key, std::int64_t delta);
+  std::int64_t add(const std::string& key, std::int64_t delta) override;
   /// Removes `key`; true when it existed.
-  bool erase(const std::string& key);
+  bool erase(const std::string& key) override;
   /// Blocks until every key exists or `timeout` passes (deadline kept by the server).
   /// Returns the keys still missing (empty on success).
   std::vector<std::string> wait_for(const std::vector<std::string>& keys,
-                                    std::chrono::milliseconds timeout);
+                                    std::chrono::milliseconds timeout) override;
   /// As wait_for, but throws TimeoutError saying "<what>: ... missing <keys>" on timeout.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
-            const std::string& what = {});
+            const std::string& what = {}) override;
   /// Round trip without effect.
   void ping();
 

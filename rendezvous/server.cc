@@ -92,8 +92,10 @@ class Server::Impl {
     thread_ = std::thread([this] {
       try {
         io_.run();
-      } catch (const std::exception& e) {
-        spdlog::error("rendezvous server stopped unexpectedly: {}", e.what());
+      } catch (...) {
+        // The launcher's loop polls failure_.fd() and ends the job with this cause.
+        failure_.set(std::current_exception());
+        spdlog::debug("rendezvous server stopped unexpectedly: {}", describe(failure_.get()));
       }
     });
   }
@@ -119,8 +121,19 @@ class Server::Impl {
     std::packaged_task<decltype(fn())()> task(std::move(fn));
     auto fut = task.get_future();
     asio::post(const_cast<asio::io_context&>(io_), [&task] { task(); });
+    // A thread that has stopped on an error never runs the task: give its error instead.
+    while (fut.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+      if (failure_.failed()) {
+        throw LaunchError("rendezvous server on port " + std::to_string(port_) +
+                          " stopped: " + describe(failure_.get()));
+      }
+    }
     return fut.get();
   }
+
+  void post(std::function<void()> fn) { asio::post(io_, std::move(fn)); }
+
+  const ThreadFailure& failure() const { return failure_; }
 
   std::optional<std::string> get(const std::string& key) const {
     return on_io([&]() -> std::optional<std::string> {
@@ -179,6 +192,7 @@ class Server::Impl {
   mutable std::mutex state_mu_;
   bool running_ = false;
   bool stopped_ = false;
+  ThreadFailure failure_;
   std::thread thread_;
   std::unique_ptr<asio::steady_timer> accept_retry_;
   std::unique_ptr<asio::steady_timer> sweep_timer_;
@@ -604,5 +618,7 @@ std::vector<std::string> Server::missing(const std::vector<std::string>& keys) c
   return impl_->missing(keys);
 }
 std::size_t Server::connection_count() const { return impl_->connection_count(); }
+const ThreadFailure& Server::failure() const { return impl_->failure(); }
+void Server::post(std::function<void()> fn) { impl_->post(std::move(fn)); }
 
 }  // namespace hvdrun::rendezvous

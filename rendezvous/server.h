@@ -4,10 +4,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "common/thread_failure.h"
 
 namespace hvdrun::rendezvous {
 
@@ -58,6 +61,12 @@ class Server {
   std::vector<std::string> missing(const std::vector<std::string>& keys) const;
   /// Number of open client connections (thread-safe).
   std::size_t connection_count() const;
+  /// The I/O thread's failure: its fd() turns readable when the thread stops on an error,
+  /// which get() then holds. The launcher polls it so that the job ends with that cause.
+  const ThreadFailure& failure() const;
+  /// Queues `fn` on the I/O thread like any handler; an exception it throws stops the
+  /// server as a handler's would (tests inject failures this way).
+  void post(std::function<void()> fn);
 
  private:
   class Impl;

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <vector>
 
+#include "common/env_names.h"
 #include "hvdrun/hvdrun.h"
 
 namespace hvdrun::runtime {
@@ -65,21 +66,20 @@ class Parser {
 Environment read_environment(const std::function<const char*(const char*)>& getenv) {
   Parser p(getenv);
   Environment e;
-  constexpr long long kMaxRanks = 1 << 24;
-  auto rank = p.number<int>("HVDRUN_RANK", true, 0, kMaxRanks);
-  auto size = p.number<int>("HVDRUN_SIZE", true, 1, kMaxRanks);
-  auto lrank = p.number<int>("HVDRUN_LOCAL_RANK", true, 0, kMaxRanks);
-  auto lsize = p.number<int>("HVDRUN_LOCAL_SIZE", true, 1, kMaxRanks);
-  auto crank = p.number<int>("HVDRUN_CROSS_RANK", true, 0, kMaxRanks);
-  auto csize = p.number<int>("HVDRUN_CROSS_SIZE", true, 1, kMaxRanks);
-  auto host = p.text("HVDRUN_HOSTNAME", true);
-  auto addr = p.text("HVDRUN_RENDEZVOUS_ADDR", true);
-  auto port = p.number<std::uint16_t>("HVDRUN_RENDEZVOUS_PORT", true, 1, 65535);
-  auto secret = p.text("HVDRUN_SECRET", true);
-  auto start = p.number<int>("HVDRUN_START_TIMEOUT", false, 1, 24 * 3600);
-  auto op = p.number<int>("HVDRUN_OP_TIMEOUT", false, 1, 7 * 24 * 3600);
-  auto gen = p.number<int>("HVDRUN_GENERATION", false, 0, 1 << 30);
-  auto nccl = p.text("HVDRUN_NCCL", false);
+  auto rank = p.number<int>(env_names::kRank, true, 0, env_names::kMaxRanks - 1);
+  auto size = p.number<int>(env_names::kSize, true, 1, env_names::kMaxRanks);
+  auto lrank = p.number<int>(env_names::kLocalRank, true, 0, env_names::kMaxRanks - 1);
+  auto lsize = p.number<int>(env_names::kLocalSize, true, 1, env_names::kMaxRanks);
+  auto crank = p.number<int>(env_names::kCrossRank, true, 0, env_names::kMaxRanks - 1);
+  auto csize = p.number<int>(env_names::kCrossSize, true, 1, env_names::kMaxRanks);
+  auto host = p.text(env_names::kHostname, true);
+  auto addr = p.text(env_names::kRendezvousAddr, true);
+  auto port = p.number<std::uint16_t>(env_names::kRendezvousPort, true, 1, 65535);
+  auto secret = p.text(env_names::kSecret, true);
+  auto start = p.number<int>(env_names::kStartTimeout, false, 1, env_names::kMaxStartTimeoutS);
+  auto op = p.number<int>(env_names::kOpTimeout, false, 1, env_names::kMaxOpTimeoutS);
+  auto gen = p.number<int>(env_names::kGeneration, false, 0, env_names::kMaxGeneration);
+  auto nccl = p.text(env_names::kNccl, false);
 
   if (rank && size && *rank >= *size)
     p.garbled("HVDRUN_RANK=" + std::to_string(*rank) +

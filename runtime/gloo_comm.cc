@@ -169,7 +169,7 @@ void divide(T* buf, std::size_t n, int size) {
 
 class GlooComm::Impl {
  public:
-  Impl(rendezvous::Client& store, std::string prefix, int rank, int size,
+  Impl(rendezvous::Store& store, std::string prefix, int rank, int size,
        const std::string& local_ip, std::chrono::milliseconds op_timeout,
        std::chrono::milliseconds connect_timeout)
       : store_(store),
@@ -466,7 +466,7 @@ class GlooComm::Impl {
   std::size_t cache_bytes_ = 0;
   std::unordered_map<std::size_t, unsigned long long> ag_calls_;  // allgathers per size
 
-  rendezvous::Client& store_;
+  rendezvous::Store& store_;
   std::string prefix_;
   int rank_;
   int size_;
@@ -477,7 +477,7 @@ class GlooComm::Impl {
   std::shared_ptr<gloo::transport::Device> device_;
 };
 
-GlooComm::GlooComm(rendezvous::Client& store, std::string prefix, int rank, int size,
+GlooComm::GlooComm(rendezvous::Store& store, std::string prefix, int rank, int size,
                    const std::string& local_ip, std::chrono::milliseconds op_timeout,
                    std::chrono::milliseconds connect_timeout)
     : impl_(std::make_unique<Impl>(store, std::move(prefix), rank, size, local_ip, op_timeout,

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "hvdrun/hvdrun.h"
-#include "rendezvous/client.h"
+#include "rendezvous/store.h"
 
 namespace hvdrun::runtime {
 
@@ -21,10 +21,11 @@ enum class Topology { kRing, kStar, kFullMesh };
 /// in the same order with the same arguments (as with MPI).
 class GlooComm {
  public:
+  /// `store` is any rendezvous Store (the Client in a job, a MemoryStore in tests);
   /// `prefix` namespaces the store keys (communicator name and generation);
   /// `local_ip` is the address this rank binds for its traffic; `op_timeout` bounds each
   /// collective; `connect_timeout` bounds waiting for peers' addresses.
-  GlooComm(rendezvous::Client& store, std::string prefix, int rank, int size,
+  GlooComm(rendezvous::Store& store, std::string prefix, int rank, int size,
            const std::string& local_ip, std::chrono::milliseconds op_timeout,
            std::chrono::milliseconds connect_timeout);
   ~GlooComm();

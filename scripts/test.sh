@@ -3,10 +3,12 @@
 #   plain  warnings-as-errors build, whole test suite           (build dir: <prefix>)
 #   asan   whole test suite under ASan + UBSan                  (<prefix>-asan)
 #   tsan   whole test suite under TSan                          (<prefix>-tsan)
-#   fuzz   clang-14 libFuzzer build, every fuzzer for 60 s      (<prefix>-fuzz)
-#   tidy   clang-tidy-14 (.clang-tidy) over the project's sources and headers, using the
-#          plain build's compile_commands.json, and over fuzz/ using the fuzz build's
-#          (configures <prefix> and <prefix>-fuzz if needed, builds nothing)
+#   fuzz   clang-14 libFuzzer build; every fuzzer replays its corpus, then fuzzes for
+#          FUZZ_SECONDS (default 15)                            (<prefix>-fuzz)
+#   tidy   clang-tidy-14 (.clang-tidy) over the sources that changed against main (and
+#          the sources including a changed header), with the plain build's
+#          compile_commands.json, and fuzz/ with the fuzz build's; TIDY_FULL=1 checks
+#          everything (configures <prefix> and <prefix>-fuzz if needed, builds nothing)
 # Every stage runs even when an earlier one failed, so one run reports all of them; the
 # script exits non-zero when any failed and ends with a table of results and times.
 #
@@ -14,8 +16,9 @@
 #   --only      run just these stages (default, and CI: plain, asan, tsan, fuzz, tidy)
 #   --no-deps   skip scripts/install-deps.sh
 #   --prefix    build directory prefix (default: build)
-# Environment: FUZZ_SECONDS (default 60) and FUZZ_JOBS (default 2) for the fuzz stage;
-# JOBS (default: nproc) for builds, ctest and clang-tidy.
+# Environment: FUZZ_SECONDS (default 15) and FUZZ_JOBS (default 2) for the fuzz stage;
+# TIDY_FULL=1 for a tidy run over every source; JOBS (default: nproc) for builds, ctest
+# and clang-tidy. By hand, run the long versions: FUZZ_SECONDS=600 and TIDY_FULL=1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -114,7 +117,7 @@ stage_fuzz() {
   local dir=$prefix-fuzz
   configure_fuzz "$dir" &&
     run cmake --build "$dir" -j "$jobs" --target fuzz_all &&
-    ARTIFACT_DIR=$dir/artifacts run fuzz/run_fuzzers.sh "$dir" "${FUZZ_SECONDS:-60}" "${FUZZ_JOBS:-2}"
+    ARTIFACT_DIR=$dir/artifacts run fuzz/run_fuzzers.sh "$dir" "${FUZZ_SECONDS:-15}" "${FUZZ_JOBS:-2}"
 }
 
 stage_tidy() {
@@ -124,8 +127,13 @@ stage_tidy() {
   [[ -f $prefix/compile_commands.json ]] || configure "$prefix" || return
   [[ -f $prefix-fuzz/compile_commands.json ]] || configure_fuzz "$prefix-fuzz" || return
   local failed=0
-  JOBS=$jobs run scripts/tidy.sh "$prefix" || failed=1
-  JOBS=$jobs run scripts/tidy.sh "$prefix-fuzz" fuzz/*.cc || failed=1
+  if [[ ${TIDY_FULL:-0} == 1 ]]; then
+    JOBS=$jobs run scripts/tidy.sh "$prefix" || failed=1
+    JOBS=$jobs run scripts/tidy.sh "$prefix-fuzz" fuzz/*.cc || failed=1
+  else
+    JOBS=$jobs run scripts/tidy.sh "$prefix" --changed || failed=1
+    JOBS=$jobs TIDY_UNDER=fuzz/ run scripts/tidy.sh "$prefix-fuzz" --changed || failed=1
+  fi
   return "$failed"
 }
 

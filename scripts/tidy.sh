@@ -7,12 +7,50 @@
 # Tracked sources that BUILD_DIR does not compile are named as not checked (scripts/test.sh's
 # tidy stage checks fuzz/ with the fuzz build's database).
 # Usage: scripts/tidy.sh BUILD_DIR [FILE...]   (FILE: only these sources)
+#        scripts/tidy.sh BUILD_DIR --changed [BASE]
+#   --changed: only what differs from BASE (default: the merge base with origin/main,
+#   else main, else HEAD~1), committed or not: each changed source, and for a changed
+#   header every source that includes it; with TIDY_UNDER=DIR/ only the sources under
+#   DIR/. CI runs this; the full run is for by hand.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-build=${1:?usage: scripts/tidy.sh BUILD_DIR [FILE...]}
+build=${1:?usage: scripts/tidy.sh BUILD_DIR [FILE...] | BUILD_DIR --changed [BASE]}
 shift
 db=$build/compile_commands.json
 [[ -f $db ]] || { echo "tidy: no $db; configure $build first" >&2; exit 2; }
+if [[ ${1:-} == --changed ]]; then
+  base=${2:-}
+  if [[ -z $base ]]; then
+    for ref in origin/main main HEAD~1; do
+      base=$(git merge-base HEAD "$ref" 2>/dev/null) && break
+    done
+  fi
+  [[ -n $base ]] || { echo "tidy: --changed: no base to compare with" >&2; exit 2; }
+  mapfile -t changed < <(git diff --name-only --diff-filter=d "$base" -- '*.cc' '*.c' '*.h')
+  selected=()
+  for f in "${changed[@]}"; do
+    case $f in
+      *.h)
+        # Every tracked source that includes the header checks it.
+        mapfile -t users < <(git grep -l -F "#include \"$f\"" -- '*.cc' '*.c')
+        selected+=("${users[@]}")
+        ;;
+      *) selected+=("$f") ;;
+    esac
+  done
+  # Only sources this build compiles (the fuzzers are in the fuzz build's database only).
+  mapfile -t files < <(printf '%s\n' "${selected[@]}" | sort -u | grep "^${TIDY_UNDER:-}" |
+    python3 -c '
+import json, os, sys
+db = json.load(open(sys.argv[1]))
+compiled = {os.path.normpath(os.path.join(e["directory"], e["file"])) for e in db}
+for f in sys.stdin.read().split():
+    if os.path.abspath(f) in compiled: print(f)
+' "$db")
+  echo "tidy: --changed against ${base:0:12}: ${#files[@]} of the changed sources are compiled by $build"
+  ((${#files[@]})) || { echo "tidy: clean (nothing to check)"; exit 0; }
+  set -- "${files[@]}"
+fi
 tidy=${CLANG_TIDY:-clang-tidy-14}
 root=$PWD
 folders='cli|common|compat|examples|fuzz|hostfile|launcher|rendezvous|runtime|ssh|tests|bench'

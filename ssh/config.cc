@@ -341,8 +341,7 @@ std::string expand_tokens(const std::string& value, const Target& t, const std::
 
 }  // namespace
 
-Target resolve_target(const std::string& host, const SshConfig& config,
-                      const launcher::LaunchOptions& options) {
+Target resolve_target(const std::string& host, const SshConfig& config, const SshOptions& options) {
   HostConfig hc = config.lookup(host);
   Target t;
   t.alias = host;
@@ -352,10 +351,10 @@ Target resolve_target(const std::string& host, const SshConfig& config,
     tmp.hostname = host;
     t.hostname = expand_tokens(*hc.hostname, tmp, host);
   }
-  t.port = options.ssh_port.value_or(hc.port.value_or(22));
+  t.port = options.port.value_or(hc.port.value_or(22));
   t.user = hc.user.value_or(local_user());
-  if (!options.ssh_identity_file.empty())
-    t.identity_files.push_back(expand_tilde(options.ssh_identity_file));
+  if (!options.identity_file.empty())
+    t.identity_files.push_back(expand_tilde(options.identity_file));
   for (const auto& f : hc.identity_files) {
     auto path = expand_tilde(expand_tokens(f, t, host));
     if (std::find(t.identity_files.begin(), t.identity_files.end(), path) ==

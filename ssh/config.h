@@ -11,10 +11,22 @@
 #include <string_view>
 #include <vector>
 
-#include "launcher/options.h"
 #include "ssh/session.h"
 
 namespace hvdrun::ssh {
+
+/// What the command line says about SSH, gathered by the caller (the launcher builds it
+/// from its own options), so that this layer needs nothing from above.
+struct SshOptions {
+  /// -p/--ssh-port: overrides the port from ssh_config for every host.
+  std::optional<int> port;
+  /// -i/--ssh-identity-file: tried before the IdentityFiles of ssh_config.
+  std::string identity_file;
+  /// --ssh-config FILE; empty means ~/.ssh/config when present.
+  std::string config_file;
+  /// --start-timeout in seconds: caps ConnectTimeout (0: no cap).
+  int start_timeout_s = 30;
+};
 
 /// The settings ssh_config gives one host: the first value of each keyword among the
 /// matching blocks, in file order; IdentityFile accumulates. Values are raw (`~` and
@@ -84,8 +96,7 @@ bool host_matches(std::string_view host, const std::vector<std::string>& pattern
 /// override (Port) or come first (IdentityFile); defaults for the rest (port 22, the
 /// local user, ~/.ssh/known_hosts, accept-new, ConnectTimeout 10 s capped by
 /// --start-timeout, SSH_AUTH_SOCK, the default key files that exist).
-Target resolve_target(const std::string& host, const SshConfig& config,
-                      const launcher::LaunchOptions& options);
+Target resolve_target(const std::string& host, const SshConfig& config, const SshOptions& options);
 
 /// Expands a leading `~` or `~user` to a home directory.
 std::string expand_tilde(const std::string& path);

@@ -17,7 +17,7 @@
 #include "compat/env.h"
 #include "launcher/agent.h"
 #include "launcher/agent_protocol.h"
-#include "ssh/local_host.h"
+#include "launcher/local_host.h"
 #include "tests/support/processes.h"
 
 using namespace hvdrun;
@@ -140,7 +140,7 @@ TEST_CASE("agent: its hello names this host's interface toward the launcher's ad
     CHECK(a.expect<proto::AgentHello>().iface == "lo");
   }
   // An address of another interface, when this machine has one: the agent names that one.
-  for (const std::string& addr : ssh::local_addresses()) {
+  for (const std::string& addr : launcher::local_addresses()) {
     if (addr.find(':') != std::string::npos || addr.rfind("127.", 0) == 0) continue;
     AgentProcess a(addr);
     std::string iface = a.expect<proto::AgentHello>().iface;

@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/fd.h"
 #include "launcher/job.h"
+#include "rendezvous/server.h"
 
 using namespace hvdrun;
 using namespace hvdrun::launcher;
@@ -35,29 +36,20 @@ std::string contents(int fd) {
   return s;
 }
 
-// Runs a job with hvdrun's stdout and stderr captured.
-Result run(const LaunchOptions& o, const JobHooks& hooks) {
-  std::fflush(stdout);
-  std::fflush(stderr);
+// Runs a job with the real clock and agents, its output going to memory files through
+// the job's context (no swapping of this process's stdout and stderr).
+Result run(const LaunchOptions& o, const JobHooks& hooks, JobContext ctx = process_context()) {
   UniqueFd out(::memfd_create("out", MFD_CLOEXEC)), err(::memfd_create("err", MFD_CLOEXEC));
-  UniqueFd saved_out(::dup(1)), saved_err(::dup(2));
-  ::dup2(out.get(), 1);
-  ::dup2(err.get(), 2);
+  SystemJobClock clock;
+  FirstFailurePolicy policy;
+  ctx.clock = &clock;
+  ctx.policy = &policy;
+  ctx.stdout_fd = out.get();
+  ctx.stderr_fd = err.get();
   Result r;
   auto t0 = Clock::now();
-  try {
-    r.code = run_job(o, hooks);
-  } catch (...) {
-    std::fflush(stderr);
-    ::dup2(saved_out.get(), 1);
-    ::dup2(saved_err.get(), 2);
-    throw;
-  }
+  r.code = run_job(make_plan(o), o, hooks, ctx);
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::fflush(stdout);
-  std::fflush(stderr);
-  ::dup2(saved_out.get(), 1);
-  ::dup2(saved_err.get(), 2);
   r.out = contents(out.get());
   r.err = contents(err.get());
   return r;
@@ -107,17 +99,19 @@ TEST_CASE("job: an agent that dies is a failure naming the host") {
   hooks.agent_exe = agent.path;
   Result r = run(options(2, {"true"}), hooks);
   CHECK(r.code == 255);
-  CHECK_THAT(r.err, Catch::Contains("the agent on host localhost ended unexpectedly (it exited with code 3)"));
+  CHECK_THAT(r.err, Catch::Contains(
+                        "the agent on host localhost ended unexpectedly (it exited with code 3)"));
   CHECK_THAT(r.err, Catch::Contains("ranks 0, 1 were running"));
 }
 
 TEST_CASE("job: an agent that goes silent is caught by the heartbeat timeout") {
   FakeAgent agent("exec sleep 60");
   ::setenv("HVDRUN_HEARTBEAT_TIMEOUT", "0.5", 1);
+  JobContext ctx = process_context();  // reads HVDRUN_HEARTBEAT_TIMEOUT
+  ::unsetenv("HVDRUN_HEARTBEAT_TIMEOUT");
   JobHooks hooks;
   hooks.agent_exe = agent.path;
-  Result r = run(options(1, {"true"}), hooks);
-  ::unsetenv("HVDRUN_HEARTBEAT_TIMEOUT");
+  Result r = run(options(1, {"true"}), hooks, ctx);
   CHECK(r.code == 255);
   CHECK_THAT(r.err, Catch::Contains("nothing heard from it for 0.5 s"));
   CHECK(r.seconds < 4);
@@ -133,6 +127,19 @@ TEST_CASE("job: an agent stream polluted by a login banner is named as such") {
   CHECK_THAT(r.err, Catch::Contains("login script"));
 }
 
+TEST_CASE("job: an error on the rendezvous server's thread ends the job with its cause") {
+  JobHooks hooks;
+  hooks.agent_exe = kHvdrun;
+  hooks.on_rendezvous = [](rendezvous::Server& server) {
+    server.post([] { throw std::runtime_error("the store ran out of room"); });
+  };
+  Result r = run(options(2, {"sleep", "30"}), hooks);
+  CHECK(r.code == 255);
+  CHECK_THAT(r.err, Catch::Contains("the rendezvous server failed: the store ran out of room; "
+                                    "stopped the job"));
+  CHECK(r.seconds < 10);
+}
+
 TEST_CASE("job: a remote host without a transport is a launch error") {
   LaunchOptions o = options(1, {"true"});
   o.hosts = {{"node-that-is-not-here", 1}};
@@ -142,7 +149,8 @@ TEST_CASE("job: a remote host without a transport is a launch error") {
 }
 
 TEST_CASE("job: remote hosts get the forwarded environment through their link") {
-  LaunchOptions o = options(3, {"sh", "-c", "echo \"$HVDRUN_RANK $HVDRUN_HOSTNAME ${HOME:-unset} $EXTRA\""});
+  LaunchOptions o =
+      options(3, {"sh", "-c", "echo \"$HVDRUN_RANK $HVDRUN_HOSTNAME ${HOME:-unset} $EXTRA\""});
   o.hosts = {{"localhost", 1}, {"far-away-node", 2}};
   o.env = {"EXTRA=with spaces"};
   JobHooks hooks;

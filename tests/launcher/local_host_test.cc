@@ -7,7 +7,6 @@
 
 #include "common/error.h"
 #include "launcher/local_host.h"
-#include "ssh/local_host.h"
 
 using hvdrun::launcher::interface_address;
 using hvdrun::launcher::is_local_host;
@@ -37,18 +36,8 @@ TEST_CASE("interface addresses are looked up by name with a helpful error") {
   }
 }
 
-TEST_CASE("the job and the preflight agree on which hosts are this machine") {
-  // A host the preflight takes for this machine gets no SSH session; the job must then
-  // run it locally too (and the other way round).
-  char name[256] = {};
-  REQUIRE(::gethostname(name, sizeof name - 1) == 0);
-  for (const std::string& host :
-       {std::string("localhost"), std::string("LOCALHOST"), std::string("localhost.localdomain"),
-        std::string("127.0.0.1"), std::string("0:0::1"), std::string(name),
-        std::string("127.0.0.2"), std::string("node1")}) {
-    INFO(host);
-    CHECK(is_local_host(host) == hvdrun::ssh::is_local_host(host));
-  }
+TEST_CASE("names are compared without case and localhost.localdomain counts") {
   CHECK(is_local_host("LOCALHOST"));
   CHECK(is_local_host("localhost.localdomain"));
+  CHECK(is_local_host("0:0::1"));
 }

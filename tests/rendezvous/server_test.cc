@@ -343,3 +343,19 @@ TEST_CASE("many clients at once", "[rendezvous][server]") {
   for (auto& t : threads) t.join();
   CHECK(ok == kClients);
 }
+
+TEST_CASE("an error on the I/O thread reaches the owner instead of only the log",
+          "[rendezvous][server]") {
+  const std::string secret = generate_secret();
+  Server server(secret, "127.0.0.1", 0);
+  server.start();
+  CHECK_FALSE(server.failure().failed());
+  server.post([] { throw std::runtime_error("disk full while saving the store"); });
+  pollfd p{server.failure().fd(), POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 5000) == 1);
+  CHECK(hvdrun::describe(server.failure().get()) == "disk full while saving the store");
+  CHECK_THROWS_WITH(server.failure().rethrow_if_failed(), "disk full while saving the store");
+  // In-process calls no longer wait for a thread that is gone: they name its error.
+  CHECK_THROWS_WITH(server.set("k", "v"), Catch::Contains("disk full while saving the store"));
+  server.stop();
+}

@@ -136,7 +136,7 @@ TEST_CASE("resolve_target applies defaults, expansion and -p/-i overrides", "[co
       "  UserKnownHostsFile ~/.ssh/kh_%h other\n"
       "  ConnectTimeout 60\n",
       "cfg");
-  hvdrun::launcher::LaunchOptions options;
+  hvdrun::ssh::SshOptions options;
   options.start_timeout_s = 30;
   auto t = hvdrun::ssh::resolve_target("node1", config, options);
   CHECK(t.alias == "node1");
@@ -151,8 +151,8 @@ TEST_CASE("resolve_target applies defaults, expansion and -p/-i overrides", "[co
   CHECK(t.connect_timeout == std::chrono::seconds(30));  // capped by --start-timeout
   CHECK(t.agent_socket.empty());
 
-  options.ssh_port = 2022;
-  options.ssh_identity_file = "~/.ssh/from_flag";
+  options.port = 2022;
+  options.identity_file = "~/.ssh/from_flag";
   ::setenv("SSH_AUTH_SOCK", "/tmp/agent.sock", 1);
   t = hvdrun::ssh::resolve_target("node1", config, options);
   CHECK(t.port == 2022);
@@ -161,7 +161,7 @@ TEST_CASE("resolve_target applies defaults, expansion and -p/-i overrides", "[co
   CHECK(t.agent_socket == "/tmp/agent.sock");
   ::unsetenv("SSH_AUTH_SOCK");
 
-  auto plain = hvdrun::ssh::resolve_target("gpu3", SshConfig{}, hvdrun::launcher::LaunchOptions{});
+  auto plain = hvdrun::ssh::resolve_target("gpu3", SshConfig{}, hvdrun::ssh::SshOptions{});
   CHECK(plain.hostname == "gpu3");
   CHECK(plain.port == 22);
   CHECK(plain.known_hosts_file == "/home/tester/.ssh/known_hosts");
@@ -203,7 +203,7 @@ TEST_CASE("Include reads files (globs, relative to ~/.ssh), conditionally inside
 TEST_CASE("IdentitiesOnly drops the default keys and is validated", "[config]") {
   ::setenv("HOME", "/home/tester", 1);
   auto config = SshConfig::parse("Host a\n  IdentityFile ~/k\n  IdentitiesOnly yes\n", "cfg");
-  auto t = hvdrun::ssh::resolve_target("a", config, hvdrun::launcher::LaunchOptions{});
+  auto t = hvdrun::ssh::resolve_target("a", config, hvdrun::ssh::SshOptions{});
   CHECK(t.identities_only);
   CHECK(t.identity_files == std::vector<std::string>{"/home/tester/k"});
   CHECK(t.default_identity_files.empty());

@@ -13,12 +13,17 @@
 #include <sstream>
 #include <thread>
 
-#include "ssh/check.h"
+#include "launcher/check.h"
+#include "launcher/preflight.h"
 #include "ssh/libssh2_session.h"
-#include "ssh/preflight.h"
 #include "tests/support/sshd_cluster.h"
 
 using namespace hvdrun::ssh;
+using hvdrun::launcher::preflight;
+using hvdrun::launcher::PreflightReport;
+using hvdrun::launcher::PreflightSettings;
+using hvdrun::launcher::render_table;
+using hvdrun::launcher::run_check;
 using hvdrun::testing::SshdCluster;
 
 namespace {
@@ -53,7 +58,8 @@ PreflightReport check(const SshdCluster& cluster, const hvdrun::launcher::Launch
 std::unique_ptr<Session> login(const SshdCluster& cluster, int k) {
   Libssh2Connector connector;
   auto config = SshConfig::load(cluster.ssh_config());
-  auto target = resolve_target(cluster.alias(k), config, cluster.options(k));
+  auto target =
+      resolve_target(cluster.alias(k), config, hvdrun::launcher::ssh_options(cluster.options(k)));
   return connector.connect(target, Clock::now() + std::chrono::seconds(10));
 }
 

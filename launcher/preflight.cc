@@ -2,7 +2,7 @@
 // under the job's --start-timeout deadline. Threads rather than one event loop because
 // the work is mostly key-exchange and signature crypto: threads put it on every core,
 // and each host's poll() wait costs nothing while others compute.
-#include "ssh/preflight.h"
+#include "launcher/preflight.h"
 
 #include <limits.h>
 #include <unistd.h>
@@ -13,10 +13,15 @@
 
 #include <spdlog/spdlog.h>
 
-#include "ssh/local_host.h"
+#include "ssh/session.h"
 
-namespace hvdrun::ssh {
+namespace hvdrun::launcher {
 namespace {
+
+using ssh::Clock;
+using ssh::CommandResult;
+using ssh::Deadline;
+using ssh::Target;
 
 std::string first_line(const std::string& text) {
   auto end = text.find('\n');
@@ -25,7 +30,7 @@ std::string first_line(const std::string& text) {
   return line;
 }
 
-void check_one(HostCheck& check, const Target& target, Connector& connector, Deadline deadline,
+void check_one(HostCheck& check, const Target& target, ssh::Connector& connector, Deadline deadline,
                const std::string& remote_hvdrun, const std::string& expected_version,
                bool start_agent) {
   const auto start = Clock::now();
@@ -38,20 +43,20 @@ void check_one(HostCheck& check, const Target& target, Connector& connector, Dea
     check.address = session->peer_address().empty() ? check.address : session->peer_address();
     const std::string where = target.user + "@" + target.hostname;
     CommandResult result;
-    std::unique_ptr<Channel> agent;
+    std::unique_ptr<ssh::Channel> agent;
     std::string after_marker;
     try {
-      const std::string version = shell_quote(remote_hvdrun) + " --version";
+      const std::string version = ssh::shell_quote(remote_hvdrun) + " --version";
       if (start_agent) {
         // One shell for both: the agent then waits, silent, for the launcher's hello.
-        agent = run_until_marker(*session,
-                                 version + " && echo " + kAgentMarker + " && exec " +
-                                     shell_quote(remote_hvdrun) + " agent",
-                                 kAgentMarker, deadline, result, after_marker);
+        agent = ssh::run_until_marker(*session,
+                                      version + " && echo " + kAgentMarker + " && exec " +
+                                          ssh::shell_quote(remote_hvdrun) + " agent",
+                                      kAgentMarker, deadline, result, after_marker);
       } else {
-        result = run_command(*session, version, deadline);
+        result = ssh::run_command(*session, version, deadline);
       }
-    } catch (const SessionError& e) {
+    } catch (const ssh::SessionError& e) {
       check.verdict = Verdict::timeout;
       check.detail = "`" + remote_hvdrun + " --version` did not answer: " + e.what();
       check.fix = "check that " + remote_hvdrun + " runs on the host; raise --start-timeout";
@@ -98,7 +103,7 @@ void check_one(HostCheck& check, const Target& target, Connector& connector, Dea
           "found '" + line + "' at " + remote_hvdrun + ", expected '" + expected_version + "'";
     }
     check.fix = install;
-  } catch (const ConnectError& e) {
+  } catch (const ssh::ConnectError& e) {
     check.verdict = e.verdict();
     if (!e.address().empty()) check.address = e.address();
     check.detail = e.detail();
@@ -120,7 +125,7 @@ int PreflightReport::failures() const {
       hosts.begin(), hosts.end(), [](const HostCheck& h) { return h.verdict != Verdict::ok; }));
 }
 
-std::unique_ptr<Session> PreflightReport::take_session(const std::string& host) {
+std::unique_ptr<ssh::Session> PreflightReport::take_session(const std::string& host) {
   for (auto& h : hosts) {
     if (h.host == host && h.session) return std::move(h.session);
   }
@@ -134,39 +139,53 @@ std::string self_executable() {
   return std::string(buf, static_cast<std::size_t>(n));
 }
 
-std::string expected_remote_hvdrun(const launcher::LaunchOptions& options,
+std::string expected_remote_hvdrun(const LaunchOptions& options,
                                    const PreflightSettings& settings) {
   if (!settings.remote_hvdrun.empty()) return settings.remote_hvdrun;
   if (!options.remote_hvdrun.empty()) return options.remote_hvdrun;
   return self_executable();
 }
 
-PreflightReport preflight(const launcher::LaunchOptions& options, Connector& connector,
-                          const PreflightSettings& settings) {
-  return preflight(options, SshConfig::load_for(options.ssh_config), connector, settings);
+ssh::SshOptions ssh_options(const LaunchOptions& options) {
+  ssh::SshOptions o;
+  o.port = options.ssh_port;
+  o.identity_file = options.ssh_identity_file;
+  o.config_file = options.ssh_config;
+  o.start_timeout_s = options.start_timeout_s;
+  return o;
 }
 
-PreflightReport preflight(const launcher::LaunchOptions& options, const SshConfig& config,
-                          Connector& connector, const PreflightSettings& settings) {
+PreflightReport preflight(const LaunchOptions& options, ssh::Connector& connector,
+                          const PreflightSettings& settings) {
+  return preflight(options, ssh::SshConfig::load_for(options.ssh_config), connector, settings);
+}
+
+PreflightReport preflight(const LaunchOptions& options, const ssh::SshConfig& config,
+                          ssh::Connector& connector, const PreflightSettings& settings) {
+  return preflight(make_check_plan(options), options, config, connector, settings);
+}
+
+PreflightReport preflight(const LaunchPlan& plan, const LaunchOptions& options,
+                          const ssh::SshConfig& config, ssh::Connector& connector,
+                          const PreflightSettings& settings) {
   const auto start = Clock::now();
   const Deadline deadline = start + std::chrono::seconds(std::max(options.start_timeout_s, 1));
   const std::string remote_hvdrun = expected_remote_hvdrun(options, settings);
+  const ssh::SshOptions ssh_opts = ssh_options(options);
 
   PreflightReport report;
   std::vector<Target> targets;
   std::vector<std::size_t> remote;  // indexes into report.hosts
-  std::vector<hostfile::HostSlots> hosts = options.hosts;
-  if (hosts.empty()) hosts.push_back({"localhost", options.np.value_or(1)});  // no -H: localhost
-  for (const auto& h : hosts) {
+  for (const auto& h : plan.hosts) {
     HostCheck check;
     check.host = h.name;
-    if (is_local_host(h.name)) {
+    if (h.method != LaunchMethod::ssh) {
       check.local = true;
       check.address = "-";
       check.detail = "this machine: runs without SSH";
     } else {
       remote.push_back(report.hosts.size());
-      targets.push_back(resolve_target(h.name, config, options));  // UsageError surfaces here
+      targets.push_back(ssh::resolve_target(h.name, config, ssh_opts));  // UsageError surfaces here
     }
     report.hosts.push_back(std::move(check));
   }
@@ -194,4 +213,4 @@ PreflightReport preflight(const launcher::LaunchOptions& options, const SshConfi
   return report;
 }
 
-}  // namespace hvdrun::ssh
+}  // namespace hvdrun::launcher

@@ -1,5 +1,7 @@
 // The preflight: before anything starts, log in to every remote host in parallel, check
-// that the expected hvdrun is there, and give each host a verdict with a fix. The open
+// that the expected hvdrun is there, and give each host a verdict with a fix. It lives with
+// the launch, above ssh/, because it knows what a job needs from a host (hvdrun, its
+// version, the agent); ssh/ only knows how to log in and run a command. The open
 // sessions of the good hosts are handed back so the launcher reuses them for the agent
 // channel: one SSH login per host per job.
 #pragma once
@@ -9,11 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "launcher/launch_plan.h"
 #include "launcher/options.h"
 #include "ssh/config.h"
 #include "ssh/session.h"
 
-namespace hvdrun::ssh {
+namespace hvdrun::launcher {
+
+using ssh::Verdict;
 
 /// The verdict for one host.
 struct HostCheck {
@@ -32,15 +37,15 @@ struct HostCheck {
   /// What to do about a bad verdict; empty when ok.
   std::string fix;
   /// For ok remote hosts: the authenticated session, ready for the agent's channel.
-  std::unique_ptr<Session> session;
+  std::unique_ptr<ssh::Session> session;
   /// With PreflightSettings::start_agent, for ok remote hosts: the channel running
   /// `hvdrun agent`, which waits for the launcher's hello.
-  std::unique_ptr<Channel> agent_channel;
+  std::unique_ptr<ssh::Channel> agent_channel;
 };
 
 /// All hosts, in the order given.
 struct PreflightReport {
-  /// One entry per host of LaunchOptions::hosts.
+  /// One entry per host of the plan, in its order.
   std::vector<HostCheck> hosts;
   /// Wall time of the whole preflight.
   std::chrono::milliseconds elapsed{0};
@@ -49,7 +54,7 @@ struct PreflightReport {
   /// Number of hosts with a bad verdict.
   int failures() const;
   /// Moves the session of `host` out of the report (nullptr if none).
-  std::unique_ptr<Session> take_session(const std::string& host);
+  std::unique_ptr<ssh::Session> take_session(const std::string& host);
 };
 
 /// Knobs of a preflight that do not come from LaunchOptions.
@@ -71,21 +76,30 @@ struct PreflightSettings {
 /// The line the preflight's command prints between the version and the agent's stream.
 inline constexpr const char* kAgentMarker = "hvdrun-agent-starting";
 
-/// Checks every host of `options` (local ones are reported ok without SSH). Loads the
-/// ssh_config named by options (UsageError when malformed). Never throws for a bad
-/// host: each one gets its verdict.
-PreflightReport preflight(const launcher::LaunchOptions& options, Connector& connector,
+/// Checks every host of `plan` whose method is ssh (the others are reported ok without
+/// SSH), with the SSH settings, --start-timeout and --remote-hvdrun of `options` and the
+/// ssh_config `config`. Never throws for a bad host: each one gets its verdict
+/// (UsageError only for a malformed ssh_config value).
+PreflightReport preflight(const LaunchPlan& plan, const LaunchOptions& options,
+                          const ssh::SshConfig& config, ssh::Connector& connector,
+                          const PreflightSettings& settings);
+
+/// The preflight of `hvdrun check`: every host of `options` (make_check_plan), with the
+/// ssh_config named by options (UsageError when malformed).
+PreflightReport preflight(const LaunchOptions& options, ssh::Connector& connector,
                           const PreflightSettings& settings);
 
 /// Same with a given ssh_config (tests, callers that already loaded it).
-PreflightReport preflight(const launcher::LaunchOptions& options, const SshConfig& config,
-                          Connector& connector, const PreflightSettings& settings);
+PreflightReport preflight(const LaunchOptions& options, const ssh::SshConfig& config,
+                          ssh::Connector& connector, const PreflightSettings& settings);
 
 /// Absolute path of the running executable (/proc/self/exe).
 std::string self_executable();
 
 /// The path where hvdrun is expected on remote hosts for these options.
-std::string expected_remote_hvdrun(const launcher::LaunchOptions& options,
-                                   const PreflightSettings& settings);
+std::string expected_remote_hvdrun(const LaunchOptions& options, const PreflightSettings& settings);
 
-}  // namespace hvdrun::ssh
+/// The SSH part of `options`, for ssh::resolve_target.
+ssh::SshOptions ssh_options(const LaunchOptions& options);
+
+}  // namespace hvdrun::launcher

@@ -5,18 +5,18 @@
 #include <string>
 
 #include "launcher/options.h"
-#include "ssh/preflight.h"
+#include "launcher/preflight.h"
 
-namespace hvdrun::ssh {
+namespace hvdrun::launcher {
 
 /// Runs the preflight with the real libssh2 connector and prints the report to stdout
-/// (JSON with options.json). Returns 0 when every host is ok, 255 otherwise. The
-/// expected remote version is the first line of `<this binary> --version` (LaunchError
-/// when that cannot be run). A malformed ssh_config throws UsageError (exit 2).
-int run_check(const launcher::LaunchOptions& options);
+/// (JSON with options.json). Returns 0 when every host is ok, 255 otherwise. Every host's
+/// hvdrun must print this build's version line (common/version.h). A malformed ssh_config
+/// throws UsageError (exit 2).
+int run_check(const LaunchOptions& options);
 
 /// Same, with the version string every host's hvdrun must print.
-int run_check(const launcher::LaunchOptions& options, const std::string& expected_version);
+int run_check(const LaunchOptions& options, const std::string& expected_version);
 
 /// The table: one row per host (HOST, ADDRESS, VERDICT, LATENCY, DETAIL) with a
 /// `fix:` line under every bad host, then a summary line.
@@ -26,8 +26,4 @@ std::string render_table(const PreflightReport& report);
 /// "local", "address", "verdict", "latency_ms", "detail", "fix"}]}.
 std::string render_json(const PreflightReport& report);
 
-/// The first line this executable prints for `--version` (run as a child process);
-/// empty if it cannot be run.
-std::string local_version_line();
-
-}  // namespace hvdrun::ssh
+}  // namespace hvdrun::launcher

@@ -1,18 +1,14 @@
 // Rendering of the preflight report and the `hvdrun check` entry point.
-#include "ssh/check.h"
-
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include "launcher/check.h"
 
 #include <cstdio>
 #include <iostream>
 #include <sstream>
 
-#include "common/fd.h"
+#include "common/version.h"
 #include "ssh/libssh2_session.h"
 
-namespace hvdrun::ssh {
+namespace hvdrun::launcher {
 namespace {
 
 std::string json_string(std::string_view s) {
@@ -114,47 +110,10 @@ std::string render_json(const PreflightReport& report) {
   return out.str();
 }
 
-std::string local_version_line() {
-  auto [rd, wr] = make_pipe();
-  const std::string exe = self_executable();
-  pid_t pid = ::fork();
-  if (pid < 0) return {};
-  if (pid == 0) {
-    ::dup2(wr.get(), STDOUT_FILENO);
-    int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-    if (null >= 0) ::dup2(null, STDERR_FILENO);
-    const char* argv[] = {exe.c_str(), "--version", nullptr};
-    ::execv(exe.c_str(), const_cast<char* const*>(argv));
-    ::_exit(127);
-  }
-  wr.reset();
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(rd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return {};
-  auto nl = out.find('\n');
-  return out.substr(0, nl);
-}
+int run_check(const LaunchOptions& options) { return run_check(options, kVersionLine); }
 
-int run_check(const launcher::LaunchOptions& options) {
-  std::string version = local_version_line();
-  if (version.empty()) {
-    throw LaunchError("cannot tell this hvdrun's version: `" + self_executable() +
-                      " --version` failed");
-  }
-  return run_check(options, version);
-}
-
-int run_check(const launcher::LaunchOptions& options, const std::string& expected_version) {
-  Libssh2Connector connector;
+int run_check(const LaunchOptions& options, const std::string& expected_version) {
+  ssh::Libssh2Connector connector;
   PreflightSettings settings;
   settings.expected_version = expected_version;
   PreflightReport report = preflight(options, connector, settings);
@@ -162,4 +121,4 @@ int run_check(const launcher::LaunchOptions& options, const std::string& expecte
   return report.ok() ? 0 : 255;
 }
 
-}  // namespace hvdrun::ssh
+}  // namespace hvdrun::launcher

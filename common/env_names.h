@@ -1,0 +1,53 @@
+// The HVDRUN_* environment contract between the launcher, which sets these variables in
+// every rank (launcher/rank_env.cc), and the runtime, which reads them (runtime/env.cc),
+// with the limits both sides apply. One spelling and one set of limits, so that the two
+// sides cannot drift apart.
+#pragma once
+
+namespace hvdrun::env_names {
+
+/// The rank, 0 .. size-1.
+inline constexpr const char kRank[] = "HVDRUN_RANK";
+/// The number of ranks.
+inline constexpr const char kSize[] = "HVDRUN_SIZE";
+/// The rank among those of its host.
+inline constexpr const char kLocalRank[] = "HVDRUN_LOCAL_RANK";
+/// The number of ranks on its host.
+inline constexpr const char kLocalSize[] = "HVDRUN_LOCAL_SIZE";
+/// The index of its host among the hosts with a rank of the same local rank.
+inline constexpr const char kCrossRank[] = "HVDRUN_CROSS_RANK";
+/// The number of hosts with a rank of the same local rank.
+inline constexpr const char kCrossSize[] = "HVDRUN_CROSS_SIZE";
+/// Its host's name as written in -H or the hostfile.
+inline constexpr const char kHostname[] = "HVDRUN_HOSTNAME";
+/// Where the rank reaches the rendezvous server.
+inline constexpr const char kRendezvousAddr[] = "HVDRUN_RENDEZVOUS_ADDR";
+/// The rendezvous server's port.
+inline constexpr const char kRendezvousPort[] = "HVDRUN_RENDEZVOUS_PORT";
+/// The per-job secret (hex), never on a command line.
+inline constexpr const char kSecret[] = "HVDRUN_SECRET";
+/// --start-timeout in seconds.
+inline constexpr const char kStartTimeout[] = "HVDRUN_START_TIMEOUT";
+/// --network-interface, when given.
+inline constexpr const char kNetworkInterface[] = "HVDRUN_NETWORK_INTERFACE";
+/// Seconds a collective may take before the rank ends itself (runtime only).
+inline constexpr const char kOpTimeout[] = "HVDRUN_OP_TIMEOUT";
+/// The generation of an elastic job.
+inline constexpr const char kGeneration[] = "HVDRUN_GENERATION";
+/// auto | require | off: the runtime's NCCL path.
+inline constexpr const char kNccl[] = "HVDRUN_NCCL";
+/// Seconds between SIGTERM and SIGKILL when a job is torn down (launcher side).
+inline constexpr const char kKillGrace[] = "HVDRUN_KILL_GRACE";
+/// Seconds of silence after which a remote agent counts as lost (launcher side).
+inline constexpr const char kHeartbeatTimeout[] = "HVDRUN_HEARTBEAT_TIMEOUT";
+
+/// The most ranks one job may have (-np, the slots of a host list, HVDRUN_SIZE).
+inline constexpr int kMaxRanks = 1 << 20;
+/// The longest --start-timeout / HVDRUN_START_TIMEOUT, in seconds.
+inline constexpr int kMaxStartTimeoutS = 24 * 3600;
+/// The longest HVDRUN_OP_TIMEOUT, in seconds.
+inline constexpr int kMaxOpTimeoutS = 7 * 24 * 3600;
+/// The highest HVDRUN_GENERATION.
+inline constexpr int kMaxGeneration = 1 << 30;
+
+}  // namespace hvdrun::env_names

@@ -1,0 +1,105 @@
+// What the job loop reaches outside itself, behind seams that tests replace: the clock
+// and its waits (and the signals that interrupt them), the environment, where output goes,
+// the teardown and heartbeat settings, and the rule for what a failure does to the job.
+#pragma once
+
+#include <poll.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/subprocess.h"
+
+namespace hvdrun::launcher {
+
+/// The job loop's time: now(), the wait for its descriptors, and the interrupting signals
+/// that end a wait early.
+class JobClock {
+ public:
+  using Clock = std::chrono::steady_clock;
+  virtual ~JobClock() = default;
+  /// The current time.
+  virtual Clock::time_point now() = 0;
+  /// Waits until a descriptor of `fds` is ready or `until` passes. Returns the number of
+  /// ready descriptors (0 when the time passed or a signal arrived). Throws SystemError.
+  virtual int wait(std::vector<pollfd>& fds, Clock::time_point until) = 0;
+  /// The latest interrupting signal (SIGINT, SIGTERM, SIGHUP) that arrived since the last
+  /// call, or 0.
+  virtual int take_interrupt() = 0;
+};
+
+/// The real clock: steady_clock and ppoll, with SIGINT, SIGTERM and SIGHUP blocked
+/// except inside the wait. Construct it before any thread starts, so that every thread
+/// inherits the block and only the loop sees those signals.
+class SystemJobClock : public JobClock {
+ public:
+  SystemJobClock();
+  Clock::time_point now() override;
+  int wait(std::vector<pollfd>& fds, Clock::time_point until) override;
+  int take_interrupt() override;
+
+ private:
+  SignalMask signals_;
+};
+
+/// A failure the job saw: a rank that failed, an agent lost, the start deadline passed,
+/// an interrupt, a server that stopped.
+struct Failure {
+  /// hvdrun's exit code if this failure decides it.
+  int exit_code = 0;
+  /// What to print (names the rank or host, and the cause), newline-terminated.
+  std::string message;
+};
+
+/// What a failure does to the job. The first-failure rule is one such policy; an elastic
+/// mode replaces it (stop the generation, rediscover, go on).
+class FailurePolicy {
+ public:
+  virtual ~FailurePolicy() = default;
+  /// `failure` happened. Returns true when the job stops: every rank is torn down.
+  virtual bool on_failure(const Failure& failure) = 0;
+  /// The failure that decides the exit code and the final message, if any.
+  virtual const std::optional<Failure>& outcome() const = 0;
+};
+
+/// horovodrun's and mpirun's rule: the first failure stops the job and decides its exit
+/// code; later ones (the other ranks dying in the teardown) change nothing.
+class FirstFailurePolicy : public FailurePolicy {
+ public:
+  bool on_failure(const Failure& failure) override;
+  const std::optional<Failure>& outcome() const override { return first_; }
+
+ private:
+  std::optional<Failure> first_;
+};
+
+/// Everything the job loop takes from its surroundings.
+struct JobContext {
+  /// Time and waiting (required).
+  JobClock* clock = nullptr;
+  /// What a failure does (required).
+  FailurePolicy* policy = nullptr;
+  /// The launcher's environment (environ-style, null-terminated): the base of every rank's
+  /// environment on this machine, and the source of the variables forwarded to others.
+  char* const* environment = nullptr;
+  /// The ranks' working directory.
+  std::string cwd;
+  /// Where tagged rank output goes, and hvdrun's own final message.
+  int stdout_fd = 1;
+  int stderr_fd = 2;
+  /// Grace between SIGTERM and SIGKILL when ranks are stopped (HVDRUN_KILL_GRACE).
+  std::chrono::milliseconds kill_grace{3000};
+  /// How often the launcher and the agents say they are alive.
+  std::chrono::milliseconds heartbeat_interval{1000};
+  /// Silence after which a remote agent counts as lost (HVDRUN_HEARTBEAT_TIMEOUT; 0: never).
+  std::chrono::milliseconds heartbeat_timeout{30000};
+};
+
+/// The context of a real launch, without clock and policy: environ, the working
+/// directory, stdout/stderr, HVDRUN_KILL_GRACE and HVDRUN_HEARTBEAT_TIMEOUT from `getenv`
+/// (seconds; UsageError when malformed), the heartbeat period derived from the timeout.
+JobContext process_context(const char* (*getenv)(const char*) = nullptr);
+
+}  // namespace hvdrun::launcher

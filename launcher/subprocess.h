@@ -1,0 +1,112 @@
+// The process layer of the launcher and the agent, in one place (in the spirit of ninja's
+// Subprocess): starting a child (its own process group, a death signal, stdio, default
+// signal dispositions and an empty mask, then exec or a function), telling how it ended,
+// and the signal mask of a supervision loop (signals blocked except inside its ppoll, so
+// none arrives between a check and the wait). The agent's ranks, the local agent and the
+// agent's group guard are all started here.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/fd.h"
+
+namespace hvdrun::launcher {
+
+/// How to start a child.
+struct ChildSpec {
+  /// What the child is, for error messages ("the local agent /usr/bin/hvdrun").
+  std::string what = "a child process";
+  /// Program and arguments, run with execvp (PATH from `env` when given). Empty: the
+  /// child runs `main` instead, without exec.
+  std::vector<std::string> argv;
+  /// The file to execute (execv); empty: argv[0], searched in PATH (execvp).
+  std::string path;
+  /// With `argv` empty: the child's code; its result is the exit code (_exit, so no exit
+  /// handler or static destructor of the parent's state runs). Only for a single-threaded
+  /// parent: another thread could hold a lock (malloc's included) at the fork.
+  std::function<int()> main;
+  /// The child's environment (NAME=VALUE each); nullptr: the parent's.
+  const std::vector<std::string>* env = nullptr;
+  /// Working directory; empty: the parent's.
+  std::string cwd;
+  /// Descriptors that become the child's stdin, stdout, stderr; -1 keeps the parent's.
+  int stdin_fd = -1;
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+  /// Put the child in a process group of its own (terminal signals then reach the
+  /// launcher alone, and kill(-pid) reaches everything the child starts).
+  bool own_group = true;
+  /// Signal the child gets when its parent dies (PR_SET_PDEATHSIG); 0: none. A child
+  /// whose parent is already gone exits at once.
+  int death_signal = 0;
+};
+
+/// A started child.
+struct Child {
+  /// Its pid.
+  pid_t pid = -1;
+  /// For an exec'd child: EOF when exec succeeded, else an ExecFailure (read_exec_failure).
+  UniqueFd exec_status;
+};
+
+/// Starts a child as `spec` says. Throws SystemError when the pipe or the fork fails.
+Child spawn(const ChildSpec& spec);
+
+/// Why an exec'd child did not start.
+struct ExecFailure {
+  /// True when changing to the working directory failed, false when exec did.
+  bool chdir = false;
+  /// The errno of the failed call.
+  int error = 0;
+};
+
+/// Reads a child's exec-status pipe (blocking until exec or failure): nullopt when exec
+/// succeeded.
+std::optional<ExecFailure> read_exec_failure(int exec_status_fd);
+
+/// "exited with code N", "was killed by signal N (NAME)".
+std::string describe_exit(int wait_status);
+
+/// "signal 15 (SIGTERM)".
+std::string signal_text(int sig);
+
+/// Waits for child `pid` until `deadline` (polling with a short backoff); then SIGKILLs
+/// and reaps it. Returns how it ended, or "did not exit in time and was killed".
+std::string wait_or_kill(pid_t pid, std::chrono::steady_clock::time_point deadline);
+
+/// The signals a supervision loop handles itself. While alive: they are blocked (threads
+/// started later inherit the block, so only the loop sees them, inside ppoll with
+/// wait_mask()), a handler counts each arrival, and SIGPIPE is ignored. The destructor
+/// restores the mask and the dispositions.
+class SignalMask {
+ public:
+  explicit SignalMask(std::initializer_list<int> signals);
+  ~SignalMask();
+  SignalMask(const SignalMask&) = delete;
+  SignalMask& operator=(const SignalMask&) = delete;
+
+  /// The caller's mask with these signals unblocked: for ppoll.
+  const sigset_t* wait_mask() const { return &wait_mask_; }
+  /// How many times `sig` arrived since the last take(sig).
+  int take(int sig);
+  /// The latest of these signals to arrive, or 0.
+  static int last();
+
+ private:
+  std::vector<int> signals_;
+  std::vector<struct sigaction> old_;
+  std::vector<int> seen_;
+  struct sigaction old_pipe_ {};
+  sigset_t old_mask_{};
+  sigset_t wait_mask_{};
+};
+
+}  // namespace hvdrun::launcher

@@ -1,0 +1,69 @@
+// The key-value store ranks use to find each other, as an interface: the rendezvous
+// Client is the real one (TCP to the launcher's server, authenticated); MemoryStore
+// (memory_store.h) is an in-process one, so that runtime code built on the store can be
+// tested without a server. Errors are the ones every store throws.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+
+namespace hvdrun::rendezvous {
+
+/// A rendezvous failure: could not connect, authentication rejected, connection lost,
+/// protocol violation. The message names the server address and the operation.
+class Error : public LaunchError {
+ public:
+  using LaunchError::LaunchError;
+};
+
+/// A wait whose deadline passed; `missing()` lists the keys that never appeared.
+class TimeoutError : public Error {
+ public:
+  /// `message` is complete; `missing` the keys still absent at the deadline.
+  TimeoutError(const std::string& message, std::vector<std::string> missing)
+      : Error(message), missing_(std::move(missing)) {}
+  /// Keys that were still absent at the deadline.
+  const std::vector<std::string>& missing() const { return missing_; }
+
+ private:
+  std::vector<std::string> missing_;
+};
+
+/// A key-value store with blocking waits. Keys are namespaced by their users
+/// (communicator name and generation).
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  /// Stores `value` under `key`, waking waiters.
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  /// Stores several keys at once (waiters see all of them at once).
+  virtual void multi_set(const std::vector<std::pair<std::string, std::string>>& items) = 0;
+  /// The value of `key` now, or nullopt.
+  virtual std::optional<std::string> get(const std::string& key) = 0;
+  /// The values of `keys` now (nullopt where absent), in order.
+  virtual std::vector<std::optional<std::string>> multi_get(
+      const std::vector<std::string>& keys) = 0;
+  /// Adds `delta` to the integer under `key` (absent = 0) and returns the new value.
+  virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
+  /// Removes `key`; true when it existed.
+  virtual bool erase(const std::string& key) = 0;
+  /// Blocks until every key exists or `timeout` passes. Returns the keys still missing
+  /// (empty on success).
+  virtual std::vector<std::string> wait_for(const std::vector<std::string>& keys,
+                                            std::chrono::milliseconds timeout) = 0;
+  /// As wait_for, but throws TimeoutError naming `what` and the missing keys on timeout.
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                    const std::string& what = {}) = 0;
+};
+
+/// "'a', 'b' and 3 more": at most 16 keys, for timeout messages.
+std::string key_list(const std::vector<std::string>& keys);
+
+}  // namespace hvdrun::rendezvous

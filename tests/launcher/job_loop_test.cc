@@ -1,0 +1,175 @@
+// The job's state machine against scripted agents (FakeAgentLink) and a fake clock: no
+// process, no real waiting. Start, first failure, teardown, heartbeats, the start
+// deadline, interrupts and a replaced failure policy.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+
+#include "common/fd.h"
+#include "launcher/job.h"
+#include "tests/launcher/fake_job.h"
+
+using namespace hvdrun;
+using namespace hvdrun::launcher;
+using hvdrun::testing::FakeAgentLink;
+using hvdrun::testing::FakeAgentRecord;
+using hvdrun::testing::FakeAgentScript;
+using hvdrun::testing::FakeJobClock;
+using namespace std::chrono_literals;
+
+namespace {
+
+char kPath[] = "PATH=/usr/bin:/bin";
+char kHome[] = "HOME=/home/launcher";
+char* kEnviron[] = {kPath, kHome, nullptr};
+
+std::string contents(int fd) {
+  std::string s(static_cast<std::size_t>(::lseek(fd, 0, SEEK_END)), '\0');
+  REQUIRE(::pread(fd, s.data(), s.size(), 0) == static_cast<ssize_t>(s.size()));
+  return s;
+}
+
+// One job over fake agents: `scripts` by host name; hosts are localhost:2 and far-node:2
+// unless `hosts` says otherwise.
+struct FakeJob {
+  std::map<std::string, FakeAgentScript> scripts;
+  std::map<std::string, std::shared_ptr<FakeAgentRecord>> records;
+  std::vector<hostfile::HostSlots> hosts = {{"localhost", 2}, {"far-node", 2}};
+  FakeJobClock clock;
+  FirstFailurePolicy first_failure;
+  FailurePolicy* policy = &first_failure;
+  JobContext ctx;
+  UniqueFd out{::memfd_create("out", MFD_CLOEXEC)};
+  UniqueFd err{::memfd_create("err", MFD_CLOEXEC)};
+  int code = -1;
+
+  FakeJob() {
+    ctx.environment = kEnviron;
+    ctx.cwd = "/work";
+    ctx.stdout_fd = out.get();
+    ctx.stderr_fd = err.get();
+  }
+
+  int run() {
+    LaunchOptions o;
+    o.hosts = hosts;
+    o.command = {"python", "train.py"};
+    JobHooks hooks;
+    auto link = [this](const std::string& host) -> std::unique_ptr<AgentLink> {
+      auto record = std::make_shared<FakeAgentRecord>();
+      records[host] = record;
+      return std::make_unique<FakeAgentLink>(scripts[host], record);
+    };
+    hooks.local_link = link;
+    hooks.remote_link = link;
+    ctx.clock = &clock;
+    ctx.policy = policy;
+    code = run_job(make_plan(o), o, hooks, ctx);
+    return code;
+  }
+  std::string stdout_text() const { return contents(out.get()); }
+  std::string stderr_text() const { return contents(err.get()); }
+};
+
+}  // namespace
+
+TEST_CASE("job loop: ranks that all exit 0 end the job with 0, each spawned once") {
+  FakeJob job;
+  job.scripts["localhost"].exit_codes = {{0, 0}, {1, 0}};
+  job.scripts["far-node"].exit_codes = {{2, 0}, {3, 0}};
+  job.scripts["far-node"].output = "hello\n";
+  CHECK(job.run() == 0);
+  REQUIRE(job.records["localhost"]->spawns.size() == 2);
+  REQUIRE(job.records["far-node"]->spawns.size() == 2);
+  const auto& spawn = job.records["far-node"]->spawns[1];
+  CHECK(spawn.rank == 3);
+  CHECK(spawn.cwd == "/work");
+  CHECK(spawn.argv == std::vector<std::string>{"python", "train.py"});
+  auto has = [&](const std::string& entry) {
+    return std::find(spawn.env.begin(), spawn.env.end(), entry) != spawn.env.end();
+  };
+  CHECK(has("HVDRUN_RANK=3"));
+  CHECK(has("HVDRUN_HOSTNAME=far-node"));
+  CHECK(has("PATH=/usr/bin:/bin"));         // forwarded to a remote host
+  CHECK_FALSE(has("HOME=/home/launcher"));  // not forwarded
+  CHECK(job.records["localhost"]->kills == 0);
+  CHECK(job.stdout_text() == "[2]<stdout>:hello\n[3]<stdout>:hello\n");
+  CHECK(job.stderr_text().empty());
+}
+
+TEST_CASE("job loop: the first failure stops every agent and decides the exit code") {
+  FakeJob job;
+  job.scripts["far-node"].exit_codes = {{3, 7}};
+  job.scripts["far-node"].stderr_tail = {"Traceback (most recent call last):", "ValueError: bad"};
+  CHECK(job.run() == 7);
+  CHECK(job.records["localhost"]->kills == 1);
+  CHECK(job.records["far-node"]->kills == 1);
+  const std::string err = job.stderr_text();
+  CHECK_THAT(err, Catch::StartsWith("hvdrun: rank 3 on host far-node exited with code 7; stopped "
+                                    "the other 3 running ranks\n"));
+  CHECK_THAT(err, Catch::Contains("    ValueError: bad\n"));
+  // The ranks the teardown killed do not replace the first failure.
+  CHECK(err.find("SIGTERM") == std::string::npos);
+}
+
+TEST_CASE("job loop: a silent remote agent is lost after the heartbeat timeout, in fake time") {
+  FakeJob job;
+  job.ctx.heartbeat_timeout = 5s;
+  job.ctx.heartbeat_interval = 1s;
+  job.scripts["far-node"].answers = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(job.run() == 255);
+  CHECK_THAT(job.stderr_text(), Catch::Contains("the agent on host far-node ended unexpectedly "
+                                                "(nothing heard from it for 5 s"));
+  CHECK(job.records["far-node"]->aborted);
+  CHECK(job.clock.elapsed() >= 5s);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+}
+
+TEST_CASE("job loop: the start deadline names the hosts whose ranks did not start") {
+  FakeJob job;
+  job.ctx.heartbeat_timeout = 0s;  // only the start deadline can end it
+  job.scripts["far-node"].starts = false;
+  CHECK(job.run() == 255);
+  const std::string err = job.stderr_text();
+  CHECK_THAT(err, Catch::Contains("did not all start within --start-timeout 30 s"));
+  CHECK_THAT(err, Catch::Contains("host far-node: 0 of 2 ranks started"));
+  CHECK(job.clock.elapsed() >= 30s);
+}
+
+TEST_CASE("job loop: an interrupt stops all ranks and gives 128 + the signal") {
+  FakeJob job;
+  job.clock.interrupt_after(3, SIGINT);
+  CHECK(job.run() == 130);
+  CHECK_THAT(job.stderr_text(), Catch::Contains("interrupted by signal 2 (SIGINT)"));
+  CHECK(job.records["localhost"]->kills == 1);
+}
+
+TEST_CASE("job loop: the failure policy is replaceable") {
+  // A policy that lets the job run on after a failure (as an elastic mode would while it
+  // decides) but remembers the first one for the exit code.
+  struct RunOn : FailurePolicy {
+    int seen = 0;
+    std::optional<Failure> first;
+    bool on_failure(const Failure& f) override {
+      ++seen;
+      if (!first) first = f;
+      return false;
+    }
+    const std::optional<Failure>& outcome() const override { return first; }
+  } run_on;
+  FakeJob job;
+  job.policy = &run_on;
+  job.scripts["localhost"].exit_codes = {{0, 0}, {1, 3}};
+  job.scripts["far-node"].exit_codes = {{2, 0}, {3, 0}};
+  CHECK(job.run() == 3);
+  CHECK(run_on.seen == 1);
+  CHECK(job.records["localhost"]->kills == 0);
+  CHECK(job.records["far-node"]->kills == 0);
+}
