@@ -5,10 +5,11 @@
 #   tsan   whole test suite under TSan                          (<prefix>-tsan)
 #   fuzz   clang-14 libFuzzer build; every fuzzer replays its corpus, then fuzzes for
 #          FUZZ_SECONDS (default 15)                            (<prefix>-fuzz)
-#   tidy   clang-tidy-14 (.clang-tidy) over the sources that changed against main (and
-#          the sources including a changed header), with the plain build's
-#          compile_commands.json, and fuzz/ with the fuzz build's; TIDY_FULL=1 checks
-#          everything (configures <prefix> and <prefix>-fuzz if needed, builds nothing)
+#   tidy   clang-tidy-14 (.clang-tidy) over every source and the project headers it
+#          includes, with the plain build's compile_commands.json, and fuzz/ with the fuzz
+#          build's; TIDY_CHANGED=1 checks only what changed against main (a fast run
+#          while developing; CI's clean clone has nothing "changed", so CI checks all)
+#          (configures <prefix> and <prefix>-fuzz if needed, builds nothing)
 # Every stage runs even when an earlier one failed, so one run reports all of them; the
 # script exits non-zero when any failed and ends with a table of results and times.
 #
@@ -17,8 +18,8 @@
 #   --no-deps   skip scripts/install-deps.sh
 #   --prefix    build directory prefix (default: build)
 # Environment: FUZZ_SECONDS (default 15) and FUZZ_JOBS (default 2) for the fuzz stage;
-# TIDY_FULL=1 for a tidy run over every source; JOBS (default: nproc) for builds, ctest
-# and clang-tidy. By hand, run the long versions: FUZZ_SECONDS=600 and TIDY_FULL=1.
+# TIDY_CHANGED=1 for a tidy run over what changed only; JOBS (default: nproc) for
+# builds, ctest and clang-tidy. By hand, run the long fuzzing: FUZZ_SECONDS=600.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -127,12 +128,12 @@ stage_tidy() {
   [[ -f $prefix/compile_commands.json ]] || configure "$prefix" || return
   [[ -f $prefix-fuzz/compile_commands.json ]] || configure_fuzz "$prefix-fuzz" || return
   local failed=0
-  if [[ ${TIDY_FULL:-0} == 1 ]]; then
-    JOBS=$jobs run scripts/tidy.sh "$prefix" || failed=1
-    JOBS=$jobs run scripts/tidy.sh "$prefix-fuzz" fuzz/*.cc || failed=1
-  else
+  if [[ ${TIDY_CHANGED:-0} == 1 ]]; then
     JOBS=$jobs run scripts/tidy.sh "$prefix" --changed || failed=1
     JOBS=$jobs TIDY_UNDER=fuzz/ run scripts/tidy.sh "$prefix-fuzz" --changed || failed=1
+  else
+    JOBS=$jobs run scripts/tidy.sh "$prefix" || failed=1
+    JOBS=$jobs run scripts/tidy.sh "$prefix-fuzz" fuzz/*.cc || failed=1
   fi
   return "$failed"
 }
