@@ -13,6 +13,7 @@
 
 #include "cli/options.h"
 #include "common/error.h"
+#include "common/fd_limit.h"
 #include "compat/check_build.h"
 #include "launcher/agent.h"
 #include "launcher/check.h"
@@ -50,6 +51,8 @@ int usage_error(const std::string& what) {
 
 int main(int argc, char** argv) {
   ensure_standard_fds();
+  // A job holds a few descriptors per rank and per host; ranks get the limit back.
+  hvdrun::raise_fd_limit();
   std::vector<std::string> args(argv + 1, argv + argc);
   hvdrun::cli::Command cmd;
   try {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/fd_limit.h"
 #include "common/fd.h"
 #include "compat/env.h"
 #include "launcher/agent_protocol.h"
@@ -226,27 +227,29 @@ void Agent::spawn(const proto::Spawn& s) {
   r.cwd = s.cwd;
   r.tail = LineTail(s.stderr_tail_lines);
 
-  auto [out_r, out_w] = make_pipe();
-  auto [err_r, err_w] = make_pipe();
-  // Bigger pipes mean fewer wakeups for chatty ranks; failure is harmless.
-  ::fcntl(out_r.get(), F_SETPIPE_SZ, 1 << 20);
-
-  ChildSpec spec;
-  spec.what = "rank " + std::to_string(s.rank);
-  spec.argv = s.argv;
-  spec.env = &s.env;
-  spec.cwd = s.cwd;
-  spec.stdin_fd = dev_null_.get();
-  spec.stdout_fd = out_w.get();
-  spec.stderr_fd = err_w.get();
-  spec.death_signal = SIGKILL;
+  UniqueFd out_r, out_w, err_r, err_w;
   Child child;
   try {
+    std::tie(out_r, out_w) = make_pipe();
+    std::tie(err_r, err_w) = make_pipe();
+    // Bigger pipes mean fewer wakeups for chatty ranks; failure is harmless.
+    ::fcntl(out_r.get(), F_SETPIPE_SZ, 1 << 20);
+
+    ChildSpec spec;
+    spec.what = "rank " + std::to_string(s.rank);
+    spec.argv = s.argv;
+    spec.env = &s.env;
+    spec.cwd = s.cwd;
+    spec.stdin_fd = dev_null_.get();
+    spec.stdout_fd = out_w.get();
+    spec.stderr_fd = err_w.get();
+    spec.death_signal = SIGKILL;
     child = launcher::spawn(spec);
   } catch (const SystemError& e) {
     r.reported = true;
-    send(proto::Fatal{s.rank, "cannot start rank " + std::to_string(s.rank) +
-                                  ": fork: " + std::strerror(e.code())});
+    std::string why = std::string(": ") + e.what();
+    if (e.code() == EMFILE || e.code() == ENFILE) why += "; " + fd_limit_advice();
+    send(proto::Fatal{s.rank, "cannot start rank " + std::to_string(s.rank) + why});
     return;
   }
   const pid_t pid = child.pid;

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/fd_limit.h"
 
 extern char** environ;
 
@@ -61,6 +62,7 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   if (!argv) ::_exit(spec.main ? spec.main() : 0);
+  restore_fd_limit_in_child();  // the program gets the limit hvdrun was started with
   int report[2] = {0, 0};
   if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) {
     report[0] = 1;

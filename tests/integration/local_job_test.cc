@@ -3,6 +3,7 @@
 // files, 100 MB of long lines byte-exact, bad usage. Every wait has a deadline.
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -281,4 +282,22 @@ TEST_CASE("with --output-filename a vanished stdout reader does not stop the job
   for (int i = 1; i <= 200000; ++i) expected += std::to_string(i) + "\n";
   CHECK(read_file(tmp.path() + "/out/rank.0/stdout") == expected);
   CHECK(read_file(tmp.path() + "/out/rank.1/stdout") == expected);
+}
+
+TEST_CASE("a low soft open-file limit does not stop a job of many ranks, and ranks keep it") {
+  // 150 ranks need about 450 of the launcher's descriptors: more than a soft limit of
+  // 256, less than the hard limit hvdrun raises its own soft limit to.
+  rlimit lim{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &lim) == 0);
+  if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < 2048) {
+    WARN("hard open-file limit " << lim.rlim_max << " is too low to show the raise");
+    return;
+  }
+  CapturedProcess h({"sh", "-c",
+                     "ulimit -Sn 256 && exec '" + hvdrun_binary() +
+                         "' -np 150 sh -c 'ulimit -Sn'"});
+  REQUIRE(h.wait(120s) == 0);
+  auto out = lines(h.out);
+  REQUIRE(out.size() == 150);
+  for (const auto& l : out) CHECK_THAT(l, Catch::EndsWith("]<stdout>:256"));
 }
