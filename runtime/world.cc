@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "common/seconds_text.h"
@@ -86,7 +87,10 @@ void World::leave(bool farewell) {
   // reading from one); without any, leaving cannot disturb anybody.
   if (farewell && env_.size > 1 && store_ && gloo_ && gloo_->connected_pairs() > 0) {
     try {
-      barrier();
+      // Every peer took part in this rank's last collective, so the ones still inside it
+      // are only reading its last bytes: seconds at most. A peer that never comes (it
+      // exited without shutdown) must not hold this rank for HVDRUN_OP_TIMEOUT.
+      arrive(std::min(env_.op_timeout, kFarewellTimeout));
     } catch (const std::exception& e) {
       spdlog::warn("hvdrun: {}: leaving without the final barrier: {}", who(), e.what());
     }
@@ -175,11 +179,11 @@ void World::build_nccl(Clock::time_point deadline) {
   }
 }
 
-void World::barrier() { arrive(); }
+void World::barrier() { arrive(env_.op_timeout); }
 
-int World::join() { return arrive(); }
+int World::join() { return arrive(env_.op_timeout); }
 
-int World::arrive() {
+int World::arrive(std::chrono::milliseconds timeout) {
   if (env_.size == 1) return env_.rank;
   const long long k = ++barrier_seq_;
   const std::string base = prefix_ + "/barrier/";
@@ -193,7 +197,7 @@ int World::arrive() {
       store_->erase(base + std::to_string(k - 1) + "/done");
     }
   }
-  auto missing = store_->wait_for({base + ks + "/done"}, env_.op_timeout);
+  auto missing = store_->wait_for({base + ks + "/done"}, timeout);
   if (missing.empty()) {
     // Barrier k's keys go only when barrier k+1 completes, which needs this rank.
     auto last = store_->get(base + ks + "/done");
@@ -208,7 +212,8 @@ int World::arrive() {
     if (!v || std::strtoll(v->c_str(), nullptr, 10) < k) late.push_back(i);
   }
   throw Error("barrier " + ks + ": " + who() + ": rank(s) " + format_ranks(late) +
-              " did not arrive within " + seconds_text(env_.op_timeout) + " s (HVDRUN_OP_TIMEOUT)");
+              " did not arrive within " + seconds_text(timeout) + " s" +
+              (timeout == env_.op_timeout ? " (HVDRUN_OP_TIMEOUT)" : ""));
 }
 
 }  // namespace hvdrun::runtime

@@ -48,7 +48,9 @@ class World {
   void build_nccl(std::chrono::steady_clock::time_point deadline);
   std::string who() const;
   // The barrier behind barrier() and join(): returns the rank that arrived last.
-  int arrive();
+  int arrive(std::chrono::milliseconds timeout);
+  // How long leave() waits in its final barrier.
+  static constexpr std::chrono::milliseconds kFarewellTimeout{10000};
 
   Environment env_;
   std::string prefix_;
