@@ -8,8 +8,11 @@
 //   hosts/<h>              "r0,r1,..": the global ranks of host h (leaders only)
 //   gloo/leaders/...       the leaders' Gloo pairs (gloo_comm.cc)
 //   leaders/bye/<k>        the leaders' final barrier
+//   failure/count, failure/first   the first failure a rank saw in a collective
 #include "runtime/host_comm.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -31,6 +34,36 @@ milliseconds left(Clock::time_point deadline) {
   return std::max(milliseconds(1),
                   std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
 }
+
+// Gloo writes to its sockets without MSG_NOSIGNAL, so a peer that died makes the write
+// raise SIGPIPE, which would end this process before it could say which peer. While a
+// Gloo call runs on this thread SIGPIPE is blocked (the write fails with EPIPE and Gloo
+// throws), and a SIGPIPE left pending by it is taken before the mask is restored. Gloo's
+// own event-loop thread inherits the blocked mask from the thread that creates the
+// communicator, so the communicators are created under this guard too.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeBlocked() {
+    sigset_t pending;
+    sigemptyset(&pending);
+    if (::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+      timespec zero{};
+      ::sigtimedwait(&pipe_, nullptr, &zero);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t pipe_{};
+  sigset_t old_{};
+};
 
 std::vector<int> parse_ranks(const std::string& s) {
   std::vector<int> out;
@@ -54,9 +87,9 @@ class HostComm::Impl {
       : store_(store), prefix_(prefix), env_(env) {
     if (env_.size == 1) return;
     if (env_.host_path == "gloo") {
-      world_gloo_ = std::make_unique<GlooComm>(store, prefix + "/gloo/world", env_.rank,
-                                               env_.size, local_ip, env_.op_timeout,
-                                               env_.op_timeout);
+      SigpipeBlocked quiet;
+      world_gloo_ = std::make_unique<GlooComm>(store, prefix + "/gloo/world", env_.rank, env_.size,
+                                               local_ip, env_.op_timeout, env_.op_timeout);
       return;
     }
     shm_path_ = true;
@@ -70,6 +103,7 @@ class HostComm::Impl {
         in_rank_order_ = in_rank_order_ && shm_->global_rank(l) == l;
       return;
     }
+    across_hosts_ = true;
     leader_ = env_.local_rank == 0;
     if (!leader_) return;
     hosts_ = env_.cross_size;
@@ -96,32 +130,67 @@ class HostComm::Impl {
       throw Error("rank " + std::to_string(env_.rank) + " on " + env_.hostname +
                   ": the host leaders' rank lists do not cover every rank (HVDRUN_CROSS_RANK/"
                   "HVDRUN_CROSS_SIZE of local rank 0 must number the hosts)");
-    leaders_ = std::make_unique<GlooComm>(store, prefix + "/gloo/leaders", host_, hosts_,
-                                          local_ip, env_.op_timeout, env_.op_timeout);
+    SigpipeBlocked quiet;
+    leaders_ = std::make_unique<GlooComm>(store, prefix + "/gloo/leaders", host_, hosts_, local_ip,
+                                          env_.op_timeout, env_.op_timeout);
   }
 
   // Runs a leader's step across hosts; on failure, the host's segment is marked failed
-  // first so its other ranks stop waiting for this leader.
+  // first so its other ranks stop waiting for this leader. A Gloo error only names an
+  // address, so the message gets the job's first reported failure (see guarded()).
   template <typename Fn>
   void across(Fn fn) {
     if (!leader_) return;
     try {
+      SigpipeBlocked quiet;
       fn();
     } catch (const std::exception& e) {
-      if (shm_)
-        shm_->abort("rank " + std::to_string(env_.rank) + " (the leader of host " +
-                    env_.hostname + ") failed across hosts: " + e.what());
+      std::string why = "rank " + std::to_string(env_.rank) + " (the leader of host " +
+                        env_.hostname + ") failed across hosts: " + e.what();
+      auto first = first_failure();
+      if (!first.empty()) why += "; the first failure reported in the job: " + first;
+      if (shm_) shm_->abort(why);
+      throw std::runtime_error(why);
+    }
+  }
+
+  // Runs a collective across hosts; a failure seen first here (a local peer died, say)
+  // is published in the store, so the other hosts' leaders, which only see their Gloo
+  // connection to this host reset, can say what happened.
+  template <typename Fn>
+  void guarded(Fn fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      try {
+        if (store_.add(prefix_ + "/failure/count", 1) == 1)
+          store_.set(prefix_ + "/failure/first", "rank " + std::to_string(env_.rank) + " on " +
+                                                     env_.hostname + ": " + e.what());
+      } catch (const std::exception&) {  // the store is gone too: nothing more to say
+      }
       throw;
     }
+  }
+
+  std::string first_failure() {
+    try {
+      const std::string key = prefix_ + "/failure/first";
+      // The failing host's leader publishes before it exits, which is what reset the
+      // connection; a short wait covers the other order.
+      if (store_.wait_for({key}, milliseconds(500)).empty()) return store_.get(key).value_or("");
+    } catch (const std::exception&) {
+    }
+    return "";
   }
 
   void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
     if (world_gloo_) {
       if (send != recv && count > 0) std::memmove(recv, send, count * dtype_size(dtype));
+      SigpipeBlocked quiet;
       world_gloo_->allreduce(recv, count, dtype, op);
       return;
     }
-    if (!leaders_) {  // one host (or one rank)
+    if (!across_hosts_) {  // one host (or one rank)
       if (shm_) {
         shm_->allreduce(send, recv, count, dtype, op, env_.size);
       } else {
@@ -131,13 +200,14 @@ class HostComm::Impl {
       return;
     }
     const ReduceOp sum_op = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
-    if (shm_)
-      shm_->allreduce(send, recv, count, dtype, sum_op);
-    else if (send != recv && count > 0)
-      std::memmove(recv, send, count * dtype_size(dtype));
-    if (!leader_ && !shm_) return;
-    across([&] { leaders_->allreduce(recv, count, dtype, sum_op); });
-    if (shm_) shm_->broadcast(recv, count * dtype_size(dtype), 0);
+    guarded([&] {
+      if (shm_)
+        shm_->allreduce(send, recv, count, dtype, sum_op);
+      else if (send != recv && count > 0)
+        std::memmove(recv, send, count * dtype_size(dtype));
+      across([&] { leaders_->allreduce(recv, count, dtype, sum_op); });
+      if (shm_) shm_->broadcast(recv, count * dtype_size(dtype), 0);
+    });
     if (op == ReduceOp::kAverage) divide_by(recv, count, dtype, env_.size);
   }
 
@@ -149,20 +219,28 @@ class HostComm::Impl {
   }
 
   void broadcast(void* buf, std::size_t bytes, int root) {
-    if (world_gloo_) return world_gloo_->broadcast(buf, bytes, root);
-    if (!leaders_) {
+    if (world_gloo_) {
+      SigpipeBlocked quiet;
+      return world_gloo_->broadcast(buf, bytes, root);
+    }
+    if (!across_hosts_) {
       if (shm_) shm_->broadcast(buf, bytes, local_index(root));
       return;
     }
     const int root_local = local_index(root);
-    if (root_local >= 0 && shm_) shm_->broadcast(buf, bytes, root_local);
-    across([&] { leaders_->broadcast(buf, bytes, host_of_[static_cast<std::size_t>(root)]); });
-    if (root_local < 0 && shm_) shm_->broadcast(buf, bytes, 0);
+    guarded([&] {
+      if (root_local >= 0 && shm_) shm_->broadcast(buf, bytes, root_local);
+      across([&] { leaders_->broadcast(buf, bytes, host_of_[static_cast<std::size_t>(root)]); });
+      if (root_local < 0 && shm_) shm_->broadcast(buf, bytes, 0);
+    });
   }
 
   void allgather(const void* send, void* recv, std::size_t bytes) {
-    if (world_gloo_) return world_gloo_->allgather(send, recv, bytes);
-    if (!leaders_) {
+    if (world_gloo_) {
+      SigpipeBlocked quiet;
+      return world_gloo_->allgather(send, recv, bytes);
+    }
+    if (!across_hosts_) {
       if (!shm_) {
         if (bytes > 0 && send != recv) std::memmove(recv, send, bytes);
       } else if (in_rank_order_) {
@@ -171,8 +249,9 @@ class HostComm::Impl {
         std::vector<char> blocks(bytes * static_cast<std::size_t>(env_.local_size));
         shm_->allgather(send, blocks.data(), bytes);
         for (int l = 0; l < env_.local_size; ++l)
-          std::memcpy(static_cast<char*>(recv) + static_cast<std::size_t>(shm_->global_rank(l)) * bytes,
-                      blocks.data() + static_cast<std::size_t>(l) * bytes, bytes);
+          std::memcpy(
+              static_cast<char*>(recv) + static_cast<std::size_t>(shm_->global_rank(l)) * bytes,
+              blocks.data() + static_cast<std::size_t>(l) * bytes, bytes);
       }
       return;
     }
@@ -181,33 +260,39 @@ class HostComm::Impl {
     // equal-sized allgather, then put in global rank order by the leader.
     std::vector<char> host_block(static_cast<std::size_t>(std::max(max_local_, 1)) *
                                  std::max(L, std::size_t{1}) * bytes);
-    if (shm_)
-      shm_->allgather(send, host_block.data(), bytes);
-    else if (bytes > 0)
-      std::memcpy(host_block.data(), send, bytes);
-    across([&] {
-      const std::size_t block = static_cast<std::size_t>(max_local_) * bytes;
-      std::vector<char> all(block * static_cast<std::size_t>(hosts_));
-      leaders_->allgather(host_block.data(), all.data(), block);
-      for (int h = 0; h < hosts_; ++h) {
-        const auto& ranks = ranks_of_[static_cast<std::size_t>(h)];
-        for (std::size_t l = 0; l < ranks.size(); ++l)
-          std::memcpy(static_cast<char*>(recv) + static_cast<std::size_t>(ranks[l]) * bytes,
-                      all.data() + static_cast<std::size_t>(h) * block + l * bytes, bytes);
-      }
+    guarded([&] {
+      if (shm_)
+        shm_->allgather(send, host_block.data(), bytes);
+      else if (bytes > 0)
+        std::memcpy(host_block.data(), send, bytes);
+      across([&] {
+        const std::size_t block = static_cast<std::size_t>(max_local_) * bytes;
+        std::vector<char> all(block * static_cast<std::size_t>(hosts_));
+        leaders_->allgather(host_block.data(), all.data(), block);
+        for (int h = 0; h < hosts_; ++h) {
+          const auto& ranks = ranks_of_[static_cast<std::size_t>(h)];
+          for (std::size_t l = 0; l < ranks.size(); ++l)
+            std::memcpy(static_cast<char*>(recv) + static_cast<std::size_t>(ranks[l]) * bytes,
+                        all.data() + static_cast<std::size_t>(h) * block + l * bytes, bytes);
+        }
+      });
+      if (shm_) shm_->broadcast(recv, bytes * static_cast<std::size_t>(env_.size), 0);
     });
-    if (shm_) shm_->broadcast(recv, bytes * static_cast<std::size_t>(env_.size), 0);
   }
 
   void barrier() {
-    if (shm_) shm_->barrier();
-    if (leaders_) {
+    if (!across_hosts_) {
+      if (shm_) shm_->barrier();
+      return;
+    }
+    guarded([&] {
+      if (shm_) shm_->barrier();
       across([&] {
         int one = 1;
         leaders_->allreduce(&one, 1, DataType::kInt32, ReduceOp::kSum);
       });
       if (shm_) shm_->barrier();
-    }
+    });
   }
 
   void farewell(milliseconds timeout) {
@@ -222,7 +307,8 @@ class HostComm::Impl {
   std::string prefix_;
   const Environment& env_;
   bool shm_path_ = false;
-  bool leader_ = false;
+  bool across_hosts_ = false;  // more than one host: leaders talk Gloo
+  bool leader_ = false;        // local rank 0 of a job across hosts
   bool in_rank_order_ = true;  // one host: local rank l is global rank l
   int hosts_ = 1;
   int host_ = 0;
@@ -260,9 +346,9 @@ GlooComm* HostComm::world_gloo() { return impl_->world_gloo_.get(); }
 
 std::string HostComm::describe() const {
   if (impl_->world_gloo_) return "Gloo among all " + std::to_string(impl_->env_.size) + " ranks";
-  std::string s = impl_->shm_ ? "shared memory among " + std::to_string(impl_->env_.local_size) +
-                                    " local ranks"
-                              : "no local peers";
+  std::string s =
+      impl_->shm_ ? "shared memory among " + std::to_string(impl_->env_.local_size) + " local ranks"
+                  : "no local peers";
   if (impl_->leaders_) s += " + Gloo among " + std::to_string(impl_->hosts_) + " host leaders";
   return s;
 }

@@ -177,15 +177,16 @@ int online_cpus() {
 
 class ShmComm::Impl {
  public:
-  Impl(rendezvous::Client& store, const std::string& key, ShmMember me,
-       Clock::time_point deadline, milliseconds op_timeout)
+  Impl(rendezvous::Client& store, const std::string& key, ShmMember me, Clock::time_point deadline,
+       milliseconds op_timeout)
       : me_(std::move(me)), L_(me_.local_size), op_timeout_(op_timeout) {
     who_ = "rank " + std::to_string(me_.global_rank) + " of " + std::to_string(me_.global_size) +
            " on " + me_.host;
     // Spinning only pays while every local rank has a core of its own; otherwise it takes
     // the core the awaited rank needs, so sleep almost at once.
     spin_ = online_cpus() >= L_ ? std::chrono::microseconds(50) : std::chrono::microseconds(2);
-    UniqueFd memfd = me_.local_rank == 0 ? create(store, key, deadline) : fetch(store, key, deadline);
+    UniqueFd memfd =
+        me_.local_rank == 0 ? create(store, key, deadline) : fetch(store, key, deadline);
     map(memfd.get());
     attach(deadline);
   }
@@ -210,9 +211,9 @@ class ShmComm::Impl {
     if (!fd) throw_errno("shared memory: " + who_ + ": creating the segment", "memfd_create");
     if (::fchmod(fd.get(), 0600) != 0) throw_errno("shared memory: " + who_, "fchmod");
     if (::ftruncate(fd.get(), static_cast<off_t>(total)) != 0)
-      throw_errno("shared memory: " + who_ + ": sizing the segment to " + std::to_string(total) +
-                      " bytes",
-                  "ftruncate");
+      throw_errno(
+          "shared memory: " + who_ + ": sizing the segment to " + std::to_string(total) + " bytes",
+          "ftruncate");
     // No rank can shrink it under the others (which would be SIGBUS), or grow it.
     if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
       throw_errno("shared memory: " + who_, "fcntl(F_ADD_SEALS)");
@@ -355,7 +356,8 @@ class ShmComm::Impl {
       ranks_[static_cast<std::size_t>(l)] = line(l).rank.load(std::memory_order_relaxed);
       pids_[static_cast<std::size_t>(l)] = line(l).pid.load(std::memory_order_relaxed);
       if (l != me_.local_rank)
-        pidfds_[static_cast<std::size_t>(l)] = UniqueFd(pidfd_open(pids_[static_cast<std::size_t>(l)]));
+        pidfds_[static_cast<std::size_t>(l)] =
+            UniqueFd(pidfd_open(pids_[static_cast<std::size_t>(l)]));
     }
   }
 
@@ -396,7 +398,8 @@ class ShmComm::Impl {
     for (int i = 0; i < 1000 && header_->abort_ready.load(std::memory_order_acquire) == 0; ++i)
       std::this_thread::yield();
     if (header_->abort_ready.load(std::memory_order_acquire) != 0)
-      msg = std::string(header_->abort_msg, strnlen(header_->abort_msg, sizeof(header_->abort_msg)));
+      msg =
+          std::string(header_->abort_msg, strnlen(header_->abort_msg, sizeof(header_->abort_msg)));
     throw std::runtime_error("shared memory on " + me_.host + ": rank " + std::to_string(r - 1) +
                              " failed first" + (msg.empty() ? "" : ": " + msg));
   }
@@ -530,7 +533,8 @@ class ShmComm::Impl {
     };
     for (std::size_t i = 0; i <= chunks; ++i) {
       const std::uint32_t p = phase_ + 1;
-      if (i < chunks) std::memcpy(slot(p, me_.local_rank), in + i * per_chunk * es, chunk_len(i) * es);
+      if (i < chunks)
+        std::memcpy(slot(p, me_.local_rank), in + i * per_chunk * es, chunk_len(i) * es);
       if (i >= 1) {
         auto [first, last] = part(chunk_len(i - 1), me_.local_rank);
         if (last > first) {

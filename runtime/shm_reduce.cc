@@ -36,14 +36,13 @@ template <typename T>
 using Wide = typename WideOf<T>::type;
 
 template <typename T, typename Op>
-[[gnu::always_inline]] inline void loop(T* __restrict dst, const T* __restrict src,
-                                        std::size_t n, Op op) {
+[[gnu::always_inline]] inline void loop(T* __restrict dst, const T* __restrict src, std::size_t n,
+                                        Op op) {
   for (std::size_t i = 0; i < n; ++i) dst[i] = op(dst[i], src[i]);
 }
 
 template <typename T>
-[[gnu::always_inline]] inline void reduce_plain(T* dst, const T* src, std::size_t n,
-                                                ReduceOp op) {
+[[gnu::always_inline]] inline void reduce_plain(T* dst, const T* src, std::size_t n, ReduceOp op) {
   using W = Wide<T>;
   switch (op) {
     case ReduceOp::kSum:
@@ -87,8 +86,8 @@ template <typename Op>
 #if HVDRUN_X86
 // float16 through F16C, 8 elements at a time; returns how many it did (a multiple of 8).
 __attribute__((target("avx2,fma,f16c"))) std::size_t half_f16c(std::uint16_t* dst,
-                                                                const std::uint16_t* src,
-                                                                std::size_t n, int which) {
+                                                               const std::uint16_t* src,
+                                                               std::size_t n, int which) {
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dst + i)));
@@ -129,8 +128,8 @@ template <bool kF16c, typename Op>
 }
 
 template <bool kF16c>
-[[gnu::always_inline]] inline void reduce_16(bool bf16, void* dst, const void* src,
-                                             std::size_t n, ReduceOp op) {
+[[gnu::always_inline]] inline void reduce_16(bool bf16, void* dst, const void* src, std::size_t n,
+                                             ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
@@ -149,18 +148,18 @@ template <bool kF16c>
                                               DataType dtype, ReduceOp op) {
   switch (dtype) {
     case DataType::kInt32:
-      return reduce_plain(static_cast<std::int32_t*>(dst), static_cast<const std::int32_t*>(src),
-                          n, op);
+      return reduce_plain(static_cast<std::int32_t*>(dst), static_cast<const std::int32_t*>(src), n,
+                          op);
     case DataType::kInt64:
-      return reduce_plain(static_cast<std::int64_t*>(dst), static_cast<const std::int64_t*>(src),
-                          n, op);
+      return reduce_plain(static_cast<std::int64_t*>(dst), static_cast<const std::int64_t*>(src), n,
+                          op);
     case DataType::kFloat32:
       return reduce_plain(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
     case DataType::kFloat64:
       return reduce_plain(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
     case DataType::kUInt8:
-      return reduce_plain(static_cast<std::uint8_t*>(dst), static_cast<const std::uint8_t*>(src),
-                          n, op);
+      return reduce_plain(static_cast<std::uint8_t*>(dst), static_cast<const std::uint8_t*>(src), n,
+                          op);
     case DataType::kFloat16:
       return reduce_16<kF16c>(false, dst, src, n, op);
     case DataType::kBFloat16:
@@ -173,9 +172,8 @@ void reduce_baseline(void* dst, const void* src, std::size_t n, DataType dtype, 
 }
 
 #if HVDRUN_X86
-__attribute__((target("avx2,fma,f16c"))) void reduce_avx2(void* dst, const void* src,
-                                                           std::size_t n, DataType dtype,
-                                                           ReduceOp op) {
+__attribute__((target("avx2,fma,f16c"))) void reduce_avx2(void* dst, const void* src, std::size_t n,
+                                                          DataType dtype, ReduceOp op) {
   reduce_any<true>(dst, src, n, dtype, op);
 }
 #endif
