@@ -19,9 +19,10 @@
 // segment, pipelined in chunks so each step works on data still in cache. Small: one
 // phase copies the input in, then every rank reduces all slots itself (one wait, not two).
 //
-// Waits spin briefly, then sleep on a futex in slices of at most 100 ms; between slices
-// they check that the awaited rank's process still exists (pidfd), the segment's abort
-// mark, and the collective's deadline (HVDRUN_OP_TIMEOUT).
+// Waits spin (up to 1 ms while every local rank has a core, 2 us when they share cores),
+// then sleep on a futex in slices of at most 100 ms; between slices they check that the awaited rank's process still exists
+// (pidfd), the segment's abort mark, and the collective's deadline (HVDRUN_OP_TIMEOUT).
+// A publisher pays for a futex wake only when a peer sleeps on its counter.
 #include "runtime/shm_comm.h"
 
 #include <fcntl.h>
@@ -182,9 +183,15 @@ class ShmComm::Impl {
       : me_(std::move(me)), L_(me_.local_size), op_timeout_(op_timeout) {
     who_ = "rank " + std::to_string(me_.global_rank) + " of " + std::to_string(me_.global_size) +
            " on " + me_.host;
-    // Spinning only pays while every local rank has a core of its own; otherwise it takes
-    // the core the awaited rank needs, so sleep almost at once.
-    spin_ = online_cpus() >= L_ ? std::chrono::microseconds(50) : std::chrono::microseconds(2);
+    // Spinning only pays while every local rank has a core of its own (then a wait of a
+    // small collective is one cache-line transfer, as in MPI, which spins for ever);
+    // otherwise it takes the core the awaited rank needs, so sleep almost at once: a
+    // futex wake-up hands the core over, where sched_yield on a busy host mostly hands
+    // it to somebody else's process (measured: 30 us per 8-byte allreduce at np 4 on 2
+    // cores with the futex, 150-1400 us with 100 us of yielding first).
+    spin_ = online_cpus() >= L_ ? std::chrono::microseconds(1000) : std::chrono::microseconds(2);
+    if (const char* v = std::getenv("HVDRUN_SHM_SPIN_US"))
+      spin_ = std::chrono::microseconds(std::strtoll(v, nullptr, 10));
     UniqueFd memfd =
         me_.local_rank == 0 ? create(store, key, deadline) : fetch(store, key, deadline);
     map(memfd.get());
@@ -432,6 +439,8 @@ class ShmComm::Impl {
       if (reached(w.load(std::memory_order_acquire), want)) return;
       if (!alive(l)) {
         if (reached(w.load(std::memory_order_acquire), want)) return;
+        // A rank that failed marks the segment before it exits: its reason is the news.
+        if (header_->abort_rank.load(std::memory_order_acquire) != 0) failed_elsewhere();
         fail("shared memory on " + me_.host + ": rank(s) " + std::to_string(rank_of(l)) +
              " exited (process " + std::to_string(pids_[static_cast<std::size_t>(l)]) +
              ") while rank " + std::to_string(me_.global_rank) + " waited for it");
