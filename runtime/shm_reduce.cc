@@ -14,6 +14,7 @@
 #include "runtime/reduce.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define HVDRUN_X86 1
 #endif
@@ -180,12 +181,25 @@ __attribute__((target("avx2,fma,f16c"))) void reduce_avx2(void* dst, const void*
 
 using ReduceFn = void (*)(void*, const void*, std::size_t, DataType, ReduceOp);
 
+#if HVDRUN_X86
+// AVX2, FMA and F16C in the CPU, and YMM state saved by the kernel (OSXSAVE + XCR0).
+bool cpu_has_avx2_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0) return false;
+  const bool fma = (c & (1u << 12)) != 0, osxsave = (c & (1u << 27)) != 0,
+             avx = (c & (1u << 28)) != 0, f16c = (c & (1u << 29)) != 0;
+  if (!(fma && osxsave && avx && f16c)) return false;
+  unsigned lo = 0, hi = 0;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & 6u) != 6u) return false;  // XMM and YMM state enabled
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+  return (b & (1u << 5)) != 0;  // AVX2
+}
+#endif
+
 ReduceFn pick() {
 #if HVDRUN_X86
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c"))
-    return &reduce_avx2;
+  if (cpu_has_avx2_f16c()) return &reduce_avx2;
 #endif
   return &reduce_baseline;
 }

@@ -5,11 +5,18 @@
 // one host, and a rank killed inside a collective.
 #include <dirent.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
 #include <set>
 #include <string>
 
+#include "runtime/reduce.h"
+#include "runtime/shm_reduce.h"
 #include "tests/runtime/job_harness.h"
 
 using namespace std::chrono_literals;
@@ -38,6 +45,107 @@ std::string added(const std::set<std::string>& before, const std::set<std::strin
 }
 
 }  // namespace
+
+TEST_CASE("host path: vectorised reductions give the scalar definitions' bits", "[runtime][shm]") {
+  using hvdrun::DataType;
+  using hvdrun::ReduceOp;
+  using namespace hvdrun::runtime;
+  if (!reduce_uses_avx2()) WARN("this CPU runs the baseline build; the AVX2 one is not checked");
+  std::mt19937 rng(7);  // NOLINT(cert-msc51-cpp): the same values every run
+  std::uniform_real_distribution<float> real(-70000.0f, 70000.0f);
+  const std::size_t n = 1037;  // not a multiple of any vector width: the tails run too
+  for (auto op :
+       {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+    auto ref = [op](float a, float b) {
+      switch (op) {
+        case ReduceOp::kProduct:
+          return a * b;
+        case ReduceOp::kMin:
+          return std::min(a, b);
+        case ReduceOp::kMax:
+          return std::max(a, b);
+        default:
+          return a + b;
+      }
+    };
+    std::vector<std::uint16_t> x(n), y(n);
+    // float16: random bits (subnormals, infinities and NaNs included) except NaN, whose
+    // payload may differ; bfloat16 the same.
+    for (std::size_t i = 0; i < n; ++i) {
+      do x[i] = static_cast<std::uint16_t>(rng());
+      while ((x[i] & 0x7c00) == 0x7c00 && (x[i] & 0x3ff) != 0);
+      do y[i] = static_cast<std::uint16_t>(rng());
+      while ((y[i] & 0x7c00) == 0x7c00 && (y[i] & 0x3ff) != 0);
+    }
+    auto d = x;
+    reduce_into(d.data(), y.data(), n, DataType::kFloat16, op);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float want_f = ref(to_float(Half{x[i]}), to_float(Half{y[i]}));
+      const std::uint16_t want = to_half(want_f).bits;
+      if (std::isnan(want_f)) {
+        CHECK(std::isnan(to_float(Half{d[i]})));
+      } else if (d[i] != want) {
+        FAIL_CHECK("float16 op " << static_cast<int>(op) << " element " << i << ": " << d[i]
+                                 << " != " << want);
+        break;
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      x[i] = to_bfloat16(real(rng)).bits;
+      y[i] = to_bfloat16(real(rng)).bits;
+    }
+    d = x;
+    reduce_into(d.data(), y.data(), n, DataType::kBFloat16, op);
+    for (std::size_t i = 0; i < n; ++i)
+      if (d[i] != to_bfloat16(ref(to_float(BFloat16{x[i]}), to_float(BFloat16{y[i]}))).bits) {
+        FAIL_CHECK("bfloat16 op " << static_cast<int>(op) << " element " << i);
+        break;
+      }
+    std::vector<float> fx(n), fy(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      fx[i] = real(rng);
+      fy[i] = real(rng);
+    }
+    auto fd = fx;
+    reduce_into(fd.data(), fy.data(), n, DataType::kFloat32, op);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float want = ref(fx[i], fy[i]);
+      if (std::memcmp(&fd[i], &want, sizeof(float)) != 0) {
+        FAIL_CHECK("float32 op " << static_cast<int>(op) << " element " << i);
+        break;
+      }
+    }
+    std::vector<std::uint8_t> bx(n), by(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      bx[i] = static_cast<std::uint8_t>(rng());
+      by[i] = static_cast<std::uint8_t>(rng());
+    }
+    auto bd = bx;
+    reduce_into(bd.data(), by.data(), n, DataType::kUInt8, op);
+    for (std::size_t i = 0; i < n; ++i) {
+      const int a = bx[i], b = by[i];
+      const int want = op == ReduceOp::kProduct ? (a * b) & 255
+                       : op == ReduceOp::kMin   ? std::min(a, b)
+                       : op == ReduceOp::kMax   ? std::max(a, b)
+                                                : (a + b) & 255;
+      if (bd[i] != want) {
+        FAIL_CHECK("uint8 op " << static_cast<int>(op) << " element " << i);
+        break;
+      }
+    }
+  }
+  // kAverage's division: integers truncate (also past 255 ranks for uint8), 16-bit floats
+  // divide in float and round once.
+  std::vector<std::uint8_t> b = {250, 7};
+  divide_by(b.data(), 2, DataType::kUInt8, 300);
+  CHECK(b == std::vector<std::uint8_t>{0, 0});
+  std::vector<std::int32_t> i32 = {-7, 7};
+  divide_by(i32.data(), 2, DataType::kInt32, 2);
+  CHECK(i32 == std::vector<std::int32_t>{-3, 3});
+  std::vector<std::uint16_t> h = {to_half(3.0f).bits};
+  divide_by(h.data(), 1, DataType::kFloat16, 3);
+  CHECK(to_float(Half{h[0]}) == 1.0f);
+}
 
 TEST_CASE("host path: the collectives matrix on one host", "[runtime][job][shm]") {
   auto np = GENERATE(1, 2, 3, 4, 7);

@@ -204,7 +204,8 @@ void check_sockets(bool expect_tcp) {
   std::vector<float> all(v.size() * static_cast<std::size_t>(hvdrun::size()));
   hvdrun::allgather(v.data(), all.data(), v.size(), DataType::kFloat32);
   hvdrun::barrier();
-  const int rendezvous_port = std::atoi(std::getenv("HVDRUN_RENDEZVOUS_PORT"));
+  const int rendezvous_port =
+      static_cast<int>(std::strtol(std::getenv("HVDRUN_RENDEZVOUS_PORT"), nullptr, 10));
   auto table = tcp_sockets();
   int other = 0, to_rendezvous = 0;
   std::string seen;
