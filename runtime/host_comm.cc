@@ -133,6 +133,7 @@ class HostComm::Impl {
     SigpipeBlocked quiet;
     leaders_ = std::make_unique<GlooComm>(store, prefix + "/gloo/leaders", host_, hosts_, local_ip,
                                           env_.op_timeout, env_.op_timeout);
+    leaders_->set_failure_key(prefix + "/failure/first");
   }
 
   // Runs a leader's step across hosts; on failure, the host's segment is marked failed
