@@ -1,8 +1,8 @@
 // Shared-memory collectives among the ranks of one host (see shm_comm.h).
 //
-// Segment: a header page, one 128-byte control line per local rank (its phase counter,
-// a count of ranks sleeping on it, its pid and global rank), then three buffers, each
-// with one slot of `chunk` bytes per local rank.
+// Segment: a header page (sizes, the failure mark, the arrival count), one 128-byte
+// control line per local rank (its phase counter, pid, global rank and last core), then
+// three buffers, each with one slot of `chunk` bytes per local rank.
 //
 // Every collective is a sequence of phases that all local ranks run in step: do the
 // phase's work, publish the phase number in the own control line, wait until every
@@ -19,10 +19,13 @@
 // segment, pipelined in chunks so each step works on data still in cache. Small: one
 // phase copies the input in, then every rank reduces all slots itself (one wait, not two).
 //
-// Waits spin (up to 1 ms while every local rank has a core, 2 us when they share cores),
-// then sleep on a futex in slices of at most 100 ms; between slices they check that the awaited rank's process still exists
-// (pidfd), the segment's abort mark, and the collective's deadline (HVDRUN_OP_TIMEOUT).
-// A publisher pays for a futex wake only when a peer sleeps on its counter.
+// Arrival is counted once per phase in the header (L per phase), so all waiters of a
+// phase sleep on one futex word and the rank that completes the count wakes them with
+// one call; each rank also keeps its own phase counter, to name late or dead ranks.
+// Waits spin first while an awaited rank runs on another core (adaptive, up to 1 ms when
+// every local rank has a core, 2 us when they share), then sleep in slices of at most
+// 100 ms; between slices they check that every awaited rank's process still exists
+// (pidfd), the segment's abort mark, and the deadline (HVDRUN_OP_TIMEOUT).
 #include "runtime/shm_comm.h"
 
 #include <fcntl.h>
@@ -88,14 +91,16 @@ struct Header {
   std::atomic<std::uint32_t> abort_rank{0};
   std::atomic<std::uint32_t> abort_ready{0};
   char abort_msg[1024] = {};
+  alignas(64) std::atomic<std::uint32_t> arrived{0};  // futex word: L per phase
+  std::atomic<std::uint32_t> sleepers{0};             // ranks asleep on `arrived`
 };
 static_assert(sizeof(Header) <= kHeaderBytes);
 
 struct Line {
-  std::atomic<std::uint32_t> phase{0};    // futex word: last phase this rank finished
-  std::atomic<std::uint32_t> waiters{0};  // ranks asleep on `phase`
+  std::atomic<std::uint32_t> phase{0};  // last phase this rank finished
   std::atomic<std::int32_t> pid{0};
   std::atomic<std::int32_t> rank{-1};
+  std::atomic<std::int32_t> cpu{-1};  // where the rank last published (a hint)
 };
 static_assert(sizeof(Line) <= kLineBytes);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
@@ -183,15 +188,24 @@ class ShmComm::Impl {
       : me_(std::move(me)), L_(me_.local_size), op_timeout_(op_timeout) {
     who_ = "rank " + std::to_string(me_.global_rank) + " of " + std::to_string(me_.global_size) +
            " on " + me_.host;
-    // Spinning only pays while every local rank has a core of its own (then a wait of a
-    // small collective is one cache-line transfer, as in MPI, which spins for ever);
-    // otherwise it takes the core the awaited rank needs, so sleep almost at once: a
-    // futex wake-up hands the core over, where sched_yield on a busy host mostly hands
-    // it to somebody else's process (measured: 30 us per 8-byte allreduce at np 4 on 2
-    // cores with the futex, 150-1400 us with 100 us of yielding first).
-    spin_ = online_cpus() >= L_ ? std::chrono::microseconds(1000) : std::chrono::microseconds(2);
+    // Spinning only pays while the awaited rank runs on another core. So a wait does not
+    // spin at all for a rank last seen on this core (it cannot run while this one spins;
+    // measured on 2 busy cores, both ranks of np 2 on one core: each 8-byte allreduce
+    // cost the spin time plus 14 us), spins up to max_spin_ otherwise, and halves its
+    // budget (down to min_spin_) after a wait the spin did not cover (the peer descheduled by another
+    // program), doubling it again after one it did. When ranks outnumber cores, spinning
+    // takes a core some rank needs, so waits sleep after 2 us: a futex wake-up hands the
+    // core over, where sched_yield on a busy host mostly hands it to another program
+    // (measured: 30 us per 8-byte allreduce at np 4 on 2 cores with the futex, 150-1400
+    // us with 100 us of yielding first).
+    const bool own_cores = online_cpus() >= L_;
+    max_spin_ = own_cores ? std::chrono::microseconds(1000) : std::chrono::microseconds(2);
+    // A peer that slept takes 5-20 us to wake; a shorter floor would make both sides
+    // miss each other for ever once they both sleep.
+    min_spin_ = own_cores ? std::chrono::microseconds(50) : std::chrono::microseconds(2);
     if (const char* v = std::getenv("HVDRUN_SHM_SPIN_US"))
-      spin_ = std::chrono::microseconds(std::strtoll(v, nullptr, 10));
+      min_spin_ = max_spin_ = std::chrono::microseconds(std::strtoll(v, nullptr, 10));
+    spin_ = max_spin_;
     UniqueFd memfd =
         me_.local_rank == 0 ? create(store, key, deadline) : fetch(store, key, deadline);
     map(memfd.get());
@@ -370,18 +384,24 @@ class ShmComm::Impl {
 
   // --- waiting ---
 
+  // Arrival: the own phase counter (read when naming late or dead ranks) and the
+  // segment's arrival count, on which every waiter of the phase sleeps; the rank that
+  // completes the count wakes them all, so a phase costs each rank at most one sleep
+  // and the whole host one wake-up call.
   void publish() {
     auto& mine = line(me_.local_rank);
     ++phase_;
-    mine.phase.store(phase_, std::memory_order_seq_cst);
-    if (mine.waiters.load(std::memory_order_seq_cst) != 0)
-      futex(&mine.phase, FUTEX_WAKE, INT_MAX, nullptr);
+    mine.cpu.store(::sched_getcpu(), std::memory_order_relaxed);
+    mine.phase.store(phase_, std::memory_order_release);
+    const std::uint32_t target = phase_ * static_cast<std::uint32_t>(L_);
+    const std::uint32_t now = header_->arrived.fetch_add(1, std::memory_order_seq_cst) + 1;
+    if (now == target && header_->sleepers.load(std::memory_order_seq_cst) != 0)
+      futex(&header_->arrived, FUTEX_WAKE, INT_MAX, nullptr);
   }
 
   void sync(Clock::time_point deadline, const char* what = nullptr) {
     publish();
-    for (int l = 0; l < L_; ++l)
-      if (l != me_.local_rank) wait_for(l, phase_, deadline, what);
+    wait_all(deadline, what);
   }
 
   bool alive(int l) const {
@@ -411,34 +431,61 @@ class ShmComm::Impl {
                              " failed first" + (msg.empty() ? "" : ": " + msg));
   }
 
-  void wait_for(int l, std::uint32_t want, Clock::time_point deadline, const char* what) {
-    auto& w = line(l).phase;
-    if (reached(w.load(std::memory_order_acquire), want)) return;
-    const auto spin_until = Clock::now() + spin_;
-    for (unsigned i = 1;; ++i) {
-      if (reached(w.load(std::memory_order_acquire), want)) return;
-      cpu_relax();
-      if ((i & 63) == 0) {
-        if (header_->abort_rank.load(std::memory_order_relaxed) != 0) failed_elsewhere();
-        if (Clock::now() > spin_until) break;
-      }
+  bool all_arrived() const {
+    return reached(header_->arrived.load(std::memory_order_acquire),
+                   phase_ * static_cast<std::uint32_t>(L_));
+  }
+
+  // Whether a rank that has not yet arrived was last seen on another core, where it can
+  // run while this rank spins.
+  bool awaited_elsewhere() const {
+    const int here = ::sched_getcpu();
+    for (int l = 0; l < L_; ++l) {
+      const auto& ln = line(l);
+      if (l != me_.local_rank && !reached(ln.phase.load(std::memory_order_relaxed), phase_) &&
+          ln.cpu.load(std::memory_order_relaxed) != here)
+        return true;
     }
+    return false;
+  }
+
+  void wait_all(Clock::time_point deadline, const char* what) {
+    if (all_arrived()) return;
+    if (spin_.count() > 0 && awaited_elsewhere()) {
+      const auto spin_until = Clock::now() + spin_;
+      for (unsigned i = 1;; ++i) {
+        if (all_arrived()) {
+          spin_ = std::min(max_spin_, spin_ * 2);
+          return;
+        }
+        cpu_relax();
+        if ((i & 63) == 0) {
+          if (header_->abort_rank.load(std::memory_order_relaxed) != 0) failed_elsewhere();
+          if (Clock::now() > spin_until) break;
+        }
+      }
+      spin_ = std::max(min_spin_, spin_ / 2);
+    }
+    const std::uint32_t target = phase_ * static_cast<std::uint32_t>(L_);
     for (;;) {
       if (header_->abort_rank.load(std::memory_order_acquire) != 0) failed_elsewhere();
       const auto now = Clock::now();
-      if (now >= deadline) timed_out(want, what);
+      if (now >= deadline) timed_out(phase_, what);
       auto slice = std::min<Clock::duration>(deadline - now, kSlice);
       timespec ts{};
       ts.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(slice).count();
       ts.tv_nsec = static_cast<long>((slice - std::chrono::seconds(ts.tv_sec)) /
                                      std::chrono::nanoseconds(1));
-      line(l).waiters.fetch_add(1, std::memory_order_seq_cst);
-      const std::uint32_t seen = w.load(std::memory_order_seq_cst);
-      if (!reached(seen, want)) futex(&w, FUTEX_WAIT, seen, &ts);
-      line(l).waiters.fetch_sub(1, std::memory_order_seq_cst);
-      if (reached(w.load(std::memory_order_acquire), want)) return;
-      if (!alive(l)) {
-        if (reached(w.load(std::memory_order_acquire), want)) return;
+      header_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+      const std::uint32_t seen = header_->arrived.load(std::memory_order_seq_cst);
+      if (!reached(seen, target)) futex(&header_->arrived, FUTEX_WAIT, seen, &ts);
+      header_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      if (all_arrived()) return;
+      for (int l = 0; l < L_; ++l) {
+        if (l == me_.local_rank || reached(line(l).phase.load(std::memory_order_acquire), phase_) ||
+            alive(l))
+          continue;
+        if (reached(line(l).phase.load(std::memory_order_acquire), phase_)) continue;
         // A rank that failed marks the segment before it exits: its reason is the news.
         if (header_->abort_rank.load(std::memory_order_acquire) != 0) failed_elsewhere();
         fail("shared memory on " + me_.host + ": rank(s) " + std::to_string(rank_of(l)) +
@@ -475,7 +522,7 @@ class ShmComm::Impl {
       header_->abort_msg[n] = '\0';
       header_->abort_ready.store(1, std::memory_order_release);
     }
-    for (int l = 0; l < L_; ++l) futex(&line(l).phase, FUTEX_WAKE, INT_MAX, nullptr);
+    futex(&header_->arrived, FUTEX_WAKE, INT_MAX, nullptr);
   }
 
   void check_healthy() {
@@ -614,7 +661,9 @@ class ShmComm::Impl {
   int L_;
   milliseconds op_timeout_;
   std::string who_;
-  std::chrono::microseconds spin_{0};
+  std::chrono::microseconds min_spin_{0};
+  std::chrono::microseconds max_spin_{0};
+  std::chrono::microseconds spin_{0};  // the current budget, in [min_spin_, max_spin_]
   char* base_ = nullptr;
   std::size_t mapped_ = 0;
   Header* header_ = nullptr;
