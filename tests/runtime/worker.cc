@@ -93,12 +93,12 @@ hvdrun_test::AllreduceFn cpp_allreduce() {
 }
 
 // The host path's matrix: every dtype and op, in place and not, at 1, 7 and 4097
-// elements; 3,000,001 elements (several pipeline steps, a ragged last one) for float32,
-// float16 and bfloat16 up to 4 ranks; broadcast and allgather at the same sizes.
-void check_matrix() {
+// elements; `big` elements (3,000,001 by default: several pipeline steps, a ragged last
+// one) for float32, float16 and bfloat16 up to 4 ranks; broadcast and allgather at the
+// same sizes.
+void check_matrix(std::size_t big) {
   auto ar = cpp_allreduce();
   hvdrun_test::check_every_dtype(ar, {1, 7, 4097});
-  const std::size_t big = 3000001;
   if (hvdrun::size() <= 4) {
     hvdrun_test::check_allreduce<float>(ar, DataType::kFloat32, "float32", big);
     hvdrun_test::check_allreduce<hvdrun_test::Half>(ar, DataType::kFloat16, "float16", big);
@@ -267,7 +267,7 @@ int main(int argc, char** argv) {
     if (hvdrun::size() <= 4) check_large();
     if (hvdrun_barrier() != 0) fail(std::string("barrier: ") + hvdrun_last_error());
   } else if (scenario == "matrix") {
-    check_matrix();
+    check_matrix(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 3000001);
   } else if (scenario == "kill-mid") {
     return kill_mid(argc > 2 ? argv[2] : "large");
   } else if (scenario == "sockets") {
