@@ -259,8 +259,7 @@ class HostComm::Impl {
     const std::size_t L = static_cast<std::size_t>(env_.local_size);
     // The host's blocks in local rank order, padded to the largest host for Gloo's
     // equal-sized allgather, then put in global rank order by the leader.
-    std::vector<char> host_block(static_cast<std::size_t>(std::max(max_local_, 1)) *
-                                 std::max(L, std::size_t{1}) * bytes);
+    std::vector<char> host_block(std::max(static_cast<std::size_t>(max_local_), L) * bytes);
     guarded([&] {
       if (shm_)
         shm_->allgather(send, host_block.data(), bytes);
