@@ -6,11 +6,11 @@
 #include <dirent.h>
 
 #include <algorithm>
+#include <bit>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <set>
 #include <string>
@@ -118,7 +118,7 @@ TEST_CASE("host path: vectorised reductions give the scalar definitions' bits", 
     reduce_into(fd.data(), fy.data(), n, DataType::kFloat32, op);
     for (std::size_t i = 0; i < n; ++i) {
       const float want = ref(fx[i], fy[i]);
-      if (std::memcmp(&fd[i], &want, sizeof(float)) != 0) {
+      if (std::bit_cast<std::uint32_t>(fd[i]) != std::bit_cast<std::uint32_t>(want)) {
         FAIL_CHECK("float32 op " << static_cast<int>(op) << " element " << i);
         break;
       }
