@@ -5,11 +5,12 @@
 # started by the hvdrun launcher, MPI by mpirun); the table has the median per size, the
 # bus bandwidth ratio (above 1: hvdrun faster) and the time ratio (below 1: hvdrun faster).
 #
-# The bound: a shared-memory allreduce must at least copy each rank's input into memory
-# the others can read and copy the result out, 2 x bytes per rank, with at most
-# min(np, cores) copies at a time, at memcpy speed B (measured here, one process):
-#   busbw <= 2(np-1)/np x bytes / (2 x np x bytes / (min(np, cores) x B))
-#          = (np-1) x min(np, cores) x B / np^2
+# The bound: every rank must at least read its input from memory and write its result,
+# the memory traffic of one memcpy of the buffer, and at most min(np, cores) ranks move
+# data at a time, each at single-process memcpy speed B (measured here):
+#   time >= np x bytes / (min(np, cores) x B)
+#   busbw = 2(np-1)/np x bytes / time <= 2(np-1) x min(np, cores) x B / np^2
+# (optimistic: it assumes memory bandwidth grows with the cores in use).
 # Usage: bench/allreduce.sh [build-dir=build] [rounds=3] [nps="2 4"] [max-bytes=268435456]
 # Needs mpicc and mpirun (apt-get install openmpi-bin libopenmpi-dev); MPI is never a
 # build dependency of hvdrun.
@@ -57,7 +58,7 @@ def size(b):
         if b >= 1 << k: return f"{b >> k} {unit}"
     return f"{b} B"
 for np in nps:
-    bound = (np - 1) * min(np, cores) * memcpy / np**2
+    bound = 2 * (np - 1) * min(np, cores) * memcpy / np**2
     print(f"\nnp {np}: memcpy bound on bus bandwidth {bound:.2f} GB/s")
     print(f"{'size':>8} {'hvdrun us':>11} {'MPI us':>11} {'hvdrun GB/s':>12} {'MPI GB/s':>9} {'busbw ratio':>12} {'time ratio':>11}")
     for (n, b) in sorted(k for k in h if k[0] == np):
