@@ -219,9 +219,10 @@ void check_sockets(bool expect_tcp) {
       auto it = table.find(t.substr(8, t.size() - 9));
       if (it == table.end()) continue;  // not TCP (the Unix socket is closed by now anyway)
       const auto& sock = it->second;
-      // The test's rendezvous server listens in the process that forked the ranks; its
-      // socket is inherited, not opened by the rank.
-      if (sock.state == 0x0A && sock.local_port == rendezvous_port) continue;
+      // The test's rendezvous server runs in the process that forked the ranks: its
+      // listening socket, and the connections it accepted from ranks started earlier,
+      // are inherited, not opened by this rank.
+      if (sock.local_port == rendezvous_port) continue;
       if (sock.state != 0x0A && sock.remote_port == rendezvous_port) {
         ++to_rendezvous;
       } else {
