@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
     auto t0 = Clock::now();
     auto env = hvdrun::runtime::read_environment([](const char* n) { return std::getenv(n); });
     if (mode == "gloo-mesh") env.nccl_mode = "off";
+    if (mode == "mesh") env.host_path = "gloo";  // times the Gloo mesh among all ranks
     hvdrun::runtime::World world(env);
     const int rank = env.rank, size = env.size;
     if (mode == "barrier") {
@@ -70,7 +71,7 @@ int main(int argc, char** argv) {
       world.barrier();
       auto t1 = Clock::now();
       if (mode == "mesh") {
-        world.gloo().connect(hvdrun::runtime::Topology::kFullMesh);
+        world.host().world_gloo()->connect(hvdrun::runtime::Topology::kFullMesh);
       } else {
         // Gloo's own path: a rendezvous::Context over a prefixed view of our store.
         hvdrun::rendezvous::ClientOptions o;
@@ -92,12 +93,12 @@ int main(int argc, char** argv) {
       int reps = hvdrun::bench::int_arg(argc, argv, 3, 5);
       std::vector<float> buf(bytes / 4, 1.0f);
       for (int i = 0; i < 2; ++i)  // warm-up: connects the pairs, faults the pages in
-        world.gloo().allreduce(buf.data(), buf.size(), hvdrun::DataType::kFloat32,
+        world.host().allreduce(buf.data(), buf.data(), buf.size(), hvdrun::DataType::kFloat32,
                                hvdrun::ReduceOp::kSum);
       world.barrier();
       auto t1 = Clock::now();
       for (int i = 0; i < reps; ++i)
-        world.gloo().allreduce(buf.data(), buf.size(), hvdrun::DataType::kFloat32,
+        world.host().allreduce(buf.data(), buf.data(), buf.size(), hvdrun::DataType::kFloat32,
                                hvdrun::ReduceOp::kSum);
       double per = ms_since(t1) / reps;
       double busbw = 2.0 * (size - 1) / size * static_cast<double>(bytes) / (per / 1e3) / 1e9;

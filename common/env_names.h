@@ -36,6 +36,8 @@ inline constexpr const char kOpTimeout[] = "HVDRUN_OP_TIMEOUT";
 inline constexpr const char kGeneration[] = "HVDRUN_GENERATION";
 /// auto | require | off: the runtime's NCCL path.
 inline constexpr const char kNccl[] = "HVDRUN_NCCL";
+/// auto | shm | gloo: how the runtime's host-memory collectives travel.
+inline constexpr const char kHostPath[] = "HVDRUN_HOST_PATH";
 /// Seconds between SIGTERM and SIGKILL when a job is torn down (launcher side).
 inline constexpr const char kKillGrace[] = "HVDRUN_KILL_GRACE";
 /// Seconds of silence after which a remote agent counts as lost (launcher side).

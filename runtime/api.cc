@@ -200,10 +200,7 @@ Op allreduce_op(const void* send, void* recv, std::size_t count, DataType dtype,
     throw Error("hvdrun::allreduce: null buffer");
   auto* w = j->world.get();
   return {std::move(j), describe("allreduce", count, dtype) + " (" + op_name(op) + ")",
-          [=] {
-            if (send != recv && count > 0) std::memmove(recv, send, count * dtype_size(dtype));
-            w->gloo().allreduce(recv, count, dtype, op);
-          }};
+          [=] { w->host().allreduce(send, recv, count, dtype, op); }};
 }
 
 Op broadcast_op(void* buf, std::size_t count, DataType dtype, int root) {
@@ -216,7 +213,7 @@ Op broadcast_op(void* buf, std::size_t count, DataType dtype, int root) {
   if (count > 0 && buf == nullptr) throw Error("hvdrun::broadcast: null buffer");
   auto* w = j->world.get();
   return {std::move(j), describe("broadcast", count, dtype) + " from rank " + std::to_string(root),
-          [=] { w->gloo().broadcast(buf, count * dtype_size(dtype), root); }};
+          [=] { w->host().broadcast(buf, count * dtype_size(dtype), root); }};
 }
 
 Op allgather_op(const void* send, void* recv, std::size_t count, DataType dtype) {
@@ -226,7 +223,7 @@ Op allgather_op(const void* send, void* recv, std::size_t count, DataType dtype)
     throw Error("hvdrun::allgather: null buffer");
   auto* w = j->world.get();
   return {std::move(j), describe("allgather", count, dtype),
-          [=] { w->gloo().allgather(send, recv, count * dtype_size(dtype)); }};
+          [=] { w->host().allgather(send, recv, count * dtype_size(dtype)); }};
 }
 
 Op barrier_op() {

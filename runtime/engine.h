@@ -69,6 +69,7 @@ class Engine {
   Handle next_ = 1;
   bool busy_ = false;      // a task is running (on the worker or inline)
   bool stopping_ = false;  // the destructor asked the worker to end
+  int draining_ = 0;       // threads inside drain()
   std::string failure_;    // the first failure's message, "" while none
   std::thread thread_;
 };

@@ -80,6 +80,7 @@ Environment read_environment(const std::function<const char*(const char*)>& gete
   auto op = p.number<int>(env_names::kOpTimeout, false, 1, env_names::kMaxOpTimeoutS);
   auto gen = p.number<int>(env_names::kGeneration, false, 0, env_names::kMaxGeneration);
   auto nccl = p.text(env_names::kNccl, false);
+  auto host_path = p.text(env_names::kHostPath, false);
 
   if (rank && size && *rank >= *size)
     p.garbled("HVDRUN_RANK=" + std::to_string(*rank) +
@@ -95,6 +96,8 @@ Environment read_environment(const std::function<const char*(const char*)>& gete
     p.garbled("HVDRUN_SECRET (expected the hex string hvdrun generated, at least 32 digits)");
   if (nccl && *nccl != "auto" && *nccl != "require" && *nccl != "off")
     p.garbled("HVDRUN_NCCL='" + *nccl + "' (expected auto, require or off)");
+  if (host_path && *host_path != "auto" && *host_path != "shm" && *host_path != "gloo")
+    p.garbled("HVDRUN_HOST_PATH='" + *host_path + "' (expected auto, shm or gloo)");
   p.finish();
 
   e.rank = *rank;
@@ -111,6 +114,7 @@ Environment read_environment(const std::function<const char*(const char*)>& gete
   if (op) e.op_timeout = std::chrono::seconds(*op);
   if (gen) e.generation = *gen;
   if (nccl) e.nccl_mode = *nccl;
+  if (host_path) e.host_path = *host_path;
   return e;
 }
 

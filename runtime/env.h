@@ -26,6 +26,7 @@ struct Environment {
   std::chrono::milliseconds op_timeout{600000};    ///< HVDRUN_OP_TIMEOUT (s, default 600)
   std::string nccl_mode = "auto";                  ///< HVDRUN_NCCL: auto | require | off
   int generation = 0;                              ///< HVDRUN_GENERATION (default 0)
+  std::string host_path = "auto";                  ///< HVDRUN_HOST_PATH: auto | shm | gloo
 };
 
 /// Reads the environment through `getenv` (a parameter so tests can fake it).

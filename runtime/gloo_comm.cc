@@ -101,8 +101,7 @@ void fn_16(H* x, const H* y, std::size_t n, Op op) {
 
 // The function for `op` among one dtype's four (average sums, then divides).
 template <typename T>
-const gloo::ReductionFunction<T>* pick_reduction(ReduceOp op,
-                                                 const gloo::ReductionFunction<T>& sum,
+const gloo::ReductionFunction<T>* pick_reduction(ReduceOp op, const gloo::ReductionFunction<T>& sum,
                                                  const gloo::ReductionFunction<T>& prod,
                                                  const gloo::ReductionFunction<T>& mn,
                                                  const gloo::ReductionFunction<T>& mx) {
@@ -227,8 +226,30 @@ class GlooComm::Impl {
         store_.erase(base + std::to_string(k - 1) + "/done");
       }
     }
-    store_.wait({key + "/done"}, connect_timeout_,
-                "gloo: waiting for every rank to set up a collective");
+    auto missing = wait_for({key + "/done"});
+    if (!missing.empty())
+      throw Error("gloo: rank " + std::to_string(rank_) +
+                  ": waiting for every rank to set up a collective: not all arrived within " +
+                  std::to_string(connect_timeout_.count() / 1000) + " s");
+  }
+
+  // The store's wait_for, in slices when a failure key is set: a peer that failed and
+  // published why (before it could publish what this rank waits for) ends the wait
+  // with its reason instead of the whole connect timeout.
+  std::vector<std::string> wait_for(const std::vector<std::string>& keys) {
+    if (failure_key_.empty()) return store_.wait_for(keys, connect_timeout_);
+    const auto deadline = std::chrono::steady_clock::now() + connect_timeout_;
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      auto missing = store_.wait_for(
+          keys,
+          std::max(std::chrono::milliseconds(1), std::min(left, std::chrono::milliseconds(200))));
+      if (missing.empty() || left <= std::chrono::milliseconds(200)) return missing;
+      if (auto why = store_.get(failure_key_))
+        throw Error("gloo: rank " + std::to_string(rank_) +
+                    " stopped waiting for its peers: a rank failed first: " + *why);
+    }
   }
 
   void ensure(Mesh& m, std::vector<int> peers) {
@@ -251,7 +272,7 @@ class GlooComm::Impl {
 
     std::vector<std::string> theirs;
     for (int p : fresh) theirs.push_back(key(m, p, rank_));
-    auto missing = store_.wait_for(theirs, connect_timeout_);
+    auto missing = wait_for(theirs);
     if (!missing.empty()) {
       std::vector<int> late;
       for (std::size_t i = 0; i < fresh.size(); ++i)
@@ -474,6 +495,7 @@ class GlooComm::Impl {
   Mesh async_;
   Mesh sync_;
   long long built_seq_ = 0;
+  std::string failure_key_;
   std::shared_ptr<gloo::transport::Device> device_;
 };
 
@@ -496,6 +518,7 @@ void GlooComm::allgather(const void* send, void* recv, std::size_t bytes) {
 void GlooComm::connect(Topology topology, int root) {
   if (impl_->size_ > 1) impl_->connect(topology, root);
 }
+void GlooComm::set_failure_key(std::string key) { impl_->failure_key_ = std::move(key); }
 int GlooComm::connected_pairs() const {
   int n = 0;
   for (const auto* m : {&impl_->async_, &impl_->sync_})

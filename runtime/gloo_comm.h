@@ -40,6 +40,9 @@ class GlooComm {
   void allgather(const void* send, void* recv, std::size_t bytes);
   /// Connects every pair an algorithm of this shape needs (collective).
   void connect(Topology topology, int root = 0);
+  /// A store key under which a failing rank publishes why; while it is set, waits for
+  /// peers in the store end early, with that reason, once it appears.
+  void set_failure_key(std::string key);
   /// Number of pairs this rank has connected so far.
   int connected_pairs() const;
 

@@ -7,7 +7,8 @@
 //   arrived/<n>   counter of ranks that checked in for a world of size n
 //   ready         set by the rank whose check-in completes the world
 //   barrier/rank/<r>, barrier/<k>/count, barrier/<k>/done   per barrier k
-//   gloo/world/addr/<i>/<j>   address of rank i's end of pair (i, j)
+//   gloo/world/addr/<i>/<j>   address of rank i's end of pair (i, j) (HVDRUN_HOST_PATH=gloo)
+//   shm/..., hosts/..., gloo/leaders/..., leaders/...   the host paths (host_comm.cc)
 //   nccl/world/id             ncclUniqueId (or rank 0's reason for not making one)
 #include "runtime/world.h"
 
@@ -70,12 +71,11 @@ World::World(Environment env) : env_(std::move(env)) {
   store_ = std::make_unique<rendezvous::Client>(o);
 
   check_in(deadline);
-  gloo_ = std::make_unique<GlooComm>(*store_, prefix_ + "/gloo/world", env_.rank, env_.size,
-                                     store_->local_address(), env_.op_timeout, env_.op_timeout);
+  host_ = std::make_unique<HostComm>(*store_, prefix_, env_, store_->local_address(), deadline);
   build_nccl(deadline);
-  spdlog::debug("hvdrun: {} joined in {} ms via {}", who(),
+  spdlog::debug("hvdrun: {} joined in {} ms via {}; host memory: {}", who(),
                 std::chrono::duration_cast<milliseconds>(Clock::now() - start).count(),
-                store_->local_address());
+                store_->local_address(), host_->describe());
 }
 
 World::~World() { leave(); }
@@ -84,19 +84,22 @@ void World::leave(bool farewell) {
   if (left_) return;
   left_ = true;
   // The final barrier only matters when Gloo connections exist (a peer may still be
-  // reading from one); without any, leaving cannot disturb anybody.
-  if (farewell && env_.size > 1 && store_ && gloo_ && gloo_->connected_pairs() > 0) {
+  // reading from one); without any, leaving cannot disturb anybody. Across hosts only
+  // the leaders hold connections, and they pass a barrier of their own.
+  if (farewell && env_.size > 1 && store_ && host_) {
     try {
       // Every peer took part in this rank's last collective, so the ones still inside it
       // are only reading its last bytes: seconds at most. A peer that never comes (it
       // exited without shutdown) must not hold this rank for HVDRUN_OP_TIMEOUT.
-      arrive(std::min(env_.op_timeout, kFarewellTimeout));
+      const auto timeout = std::min(env_.op_timeout, kFarewellTimeout);
+      if (host_->world_gloo_pairs() > 0) arrive(timeout);
+      host_->farewell(timeout);
     } catch (const std::exception& e) {
       spdlog::warn("hvdrun: {}: leaving without the final barrier: {}", who(), e.what());
     }
   }
   nccl_.reset();
-  gloo_.reset();
+  host_.reset();
 }
 
 void World::check_in(Clock::time_point deadline) {
@@ -179,7 +182,12 @@ void World::build_nccl(Clock::time_point deadline) {
   }
 }
 
-void World::barrier() { arrive(env_.op_timeout); }
+void World::barrier() {
+  if (host_ && host_->has_barrier())
+    host_->barrier();
+  else
+    arrive(env_.op_timeout);
+}
 
 int World::join() { return arrive(env_.op_timeout); }
 

@@ -8,7 +8,7 @@
 
 #include "rendezvous/client.h"
 #include "runtime/env.h"
-#include "runtime/gloo_comm.h"
+#include "runtime/host_comm.h"
 #include "runtime/nccl_comm.h"
 
 namespace hvdrun::runtime {
@@ -17,13 +17,15 @@ namespace hvdrun::runtime {
 class World {
  public:
   /// Connects, checks in, waits for every rank (naming the missing ones on timeout),
-  /// builds Gloo and, when possible, NCCL. Throws Error.
+  /// builds the host-memory paths (shared memory inside the host, Gloo across hosts)
+  /// and, when possible, NCCL. Throws Error.
   explicit World(Environment env);
   ~World();
 
   /// The environment this rank was started with.
   const Environment& env() const { return env_; }
-  /// Barrier through the store; on timeout names the ranks that did not arrive.
+  /// Barrier through the host's shared segment (and the host leaders' Gloo), or through
+  /// the store when HVDRUN_HOST_PATH=gloo; on timeout names the ranks that did not arrive.
   void barrier();
   /// A barrier that returns the rank that arrived last.
   int join();
@@ -32,8 +34,8 @@ class World {
   /// peers are gone or going), then the communicators are released. Failures are
   /// logged, not thrown. Called by the destructor when not called before.
   void leave(bool farewell = true);
-  /// The CPU communicator.
-  GlooComm& gloo() { return *gloo_; }
+  /// The host-memory communicator.
+  HostComm& host() { return *host_; }
   /// The GPU communicator, or nullptr (see nccl_status()).
   NcclComm* nccl() { return nccl_.get(); }
   /// Why there is no NCCL communicator ("" when there is one).
@@ -55,7 +57,7 @@ class World {
   Environment env_;
   std::string prefix_;
   std::unique_ptr<rendezvous::Client> store_;
-  std::unique_ptr<GlooComm> gloo_;
+  std::unique_ptr<HostComm> host_;
   std::unique_ptr<NcclComm> nccl_;
   std::string nccl_status_;
   long long barrier_seq_ = 0;

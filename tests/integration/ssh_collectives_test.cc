@@ -43,3 +43,21 @@ TEST_CASE("collectives are correct for every dtype and op across loopback SSH ho
   CHECK(h.err.empty());
   CHECK(wait_none_with(marker, 5s));
 }
+
+// The host path across hosts: each host's ranks share a segment, one leader per host runs
+// Gloo (tests/runtime/worker.cc "matrix": every dtype and op at 1, 7, 4097 and 3,000,001
+// elements, broadcast and allgather at the same sizes).
+TEST_CASE("the host path matrix across loopback SSH hosts, 2 x 2 and 3 x 3",
+          "[ssh][runtime][shm]") {
+  auto [np, hosts] = GENERATE(std::pair{4, "node1:2,node2:2"},  //
+                              std::pair{9, "node1:3,node2:3,node3:3"});
+  std::string marker = unique_marker();
+  Hvdrun h({"--ssh-config", cluster().ssh_config(), "-np", std::to_string(np), "-H", hosts,
+            "--start-timeout", "30", kWorker, "matrix"},
+           {marker});
+  int code = h.wait(180s);
+  INFO("np " << np << " on " << hosts << "\nstdout: " << h.out << "\nstderr: " << h.err);
+  CHECK(code == 0);
+  CHECK(h.err.empty());
+  CHECK(wait_none_with(marker, 5s));
+}

@@ -55,6 +55,9 @@ struct JobSpec {
   std::map<std::string, std::string> env;  ///< extra environment for every rank
   std::vector<int> skip;                   ///< ranks not started (to test missing ranks)
   std::vector<int> extra;                  ///< ranks started twice
+  /// Ranks per simulated host, filled in order ("host0", "host1", ...; local, cross
+  /// rank and size as the launcher sets them); empty: every rank on "localhost".
+  std::vector<int> hosts;
   std::chrono::milliseconds deadline{60000};
 };
 
@@ -70,18 +73,40 @@ inline JobResult run_job(const JobSpec& spec) {
     if (std::find(spec.skip.begin(), spec.skip.end(), r) == spec.skip.end()) ranks.push_back(r);
   for (int r : spec.extra) ranks.push_back(r);
 
+  // Placement: host of each rank and its local rank, as hostfile/ fills hosts in order.
+  std::vector<int> host_of(static_cast<std::size_t>(spec.np), 0);
+  std::vector<int> local_of(static_cast<std::size_t>(spec.np), 0);
+  std::vector<int> host_sizes = spec.hosts.empty() ? std::vector<int>{spec.np} : spec.hosts;
+  for (int h = 0, r = 0; h < static_cast<int>(host_sizes.size()); ++h)
+    for (int l = 0; l < host_sizes[static_cast<std::size_t>(h)] && r < spec.np; ++l, ++r) {
+      host_of[static_cast<std::size_t>(r)] = h;
+      local_of[static_cast<std::size_t>(r)] = l;
+    }
+  auto cross = [&](int l, int h) {  // (cross rank, cross size) of local rank l on host h
+    int before = 0, all = 0;
+    for (int k = 0; k < static_cast<int>(host_sizes.size()); ++k)
+      if (host_sizes[static_cast<std::size_t>(k)] > l) {
+        before += k < h ? 1 : 0;
+        ++all;
+      }
+    return std::pair{before, all};
+  };
+
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::pair<pid_t, RankResult>> procs;
   for (std::size_t idx = 0; idx < ranks.size(); ++idx) {
     int r = ranks[idx];
+    const int h = host_of[static_cast<std::size_t>(r)];
+    const int l = local_of[static_cast<std::size_t>(r)];
+    auto [cross_rank, cross_size] = cross(l, h);
     std::map<std::string, std::string> env = {
         {"HVDRUN_RANK", std::to_string(r)},
         {"HVDRUN_SIZE", std::to_string(spec.np)},
-        {"HVDRUN_LOCAL_RANK", std::to_string(r)},
-        {"HVDRUN_LOCAL_SIZE", std::to_string(spec.np)},
-        {"HVDRUN_CROSS_RANK", "0"},
-        {"HVDRUN_CROSS_SIZE", "1"},
-        {"HVDRUN_HOSTNAME", "localhost"},
+        {"HVDRUN_LOCAL_RANK", std::to_string(l)},
+        {"HVDRUN_LOCAL_SIZE", std::to_string(host_sizes[static_cast<std::size_t>(h)])},
+        {"HVDRUN_CROSS_RANK", std::to_string(cross_rank)},
+        {"HVDRUN_CROSS_SIZE", std::to_string(cross_size)},
+        {"HVDRUN_HOSTNAME", spec.hosts.empty() ? "localhost" : "host" + std::to_string(h)},
         {"HVDRUN_RENDEZVOUS_ADDR", "127.0.0.1"},
         {"HVDRUN_RENDEZVOUS_PORT", std::to_string(server.port())},
         {"HVDRUN_SECRET", secret},

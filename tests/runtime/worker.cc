@@ -1,11 +1,21 @@
 // A rank program for the runtime tests: linked against libhvdrun.so like a user's
 // program, started N times by job_harness with the HVDRUN_* environment. The scenario
 // (argv[1]) says what to check; the exit code says whether it held (0 = yes).
+#include <dirent.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hvdrun/hvdrun.h"
@@ -71,6 +81,171 @@ void check_broadcast_allgather() {
         count);
 }
 
+hvdrun_test::AllreduceFn cpp_allreduce() {
+  return [](const void* send, void* out, std::size_t count, DataType dt, ReduceOp op) {
+    try {
+      hvdrun::allreduce(send, out, count, dt, op);
+    } catch (const hvdrun::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+}
+
+// The host path's matrix: every dtype and op, in place and not, at 1, 7 and 4097
+// elements; `big` elements (3,000,001 by default: several pipeline steps, a ragged last
+// one) for float32, float16 and bfloat16 up to 4 ranks; broadcast and allgather at the
+// same sizes.
+void check_matrix(std::size_t big) {
+  auto ar = cpp_allreduce();
+  hvdrun_test::check_every_dtype(ar, {1, 7, 4097});
+  if (hvdrun::size() <= 4) {
+    hvdrun_test::check_allreduce<float>(ar, DataType::kFloat32, "float32", big);
+    hvdrun_test::check_allreduce<hvdrun_test::Half>(ar, DataType::kFloat16, "float16", big);
+    hvdrun_test::check_allreduce<hvdrun_test::BFloat16>(ar, DataType::kBFloat16, "bfloat16", big);
+  } else {
+    hvdrun_test::check_allreduce<float>(ar, DataType::kFloat32, "float32", big);
+  }
+  for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{4097}, big}) {
+    hvdrun_test::check_broadcast(
+        [](void* buf, std::size_t n, DataType dt, int root) {
+          try {
+            hvdrun::broadcast(buf, n, dt, root);
+          } catch (const hvdrun::Error& e) {
+            return std::string(e.what());
+          }
+          return std::string();
+        },
+        count);
+    hvdrun_test::check_allgather(
+        [](const void* send, void* recv, std::size_t n, DataType dt) {
+          try {
+            hvdrun::allgather(send, recv, n, dt);
+          } catch (const hvdrun::Error& e) {
+            return std::string(e.what());
+          }
+          return std::string();
+        },
+        count);
+  }
+  // In-place allgather: the own block already sits in the output.
+  const int n = hvdrun::size(), r = hvdrun::rank();
+  std::vector<std::int64_t> all(static_cast<std::size_t>(n) * 4099, -1);
+  for (std::size_t i = 0; i < 4099; ++i)
+    all[static_cast<std::size_t>(r) * 4099 + i] = r * 7 + static_cast<std::int64_t>(i);
+  hvdrun::allgather(all.data() + static_cast<std::size_t>(r) * 4099, all.data(), 4099,
+                    DataType::kInt64);
+  for (int q = 0; q < n; ++q)
+    if (all[static_cast<std::size_t>(q) * 4099 + 4098] != q * 7 + 4098)
+      fail("in-place allgather wrong for rank " + std::to_string(q));
+}
+
+// Rank 1 dies (SIGKILL) while every rank is inside a stream of collectives: large ones
+// (mid-pipeline) or small ones. The others must fail, naming rank 1, long before
+// HVDRUN_OP_TIMEOUT; exit 5 says they did.
+int kill_mid(const std::string& kind) {
+  const bool large = kind == "large";
+  const std::size_t count = large ? (8u << 20) : 3;
+  std::vector<float> buf(count, 1.0f);
+  if (hvdrun::rank() == 1)
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      ::raise(SIGKILL);
+    }).detach();
+  for (int i = 0; i < 1000000; ++i) {
+    try {
+      hvdrun::allreduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kMax);
+    } catch (const hvdrun::Error& e) {
+      std::fprintf(stderr, "allreduce %d failed: %s\n", i, e.what());
+      return 5;
+    }
+  }
+  std::fprintf(stderr, "no collective failed\n");
+  return 1;
+}
+
+struct TcpSocket {
+  int state = 0;
+  int local_port = 0;
+  int remote_port = 0;
+};
+
+// Reads /proc/net/tcp{,6}: inode -> socket.
+std::map<std::string, TcpSocket> tcp_sockets() {
+  auto port_of = [](const std::string& addr) {
+    return static_cast<int>(std::strtol(addr.substr(addr.find(':') + 1).c_str(), nullptr, 16));
+  };
+  std::map<std::string, TcpSocket> out;
+  for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream f(path);
+    std::string line;
+    std::getline(f, line);
+    while (std::getline(f, line)) {
+      std::istringstream in(line);
+      std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      in >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+      out[inode] = {static_cast<int>(std::strtol(state.c_str(), nullptr, 16)), port_of(local),
+                    port_of(remote)};
+    }
+  }
+  return out;
+}
+
+// After collectives of every kind and several sizes, lists this rank's TCP sockets: on
+// the shared-memory path the only one is the rendezvous connection, and the segment is
+// a memfd mapping (nothing in /dev/shm). With "expect-tcp" (HVDRUN_HOST_PATH=gloo) the
+// check must see the Gloo connections instead, which shows that it can.
+void check_sockets(bool expect_tcp) {
+  std::vector<float> v(1 << 20, 1.0f);
+  for (std::size_t n : {std::size_t{1}, std::size_t{1000}, v.size()}) {
+    hvdrun::allreduce(v.data(), v.data(), n, DataType::kFloat32, ReduceOp::kSum);
+    hvdrun::broadcast(v.data(), n, DataType::kFloat32, hvdrun::size() - 1);
+  }
+  std::vector<float> all(v.size() * static_cast<std::size_t>(hvdrun::size()));
+  hvdrun::allgather(v.data(), all.data(), v.size(), DataType::kFloat32);
+  hvdrun::barrier();
+  const int rendezvous_port =
+      static_cast<int>(std::strtol(std::getenv("HVDRUN_RENDEZVOUS_PORT"), nullptr, 10));
+  auto table = tcp_sockets();
+  int other = 0, to_rendezvous = 0;
+  std::string seen;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (dirent* e = ::readdir(d)) {
+      char target[256] = {};
+      std::string link = std::string("/proc/self/fd/") + e->d_name;
+      ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
+      std::string t(target, n > 0 ? static_cast<std::size_t>(n) : 0);
+      if (t.rfind("socket:[", 0) != 0) continue;
+      auto it = table.find(t.substr(8, t.size() - 9));
+      if (it == table.end()) continue;  // not TCP (the Unix socket is closed by now anyway)
+      const auto& sock = it->second;
+      // The test's rendezvous server runs in the process that forked the ranks: its
+      // listening socket, and the connections it accepted from ranks started earlier,
+      // are inherited, not opened by this rank.
+      if (sock.local_port == rendezvous_port) continue;
+      if (sock.state != 0x0A && sock.remote_port == rendezvous_port) {
+        ++to_rendezvous;
+      } else {
+        ++other;
+        seen += " state=" + std::to_string(sock.state) +
+                "/local port=" + std::to_string(sock.local_port) +
+                "/remote port=" + std::to_string(sock.remote_port);
+      }
+    }
+    ::closedir(d);
+  }
+  if (to_rendezvous != 1)
+    fail("expected one rendezvous connection, saw " + std::to_string(to_rendezvous));
+  if (expect_tcp && other == 0) fail("HVDRUN_HOST_PATH=gloo but no Gloo socket was seen");
+  if (!expect_tcp && other != 0) fail("TCP sockets besides the rendezvous connection:" + seen);
+  std::ifstream maps("/proc/self/maps");
+  std::string m((std::istreambuf_iterator<char>(maps)), std::istreambuf_iterator<char>());
+  const bool mapped = m.find("/memfd:hvdrun-shm") != std::string::npos;
+  if (!expect_tcp && hvdrun::local_size() > 1 && !mapped) fail("no memfd segment mapped");
+  std::printf("rank %d: tcp sockets: rendezvous %d, other %d; memfd segment %s\n", hvdrun::rank(),
+              to_rendezvous, other, mapped ? "mapped" : "absent");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -92,6 +267,12 @@ int main(int argc, char** argv) {
     check_broadcast_allgather();
     if (hvdrun::size() <= 4) check_large();
     if (hvdrun_barrier() != 0) fail(std::string("barrier: ") + hvdrun_last_error());
+  } else if (scenario == "matrix") {
+    check_matrix(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 3000001);
+  } else if (scenario == "kill-mid") {
+    return kill_mid(argc > 2 ? argv[2] : "large");
+  } else if (scenario == "sockets") {
+    check_sockets(argc > 2 && std::string(argv[2]) == "expect-tcp");
   } else if (scenario == "stop-after-init") {
     // Rank 1 hangs (stops itself) after init; the others must not wait for ever.
     if (hvdrun::rank() == 1) ::raise(SIGSTOP);

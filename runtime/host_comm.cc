@@ -1,0 +1,356 @@
+// Host-memory collectives (see host_comm.h). Across hosts every collective is three
+// steps: inside each host through its segment, among the host leaders through Gloo, and
+// inside each host again. A leader whose Gloo step fails marks its segment failed first,
+// so the ranks of its host waiting in the third step fail at once with its reason.
+//
+// Keys, under the generation prefix:
+//   shm/<host>/socket      name of local rank 0's socket that hands out the segment
+//   hosts/<h>              "r0,r1,..": the global ranks of host h (leaders only)
+//   gloo/leaders/...       the leaders' Gloo pairs (gloo_comm.cc)
+//   leaders/bye/<k>        the leaders' final barrier
+//   failure/count, failure/first   the first failure a rank saw in a collective
+#include "runtime/host_comm.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "common/seconds_text.h"
+#include "runtime/shm_reduce.h"
+
+namespace hvdrun::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+milliseconds left(Clock::time_point deadline) {
+  return std::max(milliseconds(1),
+                  std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+}
+
+// Gloo writes to its sockets without MSG_NOSIGNAL, so a peer that died makes the write
+// raise SIGPIPE, which would end this process before it could say which peer. While a
+// Gloo call runs on this thread SIGPIPE is blocked (the write fails with EPIPE and Gloo
+// throws), and a SIGPIPE left pending by it is taken before the mask is restored. Gloo's
+// own event-loop thread inherits the blocked mask from the thread that creates the
+// communicator, so the communicators are created under this guard too.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeBlocked() {
+    sigset_t pending;
+    sigemptyset(&pending);
+    if (::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+      timespec zero{};
+      ::sigtimedwait(&pipe_, nullptr, &zero);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t pipe_{};
+  sigset_t old_{};
+};
+
+std::vector<int> parse_ranks(const std::string& s) {
+  std::vector<int> out;
+  const char* p = s.c_str();
+  while (*p != '\0') {
+    char* end = nullptr;
+    long v = std::strtol(p, &end, 10);
+    if (end == p) break;
+    out.push_back(static_cast<int>(v));
+    p = *end == ',' ? end + 1 : end;
+  }
+  return out;
+}
+
+}  // namespace
+
+class HostComm::Impl {
+ public:
+  Impl(rendezvous::Client& store, const std::string& prefix, const Environment& env,
+       const std::string& local_ip, Clock::time_point deadline)
+      : store_(store), prefix_(prefix), env_(env) {
+    if (env_.size == 1) return;
+    if (env_.host_path == "gloo") {
+      SigpipeBlocked quiet;
+      world_gloo_ = std::make_unique<GlooComm>(store, prefix + "/gloo/world", env_.rank, env_.size,
+                                               local_ip, env_.op_timeout, env_.op_timeout);
+      return;
+    }
+    shm_path_ = true;
+    if (env_.local_size > 1) {
+      ShmMember me{env_.local_rank, env_.local_size, env_.rank, env_.size, env_.hostname};
+      shm_ = std::make_unique<ShmComm>(store, prefix + "/shm/" + env_.hostname + "/socket", me,
+                                       deadline, env_.op_timeout);
+    }
+    if (env_.local_size == env_.size) {  // one host: nothing leaves it
+      for (int l = 0; shm_ && l < env_.local_size; ++l)
+        in_rank_order_ = in_rank_order_ && shm_->global_rank(l) == l;
+      return;
+    }
+    across_hosts_ = true;
+    leader_ = env_.local_rank == 0;
+    if (!leader_) return;
+    hosts_ = env_.cross_size;
+    host_ = env_.cross_rank;
+    std::string mine;
+    for (int l = 0; l < env_.local_size; ++l)
+      mine += (l ? "," : "") + std::to_string(shm_ ? shm_->global_rank(l) : env_.rank);
+    store.set(prefix + "/hosts/" + std::to_string(host_), mine);
+    std::vector<std::string> keys;
+    for (int h = 0; h < hosts_; ++h) keys.push_back(prefix + "/hosts/" + std::to_string(h));
+    store.wait(keys, left(deadline),
+               "rank " + std::to_string(env_.rank) + " on " + env_.hostname +
+                   ": waiting for the other hosts' leaders (local rank 0 of each host)");
+    auto values = store.multi_get(keys);
+    host_of_.assign(static_cast<std::size_t>(env_.size), -1);
+    for (int h = 0; h < hosts_; ++h) {
+      auto ranks = parse_ranks(values[static_cast<std::size_t>(h)].value_or(""));
+      for (int r : ranks)
+        if (r >= 0 && r < env_.size) host_of_[static_cast<std::size_t>(r)] = h;
+      max_local_ = std::max(max_local_, static_cast<int>(ranks.size()));
+      ranks_of_.push_back(std::move(ranks));
+    }
+    if (std::count(host_of_.begin(), host_of_.end(), -1) != 0)
+      throw Error("rank " + std::to_string(env_.rank) + " on " + env_.hostname +
+                  ": the host leaders' rank lists do not cover every rank (HVDRUN_CROSS_RANK/"
+                  "HVDRUN_CROSS_SIZE of local rank 0 must number the hosts)");
+    SigpipeBlocked quiet;
+    leaders_ = std::make_unique<GlooComm>(store, prefix + "/gloo/leaders", host_, hosts_, local_ip,
+                                          env_.op_timeout, env_.op_timeout);
+    leaders_->set_failure_key(prefix + "/failure/first");
+  }
+
+  // Runs a leader's step across hosts; on failure, the host's segment is marked failed
+  // first so its other ranks stop waiting for this leader. A Gloo error only names an
+  // address, so the message gets the job's first reported failure (see guarded()).
+  template <typename Fn>
+  void across(Fn fn) {
+    if (!leader_) return;
+    try {
+      SigpipeBlocked quiet;
+      fn();
+    } catch (const std::exception& e) {
+      std::string why = "rank " + std::to_string(env_.rank) + " (the leader of host " +
+                        env_.hostname + ") failed across hosts: " + e.what();
+      auto first = first_failure();
+      if (!first.empty()) why += "; the first failure reported in the job: " + first;
+      if (shm_) shm_->abort(why);
+      throw std::runtime_error(why);
+    }
+  }
+
+  // Runs a collective across hosts; a failure seen first here (a local peer died, say)
+  // is published in the store, so the other hosts' leaders, which only see their Gloo
+  // connection to this host reset, can say what happened.
+  template <typename Fn>
+  void guarded(Fn fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      try {
+        if (store_.add(prefix_ + "/failure/count", 1) == 1)
+          store_.set(prefix_ + "/failure/first", "rank " + std::to_string(env_.rank) + " on " +
+                                                     env_.hostname + ": " + e.what());
+      } catch (const std::exception&) {  // the store is gone too: nothing more to say
+      }
+      throw;
+    }
+  }
+
+  std::string first_failure() {
+    try {
+      const std::string key = prefix_ + "/failure/first";
+      // The failing host's leader publishes before it exits, which is what reset the
+      // connection; a short wait covers the other order.
+      if (store_.wait_for({key}, milliseconds(500)).empty()) return store_.get(key).value_or("");
+    } catch (const std::exception&) {
+    }
+    return "";
+  }
+
+  void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
+    if (world_gloo_) {
+      if (send != recv && count > 0) std::memmove(recv, send, count * dtype_size(dtype));
+      SigpipeBlocked quiet;
+      world_gloo_->allreduce(recv, count, dtype, op);
+      return;
+    }
+    if (!across_hosts_) {  // one host (or one rank)
+      if (shm_) {
+        shm_->allreduce(send, recv, count, dtype, op, env_.size);
+      } else {
+        if (send != recv && count > 0) std::memmove(recv, send, count * dtype_size(dtype));
+        if (op == ReduceOp::kAverage && env_.size > 1) divide_by(recv, count, dtype, env_.size);
+      }
+      return;
+    }
+    const ReduceOp sum_op = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+    guarded([&] {
+      if (shm_)
+        shm_->allreduce(send, recv, count, dtype, sum_op);
+      else if (send != recv && count > 0)
+        std::memmove(recv, send, count * dtype_size(dtype));
+      across([&] { leaders_->allreduce(recv, count, dtype, sum_op); });
+      if (shm_) shm_->broadcast(recv, count * dtype_size(dtype), 0);
+    });
+    if (op == ReduceOp::kAverage) divide_by(recv, count, dtype, env_.size);
+  }
+
+  int local_index(int rank) const {
+    if (!shm_) return rank == env_.rank ? 0 : -1;
+    for (int l = 0; l < env_.local_size; ++l)
+      if (shm_->global_rank(l) == rank) return l;
+    return -1;
+  }
+
+  void broadcast(void* buf, std::size_t bytes, int root) {
+    if (world_gloo_) {
+      SigpipeBlocked quiet;
+      return world_gloo_->broadcast(buf, bytes, root);
+    }
+    if (!across_hosts_) {
+      if (shm_) shm_->broadcast(buf, bytes, local_index(root));
+      return;
+    }
+    const int root_local = local_index(root);
+    guarded([&] {
+      if (root_local >= 0 && shm_) shm_->broadcast(buf, bytes, root_local);
+      across([&] { leaders_->broadcast(buf, bytes, host_of_[static_cast<std::size_t>(root)]); });
+      if (root_local < 0 && shm_) shm_->broadcast(buf, bytes, 0);
+    });
+  }
+
+  void allgather(const void* send, void* recv, std::size_t bytes) {
+    if (world_gloo_) {
+      SigpipeBlocked quiet;
+      return world_gloo_->allgather(send, recv, bytes);
+    }
+    if (!across_hosts_) {
+      if (!shm_) {
+        if (bytes > 0 && send != recv) std::memmove(recv, send, bytes);
+      } else if (in_rank_order_) {
+        shm_->allgather(send, recv, bytes);
+      } else {
+        std::vector<char> blocks(bytes * static_cast<std::size_t>(env_.local_size));
+        shm_->allgather(send, blocks.data(), bytes);
+        for (int l = 0; l < env_.local_size; ++l)
+          std::memcpy(
+              static_cast<char*>(recv) + static_cast<std::size_t>(shm_->global_rank(l)) * bytes,
+              blocks.data() + static_cast<std::size_t>(l) * bytes, bytes);
+      }
+      return;
+    }
+    const std::size_t L = static_cast<std::size_t>(env_.local_size);
+    // The host's blocks in local rank order, padded to the largest host for Gloo's
+    // equal-sized allgather, then put in global rank order by the leader.
+    std::vector<char> host_block(std::max(static_cast<std::size_t>(max_local_), L) * bytes);
+    guarded([&] {
+      if (shm_)
+        shm_->allgather(send, host_block.data(), bytes);
+      else if (bytes > 0)
+        std::memcpy(host_block.data(), send, bytes);
+      across([&] {
+        const std::size_t block = static_cast<std::size_t>(max_local_) * bytes;
+        std::vector<char> all(block * static_cast<std::size_t>(hosts_));
+        leaders_->allgather(host_block.data(), all.data(), block);
+        for (int h = 0; h < hosts_; ++h) {
+          const auto& ranks = ranks_of_[static_cast<std::size_t>(h)];
+          for (std::size_t l = 0; l < ranks.size(); ++l)
+            std::memcpy(static_cast<char*>(recv) + static_cast<std::size_t>(ranks[l]) * bytes,
+                        all.data() + static_cast<std::size_t>(h) * block + l * bytes, bytes);
+        }
+      });
+      if (shm_) shm_->broadcast(recv, bytes * static_cast<std::size_t>(env_.size), 0);
+    });
+  }
+
+  void barrier() {
+    if (!across_hosts_) {
+      if (shm_) shm_->barrier();
+      return;
+    }
+    guarded([&] {
+      if (shm_) shm_->barrier();
+      across([&] {
+        int one = 1;
+        leaders_->allreduce(&one, 1, DataType::kInt32, ReduceOp::kSum);
+      });
+      if (shm_) shm_->barrier();
+    });
+  }
+
+  void farewell(milliseconds timeout) {
+    if (!leaders_ || leaders_->connected_pairs() == 0) return;
+    const long long k = ++farewell_seq_;
+    const std::string base = prefix_ + "/leaders/bye/" + std::to_string(k);
+    if (store_.add(base, 1) == hosts_) store_.set(base + "/done", "1");
+    store_.wait({base + "/done"}, timeout, "the other host leaders' final barrier");
+  }
+
+  rendezvous::Client& store_;
+  std::string prefix_;
+  const Environment& env_;
+  bool shm_path_ = false;
+  bool across_hosts_ = false;  // more than one host: leaders talk Gloo
+  bool leader_ = false;        // local rank 0 of a job across hosts
+  bool in_rank_order_ = true;  // one host: local rank l is global rank l
+  int hosts_ = 1;
+  int host_ = 0;
+  int max_local_ = 0;
+  long long farewell_seq_ = 0;
+  std::vector<int> host_of_;
+  std::vector<std::vector<int>> ranks_of_;
+  std::unique_ptr<ShmComm> shm_;
+  std::unique_ptr<GlooComm> leaders_;
+  std::unique_ptr<GlooComm> world_gloo_;
+};
+
+HostComm::HostComm(rendezvous::Client& store, const std::string& prefix, const Environment& env,
+                   const std::string& local_ip, std::chrono::steady_clock::time_point deadline)
+    : impl_(std::make_unique<Impl>(store, prefix, env, local_ip, deadline)) {}
+HostComm::~HostComm() = default;
+
+void HostComm::allreduce(const void* send, void* recv, std::size_t count, DataType dtype,
+                         ReduceOp op) {
+  impl_->allreduce(send, recv, count, dtype, op);
+}
+void HostComm::broadcast(void* buf, std::size_t bytes, int root) {
+  impl_->broadcast(buf, bytes, root);
+}
+void HostComm::allgather(const void* send, void* recv, std::size_t bytes) {
+  impl_->allgather(send, recv, bytes);
+}
+bool HostComm::has_barrier() const { return impl_->shm_path_; }
+void HostComm::barrier() { impl_->barrier(); }
+void HostComm::farewell(std::chrono::milliseconds timeout) { impl_->farewell(timeout); }
+int HostComm::world_gloo_pairs() const {
+  return impl_->world_gloo_ ? impl_->world_gloo_->connected_pairs() : 0;
+}
+GlooComm* HostComm::world_gloo() { return impl_->world_gloo_.get(); }
+
+std::string HostComm::describe() const {
+  if (impl_->world_gloo_) return "Gloo among all " + std::to_string(impl_->env_.size) + " ranks";
+  std::string s =
+      impl_->shm_ ? "shared memory among " + std::to_string(impl_->env_.local_size) + " local ranks"
+                  : "no local peers";
+  if (impl_->leaders_) s += " + Gloo among " + std::to_string(impl_->hosts_) + " host leaders";
+  return s;
+}
+
+}  // namespace hvdrun::runtime

@@ -1,0 +1,60 @@
+// Host-memory collectives of one rank, whichever way they travel: through the host's
+// shared segment (runtime/shm_comm.h) inside a host, through Gloo among one leader per
+// host (local rank 0) across hosts, or, when HVDRUN_HOST_PATH=gloo, through Gloo among
+// all ranks as before the segment existed. A single-host job opens no TCP connection
+// between its ranks; a job of H hosts builds a Gloo mesh of H ranks.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hvdrun/hvdrun.h"
+#include "rendezvous/client.h"
+#include "runtime/env.h"
+#include "runtime/gloo_comm.h"
+#include "runtime/shm_comm.h"
+
+namespace hvdrun::runtime {
+
+/// The host-memory communicator of a rank; every rank makes the same calls in the same
+/// order (the engine guarantees it).
+class HostComm {
+ public:
+  /// Builds the paths `env` calls for (HVDRUN_HOST_PATH: auto, shm or gloo); `prefix` is
+  /// the job generation's key prefix, `local_ip` the address Gloo binds. Throws Error.
+  HostComm(rendezvous::Client& store, const std::string& prefix, const Environment& env,
+           const std::string& local_ip, std::chrono::steady_clock::time_point deadline);
+  ~HostComm();
+  HostComm(const HostComm&) = delete;
+  HostComm& operator=(const HostComm&) = delete;
+
+  /// allreduce of `count` elements from `send` into `recv` (in place when equal).
+  void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op);
+  /// Broadcast of `bytes` bytes of `buf` from global rank `root`.
+  void broadcast(void* buf, std::size_t bytes, int root);
+  /// Allgather of `bytes` bytes per rank into `recv` (size * bytes), in rank order.
+  void allgather(const void* send, void* recv, std::size_t bytes);
+  /// True when barrier() runs here (the shared-memory paths); otherwise the World's
+  /// store barrier is the barrier.
+  bool has_barrier() const;
+  /// Returns once every rank has entered it (only when has_barrier()).
+  void barrier();
+  /// Leaving: the leaders' final barrier through the store when they have Gloo
+  /// connections (so none closes a socket another still reads). Throws on timeout.
+  void farewell(std::chrono::milliseconds timeout);
+  /// Number of Gloo pairs connected among all ranks (HVDRUN_HOST_PATH=gloo only; the
+  /// World then passes a final barrier before leaving).
+  int world_gloo_pairs() const;
+  /// The Gloo communicator over all ranks (HVDRUN_HOST_PATH=gloo), or nullptr.
+  GlooComm* world_gloo();
+  /// "shared memory", "shared memory + Gloo among 3 host leaders", "Gloo", for logs.
+  std::string describe() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hvdrun::runtime

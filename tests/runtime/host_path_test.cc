@@ -1,0 +1,263 @@
+// The host-memory path (runtime/host_comm.*, shm_comm.*): whole jobs of rank processes
+// (tests/runtime/worker.cc) on one host and across simulated hosts (job_harness gives
+// each block of ranks its own HVDRUN_HOSTNAME, so each block shares its own segment and
+// the blocks' leaders talk Gloo over loopback), the absence of TCP between the ranks of
+// one host, and a rank killed inside a collective.
+#include <dirent.h>
+
+#include <algorithm>
+#include <bit>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <string>
+
+#include "runtime/reduce.h"
+#include "runtime/shm_reduce.h"
+#include "tests/runtime/job_harness.h"
+
+using namespace std::chrono_literals;
+using hvdrun::test::JobSpec;
+using hvdrun::test::run_job;
+
+namespace {
+
+const std::string kWorker = HVDRUN_BINARY_DIR "/tests/runtime/runtime_worker";
+
+// The matrix's large size: 3,000,001 elements; a tenth under the sanitizers (still
+// several pipeline steps with a ragged last one), which slow the checks tenfold.
+#ifdef HVDRUN_SANITIZED_BUILD
+const std::string kBig = "300001";
+#else
+const std::string kBig = "3000001";
+#endif
+
+// Entries of /dev/shm: the segment is a memfd, so a job must never add one.
+std::set<std::string> dev_shm() {
+  std::set<std::string> names;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d)) names.insert(e->d_name);
+    ::closedir(d);
+  }
+  return names;
+}
+
+std::string added(const std::set<std::string>& before, const std::set<std::string>& after) {
+  std::string s;
+  for (const auto& n : after)
+    if (before.count(n) == 0 && n.find("hvdrun") != std::string::npos) s += " " + n;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("host path: vectorised reductions give the scalar definitions' bits", "[runtime][shm]") {
+  using hvdrun::DataType;
+  using hvdrun::ReduceOp;
+  using namespace hvdrun::runtime;
+  if (!reduce_uses_avx2()) WARN("this CPU runs the baseline build; the AVX2 one is not checked");
+  std::mt19937 rng(7);  // NOLINT(cert-msc51-cpp): the same values every run
+  std::uniform_real_distribution<float> real(-70000.0f, 70000.0f);
+  const std::size_t n = 1037;  // not a multiple of any vector width: the tails run too
+  for (auto op :
+       {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+    auto ref = [op](float a, float b) {
+      switch (op) {
+        case ReduceOp::kProduct:
+          return a * b;
+        case ReduceOp::kMin:
+          return std::min(a, b);
+        case ReduceOp::kMax:
+          return std::max(a, b);
+        default:
+          return a + b;
+      }
+    };
+    std::vector<std::uint16_t> x(n), y(n);
+    // float16: random bits (subnormals, infinities and NaNs included) except NaN, whose
+    // payload may differ; bfloat16 the same.
+    for (std::size_t i = 0; i < n; ++i) {
+      do x[i] = static_cast<std::uint16_t>(rng());
+      while ((x[i] & 0x7c00) == 0x7c00 && (x[i] & 0x3ff) != 0);
+      do y[i] = static_cast<std::uint16_t>(rng());
+      while ((y[i] & 0x7c00) == 0x7c00 && (y[i] & 0x3ff) != 0);
+    }
+    auto d = x;
+    reduce_into(d.data(), y.data(), n, DataType::kFloat16, op);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float want_f = ref(to_float(Half{x[i]}), to_float(Half{y[i]}));
+      const std::uint16_t want = to_half(want_f).bits;
+      if (std::isnan(want_f)) {
+        CHECK(std::isnan(to_float(Half{d[i]})));
+      } else if (d[i] != want) {
+        FAIL_CHECK("float16 op " << static_cast<int>(op) << " element " << i << ": " << d[i]
+                                 << " != " << want);
+        break;
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      x[i] = to_bfloat16(real(rng)).bits;
+      y[i] = to_bfloat16(real(rng)).bits;
+    }
+    d = x;
+    reduce_into(d.data(), y.data(), n, DataType::kBFloat16, op);
+    for (std::size_t i = 0; i < n; ++i)
+      if (d[i] != to_bfloat16(ref(to_float(BFloat16{x[i]}), to_float(BFloat16{y[i]}))).bits) {
+        FAIL_CHECK("bfloat16 op " << static_cast<int>(op) << " element " << i);
+        break;
+      }
+    std::vector<float> fx(n), fy(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      fx[i] = real(rng);
+      fy[i] = real(rng);
+    }
+    auto fd = fx;
+    reduce_into(fd.data(), fy.data(), n, DataType::kFloat32, op);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float want = ref(fx[i], fy[i]);
+      if (std::bit_cast<std::uint32_t>(fd[i]) != std::bit_cast<std::uint32_t>(want)) {
+        FAIL_CHECK("float32 op " << static_cast<int>(op) << " element " << i);
+        break;
+      }
+    }
+    std::vector<std::uint8_t> bx(n), by(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      bx[i] = static_cast<std::uint8_t>(rng());
+      by[i] = static_cast<std::uint8_t>(rng());
+    }
+    auto bd = bx;
+    reduce_into(bd.data(), by.data(), n, DataType::kUInt8, op);
+    for (std::size_t i = 0; i < n; ++i) {
+      const int a = bx[i], b = by[i];
+      const int want = op == ReduceOp::kProduct ? (a * b) & 255
+                       : op == ReduceOp::kMin   ? std::min(a, b)
+                       : op == ReduceOp::kMax   ? std::max(a, b)
+                                                : (a + b) & 255;
+      if (bd[i] != want) {
+        FAIL_CHECK("uint8 op " << static_cast<int>(op) << " element " << i);
+        break;
+      }
+    }
+  }
+  // kAverage's division: integers truncate (also past 255 ranks for uint8), 16-bit floats
+  // divide in float and round once.
+  std::vector<std::uint8_t> b = {250, 7};
+  divide_by(b.data(), 2, DataType::kUInt8, 300);
+  CHECK(b == std::vector<std::uint8_t>{0, 0});
+  std::vector<std::int32_t> i32 = {-7, 7};
+  divide_by(i32.data(), 2, DataType::kInt32, 2);
+  CHECK(i32 == std::vector<std::int32_t>{-3, 3});
+  std::vector<std::uint16_t> h = {to_half(3.0f).bits};
+  divide_by(h.data(), 1, DataType::kFloat16, 3);
+  CHECK(to_float(Half{h[0]}) == 1.0f);
+}
+
+TEST_CASE("host path: the collectives matrix on one host", "[runtime][job][shm]") {
+  auto np = GENERATE(1, 2, 3, 4, 7);
+  auto before = dev_shm();
+  JobSpec spec;
+  spec.np = np;
+  spec.argv = {kWorker, "matrix", kBig};
+  spec.env = {{"HVDRUN_NCCL", "off"}};
+  spec.deadline = 120s;
+  auto r = run_job(spec);
+  INFO("np=" << np << "\n" << r.dump());
+  CHECK(r.ok());
+  CHECK(added(before, dev_shm()).empty());
+}
+
+TEST_CASE("host path: the collectives matrix across simulated hosts", "[runtime][job][shm]") {
+  auto hosts =
+      GENERATE(std::vector<int>{2, 2}, std::vector<int>{3, 3, 3}, std::vector<int>{2, 1, 3});
+  int np = 0;
+  for (int n : hosts) np += n;
+  JobSpec spec;
+  spec.np = np;
+  spec.hosts = hosts;
+  spec.argv = {kWorker, "matrix", kBig};
+  spec.env = {{"HVDRUN_NCCL", "off"}};
+  spec.deadline = 120s;
+  auto r = run_job(spec);
+  INFO("hosts=" << hosts.size() << " np=" << np << "\n" << r.dump());
+  CHECK(r.ok());
+}
+
+TEST_CASE("host path: HVDRUN_HOST_PATH=gloo keeps the Gloo path among all ranks",
+          "[runtime][job][shm]") {
+  JobSpec spec;
+  spec.np = 3;
+  spec.argv = {kWorker, "collectives"};
+  spec.env = {{"HVDRUN_HOST_PATH", "gloo"}, {"HVDRUN_NCCL", "off"}};
+  spec.deadline = 120s;
+  auto r = run_job(spec);
+  INFO(r.dump());
+  CHECK(r.ok());
+}
+
+TEST_CASE("host path: the ranks of a single-host job have no TCP connection to each other",
+          "[runtime][job][shm]") {
+  JobSpec spec;
+  spec.np = 4;
+  spec.argv = {kWorker, "sockets"};
+  spec.env = {{"HVDRUN_NCCL", "off"}};
+  auto r = run_job(spec);
+  INFO(r.dump());
+  CHECK(r.ok());
+  for (const auto& rr : r.ranks)
+    CHECK_THAT(rr.err, Catch::Contains("rendezvous 1, other 0; memfd segment mapped"));
+  // The same check sees Gloo's connections when that path is forced, so it can see them.
+  spec.argv = {kWorker, "sockets", "expect-tcp"};
+  spec.env["HVDRUN_HOST_PATH"] = "gloo";
+  auto g = run_job(spec);
+  INFO(g.dump());
+  CHECK(g.ok());
+}
+
+TEST_CASE("host path: a rank killed inside a collective is named by the others at once",
+          "[runtime][job][shm][fault]") {
+  auto kind = GENERATE(as<std::string>{}, "large", "small");
+  auto hosts = GENERATE(std::vector<int>{}, std::vector<int>{2, 2});
+  auto before = dev_shm();
+  JobSpec spec;
+  spec.np = 4;
+  spec.hosts = hosts;
+  spec.argv = {kWorker, "kill-mid", kind};
+  // Far above the time allowed below: the failure must come from noticing the death.
+  spec.env = {{"HVDRUN_OP_TIMEOUT", "60"}, {"HVDRUN_NCCL", "off"}};
+  spec.deadline = 30s;
+  auto r = run_job(spec);
+  INFO(kind << (hosts.empty() ? " one host" : " 2 hosts x 2") << "\n" << r.dump());
+  CHECK(!r.timed_out);
+  CHECK(r.elapsed < 10s);
+  for (const auto& rr : r.ranks) {
+    if (rr.rank == 1) {
+      CHECK(rr.exit_code == 128 + SIGKILL);
+    } else {
+      CHECK(rr.exit_code == 5);
+      // Rank 1's host peers see it exit; the other host's ranks get that from the
+      // store through their leader, whose Gloo connection was merely reset.
+      CHECK_THAT(rr.err, Catch::Contains("rank(s) 1 exited"));
+    }
+  }
+  CHECK(added(before, dev_shm()).empty());
+}
+
+TEST_CASE("host path: a stopped rank is named when HVDRUN_OP_TIMEOUT passes",
+          "[runtime][job][shm][fault]") {
+  JobSpec spec;
+  spec.np = 3;
+  spec.argv = {kWorker, "stop-after-init"};
+  spec.env = {{"HVDRUN_OP_TIMEOUT", "1"}, {"HVDRUN_NCCL", "off"}};
+  spec.deadline = 4s;  // then the stopped rank is killed
+  auto r = run_job(spec);
+  INFO(r.dump());
+  for (const auto& rr : r.ranks)
+    if (rr.rank != 1) {
+      CHECK(rr.exit_code == 4);
+      CHECK_THAT(rr.err,
+                 Catch::Contains("rank(s) 1 did not arrive within 1 s (HVDRUN_OP_TIMEOUT)"));
+    }
+}
