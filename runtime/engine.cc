@@ -3,23 +3,11 @@
 
 #include <utility>
 
+#include "common/thread_failure.h"
 #include "hvdrun/hvdrun.h"
 
 namespace hvdrun::runtime {
 
-namespace {
-
-std::string message_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "unknown failure";
-  }
-}
-
-}  // namespace
 
 Engine::Engine() : thread_([this] { worker(); }) {}
 
@@ -49,7 +37,7 @@ void Engine::execute(Slot& slot) {
   } catch (...) {
     slot.error = std::current_exception();
     std::lock_guard lock(mu_);
-    if (failure_.empty()) failure_ = message_of(slot.error);
+    if (failure_.empty()) failure_ = describe(slot.error);
   }
   slot.task = nullptr;  // release what the task captured before anyone waits
 }
