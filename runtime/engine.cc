@@ -8,7 +8,6 @@
 
 namespace hvdrun::runtime {
 
-
 Engine::Engine() : thread_([this] { worker(); }) {}
 
 Engine::~Engine() {
