@@ -84,22 +84,38 @@ void check_op(ReduceOp op) {
     throw Error("hvdrun: unknown reduce op " + std::to_string(static_cast<int>(op)));
 }
 
+// What a collective is, for messages; turned into text only when something fails, so a
+// successful call formats nothing.
+struct Desc {
+  const char* kind;          // "allreduce", "device broadcast", ...
+  std::size_t count = 0;
+  DataType dtype = DataType::kUInt8;
+  const char* op = nullptr;  // reduction name, or nullptr
+  int root = -1;             // broadcast root, or -1
+  bool sized = true;         // false: just `kind` ("barrier")
+};
+
+std::string text(const Desc& d) {
+  std::string s = d.kind;
+  if (!d.sized) return s;
+  s += " of " + std::to_string(d.count) + " " + dtype_name(d.dtype);
+  if (d.op) s += std::string(" (") + d.op + ")";
+  if (d.root >= 0) s += " from rank " + std::to_string(d.root);
+  return s;
+}
+
 // Runs a collective, attaching what it was and where to any failure once.
 template <typename Fn>
-void collective(runtime::World& w, const std::string& what, Fn fn) {
+void collective(runtime::World& w, const Desc& d, Fn& fn) {
   try {
     fn();
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw Error("hvdrun: " + what + " failed on rank " + std::to_string(w.env().rank) + " of " +
-                std::to_string(w.env().size) + " (" + w.env().hostname + "): " + e.what() +
-                ". A peer rank probably exited or lost its connection");
+    throw Error("hvdrun: " + text(d) + " failed on rank " + std::to_string(w.env().rank) +
+                " of " + std::to_string(w.env().size) + " (" + w.env().hostname + "): " +
+                e.what() + ". A peer rank probably exited or lost its connection");
   }
-}
-
-std::string describe(const char* name, std::size_t count, DataType t) {
-  return std::string(name) + " of " + std::to_string(count) + " " + dtype_name(t);
 }
 
 }  // namespace
@@ -168,42 +184,47 @@ int generation() { return env_of("generation").generation; }
 
 namespace {
 
-// One collective, checked and described: what the engine runs, blocking or not.
+// One collective, checked and described: what the engine runs, blocking or not. The
+// body's own type is kept, so a blocking call that runs inline allocates nothing.
+template <typename Body>
 struct Op {
   std::shared_ptr<Joined> j;
-  std::string what;
-  std::function<void()> body;
+  Desc desc;
+  Body body;
 };
+template <typename Body>
+Op(std::shared_ptr<Joined>, Desc, Body) -> Op<Body>;
 
 // Blocking: runs after everything submitted before it.
-void run_now(Op op) {
+template <typename Body>
+void run_now(Op<Body> op) {
   auto& w = *op.j->world;
-  op.j->engine->run(op.what, [&w, what = op.what, body = std::move(op.body)] {
-    collective(w, what, body);
-  });
+  op.j->engine->run(op.desc.kind, [&] { collective(w, op.desc, op.body); });
 }
 
 // Asynchronous. The task may point at the World: the World outlives the engine, whose
 // destructor runs every queued task first.
-Handle submit(Op op) {
+template <typename Body>
+Handle submit(Op<Body> op) {
   auto* w = op.j->world.get();
-  return op.j->engine->submit(op.what, [w, what = op.what, body = std::move(op.body)] {
-    collective(*w, what, body);
-  });
+  return op.j->engine->submit(op.desc.kind,
+                              [w, desc = op.desc, body = std::move(op.body)]() mutable {
+                                collective(*w, desc, body);
+                              });
 }
 
-Op allreduce_op(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
+auto allreduce_op(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
   auto j = joined("allreduce");
   check_dtype(dtype);
   check_op(op);
   if (count > 0 && (send == nullptr || recv == nullptr))
     throw Error("hvdrun::allreduce: null buffer");
   auto* w = j->world.get();
-  return {std::move(j), describe("allreduce", count, dtype) + " (" + op_name(op) + ")",
-          [=] { w->host().allreduce(send, recv, count, dtype, op); }};
+  return Op{std::move(j), Desc{"allreduce", count, dtype, op_name(op)},
+            [=] { w->host().allreduce(send, recv, count, dtype, op); }};
 }
 
-Op broadcast_op(void* buf, std::size_t count, DataType dtype, int root) {
+auto broadcast_op(void* buf, std::size_t count, DataType dtype, int root) {
   auto j = joined("broadcast");
   check_dtype(dtype);
   const int n = j->world->env().size;
@@ -212,24 +233,26 @@ Op broadcast_op(void* buf, std::size_t count, DataType dtype, int root) {
                 std::to_string(n) + ")");
   if (count > 0 && buf == nullptr) throw Error("hvdrun::broadcast: null buffer");
   auto* w = j->world.get();
-  return {std::move(j), describe("broadcast", count, dtype) + " from rank " + std::to_string(root),
-          [=] { w->host().broadcast(buf, count * dtype_size(dtype), root); }};
+  return Op{std::move(j), Desc{"broadcast", count, dtype, nullptr, root},
+            [=] { w->host().broadcast(buf, count * dtype_size(dtype), root); }};
 }
 
-Op allgather_op(const void* send, void* recv, std::size_t count, DataType dtype) {
+auto allgather_op(const void* send, void* recv, std::size_t count, DataType dtype) {
   auto j = joined("allgather");
   check_dtype(dtype);
   if (count > 0 && (send == nullptr || recv == nullptr))
     throw Error("hvdrun::allgather: null buffer");
   auto* w = j->world.get();
-  return {std::move(j), describe("allgather", count, dtype),
-          [=] { w->host().allgather(send, recv, count * dtype_size(dtype)); }};
+  return Op{std::move(j), Desc{"allgather", count, dtype},
+            [=] { w->host().allgather(send, recv, count * dtype_size(dtype)); }};
 }
 
-Op barrier_op() {
+auto barrier_op() {
   auto j = joined("barrier");
   auto* w = j->world.get();
-  return {std::move(j), "barrier", [w] { w->barrier(); }};
+  Desc d{"barrier"};
+  d.sized = false;
+  return Op{std::move(j), d, [w] { w->barrier(); }};
 }
 
 runtime::NcclComm& nccl(runtime::World& w, const char* fn) {
@@ -240,32 +263,31 @@ runtime::NcclComm& nccl(runtime::World& w, const char* fn) {
 }
 
 // Device collectives fail at submission when NCCL is unavailable, like a bad argument.
-Op allreduce_device_op(const void* send, void* recv, std::size_t count, DataType dtype,
-                       ReduceOp op, void* stream) {
+auto allreduce_device_op(const void* send, void* recv, std::size_t count, DataType dtype,
+                         ReduceOp op, void* stream) {
   auto j = joined("allreduce_device");
   check_dtype(dtype);
   check_op(op);
   auto* c = &nccl(*j->world, "allreduce_device");
-  return {std::move(j), describe("device allreduce", count, dtype) + " (" + op_name(op) + ")",
-          [=] { c->allreduce(send, recv, count, dtype, op, stream); }};
+  return Op{std::move(j), Desc{"device allreduce", count, dtype, op_name(op)},
+            [=] { c->allreduce(send, recv, count, dtype, op, stream); }};
 }
 
-Op broadcast_device_op(void* buf, std::size_t count, DataType dtype, int root, void* stream) {
+auto broadcast_device_op(void* buf, std::size_t count, DataType dtype, int root, void* stream) {
   auto j = joined("broadcast_device");
   check_dtype(dtype);
   auto* c = &nccl(*j->world, "broadcast_device");
-  return {std::move(j),
-          describe("device broadcast", count, dtype) + " from rank " + std::to_string(root),
-          [=] { c->broadcast(buf, count, dtype, root, stream); }};
+  return Op{std::move(j), Desc{"device broadcast", count, dtype, nullptr, root},
+            [=] { c->broadcast(buf, count, dtype, root, stream); }};
 }
 
-Op allgather_device_op(const void* send, void* recv, std::size_t count, DataType dtype,
-                       void* stream) {
+auto allgather_device_op(const void* send, void* recv, std::size_t count, DataType dtype,
+                         void* stream) {
   auto j = joined("allgather_device");
   check_dtype(dtype);
   auto* c = &nccl(*j->world, "allgather_device");
-  return {std::move(j), describe("device allgather", count, dtype),
-          [=] { c->allgather(send, recv, count, dtype, stream); }};
+  return Op{std::move(j), Desc{"device allgather", count, dtype},
+            [=] { c->allgather(send, recv, count, dtype, stream); }};
 }
 
 }  // namespace
@@ -326,7 +348,10 @@ int join() {
   auto j = joined("join");
   int last = -1;
   auto* w = j->world.get();
-  j->engine->run("join", [&] { collective(*w, "join", [&] { last = w->join(); }); });
+  Desc d{"join"};
+  d.sized = false;
+  auto body = [&] { last = w->join(); };
+  j->engine->run("join", [&] { collective(*w, d, body); });
   return last;
 }
 

@@ -1,5 +1,6 @@
 // The C ABI (hvdrun/hvdrun_c.h) over the C++ API: exceptions become return codes and a
 // per-thread message, so nothing unwinds into C or Python.
+#include <cstring>
 #include <string>
 
 #include "hvdrun/hvdrun.h"
@@ -48,8 +49,19 @@ hvdrun_handle submitted(Fn fn) {
   return -1;
 }
 
-hvdrun::DataType to_dtype(hvdrun_dtype t) { return static_cast<hvdrun::DataType>(t); }
-hvdrun::ReduceOp to_op(hvdrun_op op) { return static_cast<hvdrun::ReduceOp>(op); }
+// C and ctypes callers may pass any int where an hvdrun_dtype or hvdrun_op is expected,
+// and loading an out-of-range value of a C enum is undefined in C++. So the argument's
+// bytes are read (through a reference, which loads nothing) into the C++ enum class,
+// whose underlying int holds any value, and the C++ API rejects it with a message.
+template <typename To, typename From>
+To enum_bits(const From& from) {
+  static_assert(sizeof(From) == sizeof(int));
+  int v = 0;
+  std::memcpy(&v, &from, sizeof v);
+  return static_cast<To>(v);
+}
+hvdrun::DataType to_dtype(const hvdrun_dtype& t) { return enum_bits<hvdrun::DataType>(t); }
+hvdrun::ReduceOp to_op(const hvdrun_op& op) { return enum_bits<hvdrun::ReduceOp>(op); }
 
 }  // namespace
 

@@ -19,24 +19,30 @@ Engine::~Engine() {
   thread_.join();
 }
 
+std::exception_ptr Engine::not_run(const std::string& what) const {
+  return std::make_exception_ptr(
+      Error("hvdrun: " + what + " was not run because an earlier collective failed: " +
+            failure_));
+}
+
+void Engine::record_failure(const std::exception_ptr& error) {
+  std::lock_guard lock(mu_);
+  if (failure_.empty()) failure_ = describe(error);
+}
+
 void Engine::execute(Slot& slot) {
-  std::string earlier;
   {
     std::lock_guard lock(mu_);
-    earlier = failure_;
-  }
-  if (!earlier.empty()) {
-    slot.error = std::make_exception_ptr(
-        Error("hvdrun: " + slot.what + " was not run because an earlier collective failed: " +
-              earlier));
-    return;
+    if (!failure_.empty()) {
+      slot.error = not_run(slot.what);
+      return;
+    }
   }
   try {
     slot.task();
   } catch (...) {
     slot.error = std::current_exception();
-    std::lock_guard lock(mu_);
-    if (failure_.empty()) failure_ = describe(slot.error);
+    record_failure(slot.error);
   }
   slot.task = nullptr;  // release what the task captured before anyone waits
 }
@@ -74,27 +80,30 @@ Engine::Handle Engine::submit(std::string what, Task task) {
   return h;
 }
 
-void Engine::run(std::string what, Task task) {
+bool Engine::begin_inline(const char* what, std::exception_ptr* earlier) {
+  std::lock_guard lock(mu_);
+  if (!queue_.empty() || busy_) return false;
+  busy_ = true;
+  if (!failure_.empty()) *earlier = not_run(what);
+  return true;
+}
+
+void Engine::end_inline() {
   std::unique_lock lock(mu_);
-  if (queue_.empty() && !busy_) {
-    busy_ = true;
-    lock.unlock();
-    Slot slot{std::move(what), std::move(task), false, nullptr};
-    execute(slot);
-    lock.lock();
-    busy_ = false;
-    // Only the worker (with work queued meanwhile) and drain() can be waiting for this;
-    // waking the idle worker for nothing costs a context switch per blocking call, which
-    // on a host with more ranks than cores doubled a small allreduce's time.
-    const bool wake = !queue_.empty() || stopping_ || draining_ > 0;
-    lock.unlock();
-    if (wake) cv_.notify_all();
-    if (slot.error) std::rethrow_exception(slot.error);
-    return;
-  }
+  busy_ = false;
+  // Only the worker (with work queued meanwhile) and drain() can be waiting for this;
+  // waking the idle worker for nothing costs a context switch per blocking call, which
+  // on a host with more ranks than cores doubled a small allreduce's time.
+  const bool wake = !queue_.empty() || stopping_ || draining_ > 0;
+  lock.unlock();
+  if (wake) cv_.notify_all();
+}
+
+void Engine::run_queued(const char* what, Task task) {
   auto slot = std::make_shared<Slot>();
-  slot->what = std::move(what);
+  slot->what = what;
   slot->task = std::move(task);
+  std::unique_lock lock(mu_);
   queue_.push_back(slot);
   cv_.notify_all();
   cv_.wait(lock, [&] { return slot->done; });

@@ -34,9 +34,24 @@ class Engine {
   /// handle (> 0) to poll or wait for. After a task has failed, later tasks are not run:
   /// they fail with the first failure's message.
   Handle submit(std::string what, Task task);
-  /// Runs `task` after everything submitted before it, on the caller's thread when
-  /// nothing is queued or running; rethrows its exception.
-  void run(std::string what, Task task);
+  /// Runs `fn` after everything submitted before it, on the caller's thread when nothing
+  /// is queued or running (then without allocating: a blocking collective costs two
+  /// lock round trips here); rethrows its exception. `what` names it in errors.
+  template <typename Fn>
+  void run(const char* what, Fn&& fn) {
+    std::exception_ptr error;
+    if (!begin_inline(what, &error)) return run_queued(what, Task(std::forward<Fn>(fn)));
+    if (!error) {
+      try {
+        fn();
+      } catch (...) {
+        error = std::current_exception();
+        record_failure(error);
+      }
+    }
+    end_inline();
+    if (error) std::rethrow_exception(error);
+  }
   /// True once the task behind `h` has finished. Throws Error for an unknown handle.
   bool poll(Handle h);
   /// Waits for the task behind `h`, forgets the handle and rethrows the task's exception.
@@ -60,6 +75,15 @@ class Engine {
   void worker();
   // Runs one slot's task (or fails it after an earlier failure); called without mu_.
   void execute(Slot& slot);
+  // The inline path of run(): true when the caller may run now (nothing queued or
+  // running), with *earlier set when an earlier task failed; end_inline() after it.
+  bool begin_inline(const char* what, std::exception_ptr* earlier);
+  void end_inline();
+  void run_queued(const char* what, Task task);
+  // Keeps the first failure's message for the tasks after it.
+  void record_failure(const std::exception_ptr& error);
+  // The error of a task not run because of an earlier failure (mu_ held).
+  std::exception_ptr not_run(const std::string& what) const;
   std::shared_ptr<Slot> find(Handle h, const char* fn);
 
   std::mutex mu_;
