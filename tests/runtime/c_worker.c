@@ -62,9 +62,10 @@ static int async_mode(void) {
     CHECK(hvdrun_poll(h[k]) >= 0);
     CHECK(hvdrun_wait(h[k]) == 0);
     size_t n = (size_t)1 + (size_t)k * 7919 % kMax;
+    const int rank_sum = size * (size - 1) / 2; /* exact: size * (size - 1) is even */
     for (size_t i = 0; i < n; ++i) {
-      float want = (float)(size * (size - 1) / 2 + size * (k + (int)(i % 5)));
-      CHECK(bufs[k][i] == want);
+      const int want = rank_sum + size * (k + (int)(i % 5));
+      CHECK(bufs[k][i] == (float)want);
     }
   }
   CHECK(hvdrun_pending() == 0);
