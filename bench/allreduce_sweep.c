@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   if (buf == NULL) return 1;
   /* Warm-up: the small sizes once, unreported, so the first reported size does not pay
    * for the start of the job (launcher, output relay, page faults). */
-  for (size_t bytes = lo; bytes <= 4096; bytes *= 8)
+  for (size_t bytes = lo; bytes <= 4096 && bytes <= hi; bytes *= 8)
     for (int i = 0; i < 500; ++i)
       if (sum_floats(buf, bytes / 4 > 0 ? bytes / 4 : 1) != 0) return 2;
   for (size_t bytes = lo; bytes <= hi; bytes *= bytes < (256u << 10) ? 8 : 4) {
