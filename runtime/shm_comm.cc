@@ -68,6 +68,23 @@ namespace hvdrun::runtime {
 
 namespace {
 
+// One byte with room for one descriptor as SCM_RIGHTS: what local rank 0 sends each local
+// rank, and what that rank receives the segment's memfd into.
+struct FdMessage {
+  char byte = 'm';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  FdMessage() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl;
+    msg.msg_controllen = sizeof(ctl);
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+};
+
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -283,21 +300,14 @@ class ShmComm::Impl {
               static_cast<ssize_t>(sizeof(hello)))
         continue;
       if (hello[0] <= 0 || hello[0] >= L_) continue;
-      char byte = 'm';
-      iovec iov{&byte, 1};
-      alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
-      msghdr msg{};
-      msg.msg_iov = &iov;
-      msg.msg_iovlen = 1;
-      msg.msg_control = ctl;
-      msg.msg_controllen = sizeof(ctl);
-      cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+      FdMessage m;
+      cmsghdr* cm = CMSG_FIRSTHDR(&m.msg);
       cm->cmsg_level = SOL_SOCKET;
       cm->cmsg_type = SCM_RIGHTS;
       cm->cmsg_len = CMSG_LEN(sizeof(int));
       int raw = fd.get();
       std::memcpy(CMSG_DATA(cm), &raw, sizeof(int));
-      if (::sendmsg(c.get(), &msg, MSG_NOSIGNAL) == 1) ++handed;
+      if (::sendmsg(c.get(), &m.msg, MSG_NOSIGNAL) == 1) ++handed;
     }
     return fd;
   }
@@ -327,17 +337,10 @@ class ShmComm::Impl {
     if (!poll_until(c.get(), POLLIN, deadline))
       throw Error("shared memory: " + who_ +
                   ": local rank 0 did not hand over the segment before the start timeout");
-    char byte = 0;
-    iovec iov{&byte, 1};
-    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctl;
-    msg.msg_controllen = sizeof(ctl);
-    if (::recvmsg(c.get(), &msg, MSG_CMSG_CLOEXEC) != 1)
+    FdMessage m;
+    if (::recvmsg(c.get(), &m.msg, MSG_CMSG_CLOEXEC) != 1)
       throw_errno("shared memory: " + who_ + ": receiving the segment", "recvmsg");
-    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cmsghdr* cm = CMSG_FIRSTHDR(&m.msg);
     if (cm == nullptr || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(sizeof(int)))
       throw Error("shared memory: " + who_ + ": local rank 0 sent no segment");
     int raw = -1;
