@@ -301,3 +301,12 @@ TEST_CASE("a low soft open-file limit does not stop a job of many ranks, and ran
   REQUIRE(out.size() == 150);
   for (const auto& l : out) CHECK_THAT(l, Catch::EndsWith("]<stdout>:256"));
 }
+
+TEST_CASE("running out of descriptors names the open-file limits and how to raise them") {
+  // `ulimit -n` in sh sets the soft and the hard limit: hvdrun cannot raise it.
+  CapturedProcess h({"sh", "-c", "ulimit -n 128 && exec '" + hvdrun_binary() + "' -np 100 true"});
+  CHECK(h.wait(60s) == 255);
+  CHECK_THAT(h.err, Catch::Contains("cannot start rank") &&
+                        Catch::Contains("the open-file limit here is 128 (ulimit -n; hard limit 128") &&
+                        Catch::Contains("raise the hard limit for this user"));
+}
