@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "common/error.h"
-#include "common/fd_limit.h"
 #include "common/fd.h"
+#include "common/fd_limit.h"
 #include "compat/env.h"
 #include "launcher/agent_protocol.h"
 #include "launcher/group_guard.h"

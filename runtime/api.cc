@@ -87,7 +87,7 @@ void check_op(ReduceOp op) {
 // What a collective is, for messages; turned into text only when something fails, so a
 // successful call formats nothing.
 struct Desc {
-  const char* kind;          // "allreduce", "device broadcast", ...
+  const char* kind;  // "allreduce", "device broadcast", ...
   std::size_t count = 0;
   DataType dtype = DataType::kUInt8;
   const char* op = nullptr;  // reduction name, or nullptr
@@ -112,9 +112,9 @@ void collective(runtime::World& w, const Desc& d, Fn& fn) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw Error("hvdrun: " + text(d) + " failed on rank " + std::to_string(w.env().rank) +
-                " of " + std::to_string(w.env().size) + " (" + w.env().hostname + "): " +
-                e.what() + ". A peer rank probably exited or lost its connection");
+    throw Error("hvdrun: " + text(d) + " failed on rank " + std::to_string(w.env().rank) + " of " +
+                std::to_string(w.env().size) + " (" + w.env().hostname + "): " + e.what() +
+                ". A peer rank probably exited or lost its connection");
   }
 }
 
@@ -207,10 +207,9 @@ void run_now(Op<Body> op) {
 template <typename Body>
 Handle submit(Op<Body> op) {
   auto* w = op.j->world.get();
-  return op.j->engine->submit(op.desc.kind,
-                              [w, desc = op.desc, body = std::move(op.body)]() mutable {
-                                collective(*w, desc, body);
-                              });
+  return op.j->engine->submit(
+      op.desc.kind,
+      [w, desc = op.desc, body = std::move(op.body)]() mutable { collective(*w, desc, body); });
 }
 
 auto allreduce_op(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {

@@ -128,8 +128,8 @@ const char* hvdrun_nccl_status(void) {
   return status.c_str();
 }
 
-hvdrun_handle hvdrun_allreduce_async(const void* send, void* recv, size_t count,
-                                     hvdrun_dtype dtype, hvdrun_op op) {
+hvdrun_handle hvdrun_allreduce_async(const void* send, void* recv, size_t count, hvdrun_dtype dtype,
+                                     hvdrun_op op) {
   return submitted(
       [&] { return hvdrun::allreduce_async(send, recv, count, to_dtype(dtype), to_op(op)); });
 }

@@ -21,8 +21,7 @@ Engine::~Engine() {
 
 std::exception_ptr Engine::not_run(const std::string& what) const {
   return std::make_exception_ptr(
-      Error("hvdrun: " + what + " was not run because an earlier collective failed: " +
-            failure_));
+      Error("hvdrun: " + what + " was not run because an earlier collective failed: " + failure_));
 }
 
 void Engine::record_failure(const std::exception_ptr& error) {

@@ -293,9 +293,8 @@ TEST_CASE("a low soft open-file limit does not stop a job of many ranks, and ran
     WARN("hard open-file limit " << lim.rlim_max << " is too low to show the raise");
     return;
   }
-  CapturedProcess h({"sh", "-c",
-                     "ulimit -Sn 256 && exec '" + hvdrun_binary() +
-                         "' -np 150 sh -c 'ulimit -Sn'"});
+  CapturedProcess h(
+      {"sh", "-c", "ulimit -Sn 256 && exec '" + hvdrun_binary() + "' -np 150 sh -c 'ulimit -Sn'"});
   REQUIRE(h.wait(120s) == 0);
   auto out = lines(h.out);
   REQUIRE(out.size() == 150);
@@ -306,7 +305,8 @@ TEST_CASE("running out of descriptors names the open-file limits and how to rais
   // `ulimit -n` in sh sets the soft and the hard limit: hvdrun cannot raise it.
   CapturedProcess h({"sh", "-c", "ulimit -n 128 && exec '" + hvdrun_binary() + "' -np 100 true"});
   CHECK(h.wait(60s) == 255);
-  CHECK_THAT(h.err, Catch::Contains("cannot start rank") &&
-                        Catch::Contains("the open-file limit here is 128 (ulimit -n; hard limit 128") &&
-                        Catch::Contains("raise the hard limit for this user"));
+  CHECK_THAT(h.err,
+             Catch::Contains("cannot start rank") &&
+                 Catch::Contains("the open-file limit here is 128 (ulimit -n; hard limit 128") &&
+                 Catch::Contains("raise the hard limit for this user"));
 }

@@ -14,13 +14,13 @@
 
 #include "hvdrun/hvdrun_c.h"
 
-#define CHECK(cond)                                                                  \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      fprintf(stderr, "rank %d: check failed at line %d: %s (last error: %s)\n", rank, \
-              __LINE__, #cond, hvdrun_last_error());                                 \
-      return 1;                                                                      \
-    }                                                                                \
+#define CHECK(cond)                                                                              \
+  do {                                                                                           \
+    if (!(cond)) {                                                                               \
+      fprintf(stderr, "rank %d: check failed at line %d: %s (last error: %s)\n", rank, __LINE__, \
+              #cond, hvdrun_last_error());                                                       \
+      return 1;                                                                                  \
+    }                                                                                            \
   } while (0)
 
 static int rank = -1;

@@ -3,8 +3,8 @@
 // after it. Runs under ASan and TSan in CI.
 #include "runtime/engine.h"
 
-#include <catch2/catch.hpp>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <future>
 #include <mutex>
@@ -82,8 +82,7 @@ TEST_CASE("a blocking call runs after every earlier submission", "[runtime][engi
   e.wait(h2);
 }
 
-TEST_CASE("with nothing pending a blocking call runs on the caller's thread",
-          "[runtime][engine]") {
+TEST_CASE("with nothing pending a blocking call runs on the caller's thread", "[runtime][engine]") {
   Engine e;
   std::thread::id ran_on;
   e.run("inline", [&] { ran_on = std::this_thread::get_id(); });
@@ -97,9 +96,8 @@ TEST_CASE("after one failure every later task fails with its cause and is not ru
   auto bad = e.submit("allreduce of 4 float32", [] { throw std::runtime_error("peer 3 gone"); });
   auto later = e.submit("broadcast of 2 int64", [&] { later_ran = true; });
   CHECK_THROWS_WITH(e.wait(bad), "peer 3 gone");
-  CHECK_THROWS_WITH(e.wait(later),
-                    Catch::Contains("broadcast of 2 int64 was not run") &&
-                        Catch::Contains("earlier collective failed: peer 3 gone"));
+  CHECK_THROWS_WITH(e.wait(later), Catch::Contains("broadcast of 2 int64 was not run") &&
+                                       Catch::Contains("earlier collective failed: peer 3 gone"));
   CHECK_FALSE(later_ran);
   CHECK_THROWS_WITH(e.run("barrier", [] {}), Catch::Contains("barrier was not run"));
 }
