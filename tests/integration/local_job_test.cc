@@ -302,6 +302,13 @@ TEST_CASE("a low soft open-file limit does not stop a job of many ranks, and ran
 }
 
 TEST_CASE("running out of descriptors names the open-file limits and how to raise them") {
+#ifdef HVDRUN_SANITIZED_BUILD
+  // The sanitizer runtimes need descriptors of their own: with none left, UBSan's vptr
+  // check cannot probe memory (it writes through a pipe) and reports every virtual call
+  // as a bad object. The plain build runs this case.
+  WARN("skipped in sanitizer builds: their runtime fails first when descriptors run out");
+  return;
+#endif
   // `ulimit -n` in sh sets the soft and the hard limit: hvdrun cannot raise it.
   CapturedProcess h({"sh", "-c", "ulimit -n 128 && exec '" + hvdrun_binary() + "' -np 100 true"});
   CHECK(h.wait(60s) == 255);
