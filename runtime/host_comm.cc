@@ -20,6 +20,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "common/deadline.h"
 #include "common/seconds_text.h"
 #include "runtime/shm_reduce.h"
 
@@ -29,11 +30,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-milliseconds left(Clock::time_point deadline) {
-  return std::max(milliseconds(1),
-                  std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
-}
 
 // Gloo writes to its sockets without MSG_NOSIGNAL, so a peer that died makes the write
 // raise SIGPIPE, which would end this process before it could say which peer. While a
@@ -114,7 +110,7 @@ class HostComm::Impl {
     store.set(prefix + "/hosts/" + std::to_string(host_), mine);
     std::vector<std::string> keys;
     for (int h = 0; h < hosts_; ++h) keys.push_back(prefix + "/hosts/" + std::to_string(h));
-    store.wait(keys, left(deadline),
+    store.wait(keys, time_left(deadline),
                "rank " + std::to_string(env_.rank) + " on " + env_.hostname +
                    ": waiting for the other hosts' leaders (local rank 0 of each host)");
     auto values = store.multi_get(keys);

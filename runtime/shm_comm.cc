@@ -54,6 +54,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/deadline.h"
 #include "common/error.h"
 #include "common/fd.h"
 #include "common/seconds_text.h"
@@ -313,8 +314,7 @@ class ShmComm::Impl {
   }
 
   UniqueFd fetch(rendezvous::Client& store, const std::string& key, Clock::time_point deadline) {
-    auto left = std::max(milliseconds(1),
-                         std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+    auto left = time_left(deadline);
     store.wait({key}, left,
                "shared memory: " + who_ + ": waiting for local rank 0 (rank " +
                    std::to_string(me_.global_rank - me_.local_rank) + ") to create the segment");

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "common/deadline.h"
 #include "common/seconds_text.h"
 
 namespace hvdrun::runtime {
@@ -35,11 +36,6 @@ std::string format_ranks(const std::vector<int>& ranks) {
 }
 
 namespace {
-
-milliseconds left(Clock::time_point deadline) {
-  return std::max(milliseconds(1),
-                  std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
-}
 
 // Cheap test for a GPU without loading the CUDA runtime (which costs tens of ms per
 // process): the NVIDIA device nodes exist.
@@ -119,7 +115,7 @@ void World::check_in(Clock::time_point deadline) {
   auto n = store_->add(prefix_ + "/arrived/" + std::to_string(env_.size), 1);
   if (n == env_.size) store_->set(prefix_ + "/ready", "1");
 
-  auto missing = store_->wait_for({prefix_ + "/ready"}, left(deadline));
+  auto missing = store_->wait_for({prefix_ + "/ready"}, time_left(deadline));
   if (missing.empty()) return;
 
   // Name who is missing, and anyone who disagrees about the world size.
