@@ -224,6 +224,8 @@ class ShmComm::Impl {
     if (const char* v = std::getenv("HVDRUN_SHM_SPIN_US"))
       min_spin_ = max_spin_ = std::chrono::microseconds(std::strtoll(v, nullptr, 10));
     spin_ = max_spin_;
+    if (const char* v = std::getenv("HVDRUN_SHM_YIELDS"))
+      yields_ = std::max(1, static_cast<int>(std::strtol(v, nullptr, 10)));
     UniqueFd memfd =
         me_.local_rank == 0 ? create(store, key, deadline) : fetch(store, key, deadline);
     map(memfd.get());
@@ -477,8 +479,10 @@ class ShmComm::Impl {
     // without the futex round trip (measured on 2 busy cores: an 8-byte allreduce at np 2
     // 4.7 -> 1.9 us, at np 4 12 -> 5.6 us; more yields or yielding for longer lost to
     // other programs taking the core).
-    ::sched_yield();
-    if (all_arrived()) return;
+    for (int i = 0; i < yields_; ++i) {
+      ::sched_yield();
+      if (all_arrived()) return;
+    }
     const std::uint32_t target = phase_ * static_cast<std::uint32_t>(L_);
     for (;;) {
       if (header_->abort_rank.load(std::memory_order_acquire) != 0) failed_elsewhere();
@@ -677,6 +681,7 @@ class ShmComm::Impl {
   std::chrono::microseconds min_spin_{0};
   std::chrono::microseconds max_spin_{0};
   std::chrono::microseconds spin_{0};  // the current budget, in [min_spin_, max_spin_]
+  int yields_ = 1;                     // sched_yield calls before a wait sleeps
   char* base_ = nullptr;
   std::size_t mapped_ = 0;
   Header* header_ = nullptr;
