@@ -118,6 +118,8 @@ const char* name_of(Type t) {
     case Type::kill: return "kill";
     case Type::heartbeat: return "heartbeat";
     case Type::fatal: return "fatal";
+    case Type::suspend: return "suspend";
+    case Type::resume: return "resume";
   }
   return "unknown";
 }
@@ -220,6 +222,12 @@ Message decode_payload(Type type, std::string_view payload) {
     case Type::heartbeat:
       r.done();
       return Heartbeat{};
+    case Type::suspend:
+      r.done();
+      return Suspend{};
+    case Type::resume:
+      r.done();
+      return Resume{};
     case Type::fatal: {
       Fatal m;
       m.rank = r.i32();
@@ -293,6 +301,8 @@ struct EncodeVisitor {
     w.finish(Type::kill, out);
   }
   void operator()(const Heartbeat&) { Writer().finish(Type::heartbeat, out); }
+  void operator()(const Suspend&) { Writer().finish(Type::suspend, out); }
+  void operator()(const Resume&) { Writer().finish(Type::resume, out); }
   void operator()(const Fatal& m) {
     Writer w;
     w.i32(m.rank);
@@ -345,7 +355,8 @@ std::optional<Message> Decoder::next() {
 const char* type_name(const Message& msg) {
   static constexpr Type kTypes[] = {Type::hello,      Type::agent_hello, Type::spawn,
                                     Type::rank_started, Type::output,    Type::rank_exited,
-                                    Type::kill,       Type::heartbeat,   Type::fatal};
+                                    Type::kill,       Type::heartbeat,   Type::fatal,
+                                    Type::suspend,    Type::resume};
   return name_of(kTypes[msg.index()]);
 }
 

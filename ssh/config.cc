@@ -3,6 +3,7 @@
 // the resolution of a host into a Target.
 #include "ssh/config.h"
 
+#include <fcntl.h>
 #include <glob.h>
 #include <pwd.h>
 #include <sys/stat.h>
@@ -10,9 +11,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
+#include <cstring>
 
 namespace hvdrun::ssh {
 namespace {
@@ -21,6 +22,52 @@ std::string lower(std::string_view s) {
   std::string out(s);
   for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
+}
+
+// ssh_config files are a few KiB; these caps keep `--ssh-config /dev/zero`, an Include of a
+// device or of a huge file from reading without end. The total covers every Include.
+constexpr std::size_t kMaxConfigFileBytes = 1024 * 1024;
+constexpr std::size_t kMaxConfigTotalBytes = 16 * 1024 * 1024;
+
+std::string mib(std::size_t bytes) { return std::to_string(bytes / (1024 * 1024)) + " MiB"; }
+
+// Reads `path` whole, at most kMaxConfigFileBytes and what is left of `budget`. `what`
+// names the file in messages ("ssh config '/x'", "FILE:LINE: included file '/y'"), `hint`
+// says what to do. A FIFO or device is read the same way, never waited on for ever:
+// opening does not block, and reading stops at the cap.
+std::string read_capped(const std::string& path, std::size_t& budget, const std::string& what,
+                        const std::string& hint) {
+  auto fail = [&](const std::string& why) -> UsageError {
+    return UsageError(what + ": " + why + "; " + hint);
+  };
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) throw fail(std::string("cannot read it (") + std::strerror(errno) + ")");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode))
+    throw fail("cannot read it (" + std::string(std::strerror(S_ISDIR(st.st_mode) ? EISDIR : errno)) +
+               ")");
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  const std::size_t cap = std::min(kMaxConfigFileBytes, budget);
+  std::string data;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw fail(std::string("cannot read it (") + std::strerror(errno) + ")");
+    if (n == 0) break;
+    data.append(buf, static_cast<std::size_t>(n));
+    if (data.size() > cap) {
+      throw fail(cap == kMaxConfigFileBytes
+                     ? "larger than " + mib(kMaxConfigFileBytes) + ", not an ssh_config file"
+                     : "the configuration with its Includes exceeds " + mib(kMaxConfigTotalBytes));
+    }
+  }
+  budget -= data.size();
+  return data;
 }
 
 [[noreturn]] void malformed(const std::string& where, const std::string& what) {
@@ -218,23 +265,25 @@ void SshConfig::include(const std::vector<std::string>& args, const std::string&
     }
     ::globfree(&matches);
     for (const auto& path : paths) {
-      std::ifstream in(path);
-      if (!in) malformed(where, "cannot read included file '" + path + "'");
-      std::ostringstream text;
-      text << in.rdbuf();
+      const std::string text = read_capped(path, budget_, where + ": included file '" + path + "'",
+                                           "Include only ssh_config files");
       blocks_.push_back(outer);
-      parse_into(text.str(), path, depth + 1);
+      parse_into(text, path, depth + 1);
     }
   }
   blocks_.push_back(outer);
 }
 
 SshConfig SshConfig::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError("cannot read ssh config '" + path + "': check --ssh-config");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse(text.str(), path);
+  std::size_t budget = kMaxConfigTotalBytes;
+  const std::string text =
+      read_capped(path, budget, "ssh config '" + path + "'", "check --ssh-config");
+  SshConfig config;
+  config.filename_ = path;
+  config.blocks_.push_back(Block{});
+  config.budget_ = budget;
+  config.parse_into(text, path, 0);
+  return config;
 }
 
 SshConfig SshConfig::load_for(const std::string& ssh_config_flag) {

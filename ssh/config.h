@@ -6,6 +6,7 @@
 // the ones it does not, as users' configs are full of them.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -58,7 +59,8 @@ class SshConfig {
   /// Parses `text`; `filename` is used in error messages. Throws UsageError
   /// "FILE:LINE: ..." for a malformed line.
   static SshConfig parse(std::string_view text, const std::string& filename);
-  /// Reads and parses `path`. Throws UsageError if it cannot be read.
+  /// Reads and parses `path`. Throws UsageError if it cannot be read, or when it or the
+  /// files it includes exceed their size caps (1 MiB a file, 16 MiB in all).
   static SshConfig load(const std::string& path);
   /// `--ssh-config FILE` when given (must exist), else ~/.ssh/config when it exists,
   /// else an empty configuration.
@@ -83,6 +85,7 @@ class SshConfig {
 
   std::vector<Block> blocks_;
   std::string filename_;
+  std::size_t budget_ = 16 * 1024 * 1024;  // bytes Includes may still read (config.cc)
 };
 
 /// Glob match of one ssh_config pattern (`*`, `?`), case-insensitive.

@@ -79,7 +79,9 @@ TEST_CASE("every message survives a round trip whatever the chunking") {
       exited,
       proto::Kill{250},
       proto::Heartbeat{},
-      proto::Fatal{2, "cannot start rank 2"}};
+      proto::Fatal{2, "cannot start rank 2"},
+      proto::Suspend{},
+      proto::Resume{}};
   std::string all;
   for (const auto& m : msgs) all += encoded(m);
   for (std::size_t chunk : {std::size_t{1}, std::size_t{3}, std::size_t{7}, all.size()}) {
@@ -159,7 +161,7 @@ TEST_CASE("a version 1 agent hello (no interface field) is read as a version mis
   auto m = d.next();
   REQUIRE(m);
   CHECK(std::get<proto::AgentHello>(*m).version == 1);
-  CHECK(proto::kVersion == 2);
+  CHECK(proto::kVersion == 3);
 }
 
 TEST_CASE("a message larger than the frame limit cannot be encoded") {
