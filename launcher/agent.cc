@@ -559,7 +559,7 @@ void Agent::check_timers(Clock::time_point now) {
         "nothing heard from hvdrun for " + std::to_string(hello_.heartbeat_timeout_ms) +
         " ms (HVDRUN_HEARTBEAT_TIMEOUT): hvdrun was stopped (SIGSTOP), hangs or cannot be "
         "reached; stopped every rank on " + host_name();
-    spdlog::error("{}", why);
+    spdlog::debug("{}", why);
     send(proto::Fatal{-1, why});  // read by a launcher that was only stopped, once continued
     in_eof_ = true;
     exit_code_ = 1;

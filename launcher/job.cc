@@ -95,7 +95,7 @@ class Job {
   bool handle_interrupt();
   void suspend();
   void flush_links(Clock::time_point deadline);
-  void check_frozen(Clock::time_point meant);
+  void check_frozen();
   bool teardown_overdue(Clock::time_point t);
   void wait_for_events(Clock::time_point t);
 
@@ -139,6 +139,7 @@ class Job {
   Clock::time_point start_time_;
   Clock::time_point start_deadline_;
   Clock::time_point next_heartbeat_;
+  Clock::time_point last_heartbeat_;  // when the agents last heard from this process
   std::optional<Clock::time_point> teardown_deadline_;
   bool interrupted_ = false;
   int started_ranks_ = 0;
@@ -292,6 +293,7 @@ void Job::supervise() {
   start_deadline_ =
       hooks_.launch_start.value_or(start_time_) + std::chrono::seconds(opt_.start_timeout_s);
   next_heartbeat_ = now() + ctx_.heartbeat_interval;
+  last_heartbeat_ = now();
   try {
     while (turn()) {
     }
@@ -340,6 +342,7 @@ void Job::suspend() {
     send(h, proto::Resume{});
     h.last_rx = t;
   }
+  last_heartbeat_ = t;  // the agents' silence limit counts from the resume
   flush_links(t + milliseconds(1000));
   spdlog::debug("resumed after {} ms", std::chrono::duration_cast<milliseconds>(t - before).count());
 }
@@ -393,18 +396,18 @@ void Job::wait_for_events(Clock::time_point t) {
   if (!stopping() && started_ranks_ < placement_.size()) wake = std::min(wake, start_deadline_);
   if (teardown_deadline_) wake = std::min(wake, *teardown_deadline_);
   const int ready = ctx_.clock->wait(fds_, wake);
-  check_frozen(std::max(t, wake));
+  check_frozen();
   if (ready > 0) {
     for (Host& h : hosts_) service(h);
     relay_->flush();
   }
 }
 
-// A wait that ended far later than it was meant to: this process was stopped (SIGSTOP,
-// which it cannot catch) or frozen. Beyond the heartbeat timeout every agent has given up
-// on it and stopped its ranks; say so, rather than blame the ranks that were killed.
-void Job::check_frozen(Clock::time_point meant) {
-  const auto late = now() - meant;
+// Silent for longer than the heartbeat timeout: this process was stopped (SIGSTOP, which it
+// cannot catch) or frozen, and every agent has given up on it and stopped its ranks. Say
+// so, before their reports arrive, rather than blame the ranks that were killed.
+void Job::check_frozen() {
+  const auto late = now() - last_heartbeat_;
   if (ctx_.heartbeat_timeout.count() == 0 || late <= ctx_.heartbeat_timeout || stopping()) return;
   char secs[64];
   std::snprintf(secs, sizeof secs, "%.1f s, longer than the heartbeat timeout of %g s",
@@ -651,6 +654,7 @@ void Job::check_timers(Clock::time_point t) {
   if (t >= next_heartbeat_) {
     for (Host& h : hosts_) send(h, proto::Heartbeat{});
     next_heartbeat_ = t + ctx_.heartbeat_interval;
+    last_heartbeat_ = t;
   }
   if (ctx_.heartbeat_timeout.count() > 0) {
     for (Host& h : hosts_) {

@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/processes.h"
@@ -41,6 +43,29 @@ SshdCluster& cluster() {
 std::vector<std::string> two_hosts(bool remote) {
   if (!remote) return {"-H", "localhost:2"};
   return {"--ssh-config", cluster().ssh_config(), "-H", "node1:1,node2:1"};
+}
+
+// The state letter of /proc/PID/stat ('T' stopped), or '?' when the process is gone.
+char proc_state(pid_t pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
+}
+
+// Polls `pred` every 20 ms until it holds (true) or `within` passes (false).
+bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds within) {
+  const auto deadline = Clock::now() + within;
+  for (;;) {
+    if (pred()) return true;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+bool all_in_state(const std::vector<pid_t>& pids, char state) {
+  for (pid_t p : pids)
+    if (proc_state(p) != state) return false;
+  return true;
 }
 
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
@@ -207,8 +232,8 @@ TEST_CASE("what ranks start in sessions of their own does not outlive the job") 
   std::vector<std::string> args = two_hosts(remote);
   args.insert(args.end(), {"-np", "2", "sh", "-c", script});
   Hvdrun h(args);
-  INFO("stderr: " << h.err);
   CHECK(h.wait() == (failure ? 3 : 0));
+  INFO("stderr: " << h.err);
   const std::vector<pid_t> daemons = {read_pid_file(d + "/d1"), read_pid_file(d + "/d2")};
   auto t0 = Clock::now();
   const bool gone = wait_none_alive(daemons, 5s * kSlowdown);
@@ -221,4 +246,72 @@ TEST_CASE("what ranks start in sessions of their own does not outlive the job") 
                     (remote ? " (SSH host)" : " (local)"),
                 "the agent, their subreaper, kills them at teardown; ms after hvdrun's exit", ms,
                 gone ? 0 : 2, "nothing"});
+}
+
+TEST_CASE("Ctrl-Z suspends the job on every host and fg resumes it") {
+  const bool remote = GENERATE(false, true);
+  TempDir tmp("sec");
+  const std::string d = tmp.path();
+  // Each rank takes 20 steps of 0.1 s, so about 2 s of running, however long it is stopped
+  // (one process that forks nothing, so that a stop never catches it inside a fork).
+  const std::string script = "echo $$ > " + d + "/t$HVDRUN_RANK && mv " + d + "/t$HVDRUN_RANK " +
+                             d + "/pid$HVDRUN_RANK; exec python3 -c \"import time\n"
+                             "for _ in range(20): time.sleep(0.1)\nprint('finished')\"";
+  std::vector<std::string> args = two_hosts(remote);
+  args.insert(args.end(), {"-np", "2", "sh", "-c", script});
+  Hvdrun h(args, {"HVDRUN_HEARTBEAT_TIMEOUT=2"});
+  const std::vector<pid_t> ranks = read_pid_files(d, "pid", 2);
+  auto t0 = Clock::now();
+  h.signal(SIGTSTP);
+  // hvdrun stops itself, as a shell job does, once every rank is stopped.
+  CHECK(wait_until([&] { return proc_state(h.pid()) == 'T' && all_in_state(ranks, 'T'); },
+                   5s * kSlowdown));
+  const double ms = ms_since(t0);
+  // Suspended for longer than the heartbeat timeout: nothing may time out meanwhile. This
+  // wait is the fault itself (a user who comes back later), not a wait for an event.
+  std::this_thread::sleep_for(3s);
+  CHECK(proc_state(h.pid()) == 'T');
+  CHECK(all_in_state(ranks, 'T'));
+  h.signal(SIGCONT);
+  CHECK(wait_until([&] { return proc_state(ranks[0]) != 'T' && proc_state(ranks[1]) != 'T'; },
+                   5s * kSlowdown));
+  CHECK(h.wait() == 0);
+  INFO("stderr: " << h.err);
+  CHECK(count(h.out, "<stdout>:finished") == 2);
+  report_fault({std::string("Ctrl-Z (SIGTSTP) on hvdrun, fg after 3 s") +
+                    (remote ? " (2 SSH hosts)" : " (local)"),
+                "every rank stopped (state T), then hvdrun; fg resumes all, exit 0; ms to all "
+                "stopped",
+                ms, 0, "nothing"});
+}
+
+TEST_CASE("hvdrun stopped by SIGSTOP beyond the heartbeat timeout ends the job on every host") {
+  const bool remote = GENERATE(false, true);
+  TempDir tmp("sec");
+  const std::string d = tmp.path();
+  const std::string script = "echo $$ > " + d + "/t$HVDRUN_RANK && mv " + d + "/t$HVDRUN_RANK " +
+                             d + "/pid$HVDRUN_RANK; exec sleep 300";
+  std::vector<std::string> args = two_hosts(remote);
+  args.insert(args.end(), {"-np", "2", "sh", "-c", script});
+  Hvdrun h(args, {"HVDRUN_HEARTBEAT_TIMEOUT=2"});
+  const std::vector<pid_t> ranks = read_pid_files(d, "pid", 2);
+  auto t0 = Clock::now();
+  h.signal(SIGSTOP);
+  // Every agent notices the silence and stops its ranks: no host runs half a job.
+  const bool gone = wait_none_alive(ranks, 15s * kSlowdown);
+  const double ms = ms_since(t0);
+  CHECK(gone);
+  h.signal(SIGCONT);
+  CHECK(h.wait() == 255);
+  INFO("stderr: " << h.err);
+  CHECK(h.err.find("hvdrun itself was stopped (SIGSTOP)") != std::string::npos);
+  CHECK(h.err.find("use Ctrl-Z or SIGTSTP") != std::string::npos);
+  CHECK(h.err.find("was killed by") == std::string::npos);
+  for (pid_t p : ranks)
+    if (alive(p)) ::kill(p, SIGKILL);
+  report_fault({std::string("hvdrun SIGSTOPped beyond HVDRUN_HEARTBEAT_TIMEOUT=2") +
+                    (remote ? " (2 SSH hosts)" : " (local)"),
+                "every agent stops its ranks; once continued hvdrun exits 255 saying it was "
+                "stopped; ms to all ranks gone",
+                ms, gone ? 0 : 2, "the job (it cannot go on)"});
 }
