@@ -2,6 +2,8 @@
 // malformed lines with file:line, and resolution into a Target with -p/-i overrides.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -121,7 +123,26 @@ TEST_CASE("malformed lines are usage errors with file:line", "[config]") {
 
 TEST_CASE("an unreadable --ssh-config is a usage error naming it", "[config]") {
   CHECK_THROWS_WITH(SshConfig::load("/nonexistent/ssh_config"),
-                    "cannot read ssh config '/nonexistent/ssh_config': check --ssh-config");
+                    "ssh config '/nonexistent/ssh_config': cannot read it (No such file or "
+                    "directory); check --ssh-config");
+  CHECK_THROWS_WITH(SshConfig::load("/"),
+                    "ssh config '/': cannot read it (Is a directory); check --ssh-config");
+}
+
+TEST_CASE("an ssh_config or an Include without end stops at its size cap", "[config]") {
+  CHECK_THROWS_WITH(SshConfig::load("/dev/zero"),
+                    "ssh config '/dev/zero': larger than 1 MiB, not an ssh_config file; check "
+                    "--ssh-config");
+  char tmpl[] = "/tmp/hvdrun-config-XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  const std::string text = "Host a\n  Port 2222\nInclude /dev/zero\n";
+  REQUIRE(::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  ::close(fd);
+  CHECK_THROWS_WITH(SshConfig::load(tmpl),
+                    std::string(tmpl) + ":3: included file '/dev/zero': larger than 1 MiB, not "
+                                        "an ssh_config file; Include only ssh_config files");
+  ::unlink(tmpl);
 }
 
 TEST_CASE("resolve_target applies defaults, expansion and -p/-i overrides", "[config]") {
