@@ -354,11 +354,17 @@ std::size_t Agent::splice_rank(Rank& r) {
 void Agent::reap() {
   for (;;) {
     int status = 0;
-    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
     if (pid <= 0) break;
     auto it = by_pid_.find(pid);
     if (it == by_pid_.end()) continue;
     Rank& r = ranks_[it->second];
+    if (WIFSTOPPED(status) || WIFCONTINUED(status)) {
+      // Stops of our own (a suspend) are the launcher's doing; others it needs to know of.
+      if (!suspended_ && !killing_)
+        send(proto::RankStopped{r.rank, WIFSTOPPED(status) ? WSTOPSIG(status) : 0});
+      continue;
+    }
     r.reaped = true;
     r.status = status;
   }

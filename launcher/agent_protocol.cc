@@ -120,6 +120,7 @@ const char* name_of(Type t) {
     case Type::fatal: return "fatal";
     case Type::suspend: return "suspend";
     case Type::resume: return "resume";
+    case Type::rank_stopped: return "rank-stopped";
   }
   return "unknown";
 }
@@ -228,6 +229,13 @@ Message decode_payload(Type type, std::string_view payload) {
     case Type::resume:
       r.done();
       return Resume{};
+    case Type::rank_stopped: {
+      RankStopped m;
+      m.rank = r.i32();
+      m.signal = r.i32();
+      r.done();
+      return m;
+    }
     case Type::fatal: {
       Fatal m;
       m.rank = r.i32();
@@ -303,6 +311,12 @@ struct EncodeVisitor {
   void operator()(const Heartbeat&) { Writer().finish(Type::heartbeat, out); }
   void operator()(const Suspend&) { Writer().finish(Type::suspend, out); }
   void operator()(const Resume&) { Writer().finish(Type::resume, out); }
+  void operator()(const RankStopped& m) {
+    Writer w;
+    w.i32(m.rank);
+    w.i32(m.signal);
+    w.finish(Type::rank_stopped, out);
+  }
   void operator()(const Fatal& m) {
     Writer w;
     w.i32(m.rank);
@@ -356,7 +370,7 @@ const char* type_name(const Message& msg) {
   static constexpr Type kTypes[] = {Type::hello,      Type::agent_hello, Type::spawn,
                                     Type::rank_started, Type::output,    Type::rank_exited,
                                     Type::kill,       Type::heartbeat,   Type::fatal,
-                                    Type::suspend,    Type::resume};
+                                    Type::suspend,    Type::resume,      Type::rank_stopped};
   return name_of(kTypes[msg.index()]);
 }
 

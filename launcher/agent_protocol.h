@@ -27,7 +27,7 @@ namespace hvdrun::launcher::proto {
 inline constexpr std::uint32_t kMagic = 0x48564441;
 /// Protocol version spoken by this build. 2: the hello carries the launcher's address as
 /// the host reaches it, and the agent's hello (sent after it) the interface toward it.
-/// 3: suspend and resume (job control).
+/// 3: suspend and resume (job control), rank-stopped.
 inline constexpr std::uint32_t kVersion = 3;
 /// Largest frame accepted (type byte + payload).
 inline constexpr std::uint32_t kMaxFrameBytes = 16u << 20;
@@ -53,6 +53,7 @@ enum class Type : std::uint8_t {
   fatal = 9,         ///< both ways
   suspend = 10,      ///< launcher -> agent
   resume = 11,       ///< launcher -> agent
+  rank_stopped = 12, ///< agent -> launcher
 };
 
 /// Which output stream of a rank.
@@ -161,9 +162,17 @@ struct Suspend {
 struct Resume {
   bool operator==(const Resume&) const = default;
 };
+/// A rank was stopped by a signal (SIGSTOP, SIGTSTP: not by a suspend), or continued: a
+/// stopped rank holds up the others, and a failure message names it.
+struct RankStopped {
+  std::int32_t rank = 0;
+  /// The stopping signal, or 0 when the rank was continued.
+  std::int32_t signal = 0;
+  bool operator==(const RankStopped&) const = default;
+};
 /// Any decoded message.
 using Message = std::variant<Hello, AgentHello, Spawn, RankStarted, Output, RankExited, Kill,
-                             Heartbeat, Fatal, Suspend, Resume>;
+                             Heartbeat, Fatal, Suspend, Resume, RankStopped>;
 
 /// Appends the frame for `msg` to `out`. Throws ProtocolError when it would exceed
 /// kMaxFrameBytes (for instance a spawn with a gigantic environment).

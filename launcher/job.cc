@@ -69,6 +69,8 @@ struct RankState {
   int host = 0;
   bool started = false;
   bool done = false;
+  int stop_signal = 0;  // stopped by this signal (not by a suspend), or 0
+  Clock::time_point stopped_at;
 };
 
 class Job {
@@ -96,6 +98,7 @@ class Job {
   void suspend();
   void flush_links(Clock::time_point deadline);
   void check_frozen();
+  std::string stopped_ranks_text();
   bool teardown_overdue(Clock::time_point t);
   void wait_for_events(Clock::time_point t);
 
@@ -536,6 +539,14 @@ void Job::handle(Host& h, proto::Message& m) {
     on_rank_exited(h, *ex);
   } else if (auto* f = std::get_if<proto::Fatal>(&m)) {
     on_fatal(h, *f);
+  } else if (auto* stop = std::get_if<proto::RankStopped>(&m)) {
+    owner_of(h, stop->rank, "rank-stopped");
+    RankState& rs = ranks_[static_cast<std::size_t>(stop->rank)];
+    rs.stop_signal = stop->signal;
+    rs.stopped_at = now();
+    if (stop->signal != 0)
+      spdlog::info("rank {} on host {} was stopped by {}", stop->rank, h.name,
+                   signal_text(stop->signal));
   } else {
     throw proto::ProtocolError(std::string("agent protocol: unexpected ") + proto::type_name(m) +
                                " frame from the agent");
@@ -581,7 +592,8 @@ void Job::on_rank_exited(Host& h, const proto::RankExited& ex) {
   int others = running_ranks() - 1;
   rank_done(ex.rank);
   if ((ex.signaled || ex.value != 0) && !stopping()) {
-    std::string msg = "hvdrun: rank " + std::to_string(ex.rank) + " on host " + h.name +
+    std::string msg = stopped_ranks_text() + "hvdrun: rank " + std::to_string(ex.rank) +
+                      " on host " + h.name +
                       (ex.signaled ? " was killed by " + signal_text(ex.value)
                                    : " exited with code " + std::to_string(ex.value));
     if (others > 0) {
@@ -598,6 +610,25 @@ void Job::on_rank_exited(Host& h, const proto::RankExited& ex) {
     }
     fail(ex.signaled ? 128 + ex.value : ex.value, std::move(msg));
   }
+}
+
+// Ranks somebody stopped (SIGSTOP): the likely reason why the others gave up waiting, so a
+// failure message names them first, as stopped.
+std::string Job::stopped_ranks_text() {
+  std::string out;
+  for (std::size_t r = 0; r < ranks_.size(); ++r) {
+    const RankState& rs = ranks_[r];
+    if (rs.done || rs.stop_signal == 0) continue;
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.1f",
+                  std::chrono::duration<double>(now() - rs.stopped_at).count());
+    out += "hvdrun: rank " + std::to_string(r) + " on host " +
+           hosts_[static_cast<std::size_t>(rs.host)].name + " is stopped (by " +
+           signal_text(rs.stop_signal) + ", " + secs +
+           " s ago) and holds up the others; continue it with SIGCONT, or find who stopped "
+           "it\n";
+  }
+  return out;
 }
 
 void Job::on_fatal(Host& h, const proto::Fatal& f) {

@@ -315,3 +315,32 @@ TEST_CASE("hvdrun stopped by SIGSTOP beyond the heartbeat timeout ends the job o
                 "stopped; ms to all ranks gone",
                 ms, gone ? 0 : 2, "the job (it cannot go on)"});
 }
+
+TEST_CASE("a rank stopped by SIGSTOP is named as stopped when the others give up on it") {
+  const bool remote = GENERATE(false, true);
+  std::vector<std::string> args =
+      remote ? std::vector<std::string>{"--ssh-config", cluster().ssh_config(), "-H",
+                                        "node1:2,node2:1"}
+             : std::vector<std::string>{"-H", "localhost:3"};
+  // Rank 1 stops itself after init; the others wait in a barrier until HVDRUN_OP_TIMEOUT.
+  args.insert(args.end(), {"-np", "3", kWorker, "stop-after-init"});
+  auto t0 = Clock::now();
+  Hvdrun h(args, {"HVDRUN_OP_TIMEOUT=2"});
+  CHECK(h.wait(30s * kSlowdown) == 4);
+  const double ms = ms_since(t0);
+  INFO("stderr: " << h.err);
+  const std::string stopped = std::string("hvdrun: rank 1 on host ") +
+                              (remote ? "node1" : "localhost") +
+                              " is stopped (by signal 19 (SIGSTOP), ";
+  const auto at = h.err.find(stopped);
+  CHECK(at != std::string::npos);
+  CHECK(h.err.find("and holds up the others; continue it with SIGCONT") != std::string::npos);
+  // It comes first: before the rank that gave up waiting.
+  const auto gave_up = h.err.find("exited with code 4");
+  CHECK(gave_up != std::string::npos);
+  CHECK(at < gave_up);
+  report_fault({std::string("rank SIGSTOPped after init, HVDRUN_OP_TIMEOUT=2") +
+                    (remote ? " (2 SSH hosts)" : " (local)"),
+                "the message names rank 1 as stopped, before the rank that timed out", ms, 0,
+                "nothing"});
+}

@@ -81,7 +81,9 @@ TEST_CASE("every message survives a round trip whatever the chunking") {
       proto::Heartbeat{},
       proto::Fatal{2, "cannot start rank 2"},
       proto::Suspend{},
-      proto::Resume{}};
+      proto::Resume{},
+      proto::RankStopped{4, 19},
+      proto::RankStopped{4, 0}};
   std::string all;
   for (const auto& m : msgs) all += encoded(m);
   for (std::size_t chunk : {std::size_t{1}, std::size_t{3}, std::size_t{7}, all.size()}) {
