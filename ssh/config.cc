@@ -143,6 +143,10 @@ std::string validate(const std::string& keyword, const std::vector<std::string>&
       malformed(where, "IdentitiesOnly must be yes or no, not '" + value + "'");
   } else if (keyword == "userknownhostsfile") {
     single = false;  // several files may be named; hvdrun uses the first
+  } else if (keyword == "proxycommand" || keyword == "proxyjump") {
+    std::string all;  // a command: every word, to show it as written
+    for (const auto& a : args) all += (all.empty() ? "" : " ") + a;
+    return all;
   }
   if (single && args.size() > 1) {
     malformed(where, "unexpected '" + args[1] + "' after the value of " + keyword);
@@ -157,7 +161,9 @@ constexpr std::string_view kKnownKeywords[] = {"hostname",
                                                "userknownhostsfile",
                                                "stricthostkeychecking",
                                                "connecttimeout",
-                                               "identitiesonly"};
+                                               "identitiesonly",
+                                               "proxycommand",
+                                               "proxyjump"};
 
 }  // namespace
 
@@ -314,6 +320,13 @@ HostConfig SshConfig::lookup(std::string_view host) const {
         if (!out.strict) out.strict = parse_strict(e.value);
       } else if (e.keyword == "identitiesonly") {
         if (!out.identities_only) out.identities_only = lower(e.value) == "yes";
+      } else if (e.keyword == "proxycommand" || e.keyword == "proxyjump") {
+        // As in OpenSSH, the first of the two to apply wins; `none` turns both off.
+        if (!out.proxy)
+          out.proxy = lower(e.value) == "none"
+                          ? std::string()
+                          : std::string(e.keyword == "proxycommand" ? "ProxyCommand " : "ProxyJump ") +
+                                e.value;
       } else if (e.keyword == "connecttimeout") {
         if (!out.connect_timeout_s) {
           auto seconds = parse_int(e.value);
@@ -429,6 +442,7 @@ Target resolve_target(const std::string& host, const SshConfig& config, const Ss
   if (seconds <= 0) seconds = options.start_timeout_s;  // "none": only --start-timeout limits
   if (options.start_timeout_s > 0) seconds = std::min(seconds, options.start_timeout_s);
   t.connect_timeout = std::chrono::seconds(std::max(seconds, 1));
+  if (hc.proxy) t.proxy = *hc.proxy;
   return t;
 }
 

@@ -344,3 +344,27 @@ TEST_CASE("a rank stopped by SIGSTOP is named as stopped when the others give up
                 "the message names rank 1 as stopped, before the rank that timed out", ms, 0,
                 "nothing"});
 }
+
+TEST_CASE("ProxyCommand and ProxyJump in ssh_config are refused by name") {
+  TempDir tmp("sec");
+  const std::string config = tmp.path() + "/config";
+  write_text(config,
+             "Host viacommand\n  HostName 127.0.0.2\n  ProxyCommand ssh -W %h:%p bastion\n"
+             "Host viajump\n  HostName 127.0.0.3\n  ProxyJump bastion\n"
+             "Host direct\n  HostName 127.0.0.4\n  ProxyJump none\n  Port " +
+                 std::to_string(unused_port()) + "\n");
+  CapturedProcess check({hvdrun_binary(), "check", "--ssh-config", config, "-H",
+                         "viacommand,viajump,direct", "--start-timeout", "5"});
+  CHECK(check.wait() == 255);
+  INFO("stdout: " << check.out << "\nstderr: " << check.err);
+  CHECK(check.out.find("unsupported  -        ProxyCommand is not supported (ssh_config has "
+                       "'ProxyCommand ssh -W %h:%p bastion' for viacommand)") !=
+        std::string::npos);
+  CHECK(check.out.find("unsupported  -        ProxyJump is not supported (ssh_config has "
+                       "'ProxyJump bastion' for viajump)") != std::string::npos);
+  CHECK(check.out.find("fix: run hvdrun on a machine that reaches the host directly") !=
+        std::string::npos);
+  // `ProxyJump none` is a direct connection: refused by the closed port, not by the keyword.
+  CHECK(check.out.find("refused") != std::string::npos);
+  CHECK(count(check.out, "unsupported") == 2);
+}

@@ -231,3 +231,17 @@ TEST_CASE("IdentitiesOnly drops the default keys and is validated", "[config]") 
   CHECK_THROWS_WITH(SshConfig::parse("IdentitiesOnly maybe\n", "cfg"),
                     "cfg:1: IdentitiesOnly must be yes or no, not 'maybe'");
 }
+
+TEST_CASE("ProxyCommand and ProxyJump are kept to be refused; none turns them off", "[config]") {
+  auto config = SshConfig::parse(
+      "Host a\n  ProxyCommand ssh -W \"%h:%p\" bastion\n"
+      "Host b\n  ProxyJump none\n"
+      "Host b c\n  ProxyJump jump1,jump2\n",
+      "cfg");
+  CHECK(config.lookup("a").proxy == "ProxyCommand ssh -W %h:%p bastion");
+  CHECK(config.lookup("b").proxy == "");
+  CHECK(config.lookup("c").proxy == "ProxyJump jump1,jump2");
+  CHECK_FALSE(config.lookup("d").proxy);
+  hvdrun::ssh::SshOptions o;
+  CHECK(resolve_target("c", config, o).proxy == "ProxyJump jump1,jump2");
+}
