@@ -93,4 +93,12 @@ int kill_adopted(const std::vector<pid_t>& keep, std::chrono::steady_clock::time
   }
 }
 
+LauncherReaper::LauncherReaper() : on_(become_subreaper()) {}
+
+LauncherReaper::~LauncherReaper() {
+  if (!on_) return;
+  kill_adopted({}, std::chrono::steady_clock::now() + std::chrono::seconds(2));
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
 }  // namespace hvdrun::launcher

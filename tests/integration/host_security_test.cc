@@ -368,3 +368,28 @@ TEST_CASE("ProxyCommand and ProxyJump in ssh_config are refused by name") {
   CHECK(check.out.find("refused") != std::string::npos);
   CHECK(count(check.out, "unsupported") == 2);
 }
+
+TEST_CASE("what a local rank started in its own session ends with hvdrun even when its agent "
+          "was killed") {
+  TempDir tmp("sec");
+  const std::string d = tmp.path();
+  const std::string script = "setsid sh -c 'echo $$ > " + d + "/d1.tmp && mv " + d + "/d1.tmp " +
+                             d + "/d1; exec sleep 300' </dev/null >/dev/null 2>&1 & "
+                             "echo $$ > " + d + "/r.tmp && mv " + d + "/r.tmp " + d +
+                             "/r; exec sleep 300";
+  Hvdrun h({"-np", "1", "sh", "-c", script});
+  const pid_t daemon = read_pid_file(d + "/d1");
+  const pid_t rank = read_pid_file(d + "/r");
+  // The rank's parent is the local agent: kill it as the OOM killer would.
+  const std::string stat = read_file("/proc/" + std::to_string(rank) + "/stat");
+  const pid_t agent = static_cast<pid_t>(std::atol(stat.c_str() + stat.rfind(')') + 4));
+  REQUIRE(agent > 1);
+  REQUIRE(agent != h.pid());
+  ::kill(agent, SIGKILL);
+  CHECK(h.wait() == 255);
+  INFO("stderr: " << h.err);
+  CHECK(h.err.find("the agent on host localhost ended unexpectedly") != std::string::npos);
+  const bool gone = wait_none_alive({daemon, rank}, 5s * kSlowdown);
+  if (alive(daemon)) ::kill(daemon, SIGKILL);
+  CHECK(gone);
+}
