@@ -72,7 +72,7 @@ void write_text(const std::string& path, const std::string& text) { std::ofstrea
 
 }  // namespace
 
-TEST_CASE("--output-filename refuses what another user planted and overwrites nothing") {
+TEST_CASE("output files: what another user planted in DIR is refused and nothing is overwritten") {
   TempDir tmp("sec");
   // A shared scratch directory like /tmp: everyone may create entries, sticky.
   const std::string shared = tmp.path() + "/shared";
@@ -136,7 +136,7 @@ TEST_CASE("--output-filename refuses what another user planted and overwrites no
                 "exit 2 before any rank starts, naming the path", ms, 0, "nothing overwritten"});
 }
 
-TEST_CASE("--output-filename creates private directories and files") {
+TEST_CASE("output files: what --output-filename creates is private") {
   TempDir tmp("sec");
   const std::string out = tmp.path() + "/new/logs";
   const mode_t old = ::umask(0);  // even with no umask: nothing readable by others
