@@ -511,8 +511,10 @@ int Agent::run() {
   SignalMask signals({SIGCHLD, SIGTERM, SIGINT, SIGHUP});
   // Orphans of the ranks' trees come here, not to init, so that sweep_groups() finds them.
   if (!become_subreaper())
-    spdlog::warn("cannot become a child subreaper ({}): what ranks start with setsid may "
-                 "outlive the job", std::strerror(errno));
+    spdlog::warn(
+        "cannot become a child subreaper ({}): what ranks start with setsid may "
+        "outlive the job",
+        std::strerror(errno));
   dev_null_.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!dev_null_) throw_errno("opening /dev/null for rank stdin", "open");
   guard_.emplace();
@@ -564,7 +566,8 @@ void Agent::check_timers(Clock::time_point now) {
     const std::string why =
         "nothing heard from hvdrun for " + std::to_string(hello_.heartbeat_timeout_ms) +
         " ms (HVDRUN_HEARTBEAT_TIMEOUT): hvdrun was stopped (SIGSTOP), hangs or cannot be "
-        "reached; stopped every rank on " + host_name();
+        "reached; stopped every rank on " +
+        host_name();
     spdlog::debug("{}", why);
     send(proto::Fatal{-1, why});  // read by a launcher that was only stopped, once continued
     in_eof_ = true;

@@ -42,18 +42,18 @@ class ProtocolError : public std::runtime_error {
 
 /// Frame type codes (stable on the wire).
 enum class Type : std::uint8_t {
-  hello = 1,         ///< launcher -> agent
-  agent_hello = 2,   ///< agent -> launcher
-  spawn = 3,         ///< launcher -> agent
-  rank_started = 4,  ///< agent -> launcher
-  output = 5,        ///< agent -> launcher
-  rank_exited = 6,   ///< agent -> launcher
-  kill = 7,          ///< launcher -> agent
-  heartbeat = 8,     ///< both ways
-  fatal = 9,         ///< both ways
-  suspend = 10,      ///< launcher -> agent
-  resume = 11,       ///< launcher -> agent
-  rank_stopped = 12, ///< agent -> launcher
+  hello = 1,          ///< launcher -> agent
+  agent_hello = 2,    ///< agent -> launcher
+  spawn = 3,          ///< launcher -> agent
+  rank_started = 4,   ///< agent -> launcher
+  output = 5,         ///< agent -> launcher
+  rank_exited = 6,    ///< agent -> launcher
+  kill = 7,           ///< launcher -> agent
+  heartbeat = 8,      ///< both ways
+  fatal = 9,          ///< both ways
+  suspend = 10,       ///< launcher -> agent
+  resume = 11,        ///< launcher -> agent
+  rank_stopped = 12,  ///< agent -> launcher
 };
 
 /// Which output stream of a rank.

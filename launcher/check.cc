@@ -104,8 +104,8 @@ std::string render_table(const PreflightReport& report) {
   for (std::size_t i = 0; i < rows.size(); ++i) {
     out += line(rows[i]);
     if (!report.hosts[i].fix.empty())
-      out += std::string(indent, ' ') + "fix: " + cell(report.hosts[i].fix, kMaxDetailColumns) +
-             "\n";
+      out +=
+          std::string(indent, ' ') + "fix: " + cell(report.hosts[i].fix, kMaxDetailColumns) + "\n";
   }
   int bad = report.failures();
   int remote = 0;

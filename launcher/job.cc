@@ -347,7 +347,8 @@ void Job::suspend() {
   }
   last_heartbeat_ = t;  // the agents' silence limit counts from the resume
   flush_links(t + milliseconds(1000));
-  spdlog::debug("resumed after {} ms", std::chrono::duration_cast<milliseconds>(t - before).count());
+  spdlog::debug("resumed after {} ms",
+                std::chrono::duration_cast<milliseconds>(t - before).count());
 }
 
 // Writes every host's queued frames, waiting for the links to take them until `deadline`.

@@ -48,8 +48,8 @@ std::string read_capped(const std::string& path, std::size_t& budget, const std:
   } closer{fd};
   struct stat st {};
   if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode))
-    throw fail("cannot read it (" + std::string(std::strerror(S_ISDIR(st.st_mode) ? EISDIR : errno)) +
-               ")");
+    throw fail("cannot read it (" +
+               std::string(std::strerror(S_ISDIR(st.st_mode) ? EISDIR : errno)) + ")");
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   const std::size_t cap = std::min(kMaxConfigFileBytes, budget);
   std::string data;
@@ -323,10 +323,11 @@ HostConfig SshConfig::lookup(std::string_view host) const {
       } else if (e.keyword == "proxycommand" || e.keyword == "proxyjump") {
         // As in OpenSSH, the first of the two to apply wins; `none` turns both off.
         if (!out.proxy)
-          out.proxy = lower(e.value) == "none"
-                          ? std::string()
-                          : std::string(e.keyword == "proxycommand" ? "ProxyCommand " : "ProxyJump ") +
-                                e.value;
+          out.proxy =
+              lower(e.value) == "none"
+                  ? std::string()
+                  : std::string(e.keyword == "proxycommand" ? "ProxyCommand " : "ProxyJump ") +
+                        e.value;
       } else if (e.keyword == "connecttimeout") {
         if (!out.connect_timeout_s) {
           auto seconds = parse_int(e.value);

@@ -731,12 +731,12 @@ std::unique_ptr<Session> Libssh2Connector::connect(const Target& t, Deadline dea
   if (!t.proxy.empty()) {
     // Connecting directly instead would fail later as dns or timeout, with no hint why.
     const std::string keyword = t.proxy.substr(0, t.proxy.find(' '));
-    throw ConnectError(Verdict::unsupported,
-                       keyword + " is not supported (ssh_config has '" + t.proxy + "' for " +
-                           t.alias + ")",
-                       "run hvdrun on a machine that reaches the host directly (a login node or "
-                       "the bastion itself): its ranks must also reach hvdrun's rendezvous port",
-                       t.hostname + ":" + std::to_string(t.port));
+    throw ConnectError(
+        Verdict::unsupported,
+        keyword + " is not supported (ssh_config has '" + t.proxy + "' for " + t.alias + ")",
+        "run hvdrun on a machine that reaches the host directly (a login node or "
+        "the bastion itself): its ranks must also reach hvdrun's rendezvous port",
+        t.hostname + ":" + std::to_string(t.port));
   }
   global_init();
   const auto start = Clock::now();

@@ -156,12 +156,17 @@ TEST_CASE("output files: what --output-filename creates is private") {
 
 TEST_CASE("libhvdrun writes its own lines to stderr, never the program's stdout") {
   // A rank whose rendezvous server is not there: libhvdrun retries, saying so each time.
-  const std::vector<std::string> env = {
-      "HVDRUN_RANK=0", "HVDRUN_SIZE=1", "HVDRUN_LOCAL_RANK=0", "HVDRUN_LOCAL_SIZE=1",
-      "HVDRUN_CROSS_RANK=0", "HVDRUN_CROSS_SIZE=1", "HVDRUN_HOSTNAME=localhost",
-      "HVDRUN_RENDEZVOUS_ADDR=127.0.0.1",
-      "HVDRUN_RENDEZVOUS_PORT=" + std::to_string(unused_port()),
-      "HVDRUN_SECRET=00112233445566778899aabbccddeeff", "HVDRUN_START_TIMEOUT=2"};
+  const std::vector<std::string> env = {"HVDRUN_RANK=0",
+                                        "HVDRUN_SIZE=1",
+                                        "HVDRUN_LOCAL_RANK=0",
+                                        "HVDRUN_LOCAL_SIZE=1",
+                                        "HVDRUN_CROSS_RANK=0",
+                                        "HVDRUN_CROSS_SIZE=1",
+                                        "HVDRUN_HOSTNAME=localhost",
+                                        "HVDRUN_RENDEZVOUS_ADDR=127.0.0.1",
+                                        "HVDRUN_RENDEZVOUS_PORT=" + std::to_string(unused_port()),
+                                        "HVDRUN_SECRET=00112233445566778899aabbccddeeff",
+                                        "HVDRUN_START_TIMEOUT=2"};
   CapturedProcess rank({kWorker, "barrier"}, env);
   CHECK(rank.wait() == 3);  // init failed
   INFO("stdout: " << rank.out << "\nstderr: " << rank.err);
@@ -176,8 +181,9 @@ TEST_CASE("an ssh_config or an Include without end is refused at its cap, not re
   std::string expected;
   SECTION("--ssh-config /dev/zero") {
     config = "/dev/zero";
-    expected = "ssh config '/dev/zero': larger than 1 MiB, not an ssh_config file; check "
-               "--ssh-config";
+    expected =
+        "ssh config '/dev/zero': larger than 1 MiB, not an ssh_config file; check "
+        "--ssh-config";
   }
   SECTION("Include /dev/zero") {
     config = tmp.path() + "/config";
@@ -203,10 +209,10 @@ TEST_CASE("an ssh_config or an Include without end is refused at its cap, not re
   INFO(h.err);
   CHECK(h.err.find(expected) != std::string::npos);
   CHECK(h.max_rss_kib() < 200 * 1024);
-  report_fault({"ssh_config of unbounded size (" + config + ")",
-                "exit 2 naming the file; peak RSS " + std::to_string(h.max_rss_kib() / 1024) +
-                    " MiB",
-                ms, 0, "nothing"});
+  report_fault(
+      {"ssh_config of unbounded size (" + config + ")",
+       "exit 2 naming the file; peak RSS " + std::to_string(h.max_rss_kib() / 1024) + " MiB", ms, 0,
+       "nothing"});
 }
 
 TEST_CASE("what ranks start in sessions of their own does not outlive the job") {
@@ -221,8 +227,11 @@ TEST_CASE("what ranks start in sessions of their own does not outlive the job") 
       "/d1; exec sleep 300' </dev/null >/dev/null 2>&1 & "
       "python3 -c \"import subprocess; p = subprocess.Popen(['sleep', '300'], "
       "start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, "
-      "stderr=subprocess.DEVNULL); open('" + d + "/d2', 'w').write(str(p.pid) + '\\n')\"; "
-      "while [ ! -s " + d + "/d1 ]; do sleep 0.02; done; ";
+      "stderr=subprocess.DEVNULL); open('" +
+      d +
+      "/d2', 'w').write(str(p.pid) + '\\n')\"; "
+      "while [ ! -s " +
+      d + "/d1 ]; do sleep 0.02; done; ";
   // Normal end: both ranks exit 0. Failure: rank 1 fails once the daemons run, and the
   // teardown stops rank 0.
   const std::string script =
@@ -255,7 +264,8 @@ TEST_CASE("Ctrl-Z suspends the job on every host and fg resumes it") {
   // Each rank takes 20 steps of 0.1 s, so about 2 s of running, however long it is stopped
   // (one process that forks nothing, so that a stop never catches it inside a fork).
   const std::string script = "echo $$ > " + d + "/t$HVDRUN_RANK && mv " + d + "/t$HVDRUN_RANK " +
-                             d + "/pid$HVDRUN_RANK; exec python3 -c \"import time\n"
+                             d +
+                             "/pid$HVDRUN_RANK; exec python3 -c \"import time\n"
                              "for _ in range(20): time.sleep(0.1)\nprint('finished')\"";
   std::vector<std::string> args = two_hosts(remote);
   args.insert(args.end(), {"-np", "2", "sh", "-c", script});
@@ -358,8 +368,7 @@ TEST_CASE("ProxyCommand and ProxyJump in ssh_config are refused by name") {
   CHECK(check.wait() == 255);
   INFO("stdout: " << check.out << "\nstderr: " << check.err);
   CHECK(check.out.find("unsupported  -        ProxyCommand is not supported (ssh_config has "
-                       "'ProxyCommand ssh -W %h:%p bastion' for viacommand)") !=
-        std::string::npos);
+                       "'ProxyCommand ssh -W %h:%p bastion' for viacommand)") != std::string::npos);
   CHECK(check.out.find("unsupported  -        ProxyJump is not supported (ssh_config has "
                        "'ProxyJump bastion' for viajump)") != std::string::npos);
   CHECK(check.out.find("fix: run hvdrun on a machine that reaches the host directly") !=
@@ -369,14 +378,16 @@ TEST_CASE("ProxyCommand and ProxyJump in ssh_config are refused by name") {
   CHECK(count(check.out, "unsupported") == 2);
 }
 
-TEST_CASE("what a local rank started in its own session ends with hvdrun even when its agent "
-          "was killed") {
+TEST_CASE(
+    "what a local rank started in its own session ends with hvdrun even when its agent "
+    "was killed") {
   TempDir tmp("sec");
   const std::string d = tmp.path();
   const std::string script = "setsid sh -c 'echo $$ > " + d + "/d1.tmp && mv " + d + "/d1.tmp " +
-                             d + "/d1; exec sleep 300' </dev/null >/dev/null 2>&1 & "
-                             "echo $$ > " + d + "/r.tmp && mv " + d + "/r.tmp " + d +
-                             "/r; exec sleep 300";
+                             d +
+                             "/d1; exec sleep 300' </dev/null >/dev/null 2>&1 & "
+                             "echo $$ > " +
+                             d + "/r.tmp && mv " + d + "/r.tmp " + d + "/r; exec sleep 300";
   Hvdrun h({"-np", "1", "sh", "-c", script});
   const pid_t daemon = read_pid_file(d + "/d1");
   const pid_t rank = read_pid_file(d + "/r");

@@ -99,7 +99,8 @@ TEST_CASE("every message survives a round trip whatever the chunking") {
 TEST_CASE("an output header written in place decodes like an encoded output frame") {
   std::string data = "hello\nworld";
   std::string bytes(proto::kOutputHeaderBytes, '\0');
-  proto::write_output_header(bytes.data(), 5, proto::Stream::out, static_cast<std::uint32_t>(data.size()));
+  proto::write_output_header(bytes.data(), 5, proto::Stream::out,
+                             static_cast<std::uint32_t>(data.size()));
   bytes += data;
   CHECK(encoded(proto::Output{5, proto::Stream::out, data}) == bytes);
 }
@@ -120,7 +121,9 @@ TEST_CASE("a stream that does not start with a hello names what it saw") {
 
 TEST_CASE("malformed payloads are protocol errors") {
   std::string hello = encoded(proto::Hello{});
-  SECTION("unknown type") { CHECK_THAT(decode_error(hello + frame(77, "")), Catch::Contains("unknown frame type 77")); }
+  SECTION("unknown type") {
+    CHECK_THAT(decode_error(hello + frame(77, "")), Catch::Contains("unknown frame type 77"));
+  }
   SECTION("truncated field") {
     CHECK_THAT(decode_error(hello + frame(7, std::string(2, '\0'))), Catch::Contains("truncated"));
   }

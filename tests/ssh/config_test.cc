@@ -140,8 +140,9 @@ TEST_CASE("an ssh_config or an Include without end stops at its size cap", "[con
   REQUIRE(::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
   ::close(fd);
   CHECK_THROWS_WITH(SshConfig::load(tmpl),
-                    std::string(tmpl) + ":3: included file '/dev/zero': larger than 1 MiB, not "
-                                        "an ssh_config file; Include only ssh_config files");
+                    std::string(tmpl) +
+                        ":3: included file '/dev/zero': larger than 1 MiB, not "
+                        "an ssh_config file; Include only ssh_config files");
   ::unlink(tmpl);
 }
 
