@@ -404,7 +404,47 @@ std::string expand_tokens(const std::string& value, const Target& t, const std::
 
 }  // namespace
 
-Target resolve_target(const std::string& host, const SshConfig& config, const SshOptions& options) {
+namespace {
+
+Target resolve_target(const std::string& host, const SshConfig& config, const SshOptions& options,
+                      int depth);
+
+// ProxyJump's value, `[user@]host[:port]` hops separated by commas, as a chain of Targets:
+// the last hop is the one this host is reached through, and it is reached through the
+// hops before it. A hop's own ssh_config settings apply (its own ProxyJump included);
+// -p and -i are for the job's hosts, not for jump hosts.
+std::shared_ptr<const Target> jump_chain(const std::string& value, const SshConfig& config,
+                                         const SshOptions& options, int depth) {
+  if (depth >= 8) throw UsageError("ProxyJump '" + value + "': more than 8 jumps (a loop?)");
+  const auto comma = value.rfind(',');
+  std::string hop = comma == std::string::npos ? value : value.substr(comma + 1);
+  std::string user;
+  std::optional<int> port;
+  if (const auto at = hop.find('@'); at != std::string::npos) {
+    user = hop.substr(0, at);
+    hop.erase(0, at + 1);
+  }
+  if (const auto colon = hop.rfind(':'); colon != std::string::npos && hop.back() != ']') {
+    port = parse_int(hop.substr(colon + 1));
+    if (!port || *port < 1 || *port > 65535)
+      throw UsageError("ProxyJump '" + value + "': bad port in '" + hop + "'");
+    hop.erase(colon);
+  }
+  if (hop.size() > 2 && hop.front() == '[' && hop.back() == ']') hop = hop.substr(1, hop.size() - 2);
+  if (hop.empty() || hop.front() == '-')
+    throw UsageError("ProxyJump '" + value + "': expected [user@]host[:port] hops, comma-separated");
+  SshOptions own = options;
+  own.port.reset();
+  own.identity_file.clear();
+  Target t = resolve_target(hop, config, own, depth + 1);
+  if (!user.empty()) t.user = user;
+  if (port) t.port = *port;
+  if (comma != std::string::npos) t.jump = jump_chain(value.substr(0, comma), config, options, depth + 1);
+  return std::make_shared<const Target>(std::move(t));
+}
+
+Target resolve_target(const std::string& host, const SshConfig& config, const SshOptions& options,
+                      int depth) {
   HostConfig hc = config.lookup(host);
   Target t;
   t.alias = host;
@@ -443,8 +483,18 @@ Target resolve_target(const std::string& host, const SshConfig& config, const Ss
   if (seconds <= 0) seconds = options.start_timeout_s;  // "none": only --start-timeout limits
   if (options.start_timeout_s > 0) seconds = std::min(seconds, options.start_timeout_s);
   t.connect_timeout = std::chrono::seconds(std::max(seconds, 1));
-  if (hc.proxy) t.proxy = *hc.proxy;
+  if (hc.proxy && hc.proxy->rfind("ProxyJump ", 0) == 0) {
+    t.jump = jump_chain(hc.proxy->substr(10), config, options, depth);
+  } else if (hc.proxy) {
+    t.proxy = *hc.proxy;
+  }
   return t;
+}
+
+}  // namespace
+
+Target resolve_target(const std::string& host, const SshConfig& config, const SshOptions& options) {
+  return resolve_target(host, config, options, 0);
 }
 
 }  // namespace hvdrun::ssh

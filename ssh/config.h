@@ -1,6 +1,6 @@
 // The subset of ssh_config(5) hvdrun honours (Host patterns, HostName, Port, User,
 // IdentityFile, IdentitiesOnly, UserKnownHostsFile, StrictHostKeyChecking, ConnectTimeout,
-// Include; ProxyCommand and ProxyJump are recognised in order to refuse them) and the step
+// Include, ProxyJump; ProxyCommand is recognised in order to refuse it) and the step
 // that turns a host name plus the command line into a Target. Parsing is strict about
 // the keywords it knows (a malformed line is a UsageError with file:line) and ignores
 // the ones it does not, as users' configs are full of them.
@@ -50,8 +50,9 @@ struct HostConfig {
   /// IdentitiesOnly: use only the configured key files (and agent keys matching them).
   std::optional<bool> identities_only;
   /// ProxyCommand or ProxyJump as written ("ProxyJump bastion"), the first of the two that
-  /// applies; `none` counts as unset. hvdrun does not support either: such a host is
-  /// refused by name (verdict unsupported) instead of failing later as dns or timeout.
+  /// applies; `none` counts as unset (an empty string). ProxyJump is followed through the
+  /// jump hosts' direct-tcpip channels; ProxyCommand is refused by name (verdict
+  /// unsupported) instead of failing later as dns or timeout.
   std::optional<std::string> proxy;
 };
 

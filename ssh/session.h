@@ -70,9 +70,13 @@ struct Target {
   StrictHostKeyChecking strict = StrictHostKeyChecking::accept_new;
   /// Deadline for resolving, connecting and receiving the server's banner.
   std::chrono::milliseconds connect_timeout{10000};
-  /// ssh_config's ProxyCommand or ProxyJump line for this host ("ProxyJump bastion"), or
-  /// empty. hvdrun connects directly only, so a connector refuses a target with one.
+  /// ssh_config's ProxyCommand line for this host ("ProxyCommand ssh -W %h:%p b"), or
+  /// empty. hvdrun does not run proxy commands, so a connector refuses a target with one.
   std::string proxy;
+  /// ProxyJump: the host to connect through (itself possibly behind another), or null for
+  /// a direct connection. The connection to this target is then a direct-tcpip channel of
+  /// the jump host's session.
+  std::shared_ptr<const Target> jump;
 };
 
 /// A login that failed, classified for the preflight table.

@@ -355,27 +355,56 @@ TEST_CASE("a rank stopped by SIGSTOP is named as stopped when the others give up
                 "nothing"});
 }
 
-TEST_CASE("ProxyCommand and ProxyJump in ssh_config are refused by name") {
+TEST_CASE("ProxyCommand in ssh_config is refused by name") {
   TempDir tmp("sec");
   const std::string config = tmp.path() + "/config";
   write_text(config,
              "Host viacommand\n  HostName 127.0.0.2\n  ProxyCommand ssh -W %h:%p bastion\n"
-             "Host viajump\n  HostName 127.0.0.3\n  ProxyJump bastion\n"
-             "Host direct\n  HostName 127.0.0.4\n  ProxyJump none\n  Port " +
+             "Host direct\n  HostName 127.0.0.4\n  ProxyCommand none\n  Port " +
                  std::to_string(unused_port()) + "\n");
   CapturedProcess check({hvdrun_binary(), "check", "--ssh-config", config, "-H",
-                         "viacommand,viajump,direct", "--start-timeout", "5"});
+                         "viacommand,direct", "--start-timeout", "5"});
   CHECK(check.wait() == 255);
   INFO("stdout: " << check.out << "\nstderr: " << check.err);
   CHECK(check.out.find("unsupported  -        ProxyCommand is not supported (ssh_config has "
-                       "'ProxyCommand ssh -W %h:%p bastion' for viacommand)") != std::string::npos);
-  CHECK(check.out.find("unsupported  -        ProxyJump is not supported (ssh_config has "
-                       "'ProxyJump bastion' for viajump)") != std::string::npos);
+                       "'ProxyCommand ssh -W %h:%p bastion' for viacommand)") !=
+        std::string::npos);
   CHECK(check.out.find("fix: run hvdrun on a machine that reaches the host directly") !=
         std::string::npos);
-  // `ProxyJump none` is a direct connection: refused by the closed port, not by the keyword.
+  // `ProxyCommand none` is a direct connection: refused by the closed port, not the keyword.
   CHECK(check.out.find("refused") != std::string::npos);
-  CHECK(count(check.out, "unsupported") == 2);
+  CHECK(count(check.out, "unsupported") == 1);
+}
+
+TEST_CASE("ProxyJump reaches a host through a jump host's direct-tcpip channel") {
+  TempDir tmp("sec");
+  const SshdCluster& c = cluster();
+  // node2's address, reached only through node1; and a port nothing listens on, likewise.
+  const std::string common = "  User root\n  IdentityFile " + c.user_key() +
+                             "\n  IdentitiesOnly yes\n  UserKnownHostsFile " + c.known_hosts() +
+                             "\n  StrictHostKeyChecking accept-new\n  ProxyJump node1\n";
+  const std::string config = tmp.path() + "/config";
+  write_text(config, "Host behind\n  HostName " + c.address(2) + "\n  Port " +
+                         std::to_string(c.port()) + "\n" + common + "Host nothere\n  HostName " +
+                         c.address(2) + "\n  Port " + std::to_string(unused_port()) + "\n" +
+                         common + "Include " + c.ssh_config() + "\n");
+  CapturedProcess check({hvdrun_binary(), "check", "--ssh-config", config, "-H", "behind,nothere"});
+  CHECK(check.wait() == 255);
+  INFO("check: " << check.out << check.err);
+  CHECK(check.out.find(c.address(2) + ":" + std::to_string(c.port()) + " via node1") !=
+        std::string::npos);
+  CHECK(count(check.out, "  ok  ") == 1);
+  CHECK(check.out.find("the jump host node1 could not connect to " + c.address(2)) !=
+        std::string::npos);
+
+  // A job on the host behind the jump: while it runs, node1 serves the jump's session.
+  Hvdrun h({"--ssh-config", config, "-H", "behind:1", "-np", "1", "sh", "-c",
+            "echo on $HVDRUN_HOSTNAME; exec sleep 30"});
+  h.read_until([](const std::string& out) { return out.find("on behind\n") != std::string::npos; },
+               20s * kSlowdown);
+  CHECK(!c.session_pids(1).empty());
+  h.signal(SIGINT);
+  CHECK(h.wait() == 130);
 }
 
 TEST_CASE(
