@@ -430,16 +430,19 @@ std::shared_ptr<const Target> jump_chain(const std::string& value, const SshConf
       throw UsageError("ProxyJump '" + value + "': bad port in '" + hop + "'");
     hop.erase(colon);
   }
-  if (hop.size() > 2 && hop.front() == '[' && hop.back() == ']') hop = hop.substr(1, hop.size() - 2);
+  if (hop.size() > 2 && hop.front() == '[' && hop.back() == ']')
+    hop = hop.substr(1, hop.size() - 2);
   if (hop.empty() || hop.front() == '-')
-    throw UsageError("ProxyJump '" + value + "': expected [user@]host[:port] hops, comma-separated");
+    throw UsageError("ProxyJump '" + value +
+                     "': expected [user@]host[:port] hops, comma-separated");
   SshOptions own = options;
   own.port.reset();
   own.identity_file.clear();
   Target t = resolve_target(hop, config, own, depth + 1);
   if (!user.empty()) t.user = user;
   if (port) t.port = *port;
-  if (comma != std::string::npos) t.jump = jump_chain(value.substr(0, comma), config, options, depth + 1);
+  if (comma != std::string::npos)
+    t.jump = jump_chain(value.substr(0, comma), config, options, depth + 1);
   return std::make_shared<const Target>(std::move(t));
 }
 

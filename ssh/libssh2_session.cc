@@ -443,7 +443,6 @@ class Libssh2Session : public Session {
   std::string note_;
 };
 
-
 // --- ProxyJump ----------------------------------------------------------------------------
 
 // One TCP stream through a direct-tcpip channel of the jump host's session. The target's
@@ -524,24 +523,31 @@ class Tunnel {
 // fills `tunnel`, `address` ("host:port via jump") and `local` (this machine's address
 // toward the jump host).
 UniqueFd connect_through(Libssh2Connector& connector, const Target& t, Deadline deadline,
-                         std::shared_ptr<void>& tunnel, std::string& address,
-                         std::string& local) {
-  auto outer = connector.connect(*t.jump, deadline);
+                         std::shared_ptr<void>& tunnel, std::string& address, std::string& local) {
+  std::unique_ptr<Session> outer;
+  try {
+    outer = connector.connect(*t.jump, deadline);
+  } catch (const ConnectError& e) {
+    // The verdict is the jump host's; the table's row is the target's.
+    throw ConnectError(e.verdict(), "jump host " + t.jump->alias + ": " + e.detail(), e.fix(),
+                       e.address().empty() ? "" : e.address() + " (jump host)");
+  }
   auto* jumped = static_cast<Libssh2Session*>(outer.get());
   std::shared_ptr<Core> jump = jumped->core();
   local = jumped->local_address();
   address = t.hostname + ":" + std::to_string(t.port) + " via " + t.jump->alias;
   LIBSSH2_CHANNEL* channel = nullptr;
   for (;;) {
-    channel = libssh2_channel_direct_tcpip_ex(jump->session, t.hostname.c_str(), t.port,
-                                              "127.0.0.1", 22);
+    channel =
+        libssh2_channel_direct_tcpip_ex(jump->session, t.hostname.c_str(), t.port, "127.0.0.1", 22);
     if (channel != nullptr) break;
     if (libssh2_session_last_errno(jump->session) != LIBSSH2_ERROR_EAGAIN) {
       throw ConnectError(Verdict::refused,
-                         "the jump host " + t.jump->alias + " could not connect to " +
-                             t.hostname + ":" + std::to_string(t.port) + ": " + jump->last_error(),
-                         "check that " + t.jump->alias + " reaches the host and allows TCP "
-                         "forwarding (AllowTcpForwarding in its sshd_config)",
+                         "the jump host " + t.jump->alias + " could not connect to " + t.hostname +
+                             ":" + std::to_string(t.port) + ": " + jump->last_error(),
+                         "check that " + t.jump->alias +
+                             " reaches the host and allows TCP "
+                             "forwarding (AllowTcpForwarding in its sshd_config)",
                          address);
     }
     if (!jump->wait(deadline)) {

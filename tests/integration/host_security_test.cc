@@ -219,7 +219,7 @@ TEST_CASE("what ranks start in sessions of their own does not outlive the job") 
   const bool remote = GENERATE(false, true);
   const bool failure = GENERATE(false, true);
   TempDir tmp("sec");
-  const std::string d = tmp.path();
+  const std::string& d = tmp.path();
   // Rank 0 starts two daemons: `setsid` and Python's start_new_session=True, each of which
   // leaves the rank's process group and session, and waits until both are running.
   const std::string start_daemons =
@@ -260,7 +260,7 @@ TEST_CASE("what ranks start in sessions of their own does not outlive the job") 
 TEST_CASE("Ctrl-Z suspends the job on every host and fg resumes it") {
   const bool remote = GENERATE(false, true);
   TempDir tmp("sec");
-  const std::string d = tmp.path();
+  const std::string& d = tmp.path();
   // Each rank takes 20 steps of 0.1 s, so about 2 s of running, however long it is stopped
   // (one process that forks nothing, so that a stop never catches it inside a fork).
   const std::string script = "echo $$ > " + d + "/t$HVDRUN_RANK && mv " + d + "/t$HVDRUN_RANK " +
@@ -298,7 +298,7 @@ TEST_CASE("Ctrl-Z suspends the job on every host and fg resumes it") {
 TEST_CASE("hvdrun stopped by SIGSTOP beyond the heartbeat timeout ends the job on every host") {
   const bool remote = GENERATE(false, true);
   TempDir tmp("sec");
-  const std::string d = tmp.path();
+  const std::string& d = tmp.path();
   const std::string script = "echo $$ > " + d + "/t$HVDRUN_RANK && mv " + d + "/t$HVDRUN_RANK " +
                              d + "/pid$HVDRUN_RANK; exec sleep 300";
   std::vector<std::string> args = two_hosts(remote);
@@ -367,8 +367,7 @@ TEST_CASE("ProxyCommand in ssh_config is refused by name") {
   CHECK(check.wait() == 255);
   INFO("stdout: " << check.out << "\nstderr: " << check.err);
   CHECK(check.out.find("unsupported  -        ProxyCommand is not supported (ssh_config has "
-                       "'ProxyCommand ssh -W %h:%p bastion' for viacommand)") !=
-        std::string::npos);
+                       "'ProxyCommand ssh -W %h:%p bastion' for viacommand)") != std::string::npos);
   CHECK(check.out.find("fix: run hvdrun on a machine that reaches the host directly") !=
         std::string::npos);
   // `ProxyCommand none` is a direct connection: refused by the closed port, not the keyword.
@@ -411,7 +410,7 @@ TEST_CASE(
     "what a local rank started in its own session ends with hvdrun even when its agent "
     "was killed") {
   TempDir tmp("sec");
-  const std::string d = tmp.path();
+  const std::string& d = tmp.path();
   const std::string script = "setsid sh -c 'echo $$ > " + d + "/d1.tmp && mv " + d + "/d1.tmp " +
                              d +
                              "/d1; exec sleep 300' </dev/null >/dev/null 2>&1 & "
@@ -422,7 +421,8 @@ TEST_CASE(
   const pid_t rank = read_pid_file(d + "/r");
   // The rank's parent is the local agent: kill it as the OOM killer would.
   const std::string stat = read_file("/proc/" + std::to_string(rank) + "/stat");
-  const pid_t agent = static_cast<pid_t>(std::atol(stat.c_str() + stat.rfind(')') + 4));
+  const pid_t agent =
+      static_cast<pid_t>(std::strtol(stat.c_str() + stat.rfind(')') + 4, nullptr, 10));
   REQUIRE(agent > 1);
   REQUIRE(agent != h.pid());
   ::kill(agent, SIGKILL);
