@@ -111,6 +111,7 @@ class Job {
   void on_rank_started(Host& h, const proto::RankStarted& st);
   void on_rank_exited(Host& h, const proto::RankExited& ex);
   void on_fatal(Host& h, const proto::Fatal& f);
+  void on_rank_stopped(Host& h, const proto::RankStopped& stop);
   Host* owner_of(Host& h, int rank, const char* what);
   void rank_done(int rank);
   void host_closed(Host& h, const std::string& why);
@@ -541,13 +542,7 @@ void Job::handle(Host& h, proto::Message& m) {
   } else if (auto* f = std::get_if<proto::Fatal>(&m)) {
     on_fatal(h, *f);
   } else if (auto* stop = std::get_if<proto::RankStopped>(&m)) {
-    owner_of(h, stop->rank, "rank-stopped");
-    RankState& rs = ranks_[static_cast<std::size_t>(stop->rank)];
-    rs.stop_signal = stop->signal;
-    rs.stopped_at = now();
-    if (stop->signal != 0)
-      spdlog::info("rank {} on host {} was stopped by {}", stop->rank, h.name,
-                   signal_text(stop->signal));
+    on_rank_stopped(h, *stop);
   } else {
     throw proto::ProtocolError(std::string("agent protocol: unexpected ") + proto::type_name(m) +
                                " frame from the agent");
@@ -611,6 +606,16 @@ void Job::on_rank_exited(Host& h, const proto::RankExited& ex) {
     }
     fail(ex.signaled ? 128 + ex.value : ex.value, std::move(msg));
   }
+}
+
+void Job::on_rank_stopped(Host& h, const proto::RankStopped& stop) {
+  owner_of(h, stop.rank, "rank-stopped");
+  RankState& rs = ranks_[static_cast<std::size_t>(stop.rank)];
+  rs.stop_signal = stop.signal;
+  rs.stopped_at = now();
+  if (stop.signal != 0)
+    spdlog::info("rank {} on host {} was stopped by {}", stop.rank, h.name,
+                 signal_text(stop.signal));
 }
 
 // Ranks somebody stopped (SIGSTOP): the likely reason why the others gave up waiting, so a
