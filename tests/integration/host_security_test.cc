@@ -404,6 +404,11 @@ TEST_CASE("ProxyJump reaches a host through a jump host's direct-tcpip channel")
   CHECK(!c.session_pids(1).empty());
   h.signal(SIGINT);
   CHECK(h.wait() == 130);
+
+  // Ranks behind the jump and beside it find each other through the rendezvous.
+  Hvdrun job({"--ssh-config", config, "-H", "behind:1,node1:1", "-np", "2", kWorker, "barrier"});
+  CHECK(job.wait(30s * kSlowdown) == 0);
+  INFO("job: " << job.err);
 }
 
 TEST_CASE(
