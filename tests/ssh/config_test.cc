@@ -233,16 +233,34 @@ TEST_CASE("IdentitiesOnly drops the default keys and is validated", "[config]") 
                     "cfg:1: IdentitiesOnly must be yes or no, not 'maybe'");
 }
 
-TEST_CASE("ProxyCommand and ProxyJump are kept to be refused; none turns them off", "[config]") {
+TEST_CASE("ProxyJump becomes a chain of jump targets; ProxyCommand is kept to be refused",
+          "[config]") {
   auto config = SshConfig::parse(
       "Host a\n  ProxyCommand ssh -W \"%h:%p\" bastion\n"
       "Host b\n  ProxyJump none\n"
-      "Host b c\n  ProxyJump jump1,jump2\n",
+      "Host b c\n  ProxyJump jump1,admin@jump2:2222\n"
+      "Host jump1\n  HostName 10.0.0.1\n  Port 2200\n"
+      "Host loop\n  ProxyJump loop\n",
       "cfg");
   CHECK(config.lookup("a").proxy == "ProxyCommand ssh -W %h:%p bastion");
   CHECK(config.lookup("b").proxy == "");
-  CHECK(config.lookup("c").proxy == "ProxyJump jump1,jump2");
+  CHECK(config.lookup("c").proxy == "ProxyJump jump1,admin@jump2:2222");
   CHECK_FALSE(config.lookup("d").proxy);
   hvdrun::ssh::SshOptions o;
-  CHECK(resolve_target("c", config, o).proxy == "ProxyJump jump1,jump2");
+  o.port = 2022;  // -p is for the job's hosts, not for jump hosts
+  CHECK(resolve_target("a", config, o).proxy == "ProxyCommand ssh -W %h:%p bastion");
+  CHECK_FALSE(resolve_target("b", config, o).jump);
+  const auto c = resolve_target("c", config, o);
+  CHECK(c.proxy.empty());
+  CHECK(c.port == 2022);
+  REQUIRE(c.jump);
+  CHECK(c.jump->alias == "jump2");
+  CHECK(c.jump->user == "admin");
+  CHECK(c.jump->port == 2222);
+  REQUIRE(c.jump->jump);
+  CHECK(c.jump->jump->alias == "jump1");
+  CHECK(c.jump->jump->hostname == "10.0.0.1");
+  CHECK(c.jump->jump->port == 2200);
+  CHECK_FALSE(c.jump->jump->jump);
+  CHECK_THROWS_WITH(resolve_target("loop", config, o), Catch::Contains("more than 8 jumps"));
 }
