@@ -108,8 +108,16 @@ std::string check_name(std::string_view name, bool bracketed) {
   if (name.front() == '-') {
     return "host name " + quote(name) + " starts with '-'; expected a host name or address";
   }
-  for (char c : name) {
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
     if (is_name_char(c)) continue;
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      // Shown whole (or as \xNN when it is not UTF-8), never as half a character.
+      const std::size_t n = std::max<std::size_t>(utf8_sequence_length(name, i), 1);
+      return "host name " + quote(name) + " contains " + quote(name.substr(i, n)) +
+             ", which is not ASCII; host names may contain ASCII letters, digits, '.', '-' and "
+             "'_' (write an internationalised name in its ASCII form, xn--...)";
+    }
     if (c == '@') {
       return "user names are not accepted in host " + quote(name) +
              "; set 'User' for that host in the ssh config (--ssh-config) instead";

@@ -32,6 +32,7 @@
 #include "launcher/agent_protocol.h"
 #include "launcher/group_guard.h"
 #include "launcher/line_tail.h"
+#include "launcher/reaper.h"
 #include "launcher/subprocess.h"
 
 namespace hvdrun::launcher {
@@ -113,6 +114,7 @@ class Agent {
   void reap();
   void report_exits();
   void begin_kill(std::uint32_t grace_ms, const char* why);
+  void job_control(bool suspend);
   void flush_queue();
   bool all_done() const;
   void sweep_groups();
@@ -141,6 +143,7 @@ class Agent {
   bool out_broken_ = false;
   bool closing_ = false;  // no more spawns; exit once every rank is reported
   bool killing_ = false;
+  bool suspended_ = false;  // job control: ranks stopped, no silence limit
   int exit_code_ = 0;
   std::optional<Clock::time_point> kill_at_;
   std::optional<Clock::time_point> flush_deadline_;
@@ -179,11 +182,31 @@ void Agent::begin_kill(std::uint32_t grace_ms, const char* why) {
   kill_at_ = Clock::now() + milliseconds(grace_ms);
 }
 
+// Ctrl-Z on the launcher: every rank's process group stops (or continues), as the
+// processes of a shell job do. While suspended the launcher is stopped too, so its silence
+// is no reason to tear down; it counts again from the resume.
+void Agent::job_control(bool suspend) {
+  if (killing_) return;  // a teardown lets stopped ranks continue to die
+  suspended_ = suspend;
+  int n = 0;
+  for (auto& [rank, r] : ranks_) {
+    if (!r.reaped && r.pid > 0 && ::kill(-r.pid, suspend ? SIGSTOP : SIGCONT) == 0) ++n;
+  }
+  last_rx_ = Clock::now();
+  next_heartbeat_ = last_rx_;
+  spdlog::debug("{} {} rank group(s)", suspend ? "stopped" : "continued", n);
+}
+
 void Agent::sweep_groups() {
-  // Anything a rank left behind in its process group goes too.
+  // Anything a rank left behind in its process group goes too, and so does whatever this
+  // agent adopted: what the ranks started in sessions of their own.
   for (auto& [n, r] : ranks_) {
     if (r.pid > 0) ::kill(-r.pid, SIGKILL);
   }
+  std::vector<pid_t> keep;
+  if (guard_) keep.push_back(guard_->pid());
+  const int n = kill_adopted(keep, Clock::now() + milliseconds(2000));
+  if (n > 0) spdlog::debug("killed {} process(es) the ranks left behind", n);
 }
 
 bool Agent::all_done() const {
@@ -256,6 +279,7 @@ void Agent::spawn(const proto::Spawn& s) {
   r.pid = pid;
   by_pid_[pid] = s.rank;
   if (guard_) guard_->watch(pid);
+  if (suspended_) ::kill(-pid, SIGSTOP);  // started while the job is suspended
   set_nonblocking(out_r.get());
   set_nonblocking(err_r.get());
   r.out = std::move(out_r);
@@ -330,11 +354,17 @@ std::size_t Agent::splice_rank(Rank& r) {
 void Agent::reap() {
   for (;;) {
     int status = 0;
-    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
     if (pid <= 0) break;
     auto it = by_pid_.find(pid);
     if (it == by_pid_.end()) continue;
     Rank& r = ranks_[it->second];
+    if (WIFSTOPPED(status) || WIFCONTINUED(status)) {
+      // Stops of our own (a suspend) are the launcher's doing; others it needs to know of.
+      if (!suspended_ && !killing_)
+        send(proto::RankStopped{r.rank, WIFSTOPPED(status) ? WSTOPSIG(status) : 0});
+      continue;
+    }
     r.reaped = true;
     r.status = status;
   }
@@ -387,6 +417,10 @@ void Agent::handle(proto::Message& m) {
     begin_kill(k->grace_ms, "kill requested by the launcher");
   } else if (std::holds_alternative<proto::Heartbeat>(m)) {
     // last_rx_ already updated
+  } else if (std::holds_alternative<proto::Suspend>(m)) {
+    job_control(true);
+  } else if (std::holds_alternative<proto::Resume>(m)) {
+    job_control(false);
   } else if (auto* f = std::get_if<proto::Fatal>(&m)) {
     spdlog::error("launcher reported: {}", f->message);
     begin_kill(hello_.kill_grace_ms, "launcher failed");
@@ -475,6 +509,12 @@ bool Agent::report_fatal(const std::string& message) {
 
 int Agent::run() {
   SignalMask signals({SIGCHLD, SIGTERM, SIGINT, SIGHUP});
+  // Orphans of the ranks' trees come here, not to init, so that sweep_groups() finds them.
+  if (!become_subreaper())
+    spdlog::warn(
+        "cannot become a child subreaper ({}): what ranks start with setsid may "
+        "outlive the job",
+        std::strerror(errno));
   dev_null_.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!dev_null_) throw_errno("opening /dev/null for rank stdin", "open");
   guard_.emplace();
@@ -521,15 +561,20 @@ void Agent::check_timers(Clock::time_point now) {
     }
     kill_at_.reset();
   }
-  if (have_hello_ && !in_eof_ && hello_.heartbeat_timeout_ms > 0 &&
+  if (have_hello_ && !in_eof_ && !suspended_ && hello_.heartbeat_timeout_ms > 0 &&
       now - last_rx_ > milliseconds(hello_.heartbeat_timeout_ms)) {
-    spdlog::error("nothing from the launcher for {} ms: killing all ranks",
-                  hello_.heartbeat_timeout_ms);
+    const std::string why =
+        "nothing heard from hvdrun for " + std::to_string(hello_.heartbeat_timeout_ms) +
+        " ms (HVDRUN_HEARTBEAT_TIMEOUT): hvdrun was stopped (SIGSTOP), hangs or cannot be "
+        "reached; stopped every rank on " +
+        host_name();
+    spdlog::debug("{}", why);
+    send(proto::Fatal{-1, why});  // read by a launcher that was only stopped, once continued
     in_eof_ = true;
     exit_code_ = 1;
     begin_kill(hello_.kill_grace_ms, "launcher heartbeats stopped");
   }
-  if (have_hello_ && !in_eof_ && now >= next_heartbeat_) {
+  if (have_hello_ && !in_eof_ && !suspended_ && now >= next_heartbeat_) {
     send(proto::Heartbeat{});
     next_heartbeat_ = now + milliseconds(std::max<std::uint32_t>(hello_.heartbeat_interval_ms, 10));
   }
@@ -557,7 +602,7 @@ Clock::time_point Agent::collect_pollfds(Clock::time_point now) {
   if (!in_eof_) add(in_, POLLIN, nullptr, 0);
   if (pending() && !out_broken_) add(out_, POLLOUT, nullptr, 1);
   const bool room = queue_.size() + later_.size() < kQueueHighWater || out_broken_;
-  auto wake = have_hello_ && !in_eof_ ? next_heartbeat_ : now + milliseconds(1000);
+  auto wake = have_hello_ && !in_eof_ && !suspended_ ? next_heartbeat_ : now + milliseconds(1000);
   for (auto& [n, r] : ranks_) {
     for (int k = 0; k < 2; ++k) {
       UniqueFd& fd = k == 0 ? r.out : r.err;
@@ -572,7 +617,7 @@ Clock::time_point Agent::collect_pollfds(Clock::time_point now) {
     if (r.exec_status) add(r.exec_status.get(), POLLIN, &r, 2);
   }
   if (kill_at_) wake = std::min(wake, *kill_at_);
-  if (have_hello_ && !in_eof_ && hello_.heartbeat_timeout_ms > 0) {
+  if (have_hello_ && !in_eof_ && !suspended_ && hello_.heartbeat_timeout_ms > 0) {
     wake = std::min(wake, last_rx_ + milliseconds(hello_.heartbeat_timeout_ms) + milliseconds(1));
   }
   if (flush_deadline_) wake = std::min(wake, *flush_deadline_);

@@ -109,15 +109,30 @@ class Reader {
 
 const char* name_of(Type t) {
   switch (t) {
-    case Type::hello: return "hello";
-    case Type::agent_hello: return "agent-hello";
-    case Type::spawn: return "spawn";
-    case Type::rank_started: return "rank-started";
-    case Type::output: return "output";
-    case Type::rank_exited: return "rank-exited";
-    case Type::kill: return "kill";
-    case Type::heartbeat: return "heartbeat";
-    case Type::fatal: return "fatal";
+    case Type::hello:
+      return "hello";
+    case Type::agent_hello:
+      return "agent-hello";
+    case Type::spawn:
+      return "spawn";
+    case Type::rank_started:
+      return "rank-started";
+    case Type::output:
+      return "output";
+    case Type::rank_exited:
+      return "rank-exited";
+    case Type::kill:
+      return "kill";
+    case Type::heartbeat:
+      return "heartbeat";
+    case Type::fatal:
+      return "fatal";
+    case Type::suspend:
+      return "suspend";
+    case Type::resume:
+      return "resume";
+    case Type::rank_stopped:
+      return "rank-stopped";
   }
   return "unknown";
 }
@@ -220,6 +235,19 @@ Message decode_payload(Type type, std::string_view payload) {
     case Type::heartbeat:
       r.done();
       return Heartbeat{};
+    case Type::suspend:
+      r.done();
+      return Suspend{};
+    case Type::resume:
+      r.done();
+      return Resume{};
+    case Type::rank_stopped: {
+      RankStopped m;
+      m.rank = r.i32();
+      m.signal = r.i32();
+      r.done();
+      return m;
+    }
     case Type::fatal: {
       Fatal m;
       m.rank = r.i32();
@@ -293,6 +321,14 @@ struct EncodeVisitor {
     w.finish(Type::kill, out);
   }
   void operator()(const Heartbeat&) { Writer().finish(Type::heartbeat, out); }
+  void operator()(const Suspend&) { Writer().finish(Type::suspend, out); }
+  void operator()(const Resume&) { Writer().finish(Type::resume, out); }
+  void operator()(const RankStopped& m) {
+    Writer w;
+    w.i32(m.rank);
+    w.i32(m.signal);
+    w.finish(Type::rank_stopped, out);
+  }
   void operator()(const Fatal& m) {
     Writer w;
     w.i32(m.rank);
@@ -320,9 +356,10 @@ std::optional<Message> Decoder::next() {
   if (buf_.size() < 4) return std::nullopt;
   std::uint32_t len = get_u32(buf_.data());
   if (len == 0 || len > kMaxFrameBytes) {
-    std::string msg = "agent protocol: frame length " + std::to_string(len) +
-                      (len == 0 ? " is empty" : " exceeds the limit of " +
-                                                    std::to_string(kMaxFrameBytes) + " bytes");
+    std::string msg =
+        "agent protocol: frame length " + std::to_string(len) +
+        (len == 0 ? " is empty"
+                  : " exceeds the limit of " + std::to_string(kMaxFrameBytes) + " bytes");
     if (first_) {
       msg += "; the stream starts with '" + printable_prefix(buf_.view()) +
              "', which is not an hvdrun agent (does a login script print to stdout?)";
@@ -343,9 +380,10 @@ std::optional<Message> Decoder::next() {
 }
 
 const char* type_name(const Message& msg) {
-  static constexpr Type kTypes[] = {Type::hello,      Type::agent_hello, Type::spawn,
-                                    Type::rank_started, Type::output,    Type::rank_exited,
-                                    Type::kill,       Type::heartbeat,   Type::fatal};
+  static constexpr Type kTypes[] = {Type::hello,        Type::agent_hello, Type::spawn,
+                                    Type::rank_started, Type::output,      Type::rank_exited,
+                                    Type::kill,         Type::heartbeat,   Type::fatal,
+                                    Type::suspend,      Type::resume,      Type::rank_stopped};
   return name_of(kTypes[msg.index()]);
 }
 

@@ -27,7 +27,8 @@ namespace hvdrun::launcher::proto {
 inline constexpr std::uint32_t kMagic = 0x48564441;
 /// Protocol version spoken by this build. 2: the hello carries the launcher's address as
 /// the host reaches it, and the agent's hello (sent after it) the interface toward it.
-inline constexpr std::uint32_t kVersion = 2;
+/// 3: suspend and resume (job control), rank-stopped.
+inline constexpr std::uint32_t kVersion = 3;
 /// Largest frame accepted (type byte + payload).
 inline constexpr std::uint32_t kMaxFrameBytes = 16u << 20;
 /// Largest output chunk an agent puts in one frame.
@@ -41,15 +42,18 @@ class ProtocolError : public std::runtime_error {
 
 /// Frame type codes (stable on the wire).
 enum class Type : std::uint8_t {
-  hello = 1,         ///< launcher -> agent
-  agent_hello = 2,   ///< agent -> launcher
-  spawn = 3,         ///< launcher -> agent
-  rank_started = 4,  ///< agent -> launcher
-  output = 5,        ///< agent -> launcher
-  rank_exited = 6,   ///< agent -> launcher
-  kill = 7,          ///< launcher -> agent
-  heartbeat = 8,     ///< both ways
-  fatal = 9,         ///< both ways
+  hello = 1,          ///< launcher -> agent
+  agent_hello = 2,    ///< agent -> launcher
+  spawn = 3,          ///< launcher -> agent
+  rank_started = 4,   ///< agent -> launcher
+  output = 5,         ///< agent -> launcher
+  rank_exited = 6,    ///< agent -> launcher
+  kill = 7,           ///< launcher -> agent
+  heartbeat = 8,      ///< both ways
+  fatal = 9,          ///< both ways
+  suspend = 10,       ///< launcher -> agent
+  resume = 11,        ///< launcher -> agent
+  rank_stopped = 12,  ///< agent -> launcher
 };
 
 /// Which output stream of a rank.
@@ -149,9 +153,26 @@ struct Fatal {
   bool operator==(const Fatal&) const = default;
 };
 
+/// Job control (Ctrl-Z on the launcher): stop every rank's process group (SIGSTOP) and
+/// keep no silence limit until resumed, for the launcher stops itself next.
+struct Suspend {
+  bool operator==(const Suspend&) const = default;
+};
+/// Continue every rank's process group (SIGCONT); the silence limit counts from now.
+struct Resume {
+  bool operator==(const Resume&) const = default;
+};
+/// A rank was stopped by a signal (SIGSTOP, SIGTSTP: not by a suspend), or continued: a
+/// stopped rank holds up the others, and a failure message names it.
+struct RankStopped {
+  std::int32_t rank = 0;
+  /// The stopping signal, or 0 when the rank was continued.
+  std::int32_t signal = 0;
+  bool operator==(const RankStopped&) const = default;
+};
 /// Any decoded message.
-using Message =
-    std::variant<Hello, AgentHello, Spawn, RankStarted, Output, RankExited, Kill, Heartbeat, Fatal>;
+using Message = std::variant<Hello, AgentHello, Spawn, RankStarted, Output, RankExited, Kill,
+                             Heartbeat, Fatal, Suspend, Resume, RankStopped>;
 
 /// Appends the frame for `msg` to `out`. Throws ProtocolError when it would exceed
 /// kMaxFrameBytes (for instance a spawn with a gigantic environment).

@@ -43,8 +43,35 @@ std::string json_string(std::string_view s) {
   return out + "\"";
 }
 
+// Characters on screen: UTF-8 continuation bytes take no column of their own.
+std::size_t columns(std::string_view s) {
+  std::size_t n = 0;
+  for (char c : s) n += (static_cast<unsigned char>(c) & 0xc0) == 0x80 ? 0 : 1;
+  return n;
+}
+
+// `s` cut to `max` characters (the last three then "..."), never inside a UTF-8 character:
+// a host name of 100,000 characters must not make a table of megabytes. `hvdrun check
+// --json` keeps every value whole.
+std::string cell(std::string_view s, std::size_t max) {
+  if (columns(s) <= max) return std::string(s);
+  std::size_t kept = 0;
+  std::size_t i = 0;
+  for (; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xc0) == 0x80) continue;
+    if (kept == max - 3) break;
+    ++kept;
+  }
+  return std::string(s.substr(0, i)) + "...";
+}
+
+// Widest cells in the table, in characters.
+constexpr std::size_t kMaxNameColumns = 48;
+constexpr std::size_t kMaxDetailColumns = 300;
+
 std::string pad(const std::string& s, std::size_t width) {
-  return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
+  const std::size_t n = columns(s);
+  return n >= width ? s : s + std::string(width - n, ' ');
 }
 
 std::string latency_text(const HostCheck& h) {
@@ -58,13 +85,14 @@ std::string render_table(const PreflightReport& report) {
   const std::vector<std::string> head = {"HOST", "ADDRESS", "VERDICT", "LATENCY", "DETAIL"};
   std::vector<std::vector<std::string>> rows;
   for (const auto& h : report.hosts) {
-    rows.push_back(
-        {h.host, h.address, std::string(to_string(h.verdict)), latency_text(h), h.detail});
+    rows.push_back({cell(h.host, kMaxNameColumns), cell(h.address, kMaxNameColumns),
+                    std::string(to_string(h.verdict)), latency_text(h),
+                    cell(h.detail, kMaxDetailColumns)});
   }
   std::vector<std::size_t> width(head.size());
   for (std::size_t c = 0; c < head.size(); ++c) {
     width[c] = head[c].size();
-    for (const auto& r : rows) width[c] = std::max(width[c], r[c].size());
+    for (const auto& r : rows) width[c] = std::max(width[c], columns(r[c]));
   }
   auto line = [&](const std::vector<std::string>& r) {
     std::string out;
@@ -76,7 +104,8 @@ std::string render_table(const PreflightReport& report) {
   for (std::size_t i = 0; i < rows.size(); ++i) {
     out += line(rows[i]);
     if (!report.hosts[i].fix.empty())
-      out += std::string(indent, ' ') + "fix: " + report.hosts[i].fix + "\n";
+      out +=
+          std::string(indent, ' ') + "fix: " + cell(report.hosts[i].fix, kMaxDetailColumns) + "\n";
   }
   int bad = report.failures();
   int remote = 0;

@@ -26,6 +26,7 @@
 #include "launcher/agent_protocol.h"
 #include "launcher/launch_plan.h"
 #include "launcher/local_host.h"
+#include "launcher/output_files.h"
 #include "launcher/output_relay.h"
 #include "launcher/rank_env.h"
 #include "launcher/subprocess.h"
@@ -68,6 +69,8 @@ struct RankState {
   int host = 0;
   bool started = false;
   bool done = false;
+  int stop_signal = 0;  // stopped by this signal (not by a suspend), or 0
+  Clock::time_point stopped_at;
 };
 
 class Job {
@@ -82,7 +85,7 @@ class Job {
   void check_command() const;
   void lay_out_hosts();
   std::string prepare_job_env();
-  void prepare_output_dirs() const;
+  void prepare_output_dirs();
   void start_agents();
   void start_relay();
   void start_servers(const std::string& bind_addr);
@@ -92,6 +95,10 @@ class Job {
   // One turn of the supervision loop; false when the job is over.
   bool turn();
   bool handle_interrupt();
+  void suspend();
+  void flush_links(Clock::time_point deadline);
+  void check_frozen();
+  std::string stopped_ranks_text();
   bool teardown_overdue(Clock::time_point t);
   void wait_for_events(Clock::time_point t);
 
@@ -104,6 +111,7 @@ class Job {
   void on_rank_started(Host& h, const proto::RankStarted& st);
   void on_rank_exited(Host& h, const proto::RankExited& ex);
   void on_fatal(Host& h, const proto::Fatal& f);
+  void on_rank_stopped(Host& h, const proto::RankStopped& stop);
   Host* owner_of(Host& h, int rank, const char* what);
   void rank_done(int rank);
   void host_closed(Host& h, const std::string& why);
@@ -129,11 +137,13 @@ class Job {
   const hostfile::Placement& placement_;
   std::vector<Host> hosts_;
   std::vector<RankState> ranks_;
+  std::vector<UniqueFd> output_files_;  // --output-filename, opened before anything starts
   std::optional<OutputRelay> relay_;
   JobEnv job_env_;
   Clock::time_point start_time_;
   Clock::time_point start_deadline_;
   Clock::time_point next_heartbeat_;
+  Clock::time_point last_heartbeat_;  // when the agents last heard from this process
   std::optional<Clock::time_point> teardown_deadline_;
   bool interrupted_ = false;
   int started_ranks_ = 0;
@@ -203,15 +213,11 @@ std::string Job::prepare_job_env() {
   return bind_addr;
 }
 
-void Job::prepare_output_dirs() const {
+// A directory that cannot be used safely is bad input: reported before anything starts.
+void Job::prepare_output_dirs() {
   if (opt_.output_filename.empty()) return;
-  // A directory that cannot be made is bad input: report it before anything starts.
-  try {
-    OutputRelay::make_rank_dirs(opt_.output_filename, placement_.size());
-  } catch (const SystemError& e) {
-    throw UsageError(std::string(e.what()) +
-                     "; give --output-filename a directory you can write to");
-  }
+  output_files_ =
+      open_output_files(opt_.output_filename, placement_.size(), &OutputRelay::rank_dir_name);
 }
 
 std::unique_ptr<AgentLink> Job::open_link(const Host& h) {
@@ -242,10 +248,9 @@ void Job::start_agents() {
     }
   }
   for (Host& h : hosts_) {
-    // A local agent needs no silence limit: its stdin reaches EOF whenever the launcher
-    // dies. A remote one must notice a launcher that is gone but whose connection is not.
-    hello.heartbeat_timeout_ms =
-        h.local ? 0 : static_cast<std::uint32_t>(ctx_.heartbeat_timeout.count());
+    // Every agent must notice a launcher that is gone but whose connection is not, and a
+    // local one a launcher stopped by SIGSTOP: no host goes on running half a job.
+    hello.heartbeat_timeout_ms = static_cast<std::uint32_t>(ctx_.heartbeat_timeout.count());
     // Each agent names its own host's interface toward the launcher, unless the user chose
     // one with --network-interface.
     hello.launcher_addr.clear();
@@ -261,7 +266,7 @@ void Job::start_relay() {
   ro.output_dir = opt_.output_filename;
   ro.stdout_fd = ctx_.stdout_fd;
   ro.stderr_fd = ctx_.stderr_fd;
-  relay_.emplace(ro, placement_.size());
+  relay_.emplace(ro, placement_.size(), std::move(output_files_));
 }
 
 // The rendezvous server, and Horovod's own gloo-mode rendezvous (HTTP) for unmodified
@@ -292,6 +297,7 @@ void Job::supervise() {
   start_deadline_ =
       hooks_.launch_start.value_or(start_time_) + std::chrono::seconds(opt_.start_timeout_s);
   next_heartbeat_ = now() + ctx_.heartbeat_interval;
+  last_heartbeat_ = now();
   try {
     while (turn()) {
     }
@@ -307,6 +313,7 @@ void Job::supervise() {
 
 bool Job::turn() {
   if (!handle_interrupt()) return false;
+  if (ctx_.clock->take_suspend()) suspend();
   if (all_done()) return false;
   const auto t = now();
   if (teardown_overdue(t)) return false;
@@ -320,6 +327,42 @@ bool Job::turn() {
   check_timers(now());
   for (Host& h : hosts_) service(h, /*read=*/false);  // send what the timers queued
   return true;
+}
+
+// Ctrl-Z: every agent stops its ranks, then this process stops itself, so that the shell
+// sees the job stopped; `fg` (SIGCONT) continues it, and the ranks with it. The time spent
+// stopped counts toward no deadline.
+void Job::suspend() {
+  if (stopping()) return;  // a teardown in progress goes on
+  for (Host& h : hosts_) send(h, proto::Suspend{});
+  flush_links(now() + milliseconds(1000));
+  relay_->drain();
+  const auto before = now();
+  spdlog::debug("suspended: every agent stopped its ranks");
+  ctx_.clock->stop_self();
+  const auto t = now();
+  start_deadline_ += t - before;
+  for (Host& h : hosts_) {
+    send(h, proto::Resume{});
+    h.last_rx = t;
+  }
+  last_heartbeat_ = t;  // the agents' silence limit counts from the resume
+  flush_links(t + milliseconds(1000));
+  spdlog::debug("resumed after {} ms",
+                std::chrono::duration_cast<milliseconds>(t - before).count());
+}
+
+// Writes every host's queued frames, waiting for the links to take them until `deadline`.
+void Job::flush_links(Clock::time_point deadline) {
+  for (;;) {
+    fds_.clear();
+    for (Host& h : hosts_) {
+      if (!h.outq.empty()) service(h, /*read=*/false);
+      if (!h.closed && !h.outq.empty()) h.link->add_pollfds(fds_, false, true);
+    }
+    if (fds_.empty() || now() >= deadline) return;
+    ctx_.clock->wait(fds_, std::min(deadline, now() + milliseconds(10)));
+  }
 }
 
 // A first interrupt stops the job gracefully; a second one stops waiting for that.
@@ -357,10 +400,28 @@ void Job::wait_for_events(Clock::time_point t) {
   if (paused) wake = std::min(wake, t + milliseconds(5));
   if (!stopping() && started_ranks_ < placement_.size()) wake = std::min(wake, start_deadline_);
   if (teardown_deadline_) wake = std::min(wake, *teardown_deadline_);
-  if (ctx_.clock->wait(fds_, wake) > 0) {
+  const int ready = ctx_.clock->wait(fds_, wake);
+  check_frozen();
+  if (ready > 0) {
     for (Host& h : hosts_) service(h);
     relay_->flush();
   }
+}
+
+// Silent for longer than the heartbeat timeout: this process was stopped (SIGSTOP, which it
+// cannot catch) or frozen, and every agent has given up on it and stopped its ranks. Say
+// so, before their reports arrive, rather than blame the ranks that were killed.
+void Job::check_frozen() {
+  const auto late = now() - last_heartbeat_;
+  if (ctx_.heartbeat_timeout.count() == 0 || late <= ctx_.heartbeat_timeout || stopping()) return;
+  char secs[64];
+  std::snprintf(secs, sizeof secs, "%.1f s, longer than the heartbeat timeout of %g s",
+                std::chrono::duration<double>(late).count(),
+                static_cast<double>(ctx_.heartbeat_timeout.count()) / 1000);
+  fail(255, std::string("hvdrun: hvdrun itself was stopped (SIGSTOP) or frozen for ") + secs +
+                " (HVDRUN_HEARTBEAT_TIMEOUT), so every agent stopped its ranks; the job is over. "
+                "To pause a job, use Ctrl-Z or SIGTSTP: hvdrun then stops every rank and "
+                "resumes them with it\n");
 }
 
 void Job::watch(std::string what, const ThreadFailure& failure) {
@@ -480,6 +541,8 @@ void Job::handle(Host& h, proto::Message& m) {
     on_rank_exited(h, *ex);
   } else if (auto* f = std::get_if<proto::Fatal>(&m)) {
     on_fatal(h, *f);
+  } else if (auto* stop = std::get_if<proto::RankStopped>(&m)) {
+    on_rank_stopped(h, *stop);
   } else {
     throw proto::ProtocolError(std::string("agent protocol: unexpected ") + proto::type_name(m) +
                                " frame from the agent");
@@ -525,7 +588,8 @@ void Job::on_rank_exited(Host& h, const proto::RankExited& ex) {
   int others = running_ranks() - 1;
   rank_done(ex.rank);
   if ((ex.signaled || ex.value != 0) && !stopping()) {
-    std::string msg = "hvdrun: rank " + std::to_string(ex.rank) + " on host " + h.name +
+    std::string msg = stopped_ranks_text() + "hvdrun: rank " + std::to_string(ex.rank) +
+                      " on host " + h.name +
                       (ex.signaled ? " was killed by " + signal_text(ex.value)
                                    : " exited with code " + std::to_string(ex.value));
     if (others > 0) {
@@ -542,6 +606,35 @@ void Job::on_rank_exited(Host& h, const proto::RankExited& ex) {
     }
     fail(ex.signaled ? 128 + ex.value : ex.value, std::move(msg));
   }
+}
+
+void Job::on_rank_stopped(Host& h, const proto::RankStopped& stop) {
+  owner_of(h, stop.rank, "rank-stopped");
+  RankState& rs = ranks_[static_cast<std::size_t>(stop.rank)];
+  rs.stop_signal = stop.signal;
+  rs.stopped_at = now();
+  if (stop.signal != 0)
+    spdlog::info("rank {} on host {} was stopped by {}", stop.rank, h.name,
+                 signal_text(stop.signal));
+}
+
+// Ranks somebody stopped (SIGSTOP): the likely reason why the others gave up waiting, so a
+// failure message names them first, as stopped.
+std::string Job::stopped_ranks_text() {
+  std::string out;
+  for (std::size_t r = 0; r < ranks_.size(); ++r) {
+    const RankState& rs = ranks_[r];
+    if (rs.done || rs.stop_signal == 0) continue;
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.1f",
+                  std::chrono::duration<double>(now() - rs.stopped_at).count());
+    out += "hvdrun: rank " + std::to_string(r) + " on host " +
+           hosts_[static_cast<std::size_t>(rs.host)].name + " is stopped (by " +
+           signal_text(rs.stop_signal) + ", " + secs +
+           " s ago) and holds up the others; continue it with SIGCONT, or find who stopped "
+           "it\n";
+  }
+  return out;
 }
 
 void Job::on_fatal(Host& h, const proto::Fatal& f) {
@@ -598,6 +691,7 @@ void Job::check_timers(Clock::time_point t) {
   if (t >= next_heartbeat_) {
     for (Host& h : hosts_) send(h, proto::Heartbeat{});
     next_heartbeat_ = t + ctx_.heartbeat_interval;
+    last_heartbeat_ = t;
   }
   if (ctx_.heartbeat_timeout.count() > 0) {
     for (Host& h : hosts_) {

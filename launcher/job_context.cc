@@ -36,7 +36,7 @@ milliseconds env_duration(const char* (*getenv)(const char*), const char* name,
 
 }  // namespace
 
-SystemJobClock::SystemJobClock() : signals_({SIGINT, SIGTERM, SIGHUP}) {}
+SystemJobClock::SystemJobClock() : signals_({SIGINT, SIGTERM, SIGHUP, SIGTSTP}) {}
 
 JobClock::Clock::time_point SystemJobClock::now() { return Clock::now(); }
 
@@ -51,9 +51,20 @@ int SystemJobClock::wait(std::vector<pollfd>& fds, Clock::time_point until) {
 }
 
 int SystemJobClock::take_interrupt() {
-  const int n = signals_.take(SIGINT) + signals_.take(SIGTERM) + signals_.take(SIGHUP);
-  return n > 0 ? SignalMask::last() : 0;
+  int first = 0;
+  bool last_seen = false;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    if (signals_.take(sig) == 0) continue;
+    if (first == 0) first = sig;
+    last_seen = last_seen || SignalMask::last() == sig;
+  }
+  // The latest interrupt, even when a SIGTSTP came after it.
+  return last_seen ? SignalMask::last() : first;
 }
+
+bool SystemJobClock::take_suspend() { return signals_.take(SIGTSTP) > 0; }
+
+void SystemJobClock::stop_self() { ::kill(::getpid(), SIGSTOP); }
 
 bool FirstFailurePolicy::on_failure(const Failure& failure) {
   if (!first_) first_ = failure;

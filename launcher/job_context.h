@@ -28,10 +28,14 @@ class JobClock {
   /// The latest interrupting signal (SIGINT, SIGTERM, SIGHUP) that arrived since the last
   /// call, or 0.
   virtual int take_interrupt() = 0;
+  /// True when a suspend request (SIGTSTP: Ctrl-Z) arrived since the last call.
+  virtual bool take_suspend() { return false; }
+  /// Stops this process as a shell job stops (SIGSTOP); returns once it is continued.
+  virtual void stop_self() {}
 };
 
-/// The real clock: steady_clock and ppoll, with SIGINT, SIGTERM and SIGHUP blocked
-/// except inside the wait. Construct it before any thread starts, so that every thread
+/// The real clock: steady_clock and ppoll, with SIGINT, SIGTERM, SIGHUP and SIGTSTP
+/// blocked except inside the wait. Construct it before any thread starts, so that every thread
 /// inherits the block and only the loop sees those signals.
 class SystemJobClock : public JobClock {
  public:
@@ -39,6 +43,8 @@ class SystemJobClock : public JobClock {
   Clock::time_point now() override;
   int wait(std::vector<pollfd>& fds, Clock::time_point until) override;
   int take_interrupt() override;
+  bool take_suspend() override;
+  void stop_self() override;
 
  private:
   SignalMask signals_;

@@ -12,12 +12,15 @@
 #include "launcher/job.h"
 #include "launcher/launch_plan.h"
 #include "launcher/preflight.h"
+#include "launcher/reaper.h"
 #include "launcher/ssh_agent_link.h"
 #include "ssh/libssh2_session.h"
 
 namespace hvdrun::launcher {
 
 int launch(const LaunchOptions& options) {
+  // Whatever local ranks leave behind, even past a killed agent, ends with the launch.
+  const LauncherReaper reaper;
   const LaunchPlan plan = make_plan(options);
   if (plan.all_local()) return run_job(plan, options);
 

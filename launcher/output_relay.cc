@@ -12,26 +12,10 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "launcher/output_files.h"
 
 namespace hvdrun::launcher {
 namespace {
-
-void make_dirs(const std::string& path) {
-  std::string cur;
-  std::size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = path.find('/', pos + 1);
-    cur = path.substr(0, pos);
-    if (cur.empty()) continue;
-    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
-      throw_errno("--output-filename: creating directory '" + cur + "'", "mkdir");
-    }
-  }
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    throw SystemError("--output-filename: '" + path + "' is not a directory", "mkdir", ENOTDIR);
-  }
-}
 
 // Ends the process the way a write to a closed pipe does by default. The launcher
 // ignores SIGPIPE (so that EPIPE reaches the code that can act on it); this restores the
@@ -59,29 +43,20 @@ std::string OutputRelay::rank_dir_name(int rank, int size) {
   return "rank." + digits;
 }
 
-void OutputRelay::make_rank_dirs(const std::string& dir, int size) {
-  make_dirs(dir);
-  for (int r = 0; r < size; ++r) make_dirs(dir + "/" + rank_dir_name(r, size));
-}
-
-OutputRelay::OutputRelay(RelayOptions options, int size)
+OutputRelay::OutputRelay(RelayOptions options, int size, std::vector<UniqueFd> files)
     : opt_(std::move(options)), size_(size), per_rank_(static_cast<std::size_t>(size) * 2) {
   out_.fd = opt_.stdout_fd;
   err_.fd = opt_.stderr_fd;
   tails_.assign(static_cast<std::size_t>(size), LineTail(opt_.tail_lines));
-  if (!opt_.output_dir.empty()) make_rank_dirs(opt_.output_dir, size);
+  if (!opt_.output_dir.empty() && files.empty())
+    files = open_output_files(opt_.output_dir, size, &OutputRelay::rank_dir_name);
   for (int r = 0; r < size; ++r) {
-    std::string dir;
-    if (!opt_.output_dir.empty()) dir = opt_.output_dir + "/" + rank_dir_name(r, size);
     for (auto s : {proto::Stream::out, proto::Stream::err}) {
       RankStream& rs = state(r, s);
-      const char* name = s == proto::Stream::out ? "stdout" : "stderr";
-      rs.tag = "[" + std::to_string(r) + "]<" + name + ">:";
-      if (!dir.empty()) {
-        std::string path = dir + "/" + name;
-        rs.file.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-        if (!rs.file) throw_errno("--output-filename: opening '" + path + "'", "open");
-      }
+      rs.tag =
+          "[" + std::to_string(r) + "]<" + (s == proto::Stream::out ? "stdout" : "stderr") + ">:";
+      if (!files.empty())
+        rs.file = std::move(files[static_cast<std::size_t>(&rs - per_rank_.data())]);
     }
   }
   writer_ = std::thread([this] { writer_loop(); });

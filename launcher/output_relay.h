@@ -58,8 +58,10 @@ struct RelayOptions {
 /// Tags, buffers and writes the output of `size` ranks.
 class OutputRelay {
  public:
-  /// Creates DIR/rank.N/ and its files when `output_dir` is set (throws SystemError).
-  OutputRelay(RelayOptions options, int size);
+  /// Writes rank N's raw output to files[2N] (stdout) and files[2N+1] (stderr), as
+  /// open_output_files() returns them; with no files and `output_dir` set, opens them
+  /// itself (throws UsageError naming the path).
+  OutputRelay(RelayOptions options, int size, std::vector<UniqueFd> files = {});
 
   /// Takes the next bytes rank `rank` wrote on `stream`. Writes when enough is buffered.
   void add(int rank, proto::Stream stream, std::string_view bytes);
@@ -90,9 +92,6 @@ class OutputRelay {
 
   /// Zero-padded rank directory name, "rank.07" for rank 7 of 12.
   static std::string rank_dir_name(int rank, int size);
-
-  /// Creates DIR and DIR/rank.N/ for every rank (throws SystemError naming the path).
-  static void make_rank_dirs(const std::string& dir, int size);
 
  private:
   struct Sink {

@@ -57,7 +57,8 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
   if (spec.stderr_fd >= 0) ::dup2(spec.stderr_fd, 2);
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGQUIT}) ::sigaction(s, &dfl, nullptr);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGQUIT, SIGTSTP})
+    ::sigaction(s, &dfl, nullptr);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);

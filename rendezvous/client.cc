@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/fd.h"
+#include "common/log.h"
 #include "rendezvous/protocol.h"
 
 namespace hvdrun::rendezvous {
@@ -100,8 +101,8 @@ class Client::Impl {
       auto wait = milliseconds(static_cast<long long>(delay.count() * jitter(rng)));
       wait = std::min(wait, milliseconds(remaining_ms(deadline)));
       if (wait.count() <= 0) break;
-      spdlog::warn("{}: connect to {} failed: {}; retrying ({}/{}) after {} ms", prefix(), address_,
-                   last, attempt, max - 1, wait.count());
+      hvdrun::log().warn("{}: connect to {} failed: {}; retrying ({}/{}) after {} ms", prefix(),
+                         address_, last, attempt, max - 1, wait.count());
       std::this_thread::sleep_for(wait);
       delay = std::min(delay * 2, opts_.backoff_max);
       if (Clock::now() >= deadline) break;

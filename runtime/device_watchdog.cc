@@ -1,6 +1,7 @@
 // See device_watchdog.h.
 #include "runtime/device_watchdog.h"
 
+#include "common/log.h"
 #include "common/seconds_text.h"
 
 #include <spdlog/spdlog.h>
@@ -46,7 +47,7 @@ bool DeviceWatchdog::failed() const {
 
 void DeviceWatchdog::exit_process(const std::string& why) {
   // On stderr, where the launcher quotes a failed rank's last lines from.
-  spdlog::default_logger()->flush();
+  hvdrun::log().flush();
   std::fflush(nullptr);
   std::fprintf(stderr, "%s\n", why.c_str());
   std::fflush(stderr);

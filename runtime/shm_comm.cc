@@ -57,6 +57,7 @@
 #include "common/deadline.h"
 #include "common/error.h"
 #include "common/fd.h"
+#include "common/log.h"
 #include "common/seconds_text.h"
 #include "rendezvous/protocol.h"
 #include "runtime/shm_reduce.h"
@@ -290,8 +291,9 @@ class ShmComm::Impl {
       UniqueFd c(::accept4(srv.get(), nullptr, nullptr, SOCK_CLOEXEC));
       if (!c) continue;
       if (peer_uid(c.get()) != ::geteuid()) {
-        spdlog::warn("hvdrun: {}: refused a local connection from uid {} to the segment socket",
-                     who_, peer_uid(c.get()));
+        hvdrun::log().warn(
+            "hvdrun: {}: refused a local connection from uid {} to the segment socket", who_,
+            peer_uid(c.get()));
         continue;
       }
       // A local rank says hello at once; anything else (a stray connection from another

@@ -20,6 +20,7 @@
 #include <cstdlib>
 
 #include "common/deadline.h"
+#include "common/log.h"
 #include "common/seconds_text.h"
 
 namespace hvdrun::runtime {
@@ -69,9 +70,9 @@ World::World(Environment env) : env_(std::move(env)) {
   check_in(deadline);
   host_ = std::make_unique<HostComm>(*store_, prefix_, env_, store_->local_address(), deadline);
   build_nccl(deadline);
-  spdlog::debug("hvdrun: {} joined in {} ms via {}; host memory: {}", who(),
-                std::chrono::duration_cast<milliseconds>(Clock::now() - start).count(),
-                store_->local_address(), host_->describe());
+  hvdrun::log().debug("hvdrun: {} joined in {} ms via {}; host memory: {}", who(),
+                      std::chrono::duration_cast<milliseconds>(Clock::now() - start).count(),
+                      store_->local_address(), host_->describe());
 }
 
 World::~World() { leave(); }
@@ -91,7 +92,7 @@ void World::leave(bool farewell) {
       if (host_->world_gloo_pairs() > 0) arrive(timeout);
       host_->farewell(timeout);
     } catch (const std::exception& e) {
-      spdlog::warn("hvdrun: {}: leaving without the final barrier: {}", who(), e.what());
+      hvdrun::log().warn("hvdrun: {}: leaving without the final barrier: {}", who(), e.what());
     }
   }
   nccl_.reset();
@@ -159,7 +160,7 @@ void World::build_nccl(Clock::time_point deadline) {
     nccl_status_ = gpus == 0 ? "no rank has a visible CUDA device"
                              : "only " + std::to_string(gpus) + " of " + std::to_string(env_.size) +
                                    " ranks have a visible CUDA device";
-    if (gpus > 0) spdlog::warn("hvdrun: {}: NCCL not initialised: {}", who(), nccl_status_);
+    if (gpus > 0) hvdrun::log().warn("hvdrun: {}: NCCL not initialised: {}", who(), nccl_status_);
     return;
   }
   // NCCL's own traffic uses the interface that reaches the rendezvous, unless the user
@@ -174,7 +175,7 @@ void World::build_nccl(Clock::time_point deadline) {
   } catch (const Error& e) {
     if (require) throw;
     nccl_status_ = e.what();
-    spdlog::warn("hvdrun: {}: continuing without NCCL: {}", who(), e.what());
+    hvdrun::log().warn("hvdrun: {}: continuing without NCCL: {}", who(), e.what());
   }
 }
 

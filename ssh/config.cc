@@ -3,6 +3,7 @@
 // the resolution of a host into a Target.
 #include "ssh/config.h"
 
+#include <fcntl.h>
 #include <glob.h>
 #include <pwd.h>
 #include <sys/stat.h>
@@ -10,9 +11,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
+#include <cstring>
 
 namespace hvdrun::ssh {
 namespace {
@@ -21,6 +22,52 @@ std::string lower(std::string_view s) {
   std::string out(s);
   for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
+}
+
+// ssh_config files are a few KiB; these caps keep `--ssh-config /dev/zero`, an Include of a
+// device or of a huge file from reading without end. The total covers every Include.
+constexpr std::size_t kMaxConfigFileBytes = 1024 * 1024;
+constexpr std::size_t kMaxConfigTotalBytes = 16 * 1024 * 1024;
+
+std::string mib(std::size_t bytes) { return std::to_string(bytes / (1024 * 1024)) + " MiB"; }
+
+// Reads `path` whole, at most kMaxConfigFileBytes and what is left of `budget`. `what`
+// names the file in messages ("ssh config '/x'", "FILE:LINE: included file '/y'"), `hint`
+// says what to do. A FIFO or device is read the same way, never waited on for ever:
+// opening does not block, and reading stops at the cap.
+std::string read_capped(const std::string& path, std::size_t& budget, const std::string& what,
+                        const std::string& hint) {
+  auto fail = [&](const std::string& why) -> UsageError {
+    return UsageError(what + ": " + why + "; " + hint);
+  };
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) throw fail(std::string("cannot read it (") + std::strerror(errno) + ")");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode))
+    throw fail("cannot read it (" +
+               std::string(std::strerror(S_ISDIR(st.st_mode) ? EISDIR : errno)) + ")");
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  const std::size_t cap = std::min(kMaxConfigFileBytes, budget);
+  std::string data;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw fail(std::string("cannot read it (") + std::strerror(errno) + ")");
+    if (n == 0) break;
+    data.append(buf, static_cast<std::size_t>(n));
+    if (data.size() > cap) {
+      throw fail(cap == kMaxConfigFileBytes
+                     ? "larger than " + mib(kMaxConfigFileBytes) + ", not an ssh_config file"
+                     : "the configuration with its Includes exceeds " + mib(kMaxConfigTotalBytes));
+    }
+  }
+  budget -= data.size();
+  return data;
 }
 
 [[noreturn]] void malformed(const std::string& where, const std::string& what) {
@@ -96,6 +143,10 @@ std::string validate(const std::string& keyword, const std::vector<std::string>&
       malformed(where, "IdentitiesOnly must be yes or no, not '" + value + "'");
   } else if (keyword == "userknownhostsfile") {
     single = false;  // several files may be named; hvdrun uses the first
+  } else if (keyword == "proxycommand" || keyword == "proxyjump") {
+    std::string all;  // a command: every word, to show it as written
+    for (const auto& a : args) all += (all.empty() ? "" : " ") + a;
+    return all;
   }
   if (single && args.size() > 1) {
     malformed(where, "unexpected '" + args[1] + "' after the value of " + keyword);
@@ -110,7 +161,9 @@ constexpr std::string_view kKnownKeywords[] = {"hostname",
                                                "userknownhostsfile",
                                                "stricthostkeychecking",
                                                "connecttimeout",
-                                               "identitiesonly"};
+                                               "identitiesonly",
+                                               "proxycommand",
+                                               "proxyjump"};
 
 }  // namespace
 
@@ -218,23 +271,25 @@ void SshConfig::include(const std::vector<std::string>& args, const std::string&
     }
     ::globfree(&matches);
     for (const auto& path : paths) {
-      std::ifstream in(path);
-      if (!in) malformed(where, "cannot read included file '" + path + "'");
-      std::ostringstream text;
-      text << in.rdbuf();
+      const std::string text = read_capped(path, budget_, where + ": included file '" + path + "'",
+                                           "Include only ssh_config files");
       blocks_.push_back(outer);
-      parse_into(text.str(), path, depth + 1);
+      parse_into(text, path, depth + 1);
     }
   }
   blocks_.push_back(outer);
 }
 
 SshConfig SshConfig::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError("cannot read ssh config '" + path + "': check --ssh-config");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse(text.str(), path);
+  std::size_t budget = kMaxConfigTotalBytes;
+  const std::string text =
+      read_capped(path, budget, "ssh config '" + path + "'", "check --ssh-config");
+  SshConfig config;
+  config.filename_ = path;
+  config.blocks_.push_back(Block{});
+  config.budget_ = budget;
+  config.parse_into(text, path, 0);
+  return config;
 }
 
 SshConfig SshConfig::load_for(const std::string& ssh_config_flag) {
@@ -265,6 +320,14 @@ HostConfig SshConfig::lookup(std::string_view host) const {
         if (!out.strict) out.strict = parse_strict(e.value);
       } else if (e.keyword == "identitiesonly") {
         if (!out.identities_only) out.identities_only = lower(e.value) == "yes";
+      } else if (e.keyword == "proxycommand" || e.keyword == "proxyjump") {
+        // As in OpenSSH, the first of the two to apply wins; `none` turns both off.
+        if (!out.proxy)
+          out.proxy =
+              lower(e.value) == "none"
+                  ? std::string()
+                  : std::string(e.keyword == "proxycommand" ? "ProxyCommand " : "ProxyJump ") +
+                        e.value;
       } else if (e.keyword == "connecttimeout") {
         if (!out.connect_timeout_s) {
           auto seconds = parse_int(e.value);
@@ -341,7 +404,50 @@ std::string expand_tokens(const std::string& value, const Target& t, const std::
 
 }  // namespace
 
-Target resolve_target(const std::string& host, const SshConfig& config, const SshOptions& options) {
+namespace {
+
+Target resolve_target(const std::string& host, const SshConfig& config, const SshOptions& options,
+                      int depth);
+
+// ProxyJump's value, `[user@]host[:port]` hops separated by commas, as a chain of Targets:
+// the last hop is the one this host is reached through, and it is reached through the
+// hops before it. A hop's own ssh_config settings apply (its own ProxyJump included);
+// -p and -i are for the job's hosts, not for jump hosts.
+std::shared_ptr<const Target> jump_chain(const std::string& value, const SshConfig& config,
+                                         const SshOptions& options, int depth) {
+  if (depth >= 8) throw UsageError("ProxyJump '" + value + "': more than 8 jumps (a loop?)");
+  const auto comma = value.rfind(',');
+  std::string hop = comma == std::string::npos ? value : value.substr(comma + 1);
+  std::string user;
+  std::optional<int> port;
+  if (const auto at = hop.find('@'); at != std::string::npos) {
+    user = hop.substr(0, at);
+    hop.erase(0, at + 1);
+  }
+  if (const auto colon = hop.rfind(':'); colon != std::string::npos && hop.back() != ']') {
+    port = parse_int(hop.substr(colon + 1));
+    if (!port || *port < 1 || *port > 65535)
+      throw UsageError("ProxyJump '" + value + "': bad port in '" + hop + "'");
+    hop.erase(colon);
+  }
+  if (hop.size() > 2 && hop.front() == '[' && hop.back() == ']')
+    hop = hop.substr(1, hop.size() - 2);
+  if (hop.empty() || hop.front() == '-')
+    throw UsageError("ProxyJump '" + value +
+                     "': expected [user@]host[:port] hops, comma-separated");
+  SshOptions own = options;
+  own.port.reset();
+  own.identity_file.clear();
+  Target t = resolve_target(hop, config, own, depth + 1);
+  if (!user.empty()) t.user = user;
+  if (port) t.port = *port;
+  if (comma != std::string::npos)
+    t.jump = jump_chain(value.substr(0, comma), config, options, depth + 1);
+  return std::make_shared<const Target>(std::move(t));
+}
+
+Target resolve_target(const std::string& host, const SshConfig& config, const SshOptions& options,
+                      int depth) {
   HostConfig hc = config.lookup(host);
   Target t;
   t.alias = host;
@@ -380,7 +486,18 @@ Target resolve_target(const std::string& host, const SshConfig& config, const Ss
   if (seconds <= 0) seconds = options.start_timeout_s;  // "none": only --start-timeout limits
   if (options.start_timeout_s > 0) seconds = std::min(seconds, options.start_timeout_s);
   t.connect_timeout = std::chrono::seconds(std::max(seconds, 1));
+  if (hc.proxy && hc.proxy->rfind("ProxyJump ", 0) == 0) {
+    t.jump = jump_chain(hc.proxy->substr(10), config, options, depth);
+  } else if (hc.proxy) {
+    t.proxy = *hc.proxy;
+  }
   return t;
+}
+
+}  // namespace
+
+Target resolve_target(const std::string& host, const SshConfig& config, const SshOptions& options) {
+  return resolve_target(host, config, options, 0);
 }
 
 }  // namespace hvdrun::ssh

@@ -1,11 +1,12 @@
 // The subset of ssh_config(5) hvdrun honours (Host patterns, HostName, Port, User,
 // IdentityFile, IdentitiesOnly, UserKnownHostsFile, StrictHostKeyChecking, ConnectTimeout,
-// Include) and the step
+// Include, ProxyJump; ProxyCommand is recognised in order to refuse it) and the step
 // that turns a host name plus the command line into a Target. Parsing is strict about
 // the keywords it knows (a malformed line is a UsageError with file:line) and ignores
 // the ones it does not, as users' configs are full of them.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -48,6 +49,11 @@ struct HostConfig {
   std::optional<int> connect_timeout_s;
   /// IdentitiesOnly: use only the configured key files (and agent keys matching them).
   std::optional<bool> identities_only;
+  /// ProxyCommand or ProxyJump as written ("ProxyJump bastion"), the first of the two that
+  /// applies; `none` counts as unset (an empty string). ProxyJump is followed through the
+  /// jump hosts' direct-tcpip channels; ProxyCommand is refused by name (verdict
+  /// unsupported) instead of failing later as dns or timeout.
+  std::optional<std::string> proxy;
 };
 
 /// A parsed ssh_config file.
@@ -58,7 +64,8 @@ class SshConfig {
   /// Parses `text`; `filename` is used in error messages. Throws UsageError
   /// "FILE:LINE: ..." for a malformed line.
   static SshConfig parse(std::string_view text, const std::string& filename);
-  /// Reads and parses `path`. Throws UsageError if it cannot be read.
+  /// Reads and parses `path`. Throws UsageError if it cannot be read, or when it or the
+  /// files it includes exceed their size caps (1 MiB a file, 16 MiB in all).
   static SshConfig load(const std::string& path);
   /// `--ssh-config FILE` when given (must exist), else ~/.ssh/config when it exists,
   /// else an empty configuration.
@@ -83,6 +90,7 @@ class SshConfig {
 
   std::vector<Block> blocks_;
   std::string filename_;
+  std::size_t budget_ = 16 * 1024 * 1024;  // bytes Includes may still read (config.cc)
 };
 
 /// Glob match of one ssh_config pattern (`*`, `?`), case-insensitive.

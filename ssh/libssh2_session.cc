@@ -23,6 +23,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "common/fd.h"
 #include "common/seconds_text.h"
@@ -238,6 +239,7 @@ void expect_banner(const Target& t, int fd, const std::string& address, Deadline
 // Owns the libssh2 session and its socket; shared by the Session and its Channels so a
 // channel never outlives the connection it runs on.
 struct Core {
+  std::shared_ptr<void> tunnel;  // ProxyJump: the Tunnel carrying `fd`; outlives the session
   LIBSSH2_SESSION* session = nullptr;
   UniqueFd fd;
   std::string label;  // "ssh node1 (127.0.0.2:22022)"
@@ -377,6 +379,15 @@ class Libssh2Session : public Session {
     }
   }
 
+  /// Behind a ProxyJump the socket is one end of a socketpair: the addresses that matter
+  /// are this machine's toward the (last) jump host and the target's as written.
+  void set_jumped(std::string local, std::string peer, std::string peer_ip) {
+    local_ = std::move(local);
+    peer_ = std::move(peer);
+    peer_ip_ = std::move(peer_ip);
+  }
+  std::shared_ptr<Core> core() const { return core_; }
+
   const Target& target() const override { return target_; }
   int fd() const override { return core_->fd.get(); }
   short poll_events() const override { return core_->events(); }
@@ -431,6 +442,130 @@ class Libssh2Session : public Session {
   std::string peer_ip_;
   std::string note_;
 };
+
+// --- ProxyJump ----------------------------------------------------------------------------
+
+// One TCP stream through a direct-tcpip channel of the jump host's session. The target's
+// session speaks SSH over one end of a socketpair; this thread copies between the other end
+// and the channel, and owns the jump session from then on (libssh2 sessions are used from
+// one thread at a time). It ends when either side closes or when the Tunnel is destroyed.
+class Tunnel {
+ public:
+  Tunnel(std::shared_ptr<Core> jump, LIBSSH2_CHANNEL* channel, UniqueFd local)
+      : jump_(std::move(jump)), channel_(channel), local_(std::move(local)) {
+    std::tie(wake_r_, wake_w_) = make_pipe();
+    set_nonblocking(local_.get());
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Tunnel() {
+    (void)!::write(wake_w_.get(), "x", 1);
+    thread_.join();
+    libssh2_channel_free(channel_);
+  }
+  Tunnel(const Tunnel&) = delete;
+  Tunnel& operator=(const Tunnel&) = delete;
+
+ private:
+  // One round of copying both ways; false once the stream is over.
+  bool pump(bool& moved) {
+    char buf[32768];
+    if (to_local_.empty()) {
+      auto n = libssh2_channel_read(channel_, buf, sizeof buf);
+      if (n > 0) to_local_.assign(buf, static_cast<std::size_t>(n));
+      if (n == 0 && libssh2_channel_eof(channel_)) return false;
+      if (n < 0 && n != LIBSSH2_ERROR_EAGAIN) return false;
+    }
+    if (!to_local_.empty()) {
+      auto n = ::send(local_.get(), to_local_.data(), to_local_.size(), MSG_NOSIGNAL);
+      if (n < 0 && errno != EAGAIN && errno != EINTR) return false;
+      if (n > 0) to_local_.erase(0, static_cast<std::size_t>(n)), moved = true;
+    }
+    if (to_channel_.empty()) {
+      auto n = ::recv(local_.get(), buf, sizeof buf, 0);
+      if (n == 0) return false;  // the target's session is closed
+      if (n < 0 && errno != EAGAIN && errno != EINTR) return false;
+      if (n > 0) to_channel_.assign(buf, static_cast<std::size_t>(n));
+    }
+    if (!to_channel_.empty()) {
+      auto n = libssh2_channel_write(channel_, to_channel_.data(), to_channel_.size());
+      if (n < 0 && n != LIBSSH2_ERROR_EAGAIN) return false;
+      if (n > 0) to_channel_.erase(0, static_cast<std::size_t>(n)), moved = true;
+    }
+    return true;
+  }
+
+  void run() {
+    for (;;) {
+      bool moved = false;
+      if (!pump(moved)) break;
+      if (moved) continue;
+      short local_events = to_channel_.empty() ? POLLIN : 0;
+      if (!to_local_.empty()) local_events |= POLLOUT;
+      pollfd fds[3] = {{jump_->fd.get(), jump_->events(), 0},
+                       {local_.get(), local_events, 0},
+                       {wake_r_.get(), POLLIN, 0}};
+      if (::poll(fds, 3, 1000) < 0 && errno != EINTR) break;
+      if (fds[2].revents != 0) break;
+    }
+    // The target's session sees its connection end.
+    ::shutdown(local_.get(), SHUT_RDWR);
+  }
+
+  std::shared_ptr<Core> jump_;
+  LIBSSH2_CHANNEL* channel_;
+  UniqueFd local_;
+  UniqueFd wake_r_, wake_w_;
+  std::string to_local_, to_channel_;
+  std::thread thread_;
+};
+
+// Opens the stream to `t` through its jump host; returns the target side's descriptor and
+// fills `tunnel`, `address` ("host:port via jump") and `local` (this machine's address
+// toward the jump host).
+UniqueFd connect_through(Libssh2Connector& connector, const Target& t, Deadline deadline,
+                         std::shared_ptr<void>& tunnel, std::string& address, std::string& local) {
+  std::unique_ptr<Session> outer;
+  try {
+    outer = connector.connect(*t.jump, deadline);
+  } catch (const ConnectError& e) {
+    // The verdict is the jump host's; the table's row is the target's.
+    throw ConnectError(e.verdict(), "jump host " + t.jump->alias + ": " + e.detail(), e.fix(),
+                       e.address().empty() ? "" : e.address() + " (jump host)");
+  }
+  auto* jumped = static_cast<Libssh2Session*>(outer.get());
+  std::shared_ptr<Core> jump = jumped->core();
+  local = jumped->local_address();
+  address = t.hostname + ":" + std::to_string(t.port) + " via " + t.jump->alias;
+  LIBSSH2_CHANNEL* channel = nullptr;
+  for (;;) {
+    channel =
+        libssh2_channel_direct_tcpip_ex(jump->session, t.hostname.c_str(), t.port, "127.0.0.1", 22);
+    if (channel != nullptr) break;
+    if (libssh2_session_last_errno(jump->session) != LIBSSH2_ERROR_EAGAIN) {
+      throw ConnectError(Verdict::refused,
+                         "the jump host " + t.jump->alias + " could not connect to " + t.hostname +
+                             ":" + std::to_string(t.port) + ": " + jump->last_error(),
+                         "check that " + t.jump->alias +
+                             " reaches the host and allows TCP "
+                             "forwarding (AllowTcpForwarding in its sshd_config)",
+                         address);
+    }
+    if (!jump->wait(deadline)) {
+      throw ConnectError(Verdict::timeout,
+                         "the jump host " + t.jump->alias + " did not open a channel to " +
+                             t.hostname + ":" + std::to_string(t.port) + " in time",
+                         "is the host up? raise --start-timeout", address);
+    }
+  }
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+    libssh2_channel_free(channel);
+    throw_errno("ProxyJump " + t.jump->alias + ": socketpair", "socketpair");
+  }
+  UniqueFd mine(pair[0]);
+  tunnel = std::make_shared<Tunnel>(std::move(jump), channel, UniqueFd(pair[1]));
+  return mine;
+}
 
 // --- host keys --------------------------------------------------------------------------
 
@@ -728,15 +863,31 @@ bool key_is_encrypted(const std::string& path, bool& readable) {
 }
 
 std::unique_ptr<Session> Libssh2Connector::connect(const Target& t, Deadline deadline) {
+  if (!t.proxy.empty()) {
+    // Connecting directly instead would fail later as dns or timeout, with no hint why.
+    const std::string keyword = t.proxy.substr(0, t.proxy.find(' '));
+    throw ConnectError(
+        Verdict::unsupported,
+        keyword + " is not supported (ssh_config has '" + t.proxy + "' for " + t.alias + ")",
+        "run hvdrun on a machine that reaches the host directly (a login node or "
+        "the bastion itself): its ranks must also reach hvdrun's rendezvous port",
+        t.hostname + ":" + std::to_string(t.port));
+  }
   global_init();
   const auto start = Clock::now();
   auto ms = [&start] {
     return std::chrono::duration_cast<milliseconds>(Clock::now() - start).count();
   };
   const Deadline connect_deadline = std::min(deadline, Clock::now() + t.connect_timeout);
-  auto addresses = resolve(t, connect_deadline);
   std::string address;
-  UniqueFd fd = connect_any(t, addresses, connect_deadline, address);
+  std::string jump_local;
+  std::shared_ptr<void> tunnel;
+  UniqueFd fd;
+  if (t.jump) {
+    fd = connect_through(*this, t, connect_deadline, tunnel, address, jump_local);
+  } else {
+    fd = connect_any(t, resolve(t, connect_deadline), connect_deadline, address);
+  }
   spdlog::debug("ssh {}: TCP connected to {} after {} ms", t.alias, address, ms());
   expect_banner(t, fd.get(), address, connect_deadline);
   spdlog::debug("ssh {}: banner after {} ms", t.alias, ms());
@@ -746,6 +897,7 @@ std::unique_ptr<Session> Libssh2Connector::connect(const Target& t, Deadline dea
   core->session = libssh2_session_init();
   if (core->session == nullptr) throw LaunchError(core->label + ": libssh2_session_init failed");
   core->fd = std::move(fd);
+  core->tunnel = std::move(tunnel);
   libssh2_session_set_blocking(core->session, 0);
   const std::string hostkeys =
       hostkey_preference(core->session, known_key_types(t.known_hosts_file, t.hostname, t.port));
@@ -769,6 +921,7 @@ std::unique_ptr<Session> Libssh2Connector::connect(const Target& t, Deadline dea
   authenticate(t, *core, deadline, address);
   spdlog::debug("ssh {}: logged in as {} after {} ms", t.alias, t.user, ms());
   auto session = std::make_unique<Libssh2Session>(std::move(core), t);
+  if (t.jump) session->set_jumped(jump_local, address, t.hostname);
   session->set_note(std::move(note));
   return session;
 }

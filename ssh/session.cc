@@ -30,6 +30,8 @@ std::string_view to_string(Verdict verdict) {
       return "auth";
     case Verdict::hvdrun_missing:
       return "hvdrun-missing";
+    case Verdict::unsupported:
+      return "unsupported";
   }
   return "unknown";
 }

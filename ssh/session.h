@@ -32,6 +32,7 @@ enum class Verdict {
   host_key_changed,  ///< known_hosts holds a different key for the host (always refused).
   auth,              ///< No key was accepted.
   hvdrun_missing,    ///< hvdrun absent at the expected path, or another version.
+  unsupported,       ///< ssh_config asks for what hvdrun cannot do (ProxyCommand, ProxyJump).
 };
 
 /// The verdict's name as printed: "ok", "dns", ..., "not-ssh", "host-key-changed".
@@ -69,6 +70,13 @@ struct Target {
   StrictHostKeyChecking strict = StrictHostKeyChecking::accept_new;
   /// Deadline for resolving, connecting and receiving the server's banner.
   std::chrono::milliseconds connect_timeout{10000};
+  /// ssh_config's ProxyCommand line for this host ("ProxyCommand ssh -W %h:%p b"), or
+  /// empty. hvdrun does not run proxy commands, so a connector refuses a target with one.
+  std::string proxy;
+  /// ProxyJump: the host to connect through (itself possibly behind another), or null for
+  /// a direct connection. The connection to this target is then a direct-tcpip channel of
+  /// the jump host's session.
+  std::shared_ptr<const Target> jump;
 };
 
 /// A login that failed, classified for the preflight table.

@@ -146,6 +146,19 @@ TEST_CASE("host list (-H) rejects malformed lists with a precise message") {
       {std::string("a\0b", 3),
        "-H: host name 'a\\x00b' contains '\\x00'; host names may contain letters, digits, '.', '-' "
        "and '_'"},
+      // A UTF-8 name is shown whole; a byte that is not UTF-8 as \xNN, never half a character.
+      {"nod\xc3\xa9:1",
+       "-H: host name 'nod\xc3\xa9' contains '\xc3\xa9', which is not ASCII; host names may "
+       "contain ASCII letters, digits, '.', '-' and '_' (write an internationalised name in its "
+       "ASCII form, xn--...)"},
+      {"\xe6\x9d\xb1\xe4\xba\xac",
+       "-H: host name '\xe6\x9d\xb1\xe4\xba\xac' contains '\xe6\x9d\xb1', which is not ASCII; "
+       "host names may contain ASCII letters, digits, '.', '-' and '_' (write an "
+       "internationalised name in its ASCII form, xn--...)"},
+      {"nod\xc3",
+       "-H: host name 'nod\\xc3' contains '\\xc3', which is not ASCII; host names may contain "
+       "ASCII letters, digits, '.', '-' and '_' (write an internationalised name in its ASCII "
+       "form, xn--...)"},
   };
   for (const auto& c : cases) {
     INFO("input: " << c.text);

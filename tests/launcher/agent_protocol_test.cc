@@ -79,7 +79,11 @@ TEST_CASE("every message survives a round trip whatever the chunking") {
       exited,
       proto::Kill{250},
       proto::Heartbeat{},
-      proto::Fatal{2, "cannot start rank 2"}};
+      proto::Fatal{2, "cannot start rank 2"},
+      proto::Suspend{},
+      proto::Resume{},
+      proto::RankStopped{4, 19},
+      proto::RankStopped{4, 0}};
   std::string all;
   for (const auto& m : msgs) all += encoded(m);
   for (std::size_t chunk : {std::size_t{1}, std::size_t{3}, std::size_t{7}, all.size()}) {
@@ -95,7 +99,8 @@ TEST_CASE("every message survives a round trip whatever the chunking") {
 TEST_CASE("an output header written in place decodes like an encoded output frame") {
   std::string data = "hello\nworld";
   std::string bytes(proto::kOutputHeaderBytes, '\0');
-  proto::write_output_header(bytes.data(), 5, proto::Stream::out, static_cast<std::uint32_t>(data.size()));
+  proto::write_output_header(bytes.data(), 5, proto::Stream::out,
+                             static_cast<std::uint32_t>(data.size()));
   bytes += data;
   CHECK(encoded(proto::Output{5, proto::Stream::out, data}) == bytes);
 }
@@ -116,7 +121,9 @@ TEST_CASE("a stream that does not start with a hello names what it saw") {
 
 TEST_CASE("malformed payloads are protocol errors") {
   std::string hello = encoded(proto::Hello{});
-  SECTION("unknown type") { CHECK_THAT(decode_error(hello + frame(77, "")), Catch::Contains("unknown frame type 77")); }
+  SECTION("unknown type") {
+    CHECK_THAT(decode_error(hello + frame(77, "")), Catch::Contains("unknown frame type 77"));
+  }
   SECTION("truncated field") {
     CHECK_THAT(decode_error(hello + frame(7, std::string(2, '\0'))), Catch::Contains("truncated"));
   }
@@ -159,7 +166,7 @@ TEST_CASE("a version 1 agent hello (no interface field) is read as a version mis
   auto m = d.next();
   REQUIRE(m);
   CHECK(std::get<proto::AgentHello>(*m).version == 1);
-  CHECK(proto::kVersion == 2);
+  CHECK(proto::kVersion == 3);
 }
 
 TEST_CASE("a message larger than the frame limit cannot be encoded") {

@@ -156,6 +156,29 @@ TEST_CASE("table and JSON list every host", "[preflight]") {
   CHECK(json.find("\"fix\": \"start sshd\"") != std::string::npos);
 }
 
+TEST_CASE("a huge or non-ASCII host name is cut in the table, never inside a character",
+          "[preflight]") {
+  FakeConnector c;
+  std::string huge;
+  for (int i = 0; i < 50000; ++i) huge += "\xc3\xa9";  // 100,000 bytes of 'é'
+  FakeHost down;
+  down.fail = Verdict::dns;
+  down.detail = "cannot resolve '" + huge + "'";
+  c.add(huge, down);
+  c.add("good", fake_host_with_version("hvdrun 9.9.9"));
+  auto report = preflight(options_for({huge, "good"}), SshConfig{}, c, settings());
+  const std::string table = render_table(report);
+  CHECK(table.size() < 2000);
+  std::string cut;
+  for (int i = 0; i < 45; ++i) cut += "\xc3\xa9";
+  CHECK(table.find("\n" + cut + "...  ") != std::string::npos);
+  // The columns after it line up with the header's, counted in characters.
+  const auto header_verdict = table.find("VERDICT");
+  const auto good = table.find("\ngood") + 1;
+  CHECK(table.find("ok", good) - good == header_verdict);
+  CHECK(render_json(report).find(huge) != std::string::npos);  // --json keeps it whole
+}
+
 TEST_CASE("verdict names are the documented ones", "[preflight]") {
   CHECK(to_string(Verdict::not_ssh) == "not-ssh");
   CHECK(to_string(Verdict::host_key_unknown) == "host-key-unknown");

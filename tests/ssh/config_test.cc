@@ -2,6 +2,8 @@
 // malformed lines with file:line, and resolution into a Target with -p/-i overrides.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -121,7 +123,27 @@ TEST_CASE("malformed lines are usage errors with file:line", "[config]") {
 
 TEST_CASE("an unreadable --ssh-config is a usage error naming it", "[config]") {
   CHECK_THROWS_WITH(SshConfig::load("/nonexistent/ssh_config"),
-                    "cannot read ssh config '/nonexistent/ssh_config': check --ssh-config");
+                    "ssh config '/nonexistent/ssh_config': cannot read it (No such file or "
+                    "directory); check --ssh-config");
+  CHECK_THROWS_WITH(SshConfig::load("/"),
+                    "ssh config '/': cannot read it (Is a directory); check --ssh-config");
+}
+
+TEST_CASE("an ssh_config or an Include without end stops at its size cap", "[config]") {
+  CHECK_THROWS_WITH(SshConfig::load("/dev/zero"),
+                    "ssh config '/dev/zero': larger than 1 MiB, not an ssh_config file; check "
+                    "--ssh-config");
+  char tmpl[] = "/tmp/hvdrun-config-XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  const std::string text = "Host a\n  Port 2222\nInclude /dev/zero\n";
+  REQUIRE(::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  ::close(fd);
+  CHECK_THROWS_WITH(SshConfig::load(tmpl),
+                    std::string(tmpl) +
+                        ":3: included file '/dev/zero': larger than 1 MiB, not "
+                        "an ssh_config file; Include only ssh_config files");
+  ::unlink(tmpl);
 }
 
 TEST_CASE("resolve_target applies defaults, expansion and -p/-i overrides", "[config]") {
@@ -209,4 +231,36 @@ TEST_CASE("IdentitiesOnly drops the default keys and is validated", "[config]") 
   CHECK(t.default_identity_files.empty());
   CHECK_THROWS_WITH(SshConfig::parse("IdentitiesOnly maybe\n", "cfg"),
                     "cfg:1: IdentitiesOnly must be yes or no, not 'maybe'");
+}
+
+TEST_CASE("ProxyJump becomes a chain of jump targets; ProxyCommand is kept to be refused",
+          "[config]") {
+  auto config = SshConfig::parse(
+      "Host a\n  ProxyCommand ssh -W \"%h:%p\" bastion\n"
+      "Host b\n  ProxyJump none\n"
+      "Host b c\n  ProxyJump jump1,admin@jump2:2222\n"
+      "Host jump1\n  HostName 10.0.0.1\n  Port 2200\n"
+      "Host loop\n  ProxyJump loop\n",
+      "cfg");
+  CHECK(config.lookup("a").proxy == "ProxyCommand ssh -W %h:%p bastion");
+  CHECK(config.lookup("b").proxy == "");
+  CHECK(config.lookup("c").proxy == "ProxyJump jump1,admin@jump2:2222");
+  CHECK_FALSE(config.lookup("d").proxy);
+  hvdrun::ssh::SshOptions o;
+  o.port = 2022;  // -p is for the job's hosts, not for jump hosts
+  CHECK(resolve_target("a", config, o).proxy == "ProxyCommand ssh -W %h:%p bastion");
+  CHECK_FALSE(resolve_target("b", config, o).jump);
+  const auto c = resolve_target("c", config, o);
+  CHECK(c.proxy.empty());
+  CHECK(c.port == 2022);
+  REQUIRE(c.jump);
+  CHECK(c.jump->alias == "jump2");
+  CHECK(c.jump->user == "admin");
+  CHECK(c.jump->port == 2222);
+  REQUIRE(c.jump->jump);
+  CHECK(c.jump->jump->alias == "jump1");
+  CHECK(c.jump->jump->hostname == "10.0.0.1");
+  CHECK(c.jump->jump->port == 2200);
+  CHECK_FALSE(c.jump->jump->jump);
+  CHECK_THROWS_WITH(resolve_target("loop", config, o), Catch::Contains("more than 8 jumps"));
 }

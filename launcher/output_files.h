@@ -1,0 +1,21 @@
+// --output-filename DIR: the per-rank files DIR/rank.N/{stdout,stderr}, opened so that
+// another local user cannot redirect them. DIR is created when missing (0700), it must
+// belong to this user or root and must not be writable by everyone unless sticky (like
+// /tmp); rank directories are made 0700 and opened without following symbolic links;
+// files are opened with O_NOFOLLOW, 0600, and must be regular files of this user.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/fd.h"
+
+namespace hvdrun::launcher {
+
+/// Opens DIR/rank.N/stdout and stderr for ranks 0..size-1, creating what is missing;
+/// element 2*N is rank N's stdout, 2*N+1 its stderr. `rank_dir` names rank N's directory.
+/// Throws UsageError naming the path, what is wrong with it and what to do.
+std::vector<UniqueFd> open_output_files(const std::string& dir, int size,
+                                        std::string (*rank_dir)(int rank, int size));
+
+}  // namespace hvdrun::launcher

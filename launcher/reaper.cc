@@ -1,0 +1,104 @@
+// Child subreaper and the teardown of adopted processes. Children are found by scanning
+// /proc/PID/stat for this process as parent: it needs no CONFIG_PROC_CHILDREN and sees
+// children of every thread.
+#include "launcher/reaper.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace hvdrun::launcher {
+namespace {
+
+struct DirCloser {
+  void operator()(DIR* d) const { ::closedir(d); }
+};
+
+// The state and parent of `pid` from /proc/PID/stat; false when it is gone.
+bool stat_of(pid_t pid, char& state, pid_t& ppid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[512];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  // "PID (comm) S PPID ...": comm may hold spaces and parentheses; the last ')' ends it.
+  const char* close = nullptr;
+  for (ssize_t i = 0; i < n; ++i)
+    if (buf[i] == ')') close = buf + i;
+  if (close == nullptr || close + 4 > buf + n) return false;
+  state = close[2];
+  ppid = static_cast<pid_t>(std::strtol(close + 4, nullptr, 10));
+  return true;
+}
+
+}  // namespace
+
+bool become_subreaper() { return ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0; }
+
+namespace {
+
+std::vector<pid_t> children(bool with_zombies) {
+  std::vector<pid_t> out;
+  const pid_t self = ::getpid();
+  std::unique_ptr<DIR, DirCloser> proc(::opendir("/proc"));
+  if (!proc) return out;
+  while (dirent* e = ::readdir(proc.get())) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || pid <= 0) continue;
+    char state = 0;
+    pid_t ppid = 0;
+    if (stat_of(static_cast<pid_t>(pid), state, ppid) && ppid == self &&
+        (with_zombies || state != 'Z'))
+      out.push_back(static_cast<pid_t>(pid));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<pid_t> children_of_self() { return children(false); }
+
+int kill_adopted(const std::vector<pid_t>& keep, std::chrono::steady_clock::time_point deadline) {
+  std::vector<pid_t> killed;
+  auto delay = std::chrono::microseconds(200);
+  for (;;) {
+    std::vector<pid_t> left;
+    for (pid_t pid : children(true))
+      if (std::find(keep.begin(), keep.end(), pid) == keep.end()) left.push_back(pid);
+    if (left.empty() || std::chrono::steady_clock::now() >= deadline)
+      return static_cast<int>(killed.size());
+    for (pid_t pid : left) {
+      // A stopped process dies of SIGKILL too; its children come back here next round.
+      if (::kill(pid, SIGKILL) == 0 && std::find(killed.begin(), killed.end(), pid) == killed.end())
+        killed.push_back(pid);
+      int status = 0;
+      ::waitpid(pid, &status, WNOHANG);
+    }
+    std::this_thread::sleep_for(delay);
+    delay = std::min(delay * 2, std::chrono::microseconds(20000));
+  }
+}
+
+LauncherReaper::LauncherReaper() : on_(become_subreaper()) {}
+
+LauncherReaper::~LauncherReaper() {
+  if (!on_) return;
+  kill_adopted({}, std::chrono::steady_clock::now() + std::chrono::seconds(2));
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
+}  // namespace hvdrun::launcher

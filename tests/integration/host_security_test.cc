@@ -1,0 +1,440 @@
+// Issue #14, the host side: what another local user (`nobody`, through runuser) can do to a
+// job by planting files, and what the job's own processes leave behind. Every case runs the
+// real hvdrun; the attacker's steps are real commands run as nobody.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/processes.h"
+#include "tests/support/sshd_cluster.h"
+
+using namespace hvdrun::testing;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kWorker = HVDRUN_BINARY_DIR "/tests/runtime/runtime_worker";
+
+// Runs `script` with sh as the user nobody; returns its exit status.
+int as_nobody(const std::string& script) {
+  CapturedProcess p({"runuser", "-u", "nobody", "--", "sh", "-c", script});
+  int rc = p.wait();
+  if (rc != 0) UNSCOPED_INFO("as nobody: " << script << ": " << p.err);
+  return rc;
+}
+
+SshdCluster& cluster() {
+  static SshdCluster c(2);
+  return c;
+}
+
+// -H for a job of two ranks on this machine or on two loopback SSH hosts.
+std::vector<std::string> two_hosts(bool remote) {
+  if (!remote) return {"-H", "localhost:2"};
+  return {"--ssh-config", cluster().ssh_config(), "-H", "node1:1,node2:1"};
+}
+
+// The state letter of /proc/PID/stat ('T' stopped), or '?' when the process is gone.
+char proc_state(pid_t pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
+}
+
+// Polls `pred` every 20 ms until it holds (true) or `within` passes (false).
+bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds within) {
+  const auto deadline = Clock::now() + within;
+  for (;;) {
+    if (pred()) return true;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+bool all_in_state(const std::vector<pid_t>& pids, char state) {
+  for (pid_t p : pids)
+    if (proc_state(p) != state) return false;
+  return true;
+}
+
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+}  // namespace
+
+TEST_CASE("output files: what another user planted in DIR is refused and nothing is overwritten") {
+  TempDir tmp("sec");
+  // A shared scratch directory like /tmp: everyone may create entries, sticky.
+  const std::string shared = tmp.path() + "/shared";
+  REQUIRE(::mkdir(shared.c_str(), 0777) == 0);
+  REQUIRE(::chmod(shared.c_str(), 01777) == 0);
+  REQUIRE(::chmod(tmp.path().c_str(), 0755) == 0);
+  // The victim: root's file and directory that nobody can read or write.
+  const std::string victim = tmp.path() + "/victim";
+  REQUIRE(::mkdir(victim.c_str(), 0700) == 0);
+  const std::string secret = victim + "/precious";
+  write_text(secret, "root's data\n");
+  const std::string out = shared + "/out";
+  std::string bad;    // the path the message must name
+  std::string where;  // what the message must say is wrong with it
+
+  SECTION("DIR is a directory nobody made, holding a link to root's file") {
+    REQUIRE(as_nobody("mkdir -p '" + out + "/rank.0' && ln -s '" + secret + "' '" + out +
+                      "/rank.0/stdout'") == 0);
+    bad = out;
+    where = "belongs to another user, nobody";
+  }
+  SECTION("DIR is a symbolic link nobody planted to root's directory") {
+    REQUIRE(as_nobody("ln -s '" + victim + "' '" + out + "'") == 0);
+    bad = out;
+    where = "is a symbolic link that belongs to another user, nobody";
+  }
+  SECTION("DIR is root's but writable by everyone, and nobody planted rank.0 as a link") {
+    REQUIRE(::mkdir(out.c_str(), 0777) == 0);
+    REQUIRE(::chmod(out.c_str(), 0777) == 0);
+    REQUIRE(as_nobody("ln -s '" + victim + "' '" + out + "/rank.0'") == 0);
+    bad = out;
+    where = "is writable by every user and has no sticky bit";
+  }
+  SECTION("DIR is root's and sticky, and nobody planted rank.0 as a link") {
+    REQUIRE(::mkdir(out.c_str(), 0777) == 0);
+    REQUIRE(::chmod(out.c_str(), 01777) == 0);
+    REQUIRE(as_nobody("ln -s '" + victim + "' '" + out + "/rank.0'") == 0);
+    bad = out + "/rank.0";
+    where = "is a symbolic link (owned by nobody";
+  }
+  SECTION("DIR is root's and sticky, and rank.0 is a directory of nobody's") {
+    REQUIRE(::mkdir(out.c_str(), 0777) == 0);
+    REQUIRE(::chmod(out.c_str(), 01777) == 0);
+    REQUIRE(as_nobody("mkdir '" + out + "/rank.0'") == 0);
+    bad = out + "/rank.0";
+    where = "belongs to another user, nobody";
+  }
+  auto t0 = Clock::now();
+  Hvdrun h({"-np", "1", "--output-filename", out, "sh", "-c", "echo overwritten"});
+  CHECK(h.wait() == 2);
+  const double ms = ms_since(t0);
+  INFO(h.err);
+  CHECK(h.err.find("--output-filename: '" + bad + "' " + where) != std::string::npos);
+  CHECK(h.err.find("give --output-filename a directory of your own") != std::string::npos);
+  CHECK(h.out.empty());  // refused before any rank started
+  CHECK(read_file(secret) == "root's data\n");
+  struct stat st {};
+  CHECK(::stat((victim + "/rank.0").c_str(), &st) != 0);
+  CHECK(::stat((victim + "/stdout").c_str(), &st) != 0);
+  report_fault({"--output-filename into a place another user controls (" + where + ")",
+                "exit 2 before any rank starts, naming the path", ms, 0, "nothing overwritten"});
+}
+
+TEST_CASE("output files: what --output-filename creates is private") {
+  TempDir tmp("sec");
+  const std::string out = tmp.path() + "/new/logs";
+  const mode_t old = ::umask(0);  // even with no umask: nothing readable by others
+  Hvdrun h({"-np", "2", "--output-filename", out, "sh", "-c", "echo hi"});
+  ::umask(old);
+  REQUIRE(h.wait() == 0);
+  for (const std::string& p : {tmp.path() + "/new", out, out + "/rank.1"}) {
+    struct stat st {};
+    REQUIRE(::stat(p.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0700);
+  }
+  struct stat st {};
+  REQUIRE(::stat((out + "/rank.1/stdout").c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0600);
+  CHECK(read_file(out + "/rank.1/stdout") == "hi\n");
+}
+
+TEST_CASE("libhvdrun writes its own lines to stderr, never the program's stdout") {
+  // A rank whose rendezvous server is not there: libhvdrun retries, saying so each time.
+  const std::vector<std::string> env = {"HVDRUN_RANK=0",
+                                        "HVDRUN_SIZE=1",
+                                        "HVDRUN_LOCAL_RANK=0",
+                                        "HVDRUN_LOCAL_SIZE=1",
+                                        "HVDRUN_CROSS_RANK=0",
+                                        "HVDRUN_CROSS_SIZE=1",
+                                        "HVDRUN_HOSTNAME=localhost",
+                                        "HVDRUN_RENDEZVOUS_ADDR=127.0.0.1",
+                                        "HVDRUN_RENDEZVOUS_PORT=" + std::to_string(unused_port()),
+                                        "HVDRUN_SECRET=00112233445566778899aabbccddeeff",
+                                        "HVDRUN_START_TIMEOUT=2"};
+  CapturedProcess rank({kWorker, "barrier"}, env);
+  CHECK(rank.wait() == 3);  // init failed
+  INFO("stdout: " << rank.out << "\nstderr: " << rank.err);
+  CHECK(rank.err.find("retrying (1/") != std::string::npos);
+  CHECK(rank.err.find("init failed") != std::string::npos);
+  CHECK(rank.out.empty());
+}
+
+TEST_CASE("an ssh_config or an Include without end is refused at its cap, not read for ever") {
+  TempDir tmp("sec");
+  std::string config;
+  std::string expected;
+  SECTION("--ssh-config /dev/zero") {
+    config = "/dev/zero";
+    expected =
+        "ssh config '/dev/zero': larger than 1 MiB, not an ssh_config file; check "
+        "--ssh-config";
+  }
+  SECTION("Include /dev/zero") {
+    config = tmp.path() + "/config";
+    write_text(config, "Host node1\n  HostName 127.0.0.2\nInclude /dev/zero\n");
+    expected = config + ":3: included file '/dev/zero': larger than 1 MiB";
+  }
+  SECTION("Includes that add up beyond the total") {
+    // 20 files of 900 KB of comments, each under the per-file cap.
+    const std::string filler(900'000, '#');
+    std::string lines;
+    for (int i = 0; i < 20; ++i) {
+      write_text(tmp.path() + "/part" + std::to_string(i), filler + "\n");
+      lines += "Include " + tmp.path() + "/part" + std::to_string(i) + "\n";
+    }
+    config = tmp.path() + "/config";
+    write_text(config, lines);
+    expected = "the configuration with its Includes exceeds 16 MiB";
+  }
+  auto t0 = Clock::now();
+  Hvdrun h({"--ssh-config", config, "-H", "node1:1", "-np", "1", "true"});
+  CHECK(h.wait(20s) == 2);
+  const double ms = ms_since(t0);
+  INFO(h.err);
+  CHECK(h.err.find(expected) != std::string::npos);
+  CHECK(h.max_rss_kib() < 200 * 1024);
+  report_fault(
+      {"ssh_config of unbounded size (" + config + ")",
+       "exit 2 naming the file; peak RSS " + std::to_string(h.max_rss_kib() / 1024) + " MiB", ms, 0,
+       "nothing"});
+}
+
+TEST_CASE("what ranks start in sessions of their own does not outlive the job") {
+  const bool remote = GENERATE(false, true);
+  const bool failure = GENERATE(false, true);
+  TempDir tmp("sec");
+  const std::string& d = tmp.path();
+  // Rank 0 starts two daemons: `setsid` and Python's start_new_session=True, each of which
+  // leaves the rank's process group and session, and waits until both are running.
+  const std::string start_daemons =
+      "setsid sh -c 'echo $$ > " + d + "/d1.tmp && mv " + d + "/d1.tmp " + d +
+      "/d1; exec sleep 300' </dev/null >/dev/null 2>&1 & "
+      "python3 -c \"import subprocess; p = subprocess.Popen(['sleep', '300'], "
+      "start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, "
+      "stderr=subprocess.DEVNULL); open('" +
+      d +
+      "/d2', 'w').write(str(p.pid) + '\\n')\"; "
+      "while [ ! -s " +
+      d + "/d1 ]; do sleep 0.02; done; ";
+  // Normal end: both ranks exit 0. Failure: rank 1 fails once the daemons run, and the
+  // teardown stops rank 0.
+  const std::string script =
+      failure ? "if [ $HVDRUN_RANK = 0 ]; then " + start_daemons + "exec sleep 300; else " +
+                    "while [ ! -s " + d + "/d2 ]; do sleep 0.02; done; exit 3; fi"
+              : "if [ $HVDRUN_RANK = 0 ]; then " + start_daemons + "fi; true";
+  std::vector<std::string> args = two_hosts(remote);
+  args.insert(args.end(), {"-np", "2", "sh", "-c", script});
+  Hvdrun h(args);
+  CHECK(h.wait() == (failure ? 3 : 0));
+  INFO("stderr: " << h.err);
+  const std::vector<pid_t> daemons = {read_pid_file(d + "/d1"), read_pid_file(d + "/d2")};
+  auto t0 = Clock::now();
+  const bool gone = wait_none_alive(daemons, 5s * kSlowdown);
+  const double ms = ms_since(t0);
+  for (pid_t p : daemons)
+    if (alive(p)) ::kill(p, SIGKILL);
+  CHECK(gone);
+  report_fault({std::string("rank starts setsid and start_new_session daemons, ") +
+                    (failure ? "then the job fails" : "job ends normally") +
+                    (remote ? " (SSH host)" : " (local)"),
+                "the agent, their subreaper, kills them at teardown; ms after hvdrun's exit", ms,
+                gone ? 0 : 2, "nothing"});
+}
+
+TEST_CASE("Ctrl-Z suspends the job on every host and fg resumes it") {
+  const bool remote = GENERATE(false, true);
+  TempDir tmp("sec");
+  const std::string& d = tmp.path();
+  // Each rank takes 20 steps of 0.1 s, so about 2 s of running, however long it is stopped
+  // (one process that forks nothing, so that a stop never catches it inside a fork).
+  const std::string script = "echo $$ > " + d + "/t$HVDRUN_RANK && mv " + d + "/t$HVDRUN_RANK " +
+                             d +
+                             "/pid$HVDRUN_RANK; exec python3 -c \"import time\n"
+                             "for _ in range(20): time.sleep(0.1)\nprint('finished')\"";
+  std::vector<std::string> args = two_hosts(remote);
+  args.insert(args.end(), {"-np", "2", "sh", "-c", script});
+  Hvdrun h(args, {"HVDRUN_HEARTBEAT_TIMEOUT=2"});
+  const std::vector<pid_t> ranks = read_pid_files(d, "pid", 2);
+  auto t0 = Clock::now();
+  h.signal(SIGTSTP);
+  // hvdrun stops itself, as a shell job does, once every rank is stopped.
+  CHECK(wait_until([&] { return proc_state(h.pid()) == 'T' && all_in_state(ranks, 'T'); },
+                   5s * kSlowdown));
+  const double ms = ms_since(t0);
+  // Suspended for longer than the heartbeat timeout: nothing may time out meanwhile. This
+  // wait is the fault itself (a user who comes back later), not a wait for an event.
+  std::this_thread::sleep_for(3s);
+  CHECK(proc_state(h.pid()) == 'T');
+  CHECK(all_in_state(ranks, 'T'));
+  h.signal(SIGCONT);
+  CHECK(wait_until([&] { return proc_state(ranks[0]) != 'T' && proc_state(ranks[1]) != 'T'; },
+                   5s * kSlowdown));
+  CHECK(h.wait() == 0);
+  INFO("stderr: " << h.err);
+  CHECK(count(h.out, "<stdout>:finished") == 2);
+  report_fault({std::string("Ctrl-Z (SIGTSTP) on hvdrun, fg after 3 s") +
+                    (remote ? " (2 SSH hosts)" : " (local)"),
+                "every rank stopped (state T), then hvdrun; fg resumes all, exit 0; ms to all "
+                "stopped",
+                ms, 0, "nothing"});
+}
+
+TEST_CASE("hvdrun stopped by SIGSTOP beyond the heartbeat timeout ends the job on every host") {
+  const bool remote = GENERATE(false, true);
+  TempDir tmp("sec");
+  const std::string& d = tmp.path();
+  const std::string script = "echo $$ > " + d + "/t$HVDRUN_RANK && mv " + d + "/t$HVDRUN_RANK " +
+                             d + "/pid$HVDRUN_RANK; exec sleep 300";
+  std::vector<std::string> args = two_hosts(remote);
+  args.insert(args.end(), {"-np", "2", "sh", "-c", script});
+  Hvdrun h(args, {"HVDRUN_HEARTBEAT_TIMEOUT=2"});
+  const std::vector<pid_t> ranks = read_pid_files(d, "pid", 2);
+  auto t0 = Clock::now();
+  h.signal(SIGSTOP);
+  // Every agent notices the silence and stops its ranks: no host runs half a job.
+  const bool gone = wait_none_alive(ranks, 15s * kSlowdown);
+  const double ms = ms_since(t0);
+  CHECK(gone);
+  h.signal(SIGCONT);
+  CHECK(h.wait() == 255);
+  INFO("stderr: " << h.err);
+  CHECK(h.err.find("hvdrun itself was stopped (SIGSTOP)") != std::string::npos);
+  CHECK(h.err.find("use Ctrl-Z or SIGTSTP") != std::string::npos);
+  CHECK(h.err.find("was killed by") == std::string::npos);
+  for (pid_t p : ranks)
+    if (alive(p)) ::kill(p, SIGKILL);
+  report_fault({std::string("hvdrun SIGSTOPped beyond HVDRUN_HEARTBEAT_TIMEOUT=2") +
+                    (remote ? " (2 SSH hosts)" : " (local)"),
+                "every agent stops its ranks; once continued hvdrun exits 255 saying it was "
+                "stopped; ms to all ranks gone",
+                ms, gone ? 0 : 2, "the job (it cannot go on)"});
+}
+
+TEST_CASE("a rank stopped by SIGSTOP is named as stopped when the others give up on it") {
+  const bool remote = GENERATE(false, true);
+  std::vector<std::string> args =
+      remote ? std::vector<std::string>{"--ssh-config", cluster().ssh_config(), "-H",
+                                        "node1:2,node2:1"}
+             : std::vector<std::string>{"-H", "localhost:3"};
+  // Rank 1 stops itself after init; the others wait in a barrier until HVDRUN_OP_TIMEOUT.
+  args.insert(args.end(), {"-np", "3", kWorker, "stop-after-init"});
+  auto t0 = Clock::now();
+  Hvdrun h(args, {"HVDRUN_OP_TIMEOUT=2"});
+  CHECK(h.wait(30s * kSlowdown) == 4);
+  const double ms = ms_since(t0);
+  INFO("stderr: " << h.err);
+  const std::string stopped = std::string("hvdrun: rank 1 on host ") +
+                              (remote ? "node1" : "localhost") +
+                              " is stopped (by signal 19 (SIGSTOP), ";
+  const auto at = h.err.find(stopped);
+  CHECK(at != std::string::npos);
+  CHECK(h.err.find("and holds up the others; continue it with SIGCONT") != std::string::npos);
+  // It comes first: before the rank that gave up waiting.
+  const auto gave_up = h.err.find("exited with code 4");
+  CHECK(gave_up != std::string::npos);
+  CHECK(at < gave_up);
+  report_fault({std::string("rank SIGSTOPped after init, HVDRUN_OP_TIMEOUT=2") +
+                    (remote ? " (2 SSH hosts)" : " (local)"),
+                "the message names rank 1 as stopped, before the rank that timed out", ms, 0,
+                "nothing"});
+}
+
+TEST_CASE("ProxyCommand in ssh_config is refused by name") {
+  TempDir tmp("sec");
+  const std::string config = tmp.path() + "/config";
+  write_text(config,
+             "Host viacommand\n  HostName 127.0.0.2\n  ProxyCommand ssh -W %h:%p bastion\n"
+             "Host direct\n  HostName 127.0.0.4\n  ProxyCommand none\n  Port " +
+                 std::to_string(unused_port()) + "\n");
+  CapturedProcess check({hvdrun_binary(), "check", "--ssh-config", config, "-H",
+                         "viacommand,direct", "--start-timeout", "5"});
+  CHECK(check.wait() == 255);
+  INFO("stdout: " << check.out << "\nstderr: " << check.err);
+  CHECK(check.out.find("unsupported  -        ProxyCommand is not supported (ssh_config has "
+                       "'ProxyCommand ssh -W %h:%p bastion' for viacommand)") != std::string::npos);
+  CHECK(check.out.find("fix: run hvdrun on a machine that reaches the host directly") !=
+        std::string::npos);
+  // `ProxyCommand none` is a direct connection: refused by the closed port, not the keyword.
+  CHECK(check.out.find("refused") != std::string::npos);
+  CHECK(count(check.out, "unsupported") == 1);
+}
+
+TEST_CASE("ProxyJump reaches a host through a jump host's direct-tcpip channel") {
+  TempDir tmp("sec");
+  const SshdCluster& c = cluster();
+  // node2's address, reached only through node1; and a port nothing listens on, likewise.
+  const std::string common = "  User root\n  IdentityFile " + c.user_key() +
+                             "\n  IdentitiesOnly yes\n  UserKnownHostsFile " + c.known_hosts() +
+                             "\n  StrictHostKeyChecking accept-new\n  ProxyJump node1\n";
+  const std::string config = tmp.path() + "/config";
+  write_text(config, "Host behind\n  HostName " + c.address(2) + "\n  Port " +
+                         std::to_string(c.port()) + "\n" + common + "Host nothere\n  HostName " +
+                         c.address(2) + "\n  Port " + std::to_string(unused_port()) + "\n" +
+                         common + "Include " + c.ssh_config() + "\n");
+  CapturedProcess check({hvdrun_binary(), "check", "--ssh-config", config, "-H", "behind,nothere"});
+  CHECK(check.wait() == 255);
+  INFO("check: " << check.out << check.err);
+  CHECK(check.out.find(c.address(2) + ":" + std::to_string(c.port()) + " via node1") !=
+        std::string::npos);
+  CHECK(count(check.out, "  ok  ") == 1);
+  CHECK(check.out.find("the jump host node1 could not connect to " + c.address(2)) !=
+        std::string::npos);
+
+  // A job on the host behind the jump: while it runs, node1 serves the jump's session.
+  Hvdrun h({"--ssh-config", config, "-H", "behind:1", "-np", "1", "sh", "-c",
+            "echo on $HVDRUN_HOSTNAME; exec sleep 30"});
+  h.read_until([](const std::string& out) { return out.find("on behind\n") != std::string::npos; },
+               20s * kSlowdown);
+  CHECK(!c.session_pids(1).empty());
+  h.signal(SIGINT);
+  CHECK(h.wait() == 130);
+
+  // Ranks behind the jump and beside it find each other through the rendezvous.
+  Hvdrun job({"--ssh-config", config, "-H", "behind:1,node1:1", "-np", "2", kWorker, "barrier"});
+  CHECK(job.wait(30s * kSlowdown) == 0);
+  INFO("job: " << job.err);
+}
+
+TEST_CASE(
+    "what a local rank started in its own session ends with hvdrun even when its agent "
+    "was killed") {
+  TempDir tmp("sec");
+  const std::string& d = tmp.path();
+  const std::string script = "setsid sh -c 'echo $$ > " + d + "/d1.tmp && mv " + d + "/d1.tmp " +
+                             d +
+                             "/d1; exec sleep 300' </dev/null >/dev/null 2>&1 & "
+                             "echo $$ > " +
+                             d + "/r.tmp && mv " + d + "/r.tmp " + d + "/r; exec sleep 300";
+  Hvdrun h({"-np", "1", "sh", "-c", script});
+  const pid_t daemon = read_pid_file(d + "/d1");
+  const pid_t rank = read_pid_file(d + "/r");
+  // The rank's parent is the local agent: kill it as the OOM killer would.
+  const std::string stat = read_file("/proc/" + std::to_string(rank) + "/stat");
+  const pid_t agent =
+      static_cast<pid_t>(std::strtol(stat.c_str() + stat.rfind(')') + 4, nullptr, 10));
+  REQUIRE(agent > 1);
+  REQUIRE(agent != h.pid());
+  ::kill(agent, SIGKILL);
+  CHECK(h.wait() == 255);
+  INFO("stderr: " << h.err);
+  CHECK(h.err.find("the agent on host localhost ended unexpectedly") != std::string::npos);
+  const bool gone = wait_none_alive({daemon, rank}, 5s * kSlowdown);
+  if (alive(daemon)) ::kill(daemon, SIGKILL);
+  CHECK(gone);
+}
