@@ -63,7 +63,7 @@ void say(const std::string& line) {
 
 // "node1 until 14:03:12 (in 10 s)".
 std::string until_text(const std::string& host, Clock::time_point until, Clock::time_point now) {
-  const auto left = std::chrono::duration_cast<seconds>(until - now);
+  const auto left = std::chrono::ceil<seconds>(until - now);
   const std::time_t at = std::chrono::system_clock::to_time_t(
       std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(until - now));
   std::tm tm{};
