@@ -17,6 +17,7 @@
 #include "compat/check_build.h"
 #include "launcher/agent.h"
 #include "launcher/check.h"
+#include "launcher/elastic.h"
 #include "launcher/launch.h"
 
 namespace {
@@ -94,6 +95,7 @@ int main(int argc, char** argv) {
 
   setup_logging(cmd.options, "hvdrun: [%l] %v");
   try {
+    if (cmd.options.elastic.enabled()) return hvdrun::launcher::run_elastic(cmd.options);
     return hvdrun::launcher::launch(cmd.options);
   } catch (const hvdrun::UsageError& e) {
     return usage_error(e.what());

@@ -68,6 +68,25 @@ const std::array kOptions = {
             kRun | kCheck},
     OptSpec{"network-interface", 0, false, "IF", "Job", "interface whose address the ranks use",
             kRun},
+    OptSpec{"min-np", 0, false, "N", "Elastic",
+            "elastic mode: fewest ranks; fewer usable slots end the job", kRun},
+    OptSpec{"max-np", 0, false, "N", "Elastic", "elastic mode: most ranks (default: all slots)",
+            kRun},
+    OptSpec{"host-discovery-script", 0, false, "PATH", "Elastic",
+            "elastic mode: prints 'host' or 'host:slots' lines; run at start, after each "
+            "failure and every HVDRUN_DISCOVERY_INTERVAL seconds (3)",
+            kRun},
+    OptSpec{"slots-per-host", 0, false, "N", "Elastic",
+            "slots of a discovered host printed without any (default 1)", kRun},
+    OptSpec{"reset-limit", 0, false, "N", "Elastic",
+            "restarts the whole job may make (default: no limit)", kRun},
+    OptSpec{"max-restarts", 0, false, "N", "Elastic", "torchrun's name for --reset-limit", kRun},
+    OptSpec{"blacklist-cooldown-range", 0, false, "MIN MAX", "Elastic",
+            "seconds a failed host is excluded: MIN, doubling per failure up to MAX "
+            "(default 10 300)",
+            kRun},
+    OptSpec{"elastic-timeout", 0, false, "SEC", "Elastic",
+            "how long discovery may fail before the job ends (default 600)", kRun},
     OptSpec{"ssh-port", 'p', false, "PORT", "SSH", "SSH port for every host (overrides config)",
             kRun | kCheck},
     OptSpec{"ssh-identity-file", 'i', false, "FILE", "SSH",
@@ -186,7 +205,7 @@ const std::array kHorovodKnobs = {
 };
 
 // horovodrun flags hvdrun does not take, with what to do instead.
-const std::array<std::pair<std::string_view, std::string_view>, 14> kHorovodRefused = {{
+const std::array<std::pair<std::string_view, std::string_view>, 7> kHorovodRefused = {{
     {"--mpi", "hvdrun has no MPI controller; drop --mpi (Horovod programs run in gloo mode)"},
     {"--jsrun", "hvdrun has no jsrun mode; drop --jsrun and give the hosts with -H"},
     {"--mpi-args", "hvdrun does not use mpirun; drop --mpi-args"},
@@ -195,13 +214,6 @@ const std::array<std::pair<std::string_view, std::string_view>, 14> kHorovodRefu
     {"--config-file",
      "hvdrun reads no YAML config; give its settings as flags (e.g. --fusion-threshold-mb)"},
     {"--network-interfaces", "hvdrun takes one interface; use --network-interface IF"},
-    {"--host-discovery-script", "hvdrun has no elastic mode; give the hosts with -H or --hostfile"},
-    {"--min-np", "hvdrun has no elastic mode; give -np"},
-    {"--max-np", "hvdrun has no elastic mode; give -np"},
-    {"--slots-per-host", "hvdrun has no elastic mode; give slots in -H host:slots"},
-    {"--elastic-timeout", "hvdrun has no elastic mode; drop --elastic-timeout"},
-    {"--reset-limit", "hvdrun has no elastic mode; drop --reset-limit"},
-    {"--blacklist-cooldown-range", "hvdrun has no elastic mode; drop --blacklist-cooldown-range"},
 }};
 
 // horovodrun's single-dash spellings.
@@ -433,9 +445,11 @@ std::string help_text() {
   constexpr size_t kColumn = 30;
   constexpr size_t kIndent = kColumn + 4;
   constexpr size_t kRoom = 80 - kIndent;
-  for (const char* group : {"Job", "SSH", "Output", "Horovod", "Other"}) {
+  for (const char* group : {"Job", "Elastic", "SSH", "Output", "Horovod", "Other"}) {
     if (std::strcmp(group, "Horovod") == 0) {
       out += "\nHorovod options (horovodrun's; each sets its variable in every rank):\n";
+    } else if (std::strcmp(group, "Elastic") == 0) {
+      out += "\nElastic options (on with --min-np, --host-discovery-script or --reset-limit):\n";
     } else {
       out += std::string("\n") + group + " options:\n";
     }
@@ -562,6 +576,12 @@ Walk walk(const std::vector<std::string>& args, size_t i, unsigned mode) {
         throw UsageError(t->written + " needs a value; expected " + example);
       }
       t->value = args[++i];
+      // horovodrun's --blacklist-cooldown-range takes its two numbers as two words.
+      if (std::strcmp(spec.name, "blacklist-cooldown-range") == 0 && i + 1 < args.size() &&
+          t->value->find_first_of(" ,") == std::string::npos &&
+          parse_number(args[i + 1], 0, 999999999)) {
+        *t->value += " " + args[++i];
+      }
     } else if (!spec.arg && t->value) {
       throw UsageError(t->written + " takes no value; got " + quote(a));
     }
@@ -726,6 +746,59 @@ void apply_run_options(const Values& v, const std::vector<Found>& found,
   }
 }
 
+int whole(const Values& v, const char* name, long lo, long hi, const char* example) {
+  return number_option(spec_named(name), v.str(name), lo, hi, "a whole number", example);
+}
+
+// The elastic flags (horovodrun's, and torchrun's --max-restarts) and their bounds.
+void apply_elastic(const Values& v, launcher::LaunchOptions& o) {
+  launcher::ElasticOptions& e = o.elastic;
+  if (v.given("host-discovery-script")) e.discovery_script = v.nonempty("host-discovery-script");
+  if (v.given("min-np")) e.min_np = whole(v, "min-np", 1, kMaxNp, "--min-np 2");
+  if (v.given("max-np")) e.max_np = whole(v, "max-np", 1, kMaxNp, "--max-np 8");
+  if (v.given("slots-per-host"))
+    e.slots_per_host = whole(v, "slots-per-host", 1, kMaxNp, "--slots-per-host 4");
+  if (v.given("reset-limit") && v.given("max-restarts"))
+    throw UsageError("--reset-limit and --max-restarts are the same limit; give one of them");
+  for (const char* name : {"reset-limit", "max-restarts"}) {
+    if (v.given(name)) e.reset_limit = whole(v, name, 0, 1000000, "--reset-limit 3");
+  }
+  if (v.given("elastic-timeout"))
+    e.elastic_timeout_s = whole(v, "elastic-timeout", 1, kMaxStartTimeout, "--elastic-timeout 600");
+  if (v.given("blacklist-cooldown-range")) {
+    const std::string text = v.str("blacklist-cooldown-range");
+    const auto sep = text.find_first_of(" ,");
+    auto lo = parse_number(text.substr(0, sep), 0, 86400 * 7);
+    auto hi = sep == std::string::npos ? std::nullopt
+                                       : parse_number(text.substr(sep + 1), 0, 86400 * 7);
+    if (!lo || !hi || *lo > *hi)
+      throw UsageError("bad value " + quote(text) +
+                       " for --blacklist-cooldown-range; expected two whole numbers of seconds, "
+                       "MIN then MAX (MIN <= MAX), as in --blacklist-cooldown-range 10 300");
+    e.cooldown_min_s = static_cast<int>(*lo);
+    e.cooldown_max_s = static_cast<int>(*hi);
+  }
+  const bool any = v.given("max-np") || v.given("slots-per-host") ||
+                   v.given("blacklist-cooldown-range") || v.given("elastic-timeout");
+  if (e.reset_limit && !e.enabled()) e.min_np = 1;  // restarts alone: torchrun's --max-restarts
+  if (any && !e.enabled())
+    throw UsageError(
+        "elastic options need elastic mode; add --min-np N or --host-discovery-script PATH");
+  if (!e.enabled()) return;
+  if (!e.discovery_script.empty() && !o.hosts.empty())
+    throw UsageError("--host-discovery-script and -H/--hostfile cannot be used together; the "
+                     "script says which hosts there are");
+  if (!e.min_np) e.min_np = o.np.value_or(1);
+  if (e.max_np && *e.min_np > *e.max_np)
+    throw UsageError("--min-np " + std::to_string(*e.min_np) + " is above --max-np " +
+                     std::to_string(*e.max_np) + "; expected min-np <= -np <= max-np");
+  if (o.np && (*o.np < *e.min_np || (e.max_np && *o.np > *e.max_np)))
+    throw UsageError("-np " + std::to_string(*o.np) + " is outside --min-np " +
+                     std::to_string(*e.min_np) + " .. --max-np " +
+                     (e.max_np ? std::to_string(*e.max_np) : std::string("(no limit)")) +
+                     "; expected min-np <= -np <= max-np");
+}
+
 void check_has_no_command(const std::vector<std::string>& command) {
   if (!command.empty()) {
     throw UsageError("'hvdrun check' takes no command (got " + quote(command.front()) +
@@ -739,7 +812,7 @@ void set_run_command(launcher::LaunchOptions& o, std::vector<std::string> comman
         "no command to run; expected hvdrun [options] command [args...], as in "
         "hvdrun -np 4 python train.py (see hvdrun --help)");
   }
-  if (!o.np && o.hosts.empty()) {
+  if (!o.np && o.hosts.empty() && !o.elastic.enabled()) {
     // Echo the user's program in the example when it is plain text.
     std::string program = command[0];
     bool plain = !program.empty() && program.size() <= 60 &&
@@ -781,6 +854,7 @@ Command parse_command_line(const std::vector<std::string>& args) {
   apply_hosts_and_ssh(values, o);
   if (mode == kRun) {
     apply_run_options(values, w.found, o);
+    apply_elastic(values, o);
     set_run_command(o, std::move(w.command));
     cmd.action = Action::run;
   } else {

@@ -12,7 +12,8 @@ _hvdrun_value_opts="-np --num-proc -H --hosts --hostfile -x --env --start-timeou
   --autotune-log-file --autotune-warmup-samples --autotune-steps-per-sample
   --autotune-bayes-opt-max-samples --autotune-gaussian-process-noise --timeline-filename
   --stall-check-warning-time-seconds --stall-check-shutdown-time-seconds --num-nccl-streams
-  --thread-affinity --gloo-timeout-seconds"
+  --thread-affinity --gloo-timeout-seconds --min-np --max-np --host-discovery-script
+  --slots-per-host --reset-limit --max-restarts --blacklist-cooldown-range --elastic-timeout"
 _hvdrun_flag_opts="--prefix-output-with-timestamp --json --verbose --check-build --version
   -h --help --gloo --disable-cache --hierarchical-allreduce --no-hierarchical-allreduce
   --hierarchical-allgather --no-hierarchical-allgather --autotune --timeline-mark-cycles
@@ -74,6 +75,9 @@ _hvdrun() {
             --ssh-config) ssh_config=${words[i + 1]} ;;
           esac
           ((i++))
+          # Its MAX is a second word.
+          [[ $w == --blacklist-cooldown-range && ${words[i + 1]} == [0-9]* ]] && ((i + 1 < cword)) &&
+            ((i++))
         fi
         ;;
       run | check)
@@ -104,7 +108,7 @@ _hvdrun() {
 
   case $opt in
     --hostfile | --ssh-config | -i | --ssh-identity-file | --remote-hvdrun | --autotune-log-file | \
-      --timeline-filename)
+      --timeline-filename | --host-discovery-script)
       compopt -o filenames 2>/dev/null
       mapfile -t COMPREPLY < <(compgen -f -- "$cur")
       return 0
@@ -150,7 +154,8 @@ _hvdrun() {
       COMPREPLY=($(compgen -v -- "$cur"))
       return 0
       ;;
-    -np | --num-proc | -p | --ssh-port | --start-timeout)
+    -np | --num-proc | -p | --ssh-port | --start-timeout | --min-np | --max-np | --slots-per-host | \
+      --reset-limit | --max-restarts | --blacklist-cooldown-range | --elastic-timeout)
       return 0
       ;;
   esac

@@ -115,7 +115,7 @@ class Job {
   Host* owner_of(Host& h, int rank, const char* what);
   void rank_done(int rank);
   void host_closed(Host& h, const std::string& why);
-  void fail(int exit_code, std::string message);
+  void fail(int exit_code, std::string message, std::vector<std::string> hosts = {});
   void begin_teardown();
   bool stopping() const { return teardown_deadline_.has_value(); }
   void check_timers(Clock::time_point t);
@@ -203,6 +203,7 @@ void Job::lay_out_hosts() {
 std::string Job::prepare_job_env() {
   job_env_.size = placement_.size();
   job_env_.start_timeout_s = opt_.start_timeout_s;
+  job_env_.generation = opt_.generation;
   job_env_.network_interface = opt_.network_interface;
   job_env_.num_hosts = static_cast<int>(hosts_.size());
   std::string bind_addr = plan_.all_local() ? "127.0.0.1" : "0.0.0.0";
@@ -373,7 +374,9 @@ bool Job::handle_interrupt() {
     for (Host& h : hosts_) h.link->abort();
     return false;
   }
-  fail(128 + sig, "hvdrun: interrupted by " + signal_text(sig) + "; stopped all ranks\n");
+  Failure f{128 + sig, "hvdrun: interrupted by " + signal_text(sig) + "; stopped all ranks\n", {}};
+  f.interrupted = true;
+  if (ctx_.policy->on_failure(f)) begin_teardown();
   return true;
 }
 
@@ -487,8 +490,9 @@ int Job::running_ranks() const {
   return n;
 }
 
-void Job::fail(int exit_code, std::string message) {
-  if (ctx_.policy->on_failure(Failure{exit_code, std::move(message)})) begin_teardown();
+void Job::fail(int exit_code, std::string message, std::vector<std::string> hosts) {
+  Failure f{exit_code, std::move(message), std::move(hosts)};
+  if (ctx_.policy->on_failure(f)) begin_teardown();
 }
 
 void Job::begin_teardown() {
@@ -524,7 +528,8 @@ void Job::host_closed(Host& h, const std::string& why) {
   if (!stopping()) {
     fail(255, "hvdrun: the agent on host " + h.name + " ended unexpectedly (" + how +
                   ") while rank" + (lost.size() > 1 ? "s " : " ") + rank_list(lost) +
-                  (lost.size() > 1 ? " were" : " was") + " running; stopped the job\n");
+                  (lost.size() > 1 ? " were" : " was") + " running; stopped the job\n",
+         {h.name});
   }
 }
 
@@ -604,7 +609,9 @@ void Job::on_rank_exited(Host& h, const proto::RankExited& ex) {
       msg += "hvdrun: last lines rank " + std::to_string(ex.rank) + " wrote to stderr:\n";
       for (const auto& line : tail) msg += "    " + line + "\n";
     }
-    fail(ex.signaled ? 128 + ex.value : ex.value, std::move(msg));
+    Failure f{ex.signaled ? 128 + ex.value : ex.value, std::move(msg), {h.name}};
+    f.rank_failed = true;
+    if (ctx_.policy->on_failure(f)) begin_teardown();
   }
 }
 
@@ -643,7 +650,7 @@ void Job::on_fatal(Host& h, const proto::Fatal& f) {
     rank_done(f.rank);
   }
   if (!stopping()) {
-    fail(255, "hvdrun: host " + h.name + ": " + f.message + "\n");
+    fail(255, "hvdrun: host " + h.name + ": " + f.message + "\n", {h.name});
   } else {
     spdlog::warn("host {}: {}", h.name, f.message);
   }
@@ -706,14 +713,23 @@ void Job::check_timers(Clock::time_point t) {
     }
   }
   check_start_deadline(t);
+  if (hooks_.should_stop && !stopping()) {
+    if (auto why = hooks_.should_stop()) {
+      Failure f{0, "hvdrun: " + *why + "\n", {}};
+      f.requested = true;
+      if (ctx_.policy->on_failure(f)) begin_teardown();
+    }
+  }
 }
 
 void Job::check_start_deadline(Clock::time_point t) {
   if (!stopping() && started_ranks_ < placement_.size() && t >= start_deadline_) {
     std::string where;
+    std::vector<std::string> late;
     for (Host& h : hosts_) {
       int want = static_cast<int>(h.ranks.size());
       if (h.started >= want) continue;
+      late.push_back(h.name);
       if (!h.hello && !h.closed) {
         // A silent agent will not act on a kill request either.
         h.link->abort();
@@ -726,7 +742,8 @@ void Job::check_start_deadline(Clock::time_point t) {
                    : std::string("its agent did not answer"));
     }
     fail(255, "hvdrun: the ranks did not all start within --start-timeout " +
-                  std::to_string(opt_.start_timeout_s) + " s; stopped the job:" + where + "\n");
+                  std::to_string(opt_.start_timeout_s) + " s; stopped the job:" + where + "\n",
+         std::move(late));
   }
 }
 
@@ -763,7 +780,9 @@ int run_job(const LaunchPlan& plan, const LaunchOptions& options, const JobHooks
   FirstFailurePolicy policy;
   context.clock = &clock;
   context.policy = &policy;
-  return run_job(plan, options, hooks, context);
+  const int code = run_job(plan, options, hooks, context);
+  if (hooks.outcome != nullptr) *hooks.outcome = policy.outcome();
+  return code;
 }
 
 int run_job(const LaunchOptions& options, const JobHooks& hooks) {

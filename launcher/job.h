@@ -37,6 +37,12 @@ struct JobHooks {
   /// Called once the job's rendezvous server serves (tests inject failures on its
   /// thread through it). Unset: nothing.
   std::function<void(rendezvous::Server&)> on_rendezvous;
+  /// Asked on every turn of the job loop while ranks run: a reason to stop the job
+  /// (every rank torn down, exit code 0, the reason printed) or nullopt. Unset: never.
+  std::function<std::optional<std::string>()> should_stop;
+  /// Where to leave the failure that decided the job (nullopt after a clean end).
+  /// Unset: not kept.
+  std::optional<Failure>* outcome = nullptr;
 };
 
 /// Runs the job `options` describes and returns hvdrun's exit code: 0 when every rank

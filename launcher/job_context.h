@@ -57,6 +57,15 @@ struct Failure {
   int exit_code = 0;
   /// What to print (names the rank or host, and the cause), newline-terminated.
   std::string message;
+  /// The hosts to blame: the failed rank's, the lost agent's, those that did not start.
+  std::vector<std::string> hosts;
+  /// A rank exited non-zero or was killed (its host is in `hosts`); false when the host
+  /// itself failed.
+  bool rank_failed = false;
+  /// An interrupt (SIGINT, SIGTERM, SIGHUP) to hvdrun, not a fault of the job.
+  bool interrupted = false;
+  /// A stop asked for from outside the job (JobHooks::should_stop), not a fault.
+  bool requested = false;
 };
 
 /// What a failure does to the job. The first-failure rule is one such policy; an elastic

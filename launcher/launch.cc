@@ -18,11 +18,13 @@
 
 namespace hvdrun::launcher {
 
-int launch(const LaunchOptions& options) {
+int launch(const LaunchOptions& options) { return launch(options, JobHooks{}); }
+
+int launch(const LaunchOptions& options, JobHooks hooks) {
   // Whatever local ranks leave behind, even past a killed agent, ends with the launch.
   const LauncherReaper reaper;
   const LaunchPlan plan = make_plan(options);
-  if (plan.all_local()) return run_job(plan, options);
+  if (plan.all_local()) return run_job(plan, options, hooks);
 
   const auto start = ssh::Clock::now();
   ssh::Libssh2Connector connector;
@@ -38,9 +40,15 @@ int launch(const LaunchOptions& options) {
     std::fprintf(stderr, "hvdrun: %d host%s failed the preflight; nothing was started:\n%s",
                  report.failures(), report.failures() > 1 ? "s" : "", table.c_str());
     std::fflush(stderr);
+    if (hooks.outcome != nullptr) {
+      Failure f{255, "hvdrun: the preflight failed\n", {}};
+      for (const auto& check : report.hosts) {
+        if (check.verdict != Verdict::ok) f.hosts.push_back(check.host);
+      }
+      *hooks.outcome = std::move(f);
+    }
     return 255;
   }
-  JobHooks hooks;
   hooks.launch_start = start;
   hooks.remote_link = [&](const std::string& host) -> std::unique_ptr<AgentLink> {
     for (auto& check : report.hosts) {

@@ -2,6 +2,7 @@
 // SSH, then run the job with an agent link per host.
 #pragma once
 
+#include "launcher/job.h"
 #include "launcher/options.h"
 
 namespace hvdrun::launcher {
@@ -12,5 +13,10 @@ namespace hvdrun::launcher {
 /// any host fails it, the preflight table goes to stderr and 255 is returned with nothing
 /// started. Then run_job() with those agents. Throws like run_job().
 int launch(const LaunchOptions& options);
+
+/// Same, with `hooks` for the job (their remote_link and launch_start are set here) and,
+/// when `hooks.outcome` is set, the failure that decided it left there: a preflight
+/// failure names the hosts that failed it.
+int launch(const LaunchOptions& options, JobHooks hooks);
 
 }  // namespace hvdrun::launcher

@@ -10,6 +10,31 @@
 
 namespace hvdrun::launcher {
 
+/// horovodrun's elastic flags. Elastic mode is on when a discovery script or --min-np is
+/// given (launcher/elastic.h).
+struct ElasticOptions {
+  /// --host-discovery-script PATH: prints `host` or `host:slots` lines; empty: the hosts
+  /// of -H/--hostfile (else localhost) are the only ones there are.
+  std::string discovery_script;
+  /// --slots-per-host N: slots of a host the script prints without a count.
+  int slots_per_host = 1;
+  /// --min-np / --max-np: bounds of the job's size.
+  std::optional<int> min_np;
+  std::optional<int> max_np;
+  /// --reset-limit N (torchrun's --max-restarts): restarts the whole job may make;
+  /// empty: no limit.
+  std::optional<int> reset_limit;
+  /// --blacklist-cooldown-range MIN MAX: seconds a failed host stays excluded, MIN the
+  /// first time, doubling on each repeat up to MAX.
+  int cooldown_min_s = 10;
+  int cooldown_max_s = 300;
+  /// --elastic-timeout SEC: how long a discovery script may take, and how long the job
+  /// waits for a failing script to recover.
+  int elastic_timeout_s = 600;
+
+  bool enabled() const { return !discovery_script.empty() || min_np.has_value(); }
+};
+
 /// Options of `hvdrun [run]` and `hvdrun check`.
 struct LaunchOptions {
   /// -np; empty means "all slots".
@@ -42,6 +67,11 @@ struct LaunchOptions {
   bool json = false;
   /// The user's command and its arguments (run only).
   std::vector<std::string> command;
+  /// Elastic mode's settings.
+  ElasticOptions elastic;
+  /// The generation this launch is (HVDRUN_GENERATION of its ranks): 0, or the number of
+  /// restarts so far in elastic mode.
+  int generation = 0;
 };
 
 }  // namespace hvdrun::launcher

@@ -98,6 +98,7 @@ EnvList rank_env(const EnvList& base, const hostfile::RankSlot& slot, const std:
   env.set(env_names::kRendezvousPort, rdv_port);
   env.set(env_names::kSecret, job.secret);
   env.set(env_names::kStartTimeout, timeout);
+  env.set(env_names::kGeneration, std::to_string(job.generation));
 
   if (!job.network_interface.empty()) env.set(env_names::kNetworkInterface, job.network_interface);
 

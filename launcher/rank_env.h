@@ -59,6 +59,8 @@ struct JobEnv {
   int num_hosts = 1;
   /// --start-timeout in seconds.
   int start_timeout_s = 30;
+  /// The elastic generation (HVDRUN_GENERATION).
+  int generation = 0;
   /// --network-interface, or empty.
   std::string network_interface;
   /// The interface of this host toward the launcher, as its agent found it (empty when it

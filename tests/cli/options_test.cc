@@ -433,8 +433,6 @@ TEST_CASE("horovodrun flags that cannot apply say what to do instead") {
       {"-np 2 --config-file c.yaml x",
        "horovodrun's --config-file is not supported: hvdrun reads no YAML config; give its "
        "settings as flags (e.g. --fusion-threshold-mb)"},
-      {"--min-np=2 x",
-       "horovodrun's --min-np is not supported: hvdrun has no elastic mode; give -np"},
       {"-np 2 --fusion-threshold-mb 1.5 x",
        "bad value '1.5' for --fusion-threshold-mb; expected a whole number from 0, as in "
        "--fusion-threshold-mb 64"},
@@ -451,6 +449,61 @@ TEST_CASE("horovodrun flags that cannot apply say what to do instead") {
        "one of them"},
       {"check -H a --autotune",
        "--autotune does not apply to 'hvdrun check'; see hvdrun --help for the options it takes"},
+  };
+  for (const auto& c : cases) {
+    INFO("args: " << c.line);
+    CHECK(error_of(split(c.line)) == c.message);
+  }
+}
+
+TEST_CASE("horovodrun's elastic flags turn elastic mode on, with their bounds checked") {
+  auto cmd = parse_command_line(
+      split("-np 2 --min-np 1 --max-np 4 --host-discovery-script ./d.sh --slots-per-host 2 "
+            "--reset-limit 3 --blacklist-cooldown-range 5 60 --elastic-timeout 30 python t.py"));
+  const auto& e = cmd.options.elastic;
+  CHECK(e.enabled());
+  CHECK(e.discovery_script == "./d.sh");
+  CHECK(e.min_np == 1);
+  CHECK(e.max_np == 4);
+  CHECK(e.slots_per_host == 2);
+  CHECK(e.reset_limit == 3);
+  CHECK(e.cooldown_min_s == 5);
+  CHECK(e.cooldown_max_s == 60);
+  CHECK(e.elastic_timeout_s == 30);
+  CHECK(cmd.options.command == Args{"python", "t.py"});
+
+  // torchrun's --max-restarts alone: restarts on the same hosts, at least one rank.
+  cmd = parse_command_line(split("-np 2 --max-restarts 2 x"));
+  CHECK(cmd.options.elastic.enabled());
+  CHECK(cmd.options.elastic.reset_limit == 2);
+  CHECK(cmd.options.elastic.min_np == 1);
+  // --min-np alone: the size defaults to... -np, else min-np.
+  cmd = parse_command_line(split("--min-np 2 -H a:2,b:2 x"));
+  CHECK(cmd.options.elastic.min_np == 2);
+  CHECK(!parse_command_line(split("-np 2 x")).options.elastic.enabled());
+
+  struct Case {
+    std::string line;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"-np 2 --max-np 4 x",
+       "elastic options need elastic mode; add --min-np N or --host-discovery-script PATH"},
+      {"-np 1 --min-np 2 x",
+       "-np 1 is outside --min-np 2 .. --max-np (no limit); expected min-np <= -np <= max-np"},
+      {"--min-np 3 --max-np 2 x",
+       "--min-np 3 is above --max-np 2; expected min-np <= -np <= max-np"},
+      {"--min-np 1 --blacklist-cooldown-range 9 x",
+       "bad value '9' for --blacklist-cooldown-range; expected two whole numbers of seconds, "
+       "MIN then MAX (MIN <= MAX), as in --blacklist-cooldown-range 10 300"},
+      {"--min-np 1 --blacklist-cooldown-range 9 3 x",
+       "bad value '9 3' for --blacklist-cooldown-range; expected two whole numbers of seconds, "
+       "MIN then MAX (MIN <= MAX), as in --blacklist-cooldown-range 10 300"},
+      {"--host-discovery-script d.sh -H a x",
+       "--host-discovery-script and -H/--hostfile cannot be used together; the script says "
+       "which hosts there are"},
+      {"-np 2 --reset-limit 1 --max-restarts 1 x",
+       "--reset-limit and --max-restarts are the same limit; give one of them"},
   };
   for (const auto& c : cases) {
     INFO("args: " << c.line);

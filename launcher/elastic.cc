@@ -1,0 +1,269 @@
+#include "launcher/elastic.h"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <optional>
+
+#include "common/error.h"
+#include "common/quote.h"
+#include "launcher/discovery.h"
+#include "launcher/launch.h"
+
+namespace hvdrun::launcher {
+
+Blacklist::Clock::time_point Blacklist::add(const std::string& host, Clock::time_point now) {
+  Entry& e = entries_[host];
+  auto cooldown = min_;
+  for (int i = 0; i < e.strikes && cooldown < max_; ++i) cooldown *= 2;
+  e.strikes += 1;
+  e.until = now + std::min(cooldown, max_);
+  return e.until;
+}
+
+bool Blacklist::excluded(const std::string& host, Clock::time_point now) const {
+  auto it = entries_.find(host);
+  return it != entries_.end() && now < it->second.until;
+}
+
+std::vector<std::pair<std::string, Blacklist::Clock::time_point>> Blacklist::active(
+    Clock::time_point now) const {
+  std::vector<std::pair<std::string, Clock::time_point>> out;
+  for (const auto& [host, e] : entries_) {
+    if (now < e.until) out.emplace_back(host, e.until);
+  }
+  return out;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// How often the discovery script runs while a generation is up (HVDRUN_DISCOVERY_INTERVAL).
+milliseconds discovery_interval() {
+  const char* v = std::getenv("HVDRUN_DISCOVERY_INTERVAL");
+  if (v == nullptr || *v == '\0') return seconds(3);
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  if (*end != '\0' || !(s >= 0.1 && s <= 3600))
+    throw UsageError("bad value " + quote(v) +
+                     " for HVDRUN_DISCOVERY_INTERVAL; expected seconds from 0.1 to 3600, as in 3");
+  return milliseconds(static_cast<long>(s * 1000));
+}
+
+void say(const std::string& line) {
+  std::fprintf(stderr, "hvdrun: elastic: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+// "node1 until 14:03:12 (in 10 s)".
+std::string until_text(const std::string& host, Clock::time_point until, Clock::time_point now) {
+  const auto left = std::chrono::ceil<seconds>(until - now);
+  const std::time_t at = std::chrono::system_clock::to_time_t(
+      std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(until - now));
+  std::tm tm{};
+  ::localtime_r(&at, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", &tm);
+  return host + " until " + buf + " (in " + std::to_string(left.count()) + " s)";
+}
+
+std::string host_list(const std::vector<hostfile::HostSlots>& hosts) {
+  std::string s;
+  for (std::size_t i = 0; i < hosts.size() && i < 16; ++i)
+    s += (i ? ", " : "") + hosts[i].name + ":" + std::to_string(hosts[i].slots);
+  if (hosts.size() > 16) s += " and " + std::to_string(hosts.size() - 16) + " more";
+  return s;
+}
+
+// The whole job's elastic state between generations.
+class Elastic {
+ public:
+  Elastic(const LaunchOptions& options, const GenerationLaunch& launch)
+      : opt_(options),
+        e_(options.elastic),
+        launch_(launch),
+        blacklist_(seconds(e_.cooldown_min_s), seconds(e_.cooldown_max_s)),
+        interval_(discovery_interval()) {
+    if (!e_.discovery_script.empty())
+      discovery_.emplace(e_.discovery_script, e_.slots_per_host, seconds(e_.elastic_timeout_s));
+  }
+
+  int run();
+
+ private:
+  std::vector<hostfile::HostSlots> discover();
+  std::vector<hostfile::HostSlots> usable(const std::vector<hostfile::HostSlots>& hosts) const;
+  static int slots(const std::vector<hostfile::HostSlots>& hosts);
+  int size_for(int available) const;
+  std::optional<std::string> should_grow(int np);
+  std::string excluded_text() const;
+  int too_few(int available) const;
+  void exclude(const Failure& failure);
+
+  const LaunchOptions& opt_;
+  const ElasticOptions& e_;
+  const GenerationLaunch& launch_;
+  Blacklist blacklist_;
+  milliseconds interval_;
+  std::optional<Discovery> discovery_;
+  std::vector<hostfile::HostSlots> hosts_;
+  Clock::time_point next_discovery_{};
+  std::optional<Failure> last_;
+  int generation_ = 0;
+};
+
+// The hosts there are now. A failing script is reported and asked again every interval
+// until --elastic-timeout passes; then the job ends.
+std::vector<hostfile::HostSlots> Elastic::discover() {
+  if (!discovery_) {
+    if (!opt_.hosts.empty()) return opt_.hosts;
+    return {hostfile::HostSlots{"localhost", opt_.np.value_or(e_.min_np.value_or(1))}};
+  }
+  const auto give_up = Clock::now() + seconds(e_.elastic_timeout_s);
+  for (;;) {
+    DiscoveryResult r = discovery_->run();
+    if (!r.error) return std::move(r.hosts);
+    if (Clock::now() + interval_ >= give_up)
+      throw LaunchError(*r.error + "; gave up after --elastic-timeout " +
+                        std::to_string(e_.elastic_timeout_s) + " s");
+    say(*r.error + "; asking again in " + std::to_string(interval_.count()) + " ms");
+    pollfd none{-1, 0, 0};
+    ::poll(&none, 0, static_cast<int>(interval_.count()));
+  }
+}
+
+std::vector<hostfile::HostSlots> Elastic::usable(
+    const std::vector<hostfile::HostSlots>& hosts) const {
+  std::vector<hostfile::HostSlots> out;
+  const auto now = Clock::now();
+  for (const auto& h : hosts) {
+    if (!blacklist_.excluded(h.name, now)) out.push_back(h);
+  }
+  return out;
+}
+
+int Elastic::slots(const std::vector<hostfile::HostSlots>& hosts) {
+  long n = 0;
+  for (const auto& h : hosts) n += h.slots;
+  return static_cast<int>(std::min<long>(n, 1 << 20));
+}
+
+// The first generation starts at -np (fewer if fewer slots are there); later ones take
+// every usable slot up to --max-np.
+int Elastic::size_for(int available) const {
+  int np = available;
+  if (generation_ == 0 && opt_.np) np = std::min(np, *opt_.np);
+  if (e_.max_np) np = std::min(np, *e_.max_np);
+  return np;
+}
+
+std::string Elastic::excluded_text() const {
+  const auto now = Clock::now();
+  std::string s;
+  for (const auto& [host, until] : blacklist_.active(now))
+    s += (s.empty() ? "" : ", ") + until_text(host, until, now);
+  return s.empty() ? "none" : s;
+}
+
+int Elastic::too_few(int available) const {
+  say("only " + std::to_string(available) + " usable slot" + (available == 1 ? "" : "s") +
+      " left, fewer than --min-np " + std::to_string(*e_.min_np) +
+      "; ending the job. Excluded hosts: " + excluded_text());
+  return last_ ? last_->exit_code : 255;
+}
+
+// Excludes the hosts a failure blames. A rank's failure leaves its host in use when
+// excluding it would leave fewer than --min-np slots (the job restarts where it was, as
+// torchrun does); a host that failed itself is always excluded.
+void Elastic::exclude(const Failure& failure) {
+  const auto now = Clock::now();
+  for (const auto& h : failure.hosts) {
+    if (failure.rank_failed) {
+      int left = 0;
+      for (const auto& u : usable(hosts_)) left += u.name == h ? 0 : u.slots;
+      if (left < e_.min_np.value_or(1)) {
+        say("host " + h + " stays in use: without it fewer than --min-np " +
+            std::to_string(e_.min_np.value_or(1)) + " slots are left");
+        continue;
+      }
+    }
+    blacklist_.add(h, now);
+  }
+}
+
+// Polled by the job loop: runs discovery every interval and, when it finds more usable
+// slots than the generation has (and --max-np allows more), asks the job to stop.
+std::optional<std::string> Elastic::should_grow(int np) {
+  if (!discovery_ || (e_.max_np && np >= *e_.max_np)) return std::nullopt;
+  if (!discovery_->running()) {
+    if (Clock::now() < next_discovery_) return std::nullopt;
+    discovery_->start();
+    next_discovery_ = Clock::now() + interval_;
+  }
+  auto r = discovery_->poll();
+  if (!r || r->error) return std::nullopt;
+  hosts_ = std::move(r->hosts);
+  const int now_there = size_for(slots(usable(hosts_)));
+  if (now_there <= np) return std::nullopt;
+  return "elastic: discovery found " + std::to_string(now_there) + " usable slots for a job of " +
+         std::to_string(np) + " ranks; stopping generation " + std::to_string(generation_) +
+         " to grow";
+}
+
+int Elastic::run() {
+  hosts_ = discover();
+  int resets = 0;
+  for (;; ++generation_) {
+    const auto hosts = usable(hosts_);
+    const int available = slots(hosts);
+    if (available < e_.min_np.value_or(1)) return too_few(available);
+    LaunchOptions g = opt_;
+    g.hosts = hosts;
+    g.np = size_for(available);
+    g.generation = generation_;
+    if (generation_ > 0)
+      say("generation " + std::to_string(generation_) + " starts with " + std::to_string(*g.np) +
+          " ranks on " + host_list(hosts) + "; excluded: " + excluded_text());
+    std::optional<Failure> outcome;
+    JobHooks hooks;
+    hooks.outcome = &outcome;
+    const int np = *g.np;
+    hooks.should_stop = [this, np] { return should_grow(np); };
+    next_discovery_ = Clock::now() + interval_;
+    const int code = launch_(g, hooks);
+    if (!outcome || outcome->interrupted) return code;
+    if (outcome->requested) continue;  // growing costs no restart
+    last_ = outcome;
+    if (e_.reset_limit && ++resets > *e_.reset_limit) {
+      say("the reset limit (--reset-limit " + std::to_string(*e_.reset_limit) +
+          ") is used up; ending with the last failure's exit code " + std::to_string(code));
+      return code;
+    }
+    exclude(*outcome);
+    const std::string why = outcome->message.substr(0, outcome->message.find('\n'));
+    say("generation " + std::to_string(generation_) + " ended: " +
+        (why.rfind("hvdrun: ", 0) == 0 ? why.substr(8) : why) + "; restarting");
+    if (discovery_) hosts_ = discover();
+  }
+}
+
+}  // namespace
+
+int run_elastic(const LaunchOptions& options, const GenerationLaunch& launch) {
+  Elastic elastic(options, launch);
+  return elastic.run();
+}
+
+int run_elastic(const LaunchOptions& options) {
+  return run_elastic(options, [](const LaunchOptions& o, JobHooks hooks) {
+    return launch(o, std::move(hooks));
+  });
+}
+
+}  // namespace hvdrun::launcher

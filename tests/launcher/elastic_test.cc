@@ -1,0 +1,189 @@
+// Elastic mode's parts without hosts: the blacklist's cooldowns, the discovery output
+// parser, the discovery script run as a real child (failing, hanging, not executable,
+// flooding), and the generation loop driven with a stand-in launch.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "launcher/discovery.h"
+#include "launcher/elastic.h"
+#include "tests/support/processes.h"
+
+using namespace hvdrun;
+using namespace hvdrun::launcher;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string script(const testing::TempDir& dir, const std::string& body) {
+  const std::string path = dir.path() + "/discover.sh";
+  std::ofstream(path) << "#!/bin/sh\n" << body << "\n";
+  ::chmod(path.c_str(), 0755);
+  return path;
+}
+
+std::string names(const std::vector<hostfile::HostSlots>& hosts) {
+  std::string s;
+  for (const auto& h : hosts) s += h.name + ":" + std::to_string(h.slots) + " ";
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("blacklist: a host is excluded for MIN, doubling per repeat up to MAX, then back") {
+  Blacklist b(10s, 35s);
+  const auto t = Clock::now();
+  CHECK(!b.excluded("a", t));
+  CHECK(b.add("a", t) == t + 10s);
+  CHECK(b.excluded("a", t + 9s));
+  CHECK(!b.excluded("a", t + 10s));
+  CHECK(!b.excluded("b", t));
+  CHECK(b.add("a", t + 20s) == t + 40s);  // second failure: 20 s
+  CHECK(b.add("a", t + 50s) == t + 85s);  // third: 40 s, capped at 35
+  CHECK(b.active(t + 60s).size() == 1);
+  CHECK(b.active(t + 85s).empty());
+}
+
+TEST_CASE("discovery output: host and host:slots lines, comments, IPv6, bad lines named") {
+  CHECK(names(parse_discovery_output("a\nb:4\n\n  # note\nc:2 # trailing\n", 3, "d")) ==
+        "a:3 b:4 c:2 ");
+  CHECK(names(parse_discovery_output("[fe80::1]:2\n::1\n[::2]\n", 1, "d")) ==
+        "fe80::1:2 ::1:1 ::2:1 ");
+  CHECK(parse_discovery_output("", 1, "d").empty());
+  CHECK_THROWS_WITH(parse_discovery_output("a\nb:x\n", 1, "d.sh"),
+                    Catch::Contains("host discovery script d.sh: line 2 ('b:x')") &&
+                        Catch::Contains("expected one 'host' or 'host:slots' per line"));
+  CHECK_THROWS_WITH(parse_discovery_output("a\na:2\n", 1, "d.sh"),
+                    Catch::Contains("line 2") && Catch::Contains("listed twice"));
+}
+
+TEST_CASE("discovery script: its hosts, or why there are none") {
+  testing::TempDir dir("discovery");
+  SECTION("hosts") {
+    Discovery d(script(dir, "echo n1:2; echo n2"), 4, 5s);
+    auto r = d.run();
+    REQUIRE(!r.error);
+    CHECK(names(r.hosts) == "n1:2 n2:4 ");
+  }
+  SECTION("a non-zero exit, with its stderr") {
+    Discovery d(script(dir, "echo n1; echo 'no cloud credentials' >&2; exit 3"), 1, 5s);
+    auto r = d.run();
+    REQUIRE(r.error);
+    CHECK_THAT(*r.error, Catch::Contains("exited with code 3") &&
+                             Catch::Contains("its stderr: no cloud credentials"));
+  }
+  SECTION("a hang is killed at the timeout") {
+    Discovery d(script(dir, "exec sleep 60"), 1, 300ms);
+    const auto t0 = Clock::now();
+    auto r = d.run();
+    REQUIRE(r.error);
+    CHECK_THAT(*r.error, Catch::Contains("did not finish within 0.3 s"));
+    CHECK(Clock::now() - t0 < 5s);
+  }
+  SECTION("more output than a host list") {
+    Discovery d(script(dir, "yes n1"), 1, 20s);
+    auto r = d.run();
+    REQUIRE(r.error);
+    CHECK_THAT(*r.error, Catch::Contains("printed more than 4 MiB"));
+  }
+  SECTION("not executable") {
+    const std::string path = dir.path() + "/plain.txt";
+    std::ofstream(path) << "n1\n";
+    Discovery d(path, 1, 5s);
+    CHECK_THROWS_AS(d.run(), UsageError);
+  }
+}
+
+namespace {
+
+// A stand-in launch: records each generation's options and answers from a script of
+// outcomes.
+struct FakeLaunch {
+  struct Step {
+    int code;
+    std::optional<Failure> outcome;
+  };
+  std::vector<Step> steps;
+  std::vector<LaunchOptions> seen;
+  int operator()(const LaunchOptions& o, const JobHooks& hooks) {
+    seen.push_back(o);
+    REQUIRE(seen.size() <= steps.size());
+    const Step& s = steps[seen.size() - 1];
+    *hooks.outcome = s.outcome;
+    return s.code;
+  }
+};
+
+Failure rank_failure(int code, const std::string& host) {
+  Failure f{code, "hvdrun: rank 0 on host " + host + " exited\n", {host}};
+  f.rank_failed = true;
+  return f;
+}
+
+LaunchOptions three_hosts() {
+  LaunchOptions o;
+  o.hosts = {{"a", 1}, {"b", 1}, {"c", 1}};
+  o.np = 3;
+  o.elastic.min_np = 1;
+  o.command = {"true"};
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("generations: restarts counted against one budget, failed hosts left out") {
+  auto o = three_hosts();
+  o.elastic.reset_limit = 1;
+  FakeLaunch fake;
+  fake.steps = {{4, rank_failure(4, "a")}, {5, rank_failure(5, "b")}};
+  CHECK(run_elastic(o, std::ref(fake)) == 5);
+  REQUIRE(fake.seen.size() == 2);
+  CHECK(fake.seen[0].generation == 0);
+  CHECK(fake.seen[1].generation == 1);
+  CHECK(names(fake.seen[1].hosts) == "b:1 c:1 ");
+  CHECK(fake.seen[1].np == 2);
+}
+
+TEST_CASE("generations: a clean end, an interrupt and a requested stop") {
+  auto o = three_hosts();
+  FakeLaunch fake;
+  Failure grow{0, "hvdrun: grow\n", {}};
+  grow.requested = true;
+  Failure sigint{130, "hvdrun: interrupted\n", {}};
+  sigint.interrupted = true;
+  fake.steps = {{0, grow}, {130, sigint}};
+  CHECK(run_elastic(o, std::ref(fake)) == 130);
+  CHECK(fake.seen.size() == 2);
+  FakeLaunch clean;
+  clean.steps = {{0, std::nullopt}};
+  CHECK(run_elastic(three_hosts(), std::ref(clean)) == 0);
+}
+
+TEST_CASE("generations: a lost host always leaves; too few slots end the job") {
+  auto o = three_hosts();
+  o.elastic.min_np = 2;
+  FakeLaunch fake;
+  fake.steps = {{255, Failure{255, "lost a\n", {"a"}}}, {255, Failure{255, "lost b\n", {"b"}}}};
+  CHECK(run_elastic(o, std::ref(fake)) == 255);
+  CHECK(fake.seen.size() == 2);  // after b, only c's slot is left: below --min-np 2
+}
+
+TEST_CASE("generations: a failing rank's host stays when leaving it out is below --min-np") {
+  LaunchOptions o;
+  o.hosts = {{"a", 2}};
+  o.np = 2;
+  o.elastic.min_np = 2;
+  o.elastic.reset_limit = 2;
+  FakeLaunch fake;
+  fake.steps = {{3, rank_failure(3, "a")}, {3, rank_failure(3, "a")}, {0, std::nullopt}};
+  CHECK(run_elastic(o, std::ref(fake)) == 0);
+  REQUIRE(fake.seen.size() == 3);
+  CHECK(names(fake.seen[2].hosts) == "a:2 ");
+}
