@@ -97,6 +97,7 @@ struct Verdict {
   bool allowed = true;
   std::string cause;   // the log limiter's cause
   std::string reason;  // what the log line and the 403 say
+  std::string source;  // the pending cap's unit: a local uid or a remote address
 };
 
 }  // namespace
@@ -158,19 +159,21 @@ class HorovodHttpServer::Impl {
   Verdict judge(tcp::socket& socket) const {
     boost::system::error_code ec;
     auto peer = socket.remote_endpoint(ec);
-    if (ec) return {false, "no peer", "the peer is gone"};
+    if (ec) return {false, "no peer", "the peer is gone", "?"};
     if (auto uid = peer_uid_(socket.native_handle())) {
-      if (*uid == uid_) return {};
+      const std::string source = "uid " + std::to_string(*uid) + " on this host";
+      if (*uid == uid_) return {true, {}, {}, source};
       return {false, "another user",
               "a process of uid " + std::to_string(*uid) + " on this host (the job runs as uid " +
-                  std::to_string(uid_) + ")"};
+                  std::to_string(uid_) + ")",
+              source};
     }
     const auto addr = normalize(peer.address());
     for (const auto& n : allowed_) {
-      if (n.contains(addr)) return {};
+      if (n.contains(addr)) return {true, {}, {}, addr.to_string()};
     }
     return {false, "another host",
-            "host " + addr.to_string() + ", which is not one of the job's hosts"};
+            "host " + addr.to_string() + ", which is not one of the job's hosts", addr.to_string()};
   }
 
   void start() {
@@ -274,11 +277,10 @@ class HorovodHttpServer::Impl {
 class HorovodHttpServer::Impl::Session : public std::enable_shared_from_this<Session> {
  public:
   Session(Impl& server, tcp::socket socket, Verdict verdict)
-      : server_(server), stream_(std::move(socket)), verdict_(std::move(verdict)) {
-    beast::error_code ec;
-    auto ep = stream_.socket().remote_endpoint(ec);
-    source_ = ec ? std::string("?") : normalize(ep.address()).to_string();
-  }
+      : server_(server),
+        stream_(std::move(socket)),
+        verdict_(std::move(verdict)),
+        source_(verdict_.source) {}
   ~Session() {
     server_.store().release(reserved_);
     server_.pending().remove(pending_id_);
@@ -304,13 +306,14 @@ class HorovodHttpServer::Impl::Session : public std::enable_shared_from_this<Ses
       auto self = w.lock();
       if (!self) return;
       srv.count_evicted();
-      srv.log().warn("pending cap", "Horovod rendezvous: more than " +
-                                        std::to_string(srv.limits().pending.total) +
-                                        " connections in all or " +
-                                        std::to_string(srv.limits().pending.per_source) +
-                                        " from one address without a complete request; "
-                                        "closing the oldest, from " +
-                                        self->source_);
+      srv.log().warn("pending cap",
+                     "Horovod rendezvous: too many connections without a complete request "
+                     "(limits: " +
+                         std::to_string(srv.limits().pending.per_source) + " per source, " +
+                         std::to_string(srv.limits().pending.total) +
+                         " in all); closing the oldest from " + self->source_ +
+                         ". Something other than the job's ranks is connecting "
+                         "(docs/security.md)");
       self->close();
     });
     stream_.expires_after(server_.limits().header_timeout);

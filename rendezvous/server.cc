@@ -26,6 +26,7 @@
 #include "common/error.h"
 #include "common/log_limiter.h"
 #include "common/pending_cap.h"
+#include "common/socket_owner.h"
 #include "rendezvous/protocol.h"
 
 namespace hvdrun::rendezvous {
@@ -277,7 +278,13 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
     boost::system::error_code ec;
     auto ep = sock_.remote_endpoint(ec);
     peer_ = ec ? std::string("unknown peer") : endpoint_string(ep);
-    source_ = ec ? peer_ : ep.address().to_string();
+    // The unit of the cap: the user of a process on this host (so another local user's
+    // flood never pushes out the job's ranks), else the remote address.
+    if (auto uid = local_peer_uid(sock_.native_handle())) {
+      source_ = "uid " + std::to_string(*uid) + " on this host";
+    } else {
+      source_ = ec ? peer_ : ep.address().to_string();
+    }
     sock_.set_option(tcp::no_delay(true), ec);
     srv_.buffer_bytes_ += rbuf_.size();
   }
@@ -289,11 +296,11 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
       auto s = w.lock();
       if (!s) return;
       srv.log_.warn("unauthenticated cap",
-                    "rendezvous: more than " + std::to_string(srv.opts_.unauthenticated.total) +
-                        " connections in all or " +
-                        std::to_string(srv.opts_.unauthenticated.per_source) +
-                        " from one address have not authenticated; closing the oldest, from " +
-                        s->source_ + " (something other than the job's ranks is connecting)");
+                    "rendezvous: too many connections that have not authenticated (limits: " +
+                        std::to_string(srv.opts_.unauthenticated.per_source) + " per source, " +
+                        std::to_string(srv.opts_.unauthenticated.total) +
+                        " in all); closing the oldest from " + s->source_ +
+                        ". Something other than the job's ranks is connecting (docs/security.md)");
       s->close("closed to make room: too many unauthenticated connections");
     });
     server_nonce_ = random_bytes(kMacBytes);
@@ -651,7 +658,7 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
   const char* deadline_why_ = "";
   asio::steady_timer wait_timer_;
   std::string peer_;
-  std::string source_;  // the peer's address, without port: the unit of the pending cap
+  std::string source_;  // the peer's uid (on this host) or address: the pending cap's unit
   PendingCap::Id pending_id_ = 0;
   std::string server_nonce_;
   std::optional<FrameCodec> codec_;

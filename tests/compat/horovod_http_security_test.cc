@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/fd.h"
 #include "common/fd_limit.h"
 #include "compat/horovod_http_server.h"
 #include "hostfile/placement.h"
@@ -52,22 +53,26 @@ long rss_kib() {
 // (0: closed without an answer), or -1 when the child failed otherwise.
 int request_as(uid_t uid, std::uint16_t port, const std::string& method,
                const std::string& target, const std::string& body = {}) {
+  auto [r, w] = make_pipe();
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    if (::setgid(uid) != 0 || ::setuid(uid) != 0) ::_exit(255);
-    int status = 0;
+    r.reset();
+    if (::setgid(uid) != 0 || ::setuid(uid) != 0) ::_exit(1);
+    int status = -1;
     try {
       status = http_request(port, method, target, body).status;
     } catch (...) {
-      ::_exit(254);
     }
-    ::_exit(status == 0 ? 0 : status - 200);  // 2xx..4xx and 507 fit in an exit code
+    (void)!::write(w.get(), &status, sizeof status);
+    ::_exit(0);
   }
+  w.reset();
+  int status = -1;
+  if (::read(r.get(), &status, sizeof status) != sizeof status) status = -1;
   int st = 0;
   REQUIRE(::waitpid(pid, &st, 0) == pid);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) >= 254) return -1;
-  return WEXITSTATUS(st) == 0 ? 0 : WEXITSTATUS(st) + 200;
+  return status;
 }
 
 }  // namespace

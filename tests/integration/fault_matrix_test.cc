@@ -204,7 +204,11 @@ TEST_CASE("fault: 1,000 garbage connections to the rendezvous during a job", "[f
   double job_ms = ms_since(t0);
   INFO("stderr: " << h.err);
   CHECK(code == 0);
-  CHECK(h.err.empty());
+  // The launcher says, a few times at most (rate-limited), that it closed unauthenticated
+  // connections to make room; nothing else went wrong.
+  CHECK(lines(h.err).size() <= 3);
+  for (const auto& l : lines(h.err))
+    CHECK_THAT(l, Catch::Contains("rendezvous") && Catch::Contains("authenticated"));
   CHECK(conns.size() == 1000);
   CHECK(dropped_ms >= 0);             // every talker was dropped, within 10 s
   CHECK(job_ms < 20000 * kSlowdown);  // about 2 s here, as without the flood
