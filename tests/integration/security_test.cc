@@ -73,7 +73,11 @@ class NobodyFlood {
     auto [hold_r, hold_w] = make_pipe();
     pid_ = ::fork();
     REQUIRE(pid_ >= 0);
-    if (pid_ == 0) run(pw->pw_uid, port, n, done_w.get(), hold_r.get());
+    if (pid_ == 0) {
+      hold_w.reset();  // or its reads never see the parent's EOF
+      done_r.reset();
+      run(pw->pw_uid, port, n, done_w.get(), hold_r.get());
+    }
     hold_ = std::move(hold_w);
     char buf[16] = {};
     REQUIRE(::read(done_r.get(), buf, sizeof buf - 1) > 0);  // the child's count
@@ -217,7 +221,11 @@ class NobodyConnector {
     auto [ans_r, ans_w] = make_pipe();
     pid_ = ::fork();
     REQUIRE(pid_ >= 0);
-    if (pid_ == 0) run(pw->pw_uid, req_r.get(), ans_w.get());
+    if (pid_ == 0) {
+      req_w.reset();  // or its reads never see the parent's EOF
+      ans_r.reset();
+      run(pw->pw_uid, req_r.get(), ans_w.get());
+    }
     req_ = std::move(req_w);
     ans_ = std::move(ans_r);
   }
