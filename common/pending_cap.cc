@@ -18,9 +18,9 @@ PendingCap::Id PendingCap::add(const std::string& source, std::function<void()> 
   const std::size_t mine = ++per_source_[source];
   if (mine > limits_.per_source) evict_one(oldest_from(source));
   while (entries_.size() > limits_.total) {
-    auto heaviest = std::max_element(
-        per_source_.begin(), per_source_.end(),
-        [](const auto& a, const auto& b) { return a.second < b.second; });
+    auto heaviest =
+        std::max_element(per_source_.begin(), per_source_.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; });
     auto victim = oldest_from(heaviest->first);
     if (victim->id == id) victim = entries_.begin();  // a newcomer is never the one closed
     evict_one(victim);

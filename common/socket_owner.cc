@@ -83,8 +83,8 @@ Lookup diag_lookup(const End& peer, const End& self, uid_t& uid) {
   msg.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
-  if (::sendto(nl.get(), &msg, sizeof msg, 0, reinterpret_cast<sockaddr*>(&kernel),
-               sizeof kernel) < 0)
+  if (::sendto(nl.get(), &msg, sizeof msg, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) <
+      0)
     return Lookup::unavailable;
   alignas(nlmsghdr) char buf[4096];
   timeval tv{1, 0};
@@ -102,8 +102,7 @@ Lookup diag_lookup(const End& peer, const End& self, uid_t& uid) {
     return Lookup::unavailable;
   const auto* d = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
   // The lookup falls back to a listener on the peer's port: only the connection counts.
-  if (d->idiag_state == TCP_LISTEN || ntohs(d->id.idiag_dport) != self.port)
-    return Lookup::absent;
+  if (d->idiag_state == TCP_LISTEN || ntohs(d->id.idiag_dport) != self.port) return Lookup::absent;
   uid = d->idiag_uid;
   return Lookup::found;
 }

@@ -346,8 +346,8 @@ class HorovodHttpServer::Impl::Session : public std::enable_shared_from_this<Ses
   // length, or the body cap when chunked. False when it was refused (413 or 507 sent).
   bool reserve_body() {
     auto length = parser_->content_length();
-    const std::size_t want = length ? static_cast<std::size_t>(*length)
-                                    : server_.limits().max_body_bytes;
+    const std::size_t want =
+        length ? static_cast<std::size_t>(*length) : server_.limits().max_body_bytes;
     if (want > server_.limits().max_body_bytes) {
       respond(http::status::payload_too_large, "request body too large\n", false);
       return false;

@@ -121,8 +121,8 @@ std::string interface_address(const std::string& ifname) {
       seen.emplace_back(i->ifa_name);
       names += (names.empty() ? "" : ", ") + seen.back();
     }
-    throw UsageError("--network-interface " + ifname + ": no such interface on this host (it has: " +
-                     names + ")");
+    throw UsageError("--network-interface " + ifname +
+                     ": no such interface on this host (it has: " + names + ")");
   }
   throw UsageError("--network-interface " + ifname + ": the interface has no IP address");
 }
@@ -137,10 +137,10 @@ std::vector<std::string> interface_networks(const std::string& ifname) {
     if (family != AF_INET && family != AF_INET6) continue;
     // The prefix length is the number of one bits in the mask.
     const auto* mask = reinterpret_cast<const unsigned char*>(
-        family == AF_INET
-            ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(i->ifa_netmask)->sin_addr)
-            : static_cast<const void*>(
-                  &reinterpret_cast<const sockaddr_in6*>(i->ifa_netmask)->sin6_addr));
+        family == AF_INET ? static_cast<const void*>(
+                                &reinterpret_cast<const sockaddr_in*>(i->ifa_netmask)->sin_addr)
+                          : static_cast<const void*>(
+                                &reinterpret_cast<const sockaddr_in6*>(i->ifa_netmask)->sin6_addr));
     int prefix = 0;
     for (std::size_t b = 0; b < (family == AF_INET ? 4u : 16u); ++b)
       prefix += __builtin_popcount(mask[b]);

@@ -494,7 +494,8 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
       send(plain_frame(std::string(1, '\x01') +
                        "authentication failed: the client does not hold this job's secret"));
       ++srv_.rejected_;
-      srv_.log_.warn("wrong job secret", "rendezvous: rejected client " + peer_ + ": wrong job secret");
+      srv_.log_.warn("wrong job secret",
+                     "rendezvous: rejected client " + peer_ + ": wrong job secret");
       return false;
     }
     srv_.pending_.remove(std::exchange(pending_id_, 0));

@@ -55,7 +55,8 @@ TEST_CASE("handler: bad targets are 400, other methods 405, a full store 507") {
   // Room for one scope "s" with one key "k" of 8 bytes, counting names and entries.
   const std::size_t budget = (1 + kHorovodEntryOverhead) + (1 + 8 + kHorovodEntryOverhead);
   HorovodStore store(two_by_two(), budget);
-  for (const char* target : {"", "/", "/global", "/global/", "//0", "/../0", "/g/a b", "global/0"}) {
+  for (const char* target :
+       {"", "/", "/global", "/global/", "//0", "/../0", "/g/a b", "global/0"}) {
     INFO(target);
     CHECK(handle_horovod_request(store, HttpMethod::get, target, {}).status == 400);
   }

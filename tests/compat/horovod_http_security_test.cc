@@ -51,8 +51,8 @@ long rss_kib() {
 
 // Runs one request as user `uid` in a child process; returns the HTTP status it got
 // (0: closed without an answer), or -1 when the child failed otherwise.
-int request_as(uid_t uid, std::uint16_t port, const std::string& method,
-               const std::string& target, const std::string& body = {}) {
+int request_as(uid_t uid, std::uint16_t port, const std::string& method, const std::string& target,
+               const std::string& body = {}) {
   auto [r, w] = make_pipe();
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
@@ -163,8 +163,8 @@ TEST_CASE("Horovod rendezvous: PUTs and bodies in flight keep to one budget, 507
   for (int i = 0; i < 40; ++i) {
     half.push_back(std::make_unique<HttpConnection>(server.port()));
     half.back()->send_raw("PUT /s/half" + std::to_string(i) +
-                          " HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body.substr(0, 1u << 20));
+                          " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+                          "\r\n\r\n" + body.substr(0, 1u << 20));
   }
   for (auto& c : half) refused += c->read_response().status == 507 ? 1 : 0;
   CHECK(refused == 40);  // the budget is taken: not one body is read
@@ -173,9 +173,10 @@ TEST_CASE("Horovod rendezvous: PUTs and bodies in flight keep to one budget, 507
   const long grown_kib = rss_kib() - before;
   // Was 2.2 GB for 130 + 150 such requests; now the budget and the buffers of the moment.
   CHECK(grown_kib < 3 * 32 * 1024);
-  std::printf("horovod-budget: 40 PUTs + 40 half bodies of 8 MiB, budget 32 MiB: %d stored, "
-              "RSS +%ld KiB\n",
-              stored, grown_kib);
+  std::printf(
+      "horovod-budget: 40 PUTs + 40 half bodies of 8 MiB, budget 32 MiB: %d stored, "
+      "RSS +%ld KiB\n",
+      stored, grown_kib);
   // Keys count too: a million tiny PUTs with long keys stop at the budget.
   HttpServerLimits small;
   small.max_store_bytes = 64u << 10;
@@ -184,8 +185,7 @@ TEST_CASE("Horovod rendezvous: PUTs and bodies in flight keep to one budget, 507
   const std::string long_key(250, 'k');
   int ok = 0;
   for (int i = 0; i < 400; ++i)
-    ok += http_request(keys.port(), "PUT", "/s/" + long_key.substr(0, 240) + std::to_string(i),
-                       "1")
+    ok += http_request(keys.port(), "PUT", "/s/" + long_key.substr(0, 240) + std::to_string(i), "1")
                       .status == 200
               ? 1
               : 0;
@@ -210,18 +210,19 @@ TEST_CASE("Horovod rendezvous: slowloris connections beyond the caps do not lock
   const auto t0 = Clock::now();
   int served = 0;
   for (int i = 0; i < 20; ++i)
-    served += http_request(server.port(), "PUT", "/global/" + std::to_string(i % 4), "a").status ==
-                      200
-                  ? 1
-                  : 0;
+    served +=
+        http_request(server.port(), "PUT", "/global/" + std::to_string(i % 4), "a").status == 200
+            ? 1
+            : 0;
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
   CHECK(served == 20);
   CHECK(ms < 5s);
   CHECK(eventually([&] { return server.stats().evicted >= 700 - 64; }));
   CHECK(server.stats().open_connections <= 64 + 1);
-  std::printf("horovod-slowloris: 700 slow connections, caps 64 pending / 600 in all: 20 of 20 "
-              "requests served in %lld ms\n",
-              static_cast<long long>(ms.count()));
+  std::printf(
+      "horovod-slowloris: 700 slow connections, caps 64 pending / 600 in all: 20 of 20 "
+      "requests served in %lld ms\n",
+      static_cast<long long>(ms.count()));
 }
 
 TEST_CASE("Horovod rendezvous: a header that does not arrive in time closes the connection",

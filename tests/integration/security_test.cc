@@ -38,9 +38,8 @@ const std::string kWorker = HVDRUN_BINARY_DIR "/tests/runtime/runtime_worker";
 
 // `args` for hvdrun run under `ulimit -n limit` (soft and hard: no raising it back).
 std::vector<std::string> limited(int limit, const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"sh", "-c",
-                                   "ulimit -n " + std::to_string(limit) + " && exec \"$0\" \"$@\"",
-                                   hvdrun_binary()};
+  std::vector<std::string> argv = {
+      "sh", "-c", "ulimit -n " + std::to_string(limit) + " && exec \"$0\" \"$@\"", hvdrun_binary()};
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
 }
@@ -347,13 +346,14 @@ TEST_CASE("security: another user connecting to every port of single-host jobs b
   // see them above (the job may or may not survive this: Gloo pairs are unauthenticated).
   auto gloo = attacked_job("gloo");
   CHECK(gloo.rank_listeners > 0);
-  std::printf("security-gloo-ports: %d of 6 jobs succeeded with nobody connecting to every "
-              "listener (%d of hvdrun's, %d of the ranks'); forced Gloo path: %d rank "
-              "listeners reached, exit %d\n",
-              ok, launcher_ports, rank_ports, gloo.rank_listeners, gloo.code);
+  std::printf(
+      "security-gloo-ports: %d of 6 jobs succeeded with nobody connecting to every "
+      "listener (%d of hvdrun's, %d of the ranks'); forced Gloo path: %d rank "
+      "listeners reached, exit %d\n",
+      ok, launcher_ports, rank_ports, gloo.rank_listeners, gloo.code);
   report_fault({"another user connects to every TCP listener of 6 single-host -np 4 jobs",
-                std::to_string(ok) + " of 6 succeed; the ranks hold no listener (shared memory)",
-                0, 0, "nothing"});
+                std::to_string(ok) + " of 6 succeed; the ranks hold no listener (shared memory)", 0,
+                0, "nothing"});
 }
 
 TEST_CASE("security: 5,000 unauthenticated connections with the launcher at ulimit -n 1024",
@@ -366,9 +366,8 @@ TEST_CASE("security: 5,000 unauthenticated connections with the launcher at ulim
   TempDir tmp("security");
   const int np = 4;
   CapturedProcess h(limited(1024, gated(tmp.path(), np, kWorker + " collectives")), {marker});
-  h.read_until([](const std::string& out) {
-    return count(out, "hport=") == np && out.back() == '\n';
-  });
+  h.read_until(
+      [](const std::string& out) { return count(out, "hport=") == np && out.back() == '\n'; });
   const int port = value_after(h.out, "port=");
   const auto t0 = Clock::now();
   NobodyFlood flood(port, 5000);  // another user, holding them open
@@ -407,9 +406,8 @@ TEST_CASE("security: out of descriptors, the launcher's accept loops back off",
   TempDir tmp("security");
   const int np = 2;
   CapturedProcess h(limited(100, gated(tmp.path(), np, kWorker + " collectives")), {marker});
-  h.read_until([](const std::string& out) {
-    return count(out, "hport=") == np && out.back() == '\n';
-  });
+  h.read_until(
+      [](const std::string& out) { return count(out, "hport=") == np && out.back() == '\n'; });
   const int hport = value_after(h.out, "hport=");
   // More than the launcher has descriptors for: its cap lets one user of this host hold
   // 128 connections without a request, and it has fewer than that left.
@@ -435,6 +433,6 @@ TEST_CASE("security: out of descriptors, the launcher's accept loops back off",
                 "launcher at %.1f%% of a core while out of descriptors, %d accept log line(s); "
                 "job correct afterwards",
                 cpu * 100, accept_lines);
-  report_fault({"800 connections to the Horovod rendezvous, launcher at ulimit -n 100", outcome,
-                0, static_cast<int>(processes_with(marker).size()), "nothing"});
+  report_fault({"800 connections to the Horovod rendezvous, launcher at ulimit -n 100", outcome, 0,
+                static_cast<int>(processes_with(marker).size()), "nothing"});
 }

@@ -81,7 +81,8 @@ bool handshake(int fd, const std::string& secret) {
   auto greeting = read_frame(fd);
   auto server_nonce = greeting.substr(kGreeting.size());
   auto client_nonce = random_bytes(kMacBytes);
-  send_all(fd, plain_frame(client_nonce + Handshake::client_proof(key, server_nonce, client_nonce)));
+  send_all(fd,
+           plain_frame(client_nonce + Handshake::client_proof(key, server_nonce, client_nonce)));
   auto answer = read_frame(fd);
   return !answer.empty() && answer[0] == '\0';
 }
@@ -141,10 +142,11 @@ TEST_CASE("rendezvous: 2,000 connections that never authenticate do not keep a r
   CHECK(st.evicted >= 2000 - 32);
   // The launcher's descriptors stay within the cap (plus the rank's).
   CHECK(srv.connection_count() <= 32 + 1);
-  std::printf("rendezvous-flood: 2000 silent connections, rank in after %lld ms, %zu held, "
-              "%llu evicted\n",
-              static_cast<long long>(ms.count()), st.unauthenticated,
-              static_cast<unsigned long long>(st.evicted));
+  std::printf(
+      "rendezvous-flood: 2000 silent connections, rank in after %lld ms, %zu held, "
+      "%llu evicted\n",
+      static_cast<long long>(ms.count()), st.unauthenticated,
+      static_cast<unsigned long long>(st.evicted));
 }
 
 TEST_CASE("rendezvous: frame headers alone allocate nothing; buffers grow with the bytes sent",
@@ -209,7 +211,8 @@ TEST_CASE("rendezvous: wrong-secret handshakes log one line per interval, with a
     std::this_thread::sleep_for(10ms);
   INFO(log.text());
   CHECK(log.lines_with("wrong job secret") == 2);
-  CHECK_THAT(log.text(), Catch::Contains("wrong job secret (and 299 more like it in the last 1 s)"));
+  CHECK_THAT(log.text(),
+             Catch::Contains("wrong job secret (and 299 more like it in the last 1 s)"));
   CHECK(srv.stats().rejected == 301);
 }
 
