@@ -184,6 +184,7 @@ class Server::Impl {
       st.accept_failures = accept_loop_ ? accept_loop_->failures() : 0;
       st.store_bytes = store_bytes_;
       st.buffer_bytes = buffer_bytes_;
+      st.received_bytes = received_bytes_;
       return st;
     });
   }
@@ -254,6 +255,7 @@ class Server::Impl {
   bool shutting_down_ = false;
   std::size_t store_bytes_ = 0;
   std::size_t buffer_bytes_ = 0;  // all sessions' read buffers
+  std::uint64_t received_bytes_ = 0;
   std::uint64_t rejected_ = 0;
   LogLimiter log_;
   PendingCap pending_;
@@ -460,6 +462,7 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
             return;
           }
           self->rend_ += n;
+          self->srv_.received_bytes_ += n;
           self->process();
         });
   }

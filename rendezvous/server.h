@@ -61,6 +61,8 @@ struct ServerStats {
   std::size_t store_bytes = 0;
   /// Bytes held by the sessions' read buffers.
   std::size_t buffer_bytes = 0;
+  /// Bytes read from clients so far.
+  std::uint64_t received_bytes = 0;
 };
 
 /// A running rendezvous server. Construction binds and listens; start() serves on a

@@ -172,7 +172,10 @@ TEST_CASE("Horovod rendezvous: PUTs and bodies in flight keep to one budget, 507
   CHECK(st.stored_bytes + st.reserved_bytes <= limits.max_store_bytes);
   const long grown_kib = rss_kib() - before;
   // Was 2.2 GB for 130 + 150 such requests; now the budget and the buffers of the moment.
+  // (Sanitizer runtimes keep freed memory in quarantine: there the counters above say it.)
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   CHECK(grown_kib < 3 * 32 * 1024);
+#endif
   std::printf(
       "horovod-budget: 40 PUTs + 40 half bodies of 8 MiB, budget 32 MiB: %d stored, "
       "RSS +%ld KiB\n",

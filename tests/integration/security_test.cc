@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -80,7 +81,7 @@ class NobodyFlood {
     hold_ = std::move(hold_w);
     char buf[16] = {};
     REQUIRE(::read(done_r.get(), buf, sizeof buf - 1) > 0);  // the child's count
-    opened_ = std::atoi(buf);
+    opened_ = static_cast<int>(std::strtol(buf, nullptr, 10));
   }
   ~NobodyFlood() { stop(); }
   NobodyFlood(const NobodyFlood&) = delete;

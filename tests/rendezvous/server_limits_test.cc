@@ -164,17 +164,21 @@ TEST_CASE("rendezvous: frame headers alone allocate nothing; buffers grow with t
     put_u32(hdr.data(), kMaxFrameBytes);
     send_all(conns.back().get(), hdr + std::string(1024, 'x'));
   }
-  // Every session has read its header and bytes: wait until the buffers say so.
+  // Wait until the server has read everything sent: handshakes, headers and bodies.
+  const std::uint64_t sent = 40u * (2 * kMacBytes + 4 + 4 + 1024);
   ServerStats st;
   auto deadline = Clock::now() + 5s;
   do {
     st = srv.stats();
-  } while (srv.connection_count() < 40 && Clock::now() < deadline);
+  } while (st.received_bytes < sent && Clock::now() < deadline);
+  REQUIRE(st.received_bytes == sent);
   REQUIRE(srv.connection_count() == 40);
   const long grown_kib = rss_kib() - before;
   // Before: 16 MiB per connection from the header alone (640 MiB). Now a read chunk each.
   CHECK(st.buffer_bytes <= 40u * 64 * 1024);
-  CHECK(grown_kib < 64 * 1024);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  CHECK(grown_kib < 64 * 1024);  // sanitizers quarantine freed memory: the count above says it
+#endif
   std::printf("rendezvous-headers: 40 headers of 16 MiB: buffers %zu KiB, RSS +%ld KiB\n",
               st.buffer_bytes / 1024, grown_kib);
   // A frame that does arrive whole is still accepted at full size.
