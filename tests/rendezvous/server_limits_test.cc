@@ -149,7 +149,7 @@ TEST_CASE("rendezvous: 2,000 connections that never authenticate do not keep a r
       static_cast<unsigned long long>(st.evicted));
 }
 
-TEST_CASE("rendezvous: frame headers alone allocate nothing; buffers grow with the bytes sent",
+TEST_CASE("rendezvous: frame headers alone allocate nothing, buffers grow with the bytes sent",
           "[rendezvous][fault][security]") {
   auto secret = generate_secret();
   Server srv(secret, "127.0.0.1", 0);
