@@ -120,8 +120,9 @@ std::string proc_text(const End& e) {
 }
 
 // Scans /proc/net/tcp or tcp6 for the row with local end `peer` and remote end `self`.
-bool proc_lookup(const End& peer, const End& self, uid_t& uid) {
+Lookup proc_lookup(const End& peer, const End& self, uid_t& uid) {
   std::ifstream f(peer.family == AF_INET ? "/proc/net/tcp" : "/proc/net/tcp6");
+  if (!f) return Lookup::unavailable;  // out of descriptors, or no /proc
   const std::string local = proc_text(peer), remote = proc_text(self);
   std::string line;
   std::getline(f, line);  // the header
@@ -132,10 +133,10 @@ bool proc_lookup(const End& peer, const End& self, uid_t& uid) {
     if (!(row >> sl >> l >> r >> st >> queues >> timer >> retr >> owner)) continue;
     if (l == local && r == remote && st != "0A") {
       uid = static_cast<uid_t>(owner);
-      return true;
+      return Lookup::found;
     }
   }
-  return false;
+  return Lookup::absent;
 }
 
 // An IPv4 end as a dual-stack AF_INET6 socket holds it: ::ffff:a.b.c.d.
@@ -156,38 +157,54 @@ Lookup diag_either(const End& a, const End& b, uid_t& uid) {
   return m == Lookup::unavailable ? r : m;
 }
 
-bool proc_either(const End& a, const End& b, uid_t& uid) {
-  return proc_lookup(a, b, uid) || (a.family == AF_INET && proc_lookup(mapped(a), mapped(b), uid));
+Lookup proc_either(const End& a, const End& b, uid_t& uid) {
+  Lookup r = proc_lookup(a, b, uid);
+  if (r != Lookup::absent || a.family != AF_INET) return r;
+  return proc_lookup(mapped(a), mapped(b), uid);
 }
 
-bool lookup(const End& peer, const End& self, uid_t& uid) {
-  if (diag_either(peer, self, uid) == Lookup::found) return true;
+PeerOwner lookup(const End& peer, const End& self) {
+  uid_t uid = 0;
+  if (diag_either(peer, self, uid) == Lookup::found) return {PeerKind::local, uid};
   // The kernel also answers ENOENT when it has no tcp_diag: asking for this server's own
   // end of the connection, which exists, tells a remote peer from a missing module.
   uid_t mine = 0;
-  if (diag_either(self, peer, mine) == Lookup::found) return false;
-  return proc_either(peer, self, uid);
+  if (diag_either(self, peer, mine) == Lookup::found) return {PeerKind::remote, 0};
+  switch (proc_either(peer, self, uid)) {
+    case Lookup::found:
+      return {PeerKind::local, uid};
+    case Lookup::absent:
+      return {PeerKind::remote, 0};
+    case Lookup::unavailable:
+      break;
+  }
+  return {PeerKind::unknown, 0};
 }
 
 }  // namespace
 
-std::optional<uid_t> local_peer_uid(int fd) noexcept {
+PeerOwner local_peer_owner(int fd) noexcept {
   try {
     sockaddr_storage p{}, s{};
     socklen_t pl = sizeof p, sl = sizeof s;
     if (::getpeername(fd, reinterpret_cast<sockaddr*>(&p), &pl) != 0 ||
         ::getsockname(fd, reinterpret_cast<sockaddr*>(&s), &sl) != 0)
-      return std::nullopt;
+      return {PeerKind::unknown, 0};
     End peer, self;
-    if (!end_of(p, peer) || !end_of(s, self)) return std::nullopt;
+    if (!end_of(p, peer) || !end_of(s, self)) return {PeerKind::unknown, 0};
     peer = unmapped(peer);
     self = unmapped(self);
-    if (peer.family != self.family) return std::nullopt;
-    uid_t uid = 0;
-    if (lookup(peer, self, uid)) return uid;
+    if (peer.family != self.family) return {PeerKind::unknown, 0};
+    return lookup(peer, self);
   } catch (...) {
   }
-  return std::nullopt;
+  return {PeerKind::unknown, 0};
+}
+
+std::optional<uid_t> local_peer_uid(int fd) noexcept {
+  const PeerOwner o = local_peer_owner(fd);
+  if (o.kind != PeerKind::local) return std::nullopt;
+  return o.uid;
 }
 
 }  // namespace hvdrun

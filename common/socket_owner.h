@@ -10,9 +10,25 @@
 
 namespace hvdrun {
 
+/// Where the other end of a connection is.
+enum class PeerKind {
+  local,    ///< on this host (in this network namespace): its owner's uid is known
+  remote,   ///< on another host
+  unknown,  ///< cannot be told now (out of descriptors, no /proc), or no connection
+};
+
+/// The other end of a connection, and its owner when it is local.
+struct PeerOwner {
+  PeerKind kind = PeerKind::unknown;  ///< where it is
+  uid_t uid = 0;                      ///< its owner when local
+};
+
+/// Who is at the other end of the connected TCP socket `fd`. Does not throw.
+PeerOwner local_peer_owner(int fd) noexcept;
+
 /// The uid owning the socket at the other end of the connected TCP socket `fd`, when
-/// that socket is on this host (in this network namespace); nullopt when it is not (a
-/// remote peer) or is gone already. Does not throw.
+/// that socket is on this host (in this network namespace); nullopt otherwise (a remote
+/// peer, or one that cannot be told). Does not throw.
 std::optional<uid_t> local_peer_uid(int fd) noexcept;
 
 }  // namespace hvdrun

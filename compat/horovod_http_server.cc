@@ -98,6 +98,7 @@ struct Verdict {
   std::string cause;   // the log limiter's cause
   std::string reason;  // what the log line and the 403 say
   std::string source;  // the pending cap's unit: a local uid or a remote address
+  bool retry = false;  // not allowed for now (503), rather than forbidden (403)
 };
 
 }  // namespace
@@ -113,7 +114,7 @@ class HorovodHttpServer::Impl {
         log_(limits.log_interval),
         pending_(limits.pending),
         uid_(::geteuid()),
-        peer_uid_([](int fd) { return local_peer_uid(fd); }) {
+        peer_owner_([](int fd) { return local_peer_owner(fd); }) {
     const std::string where =
         "Horovod rendezvous: cannot listen on " +
         (bind_address.find(':') != std::string::npos ? "[" + bind_address + "]" : bind_address) +
@@ -150,8 +151,12 @@ class HorovodHttpServer::Impl {
   }
 
   void judge_peers_with(std::function<std::optional<uid_t>(int)> lookup) {
+    // nullopt plays another host.
     if (started_) throw std::logic_error("HorovodHttpServer::judge_peers_with after start");
-    peer_uid_ = std::move(lookup);
+    peer_owner_ = [lookup = std::move(lookup)](int fd) {
+      auto uid = lookup(fd);
+      return uid ? PeerOwner{PeerKind::local, *uid} : PeerOwner{PeerKind::remote, 0};
+    };
   }
 
   // A caller on this host is judged by the uid owning its socket, whatever address it
@@ -160,15 +165,22 @@ class HorovodHttpServer::Impl {
     boost::system::error_code ec;
     auto peer = socket.remote_endpoint(ec);
     if (ec) return {false, "no peer", "the peer is gone", "?"};
-    if (auto uid = peer_uid_(socket.native_handle())) {
-      const std::string source = "uid " + std::to_string(*uid) + " on this host";
-      if (*uid == uid_) return {true, {}, {}, source};
+    const auto addr = normalize(peer.address());
+    const PeerOwner owner = peer_owner_(socket.native_handle());
+    if (owner.kind == PeerKind::unknown) {
+      // Out of descriptors for the lookup, say: neither served nor told it is forbidden.
+      return {false, "unknown caller",
+              "a caller at " + addr.to_string() + " that cannot be identified right now",
+              addr.to_string(), /*retry=*/true};
+    }
+    if (owner.kind == PeerKind::local) {
+      const std::string source = "uid " + std::to_string(owner.uid) + " on this host";
+      if (owner.uid == uid_) return {true, {}, {}, source};
       return {false, "another user",
-              "a process of uid " + std::to_string(*uid) + " on this host (the job runs as uid " +
-                  std::to_string(uid_) + ")",
+              "a process of uid " + std::to_string(owner.uid) +
+                  " on this host (the job runs as uid " + std::to_string(uid_) + ")",
               source};
     }
-    const auto addr = normalize(peer.address());
     for (const auto& n : allowed_) {
       if (n.contains(addr)) return {true, {}, {}, addr.to_string()};
     }
@@ -253,7 +265,7 @@ class HorovodHttpServer::Impl {
   LogLimiter log_;
   PendingCap pending_;
   uid_t uid_;
-  std::function<std::optional<uid_t>(int)> peer_uid_;
+  std::function<PeerOwner(int)> peer_owner_;
   std::atomic<std::uint64_t> requests_{0};
   std::atomic<std::uint64_t> rejected_{0};
   std::atomic<std::uint64_t> forbidden_{0};
@@ -365,6 +377,13 @@ class HorovodHttpServer::Impl::Session : public std::enable_shared_from_this<Ses
   }
 
   void refuse() {
+    if (verdict_.retry) {
+      server_.log().warn(verdict_.cause, "Horovod rendezvous: cannot tell who is calling: " +
+                                             verdict_.reason + "; answered 503");
+      respond(http::status::service_unavailable,
+              "the rendezvous cannot identify this caller right now; retry\n", false);
+      return;
+    }
     server_.count_forbidden();
     server_.log().warn(verdict_.cause, "Horovod rendezvous: refused a request from " +
                                            verdict_.reason +

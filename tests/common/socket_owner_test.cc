@@ -84,6 +84,7 @@ TEST_CASE("local_peer_uid names the user behind a loopback connection", "[common
     auto owner = hvdrun::local_peer_uid(s.get());
     REQUIRE(owner.has_value());
     CHECK(*owner == uid);
+    CHECK(hvdrun::local_peer_owner(s.get()).kind == hvdrun::PeerKind::local);
     hold.reset();
     int status = 0;
     REQUIRE(::waitpid(child, &status, 0) == child);
@@ -97,4 +98,6 @@ TEST_CASE("local_peer_uid of something that is not a connected socket is nothing
   UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   CHECK_FALSE(hvdrun::local_peer_uid(s.get()).has_value());
   CHECK_FALSE(hvdrun::local_peer_uid(-1).has_value());
+  // Neither local nor remote: the Horovod rendezvous answers such a caller 503, not 403.
+  CHECK(hvdrun::local_peer_owner(s.get()).kind == hvdrun::PeerKind::unknown);
 }
