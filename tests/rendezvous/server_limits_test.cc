@@ -12,12 +12,13 @@
 #include <chrono>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "common/fd.h"
@@ -95,26 +96,45 @@ long rss_kib() {
   return -1;
 }
 
+// A sink that keeps what it is given, readable from another thread than the writer's.
+class StringSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  std::string text() {
+    std::lock_guard lock(mutex_);
+    return text_;
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t buf;
+    formatter_->format(msg, buf);
+    text_.append(buf.data(), buf.size());
+  }
+  void flush_() override {}
+
+ private:
+  std::string text_;
+};
+
 // Collects what spdlog writes while it lives.
 class CapturedLog {
  public:
-  CapturedLog() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
+  CapturedLog() : sink_(std::make_shared<StringSink>()), previous_(spdlog::default_logger()) {
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink_));
   }
   ~CapturedLog() { spdlog::set_default_logger(previous_); }
   CapturedLog(const CapturedLog&) = delete;
   CapturedLog& operator=(const CapturedLog&) = delete;
-  std::string text() const { return out_.str(); }
+  std::string text() const { return sink_->text(); }
   int lines_with(const std::string& what) const {
-    std::istringstream in(out_.str());
+    std::istringstream in(text());
     int n = 0;
     for (std::string l; std::getline(in, l);) n += l.find(what) != std::string::npos ? 1 : 0;
     return n;
   }
 
  private:
-  std::ostringstream out_;
+  std::shared_ptr<StringSink> sink_;
   std::shared_ptr<spdlog::logger> previous_;
 };
 
