@@ -72,13 +72,26 @@ for n in $host_counts; do
   stop_cluster
 done
 
-# The peer: torchrun (torch.distributed.run, c10d rendezvous, default settings but
-# --max_restarts 3), one agent per simulated host on this machine, each in a session of
-# its own; SIGKILL to one agent's session stands for the lost host. Its workers notice in
-# their next Gloo allreduce (every 50 ms), and the survivors restart and rendezvous again.
+# The peer: torchrun's elastic agent (torch.distributed.launcher's elastic_launch with the
+# settings torchrun would pass: c10d rendezvous, 1:N nodes, one process per node,
+# --max_restarts 3, defaults otherwise; the `torchrun` command itself of Debian's torch 1.13
+# fails at start under Python 3.11 while reading --redirects). One agent per simulated host
+# on this machine, each in a session of its own; SIGKILL to one agent's session stands for
+# the lost host. Its workers notice in their next Gloo allreduce (every 50 ms); the
+# survivors restart and rendezvous again.
 torchrun_round() {
   local n=$1 port
   port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  cat >"$work/agent.py" <<'PY'
+import sys
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+from torch.distributed.elastic.multiprocessing import Std
+n, endpoint, script = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+config = LaunchConfig(min_nodes=1, max_nodes=n, nproc_per_node=1, rdzv_backend="c10d",
+                      rdzv_endpoint=endpoint, run_id="bench", max_restarts=3,
+                      redirects=Std.NONE, tee=Std.NONE)
+elastic_launch(config, entrypoint=sys.executable)(script)
+PY
   cat >"$work/worker.py" <<PY
 import os, sys, time
 import torch, torch.distributed as dist
@@ -94,26 +107,25 @@ while True:
 PY
   local pids=() k
   for ((k = 0; k < n; k++)); do
-    setsid /usr/bin/python3 -m torch.distributed.run --nnodes "1:$n" --nproc_per_node 1 \
-      --max_restarts 3 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$port" --rdzv_id bench \
-      "$work/worker.py" >/dev/null 2>"$work/terr.$k" &
+    setsid /usr/bin/python3 "$work/agent.py" "$n" "127.0.0.1:$port" "$work/worker.py" \
+      >/dev/null 2>"$work/terr.$k" &
     pids+=($!)
   done
   wait_files "$work/tup.0.*" "$n" 120
   local t0
   t0=$(now_ns)
   kill -KILL -- "-${pids[$((n - 1))]}"
-  wait_files "$work/tup.1.*" "$((n - 1))" 120
+  wait_files "$work/tup.1.*" "$((n - 1))" 300
   for ((k = 0; k < n - 1; k++)); do wait "${pids[$k]}" || true; done
   local last
   last=$(cat "$work"/tup.1.* | sort -n | tail -1)
   echo $(((last - t0) / 1000000))
 }
 
-if [[ ${TORCHRUN:-1} == 1 ]] && /usr/bin/python3 -c 'import torch.distributed.run' 2>/dev/null; then
+if [[ ${TORCHRUN:-1} == 1 ]] && /usr/bin/python3 -c 'import torch.distributed.launcher.api' 2>/dev/null; then
   for n in $host_counts; do
     rm -f "$work"/tup.*
     ms=$(torchrun_round "$n")
-    echo "torchrun hosts=$n recovery_ms=$ms"
+    echo "torchrun-agent hosts=$n recovery_ms=$ms"
   done
 fi

@@ -4,15 +4,16 @@
 # Markdown row per fault: what was done, what hvdrun did, the time to its verdict, what
 # was left running, what was lost. Cases that print no "fault-matrix:" line of their own
 # (the remote ones) get the whole test case's duration, job start included, as an upper
-# bound of their detection time. The host-side security cases (issue #14) print theirs too.
-# The GPU cases (integration_gpu_fault_test) add their
-# rows where a CUDA device is visible.
+# bound of their detection time. The GPU cases (integration_gpu_fault_test) add their
+# rows where a CUDA device is visible; the security cases (integration_security_test and
+# integration_host_security_test, docs/reliability.md "Security") add theirs.
 # Usage: bench/fault_matrix.sh [build-dir=build]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 cmake --build "$build" --target integration_local_test integration_fault_test \
-  integration_remote_test integration_gpu_fault_test integration_host_security_test >/dev/null
+  integration_remote_test integration_gpu_fault_test integration_host_security_test \
+  integration_security_test >/dev/null
 tests="$build/tests/integration"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -24,6 +25,7 @@ trap 'rm -f "$out"' EXIT
   "$tests/integration_fault_test" -d yes
   "$tests/integration_gpu_fault_test" -d yes
   "$tests/integration_host_security_test" -d yes
+  "$tests/integration_security_test" -d yes
   "$tests/integration_remote_test" -d yes \
     'remote: a host whose connection dies*,remote: a stopped agent*,remote: SIGKILL of hvdrun*,remote: a SIGKILLed remote rank*'
 } >"$out" 2>&1 || { cat "$out" >&2; echo "fault_matrix: a fault test failed" >&2; exit 1; }

@@ -2,6 +2,7 @@
 // that the server and the fuzzer share exactly the same code.
 #include "compat/horovod_http_handler.h"
 
+#include <algorithm>
 #include <charconv>
 #include <optional>
 #include <utility>
@@ -27,6 +28,12 @@ bool valid_name(std::string_view s) {
   }
   return true;
 }
+
+std::size_t key_cost(const std::string& key, const std::string& value) {
+  return key.size() + value.size() + kHorovodEntryOverhead;
+}
+
+std::size_t scope_cost(const std::string& scope) { return scope.size() + kHorovodEntryOverhead; }
 
 std::optional<int> parse_rank(std::string_view s) {
   int value = 0;
@@ -79,12 +86,16 @@ HttpAnswer HorovodStore::put(const std::string& scope, const std::string& key, s
   std::lock_guard lock(mu_);
   auto& s = scopes_[scope];
   auto it = s.values.find(key);
-  const std::size_t old = it == s.values.end() ? 0 : it->second.size();
-  if (bytes_ - old + value.size() > max_bytes_) {
+  const std::size_t old = it == s.values.end() ? 0 : key_cost(key, it->second);
+  // A scope's name costs while it holds a value.
+  const std::size_t added = key_cost(key, value) + (s.values.empty() ? scope_cost(scope) : 0);
+  if (bytes_ + reserved_ - old + added > max_bytes_) {
     if (s.values.empty() && s.finished.empty()) scopes_.erase(scope);
-    return {http_status::insufficient_storage, "rendezvous store is full\n"};
+    return {http_status::insufficient_storage,
+            "rendezvous store is full: its budget of " + std::to_string(max_bytes_) +
+                " bytes (keys, values and bodies in flight) is used up\n"};
   }
-  bytes_ = bytes_ - old + value.size();
+  bytes_ = bytes_ - old + added;
   if (it == s.values.end()) {
     s.values.emplace(key, std::move(value));
   } else {
@@ -108,7 +119,8 @@ HttpAnswer HorovodStore::finish(const std::string& scope, const std::string& key
     auto& s = scopes_[scope];
     s.finished.insert(*rank);
     if (static_cast<int>(s.finished.size()) == sized->second) {
-      for (const auto& [k, v] : s.values) bytes_ -= v.size();
+      for (const auto& [k, v] : s.values) bytes_ -= key_cost(k, v);
+      if (!s.values.empty()) bytes_ -= scope_cost(scope);
       scopes_.erase(scope);
       ++cleared_;
     }
@@ -119,26 +131,40 @@ HttpAnswer HorovodStore::finish(const std::string& scope, const std::string& key
   if (s != scopes_.end()) {
     auto v = s->second.values.find(key);
     if (v != s->second.values.end()) {
-      bytes_ -= v->second.size();
+      bytes_ -= key_cost(v->first, v->second);
       s->second.values.erase(v);
+      if (s->second.values.empty()) bytes_ -= scope_cost(scope);
     }
     if (s->second.values.empty()) scopes_.erase(s);
   }
   return {http_status::ok, {}};
 }
 
+bool HorovodStore::reserve(std::size_t bytes) {
+  std::lock_guard lock(mu_);
+  if (bytes > max_bytes_ || bytes_ + reserved_ + bytes > max_bytes_) return false;
+  reserved_ += bytes;
+  return true;
+}
+
+void HorovodStore::release(std::size_t bytes) {
+  std::lock_guard lock(mu_);
+  reserved_ -= std::min(bytes, reserved_);
+}
+
 HorovodStoreStats HorovodStore::stats() const {
   std::lock_guard lock(mu_);
-  return {scopes_.size(), bytes_, cleared_};
+  return {scopes_.size(), bytes_, reserved_, cleared_};
 }
 
 bool HorovodStore::consistent() const {
   std::lock_guard lock(mu_);
   std::size_t sum = 0;
   for (const auto& [name, scope] : scopes_) {
-    for (const auto& [k, v] : scope.values) sum += v.size();
+    if (!scope.values.empty()) sum += scope_cost(name);
+    for (const auto& [k, v] : scope.values) sum += key_cost(k, v);
   }
-  return sum == bytes_ && bytes_ <= max_bytes_;
+  return sum == bytes_ && bytes_ + reserved_ <= max_bytes_;
 }
 
 HttpAnswer handle_horovod_request(HorovodStore& store, HttpMethod method, std::string_view target,

@@ -46,12 +46,19 @@ struct HttpAnswer {
   std::string body;
 };
 
+/// What one key, or one scope, costs in the budget beyond the bytes of its name (and
+/// value): the map entries that hold it.
+inline constexpr std::size_t kHorovodEntryOverhead = 64;
+
 /// Counters of a store, read together.
 struct HorovodStoreStats {
   /// Scopes currently holding data.
   std::size_t scopes = 0;
-  /// Bytes of values currently held.
+  /// Bytes of the budget held by keys and values: names, values and
+  /// kHorovodEntryOverhead per key and per scope.
   std::size_t stored_bytes = 0;
+  /// Bytes of the budget reserved for request bodies still arriving.
+  std::size_t reserved_bytes = 0;
   /// Sized scopes whose ranks all finished and were cleared.
   std::uint64_t scopes_cleared = 0;
 };
@@ -60,8 +67,15 @@ struct HorovodStoreStats {
 class HorovodStore {
  public:
   /// Sizes the scopes from `placement` (host names as the user wrote them, which is what
-  /// ranks get as HOROVOD_HOSTNAME); values beyond `max_bytes` in all are refused (507).
+  /// ranks get as HOROVOD_HOSTNAME). `max_bytes` is the one budget for keys, values and
+  /// the bodies in flight (reserve()); a PUT beyond it is refused (507).
   HorovodStore(const hostfile::Placement& placement, std::size_t max_bytes);
+
+  /// Reserves `bytes` of the budget for a request body about to be read; false (nothing
+  /// reserved) when the budget cannot hold it.
+  bool reserve(std::size_t bytes);
+  /// Gives back a reservation (before the body it was for is PUT, or when it is dropped).
+  void release(std::size_t bytes);
 
   /// GET: the value, or 404 while absent (ranks poll).
   HttpAnswer get(const std::string& scope, const std::string& key) const;
@@ -72,7 +86,7 @@ class HorovodStore {
 
   /// The counters, consistent with each other.
   HorovodStoreStats stats() const;
-  /// Whether the byte count matches the values held and respects the cap: a
+  /// Whether the byte count matches the keys and values held and respects the budget: a
   /// consistency check for tests and the fuzzer (walks the whole store).
   bool consistent() const;
 
@@ -88,6 +102,7 @@ class HorovodStore {
   mutable std::mutex mu_;
   std::unordered_map<std::string, Scope> scopes_;
   std::size_t bytes_ = 0;
+  std::size_t reserved_ = 0;
   std::uint64_t cleared_ = 0;
 };
 

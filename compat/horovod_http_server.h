@@ -7,18 +7,25 @@
 // every rank of such a scope has said it is done, the scope's data is dropped. Any other
 // scope (Horovod's process sets) is ad hoc: DELETE removes the key named.
 //
-// Boost.Beast on one I/O thread of its own. Malformed or hostile requests get a 4xx
-// answer or a closed connection and never touch another client's state; bodies, headers,
-// the whole store and the connection count are capped; idle connections are dropped.
+// Boost.Beast on one I/O thread of its own. Horovod's protocol has no secret, so the
+// server checks who calls: a process of this host must belong to the job's user (the
+// uid owning the peer's socket), another host must be one of the job's hosts; anyone
+// else gets 403. Malformed or hostile requests get a 4xx answer or a closed connection
+// and never touch another client's state. Keys, values and bodies in flight share one
+// budget (507 beyond it); header time, pending connections and all connections are
+// capped; accept failures back off (common/accept_loop.h). docs/security.md.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/pending_cap.h"
 #include "common/thread_failure.h"
 #include "hostfile/placement.h"
 
@@ -30,12 +37,21 @@ struct HttpServerLimits {
   std::size_t max_body_bytes = 8u << 20;
   /// Largest request header block accepted (431 above).
   std::size_t max_header_bytes = 8u << 10;
-  /// Total bytes of values held across all scopes (507 above).
-  std::size_t max_store_bytes = 1u << 30;
+  /// The one budget for keys, values and request bodies in flight (a body's
+  /// Content-Length is reserved when its header arrives): 507 beyond it.
+  std::size_t max_store_bytes = 256u << 20;
   /// Connections served at once; further ones are closed as soon as accepted.
   std::size_t max_connections = 8192;
-  /// A connection that sends no complete request for this long is closed.
+  /// Connections waiting for a complete request header, in all and per source address;
+  /// beyond them the oldest such connection of the heaviest source is closed (slowloris).
+  PendingLimits pending{512, 128};
+  /// A request header must arrive complete within this time of the connection (or of the
+  /// previous answer on a kept-alive one).
+  std::chrono::milliseconds header_timeout{5000};
+  /// A request body must arrive within this time of its header.
   std::chrono::milliseconds idle_timeout{30000};
+  /// Repeated warnings (refused callers, accept failures): one line per cause per interval.
+  std::chrono::milliseconds log_interval{10000};
 };
 
 /// Counters for logs and tests; a consistent snapshot of the server's activity.
@@ -44,14 +60,22 @@ struct HttpServerStats {
   std::uint64_t requests = 0;
   /// Requests answered 4xx/5xx (404 for a key not yet present is not counted here).
   std::uint64_t rejected = 0;
+  /// Requests refused with 403: another user of this host, or a host not in the job.
+  std::uint64_t forbidden = 0;
+  /// Connections without a complete header closed to make room (the pending cap).
+  std::uint64_t evicted = 0;
+  /// accept() failures (out of descriptors and the like).
+  std::uint64_t accept_failures = 0;
   /// Connections closed because they were idle, unparseable or over the cap.
   std::uint64_t dropped_connections = 0;
   /// Connections open right now.
   std::size_t open_connections = 0;
   /// Scopes currently holding data.
   std::size_t scopes = 0;
-  /// Bytes of values currently held.
+  /// Bytes of the budget held by keys and values.
   std::size_t stored_bytes = 0;
+  /// Bytes of the budget reserved for bodies in flight.
+  std::size_t reserved_bytes = 0;
   /// Sized scopes (global, local_*, cross_*) whose ranks all finished and were cleared.
   std::uint64_t scopes_cleared = 0;
 };
@@ -74,13 +98,20 @@ class HorovodHttpServer {
 
   /// The port actually bound.
   std::uint16_t port() const;
-  /// Serves only clients whose source address is one of `addresses` (IPv4/IPv6
-  /// literals; IPv4-mapped IPv6 sources match their IPv4 form); others are closed as soon
-  /// as accepted and counted as dropped. Horovod's protocol has no room for a secret, so
-  /// this is its guard when the server listens beyond loopback: pass every job host's
-  /// address. Call before start(); an empty list (the default) admits everyone. Throws
-  /// UsageError naming an entry that is not an address.
+  /// The other hosts allowed to call: IPv4/IPv6 literals, or networks as ADDRESS/PREFIX
+  /// (IPv4-mapped IPv6 sources match their IPv4 form). A caller on this host is judged
+  /// by its uid instead, whatever its address. Horovod's protocol has no room for a
+  /// secret, so this is its guard when the server listens beyond loopback: pass every job
+  /// host's address. Call before start(); with none (the default) no other host is
+  /// served. Throws UsageError naming an entry that is not an address or network.
   void allow_only(const std::vector<std::string>& addresses);
+  /// The uid a caller on this host must have (default: this process's effective uid).
+  /// Call before start().
+  void serve_user(unsigned uid);
+  /// Replaces how the uid behind a connected socket is found (default: local_peer_uid;
+  /// nullopt means "another host"). For tests that play a remote host on loopback.
+  /// Call before start().
+  void judge_peers_with(std::function<std::optional<unsigned>(int)> lookup);
   /// Starts serving on a background thread. Calling it twice is a logic error (throws).
   void start();
   /// Closes the listener and every connection, and joins the thread. Idempotent.

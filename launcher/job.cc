@@ -271,8 +271,10 @@ void Job::start_relay() {
 }
 
 // The rendezvous server, and Horovod's own gloo-mode rendezvous (HTTP) for unmodified
-// Horovod programs. Horovod's protocol has no secret: beyond loopback its server admits
-// only the job's hosts.
+// Horovod programs. Horovod's protocol has no secret: its server serves this host's
+// processes of this user only (by the uid owning the caller's socket), and other hosts
+// only when they are the job's: their SSH addresses, and with --network-interface the
+// networks of that interface, through which their ranks reach this one (docs/security.md).
 void Job::start_servers(const std::string& bind_addr) {
   job_env_.secret = rendezvous::generate_secret();
   server_.emplace(job_env_.secret, bind_addr, 0);
@@ -281,11 +283,14 @@ void Job::start_servers(const std::string& bind_addr) {
   watch("rendezvous server", server_->failure());
   if (hooks_.on_rendezvous) hooks_.on_rendezvous(*server_);
   horovod_.emplace(placement_, bind_addr, 0);
-  if (!plan_.all_local()) {
-    std::vector<std::string> allowed = {"127.0.0.1", "::1"};
-    for (const Host& h : hosts_) allowed.push_back(h.link->host_address());
-    horovod_->allow_only(allowed);
+  std::vector<std::string> allowed;
+  for (const Host& h : hosts_) {
+    if (!h.local) allowed.push_back(h.link->host_address());
   }
+  if (!opt_.network_interface.empty() && !plan_.all_local()) {
+    for (auto& net : interface_networks(opt_.network_interface)) allowed.push_back(net);
+  }
+  horovod_->allow_only(allowed);
   horovod_->start();
   watch("Horovod rendezvous server", horovod_->failure());
   job_env_.horovod_port = horovod_->port();

@@ -1,6 +1,8 @@
 // The rendezvous server: one Boost.Asio io_context on one thread, one Session per client
 // connection. All store state lives on that thread; in-process accessors hop onto it.
 // A misbehaving client is closed alone; nothing it sends can stall another session.
+// Before authentication a connection is capped (PendingCap), may send one tiny frame and
+// has a short deadline; after it, its read buffer grows only with bytes that arrive.
 #include "rendezvous/server.h"
 
 #include <spdlog/spdlog.h>
@@ -20,7 +22,11 @@
 #include <unordered_set>
 #include <utility>
 
+#include "common/accept_loop.h"
 #include "common/error.h"
+#include "common/log_limiter.h"
+#include "common/pending_cap.h"
+#include "common/socket_owner.h"
 #include "rendezvous/protocol.h"
 
 namespace hvdrun::rendezvous {
@@ -46,6 +52,13 @@ std::string endpoint_string(const tcp::endpoint& ep) {
   return a.to_string() + ":" + std::to_string(ep.port());
 }
 
+// Read buffer sizes: a connection that has not authenticated gets room for the one frame
+// it may send (4 + 64 bytes); after that reads go in chunks, and the buffer doubles only
+// when data that arrived fills it.
+constexpr std::size_t kHandshakeBuffer = 128;
+constexpr std::size_t kReadChunk = 16384;
+constexpr std::size_t kIdleBufferCap = 65536;
+
 }  // namespace
 
 class Server::Impl {
@@ -54,7 +67,11 @@ class Server::Impl {
 
   Impl(const std::string& secret, const std::string& bind_address, std::uint16_t port,
        ServerOptions opts)
-      : acceptor_(io_), secret_(secret), opts_(opts) {
+      : acceptor_(io_),
+        secret_(secret),
+        opts_(opts),
+        log_(opts.log_interval),
+        pending_(opts.unauthenticated) {
     boost::system::error_code ec;
     auto addr = asio::ip::make_address(bind_address, ec);
     std::string where = "rendezvous server on " + bind_address + ":" + std::to_string(port);
@@ -158,12 +175,65 @@ class Server::Impl {
 
   std::size_t connection_count() const { return connections_.load(); }
 
+  ServerStats stats() const {
+    return on_io([&] {
+      ServerStats st;
+      st.unauthenticated = pending_.size();
+      st.evicted = pending_.evicted();
+      st.rejected = rejected_;
+      st.accept_failures = accept_loop_ ? accept_loop_->failures() : 0;
+      st.store_bytes = store_bytes_;
+      st.buffer_bytes = buffer_bytes_;
+      st.received_bytes = received_bytes_;
+      return st;
+    });
+  }
+
   // --- store operations (io thread) ---
 
   // Sets `key`; wakes waiters only when the key is new (waiters register on absent keys).
   void store_set(const std::string& key, std::string value) {
-    auto [it, inserted] = store_.insert_or_assign(key, std::move(value));
-    if (inserted) notify(key);
+    if (store_put(key, std::move(value))) notify(key);
+  }
+
+  // Sets `key` without waking anyone; true when the key is new.
+  bool store_put(const std::string& key, std::string value) {
+    auto it = store_.find(key);
+    if (it != store_.end()) {
+      store_bytes_ = store_bytes_ - it->second.size() + value.size();
+      it->second = std::move(value);
+      return false;
+    }
+    store_bytes_ += cost(key, value);
+    store_.emplace(key, std::move(value));
+    return true;
+  }
+
+  void store_erase(const std::string& key, std::int64_t& existed) {
+    auto it = store_.find(key);
+    existed = it == store_.end() ? 0 : 1;
+    if (it == store_.end()) return;
+    store_bytes_ -= cost(it->first, it->second);
+    store_.erase(it);
+  }
+
+  static std::size_t cost(const std::string& key, const std::string& value) {
+    return key.size() + value.size() + kStoreEntryOverhead;
+  }
+
+  // Bytes the store would hold after setting keys[i] = values[i] for all i.
+  std::size_t bytes_after(const std::vector<std::string>& keys,
+                          const std::vector<std::string>& values) const {
+    std::size_t total = store_bytes_;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      auto it = store_.find(keys[i]);
+      if (it == store_.end()) {
+        total += cost(keys[i], values[i]);
+      } else {
+        total = total - it->second.size() + values[i].size();
+      }
+    }
+    return total;
   }
 
   void notify(const std::string& key);
@@ -183,6 +253,12 @@ class Server::Impl {
   std::unordered_set<std::shared_ptr<Session>> sessions_;
   std::atomic<std::size_t> connections_{0};
   bool shutting_down_ = false;
+  std::size_t store_bytes_ = 0;
+  std::size_t buffer_bytes_ = 0;  // all sessions' read buffers
+  std::uint64_t received_bytes_ = 0;
+  std::uint64_t rejected_ = 0;
+  LogLimiter log_;
+  PendingCap pending_;
 
  private:
   void accept();
@@ -194,7 +270,7 @@ class Server::Impl {
   bool stopped_ = false;
   ThreadFailure failure_;
   std::thread thread_;
-  std::unique_ptr<asio::steady_timer> accept_retry_;
+  std::optional<AcceptLoop> accept_loop_;
   std::unique_ptr<asio::steady_timer> sweep_timer_;
 };
 
@@ -204,10 +280,31 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
     boost::system::error_code ec;
     auto ep = sock_.remote_endpoint(ec);
     peer_ = ec ? std::string("unknown peer") : endpoint_string(ep);
+    // The unit of the cap: the user of a process on this host (so another local user's
+    // flood never pushes out the job's ranks), else the remote address.
+    if (auto uid = local_peer_uid(sock_.native_handle())) {
+      source_ = "uid " + std::to_string(*uid) + " on this host";
+    } else {
+      source_ = ec ? peer_ : ep.address().to_string();
+    }
     sock_.set_option(tcp::no_delay(true), ec);
+    srv_.buffer_bytes_ += rbuf_.size();
   }
 
   void start() {
+    // Counted among the unauthenticated until the handshake succeeds; a flood of newer
+    // ones closes the oldest of the heaviest source first.
+    pending_id_ = srv_.pending_.add(source_, [&srv = srv_, w = weak_from_this()] {
+      auto s = w.lock();
+      if (!s) return;
+      srv.log_.warn("unauthenticated cap",
+                    "rendezvous: too many connections that have not authenticated (limits: " +
+                        std::to_string(srv.opts_.unauthenticated.per_source) + " per source, " +
+                        std::to_string(srv.opts_.unauthenticated.total) +
+                        " in all); closing the oldest from " + s->source_ +
+                        ". Something other than the job's ranks is connecting (docs/security.md)");
+      s->close("closed to make room: too many unauthenticated connections");
+    });
     server_nonce_ = random_bytes(kMacBytes);
     send(plain_frame(std::string(kGreeting) + server_nonce_));
     arm(srv_.opts_.handshake_timeout, "did not complete authentication in time");
@@ -220,6 +317,8 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
     closed_ = true;
     waiting_ = false;
     spdlog::debug("rendezvous: dropping client {}: {}", peer_, reason);
+    srv_.pending_.remove(pending_id_);
+    srv_.buffer_bytes_ -= rbuf_.size();
     boost::system::error_code ec;
     deadline_ = kNever;
     wait_timer_.cancel();
@@ -305,10 +404,7 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
               std::to_string(cap) + ")");
         return false;
       }
-      if (avail < 4 + std::size_t{len}) {
-        make_room(4 + std::size_t{len});
-        return true;
-      }
+      if (avail < 4 + std::size_t{len}) return true;  // read_more() makes room as bytes come
       std::string_view body(rbuf_.data() + rstart_ + 4, len);
       rstart_ += 4 + std::size_t{len};
       partial_armed_ = false;
@@ -316,20 +412,45 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
     }
   }
 
-  // Makes the buffer able to hold `need` bytes from the start of the unparsed data.
-  void make_room(std::size_t need) {
-    if (rstart_ > 0) {
-      std::memmove(rbuf_.data(), rbuf_.data() + rstart_, rend_ - rstart_);
-      rend_ -= rstart_;
-      rstart_ = 0;
+  // Moves the unparsed bytes to the front of the buffer.
+  void compact() {
+    if (rstart_ == 0) return;
+    std::memmove(rbuf_.data(), rbuf_.data() + rstart_, rend_ - rstart_);
+    rend_ -= rstart_;
+    rstart_ = 0;
+  }
+
+  void resize_buffer(std::size_t n) {
+    srv_.buffer_bytes_ = srv_.buffer_bytes_ - rbuf_.size() + n;
+    if (n < rbuf_.size()) {
+      std::vector<char>(rbuf_.begin(), rbuf_.begin() + static_cast<std::ptrdiff_t>(n)).swap(rbuf_);
+    } else {
+      rbuf_.resize(n);
     }
-    if (rbuf_.size() < need) rbuf_.resize(need);
+  }
+
+  // Room for the next read. The buffer doubles only when bytes that arrived fill it, and
+  // never beyond the frame in progress: a length prefix alone allocates nothing.
+  void make_room() {
+    const std::size_t min_free = codec_ ? 1024 : 1;
+    if (rstart_ == rend_) {
+      rstart_ = rend_ = 0;
+      if (rbuf_.size() > kIdleBufferCap) resize_buffer(kReadChunk);  // a large frame is done
+    }
+    if (rbuf_.size() - rend_ >= min_free) return;
+    compact();
+    if (rbuf_.size() - rend_ >= min_free) return;
+    std::size_t next = std::max(rbuf_.size() * 2, codec_ ? kReadChunk : kHandshakeBuffer);
+    if (rend_ >= 4) {
+      const std::size_t frame = 4 + std::size_t{get_u32(rbuf_.data())};
+      next = std::min(next, std::max(frame, rbuf_.size() + min_free));
+    }
+    resize_buffer(next);
   }
 
   void read_more() {
     if (reading_ || closed_) return;
-    if (rstart_ == rend_) rstart_ = rend_ = 0;
-    if (rbuf_.size() - rend_ < 1024) make_room(std::max(rbuf_.size(), rend_ - rstart_ + 16384));
+    make_room();
     reading_ = true;
     sock_.async_read_some(
         asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_),
@@ -341,6 +462,7 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
             return;
           }
           self->rend_ += n;
+          self->srv_.received_bytes_ += n;
           self->process();
         });
   }
@@ -374,9 +496,12 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
       close_after_write_ = true;
       send(plain_frame(std::string(1, '\x01') +
                        "authentication failed: the client does not hold this job's secret"));
-      spdlog::warn("rendezvous: rejected client {}: wrong job secret", peer_);
+      ++srv_.rejected_;
+      srv_.log_.warn("wrong job secret",
+                     "rendezvous: rejected client " + peer_ + ": wrong job secret");
       return false;
     }
+    srv_.pending_.remove(std::exchange(pending_id_, 0));
     send(plain_frame(std::string(1, '\0') +
                      Handshake::server_proof(srv_.secret_, server_nonce_, client_nonce)));
     codec_.emplace(Handshake::session_key(srv_.secret_, server_nonce_, client_nonce), true);
@@ -391,13 +516,14 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
     Response r;
     switch (req.op) {
       case Op::kSet:
+        if (!within_budget(req.keys, req.values, r)) break;
         srv_.store_set(req.keys[0], std::move(req.values[0]));
         break;
       case Op::kMultiSet: {
+        if (!within_budget(req.keys, req.values, r)) break;
         std::vector<std::string> fresh;
         for (std::size_t i = 0; i < req.keys.size(); ++i) {
-          auto [it, inserted] = store.insert_or_assign(req.keys[i], std::move(req.values[i]));
-          if (inserted) fresh.push_back(req.keys[i]);
+          if (srv_.store_put(req.keys[i], std::move(req.values[i]))) fresh.push_back(req.keys[i]);
         }
         for (const auto& k : fresh) srv_.notify(k);
         break;
@@ -432,12 +558,14 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
           }
         }
         cur += req.delta;
+        std::vector<std::string> value = {std::to_string(cur)};
+        if (!within_budget(req.keys, value, r)) break;
         r.number = cur;
-        srv_.store_set(req.keys[0], std::to_string(cur));
+        srv_.store_set(req.keys[0], std::move(value[0]));
         break;
       }
       case Op::kDelete:
-        r.number = store.erase(req.keys[0]) ? 1 : 0;
+        srv_.store_erase(req.keys[0], r.number);
         break;
       case Op::kPing:
         break;
@@ -446,6 +574,19 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
         return;
     }
     respond(r);
+  }
+
+  // False (with `r` saying why) when the store would outgrow its budget.
+  bool within_budget(const std::vector<std::string>& keys, const std::vector<std::string>& values,
+                     Response& r) const {
+    const std::size_t after = srv_.bytes_after(keys, values);
+    if (after <= srv_.opts_.max_store_bytes) return true;
+    r.status = Status::kBadRequest;
+    r.message = "rendezvous store full: this write would make it " + std::to_string(after) +
+                " bytes, over its budget of " + std::to_string(srv_.opts_.max_store_bytes) +
+                " bytes (keys + values + " + std::to_string(kStoreEntryOverhead) +
+                " per key; docs/rendezvous-protocol.md)";
+    return false;
   }
 
   void begin_wait(Request& req) {
@@ -521,9 +662,11 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
   const char* deadline_why_ = "";
   asio::steady_timer wait_timer_;
   std::string peer_;
+  std::string source_;  // the peer's uid (on this host) or address: the pending cap's unit
+  PendingCap::Id pending_id_ = 0;
   std::string server_nonce_;
   std::optional<FrameCodec> codec_;
-  std::vector<char> rbuf_ = std::vector<char>(16384);
+  std::vector<char> rbuf_ = std::vector<char>(kHandshakeBuffer);
   std::size_t rstart_ = 0;  // first unparsed byte
   std::size_t rend_ = 0;    // end of received data
   bool processing_ = false;
@@ -549,24 +692,17 @@ void Server::Impl::notify(const std::string& key) {
 }
 
 void Server::Impl::accept() {
-  acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket sock) {
-    if (shutting_down_) return;
-    if (ec) {
-      if (ec == asio::error::operation_aborted) return;
-      // Out of descriptors or similar: keep serving existing clients, retry shortly.
-      spdlog::warn("rendezvous server on port {}: accept: {}; retrying", port_, ec.message());
-      accept_retry_ = std::make_unique<asio::steady_timer>(io_, std::chrono::milliseconds(50));
-      accept_retry_->async_wait([this](const boost::system::error_code& e) {
-        if (!e && !shutting_down_) accept();
-      });
-      return;
-    }
-    auto s = std::make_shared<Session>(*this, std::move(sock));
-    sessions_.insert(s);
-    connections_.fetch_add(1);
-    s->start();
-    accept();
-  });
+  accept_loop_.emplace(
+      acceptor_, "rendezvous server on port " + std::to_string(port_),
+      [this](tcp::socket sock) {
+        if (shutting_down_) return;
+        auto s = std::make_shared<Session>(*this, std::move(sock));
+        sessions_.insert(s);
+        connections_.fetch_add(1);
+        s->start();
+      },
+      log_);
+  accept_loop_->start();
 }
 
 // Enforces handshake, frame and idle deadlines of all sessions, a few times per the
@@ -592,12 +728,13 @@ void Server::Impl::shutdown() {
   shutting_down_ = true;
   boost::system::error_code ec;
   acceptor_.close(ec);
-  if (accept_retry_) accept_retry_->cancel();
+  if (accept_loop_) accept_loop_->stop();
   if (sweep_timer_) sweep_timer_->cancel();
   auto all = sessions_;
   for (auto& s : all) s->shutdown();
   sessions_.clear();
   waiters_.clear();
+  log_.flush("rendezvous");
   io_.stop();
 }
 
@@ -618,6 +755,7 @@ std::vector<std::string> Server::missing(const std::vector<std::string>& keys) c
   return impl_->missing(keys);
 }
 std::size_t Server::connection_count() const { return impl_->connection_count(); }
+ServerStats Server::stats() const { return impl_->stats(); }
 const ThreadFailure& Server::failure() const { return impl_->failure(); }
 void Server::post(std::function<void()> fn) { impl_->post(std::move(fn)); }
 

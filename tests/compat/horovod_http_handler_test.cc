@@ -20,7 +20,8 @@ TEST_CASE("handler: PUT then GET returns the value; GET of an absent key is 404"
   auto got = handle_horovod_request(store, HttpMethod::get, "/global/0", {});
   CHECK(got.status == 200);
   CHECK(got.body == "addr0");
-  CHECK(store.stats().stored_bytes == 5);
+  // Names, value and the map entries: ("global" + 64) + ("0" + "addr0" + 64).
+  CHECK(store.stats().stored_bytes == 6 + 64 + 1 + 5 + 64);
   CHECK(store.consistent());
 }
 
@@ -51,8 +52,11 @@ TEST_CASE("handler: rank_and_size is read-only and gives each slot's coordinates
 }
 
 TEST_CASE("handler: bad targets are 400, other methods 405, a full store 507") {
-  HorovodStore store(two_by_two(), 8);
-  for (const char* target : {"", "/", "/global", "/global/", "//0", "/../0", "/g/a b", "global/0"}) {
+  // Room for one scope "s" with one key "k" of 8 bytes, counting names and entries.
+  const std::size_t budget = (1 + kHorovodEntryOverhead) + (1 + 8 + kHorovodEntryOverhead);
+  HorovodStore store(two_by_two(), budget);
+  for (const char* target :
+       {"", "/", "/global", "/global/", "//0", "/../0", "/g/a b", "global/0"}) {
     INFO(target);
     CHECK(handle_horovod_request(store, HttpMethod::get, target, {}).status == 400);
   }
@@ -60,8 +64,19 @@ TEST_CASE("handler: bad targets are 400, other methods 405, a full store 507") {
   CHECK(handle_horovod_request(store, HttpMethod::put, "/s/k", "12345678").status == 200);
   auto full = handle_horovod_request(store, HttpMethod::put, "/s/k2", "9");
   CHECK(full.status == 507);
-  CHECK(store.stats().stored_bytes == 8);
+  CHECK(store.stats().stored_bytes == budget);
   CHECK(store.consistent());
+  // Keys count too: a long key that would fit as a value alone is refused.
+  CHECK(handle_horovod_request(store, HttpMethod::delete_, "/s/k", {}).status == 200);
+  CHECK(store.stats().stored_bytes == 0);
+  CHECK(handle_horovod_request(store, HttpMethod::put, "/s/" + std::string(10, 'k'), "1").status ==
+        507);
+  // Bodies in flight draw on the same budget.
+  CHECK(store.reserve(budget));
+  CHECK(handle_horovod_request(store, HttpMethod::put, "/s/k", "1").status == 507);
+  CHECK_FALSE(store.reserve(1));
+  store.release(budget);
+  CHECK(handle_horovod_request(store, HttpMethod::put, "/s/k", "1").status == 200);
   CHECK(parse_http_method("DELETE") == HttpMethod::delete_);
   CHECK(parse_http_method("delete") == HttpMethod::other);
 }

@@ -1,10 +1,15 @@
 // Runs a compatibility program at 4 ranks under the real hvdrun binary, on this host
 // (local), on two names of this host (twohosts: two local agents, 2 ranks each) or on two
-// loopback SSH hosts (ssh), and checks that every rank reported
+// loopback SSH hosts (ssh), or on this host and one loopback SSH host with
+// --network-interface naming an interface of this machine (netif: its non-loopback one
+// where there is one, else lo), and checks that every rank reported
 // success: torch_ddp.py (unmodified torch.distributed, env://) or horovod_rank.py (a
 // Horovod gloo rank's rendezvous over HTTP). A plain program rather than a Catch2 case so
 // that ctest can report a proper skip (exit 77) where /usr/bin/python3 cannot import
 // torch (Debian: apt-get install python3-torch).
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -48,11 +53,28 @@ int check(const std::vector<std::string>& argv, const std::string& tag, int rank
   return 0;
 }
 
+// An interface of this machine with an IPv4 address: a non-loopback one when it is up
+// (ranks then reach the launcher from an address other than 127.0.0.1), else lo.
+std::string pick_interface() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return "lo";
+  std::string name = "lo";
+  for (ifaddrs* i = list; i; i = i->ifa_next) {
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+        !(i->ifa_flags & IFF_LOOPBACK)) {
+      name = i->ifa_name;
+      break;
+    }
+  }
+  ::freeifaddrs(list);
+  return name;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s HVDRUN SCRIPT.py local|twohosts|ssh\n", argv[0]);
+    std::fprintf(stderr, "usage: %s HVDRUN SCRIPT.py local|twohosts|ssh|netif\n", argv[0]);
     return 2;
   }
   const std::string hvdrun = argv[1];
@@ -88,7 +110,19 @@ int main(int argc, char** argv) {
                     "--slots", "2,2"},
                    tag, 4);
     }
-    std::fprintf(stderr, "unknown mode '%s'; expected local, twohosts or ssh\n", mode.c_str());
+    if (mode == "netif") {
+      // Issue #14, item 7: the job's own ranks reach the Horovod rendezvous from the
+      // interface's address, and must be served.
+      hvdrun::testing::SshdCluster cluster(1);
+      const std::string iface = pick_interface();
+      std::printf("--network-interface %s\n", iface.c_str());
+      return check({hvdrun, "-np", "4", "-H", "localhost:2," + cluster.alias(1) + ":2",
+                    "--ssh-config", cluster.ssh_config(), "--network-interface", iface,
+                    "--start-timeout", "60", python, script, "--slots", "2,2"},
+                   tag, 4);
+    }
+    std::fprintf(stderr, "unknown mode '%s'; expected local, twohosts, ssh or netif\n",
+                 mode.c_str());
     return 2;
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());

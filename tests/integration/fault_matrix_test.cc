@@ -204,17 +204,23 @@ TEST_CASE("fault: 1,000 garbage connections to the rendezvous during a job", "[f
   double job_ms = ms_since(t0);
   INFO("stderr: " << h.err);
   CHECK(code == 0);
-  CHECK(h.err.empty());
+  // The launcher says, a few times at most (rate-limited), that it closed unauthenticated
+  // connections to make room; nothing else went wrong.
+  CHECK(lines(h.err).size() <= 3);
+  for (const auto& l : lines(h.err))
+    CHECK_THAT(l, Catch::Contains("rendezvous") && Catch::Contains("authenticated"));
   CHECK(conns.size() == 1000);
   CHECK(dropped_ms >= 0);             // every talker was dropped, within 10 s
   CHECK(job_ms < 20000 * kSlowdown);  // about 2 s here, as without the flood
-  // The silent ones are dropped at the handshake deadline or when the job ends.
+  // The silent ones are closed to make room for newer connections (at most 64 wait per
+  // source), else at the handshake deadline or when the job ends.
   CHECK(wait_all_closed(silent, 12s) >= 0);
   CHECK(wait_none_with(marker, 5s));
   char outcome[200];
   std::snprintf(outcome, sizeof outcome,
                 "job correct (every dtype and op at np 3) in %.0f ms; 750 talkers dropped in "
-                "%.0f ms, 250 silent ones at the deadline; flood took %.0f ms",
+                "%.0f ms, 250 silent ones closed to make room or at the deadline; flood took "
+                "%.0f ms",
                 job_ms, dropped_ms, flood_ms);
   report_fault({"1,000 garbage connections to the rendezvous during a job", outcome, dropped_ms,
                 static_cast<int>(processes_with(marker).size()), "nothing"});

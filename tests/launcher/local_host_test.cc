@@ -3,12 +3,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "launcher/local_host.h"
 
 using hvdrun::launcher::interface_address;
+using hvdrun::launcher::interface_networks;
 using hvdrun::launcher::is_local_host;
 
 TEST_CASE("localhost and this machine's own names and addresses are local") {
@@ -34,6 +37,13 @@ TEST_CASE("interface addresses are looked up by name with a helpful error") {
   } catch (const hvdrun::UsageError& e) {
     CHECK_THAT(e.what(), Catch::Contains("no such interface") && Catch::Contains("lo"));
   }
+}
+
+TEST_CASE("an interface's networks are its addresses with their prefix lengths") {
+  // What the Horovod rendezvous admits from other hosts with --network-interface lo.
+  auto nets = interface_networks("lo");
+  CHECK(std::find(nets.begin(), nets.end(), "127.0.0.1/8") != nets.end());
+  CHECK(interface_networks("nosuchif0").empty());
 }
 
 TEST_CASE("names are compared without case and localhost.localdomain counts") {
