@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/version.h"
 #include "launcher/check.h"
+#include "launcher/dry_run.h"
 #include "launcher/job.h"
 #include "launcher/launch_plan.h"
 #include "launcher/preflight.h"
@@ -19,6 +20,11 @@ namespace hvdrun::launcher {
 
 int launch(const LaunchOptions& options) {
   const LaunchPlan plan = make_plan(options);
+  if (options.dry_run) {
+    std::fputs((options.json ? render_dry_run_json(plan) : render_dry_run(plan)).c_str(), stdout);
+    std::fflush(stdout);
+    return 0;
+  }
   if (plan.all_local()) return run_job(plan, options);
 
   const auto start = ssh::Clock::now();

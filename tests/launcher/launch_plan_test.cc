@@ -2,6 +2,10 @@
 // host, decided once.
 #include <catch2/catch.hpp>
 
+#include <map>
+#include <memory>
+#include <string>
+
 #include "common/error.h"
 #include "launcher/launch_plan.h"
 
@@ -67,4 +71,82 @@ TEST_CASE("the check plan keeps every host and places no rank") {
   CHECK(plan.hosts[2].slots == 1);
   CHECK(plan.hosts[2].ranks.empty());
   CHECK(to_string(LaunchMethod::ssh) == "ssh");
+}
+
+namespace {
+
+// A plan environment from a table of variables, with or without srun on PATH.
+PlanEnvironment fake_env(std::map<std::string, std::string> vars, bool srun) {
+  auto table = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
+  PlanEnvironment env;
+  env.getenv = [table](const char* name) -> const char* {
+    auto it = table->find(name);
+    return it == table->end() ? nullptr : it->second.c_str();
+  };
+  env.on_path = [srun](const std::string& program) { return srun && program == "srun"; };
+  return env;
+}
+
+const std::map<std::string, std::string> kSlurm = {{"SLURM_JOB_ID", "7"},
+                                                   {"SLURM_JOB_NODELIST", "node[1-3]"},
+                                                   {"SLURM_TASKS_PER_NODE", "2(x3)"}};
+
+}  // namespace
+
+TEST_CASE("host sources in priority order: -H, then the allocation, then localhost") {
+  LaunchOptions o;
+  o.command = {"true"};
+  auto alloc = make_plan(o, fake_env(kSlurm, true));
+  CHECK(alloc.source == HostSource::scheduler);
+  CHECK(alloc.allocation.scheduler == "slurm");
+  CHECK(alloc.size() == 6);
+  CHECK(alloc.hosts[2].name == "node3");
+  CHECK(alloc.hosts[2].ranks == std::vector<int>{4, 5});
+
+  auto given = make_plan(with_hosts({{"nodeX", 2}}, std::nullopt), fake_env(kSlurm, true));
+  CHECK(given.source == HostSource::command_line);
+  CHECK(given.size() == 2);
+  CHECK(given.launcher.kind == LauncherChoice::ssh);
+
+  o.np = 2;
+  auto none = make_plan(o, fake_env({}, true));
+  CHECK(none.source == HostSource::localhost);
+  CHECK(none.launcher.kind == LauncherChoice::ssh);
+}
+
+TEST_CASE("--launcher auto is slurm only for a Slurm allocation with srun on PATH") {
+  LaunchOptions o;
+  o.command = {"true"};
+  CHECK(make_plan(o, fake_env(kSlurm, true)).launcher.kind == LauncherChoice::slurm);
+  CHECK(make_plan(o, fake_env(kSlurm, true)).hosts[0].method == LaunchMethod::slurm);
+  CHECK(make_plan(o, fake_env(kSlurm, false)).launcher.kind == LauncherChoice::ssh);
+  CHECK(make_plan(o, fake_env({{"LSB_MCPU_HOSTS", "a 1"}}, true)).launcher.kind ==
+        LauncherChoice::ssh);
+}
+
+TEST_CASE("--launcher slurm outside a Slurm allocation is bad usage") {
+  LaunchOptions o = with_hosts({{"node1", 1}}, std::nullopt);
+  o.launcher.kind = LauncherChoice::slurm;
+  CHECK_THROWS_WITH(make_plan(o, fake_env({}, true)),
+                    "--launcher slurm needs a Slurm allocation (SLURM_JOB_ID is not set); run "
+                    "hvdrun inside salloc or sbatch, or choose --launcher ssh");
+}
+
+TEST_CASE("--launcher exec: reaches every host through the command, this machine included") {
+  LaunchOptions o = with_hosts({{"localhost", 1}, {"c1", 1}}, std::nullopt);
+  o.launcher.kind = LauncherChoice::exec;
+  o.launcher.exec_argv = {"docker", "exec", "-i", "{host}"};
+  auto plan = make_plan(o, fake_env({}, false));
+  for (const auto& h : plan.hosts) {
+    CHECK(h.method == LaunchMethod::exec);
+    CHECK_FALSE(h.local);
+  }
+}
+
+TEST_CASE("no -np without any host source names every source in its message") {
+  LaunchOptions o;
+  o.command = {"python", "train.py"};
+  CHECK_THROWS_WITH(make_plan(o, fake_env({}, true)),
+                    "-np is required without -H, --hostfile or a scheduler allocation; expected "
+                    "e.g. hvdrun -np 4 python");
 }
