@@ -7,6 +7,7 @@
 // (PR_SET_PDEATHSIG).
 #include "launcher/job.h"
 
+#include <arpa/inet.h>
 #include <poll.h>
 #include <signal.h>
 
@@ -277,7 +278,13 @@ void Job::start_servers(const std::string& bind_addr) {
   horovod_.emplace(placement_, bind_addr, 0);
   if (!plan_.all_local()) {
     std::vector<std::string> allowed = {"127.0.0.1", "::1"};
-    for (const Host& h : hosts_) allowed.push_back(h.link->host_address());
+    for (const Host& h : hosts_) {
+      // An exec: host whose name does not resolve here has no address to admit.
+      const std::string a = h.link->host_address();
+      in6_addr any{};
+      if (::inet_pton(AF_INET, a.c_str(), &any) == 1 || ::inet_pton(AF_INET6, a.c_str(), &any) == 1)
+        allowed.push_back(a);
+    }
     horovod_->allow_only(allowed);
   }
   horovod_->start();

@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <csignal>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -140,4 +142,92 @@ TEST_CASE("a malformed allocation variable is exit 2 naming it and the bad part"
     CHECK(r.out.empty());
     CHECK(r.err.rfind("hvdrun: error: " + c.message, 0) == 0);
   }
+}
+
+// ---- --launcher exec:COMMAND, with a stand-in for docker/kubectl exec: a script that takes
+// the host name, notes it, and runs the rest of its arguments on "that host" (here).
+
+namespace {
+
+// The stand-in: `standin HOST CMD...` appends HOST to $dir/hosts and execs CMD.
+std::string write_standin(Scratch& s) {
+  return s.write("standin",
+                 "#!/bin/sh\nhost=$1; shift\necho \"$host\" >> " + s.path +
+                     "/hosts\nexec \"$@\"\n",
+                 true);
+}
+
+// -p 1: were any host logged in to over SSH, the preflight would fail (nothing listens on
+// port 1), so a passing job proves that no SSH was used.
+std::vector<std::string> exec_args(const std::string& standin, std::vector<std::string> rest) {
+  std::vector<std::string> args = {"--launcher", "exec:" + standin + " {host}", "-p", "1",
+                                   "-H", "127.0.0.2:2,127.0.0.3:1"};
+  args.insert(args.end(), rest.begin(), rest.end());
+  return args;
+}
+
+}  // namespace
+
+TEST_CASE("exec: runs each host's agent through the command, {host} replaced, no SSH") {
+  Scratch s;
+  const std::string standin = write_standin(s);
+  Hvdrun h(exec_args(standin, {"sh", "-c", "echo $HVDRUN_RANK@$HVDRUN_HOSTNAME"}));
+  REQUIRE(h.wait() == 0);
+  auto out = lines(h.out);
+  std::sort(out.begin(), out.end());
+  CHECK(out == std::vector<std::string>{"[0]<stdout>:0@127.0.0.2", "[1]<stdout>:1@127.0.0.2",
+                                        "[2]<stdout>:2@127.0.0.3"});
+  auto hosts = lines(read_file(s.path + "/hosts"));
+  std::sort(hosts.begin(), hosts.end());
+  CHECK(hosts == std::vector<std::string>{"127.0.0.2", "127.0.0.3"});
+}
+
+TEST_CASE("exec: a failing rank's code comes back with its host named") {
+  Scratch s;
+  Hvdrun h(exec_args(write_standin(s),
+                     {"sh", "-c", "if [ $HVDRUN_RANK = 2 ]; then echo broken >&2; exit 7; fi; "
+                                  "exec sleep 30"}));
+  CHECK(h.wait(std::chrono::seconds(30)) == 7);
+  CHECK(h.err.find("rank 2") != std::string::npos);
+  CHECK(h.err.find("127.0.0.3") != std::string::npos);
+  CHECK(h.err.find("broken") != std::string::npos);
+}
+
+TEST_CASE("exec: Ctrl-C ends the job with 130 and leaves nothing running") {
+  Scratch s;
+  const std::string marker = unique_marker();
+  Hvdrun h(exec_args(write_standin(s),
+                     {"sh", "-c", "echo $$ > " + s.path + "/pid.$HVDRUN_RANK; exec sleep 60"}),
+           {marker});
+  auto pids = read_pid_files(s.path, "pid.", 3, std::chrono::seconds(15));
+  CHECK(processes_with(marker).size() >= 3);  // stand-ins (now agents) and ranks
+  h.signal(SIGINT);
+  CHECK(h.wait(std::chrono::seconds(20)) == 130);
+  CHECK(wait_none_alive(pids, std::chrono::seconds(5)));
+  CHECK(wait_none_with(marker, std::chrono::seconds(5)));
+}
+
+TEST_CASE("exec: the remote hvdrun's version is checked; a missing command is named") {
+  Scratch s;
+  const std::string standin = write_standin(s);
+  const std::string old = s.write("old-hvdrun", "#!/bin/sh\necho 'hvdrun 0.0.1 (old)'\n", true);
+  auto args = exec_args(standin, {"true"});
+  args.insert(args.begin(), {"--remote-hvdrun", old});
+  Hvdrun h(args);
+  CHECK(h.wait() == 255);
+  CHECK(h.err.find("found 'hvdrun 0.0.1 (old)' at " + old + ", expected 'hvdrun ") !=
+        std::string::npos);
+  CHECK(h.err.find("nothing was started") != std::string::npos);
+
+  Hvdrun missing({"--launcher", "exec:/nonexistent/docker exec -i {host}", "-H", "c1", "true"});
+  CHECK(missing.wait() == 255);
+  CHECK(missing.err.find("host c1: cannot run '/nonexistent/docker' of --launcher "
+                         "exec:/nonexistent/docker exec -i {host}: No such file or directory") !=
+        std::string::npos);
+
+  Hvdrun refused({"--launcher", "exec:sh -c 'echo no such container {host} >&2; exit 1'", "-H",
+                  "c1", "true"});
+  CHECK(refused.wait() == 255);
+  CHECK(refused.err.find("no such container c1") != std::string::npos);
+  CHECK(refused.err.find("the command exited with code 1 before") != std::string::npos);
 }
