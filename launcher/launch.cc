@@ -15,8 +15,10 @@
 #include "launcher/check.h"
 #include "launcher/dry_run.h"
 #include "launcher/exec_agent_link.h"
+#include "launcher/slurm_launch.h"
 #include "launcher/job.h"
 #include "launcher/launch_plan.h"
+#include "launcher/local_host.h"
 #include "launcher/preflight.h"
 #include "launcher/ssh_agent_link.h"
 #include "ssh/libssh2_session.h"
@@ -83,6 +85,22 @@ int launch(const LaunchOptions& options) {
   if (any_host(plan, LaunchMethod::exec)) {
     auto failures = start_exec_agents(plan, options, deadline, links);
     if (!failures.empty()) return report_failures(failures);
+  }
+  if (any_host(plan, LaunchMethod::slurm)) {
+    SlurmStepSpec step;
+    for (const auto& h : plan.hosts) {
+      if (h.method == LaunchMethod::slurm) step.nodes.push_back(h.name);
+    }
+    step.remote_hvdrun = expected_remote_hvdrun(options, PreflightSettings{});
+    if (!options.network_interface.empty()) {
+      step.bind_address = interface_address(options.network_interface);
+    }
+    step.deadline = deadline;
+    try {
+      for (auto& [node, link] : start_slurm_agents(step)) links[node] = std::move(link);
+    } catch (const LaunchError& e) {
+      return report_failures({e.what()});
+    }
   }
   PreflightReport report;
   if (any_host(plan, LaunchMethod::ssh)) {
