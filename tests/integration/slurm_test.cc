@@ -1,0 +1,123 @@
+// hvdrun inside a real Slurm allocation on this machine (tests/support/slurm_cluster.h: one
+// slurmctld, three slurmd as node1..node3): with no host list it takes the allocation's
+// nodes and slots and starts its agents with one srun step; a failing rank's code comes back
+// with its node named; Ctrl-C ends the job with 130; afterwards no step is left in
+// `squeue -s` and no process of the job runs. `--launcher ssh` in the same allocation
+// reaches the same node names through the SSH cluster's aliases.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/processes.h"
+#include "tests/support/slurm_cluster.h"
+#include "tests/support/sshd_cluster.h"
+
+using namespace hvdrun::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// One cluster for the whole file: starting it costs a few seconds.
+SlurmCluster& cluster() {
+  static std::unique_ptr<SlurmCluster> c = std::make_unique<SlurmCluster>(3, 2);
+  return *c;
+}
+
+// `salloc -N3 -n6 hvdrun ARGS...` with the cluster's configuration.
+std::vector<std::string> in_allocation(std::vector<std::string> hvdrun_args) {
+  std::vector<std::string> argv = {"salloc", "-N3", "-n6", "--quiet", hvdrun_binary()};
+  argv.insert(argv.end(), hvdrun_args.begin(), hvdrun_args.end());
+  return argv;
+}
+
+// Waits until the controller knows no step and no process of a job is left.
+void check_nothing_left(const std::vector<pid_t>& ranks) {
+  CHECK(wait_none_alive(ranks, 10s));
+  const auto deadline = std::chrono::steady_clock::now() + 15s;
+  std::string steps = cluster().steps();
+  while (!steps.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(100ms);
+    steps = cluster().steps();
+  }
+  CHECK(steps.empty());
+  CHECK(cluster().job_processes().empty());
+}
+
+}  // namespace
+
+TEST_CASE("inside salloc -N3 -n6, hvdrun with no hosts runs 6 ranks, 2 per node, by srun") {
+  INFO("needs slurmctld, slurmd, slurm-client and munge: scripts/install-deps.sh");
+  REQUIRE(SlurmCluster::available());
+  TempDir d("slurm");
+  const std::string pids = d.path() + "/pid.";
+  CapturedProcess job(
+      in_allocation({"-x", "SLURM_CONF", "sh", "-c",
+                     "echo $$ > " + pids + "$HVDRUN_RANK; echo $HVDRUN_RANK $HVDRUN_HOSTNAME "
+                     "$HVDRUN_LOCAL_RANK/$HVDRUN_LOCAL_SIZE; if [ $HVDRUN_RANK = 0 ]; then "
+                     "squeue -h -s -o 'step=%j on %N'; fi"}),
+      cluster().env());
+  REQUIRE(job.wait(60s) == 0);
+  auto out = lines(job.out);
+  std::sort(out.begin(), out.end());
+  CHECK(out == std::vector<std::string>{
+                   "[0]<stdout>:0 node1 0/2", "[0]<stdout>:step=hvdrun-agents on node[1-3]",
+                   "[1]<stdout>:1 node1 1/2", "[2]<stdout>:2 node2 0/2", "[3]<stdout>:3 node2 1/2",
+                   "[4]<stdout>:4 node3 0/2", "[5]<stdout>:5 node3 1/2"});
+  check_nothing_left(read_pid_files(d.path(), "pid.", 6));
+}
+
+TEST_CASE("under srun, a failing rank's code comes back with its node named") {
+  INFO("needs slurmctld, slurmd, slurm-client and munge: scripts/install-deps.sh");
+  REQUIRE(SlurmCluster::available());
+  TempDir d("slurm");
+  CapturedProcess job(
+      in_allocation({"sh", "-c",
+                     "echo $$ > " + d.path() + "/pid.$HVDRUN_RANK; if [ $HVDRUN_RANK = 3 ]; then "
+                     "echo disk full >&2; exit 7; fi; exec sleep 60"}),
+      cluster().env());
+  CHECK(job.wait(60s) == 7);
+  CHECK(job.err.find("rank 3") != std::string::npos);
+  CHECK(job.err.find("node2") != std::string::npos);
+  CHECK(job.err.find("disk full") != std::string::npos);
+  check_nothing_left(read_pid_files(d.path(), "pid.", 6));
+}
+
+TEST_CASE("under srun, Ctrl-C ends the job with 130 and leaves no step behind") {
+  INFO("needs slurmctld, slurmd, slurm-client and munge: scripts/install-deps.sh");
+  REQUIRE(SlurmCluster::available());
+  TempDir d("slurm");
+  const std::string launcher_pid = d.path() + "/launcher";
+  std::vector<std::string> argv = {
+      "salloc", "-N3", "-n6", "--quiet", "sh", "-c",
+      "echo $$ > " + launcher_pid + "; exec " + hvdrun_binary() + " sh -c 'echo $$ > " +
+          d.path() + "/pid.$HVDRUN_RANK; exec sleep 60'"};
+  CapturedProcess job(argv, cluster().env());
+  auto ranks = read_pid_files(d.path(), "pid.", 6, 30s);
+  ::kill(read_pid_file(launcher_pid), SIGINT);
+  CHECK(job.wait(30s) == 130);
+  check_nothing_left(ranks);
+}
+
+TEST_CASE("--launcher ssh in the same allocation reaches the nodes through the SSH aliases") {
+  INFO("needs slurmctld, slurmd, slurm-client and munge: scripts/install-deps.sh");
+  REQUIRE(SlurmCluster::available());
+  SshdCluster ssh(4);
+  CapturedProcess job(in_allocation({"--launcher", "ssh", "--ssh-config", ssh.ssh_config(), "sh",
+                                     "-c", "echo $HVDRUN_RANK $HVDRUN_HOSTNAME"}),
+                      cluster().env());
+  REQUIRE(job.wait(60s) == 0);
+  auto out = lines(job.out);
+  std::sort(out.begin(), out.end());
+  CHECK(out == std::vector<std::string>{"[0]<stdout>:0 node1", "[1]<stdout>:1 node1",
+                                        "[2]<stdout>:2 node2", "[3]<stdout>:3 node2",
+                                        "[4]<stdout>:4 node3", "[5]<stdout>:5 node3"});
+  CHECK(cluster().steps().empty());
+}
