@@ -83,11 +83,17 @@ TEST_CASE("under srun, a failing rank's code comes back with its node named") {
                      "echo $$ > " + d.path() + "/pid.$HVDRUN_RANK; if [ $HVDRUN_RANK = 3 ]; then "
                      "echo disk full >&2; exit 7; fi; exec sleep 60"}),
       cluster().env());
+  auto ranks = read_pid_files(d.path(), "pid.", 6, 30s);
+  const auto t0 = std::chrono::steady_clock::now();
   CHECK(job.wait(60s) == 7);
+  const double ms = ms_since(t0);
   CHECK(job.err.find("rank 3") != std::string::npos);
   CHECK(job.err.find("node2") != std::string::npos);
   CHECK(job.err.find("disk full") != std::string::npos);
-  check_nothing_left(read_pid_files(d.path(), "pid.", 6));
+  check_nothing_left(ranks);
+  report_fault({"rank exits 7 (--launcher slurm, 3 nodes x 2 ranks)",
+                "exit 7 naming rank 3 on node2, the rest stopped", ms,
+                static_cast<int>(cluster().job_processes().size()), "nothing"});
 }
 
 TEST_CASE("under srun, Ctrl-C ends the job with 130 and leaves no step behind") {
@@ -101,9 +107,14 @@ TEST_CASE("under srun, Ctrl-C ends the job with 130 and leaves no step behind") 
           d.path() + "/pid.$HVDRUN_RANK; exec sleep 60'"};
   CapturedProcess job(argv, cluster().env());
   auto ranks = read_pid_files(d.path(), "pid.", 6, 30s);
+  const auto t0 = std::chrono::steady_clock::now();
   ::kill(read_pid_file(launcher_pid), SIGINT);
   CHECK(job.wait(30s) == 130);
+  const double ms = ms_since(t0);
   check_nothing_left(ranks);
+  report_fault({"SIGINT to hvdrun (--launcher slurm, 3 nodes x 2 ranks)",
+                "exit 130, srun step gone", ms, static_cast<int>(cluster().job_processes().size()),
+                "nothing"});
 }
 
 TEST_CASE("--launcher ssh in the same allocation reaches the nodes through the SSH aliases") {
@@ -120,4 +131,24 @@ TEST_CASE("--launcher ssh in the same allocation reaches the nodes through the S
                                         "[2]<stdout>:2 node2", "[3]<stdout>:3 node2",
                                         "[4]<stdout>:4 node3", "[5]<stdout>:5 node3"});
   CHECK(cluster().steps().empty());
+}
+
+TEST_CASE("under srun, a lost node's agent ends the job with 255 naming the node") {
+  INFO("needs slurmctld, slurmd, slurm-client and munge: scripts/install-deps.sh");
+  REQUIRE(SlurmCluster::available());
+  TempDir d("slurm");
+  CapturedProcess job(in_allocation({"sh", "-c",
+                                     "echo $$ > " + d.path() + "/pid.$HVDRUN_RANK; echo $PPID > " +
+                                         d.path() + "/agent.$HVDRUN_RANK; exec sleep 60"}),
+                      cluster().env());
+  auto ranks = read_pid_files(d.path(), "pid.", 6, 30s);
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(read_pid_file(d.path() + "/agent.2"), SIGKILL);  // node2's agent
+  CHECK(job.wait(30s) == 255);
+  const double ms = ms_since(t0);
+  CHECK(job.err.find("node2") != std::string::npos);
+  check_nothing_left(ranks);
+  report_fault({"agent SIGKILLed on one node (--launcher slurm, 3 nodes x 2 ranks)",
+                "exit 255 naming node2", ms, static_cast<int>(cluster().job_processes().size()),
+                "nothing"});
 }
