@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -49,6 +50,22 @@ void check_nothing_left(const std::vector<pid_t>& ranks) {
   }
   CHECK(steps.empty());
   CHECK(cluster().job_processes().empty());
+}
+
+// The value of HVDRUN_AGENT_SECRET in the environment of any process (srun's), or empty.
+std::string find_agent_secret() {
+  const std::string name = "HVDRUN_AGENT_SECRET=";
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string env = read_file(entry.path().string() + "/environ");
+    for (std::size_t at = 0; at < env.size();) {
+      const std::size_t end = env.find('\0', at);
+      const std::string item = env.substr(at, end == std::string::npos ? end : end - at);
+      if (item.rfind(name, 0) == 0) return item.substr(name.size());
+      if (end == std::string::npos) break;
+      at = end + 1;
+    }
+  }
+  return {};
 }
 
 }  // namespace
@@ -107,6 +124,14 @@ TEST_CASE("under srun, Ctrl-C ends the job with 130 and leaves no step behind") 
           d.path() + "/pid.$HVDRUN_RANK; exec sleep 60'"};
   CapturedProcess job(argv, cluster().env());
   auto ranks = read_pid_files(d.path(), "pid.", 6, 30s);
+  // The agents' secret lives in srun's environment only: on no command line, and not in
+  // the environment of any rank.
+  const std::string secret = find_agent_secret();
+  CHECK(secret.size() == 64);
+  CHECK(processes_with_cmdline(secret).empty());
+  for (pid_t r : ranks) {
+    CHECK(read_file("/proc/" + std::to_string(r) + "/environ").find(secret) == std::string::npos);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   ::kill(read_pid_file(launcher_pid), SIGINT);
   CHECK(job.wait(30s) == 130);

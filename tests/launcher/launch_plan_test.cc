@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "launcher/launch_method.h"
 #include "launcher/launch_plan.h"
 
 using namespace hvdrun::launcher;
@@ -149,4 +150,25 @@ TEST_CASE("no -np without any host source names every source in its message") {
   CHECK_THROWS_WITH(make_plan(o, fake_env({}, true)),
                     "-np is required without -H, --hostfile or a scheduler allocation; expected "
                     "e.g. hvdrun -np 4 python");
+}
+
+TEST_CASE("exec: commands split as a shell would and get {host} and the agent command") {
+  using hvdrun::launcher::exec_command_for;
+  using hvdrun::launcher::parse_launcher;
+  using hvdrun::launcher::split_command_words;
+  using Words = std::vector<std::string>;
+  CHECK(split_command_words("docker exec -i {host}") == Words{"docker", "exec", "-i", "{host}"});
+  CHECK(split_command_words("  kubectl  exec -i {host} -- ") ==
+        Words{"kubectl", "exec", "-i", "{host}", "--"});
+  CHECK(split_command_words("sh -c 'exec \"$@\"' {host}") ==
+        Words{"sh", "-c", "exec \"$@\"", "{host}"});
+  CHECK(split_command_words(R"(a "b \"c\" d" e\ f '')") == Words{"a", "b \"c\" d", "e f", ""});
+  CHECK_THROWS_WITH(split_command_words("a \"b"),
+                    "--launcher: unclosed \" in 'a \"b'; close the quote");
+
+  CHECK(exec_command_for({"ssh", "{host}.cluster", "--name={host}"}, "n1", {"hvdrun", "agent"}) ==
+        Words{"ssh", "n1.cluster", "--name=n1", "hvdrun", "agent"});
+  CHECK(to_string(parse_launcher("exec:sh -c 'x y' {host}")) == "exec:sh -c 'x y' {host}");
+  CHECK(to_string(parse_launcher("ssh")) == "ssh");
+  CHECK(parse_launcher("auto").kind == LauncherChoice::automatic);
 }
