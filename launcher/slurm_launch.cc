@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -462,11 +463,17 @@ UniqueFd connect_back(const std::string& targets, bool same_machine) {
   }
   std::string errors;
   for (const auto& t : list) {
-    auto colon = t.rfind(':');
+    const auto colon = t.rfind(':');
+    if (colon == std::string::npos) continue;
+    std::uint16_t port = 0;
+    auto [end, ec] = std::from_chars(t.data() + colon + 1, t.data() + t.size(), port);
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<std::uint16_t>(std::atoi(t.c_str() + colon + 1)));
-    if (colon == std::string::npos || ::inet_pton(AF_INET, t.substr(0, colon).c_str(), &a.sin_addr) != 1) continue;
+    a.sin_port = htons(port);
+    if (ec != std::errc() || end != t.data() + t.size() ||
+        ::inet_pton(AF_INET, t.substr(0, colon).c_str(), &a.sin_addr) != 1) {
+      continue;
+    }
     UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     timeval tv{5, 0};
     ::setsockopt(s.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
