@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
+
 #include "hostfile/scheduler.h"
 
 namespace {
@@ -32,7 +34,7 @@ void time_it(const char* what, int runs, Fn fn) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int runs = argc > 1 ? std::max(1, std::atoi(argv[1])) : 200;
+  const int runs = std::max(1, hvdrun::bench::int_arg(argc, argv, 1, 200));
   namespace hf = hvdrun::hostfile;
   const std::string ranged = "node[00001-10000]";
   std::string listed;

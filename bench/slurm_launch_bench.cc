@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
+
 #include "tests/support/processes.h"
 #include "tests/support/slurm_cluster.h"
 #include "tests/support/sshd_cluster.h"
@@ -31,7 +33,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 9;
+  const int reps = std::max(1, hvdrun::bench::int_arg(argc, argv, 1, 9));
   hvdrun::testing::SlurmCluster slurm(3, 2);
   hvdrun::testing::SshdCluster ssh(4);
   struct Method {

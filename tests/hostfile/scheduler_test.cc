@@ -103,9 +103,9 @@ TEST_CASE("malformed Slurm host lists name the variable and the offending part")
       {"n[1-1000]x[1-1001]", "SLURM_JOB_NODELIST: 'n[1-1000]x[1-1001]' names more than 1000000 "
                              "hosts; expected a Slurm host list such as node[01-04,07],gpu5"},
   };
-  for (const auto& [text, want] : cases) {
-    INFO(text);
-    CHECK(error_of([&] { hf::expand_slurm_hostlist(text); }) == want);
+  for (const auto& c : cases) {
+    INFO(c.first);
+    CHECK(error_of([&] { hf::expand_slurm_hostlist(c.first); }) == c.second);
   }
 }
 
@@ -134,9 +134,9 @@ TEST_CASE("SLURM_TASKS_PER_NODE expands its repeat counts") {
       {"1(x99999999)", "SLURM_TASKS_PER_NODE: names more than 1000000 nodes; expected counts "
                        "such as 4(x2),2,1 (N or N(xREPEAT), comma-separated)"},
   };
-  for (const auto& [text, want] : errors) {
-    INFO(text);
-    CHECK(error_of([&] { hf::expand_slurm_tasks_per_node(text); }) == want);
+  for (const auto& e : errors) {
+    INFO(e.first);
+    CHECK(error_of([&] { hf::expand_slurm_tasks_per_node(e.first); }) == e.second);
   }
 }
 

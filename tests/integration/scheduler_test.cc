@@ -24,7 +24,7 @@ struct Scratch {
   TempDir dir{"sched"};
   std::string path = dir.path();
   std::string write(const std::string& name, const std::string& text, bool executable = false) {
-    const std::string file = path + "/" + name;
+    std::string file = path + "/" + name;
     std::ofstream(file) << text;
     if (executable) ::chmod(file.c_str(), 0755);
     return file;
