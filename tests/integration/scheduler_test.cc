@@ -91,7 +91,7 @@ TEST_CASE("dry run under PBS, LSF and SGE") {
                        ")\n0 sa.cl 0\n1 sa.cl 1\n2 sb.cl 0\n");
 }
 
-TEST_CASE("-H wins over the allocation; the allocation wins over localhost") {
+TEST_CASE("a host list wins over the allocation; the allocation wins over localhost") {
   Scratch d;
   auto r = dry_run({"-H", "localhost:1,hx:1", "true"},
                    {"LSB_MCPU_HOSTS=la 4", path_without_srun(d)});

@@ -142,7 +142,7 @@ TEST_CASE("under srun, Ctrl-C ends the job with 130 and leaves no step behind") 
                 "nothing"});
 }
 
-TEST_CASE("--launcher ssh in the same allocation reaches the nodes through the SSH aliases") {
+TEST_CASE("launcher ssh in the same allocation reaches the nodes through the SSH aliases") {
   INFO("needs slurmctld, slurmd, slurm-client and munge: scripts/install-deps.sh");
   REQUIRE(SlurmCluster::available());
   SshdCluster ssh(4);

@@ -115,7 +115,7 @@ TEST_CASE("host sources in priority order: -H, then the allocation, then localho
   CHECK(none.launcher.kind == LauncherChoice::ssh);
 }
 
-TEST_CASE("--launcher auto is slurm only for a Slurm allocation with srun on PATH") {
+TEST_CASE("launcher auto is slurm only for a Slurm allocation with srun on PATH") {
   LaunchOptions o;
   o.command = {"true"};
   CHECK(make_plan(o, fake_env(kSlurm, true)).launcher.kind == LauncherChoice::slurm);
@@ -125,7 +125,7 @@ TEST_CASE("--launcher auto is slurm only for a Slurm allocation with srun on PAT
         LauncherChoice::ssh);
 }
 
-TEST_CASE("--launcher slurm outside a Slurm allocation is bad usage") {
+TEST_CASE("launcher slurm outside a Slurm allocation is bad usage") {
   LaunchOptions o = with_hosts({{"node1", 1}}, std::nullopt);
   o.launcher.kind = LauncherChoice::slurm;
   CHECK_THROWS_WITH(make_plan(o, fake_env({}, true)),
@@ -133,7 +133,7 @@ TEST_CASE("--launcher slurm outside a Slurm allocation is bad usage") {
                     "hvdrun inside salloc or sbatch, or choose --launcher ssh");
 }
 
-TEST_CASE("--launcher exec: reaches every host through the command, this machine included") {
+TEST_CASE("launcher exec: reaches every host through the command, this machine included") {
   LaunchOptions o = with_hosts({{"localhost", 1}, {"c1", 1}}, std::nullopt);
   o.launcher.kind = LauncherChoice::exec;
   o.launcher.exec_argv = {"docker", "exec", "-i", "{host}"};
