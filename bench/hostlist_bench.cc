@@ -27,8 +27,8 @@ void time_it(const char* what, int runs, Fn fn) {
     us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
   }
   std::sort(us.begin(), us.end());
-  std::printf("%-44s %6zu hosts  median %8.1f us  max %8.1f us\n", what, hosts,
-              us[us.size() / 2], us.back());
+  std::printf("%-44s %6zu hosts  median %8.1f us  max %8.1f us\n", what, hosts, us[us.size() / 2],
+              us.back());
 }
 
 }  // namespace
@@ -38,13 +38,16 @@ int main(int argc, char** argv) {
   namespace hf = hvdrun::hostfile;
   const std::string ranged = "node[00001-10000]";
   std::string listed;
-  for (int i = 1; i <= 10000; ++i) listed += (i > 1 ? "," : "") + std::string("n") + std::to_string(i);
+  for (int i = 1; i <= 10000; ++i)
+    listed += (i > 1 ? "," : "") + std::string("n") + std::to_string(i);
   std::string mixed;
   for (int r = 0; r < 100; ++r) {
     mixed += (r ? "," : "") + std::string("rack") + std::to_string(r) + "-n[001-050,051-100]";
   }
-  time_it("expand node[00001-10000]", runs, [&] { return hf::expand_slurm_hostlist(ranged).size(); });
-  time_it("expand n1,n2,...,n10000", runs, [&] { return hf::expand_slurm_hostlist(listed).size(); });
+  time_it("expand node[00001-10000]", runs,
+          [&] { return hf::expand_slurm_hostlist(ranged).size(); });
+  time_it("expand n1,n2,...,n10000", runs,
+          [&] { return hf::expand_slurm_hostlist(listed).size(); });
   time_it("expand rack0-n[001-050,051-100],... (100x100)", runs,
           [&] { return hf::expand_slurm_hostlist(mixed).size(); });
   time_it("allocation node[00001-10000] + 8(x10000)", runs,

@@ -44,7 +44,9 @@ int main(int argc, char** argv) {
   std::vector<Method> methods = {
       {"salloc alone (true)", {"true"}, {}},
       {"srun -n6 true", {"srun", "-n6", "true"}, {}},
-      {"hvdrun --launcher slurm -np 6 true", {hvdrun_binary(), "--launcher", "slurm", "-np", "6", "true"}, {}},
+      {"hvdrun --launcher slurm -np 6 true",
+       {hvdrun_binary(), "--launcher", "slurm", "-np", "6", "true"},
+       {}},
       {"hvdrun --launcher ssh -np 6 true",
        {hvdrun_binary(), "--launcher", "ssh", "--ssh-config", ssh.ssh_config(), "-np", "6", "true"},
        {}},
@@ -64,8 +66,9 @@ int main(int argc, char** argv) {
     }
   }
   const double base = median(methods[0].ms);
-  std::printf("%d repetitions, 3 nodes x 2 ranks, medians (allocation subtracted in the last column)\n",
-              reps);
+  std::printf(
+      "%d repetitions, 3 nodes x 2 ranks, medians (allocation subtracted in the last column)\n",
+      reps);
   for (const auto& m : methods) {
     std::printf("%-40s %8.1f ms %8.1f ms\n", m.name, median(m.ms), median(m.ms) - base);
   }

@@ -22,8 +22,8 @@
 #include "common/quote.h"
 #include "common/version.h"
 #include "hostfile/hosts.h"
-#include "launcher/launch_method.h"
 #include "hostfile/placement.h"
+#include "launcher/launch_method.h"
 
 namespace hvdrun::cli {
 namespace {

@@ -1,5 +1,5 @@
-// libFuzzer target for the Slurm host list (SLURM_JOB_NODELIST): any input either parses into valid hosts (or
-// counts) or throws UsageError with a one-line message. Anything else is a bug.
+// libFuzzer target for the Slurm host list (SLURM_JOB_NODELIST): any input either parses into valid
+// hosts (or counts) or throws UsageError with a one-line message. Anything else is a bug.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

@@ -82,7 +82,8 @@ std::vector<Range> parse_group(std::string_view body, std::string_view item,
   std::size_t start = 0;
   while (true) {
     std::size_t comma = body.find(',', start);
-    std::string_view r = body.substr(start, comma == std::string_view::npos ? comma : comma - start);
+    std::string_view r =
+        body.substr(start, comma == std::string_view::npos ? comma : comma - start);
     std::size_t dash = r.find('-');
     std::string_view lo_text = r.substr(0, dash);
     std::string_view hi_text = dash == std::string_view::npos ? lo_text : r.substr(dash + 1);
@@ -106,8 +107,8 @@ std::vector<Range> parse_group(std::string_view body, std::string_view item,
 void check_literal(std::string_view part, std::string_view item, std::string_view variable) {
   for (char c : part) {
     if (is_name_char(c)) continue;
-    throw bad(variable, "host name " + quote(item) + " contains " +
-                            quote(std::string_view(&c, 1)) + "; expected " + kSlurmForm);
+    throw bad(variable, "host name " + quote(item) + " contains " + quote(std::string_view(&c, 1)) +
+                            "; expected " + kSlurmForm);
   }
 }
 
@@ -256,8 +257,8 @@ void check_host_name(std::string_view name, std::string_view where, std::string_
 
 std::string read_file(const std::string& path, std::string_view variable) {
   auto fail = [&](const char* what, int err) {
-    return UsageError(std::string(variable) + "=" + path + ": " + what + ": " +
-                      std::strerror(err) + "; run inside the allocation, or pass -H/--hostfile");
+    return UsageError(std::string(variable) + "=" + path + ": " + what + ": " + std::strerror(err) +
+                      "; run inside the allocation, or pass -H/--hostfile");
   };
   UniqueFd owned(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!owned) throw fail("cannot open", errno);
@@ -321,8 +322,8 @@ std::vector<std::string> expand_slurm_hostlist(std::string_view text, std::strin
       total += count_names(parse_pattern(item, variable), item, variable);
     }
     if (total > kMaxHosts) {
-      throw bad(variable, "names more than " + std::to_string(kMaxHosts) + " hosts; expected " +
-                              kSlurmForm);
+      throw bad(variable,
+                "names more than " + std::to_string(kMaxHosts) + " hosts; expected " + kSlurmForm);
     }
   }
   std::vector<std::string> names;
@@ -350,7 +351,8 @@ std::vector<int> expand_slurm_tasks_per_node(std::string_view text) {
   std::size_t start = 0;
   while (true) {
     std::size_t comma = text.find(',', start);
-    std::string_view item = text.substr(start, comma == std::string_view::npos ? comma : comma - start);
+    std::string_view item =
+        text.substr(start, comma == std::string_view::npos ? comma : comma - start);
     std::string_view count_text = item.substr(0, item.find('('));
     long repeat = 1;
     if (count_text.size() != item.size()) {

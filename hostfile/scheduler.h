@@ -40,8 +40,7 @@ std::vector<HostSlots> parse_lsf_mcpu_hosts(std::string_view text);
 
 /// SGE's `PE_HOSTFILE` contents: `host slots queue processor-range` per line (only the first
 /// two fields are read); a host on several lines (several queues) gets the sum.
-std::vector<HostSlots> parse_sge_pe_hostfile_text(std::string_view text,
-                                                  std::string_view filename);
+std::vector<HostSlots> parse_sge_pe_hostfile_text(std::string_view text, std::string_view filename);
 
 /// A scheduler's allocation.
 struct Allocation {

@@ -52,8 +52,8 @@ std::string render_dry_run(const LaunchPlan& plan) {
   if (!local.empty() && plan.hosts.size() > 1) out += "; run here without SSH: " + local;
   out += "\n";
   for (const auto& r : plan.placement.ranks) {
-    out += std::to_string(r.rank) + " " + host_of(plan, r) + " " + std::to_string(r.local_rank) +
-           "\n";
+    out +=
+        std::to_string(r.rank) + " " + host_of(plan, r) + " " + std::to_string(r.local_rank) + "\n";
   }
   return out;
 }

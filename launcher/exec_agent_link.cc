@@ -90,7 +90,8 @@ class ExecAgentLink : public AgentLink {
       }
       if (errno == EINTR) continue;
       if (errno == EAGAIN) return {IoResult::would_block, 0, {}};
-      return {IoResult::error, 0, "read from the exec: command: " + std::string(std::strerror(errno))};
+      return {IoResult::error, 0,
+              "read from the exec: command: " + std::string(std::strerror(errno))};
     }
   }
 
@@ -102,7 +103,8 @@ class ExecAgentLink : public AgentLink {
         return {n ? IoResult::ok : IoResult::would_block, static_cast<std::size_t>(n), {}};
       if (errno == EINTR) continue;
       if (errno == EAGAIN) return {IoResult::would_block, 0, {}};
-      return {IoResult::error, 0, "write to the exec: command: " + std::string(std::strerror(errno))};
+      return {IoResult::error, 0,
+              "write to the exec: command: " + std::string(std::strerror(errno))};
     }
   }
 
@@ -150,8 +152,7 @@ std::string first_line(std::string_view text) {
 
 std::vector<std::string> exec_agent_command(const std::string& remote_hvdrun) {
   const std::string q = ssh::shell_quote(remote_hvdrun);
-  return {"sh", "-c",
-          q + " --version && echo " + kAgentMarker + " && exec " + q + " agent"};
+  return {"sh", "-c", q + " --version && echo " + kAgentMarker + " && exec " + q + " agent"};
 }
 
 PendingExecAgent::PendingExecAgent(const std::string& host,
@@ -194,7 +195,8 @@ std::unique_ptr<AgentLink> PendingExecAgent::finish(const std::string& expected_
   std::string got;
   bool ended = false;
   while (got.find(marker) == std::string::npos && !ended) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) break;
     pollfd p{from_.get(), POLLIN, 0};
     int rc = ::poll(&p, 1, static_cast<int>(left.count()) + 1);
@@ -237,11 +239,11 @@ std::unique_ptr<AgentLink> PendingExecAgent::finish(const std::string& expected_
     pid_ = -1;
     how = describe_exit(status);
   }
-  throw LaunchError(where + "the command " + how + " before " + remote_hvdrun_ +
-                    " reported its version" +
-                    (before.empty() ? std::string() : " (it printed '" + first_line(before) + "')") +
-                    "; check that the command reaches the host and that " + remote_hvdrun_ +
-                    " runs there (its stderr is above)");
+  throw LaunchError(
+      where + "the command " + how + " before " + remote_hvdrun_ + " reported its version" +
+      (before.empty() ? std::string() : " (it printed '" + first_line(before) + "')") +
+      "; check that the command reaches the host and that " + remote_hvdrun_ +
+      " runs there (its stderr is above)");
 }
 
 }  // namespace hvdrun::launcher

@@ -15,11 +15,11 @@
 #include "launcher/check.h"
 #include "launcher/dry_run.h"
 #include "launcher/exec_agent_link.h"
-#include "launcher/slurm_launch.h"
 #include "launcher/job.h"
 #include "launcher/launch_plan.h"
 #include "launcher/local_host.h"
 #include "launcher/preflight.h"
+#include "launcher/slurm_launch.h"
 #include "launcher/ssh_agent_link.h"
 #include "ssh/libssh2_session.h"
 
@@ -110,8 +110,8 @@ int launch(const LaunchOptions& options) {
     // Every host's agent starts in the shell that reports its version: one remote shell
     // per host per job, all in parallel.
     settings.start_agent = true;
-    report = preflight(plan, options, ssh::SshConfig::load_for(options.ssh_config), connector,
-                       settings);
+    report =
+        preflight(plan, options, ssh::SshConfig::load_for(options.ssh_config), connector, settings);
     if (!report.ok()) {
       std::string table = render_table(report);
       std::fprintf(stderr, "hvdrun: %d host%s failed the preflight; nothing was started:\n%s",

@@ -78,8 +78,9 @@ LauncherChoice parse_launcher(std::string_view text) {
     c.kind = LauncherChoice::exec;
     c.exec_argv = split_command_words(text.substr(5));
     if (c.exec_argv.empty()) {
-      throw UsageError("--launcher exec: needs a command after 'exec:'; expected e.g. "
-                       "--launcher 'exec:docker exec -i {host}'");
+      throw UsageError(
+          "--launcher exec: needs a command after 'exec:'; expected e.g. "
+          "--launcher 'exec:docker exec -i {host}'");
     }
     bool has_host = false;
     for (const auto& w : c.exec_argv) has_host = has_host || w.find("{host}") != std::string::npos;

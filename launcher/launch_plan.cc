@@ -124,7 +124,8 @@ LaunchPlan make_plan(const LaunchOptions& options, const PlanEnvironment& env) {
     }
     throw UsageError(
         "-np is required without -H, --hostfile or a scheduler allocation; expected e.g. "
-        "hvdrun -np 4 " + program);
+        "hvdrun -np 4 " +
+        program);
   }
   plan.launcher = resolve_launcher(options, plan, env);
   plan.placement = hostfile::place(hosts, options.np);

@@ -168,7 +168,8 @@ class SrunStep {
 
  private:
   bool reaped_by(Clock::time_point deadline) {
-    for (auto delay = std::chrono::milliseconds(1);; delay = std::min(delay * 2, std::chrono::milliseconds(50))) {
+    for (auto delay = std::chrono::milliseconds(1);;
+         delay = std::min(delay * 2, std::chrono::milliseconds(50))) {
       if (exited()) return true;
       if (Clock::now() >= deadline) return false;
       ::usleep(static_cast<useconds_t>(std::chrono::microseconds(delay).count()));
@@ -224,18 +225,22 @@ class SlurmAgentLink : public AgentLink {
       }
       if (errno == EINTR) continue;
       if (errno == EAGAIN) return {IoResult::would_block, 0, {}};
-      return {IoResult::error, 0, "connection to the agent on " + node_ + ": " + std::strerror(errno)};
+      return {IoResult::error, 0,
+              "connection to the agent on " + node_ + ": " + std::strerror(errno)};
     }
   }
 
   IoResult write(const char* buf, std::size_t size) override {
-    if (!sock_ || write_closed_) return {IoResult::error, 0, "write to agent: stream already closed"};
+    if (!sock_ || write_closed_)
+      return {IoResult::error, 0, "write to agent: stream already closed"};
     for (;;) {
       ssize_t n = ::send(sock_.get(), buf, size, MSG_NOSIGNAL);
-      if (n >= 0) return {n ? IoResult::ok : IoResult::would_block, static_cast<std::size_t>(n), {}};
+      if (n >= 0)
+        return {n ? IoResult::ok : IoResult::would_block, static_cast<std::size_t>(n), {}};
       if (errno == EINTR) continue;
       if (errno == EAGAIN) return {IoResult::would_block, 0, {}};
-      return {IoResult::error, 0, "connection to the agent on " + node_ + ": " + std::strerror(errno)};
+      return {IoResult::error, 0,
+              "connection to the agent on " + node_ + ": " + std::strerror(errno)};
     }
   }
 
@@ -322,13 +327,15 @@ struct Accepted {
 
 // The handshake of one connection: nonce out, node, step and tag back. Returns nullopt
 // (and logs why) for a peer that fails it; such a peer is simply dropped.
-std::optional<Accepted> authenticate(UniqueFd sock, const rv::Hmac& key, Clock::time_point deadline) {
+std::optional<Accepted> authenticate(UniqueFd sock, const rv::Hmac& key,
+                                     Clock::time_point deadline) {
   const std::string nonce = rv::random_bytes(kNonceBytes);
   const auto until = std::min(deadline, Clock::now() + std::chrono::seconds(10));
   if (!write_all(sock.get(), nonce)) return std::nullopt;
   unsigned char len_bytes[4];
   if (!read_exact(sock.get(), reinterpret_cast<char*>(len_bytes), 4, until)) return std::nullopt;
-  const std::uint32_t len = (std::uint32_t{len_bytes[0]} << 24) | (std::uint32_t{len_bytes[1]} << 16) |
+  const std::uint32_t len = (std::uint32_t{len_bytes[0]} << 24) |
+                            (std::uint32_t{len_bytes[1]} << 16) |
                             (std::uint32_t{len_bytes[2]} << 8) | std::uint32_t{len_bytes[3]};
   if (len > kMaxHelloText) return std::nullopt;
   std::string text(len, '\0');
@@ -353,7 +360,8 @@ std::vector<std::string> environment_with(const std::vector<std::string>& extra)
   for (char** e = environ; *e != nullptr; ++e) {
     std::string_view entry(*e);
     bool replaced = false;
-    for (const auto& x : extra) replaced = replaced || entry.substr(0, x.find('=') + 1) == x.substr(0, x.find('=') + 1);
+    for (const auto& x : extra)
+      replaced = replaced || entry.substr(0, x.find('=') + 1) == x.substr(0, x.find('=') + 1);
     if (!replaced) env.emplace_back(entry);
   }
   env.insert(env.end(), extra.begin(), extra.end());
@@ -370,24 +378,36 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 
 std::vector<std::string> srun_command(const SlurmStepSpec& spec) {
   const std::string n = std::to_string(spec.nodes.size());
-  return {spec.srun, "--nodes", n, "--ntasks", n, "--ntasks-per-node", "1",
-          "--nodelist", join(spec.nodes, ","), "--job-name", "hvdrun-agents",
-          spec.remote_hvdrun, "agent"};
+  return {spec.srun,
+          "--nodes",
+          n,
+          "--ntasks",
+          n,
+          "--ntasks-per-node",
+          "1",
+          "--nodelist",
+          join(spec.nodes, ","),
+          "--job-name",
+          "hvdrun-agents",
+          spec.remote_hvdrun,
+          "agent"};
 }
 
 std::map<std::string, std::unique_ptr<AgentLink>> start_slurm_agents(const SlurmStepSpec& spec) {
   UniqueFd listener = listen_on(spec.bind_address);
   const int port = port_of(listener.get());
   std::vector<std::string> targets;
-  for (const auto& a : spec.bind_address == "0.0.0.0" ? own_addresses()
-                                                      : std::vector<std::string>{spec.bind_address}) {
+  for (const auto& a : spec.bind_address == "0.0.0.0"
+                           ? own_addresses()
+                           : std::vector<std::string>{spec.bind_address}) {
     targets.push_back(a + ":" + std::to_string(port));
   }
   const std::string secret = rv::generate_secret();
   const rv::Hmac key(secret);
-  const std::vector<std::string> env = environment_with(
-      {std::string(kAgentConnectEnv) + "=" + join(targets, ","),
-       std::string(kAgentSecretEnv) + "=" + secret, std::string(kAgentBootIdEnv) + "=" + boot_id()});
+  const std::vector<std::string> env =
+      environment_with({std::string(kAgentConnectEnv) + "=" + join(targets, ","),
+                        std::string(kAgentSecretEnv) + "=" + secret,
+                        std::string(kAgentBootIdEnv) + "=" + boot_id()});
   UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   ChildSpec cs;
   cs.what = "srun";
@@ -421,7 +441,7 @@ std::map<std::string, std::unique_ptr<AgentLink>> start_slurm_agents(const Slurm
       auto it = wanted.find(lower(a->node));
       if (it == wanted.end() || links.count(it->second) != 0) {
         spdlog::warn("an agent reported node '{}', which is not one of {}; dropped", a->node,
-                        join(spec.nodes, ","));
+                     join(spec.nodes, ","));
         continue;
       }
       step->set_step(a->step);
@@ -436,7 +456,8 @@ std::map<std::string, std::unique_ptr<AgentLink>> start_slurm_agents(const Slurm
   for (const auto& n : spec.nodes) {
     if (links.count(n) == 0) missing.push_back(n);
   }
-  const std::string why = srun_ended ? "srun " + step->how() : "they did not connect within --start-timeout";
+  const std::string why =
+      srun_ended ? "srun " + step->how() : "they did not connect within --start-timeout";
   links.clear();
   step->finish(Clock::now() + std::chrono::seconds(2));
   throw LaunchError("--launcher slurm: no agent from " + join(missing, ", ") + " (" + why +
@@ -453,7 +474,8 @@ UniqueFd connect_back(const std::string& targets, bool same_machine) {
   std::vector<std::string> list;
   for (std::size_t start = 0; start <= targets.size();) {
     auto comma = targets.find(',', start);
-    list.push_back(targets.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    list.push_back(
+        targets.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -522,7 +544,8 @@ int run_agent_main() {
   ::unsetenv(kAgentConnectEnv);
   ::unsetenv(kAgentSecretEnv);
   ::unsetenv(kAgentBootIdEnv);
-  if (s.empty()) throw LaunchError(std::string(kAgentSecretEnv) + " is not set; the agent cannot authenticate");
+  if (s.empty())
+    throw LaunchError(std::string(kAgentSecretEnv) + " is not set; the agent cannot authenticate");
   return run_connected_agent(t, s, b);
 }
 

@@ -22,9 +22,10 @@
 namespace hvdrun::launcher {
 
 /// The variables srun passes to the agents.
-inline constexpr const char* kAgentConnectEnv = "HVDRUN_AGENT_CONNECT";   ///< ADDR:PORT[,ADDR:PORT...]
-inline constexpr const char* kAgentSecretEnv = "HVDRUN_AGENT_SECRET";     ///< hex secret
-inline constexpr const char* kAgentBootIdEnv = "HVDRUN_AGENT_BOOT_ID";    ///< launcher's boot id
+inline constexpr const char* kAgentConnectEnv =
+    "HVDRUN_AGENT_CONNECT";                                            ///< ADDR:PORT[,ADDR:PORT...]
+inline constexpr const char* kAgentSecretEnv = "HVDRUN_AGENT_SECRET";  ///< hex secret
+inline constexpr const char* kAgentBootIdEnv = "HVDRUN_AGENT_BOOT_ID";  ///< launcher's boot id
 
 /// How the step is started.
 struct SlurmStepSpec {

@@ -465,8 +465,8 @@ TEST_CASE("horovodrun flags that cannot apply say what to do instead") {
 }
 
 TEST_CASE("launcher and dry-run flags parse into the options") {
-  auto cmd = parse_command_line({"--launcher", "exec:sh -c 'exec \"$@\"' {host}", "--dry-run",
-                                 "--json", "true"});
+  auto cmd = parse_command_line(
+      {"--launcher", "exec:sh -c 'exec \"$@\"' {host}", "--dry-run", "--json", "true"});
   CHECK(cmd.options.launcher.kind == hvdrun::launcher::LauncherChoice::exec);
   CHECK(cmd.options.launcher.exec_argv ==
         std::vector<std::string>{"sh", "-c", "exec \"$@\"", "{host}"});

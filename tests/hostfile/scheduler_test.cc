@@ -76,32 +76,45 @@ TEST_CASE("Slurm host lists expand as scontrol show hostnames does") {
 
 TEST_CASE("malformed Slurm host lists name the variable and the offending part") {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"n[1-2", "SLURM_JOB_NODELIST: unclosed '[' in 'n[1-2'; expected a Slurm host list such "
-                "as node[01-04,07],gpu5"},
-      {"n[3-1]", "SLURM_JOB_NODELIST: range '3-1' in 'n[3-1]' runs backwards; expected the low "
-                 "bound first, as in node[1-4]"},
-      {"n[]", "SLURM_JOB_NODELIST: bad range '' in 'n[]'; expected N or N-M (at most 9 digits "
-              "each), as in node[01-04,07]"},
-      {"n[1-x]", "SLURM_JOB_NODELIST: bad range '1-x' in 'n[1-x]'; expected N or N-M (at most 9 "
-                 "digits each), as in node[01-04,07]"},
-      {"n[1,,2]", "SLURM_JOB_NODELIST: bad range '' in 'n[1,,2]'; expected N or N-M (at most 9 "
-                  "digits each), as in node[01-04,07]"},
-      {"n1]", "SLURM_JOB_NODELIST: unexpected ']' in 'n1]'; expected a Slurm host list such as "
-              "node[01-04,07],gpu5"},
-      {"n[[1]]", "SLURM_JOB_NODELIST: '[' inside brackets in 'n[[1]]'; expected a Slurm host "
-                 "list such as node[01-04,07],gpu5"},
-      {"no$de", "SLURM_JOB_NODELIST: host name 'no$de' contains '$'; expected a Slurm host list "
-                "such as node[01-04,07],gpu5"},
-      {"", "SLURM_JOB_NODELIST: empty host list; expected a Slurm host list such as "
-           "node[01-04,07],gpu5"},
-      {" , ", "SLURM_JOB_NODELIST: empty host list; expected a Slurm host list such as "
-              "node[01-04,07],gpu5"},
-      {"-n1", "SLURM_JOB_NODELIST: host name '-n1' starts with '-'; expected a Slurm host list "
-              "such as node[01-04,07],gpu5"},
-      {"n[0-999999999]", "SLURM_JOB_NODELIST: 'n[0-999999999]' names more than 1000000 hosts; "
-                         "expected a Slurm host list such as node[01-04,07],gpu5"},
-      {"n[1-1000]x[1-1001]", "SLURM_JOB_NODELIST: 'n[1-1000]x[1-1001]' names more than 1000000 "
-                             "hosts; expected a Slurm host list such as node[01-04,07],gpu5"},
+      {"n[1-2",
+       "SLURM_JOB_NODELIST: unclosed '[' in 'n[1-2'; expected a Slurm host list such "
+       "as node[01-04,07],gpu5"},
+      {"n[3-1]",
+       "SLURM_JOB_NODELIST: range '3-1' in 'n[3-1]' runs backwards; expected the low "
+       "bound first, as in node[1-4]"},
+      {"n[]",
+       "SLURM_JOB_NODELIST: bad range '' in 'n[]'; expected N or N-M (at most 9 digits "
+       "each), as in node[01-04,07]"},
+      {"n[1-x]",
+       "SLURM_JOB_NODELIST: bad range '1-x' in 'n[1-x]'; expected N or N-M (at most 9 "
+       "digits each), as in node[01-04,07]"},
+      {"n[1,,2]",
+       "SLURM_JOB_NODELIST: bad range '' in 'n[1,,2]'; expected N or N-M (at most 9 "
+       "digits each), as in node[01-04,07]"},
+      {"n1]",
+       "SLURM_JOB_NODELIST: unexpected ']' in 'n1]'; expected a Slurm host list such as "
+       "node[01-04,07],gpu5"},
+      {"n[[1]]",
+       "SLURM_JOB_NODELIST: '[' inside brackets in 'n[[1]]'; expected a Slurm host "
+       "list such as node[01-04,07],gpu5"},
+      {"no$de",
+       "SLURM_JOB_NODELIST: host name 'no$de' contains '$'; expected a Slurm host list "
+       "such as node[01-04,07],gpu5"},
+      {"",
+       "SLURM_JOB_NODELIST: empty host list; expected a Slurm host list such as "
+       "node[01-04,07],gpu5"},
+      {" , ",
+       "SLURM_JOB_NODELIST: empty host list; expected a Slurm host list such as "
+       "node[01-04,07],gpu5"},
+      {"-n1",
+       "SLURM_JOB_NODELIST: host name '-n1' starts with '-'; expected a Slurm host list "
+       "such as node[01-04,07],gpu5"},
+      {"n[0-999999999]",
+       "SLURM_JOB_NODELIST: 'n[0-999999999]' names more than 1000000 hosts; "
+       "expected a Slurm host list such as node[01-04,07],gpu5"},
+      {"n[1-1000]x[1-1001]",
+       "SLURM_JOB_NODELIST: 'n[1-1000]x[1-1001]' names more than 1000000 "
+       "hosts; expected a Slurm host list such as node[01-04,07],gpu5"},
   };
   for (const auto& c : cases) {
     INFO(c.first);
@@ -121,18 +134,24 @@ TEST_CASE("SLURM_TASKS_PER_NODE expands its repeat counts") {
     CHECK(hf::expand_slurm_tasks_per_node(text) == want);
   }
   const std::vector<std::pair<std::string, std::string>> errors = {
-      {"4(x2", "SLURM_TASKS_PER_NODE: bad repeat '(x2'; expected counts such as 4(x2),2,1 (N or "
-               "N(xREPEAT), comma-separated)"},
-      {"4(2)", "SLURM_TASKS_PER_NODE: bad repeat '(2)'; expected counts such as 4(x2),2,1 (N or "
-               "N(xREPEAT), comma-separated)"},
-      {"4(x0)", "SLURM_TASKS_PER_NODE: bad repeat '(x0)'; expected counts such as 4(x2),2,1 (N or "
-                "N(xREPEAT), comma-separated)"},
-      {"two", "SLURM_TASKS_PER_NODE: bad task count 'two'; expected counts such as 4(x2),2,1 (N "
-              "or N(xREPEAT), comma-separated)"},
-      {"2,,1", "SLURM_TASKS_PER_NODE: bad task count ''; expected counts such as 4(x2),2,1 (N or "
-               "N(xREPEAT), comma-separated)"},
-      {"1(x99999999)", "SLURM_TASKS_PER_NODE: names more than 1000000 nodes; expected counts "
-                       "such as 4(x2),2,1 (N or N(xREPEAT), comma-separated)"},
+      {"4(x2",
+       "SLURM_TASKS_PER_NODE: bad repeat '(x2'; expected counts such as 4(x2),2,1 (N or "
+       "N(xREPEAT), comma-separated)"},
+      {"4(2)",
+       "SLURM_TASKS_PER_NODE: bad repeat '(2)'; expected counts such as 4(x2),2,1 (N or "
+       "N(xREPEAT), comma-separated)"},
+      {"4(x0)",
+       "SLURM_TASKS_PER_NODE: bad repeat '(x0)'; expected counts such as 4(x2),2,1 (N or "
+       "N(xREPEAT), comma-separated)"},
+      {"two",
+       "SLURM_TASKS_PER_NODE: bad task count 'two'; expected counts such as 4(x2),2,1 (N "
+       "or N(xREPEAT), comma-separated)"},
+      {"2,,1",
+       "SLURM_TASKS_PER_NODE: bad task count ''; expected counts such as 4(x2),2,1 (N or "
+       "N(xREPEAT), comma-separated)"},
+      {"1(x99999999)",
+       "SLURM_TASKS_PER_NODE: names more than 1000000 nodes; expected counts "
+       "such as 4(x2),2,1 (N or N(xREPEAT), comma-separated)"},
   };
   for (const auto& e : errors) {
     INFO(e.first);

@@ -93,11 +93,12 @@ TEST_CASE("dry run under PBS, LSF and SGE") {
 
 TEST_CASE("a host list wins over the allocation; the allocation wins over localhost") {
   Scratch d;
-  auto r = dry_run({"-H", "localhost:1,hx:1", "true"},
-                   {"LSB_MCPU_HOSTS=la 4", path_without_srun(d)});
+  auto r =
+      dry_run({"-H", "localhost:1,hx:1", "true"}, {"LSB_MCPU_HOSTS=la 4", path_without_srun(d)});
   REQUIRE(r.code == 0);
-  CHECK(r.out == "launcher: ssh; hosts from -H/--hostfile; run here without SSH: localhost\n"
-                 "0 localhost 0\n1 hx 0\n");
+  CHECK(r.out ==
+        "launcher: ssh; hosts from -H/--hostfile; run here without SSH: localhost\n"
+        "0 localhost 0\n1 hx 0\n");
   auto local = dry_run({"-np", "2", "true"}, {path_without_srun(d)});
   REQUIRE(local.code == 0);
   CHECK(local.out ==
@@ -152,8 +153,7 @@ namespace {
 // The stand-in: `standin HOST CMD...` appends HOST to $dir/hosts and execs CMD.
 std::string write_standin(Scratch& s) {
   return s.write("standin",
-                 "#!/bin/sh\nhost=$1; shift\necho \"$host\" >> " + s.path +
-                     "/hosts\nexec \"$@\"\n",
+                 "#!/bin/sh\nhost=$1; shift\necho \"$host\" >> " + s.path + "/hosts\nexec \"$@\"\n",
                  true);
 }
 
@@ -161,7 +161,7 @@ std::string write_standin(Scratch& s) {
 // port 1), so a passing job proves that no SSH was used.
 std::vector<std::string> exec_args(const std::string& standin, std::vector<std::string> rest) {
   std::vector<std::string> args = {"--launcher", "exec:" + standin + " {host}", "-p", "1",
-                                   "-H", "127.0.0.2:2,127.0.0.3:1"};
+                                   "-H",         "127.0.0.2:2,127.0.0.3:1"};
   args.insert(args.end(), rest.begin(), rest.end());
   return args;
 }
@@ -184,9 +184,10 @@ TEST_CASE("exec: runs each host's agent through the command, {host} replaced, no
 
 TEST_CASE("exec: a failing rank's code comes back with its host named") {
   Scratch s;
-  Hvdrun h(exec_args(write_standin(s),
-                     {"sh", "-c", "if [ $HVDRUN_RANK = 2 ]; then echo broken >&2; exit 7; fi; "
-                                  "exec sleep 30"}));
+  Hvdrun h(
+      exec_args(write_standin(s), {"sh", "-c",
+                                   "if [ $HVDRUN_RANK = 2 ]; then echo broken >&2; exit 7; fi; "
+                                   "exec sleep 30"}));
   CHECK(h.wait(std::chrono::seconds(30)) == 7);
   CHECK(h.err.find("rank 2") != std::string::npos);
   CHECK(h.err.find("127.0.0.3") != std::string::npos);
@@ -225,8 +226,8 @@ TEST_CASE("exec: the remote hvdrun's version is checked; a missing command is na
                          "exec:/nonexistent/docker exec -i {host}: No such file or directory") !=
         std::string::npos);
 
-  Hvdrun refused({"--launcher", "exec:sh -c 'echo no such container {host} >&2; exit 1'", "-H",
-                  "c1", "true"});
+  Hvdrun refused(
+      {"--launcher", "exec:sh -c 'echo no such container {host} >&2; exit 1'", "-H", "c1", "true"});
   CHECK(refused.wait() == 255);
   CHECK(refused.err.find("no such container c1") != std::string::npos);
   CHECK(refused.err.find("the command exited with code 1 before") != std::string::npos);

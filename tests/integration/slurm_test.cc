@@ -77,9 +77,10 @@ TEST_CASE("inside salloc -N3 -n6, hvdrun with no hosts runs 6 ranks, 2 per node,
   const std::string pids = d.path() + "/pid.";
   CapturedProcess job(
       in_allocation({"-x", "SLURM_CONF", "sh", "-c",
-                     "echo $$ > " + pids + "$HVDRUN_RANK; echo $HVDRUN_RANK $HVDRUN_HOSTNAME "
-                     "$HVDRUN_LOCAL_RANK/$HVDRUN_LOCAL_SIZE; if [ $HVDRUN_RANK = 0 ]; then "
-                     "squeue -h -s -o 'step=%j on %N'; fi"}),
+                     "echo $$ > " + pids +
+                         "$HVDRUN_RANK; echo $HVDRUN_RANK $HVDRUN_HOSTNAME "
+                         "$HVDRUN_LOCAL_RANK/$HVDRUN_LOCAL_SIZE; if [ $HVDRUN_RANK = 0 ]; then "
+                         "squeue -h -s -o 'step=%j on %N'; fi"}),
       cluster().env());
   REQUIRE(job.wait(60s) == 0);
   auto out = lines(job.out);
@@ -95,11 +96,11 @@ TEST_CASE("under srun, a failing rank's code comes back with its node named") {
   INFO("needs slurmctld, slurmd, slurm-client and munge: scripts/install-deps.sh");
   REQUIRE(SlurmCluster::available());
   TempDir d("slurm");
-  CapturedProcess job(
-      in_allocation({"sh", "-c",
-                     "echo $$ > " + d.path() + "/pid.$HVDRUN_RANK; if [ $HVDRUN_RANK = 3 ]; then "
-                     "echo disk full >&2; exit 7; fi; exec sleep 60"}),
-      cluster().env());
+  CapturedProcess job(in_allocation({"sh", "-c",
+                                     "echo $$ > " + d.path() +
+                                         "/pid.$HVDRUN_RANK; if [ $HVDRUN_RANK = 3 ]; then "
+                                         "echo disk full >&2; exit 7; fi; exec sleep 60"}),
+                      cluster().env());
   auto ranks = read_pid_files(d.path(), "pid.", 6, 30s);
   const auto t0 = std::chrono::steady_clock::now();
   CHECK(job.wait(60s) == 7);
@@ -118,10 +119,15 @@ TEST_CASE("under srun, Ctrl-C ends the job with 130 and leaves no step behind") 
   REQUIRE(SlurmCluster::available());
   TempDir d("slurm");
   const std::string launcher_pid = d.path() + "/launcher";
-  std::vector<std::string> argv = {
-      "salloc", "-N3", "-n6", "--quiet", "sh", "-c",
-      "echo $$ > " + launcher_pid + "; exec " + hvdrun_binary() + " sh -c 'echo $$ > " +
-          d.path() + "/pid.$HVDRUN_RANK; exec sleep 60'"};
+  std::vector<std::string> argv = {"salloc",
+                                   "-N3",
+                                   "-n6",
+                                   "--quiet",
+                                   "sh",
+                                   "-c",
+                                   "echo $$ > " + launcher_pid + "; exec " + hvdrun_binary() +
+                                       " sh -c 'echo $$ > " + d.path() +
+                                       "/pid.$HVDRUN_RANK; exec sleep 60'"};
   CapturedProcess job(argv, cluster().env());
   auto ranks = read_pid_files(d.path(), "pid.", 6, 30s);
   // The agents' secret lives in srun's environment only: on no command line, and not in

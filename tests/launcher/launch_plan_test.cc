@@ -88,9 +88,8 @@ PlanEnvironment fake_env(std::map<std::string, std::string> vars, bool srun) {
   return env;
 }
 
-const std::map<std::string, std::string> kSlurm = {{"SLURM_JOB_ID", "7"},
-                                                   {"SLURM_JOB_NODELIST", "node[1-3]"},
-                                                   {"SLURM_TASKS_PER_NODE", "2(x3)"}};
+const std::map<std::string, std::string> kSlurm = {
+    {"SLURM_JOB_ID", "7"}, {"SLURM_JOB_NODELIST", "node[1-3]"}, {"SLURM_TASKS_PER_NODE", "2(x3)"}};
 
 }  // namespace
 

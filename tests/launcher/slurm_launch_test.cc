@@ -24,16 +24,17 @@ namespace {
 // listed, with SLURMD_NODENAME (or the name BODY gives it), and waits for them all.
 std::string fake_srun(const hvdrun::testing::TempDir& dir, const std::string& per_node) {
   const std::string path = dir.path() + "/srun";
-  std::ofstream(path) << "#!/bin/bash\n"
-                         "nodes=\n"
-                         "while [[ $1 == --* ]]; do [[ $1 == --nodelist ]] && nodes=$2; shift 2; done\n"
-                         "IFS=, read -ra list <<< \"$nodes\"\n"
-                         "i=0\n"
-                         "for node in \"${list[@]}\"; do\n"
-                      << per_node
-                      << "  i=$((i + 1))\n"
-                         "done\n"
-                         "wait\n";
+  std::ofstream(path)
+      << "#!/bin/bash\n"
+         "nodes=\n"
+         "while [[ $1 == --* ]]; do [[ $1 == --nodelist ]] && nodes=$2; shift 2; done\n"
+         "IFS=, read -ra list <<< \"$nodes\"\n"
+         "i=0\n"
+         "for node in \"${list[@]}\"; do\n"
+      << per_node
+      << "  i=$((i + 1))\n"
+         "done\n"
+         "wait\n";
   ::chmod(path.c_str(), 0755);
   return path;
 }
@@ -101,8 +102,8 @@ TEST_CASE("slurm launch: srun that fails is reported with its exit") {
   const std::string srun = dir.path() + "/srun";
   std::ofstream(srun) << "#!/bin/sh\necho 'srun: error: Unable to create step' >&2\nexit 1\n";
   ::chmod(srun.c_str(), 0755);
-  CHECK(launch_error(spec_for(srun, {"n1", "n2"})).rfind(
-            "--launcher slurm: no agent from n1, n2 (srun exited with code 1;", 0) == 0);
+  CHECK(launch_error(spec_for(srun, {"n1", "n2"}))
+            .rfind("--launcher slurm: no agent from n1, n2 (srun exited with code 1;", 0) == 0);
   CHECK(launch_error(spec_for(dir.path() + "/missing-srun", {"n1"})) ==
         "--launcher slurm: cannot run " + dir.path() +
             "/missing-srun: No such file or directory; check that Slurm's srun is on PATH");

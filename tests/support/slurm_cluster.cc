@@ -57,7 +57,8 @@ void ensure_munged() {
   run_process({"runuser", "-u", "munge", "--", "/usr/sbin/munged"}, &out);
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   while (run_process({"munge", "-n"}) != 0) {
-    if (Clock::now() > deadline) throw std::runtime_error("slurm cluster: munged did not start: " + out);
+    if (Clock::now() > deadline)
+      throw std::runtime_error("slurm cluster: munged did not start: " + out);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
@@ -169,8 +170,8 @@ void SlurmCluster::wait_idle(int nodes) {
     run_process(client({"sinfo", "-h", "-N", "-o", "%t"}), &out);
     if (count(out, "idle") == nodes) return;
     if (Clock::now() > deadline) {
-      throw std::runtime_error("slurm cluster: nodes not idle within 30 s (sinfo: " + out +
-                               ")\n" + logs());
+      throw std::runtime_error("slurm cluster: nodes not idle within 30 s (sinfo: " + out + ")\n" +
+                               logs());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -178,7 +179,8 @@ void SlurmCluster::wait_idle(int nodes) {
 
 std::string SlurmCluster::logs() const {
   std::string out;
-  for (const char* f : {"/slurmctld.out", "/slurmctld.log", "/slurmd-node1.out", "/slurmd-node1.log"}) {
+  for (const char* f :
+       {"/slurmctld.out", "/slurmctld.log", "/slurmd-node1.out", "/slurmd-node1.log"}) {
     out += std::string("--- ") + f + "\n" + read_file(dir_ + f);
   }
   return out;
