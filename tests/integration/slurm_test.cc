@@ -183,3 +183,19 @@ TEST_CASE("under srun, a lost node's agent ends the job with 255 naming the node
                 "exit 255 naming node2", ms, static_cast<int>(cluster().job_processes().size()),
                 "nothing"});
 }
+
+TEST_CASE("collectives across the nodes of an allocation, agents started by srun") {
+  INFO("needs slurmctld, slurmd, slurm-client and munge: scripts/install-deps.sh");
+  REQUIRE(SlurmCluster::available());
+  // tests/runtime/worker.cc: allreduce of every dtype and op, broadcast, allgather, barrier;
+  // every rank checks its own results.
+  CapturedProcess job(
+      in_allocation({"--start-timeout", "60", HVDRUN_BINARY_DIR "/tests/runtime/runtime_worker",
+                     "collectives"}),
+      cluster().env());
+  const int code = job.wait(180s);
+  INFO("stdout: " << job.out << "\nstderr: " << job.err);
+  CHECK(code == 0);
+  CHECK(job.err.empty());
+  CHECK(cluster().steps().empty());
+}
