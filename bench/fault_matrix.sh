@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 cmake --build "$build" --target integration_local_test integration_fault_test \
   integration_remote_test integration_gpu_fault_test integration_host_security_test \
-  integration_security_test >/dev/null
+  integration_security_test integration_slurm_test >/dev/null
 tests="$build/tests/integration"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -28,6 +28,8 @@ trap 'rm -f "$out"' EXIT
   "$tests/integration_security_test" -d yes
   "$tests/integration_remote_test" -d yes \
     'remote: a host whose connection dies*,remote: a stopped agent*,remote: SIGKILL of hvdrun*,remote: a SIGKILLed remote rank*'
+  # The loopback Slurm (needs the slurm and munge packages).
+  "$tests/integration_slurm_test" -d yes 'under srun*'
 } >"$out" 2>&1 || { cat "$out" >&2; echo "fault_matrix: a fault test failed" >&2; exit 1; }
 
 echo "| fault | what happened | detection (ms) | left running | lost |"

@@ -19,6 +19,7 @@
 #include "launcher/check.h"
 #include "launcher/elastic.h"
 #include "launcher/launch.h"
+#include "launcher/slurm_launch.h"
 
 namespace {
 
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
     case Action::agent:
       setup_logging(cmd.options, "hvdrun agent: [%l] %v");
       try {
-        return hvdrun::launcher::run_agent(0, 1);
+        return hvdrun::launcher::run_agent_main();
       } catch (const std::exception& e) {
         std::fprintf(stderr, "hvdrun agent: error: %s\n", e.what());
         return 1;

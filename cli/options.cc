@@ -23,6 +23,7 @@
 #include "common/version.h"
 #include "hostfile/hosts.h"
 #include "hostfile/placement.h"
+#include "launcher/launch_method.h"
 
 namespace hvdrun::cli {
 namespace {
@@ -68,6 +69,10 @@ const std::array kOptions = {
             kRun | kCheck},
     OptSpec{"network-interface", 0, false, "IF", "Job", "interface whose address the ranks use",
             kRun},
+    OptSpec{"launcher", 0, false, "METHOD", "Job",
+            "auto|ssh|slurm|exec:COMMAND (how agents reach hosts; default auto)", kRun | kCheck},
+    OptSpec{"dry-run", 0, false, nullptr, "Job",
+            "print the launch method and RANK HOST LOCAL_RANK per rank; start nothing", kRun},
     OptSpec{"min-np", 0, false, "N", "Elastic",
             "elastic mode: fewest ranks; fewer usable slots end the job", kRun},
     OptSpec{"max-np", 0, false, "N", "Elastic", "elastic mode: most ranks (default: all slots)",
@@ -99,7 +104,8 @@ const std::array kOptions = {
             kRun},
     OptSpec{"prefix-output-with-timestamp", 0, false, nullptr, "Output",
             "prefix each output line with the time", kRun},
-    OptSpec{"json", 0, false, nullptr, "Output", "check only: print the report as JSON", kCheck},
+    OptSpec{"json", 0, false, nullptr, "Output", "print the check report or --dry-run as JSON",
+            kRun | kCheck},
     OptSpec{"verbose", 0, false, nullptr, "Output", "log launch progress (like --log-level info)",
             kRun | kCheck},
     OptSpec{"log-level", 0, false, "LEVEL", "Output", "trace|debug|info|warning|error|critical|off",
@@ -812,17 +818,8 @@ void set_run_command(launcher::LaunchOptions& o, std::vector<std::string> comman
         "no command to run; expected hvdrun [options] command [args...], as in "
         "hvdrun -np 4 python train.py (see hvdrun --help)");
   }
-  if (!o.np && o.hosts.empty() && !o.elastic.enabled()) {
-    // Echo the user's program in the example when it is plain text.
-    std::string program = command[0];
-    bool plain = !program.empty() && program.size() <= 60 &&
-                 std::all_of(program.begin(), program.end(), [](char c) {
-                   return static_cast<unsigned char>(c) > 0x20 && c != 0x7f;
-                 });
-    if (!plain) program = "command";
-    throw UsageError("-np is required without -H or --hostfile; expected e.g. hvdrun -np 4 " +
-                     program);
-  }
+  // Without -np and -H/--hostfile the hosts may come from a scheduler's allocation: the
+  // launch plan decides, and says when -np is missing.
   o.command = std::move(command);
 }
 
@@ -852,10 +849,16 @@ Command parse_command_line(const std::vector<std::string>& args) {
     return cmd;
   }
   apply_hosts_and_ssh(values, o);
+  if (values.given("launcher")) o.launcher = launcher::parse_launcher(values.str("launcher"));
   if (mode == kRun) {
     apply_run_options(values, w.found, o);
     apply_elastic(values, o);
     set_run_command(o, std::move(w.command));
+    o.dry_run = values.given("dry-run");
+    o.json = values.given("json");
+    if (o.json && !o.dry_run) {
+      throw UsageError("--json needs --dry-run when running a job (or use it with hvdrun check)");
+    }
     cmd.action = Action::run;
   } else {
     o.json = values.given("json");

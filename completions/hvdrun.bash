@@ -12,9 +12,9 @@ _hvdrun_value_opts="-np --num-proc -H --hosts --hostfile -x --env --start-timeou
   --autotune-log-file --autotune-warmup-samples --autotune-steps-per-sample
   --autotune-bayes-opt-max-samples --autotune-gaussian-process-noise --timeline-filename
   --stall-check-warning-time-seconds --stall-check-shutdown-time-seconds --num-nccl-streams
-  --thread-affinity --gloo-timeout-seconds --min-np --max-np --host-discovery-script
+  --thread-affinity --gloo-timeout-seconds --launcher --min-np --max-np --host-discovery-script
   --slots-per-host --reset-limit --max-restarts --blacklist-cooldown-range --elastic-timeout"
-_hvdrun_flag_opts="--prefix-output-with-timestamp --json --verbose --check-build --version
+_hvdrun_flag_opts="--prefix-output-with-timestamp --json --dry-run --verbose --check-build --version
   -h --help --gloo --disable-cache --hierarchical-allreduce --no-hierarchical-allreduce
   --hierarchical-allgather --no-hierarchical-allgather --autotune --timeline-mark-cycles
   --no-stall-check --tcp --log-without-timestamp"
@@ -111,6 +111,11 @@ _hvdrun() {
       --timeline-filename | --host-discovery-script)
       compopt -o filenames 2>/dev/null
       mapfile -t COMPREPLY < <(compgen -f -- "$cur")
+      return 0
+      ;;
+    --launcher)
+      mapfile -t COMPREPLY < <(compgen -W "auto ssh slurm exec:" -- "$cur")
+      [[ ${COMPREPLY[0]} == exec: ]] && compopt -o nospace 2>/dev/null
       return 0
       ;;
     --output-filename)

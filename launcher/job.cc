@@ -7,6 +7,7 @@
 // (PR_SET_PDEATHSIG).
 #include "launcher/job.h"
 
+#include <arpa/inet.h>
 #include <poll.h>
 #include <signal.h>
 
@@ -285,7 +286,12 @@ void Job::start_servers(const std::string& bind_addr) {
   horovod_.emplace(placement_, bind_addr, 0);
   std::vector<std::string> allowed;
   for (const Host& h : hosts_) {
-    if (!h.local) allowed.push_back(h.link->host_address());
+    if (h.local) continue;
+    // An exec: host whose name does not resolve here has no address to admit.
+    const std::string a = h.link->host_address();
+    in6_addr any{};
+    if (::inet_pton(AF_INET, a.c_str(), &any) == 1 || ::inet_pton(AF_INET6, a.c_str(), &any) == 1)
+      allowed.push_back(a);
   }
   if (!opt_.network_interface.empty() && !plan_.all_local()) {
     for (auto& net : interface_networks(opt_.network_interface)) allowed.push_back(net);

@@ -5,11 +5,13 @@
 // sources (Slurm, PBS, ...) and launch methods (slurm, exec:COMMAND) plug in here.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "hostfile/placement.h"
+#include "hostfile/scheduler.h"
 #include "launcher/options.h"
 
 namespace hvdrun::launcher {
@@ -17,16 +19,19 @@ namespace hvdrun::launcher {
 /// Where the host list came from.
 enum class HostSource {
   command_line,  ///< -H or --hostfile
-  localhost,     ///< neither: localhost with -np slots
+  scheduler,     ///< a scheduler's allocation (LaunchPlan::allocation says which)
+  localhost,     ///< none of them: localhost with -np slots
 };
 
 /// How a host's agent is started.
 enum class LaunchMethod {
   local,  ///< a child of the launcher over a pipe pair
   ssh,    ///< `hvdrun agent` in the SSH session the preflight opened
+  slurm,  ///< one agent per node from a single `srun` step, back to the launcher over TCP
+  exec,   ///< the --launcher exec: command with `{host}` replaced, over its stdin/stdout
 };
 
-/// "local" or "ssh".
+/// "local", "ssh", "slurm" or "exec".
 std::string_view to_string(LaunchMethod method);
 
 /// One host of the plan.
@@ -47,6 +52,10 @@ struct PlannedHost {
 struct LaunchPlan {
   /// Where the hosts came from.
   HostSource source = HostSource::command_line;
+  /// With HostSource::scheduler: which scheduler and the variables read.
+  hostfile::Allocation allocation;
+  /// The launch method the plan resolved --launcher to (never automatic).
+  LauncherChoice launcher;
   /// Every rank's coordinates; placement.hosts[i] and hosts[i] are the same host.
   hostfile::Placement placement;
   /// The hosts taking part, in the order given.
@@ -58,14 +67,33 @@ struct LaunchPlan {
   bool all_local() const;
 };
 
-/// The plan of `hvdrun run`: hosts from -H/--hostfile, else localhost with -np slots;
-/// ranks placed in order; hosts that get no rank (-np below the slots) left out, so they
-/// take no part, not even a login. Throws UsageError for bad input (no -np and no hosts,
-/// -np above the slots).
-LaunchPlan make_plan(const LaunchOptions& options);
+/// What a plan reads from the process it runs in (a seam for tests).
+struct PlanEnvironment {
+  /// Environment variables (scheduler allocations, SLURM_JOB_ID, PATH).
+  hostfile::GetEnv getenv;
+  /// Whether a program is found in PATH (srun, for --launcher auto).
+  std::function<bool(const std::string& program)> on_path;
 
-/// The plan of `hvdrun check`: every host named (else localhost), each with its slots and
-/// method, and no ranks placed.
-LaunchPlan make_check_plan(const LaunchOptions& options);
+  /// The real environment of this process.
+  static PlanEnvironment process();
+};
+
+/// The plan of `hvdrun run`: hosts from -H/--hostfile, else the scheduler allocation the
+/// environment describes, else localhost with -np slots; ranks placed in order; hosts that
+/// get no rank (-np below the slots) left out, so they take no part, not even a login. The
+/// launch method: --launcher, with auto resolved to slurm when the hosts come from a Slurm
+/// allocation and srun is on PATH, else to ssh. Throws UsageError for bad input (no -np and
+/// no hosts, -np above the slots, a malformed allocation variable, --launcher slurm outside
+/// a Slurm allocation).
+LaunchPlan make_plan(const LaunchOptions& options,
+                     const PlanEnvironment& env = PlanEnvironment::process());
+
+/// The plan of `hvdrun check`: every host named (else the allocation's, else localhost),
+/// each with its slots and method, and no ranks placed.
+LaunchPlan make_check_plan(const LaunchOptions& options,
+                           const PlanEnvironment& env = PlanEnvironment::process());
+
+/// Whether `program` is an executable file in one of the directories of `path`.
+bool find_in_path(const std::string& program, const char* path);
 
 }  // namespace hvdrun::launcher

@@ -35,6 +35,21 @@ struct ElasticOptions {
   bool enabled() const { return !discovery_script.empty() || min_np.has_value(); }
 };
 
+/// --launcher: how agents reach their hosts.
+struct LauncherChoice {
+  enum Kind {
+    automatic,  ///< auto: slurm for a Slurm allocation with srun on PATH, else ssh
+    ssh,        ///< SSH (hosts that are this machine run locally)
+    slurm,      ///< one `srun` step, one agent per node
+    exec,       ///< a user's command per host (`exec:COMMAND`)
+  };
+  Kind kind = automatic;
+  /// For exec: the command's words, `{host}` not yet replaced.
+  std::vector<std::string> exec_argv;
+
+  bool operator==(const LauncherChoice&) const = default;
+};
+
 /// Options of `hvdrun [run]` and `hvdrun check`.
 struct LaunchOptions {
   /// -np; empty means "all slots".
@@ -63,8 +78,12 @@ struct LaunchOptions {
   bool prefix_timestamp = false;
   /// --remote-hvdrun PATH: hvdrun on remote hosts; empty means this binary's own path.
   std::string remote_hvdrun;
-  /// --json (check only): machine-readable preflight report.
+  /// --json: machine-readable preflight report (check) or plan (--dry-run).
   bool json = false;
+  /// --launcher.
+  LauncherChoice launcher;
+  /// --dry-run: print the launch method and the rank placement, start nothing.
+  bool dry_run = false;
   /// The user's command and its arguments (run only).
   std::vector<std::string> command;
   /// Elastic mode's settings.

@@ -182,7 +182,10 @@ PreflightReport preflight(const LaunchPlan& plan, const LaunchOptions& options,
     if (h.method != LaunchMethod::ssh) {
       check.local = true;
       check.address = "-";
-      check.detail = "this machine: runs without SSH";
+      check.detail = h.method == LaunchMethod::local   ? "this machine: runs without SSH"
+                     : h.method == LaunchMethod::slurm ? "started by srun: not checked over SSH"
+                                                       : "reached by the exec: command: not "
+                                                         "checked over SSH";
     } else {
       remote.push_back(report.hosts.size());
       targets.push_back(ssh::resolve_target(h.name, config, ssh_opts));  // UsageError surfaces here

@@ -12,6 +12,8 @@ pkgs=(
   # scripts/test.sh's fuzz and tidy stages: clang-14 with libFuzzer and its sanitizer
   # runtimes, llvm-symbolizer for readable fuzzer stacks, and clang-tidy-14.
   clang-14 libclang-rt-14-dev llvm-14 clang-tidy-14
+  # The loopback Slurm of the scheduler tests (tests/support/slurm_cluster.h).
+  slurmctld slurmd slurm-client munge
 )
 missing=()
 for p in "${pkgs[@]}"; do

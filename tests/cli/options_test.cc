@@ -218,8 +218,15 @@ TEST_CASE("bad command lines are usage errors with one precise line") {
       {"run",
        "no command to run; expected hvdrun [options] command [args...], as in hvdrun -np 4 "
        "python train.py (see hvdrun --help)"},
-      {"python train.py",
-       "-np is required without -H or --hostfile; expected e.g. hvdrun -np 4 python"},
+      {"--launcher rsh x",
+       "bad value 'rsh' for --launcher; expected auto, ssh, slurm or exec:COMMAND (e.g. "
+       "exec:docker exec -i {host})"},
+      {"--launcher exec: x",
+       "--launcher exec: needs a command after 'exec:'; expected e.g. --launcher 'exec:docker "
+       "exec -i {host}'"},
+      {"--launcher exec:ssh -np 1 x",
+       "--launcher 'exec:ssh': the command has no {host}; put {host} where the host name goes, "
+       "as in exec:docker exec -i {host}"},
       {"-np 4x x",
        "bad value '4x' for -np; expected a whole number of processes from 1 to 1048576, as in -np "
        "4"},
@@ -287,8 +294,7 @@ TEST_CASE("bad command lines are usage errors with one precise line") {
        "or off"},
       {"--network-interface eth0/1 -np 1 x",
        "bad value 'eth0/1' for --network-interface; expected an interface name such as eth0"},
-      {"--json -np 1 x",
-       "--json applies only to 'hvdrun check'; expected hvdrun check --json [options]"},
+      {"--json -np 1 x", "--json needs --dry-run when running a job (or use it with hvdrun check)"},
       {"check -H a x",
        "'hvdrun check' takes no command (got 'x'); it only checks the hosts, run the job with "
        "hvdrun [options] command"},
@@ -509,4 +515,22 @@ TEST_CASE("horovodrun's elastic flags turn elastic mode on, with their bounds ch
     INFO("args: " << c.line);
     CHECK(error_of(split(c.line)) == c.message);
   }
+}
+
+TEST_CASE("launcher and dry-run flags parse into the options") {
+  auto cmd = parse_command_line(
+      {"--launcher", "exec:sh -c 'exec \"$@\"' {host}", "--dry-run", "--json", "true"});
+  CHECK(cmd.options.launcher.kind == hvdrun::launcher::LauncherChoice::exec);
+  CHECK(cmd.options.launcher.exec_argv ==
+        std::vector<std::string>{"sh", "-c", "exec \"$@\"", "{host}"});
+  CHECK(cmd.options.dry_run);
+  CHECK(cmd.options.json);
+  CHECK(parse_command_line(split("--launcher slurm x")).options.launcher.kind ==
+        hvdrun::launcher::LauncherChoice::slurm);
+  CHECK(parse_command_line(split("x")).options.launcher.kind ==
+        hvdrun::launcher::LauncherChoice::automatic);
+  // Without -np or hosts the command parses: the launch plan looks for an allocation.
+  CHECK(parse_command_line(split("python train.py")).options.command.size() == 2);
+  CHECK(error_of({"--launcher", "exec:sh -c 'x {host}", "-np", "1", "x"}) ==
+        "--launcher: unclosed ' in 'sh -c 'x {host}'; close the quote");
 }

@@ -55,4 +55,10 @@ expect "hostfile is a file" "$work/hostfile.b" hvdrun --hostfile "$work/hostfile
 expect "-np takes a number" "" hvdrun -np ""
 sub=$(complete_line hvdrun ch | grep -x check)
 [[ $sub == check ]] || fail "subcommand check not offered"
+# --launcher: the four methods; exec: waits for its command.
+got=$(complete_line hvdrun --launcher "" | sort | tr '\n' ' ')
+[[ $got == "auto exec: slurm ssh " ]] || fail "--launcher completes '$got'"
+got=$(complete_line hvdrun --launcher s | sort | tr '\n' ' ')
+[[ $got == "slurm ssh " ]] || fail "--launcher s completes '$got'"
+
 exit $status

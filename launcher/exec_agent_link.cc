@@ -1,0 +1,249 @@
+// ExecAgentLink: an agent behind a user's command (docker exec, kubectl exec, a script),
+// over the command's stdin/stdout. The command's process group is the unit of teardown.
+#include "launcher/exec_agent_link.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.h"
+#include "launcher/launch_method.h"
+#include "launcher/preflight.h"
+#include "launcher/subprocess.h"
+#include "ssh/session.h"
+
+namespace hvdrun::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The first IPv4 address `host` resolves to, or empty (a container name often does not
+// resolve on the launching machine).
+std::string resolve(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return {};
+  char buf[INET_ADDRSTRLEN] = {};
+  const auto* sin = reinterpret_cast<const sockaddr_in*>(res->ai_addr);
+  ::inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof buf);
+  ::freeaddrinfo(res);
+  return buf;
+}
+
+// This machine's address on the route toward `ip` (a UDP connect sends nothing).
+std::string source_address_toward(const std::string& ip) {
+  if (ip.empty()) return "127.0.0.1";
+  UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(9);
+  if (!s || ::inet_pton(AF_INET, ip.c_str(), &to.sin_addr) != 1 ||
+      ::connect(s.get(), reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+    return "127.0.0.1";
+  }
+  sockaddr_in local{};
+  socklen_t len = sizeof local;
+  if (::getsockname(s.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0) return "127.0.0.1";
+  char buf[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf);
+  return buf;
+}
+
+class ExecAgentLink : public AgentLink {
+ public:
+  ExecAgentLink(std::string host, pid_t pid, UniqueFd to, UniqueFd from)
+      : host_(std::move(host)), pid_(pid), to_(std::move(to)), from_(std::move(from)) {
+    const std::string ip = resolve(host_);
+    host_address_ = ip.empty() ? host_ : ip;
+    launcher_address_ = source_address_toward(ip);
+  }
+
+  ~ExecAgentLink() override {
+    if (pid_ > 0) close(Clock::now() + std::chrono::seconds(5));
+  }
+  ExecAgentLink(const ExecAgentLink&) = delete;
+  ExecAgentLink& operator=(const ExecAgentLink&) = delete;
+
+  void add_pollfds(std::vector<pollfd>& fds, bool want_read, bool want_write) const override {
+    if (want_read && from_) fds.push_back({from_.get(), POLLIN, 0});
+    if (want_write && to_) fds.push_back({to_.get(), POLLOUT, 0});
+  }
+
+  IoResult read(char* buf, std::size_t size) override {
+    if (!from_) return {IoResult::eof, 0, {}};
+    for (;;) {
+      ssize_t n = ::read(from_.get(), buf, size);
+      if (n > 0) return {IoResult::ok, static_cast<std::size_t>(n), {}};
+      if (n == 0) {
+        from_.reset();
+        return {IoResult::eof, 0, {}};
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) return {IoResult::would_block, 0, {}};
+      return {IoResult::error, 0,
+              "read from the exec: command: " + std::string(std::strerror(errno))};
+    }
+  }
+
+  IoResult write(const char* buf, std::size_t size) override {
+    if (!to_) return {IoResult::error, 0, "write to the exec: command: stream already closed"};
+    for (;;) {
+      ssize_t n = ::write(to_.get(), buf, size);
+      if (n >= 0)
+        return {n ? IoResult::ok : IoResult::would_block, static_cast<std::size_t>(n), {}};
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) return {IoResult::would_block, 0, {}};
+      return {IoResult::error, 0,
+              "write to the exec: command: " + std::string(std::strerror(errno))};
+    }
+  }
+
+  void close_write() override { to_.reset(); }
+
+  void abort() override {
+    if (pid_ > 0) ::kill(-pid_, SIGKILL);
+  }
+
+  std::string close(Clock::time_point deadline) override {
+    to_.reset();
+    from_.reset();
+    if (pid_ <= 0) return result_;
+    // The command ends when the agent does (its stdin saw EOF); whatever of its group is
+    // left after the deadline is killed with it.
+    result_ = wait_or_kill(pid_, deadline);
+    ::kill(-pid_, SIGKILL);
+    pid_ = -1;
+    return result_;
+  }
+
+  std::string describe() const override {
+    return "exec: command pid " + std::to_string(pid_) + " for host " + host_;
+  }
+  std::string launcher_address() const override { return launcher_address_; }
+  std::string host_address() const override { return host_address_; }
+
+ private:
+  std::string host_;
+  pid_t pid_;
+  UniqueFd to_;
+  UniqueFd from_;
+  std::string result_;
+  std::string launcher_address_;
+  std::string host_address_;
+};
+
+std::string first_line(std::string_view text) {
+  std::string line(text.substr(0, text.find('\n')));
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  return line;
+}
+
+}  // namespace
+
+std::vector<std::string> exec_agent_command(const std::string& remote_hvdrun) {
+  const std::string q = ssh::shell_quote(remote_hvdrun);
+  return {"sh", "-c", q + " --version && echo " + kAgentMarker + " && exec " + q + " agent"};
+}
+
+PendingExecAgent::PendingExecAgent(const std::string& host,
+                                   const std::vector<std::string>& exec_argv,
+                                   const std::string& remote_hvdrun)
+    : host_(host), remote_hvdrun_(remote_hvdrun) {
+  LauncherChoice shown{LauncherChoice::exec, exec_argv};
+  command_text_ = to_string(shown);
+  auto [to_r, to_w] = make_pipe();
+  auto [from_r, from_w] = make_pipe();
+  ChildSpec spec;
+  spec.what = "the exec: command for host " + host;
+  spec.argv = exec_command_for(exec_argv, host, exec_agent_command(remote_hvdrun));
+  spec.stdin_fd = to_r.get();
+  spec.stdout_fd = from_w.get();
+  spec.death_signal = SIGTERM;
+  Child child = spawn(spec);
+  pid_ = child.pid;
+  if (auto failure = read_exec_failure(child.exec_status.get())) {
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    throw LaunchError("host " + host + ": cannot run '" + spec.argv.front() + "' of --launcher " +
+                      command_text_ + ": " + std::strerror(failure->error) +
+                      "; check that the command is installed and on PATH");
+  }
+  to_ = std::move(to_w);
+  from_ = std::move(from_r);
+}
+
+PendingExecAgent::~PendingExecAgent() {
+  if (pid_ > 0) {
+    ::kill(-pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+std::unique_ptr<AgentLink> PendingExecAgent::finish(const std::string& expected_version,
+                                                    Clock::time_point deadline) {
+  const std::string marker = std::string(kAgentMarker) + "\n";
+  std::string got;
+  bool ended = false;
+  while (got.find(marker) == std::string::npos && !ended) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{from_.get(), POLLIN, 0};
+    int rc = ::poll(&p, 1, static_cast<int>(left.count()) + 1);
+    if (rc < 0 && errno != EINTR) throw_errno("waiting for host " + host_, "poll");
+    if (rc <= 0) continue;
+    char buf[4096];
+    ssize_t n = ::read(from_.get(), buf, sizeof buf);
+    if (n > 0) got.append(buf, static_cast<std::size_t>(n));
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) ended = true;
+    if (got.size() > 64 * 1024) break;
+  }
+  const auto at = got.find(marker);
+  const std::string before = got.substr(0, at);
+  bool version_ok = false;
+  for (std::size_t pos = 0; pos < before.size() && !version_ok;) {
+    auto end = before.find('\n', pos);
+    version_ok = first_line(std::string_view(before).substr(pos)) == expected_version;
+    pos = end == std::string::npos ? before.size() : end + 1;
+  }
+  const std::string where = "host " + host_ + " (--launcher " + command_text_ + "): ";
+  if (at != std::string::npos && version_ok && at + marker.size() == got.size()) {
+    set_nonblocking(to_.get());
+    set_nonblocking(from_.get());
+    auto link = std::make_unique<ExecAgentLink>(host_, pid_, std::move(to_), std::move(from_));
+    pid_ = -1;
+    return link;
+  }
+  if (at != std::string::npos && version_ok) {
+    throw LaunchError(where + "the agent at " + remote_hvdrun_ + " spoke before it was asked");
+  }
+  if (at != std::string::npos) {
+    throw LaunchError(where + "found '" + first_line(before) + "' at " + remote_hvdrun_ +
+                      ", expected '" + expected_version + "'; install " + expected_version +
+                      " at " + remote_hvdrun_ + " on " + host_ + ", or pass --remote-hvdrun PATH");
+  }
+  std::string how = "did not answer within --start-timeout";
+  if (ended) {
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    how = describe_exit(status);
+  }
+  throw LaunchError(
+      where + "the command " + how + " before " + remote_hvdrun_ + " reported its version" +
+      (before.empty() ? std::string() : " (it printed '" + first_line(before) + "')") +
+      "; check that the command reaches the host and that " + remote_hvdrun_ +
+      " runs there (its stderr is above)");
+}
+
+}  // namespace hvdrun::launcher

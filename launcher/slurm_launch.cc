@@ -1,0 +1,552 @@
+// The Slurm launch method: the srun step and its agents' connect-back, on both sides.
+#include "launcher/slurm_launch.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include <spdlog/spdlog.h>
+
+#include "common/error.h"
+#include "common/fd.h"
+#include "launcher/agent.h"
+#include "launcher/subprocess.h"
+#include "rendezvous/protocol.h"
+#include "rendezvous/server.h"
+
+extern char** environ;
+
+namespace hvdrun::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace rv = rendezvous;
+
+constexpr std::size_t kNonceBytes = 32;
+constexpr std::uint32_t kMaxHelloText = 4096;
+constexpr const char* kTagLabel = "hvdrun-slurm-agent";
+
+std::string this_host() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+std::string boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+std::string ip_of(const sockaddr_in& a) {
+  char buf[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &a.sin_addr, buf, sizeof buf);
+  return buf;
+}
+
+std::string sock_ip(int fd, bool peer) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
+                : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return rc == 0 ? ip_of(a) : std::string();
+}
+
+// This machine's IPv4 addresses, loopback last: where agents on other nodes may reach it.
+std::vector<std::string> own_addresses() {
+  std::vector<std::string> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) == 0) {
+    for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+      std::string ip = ip_of(*reinterpret_cast<const sockaddr_in*>(i->ifa_addr));
+      if (ip.rfind("127.", 0) != 0) out.push_back(ip);
+    }
+    ::freeifaddrs(list);
+  }
+  out.emplace_back("127.0.0.1");
+  return out;
+}
+
+// Reads exactly `n` bytes before `deadline`; false on EOF, error or timeout.
+bool read_exact(int fd, char* buf, std::size_t n, Clock::time_point deadline) {
+  std::size_t got = 0;
+  while (got < n) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    int rc = ::poll(&p, 1, static_cast<int>(left.count()) + 1);
+    if (rc < 0 && errno != EINTR) return false;
+    if (rc <= 0) continue;
+    ssize_t r = ::recv(fd, buf + got, n - got, 0);
+    if (r == 0) return false;
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return false;
+    }
+    got += static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+bool write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t w = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    data.remove_prefix(static_cast<std::size_t>(w));
+  }
+  return true;
+}
+
+std::string tag_of(const rv::Hmac& key, std::string_view nonce, std::string_view text) {
+  auto t = key.tag({kTagLabel, nonce, text});
+  return std::string(reinterpret_cast<const char*>(t.data()), t.size());
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return s;
+}
+
+// The srun process of a step: shared by the step's links; the last one to go waits for
+// srun, and cancels the step when it does not end by itself.
+class SrunStep {
+ public:
+  explicit SrunStep(pid_t pid) : pid_(pid) {}
+  ~SrunStep() { finish(Clock::now() + std::chrono::seconds(10)); }
+  SrunStep(const SrunStep&) = delete;
+  SrunStep& operator=(const SrunStep&) = delete;
+
+  void set_step(std::string step) {
+    if (step_.empty()) step_ = std::move(step);
+  }
+  const std::string& step() const { return step_; }
+
+  // Waits until `deadline` for srun; then cancels the step, and kills srun at last.
+  void finish(Clock::time_point deadline) {
+    if (pid_ <= 0) return;
+    if (reaped_by(deadline)) return;
+    if (!step_.empty()) {
+      spdlog::warn("srun step {} did not end; cancelling it", step_);
+      cancel();
+    }
+    if (!reaped_by(Clock::now() + std::chrono::seconds(5))) {
+      ::kill(-pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    pid_ = -1;
+  }
+
+  // True (and the status kept) once srun has exited; polls without blocking.
+  bool exited() {
+    if (pid_ <= 0) return true;
+    if (::waitpid(pid_, &status_, WNOHANG) == pid_) {
+      pid_ = -1;
+      return true;
+    }
+    return false;
+  }
+  std::string how() const { return describe_exit(status_); }
+
+ private:
+  bool reaped_by(Clock::time_point deadline) {
+    for (auto delay = std::chrono::milliseconds(1);;
+         delay = std::min(delay * 2, std::chrono::milliseconds(50))) {
+      if (exited()) return true;
+      if (Clock::now() >= deadline) return false;
+      ::usleep(static_cast<useconds_t>(std::chrono::microseconds(delay).count()));
+    }
+  }
+
+  void cancel() const {
+    ChildSpec spec;
+    spec.what = "scancel for step " + step_;
+    spec.argv = {"scancel", "--quiet", step_};
+    try {
+      Child c = spawn(spec);
+      wait_or_kill(c.pid, Clock::now() + std::chrono::seconds(5));
+    } catch (const std::exception& e) {
+      spdlog::warn("cannot cancel step {}: {}", step_, e.what());
+    }
+  }
+
+  pid_t pid_;
+  int status_ = 0;
+  std::string step_;
+};
+
+class SlurmAgentLink : public AgentLink {
+ public:
+  SlurmAgentLink(std::string node, UniqueFd sock, std::shared_ptr<SrunStep> step)
+      : node_(std::move(node)), sock_(std::move(sock)), step_(std::move(step)) {
+    launcher_address_ = sock_ip(sock_.get(), false);
+    host_address_ = sock_ip(sock_.get(), true);
+    set_nonblocking(sock_.get());
+  }
+  ~SlurmAgentLink() override {
+    if (sock_) close(Clock::now() + std::chrono::seconds(5));
+  }
+  SlurmAgentLink(const SlurmAgentLink&) = delete;
+  SlurmAgentLink& operator=(const SlurmAgentLink&) = delete;
+
+  void add_pollfds(std::vector<pollfd>& fds, bool want_read, bool want_write) const override {
+    if (!sock_) return;
+    short ev = static_cast<short>((want_read && !read_eof_ ? POLLIN : 0) |
+                                  (want_write && !write_closed_ ? POLLOUT : 0));
+    if (ev != 0) fds.push_back({sock_.get(), ev, 0});
+  }
+
+  IoResult read(char* buf, std::size_t size) override {
+    if (!sock_ || read_eof_) return {IoResult::eof, 0, {}};
+    for (;;) {
+      ssize_t n = ::recv(sock_.get(), buf, size, 0);
+      if (n > 0) return {IoResult::ok, static_cast<std::size_t>(n), {}};
+      if (n == 0) {
+        read_eof_ = true;
+        return {IoResult::eof, 0, {}};
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) return {IoResult::would_block, 0, {}};
+      return {IoResult::error, 0,
+              "connection to the agent on " + node_ + ": " + std::strerror(errno)};
+    }
+  }
+
+  IoResult write(const char* buf, std::size_t size) override {
+    if (!sock_ || write_closed_)
+      return {IoResult::error, 0, "write to agent: stream already closed"};
+    for (;;) {
+      ssize_t n = ::send(sock_.get(), buf, size, MSG_NOSIGNAL);
+      if (n >= 0)
+        return {n ? IoResult::ok : IoResult::would_block, static_cast<std::size_t>(n), {}};
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) return {IoResult::would_block, 0, {}};
+      return {IoResult::error, 0,
+              "connection to the agent on " + node_ + ": " + std::strerror(errno)};
+    }
+  }
+
+  void close_write() override {
+    if (sock_ && !write_closed_) ::shutdown(sock_.get(), SHUT_WR);
+    write_closed_ = true;
+  }
+
+  void abort() override {
+    // A reset: the agent sees its stream end and kills its ranks.
+    if (!sock_) return;
+    linger l{1, 0};
+    ::setsockopt(sock_.get(), SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    sock_.reset();
+  }
+
+  std::string close(Clock::time_point deadline) override {
+    if (!sock_) return result_;
+    close_write();
+    // The agent closes its side once its ranks are gone.
+    char buf[4096];
+    result_ = "did not close its connection in time";
+    while (Clock::now() < deadline) {
+      pollfd p{sock_.get(), POLLIN, 0};
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (::poll(&p, 1, static_cast<int>(std::max<long>(left.count(), 1))) <= 0) continue;
+      ssize_t n = ::recv(sock_.get(), buf, sizeof buf, 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        result_ = "closed its connection";
+        break;
+      }
+    }
+    sock_.reset();
+    step_.reset();
+    return result_;
+  }
+
+  std::string describe() const override {
+    return "agent on " + node_ + " (srun step " + (step_ ? step_->step() : "?") + ")";
+  }
+  std::string launcher_address() const override { return launcher_address_; }
+  std::string host_address() const override { return host_address_; }
+
+ private:
+  std::string node_;
+  UniqueFd sock_;
+  std::shared_ptr<SrunStep> step_;
+  bool read_eof_ = false;
+  bool write_closed_ = false;
+  std::string result_;
+  std::string launcher_address_;
+  std::string host_address_;
+};
+
+UniqueFd listen_on(const std::string& address) {
+  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!s) throw_errno("listening for Slurm agents", "socket");
+  int one = 1;
+  ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  if (::inet_pton(AF_INET, address.c_str(), &a.sin_addr) != 1) {
+    throw LaunchError("listening for Slurm agents: bad address '" + address + "'");
+  }
+  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    throw_errno("listening for Slurm agents on " + address, "bind");
+  }
+  if (::listen(s.get(), 1024) != 0) throw_errno("listening for Slurm agents", "listen");
+  return s;
+}
+
+int port_of(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return ntohs(a.sin_port);
+}
+
+struct Accepted {
+  std::string node;
+  std::string step;
+  UniqueFd sock;
+};
+
+// The handshake of one connection: nonce out, node, step and tag back. Returns nullopt
+// (and logs why) for a peer that fails it; such a peer is simply dropped.
+std::optional<Accepted> authenticate(UniqueFd sock, const rv::Hmac& key,
+                                     Clock::time_point deadline) {
+  const std::string nonce = rv::random_bytes(kNonceBytes);
+  const auto until = std::min(deadline, Clock::now() + std::chrono::seconds(10));
+  if (!write_all(sock.get(), nonce)) return std::nullopt;
+  unsigned char len_bytes[4];
+  if (!read_exact(sock.get(), reinterpret_cast<char*>(len_bytes), 4, until)) return std::nullopt;
+  const std::uint32_t len = (std::uint32_t{len_bytes[0]} << 24) |
+                            (std::uint32_t{len_bytes[1]} << 16) |
+                            (std::uint32_t{len_bytes[2]} << 8) | std::uint32_t{len_bytes[3]};
+  if (len > kMaxHelloText) return std::nullopt;
+  std::string text(len, '\0');
+  std::string tag(rv::kMacBytes, '\0');
+  if (!read_exact(sock.get(), text.data(), len, until) ||
+      !read_exact(sock.get(), tag.data(), tag.size(), until)) {
+    return std::nullopt;
+  }
+  const std::string want = tag_of(key, nonce, text);
+  if (!rv::tags_equal(reinterpret_cast<const unsigned char*>(want.data()),
+                      reinterpret_cast<const unsigned char*>(tag.data()))) {
+    spdlog::warn("a connection to the Slurm agents' port failed authentication; dropped");
+    return std::nullopt;
+  }
+  auto nl = text.find('\n');
+  return Accepted{text.substr(0, nl), nl == std::string::npos ? "" : text.substr(nl + 1),
+                  std::move(sock)};
+}
+
+std::vector<std::string> environment_with(const std::vector<std::string>& extra) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string_view entry(*e);
+    bool replaced = false;
+    for (const auto& x : extra)
+      replaced = replaced || entry.substr(0, x.find('=') + 1) == x.substr(0, x.find('=') + 1);
+    if (!replaced) env.emplace_back(entry);
+  }
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> srun_command(const SlurmStepSpec& spec) {
+  const std::string n = std::to_string(spec.nodes.size());
+  return {spec.srun,
+          "--nodes",
+          n,
+          "--ntasks",
+          n,
+          "--ntasks-per-node",
+          "1",
+          "--nodelist",
+          join(spec.nodes, ","),
+          "--job-name",
+          "hvdrun-agents",
+          spec.remote_hvdrun,
+          "agent"};
+}
+
+std::map<std::string, std::unique_ptr<AgentLink>> start_slurm_agents(const SlurmStepSpec& spec) {
+  UniqueFd listener = listen_on(spec.bind_address);
+  const int port = port_of(listener.get());
+  std::vector<std::string> targets;
+  for (const auto& a : spec.bind_address == "0.0.0.0"
+                           ? own_addresses()
+                           : std::vector<std::string>{spec.bind_address}) {
+    targets.push_back(a + ":" + std::to_string(port));
+  }
+  const std::string secret = rv::generate_secret();
+  const rv::Hmac key(secret);
+  const std::vector<std::string> env =
+      environment_with({std::string(kAgentConnectEnv) + "=" + join(targets, ","),
+                        std::string(kAgentSecretEnv) + "=" + secret,
+                        std::string(kAgentBootIdEnv) + "=" + boot_id()});
+  UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  ChildSpec cs;
+  cs.what = "srun";
+  cs.argv = srun_command(spec);
+  cs.env = &env;
+  cs.stdin_fd = dev_null.get();
+  cs.death_signal = SIGTERM;
+  spdlog::debug("starting the agents: {}", join(cs.argv, " "));
+  Child child = spawn(cs);
+  auto step = std::make_shared<SrunStep>(child.pid);
+  if (auto failure = read_exec_failure(child.exec_status.get())) {
+    step->exited();
+    throw LaunchError("--launcher slurm: cannot run " + spec.srun + ": " +
+                      std::strerror(failure->error) + "; check that Slurm's srun is on PATH");
+  }
+
+  std::map<std::string, std::unique_ptr<AgentLink>> links;
+  std::map<std::string, std::string> wanted;  // lower-case -> as planned
+  for (const auto& n : spec.nodes) wanted.emplace(lower(n), n);
+  bool srun_ended = false;
+  while (links.size() < spec.nodes.size() && Clock::now() < spec.deadline && !srun_ended) {
+    pollfd p{listener.get(), POLLIN, 0};
+    ::poll(&p, 1, 50);
+    srun_ended = step->exited();
+    for (;;) {
+      UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!conn) break;
+      set_nonblocking(conn.get(), false);
+      auto a = authenticate(std::move(conn), key, spec.deadline);
+      if (!a) continue;
+      auto it = wanted.find(lower(a->node));
+      if (it == wanted.end() || links.count(it->second) != 0) {
+        spdlog::warn("an agent reported node '{}', which is not one of {}; dropped", a->node,
+                     join(spec.nodes, ","));
+        continue;
+      }
+      step->set_step(a->step);
+      int one = 1;
+      ::setsockopt(a->sock.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      links[it->second] = std::make_unique<SlurmAgentLink>(it->second, std::move(a->sock), step);
+    }
+  }
+  if (links.size() == spec.nodes.size()) return links;
+
+  std::vector<std::string> missing;
+  for (const auto& n : spec.nodes) {
+    if (links.count(n) == 0) missing.push_back(n);
+  }
+  const std::string why =
+      srun_ended ? "srun " + step->how() : "they did not connect within --start-timeout";
+  links.clear();
+  step->finish(Clock::now() + std::chrono::seconds(2));
+  throw LaunchError("--launcher slurm: no agent from " + join(missing, ", ") + " (" + why +
+                    "; srun's messages are above); check that " + spec.remote_hvdrun +
+                    " runs on those nodes and that they can reach this machine over TCP "
+                    "(--network-interface chooses the address), or use --launcher ssh");
+}
+
+namespace {
+
+// Connects to the first of `targets` (ADDR:PORT,...) that answers; loopback first when
+// this is the launcher's own machine.
+UniqueFd connect_back(const std::string& targets, bool same_machine) {
+  std::vector<std::string> list;
+  for (std::size_t start = 0; start <= targets.size();) {
+    auto comma = targets.find(',', start);
+    list.push_back(
+        targets.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (same_machine) {
+    std::stable_partition(list.begin(), list.end(),
+                          [](const std::string& t) { return t.rfind("127.", 0) == 0; });
+  }
+  std::string errors;
+  for (const auto& t : list) {
+    const auto colon = t.rfind(':');
+    if (colon == std::string::npos) continue;
+    std::uint16_t port = 0;
+    auto [end, ec] = std::from_chars(t.data() + colon + 1, t.data() + t.size(), port);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    if (ec != std::errc() || end != t.data() + t.size() ||
+        ::inet_pton(AF_INET, t.substr(0, colon).c_str(), &a.sin_addr) != 1) {
+      continue;
+    }
+    UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    timeval tv{5, 0};
+    ::setsockopt(s.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return s;
+    errors += " " + t + ": " + std::strerror(errno) + ";";
+  }
+  throw LaunchError("cannot reach the launcher at any of" + errors +
+                    " use --network-interface to choose the address");
+}
+
+int run_connected_agent(const std::string& targets, const std::string& secret,
+                        const std::string& launcher_boot) {
+  UniqueFd sock = connect_back(targets, !launcher_boot.empty() && launcher_boot == boot_id());
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  std::string nonce(kNonceBytes, '\0');
+  if (!read_exact(sock.get(), nonce.data(), nonce.size(), deadline)) {
+    throw LaunchError("the launcher did not greet within 30 s");
+  }
+  const char* node = std::getenv("SLURMD_NODENAME");
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const char* stepid = std::getenv("SLURM_STEP_ID");
+  std::string text = (node ? std::string(node) : this_host()) + "\n" + (job ? job : "") +
+                     (job && stepid ? std::string(".") + stepid : "");
+  const rv::Hmac key(secret);
+  const std::uint32_t len = static_cast<std::uint32_t>(text.size());
+  const char len_bytes[4] = {static_cast<char>(len >> 24), static_cast<char>(len >> 16),
+                             static_cast<char>(len >> 8), static_cast<char>(len)};
+  if (!write_all(sock.get(), std::string_view(len_bytes, 4)) || !write_all(sock.get(), text) ||
+      !write_all(sock.get(), tag_of(key, nonce, text))) {
+    throw LaunchError("the connection to the launcher broke during the handshake");
+  }
+  return run_agent(sock.get(), sock.get());
+}
+
+}  // namespace
+
+int run_agent_main() {
+  const char* targets = std::getenv(kAgentConnectEnv);
+  if (targets == nullptr) return run_agent(0, 1);
+  const std::string t(targets);
+  const char* secret = std::getenv(kAgentSecretEnv);
+  const char* boot = std::getenv(kAgentBootIdEnv);
+  const std::string s(secret ? secret : "");
+  const std::string b(boot ? boot : "");
+  // The ranks this agent starts must not inherit the step's secret.
+  ::unsetenv(kAgentConnectEnv);
+  ::unsetenv(kAgentSecretEnv);
+  ::unsetenv(kAgentBootIdEnv);
+  if (s.empty())
+    throw LaunchError(std::string(kAgentSecretEnv) + " is not set; the agent cannot authenticate");
+  return run_connected_agent(t, s, b);
+}
+
+}  // namespace hvdrun::launcher

@@ -1,0 +1,234 @@
+// hvdrun under schedulers, end to end with the built binary: --dry-run (text and JSON) under
+// fake Slurm, PBS, LSF and SGE environments, the host-source priority, --launcher auto, and
+// malformed allocation variables (exit 2 naming the variable). Nothing here contacts a host:
+// every host name is made up, so a dry run that tried would fail.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/processes.h"
+
+using namespace hvdrun::testing;
+
+namespace {
+
+// A scratch directory with files written into it.
+struct Scratch {
+  TempDir dir{"sched"};
+  std::string path = dir.path();
+  std::string write(const std::string& name, const std::string& text, bool executable = false) {
+    std::string file = path + "/" + name;
+    std::ofstream(file) << text;
+    if (executable) ::chmod(file.c_str(), 0755);
+    return file;
+  }
+};
+
+// PATH without srun (the fixture's srun lives in /usr/bin): an empty directory.
+std::string path_without_srun(const Scratch& dir) { return "PATH=" + dir.path; }
+
+struct Run {
+  int code;
+  std::string out, err;
+};
+
+Run dry_run(std::vector<std::string> args, std::vector<std::string> env) {
+  args.insert(args.begin(), "--dry-run");
+  Hvdrun h(std::move(args), std::move(env));
+  int code = h.wait();
+  return {code, h.out, h.err};
+}
+
+}  // namespace
+
+TEST_CASE("dry run inside a Slurm allocation: 6 ranks, 2 per node, launched by srun") {
+  Scratch bin;
+  bin.write("srun", "#!/bin/sh\nexit 99\n", true);
+  auto r = dry_run({"true"}, {"SLURM_JOB_ID=42", "SLURM_JOB_NODELIST=node[1-3]",
+                              "SLURM_TASKS_PER_NODE=2(x3)", "PATH=" + bin.path});
+  REQUIRE(r.code == 0);
+  CHECK(r.err.empty());
+  CHECK(r.out ==
+        "launcher: slurm; hosts from slurm (SLURM_JOB_NODELIST=node[1-3])\n"
+        "0 node1 0\n1 node1 1\n2 node2 0\n3 node2 1\n4 node3 0\n5 node3 1\n");
+}
+
+TEST_CASE("dry run: Slurm's compressed ranges and task counts, -np below the slots") {
+  Scratch empty;
+  auto r = dry_run({"-np", "5", "true"},
+                   {"SLURM_JOB_ID=42", "SLURM_JOB_NODELIST=gpu-a[001-002,007],gpu-b5",
+                    "SLURM_TASKS_PER_NODE=2(x2),1(x2)", path_without_srun(empty)});
+  REQUIRE(r.code == 0);
+  CHECK(r.out ==
+        "launcher: ssh; hosts from slurm (SLURM_JOB_NODELIST=gpu-a[001-002,007],gpu-b5)\n"
+        "0 gpu-a001 0\n1 gpu-a001 1\n2 gpu-a002 0\n3 gpu-a002 1\n4 gpu-a007 0\n");
+}
+
+TEST_CASE("dry run under PBS, LSF and SGE") {
+  Scratch d;
+  const std::string nodefile = d.write("nodefile", "pa\npa\npb\npa\n");
+  auto pbs = dry_run({"true"}, {"PBS_NODEFILE=" + nodefile, path_without_srun(d)});
+  REQUIRE(pbs.code == 0);
+  CHECK(pbs.out == "launcher: ssh; hosts from pbs (PBS_NODEFILE=" + nodefile +
+                       ")\n0 pa 0\n1 pa 1\n2 pa 2\n3 pb 0\n");
+
+  auto lsf = dry_run({"true"}, {"LSB_MCPU_HOSTS=la 1 lb 2", path_without_srun(d)});
+  REQUIRE(lsf.code == 0);
+  CHECK(lsf.out ==
+        "launcher: ssh; hosts from lsf (LSB_MCPU_HOSTS=la 1 lb 2)\n0 la 0\n1 lb 0\n2 lb 1\n");
+
+  const std::string pe = d.write("pe", "sa.cl 2 all.q@sa.cl UNDEFINED\nsb.cl 1 all.q@sb.cl 0\n");
+  auto sge = dry_run({"true"}, {"PE_HOSTFILE=" + pe, path_without_srun(d)});
+  REQUIRE(sge.code == 0);
+  CHECK(sge.out == "launcher: ssh; hosts from sge (PE_HOSTFILE=" + pe +
+                       ")\n0 sa.cl 0\n1 sa.cl 1\n2 sb.cl 0\n");
+}
+
+TEST_CASE("a host list wins over the allocation; the allocation wins over localhost") {
+  Scratch d;
+  auto r =
+      dry_run({"-H", "localhost:1,hx:1", "true"}, {"LSB_MCPU_HOSTS=la 4", path_without_srun(d)});
+  REQUIRE(r.code == 0);
+  CHECK(r.out ==
+        "launcher: ssh; hosts from -H/--hostfile; run here without SSH: localhost\n"
+        "0 localhost 0\n1 hx 0\n");
+  auto local = dry_run({"-np", "2", "true"}, {path_without_srun(d)});
+  REQUIRE(local.code == 0);
+  CHECK(local.out ==
+        "launcher: ssh; hosts from localhost (no -H, --hostfile or allocation)\n0 localhost 0\n"
+        "1 localhost 1\n");
+}
+
+TEST_CASE("dry run as JSON, with an exec: launcher") {
+  Scratch d;
+  auto r = dry_run({"--json", "--launcher", "exec:docker exec -i {host}", "-H", "c1:2,c2", "true"},
+                   {path_without_srun(d)});
+  REQUIRE(r.code == 0);
+  CHECK(r.out ==
+        "{\"launcher\": \"exec:docker exec -i {host}\", \"source\": \"-H/--hostfile\", "
+        "\"hosts\": [{\"host\": \"c1\", \"slots\": 2, \"method\": \"exec\"}, {\"host\": \"c2\", "
+        "\"slots\": 1, \"method\": \"exec\"}], \"ranks\": [{\"rank\": 0, \"host\": \"c1\", "
+        "\"local_rank\": 0}, {\"rank\": 1, \"host\": \"c1\", \"local_rank\": 1}, {\"rank\": 2, "
+        "\"host\": \"c2\", \"local_rank\": 0}]}\n");
+}
+
+TEST_CASE("a malformed allocation variable is exit 2 naming it and the bad part") {
+  Scratch d;
+  struct Case {
+    std::vector<std::string> env;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"SLURM_JOB_ID=1", "SLURM_JOB_NODELIST=node[1-3", "SLURM_TASKS_PER_NODE=1(x3)"},
+       "SLURM_JOB_NODELIST: unclosed '[' in 'node[1-3'"},
+      {{"SLURM_JOB_ID=1", "SLURM_JOB_NODELIST=node[1-3]", "SLURM_TASKS_PER_NODE=1(x3"},
+       "SLURM_TASKS_PER_NODE: bad repeat '(x3'"},
+      {{"LSB_MCPU_HOSTS=a 4 b"}, "LSB_MCPU_HOSTS: host 'b' has no slot count"},
+      {{"PBS_NODEFILE=" + d.path + "/missing"}, "PBS_NODEFILE=" + d.path + "/missing: cannot open"},
+      {{"PE_HOSTFILE=" + d.write("bad_pe", "s1 x q\n")}, "PE_HOSTFILE " + d.path + "/bad_pe:1: "},
+  };
+  for (const auto& c : cases) {
+    auto env = c.env;
+    env.push_back(path_without_srun(d));
+    INFO(c.message);
+    auto r = dry_run({"true"}, env);
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err.rfind("hvdrun: error: " + c.message, 0) == 0);
+  }
+}
+
+// ---- --launcher exec:COMMAND, with a stand-in for docker/kubectl exec: a script that takes
+// the host name, notes it, and runs the rest of its arguments on "that host" (here).
+
+namespace {
+
+// The stand-in: `standin HOST CMD...` appends HOST to $dir/hosts and execs CMD.
+std::string write_standin(Scratch& s) {
+  return s.write("standin",
+                 "#!/bin/sh\nhost=$1; shift\necho \"$host\" >> " + s.path + "/hosts\nexec \"$@\"\n",
+                 true);
+}
+
+// -p 1: were any host logged in to over SSH, the preflight would fail (nothing listens on
+// port 1), so a passing job proves that no SSH was used.
+std::vector<std::string> exec_args(const std::string& standin, std::vector<std::string> rest) {
+  std::vector<std::string> args = {"--launcher", "exec:" + standin + " {host}", "-p", "1",
+                                   "-H",         "127.0.0.2:2,127.0.0.3:1"};
+  args.insert(args.end(), rest.begin(), rest.end());
+  return args;
+}
+
+}  // namespace
+
+TEST_CASE("exec: runs each host's agent through the command, {host} replaced, no SSH") {
+  Scratch s;
+  const std::string standin = write_standin(s);
+  Hvdrun h(exec_args(standin, {"sh", "-c", "echo $HVDRUN_RANK@$HVDRUN_HOSTNAME"}));
+  REQUIRE(h.wait() == 0);
+  auto out = lines(h.out);
+  std::sort(out.begin(), out.end());
+  CHECK(out == std::vector<std::string>{"[0]<stdout>:0@127.0.0.2", "[1]<stdout>:1@127.0.0.2",
+                                        "[2]<stdout>:2@127.0.0.3"});
+  auto hosts = lines(read_file(s.path + "/hosts"));
+  std::sort(hosts.begin(), hosts.end());
+  CHECK(hosts == std::vector<std::string>{"127.0.0.2", "127.0.0.3"});
+}
+
+TEST_CASE("exec: a failing rank's code comes back with its host named") {
+  Scratch s;
+  Hvdrun h(
+      exec_args(write_standin(s), {"sh", "-c",
+                                   "if [ $HVDRUN_RANK = 2 ]; then echo broken >&2; exit 7; fi; "
+                                   "exec sleep 30"}));
+  CHECK(h.wait(std::chrono::seconds(30)) == 7);
+  CHECK(h.err.find("rank 2") != std::string::npos);
+  CHECK(h.err.find("127.0.0.3") != std::string::npos);
+  CHECK(h.err.find("broken") != std::string::npos);
+}
+
+TEST_CASE("exec: Ctrl-C ends the job with 130 and leaves nothing running") {
+  Scratch s;
+  const std::string marker = unique_marker();
+  Hvdrun h(exec_args(write_standin(s),
+                     {"sh", "-c", "echo $$ > " + s.path + "/pid.$HVDRUN_RANK; exec sleep 60"}),
+           {marker});
+  auto pids = read_pid_files(s.path, "pid.", 3, std::chrono::seconds(15));
+  CHECK(processes_with(marker).size() >= 3);  // stand-ins (now agents) and ranks
+  h.signal(SIGINT);
+  CHECK(h.wait(std::chrono::seconds(20)) == 130);
+  CHECK(wait_none_alive(pids, std::chrono::seconds(5)));
+  CHECK(wait_none_with(marker, std::chrono::seconds(5)));
+}
+
+TEST_CASE("exec: the remote hvdrun's version is checked; a missing command is named") {
+  Scratch s;
+  const std::string standin = write_standin(s);
+  const std::string old = s.write("old-hvdrun", "#!/bin/sh\necho 'hvdrun 0.0.1 (old)'\n", true);
+  auto args = exec_args(standin, {"true"});
+  args.insert(args.begin(), {"--remote-hvdrun", old});
+  Hvdrun h(args);
+  CHECK(h.wait() == 255);
+  CHECK(h.err.find("found 'hvdrun 0.0.1 (old)' at " + old + ", expected 'hvdrun ") !=
+        std::string::npos);
+  CHECK(h.err.find("nothing was started") != std::string::npos);
+
+  Hvdrun missing({"--launcher", "exec:/nonexistent/docker exec -i {host}", "-H", "c1", "true"});
+  CHECK(missing.wait() == 255);
+  CHECK(missing.err.find("host c1: cannot run '/nonexistent/docker' of --launcher "
+                         "exec:/nonexistent/docker exec -i {host}: No such file or directory") !=
+        std::string::npos);
+
+  Hvdrun refused(
+      {"--launcher", "exec:sh -c 'echo no such container {host} >&2; exit 1'", "-H", "c1", "true"});
+  CHECK(refused.wait() == 255);
+  CHECK(refused.err.find("no such container c1") != std::string::npos);
+  CHECK(refused.err.find("the command exited with code 1 before") != std::string::npos);
+}

@@ -1,0 +1,201 @@
+// hvdrun inside a real Slurm allocation on this machine (tests/support/slurm_cluster.h: one
+// slurmctld, three slurmd as node1..node3): with no host list it takes the allocation's
+// nodes and slots and starts its agents with one srun step; a failing rank's code comes back
+// with its node named; Ctrl-C ends the job with 130; afterwards no step is left in
+// `squeue -s` and no process of the job runs. `--launcher ssh` in the same allocation
+// reaches the same node names through the SSH cluster's aliases.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/processes.h"
+#include "tests/support/slurm_cluster.h"
+#include "tests/support/sshd_cluster.h"
+
+using namespace hvdrun::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// One cluster for the whole file: starting it costs a few seconds.
+SlurmCluster& cluster() {
+  static std::unique_ptr<SlurmCluster> c = std::make_unique<SlurmCluster>(3, 2);
+  return *c;
+}
+
+// `salloc -N3 -n6 hvdrun ARGS...` with the cluster's configuration.
+std::vector<std::string> in_allocation(std::vector<std::string> hvdrun_args) {
+  std::vector<std::string> argv = {"salloc", "-N3", "-n6", "--quiet", hvdrun_binary()};
+  argv.insert(argv.end(), hvdrun_args.begin(), hvdrun_args.end());
+  return argv;
+}
+
+// Waits until the controller knows no step and no process of a job is left.
+void check_nothing_left(const std::vector<pid_t>& ranks) {
+  CHECK(wait_none_alive(ranks, 10s));
+  const auto deadline = std::chrono::steady_clock::now() + 15s;
+  std::string steps = cluster().steps();
+  while (!steps.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(100ms);
+    steps = cluster().steps();
+  }
+  CHECK(steps.empty());
+  CHECK(cluster().job_processes().empty());
+}
+
+// The value of HVDRUN_AGENT_SECRET in the environment of any process (srun's), or empty.
+std::string find_agent_secret() {
+  const std::string name = "HVDRUN_AGENT_SECRET=";
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string env = read_file(entry.path().string() + "/environ");
+    for (std::size_t at = 0; at < env.size();) {
+      const std::size_t end = env.find('\0', at);
+      const std::string item = env.substr(at, end == std::string::npos ? end : end - at);
+      if (item.rfind(name, 0) == 0) return item.substr(name.size());
+      if (end == std::string::npos) break;
+      at = end + 1;
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("inside salloc -N3 -n6, hvdrun with no hosts runs 6 ranks, 2 per node, by srun") {
+  INFO("needs slurmctld, slurmd, slurm-client and munge: scripts/install-deps.sh");
+  REQUIRE(SlurmCluster::available());
+  TempDir d("slurm");
+  const std::string pids = d.path() + "/pid.";
+  CapturedProcess job(
+      in_allocation({"-x", "SLURM_CONF", "sh", "-c",
+                     "echo $$ > " + pids +
+                         "$HVDRUN_RANK; echo $HVDRUN_RANK $HVDRUN_HOSTNAME "
+                         "$HVDRUN_LOCAL_RANK/$HVDRUN_LOCAL_SIZE; if [ $HVDRUN_RANK = 0 ]; then "
+                         "squeue -h -s -o 'step=%j on %N'; fi"}),
+      cluster().env());
+  REQUIRE(job.wait(60s) == 0);
+  auto out = lines(job.out);
+  std::sort(out.begin(), out.end());
+  CHECK(out == std::vector<std::string>{
+                   "[0]<stdout>:0 node1 0/2", "[0]<stdout>:step=hvdrun-agents on node[1-3]",
+                   "[1]<stdout>:1 node1 1/2", "[2]<stdout>:2 node2 0/2", "[3]<stdout>:3 node2 1/2",
+                   "[4]<stdout>:4 node3 0/2", "[5]<stdout>:5 node3 1/2"});
+  check_nothing_left(read_pid_files(d.path(), "pid.", 6));
+}
+
+TEST_CASE("under srun, a failing rank's code comes back with its node named") {
+  INFO("needs slurmctld, slurmd, slurm-client and munge: scripts/install-deps.sh");
+  REQUIRE(SlurmCluster::available());
+  TempDir d("slurm");
+  CapturedProcess job(in_allocation({"sh", "-c",
+                                     "echo $$ > " + d.path() +
+                                         "/pid.$HVDRUN_RANK; if [ $HVDRUN_RANK = 3 ]; then "
+                                         "echo disk full >&2; exit 7; fi; exec sleep 60"}),
+                      cluster().env());
+  auto ranks = read_pid_files(d.path(), "pid.", 6, 30s);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(job.wait(60s) == 7);
+  const double ms = ms_since(t0);
+  CHECK(job.err.find("rank 3") != std::string::npos);
+  CHECK(job.err.find("node2") != std::string::npos);
+  CHECK(job.err.find("disk full") != std::string::npos);
+  check_nothing_left(ranks);
+  report_fault({"rank exits 7 (--launcher slurm, 3 nodes x 2 ranks)",
+                "exit 7 naming rank 3 on node2, the rest stopped", ms,
+                static_cast<int>(cluster().job_processes().size()), "nothing"});
+}
+
+TEST_CASE("under srun, Ctrl-C ends the job with 130 and leaves no step behind") {
+  INFO("needs slurmctld, slurmd, slurm-client and munge: scripts/install-deps.sh");
+  REQUIRE(SlurmCluster::available());
+  TempDir d("slurm");
+  const std::string launcher_pid = d.path() + "/launcher";
+  std::vector<std::string> argv = {"salloc",
+                                   "-N3",
+                                   "-n6",
+                                   "--quiet",
+                                   "sh",
+                                   "-c",
+                                   "echo $$ > " + launcher_pid + "; exec " + hvdrun_binary() +
+                                       " sh -c 'echo $$ > " + d.path() +
+                                       "/pid.$HVDRUN_RANK; exec sleep 60'"};
+  CapturedProcess job(argv, cluster().env());
+  auto ranks = read_pid_files(d.path(), "pid.", 6, 30s);
+  // The agents' secret lives in srun's environment only: on no command line, and not in
+  // the environment of any rank.
+  const std::string secret = find_agent_secret();
+  CHECK(secret.size() == 64);
+  CHECK(processes_with_cmdline(secret).empty());
+  for (pid_t r : ranks) {
+    CHECK(read_file("/proc/" + std::to_string(r) + "/environ").find(secret) == std::string::npos);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(read_pid_file(launcher_pid), SIGINT);
+  CHECK(job.wait(30s) == 130);
+  const double ms = ms_since(t0);
+  check_nothing_left(ranks);
+  report_fault({"SIGINT to hvdrun (--launcher slurm, 3 nodes x 2 ranks)",
+                "exit 130, srun step gone", ms, static_cast<int>(cluster().job_processes().size()),
+                "nothing"});
+}
+
+TEST_CASE("launcher ssh in the same allocation reaches the nodes through the SSH aliases") {
+  INFO("needs slurmctld, slurmd, slurm-client and munge: scripts/install-deps.sh");
+  REQUIRE(SlurmCluster::available());
+  SshdCluster ssh(4);
+  CapturedProcess job(in_allocation({"--launcher", "ssh", "--ssh-config", ssh.ssh_config(), "sh",
+                                     "-c", "echo $HVDRUN_RANK $HVDRUN_HOSTNAME"}),
+                      cluster().env());
+  REQUIRE(job.wait(60s) == 0);
+  auto out = lines(job.out);
+  std::sort(out.begin(), out.end());
+  CHECK(out == std::vector<std::string>{"[0]<stdout>:0 node1", "[1]<stdout>:1 node1",
+                                        "[2]<stdout>:2 node2", "[3]<stdout>:3 node2",
+                                        "[4]<stdout>:4 node3", "[5]<stdout>:5 node3"});
+  CHECK(cluster().steps().empty());
+}
+
+TEST_CASE("under srun, a lost node's agent ends the job with 255 naming the node") {
+  INFO("needs slurmctld, slurmd, slurm-client and munge: scripts/install-deps.sh");
+  REQUIRE(SlurmCluster::available());
+  TempDir d("slurm");
+  CapturedProcess job(in_allocation({"sh", "-c",
+                                     "echo $$ > " + d.path() + "/pid.$HVDRUN_RANK; echo $PPID > " +
+                                         d.path() + "/agent.$HVDRUN_RANK; exec sleep 60"}),
+                      cluster().env());
+  auto ranks = read_pid_files(d.path(), "pid.", 6, 30s);
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(read_pid_file(d.path() + "/agent.2"), SIGKILL);  // node2's agent
+  CHECK(job.wait(30s) == 255);
+  const double ms = ms_since(t0);
+  CHECK(job.err.find("node2") != std::string::npos);
+  check_nothing_left(ranks);
+  report_fault({"agent SIGKILLed on one node (--launcher slurm, 3 nodes x 2 ranks)",
+                "exit 255 naming node2", ms, static_cast<int>(cluster().job_processes().size()),
+                "nothing"});
+}
+
+TEST_CASE("collectives across the nodes of an allocation, agents started by srun") {
+  INFO("needs slurmctld, slurmd, slurm-client and munge: scripts/install-deps.sh");
+  REQUIRE(SlurmCluster::available());
+  // tests/runtime/worker.cc: allreduce of every dtype and op, broadcast, allgather, barrier;
+  // every rank checks its own results.
+  CapturedProcess job(
+      in_allocation({"--start-timeout", "60", HVDRUN_BINARY_DIR "/tests/runtime/runtime_worker",
+                     "collectives"}),
+      cluster().env());
+  const int code = job.wait(180s);
+  INFO("stdout: " << job.out << "\nstderr: " << job.err);
+  CHECK(code == 0);
+  CHECK(job.err.empty());
+  CHECK(cluster().steps().empty());
+}
