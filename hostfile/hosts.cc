@@ -17,13 +17,15 @@
 
 #include "common/error.h"
 #include "common/quote.h"
+#include "hostfile/text.h"
 
 namespace hvdrun::hostfile {
 namespace {
 
-// Slots per host are capped so that a typo (`node1:40000000`) fails here rather than as
-// an out-of-memory later; no real host runs more ranks than this.
-constexpr int kMaxSlots = 65536;
+using text::is_name_char;
+using text::kMaxSlots;
+using text::lower;
+
 // A hostfile larger than this is certainly not a hostfile.
 constexpr off_t kMaxHostfileBytes = 16 * 1024 * 1024;
 
@@ -35,22 +37,9 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-bool is_name_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-         c == '.' || c == '_';
-}
-
 bool is_ipv6_char(char c) {
   return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == ':' ||
          c == '.';
-}
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
 }
 
 // Parses a slot count strictly: decimal digits only, 1..kMaxSlots. Returns nullopt on any

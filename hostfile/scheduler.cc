@@ -15,22 +15,21 @@
 #include "common/error.h"
 #include "common/fd.h"
 #include "common/quote.h"
+#include "hostfile/text.h"
 
 namespace hvdrun::hostfile {
 namespace {
 
+using text::is_name_char;
+using text::kMaxSlots;
+using text::lower;
+
 // A typo in a range (`n[1-100000000]`) fails here rather than as an out-of-memory later.
 constexpr std::size_t kMaxHosts = 1'000'000;
-constexpr int kMaxSlots = 65536;
 constexpr off_t kMaxFileBytes = 64 * 1024 * 1024;
 constexpr const char* kSlurmForm = "a Slurm host list such as node[01-04,07],gpu5";
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-bool is_name_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-         c == '.' || c == '_';
-}
+bool is_white(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 bool is_digits(std::string_view s) {
   if (s.empty()) return false;
@@ -192,22 +191,13 @@ std::vector<std::string_view> split_items(std::string_view text) {
     const char c = end ? ',' : text[i];
     if (c == '[') ++depth;
     if (c == ']' && depth > 0) --depth;
-    if (depth == 0 && (c == ',' || is_space(c))) {
+    if (depth == 0 && (c == ',' || is_white(c))) {
       if (i > start) items.push_back(text.substr(start, i - start));
       start = i + 1;
     }
   }
   if (depth > 0) items.push_back(text.substr(start));
   return items;
-}
-
-// Host names are compared without case, as DNS does and as `-H` does.
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
 }
 
 char to_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
@@ -295,9 +285,9 @@ void for_each_line(std::string_view text, Fn fn) {
 }
 
 std::string_view next_word(std::string_view& rest) {
-  while (!rest.empty() && is_space(rest.front())) rest.remove_prefix(1);
+  while (!rest.empty() && is_white(rest.front())) rest.remove_prefix(1);
   std::size_t end = 0;
-  while (end < rest.size() && !is_space(rest[end])) ++end;
+  while (end < rest.size() && !is_white(rest[end])) ++end;
   std::string_view word = rest.substr(0, end);
   rest.remove_prefix(end);
   return word;
