@@ -76,8 +76,7 @@ done
 # settings torchrun would pass: c10d rendezvous, 1:N nodes, one process per node,
 # --max_restarts 3, defaults otherwise; the `torchrun` command itself of Debian's torch 1.13
 # fails at start under Python 3.11 while reading --redirects). One agent per simulated host
-# on this machine, each in a session of its own; SIGKILL to one agent's session stands for
-# the lost host. Its workers notice in their next Gloo allreduce (every 50 ms); the
+# on this machine; SIGKILL to one agent and its worker stands for the lost host. Its workers notice in their next Gloo allreduce (every 50 ms); the
 # survivors restart and rendezvous again.
 torchrun_round() {
   local n=$1 port
@@ -107,14 +106,16 @@ while True:
 PY
   local pids=() k
   for ((k = 0; k < n; k++)); do
-    setsid /usr/bin/python3 "$work/agent.py" "$n" "127.0.0.1:$port" "$work/worker.py" \
+    /usr/bin/python3 "$work/agent.py" "$n" "127.0.0.1:$port" "$work/worker.py" \
       >/dev/null 2>"$work/terr.$k" &
     pids+=($!)
   done
   wait_files "$work/tup.0.*" "$n" 120
   local t0
   t0=$(now_ns)
-  kill -KILL -- "-${pids[$((n - 1))]}"
+  local victim=${pids[$((n - 1))]}
+  pkill -KILL -P "$victim" || true
+  kill -KILL "$victim"
   wait_files "$work/tup.1.*" "$((n - 1))" 300
   for ((k = 0; k < n - 1; k++)); do wait "${pids[$k]}" || true; done
   local last

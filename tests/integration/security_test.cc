@@ -344,12 +344,12 @@ TEST_CASE("security: another user connecting to every port of single-host jobs b
     CHECK(r.connected == r.launcher_listeners + r.rank_listeners);
   }
   CHECK(ok == 6);
-  // The same scan finds and reaches ranks that do listen (each holds one for a second),
-  // so it could have found the ranks' listeners above.
+  // The same scan finds and reaches ranks that do listen (each holds one until somebody
+  // connects, 60 s at most), so it could have found the ranks' listeners above.
   auto control = attacked_job(
       {"python3", "-c",
-       "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
-       "time.sleep(1)"});
+       "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
+       "s.settimeout(60); s.accept()"});
   CHECK(control.code == 0);
   CHECK(control.rank_listeners == 4);
   CHECK(control.connected == control.launcher_listeners + 4);

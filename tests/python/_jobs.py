@@ -36,9 +36,10 @@ def launcher():
 
 
 def run_job(np, worker, *args, hosts=None, ssh_config=None, env=None, forward=(),
-            timeout=90):
-    """Runs `hvdrun -np N [-H hosts] python3 workers/<worker> args` and returns its Job."""
-    cmd = [launcher(), "-np", str(np)]
+            timeout=90, launcher_args=()):
+    """Runs `hvdrun -np N [-H hosts] [launcher_args] python3 workers/<worker> args` and
+    returns its Job."""
+    cmd = [launcher(), "-np", str(np)] + list(launcher_args)
     if hosts:
         cmd += ["-H", hosts]
     if ssh_config:

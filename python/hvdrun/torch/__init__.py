@@ -20,7 +20,7 @@ from hvdrun.torch.mpi_ops import (Average, HorovodInternalError, Max, Min, Produ
                                   allreduce_async, allreduce_async_, barrier, broadcast,
                                   broadcast_, broadcast_async, broadcast_async_, ccl_built,
                                   cross_rank, cross_size, cuda_built, ddl_built,
-                                  global_process_set, gloo_built, gloo_enabled,
+                                  generation, global_process_set, gloo_built, gloo_enabled,
                                   grouped_allgather, grouped_allgather_async,
                                   grouped_allreduce, grouped_allreduce_,
                                   grouped_allreduce_async, grouped_allreduce_async_, init,
@@ -50,8 +50,9 @@ _ALTERNATIVES = {
     "add_process_set": "collectives over all ranks, or torch.distributed groups for subsets",
     "remove_process_set": "collectives over all ranks",
     "SyncBatchNorm": "torch.nn.SyncBatchNorm with torch.distributed, or plain BatchNorm",
-    "elastic": "a checkpoint the program saves and reloads at start, with the job "
-               "restarted by hand or by the scheduler; hvdrun has no elastic mode yet",
+    "elastic": "hvdrun's elastic mode (hvdrun --min-np / --host-discovery-script): the "
+               "job restarts in a new generation and the program reloads its own "
+               "checkpoint when hvd.generation() is above 0",
     "start_timeline": "the torch profiler (torch.profiler.profile)",
     "stop_timeline": "the torch profiler (torch.profiler.profile)",
     "DistributedAdasumOptimizer": "DistributedOptimizer with op=hvd.Average",
@@ -72,10 +73,11 @@ __all__ = [
     "allgather_object", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "barrier", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
     "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "ccl_built",
-    "cross_rank", "cross_size", "cuda_built", "ddl_built", "global_process_set", "gloo_built",
-    "gloo_enabled", "grouped_allgather", "grouped_allgather_async", "grouped_allreduce",
-    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "init",
-    "is_homogeneous", "is_initialized", "join", "local_rank", "local_size", "mpi_built",
-    "mpi_enabled", "mpi_threads_supported", "nccl_built", "poll", "rank", "rocm_built",
-    "shutdown", "size", "synchronize",
+    "cross_rank", "cross_size", "cuda_built", "ddl_built", "generation",
+    "global_process_set", "gloo_built", "gloo_enabled", "grouped_allgather",
+    "grouped_allgather_async", "grouped_allreduce", "grouped_allreduce_",
+    "grouped_allreduce_async", "grouped_allreduce_async_", "init", "is_homogeneous",
+    "is_initialized", "join", "local_rank", "local_size", "mpi_built", "mpi_enabled",
+    "mpi_threads_supported", "nccl_built", "poll", "rank", "rocm_built", "shutdown", "size",
+    "synchronize",
 ]

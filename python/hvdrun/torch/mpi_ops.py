@@ -180,6 +180,14 @@ def size():
     return _query(_lib.lib().hvdrun_size, "size")
 
 
+def generation():
+    """The job's generation: 0, or in elastic mode (hvdrun --min-np,
+    --host-discovery-script, --reset-limit) the number of restarts so far. A program
+    above 0 resumes from its own checkpoint (an hvdrun extension: Horovod has no such
+    call)."""
+    return _query(_lib.lib().hvdrun_generation, "generation")
+
+
 def local_rank():
     """Rank among the ranks on this host (use it to pick a GPU)."""
     return _query(_lib.lib().hvdrun_local_rank, "local_rank")
