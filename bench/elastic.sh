@@ -97,7 +97,7 @@ import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 g = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 with open(f"$work/tup.{g}.{dist.get_rank()}", "w") as f:
-    f.write(str(time.time_ns()))
+    f.write(f"{time.time_ns()}\n")
 if g >= 1:
     sys.exit(0)
 while True:
@@ -120,13 +120,13 @@ PY
   for ((k = 0; k < n - 1; k++)); do wait "${pids[$k]}" || true; done
   local last
   last=$(cat "$work"/tup.1.* | sort -n | tail -1)
-  echo $(((last - t0) / 1000000))
+  torch_ms=$(((last - t0) / 1000000))
 }
 
 if [[ ${TORCHRUN:-1} == 1 ]] && /usr/bin/python3 -c 'import torch.distributed.launcher.api' 2>/dev/null; then
   for n in $host_counts; do
     rm -f "$work"/tup.*
-    ms=$(torchrun_round "$n")
-    echo "torchrun-agent hosts=$n recovery_ms=$ms"
+    torchrun_round "$n"
+    echo "torchrun-agent hosts=$n recovery_ms=$torch_ms"
   done
 fi
