@@ -99,9 +99,12 @@ TEST_CASE("elastic: a lost host is excluded for its cooldown, the job goes on an
 
 TEST_CASE("elastic: a rank that always fails is restarted exactly --reset-limit times") {
   Discovery d("node1:1\nnode2:1\nnode3:1\n");
-  Hvdrun h(elastic_args(d, {"--min-np", "1", "--max-np", "2", "--reset-limit", "2", "sh", "-c",
+  const std::string marker = testing::unique_marker();
+  Hvdrun h(elastic_args(d, {"--min-np", "1", "--max-np", "2", "--reset-limit", "2", "-x",
+                            marker.substr(0, marker.find('=')), "sh", "-c",
                             "echo run $HVDRUN_GENERATION; [ $HVDRUN_RANK = 0 ] && exit 7; "
-                            "exec sleep 60"}));
+                            "exec sleep 60"}),
+           {marker});
   CHECK(h.wait(60s * kSlow) == 7);
   INFO("stderr: " << h.err);
   // Rank 0 runs in every generation and prints before it fails (rank 1 may be stopped
@@ -111,6 +114,7 @@ TEST_CASE("elastic: a rank that always fails is restarted exactly --reset-limit 
   CHECK_THAT(h.err, Catch::Contains("the reset limit (--reset-limit 2) is used up; ending with "
                                     "the last failure's exit code 7"));
   CHECK(count(h.err, "hvdrun: rank 0 on host ") == 3);
+  CHECK(testing::wait_none_with(marker, 5s * kSlow));
 }
 
 TEST_CASE("elastic: fewer usable slots than --min-np end the job at once, naming what was lost") {
@@ -131,15 +135,18 @@ TEST_CASE("elastic: fewer usable slots than --min-np end the job at once, naming
 TEST_CASE("elastic: hosts added to the discovery output grow the job at the next generation") {
   Discovery d("node1:1\n");
   const std::string dir = d.dir.path();
-  Hvdrun h(elastic_args(d, {"--min-np", "1", "--max-np", "3", "sh", "-c",
+  const std::string marker = testing::unique_marker();
+  Hvdrun h(elastic_args(d, {"--min-np", "1", "--max-np", "3", "-x",
+                            marker.substr(0, marker.find('=')), "sh", "-c",
                             rank_script(dir, "[ $g = 1 ] && exit 0; exec sleep 60")}),
-           {"HVDRUN_DISCOVERY_INTERVAL=0.3"});
+           {marker, "HVDRUN_DISCOVERY_INTERVAL=0.3"});
   h.read_until([](const std::string& out) { return count(out, "up 0 ") == 1; }, 20s * kSlow);
   d.write_hosts("node1:1\nnode2:1\nnode3:1\n");
   CHECK(h.wait(30s * kSlow) == 0);
   INFO("stderr: " << h.err);
   CHECK(count(h.out, "up 1 ") == 3);
   CHECK_THAT(h.err, Catch::Contains("discovery found 3 usable slots for a job of 1 ranks"));
+  CHECK(testing::wait_none_with(marker, 5s * kSlow));
 }
 
 TEST_CASE("elastic: a discovery script that prints garbage is reported and the job ends") {
