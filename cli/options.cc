@@ -775,8 +775,8 @@ void apply_elastic(const Values& v, launcher::LaunchOptions& o) {
     const std::string text = v.str("blacklist-cooldown-range");
     const auto sep = text.find_first_of(" ,");
     auto lo = parse_number(text.substr(0, sep), 0, 86400 * 7);
-    auto hi = sep == std::string::npos ? std::nullopt
-                                       : parse_number(text.substr(sep + 1), 0, 86400 * 7);
+    auto hi =
+        sep == std::string::npos ? std::nullopt : parse_number(text.substr(sep + 1), 0, 86400 * 7);
     if (!lo || !hi || *lo > *hi)
       throw UsageError("bad value " + quote(text) +
                        " for --blacklist-cooldown-range; expected two whole numbers of seconds, "
@@ -792,8 +792,9 @@ void apply_elastic(const Values& v, launcher::LaunchOptions& o) {
         "elastic options need elastic mode; add --min-np N or --host-discovery-script PATH");
   if (!e.enabled()) return;
   if (!e.discovery_script.empty() && !o.hosts.empty())
-    throw UsageError("--host-discovery-script and -H/--hostfile cannot be used together; the "
-                     "script says which hosts there are");
+    throw UsageError(
+        "--host-discovery-script and -H/--hostfile cannot be used together; the "
+        "script says which hosts there are");
   if (!e.min_np) e.min_np = o.np.value_or(1);
   if (e.max_np && *e.min_np > *e.max_np)
     throw UsageError("--min-np " + std::to_string(*e.min_np) + " is above --max-np " +

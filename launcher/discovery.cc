@@ -78,8 +78,7 @@ std::vector<hostfile::HostSlots> parse_discovery_output(std::string_view text, i
     try {
       for (auto& h : hostfile::parse_host_list(entry)) {
         for (const auto& seen : hosts) {
-          if (seen.name == h.name)
-            throw UsageError("host " + quote(h.name) + " is listed twice");
+          if (seen.name == h.name) throw UsageError("host " + quote(h.name) + " is listed twice");
         }
         hosts.push_back(std::move(h));
       }
@@ -148,8 +147,9 @@ std::optional<DiscoveryResult> Discovery::poll() {
   if (err_ && !drain(err_.get(), err_text_, kMaxStderrTail, err_over)) err_.reset();
   if (over) {
     stop();
-    return DiscoveryResult{{}, "the host discovery script " + script_ + " printed more than " +
-                                   std::to_string(kMaxOutput >> 20) + " MiB; expected host lines"};
+    return DiscoveryResult{{},
+                           "the host discovery script " + script_ + " printed more than " +
+                               std::to_string(kMaxOutput >> 20) + " MiB; expected host lines"};
   }
   int status = 0;
   const pid_t done = out_ || err_ ? 0 : ::waitpid(pid_, &status, WNOHANG);
@@ -159,9 +159,9 @@ std::optional<DiscoveryResult> Discovery::poll() {
   }
   if (Clock::now() >= deadline_) {
     stop();
-    return DiscoveryResult{{}, "the host discovery script " + script_ + " did not finish within " +
-                                   seconds_text(timeout_) +
-                                   " s (--elastic-timeout); it was killed"};
+    return DiscoveryResult{{},
+                           "the host discovery script " + script_ + " did not finish within " +
+                               seconds_text(timeout_) + " s (--elastic-timeout); it was killed"};
   }
   return std::nullopt;
 }
@@ -172,8 +172,8 @@ DiscoveryResult Discovery::finish(int wait_status) {
   std::string tail;
   if (!err_text_.empty()) tail = "; its stderr: " + std::string(trim(err_text_));
   if (!WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0)
-    return DiscoveryResult{{}, "the host discovery script " + script_ + " " +
-                                   describe_exit(wait_status) + tail};
+    return DiscoveryResult{
+        {}, "the host discovery script " + script_ + " " + describe_exit(wait_status) + tail};
   try {
     return DiscoveryResult{parse_discovery_output(out_text_, slots_per_host_, script_), {}};
   } catch (const UsageError& e) {

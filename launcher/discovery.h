@@ -29,8 +29,7 @@ struct DiscoveryResult {
 /// Parses a discovery script's output: one host per line as `host`, `host:slots`,
 /// `[ipv6]` or `[ipv6]:slots`; blank lines and `#` comments are skipped; a bare host gets
 /// `slots_per_host` slots. Throws UsageError naming `script` and the offending line.
-std::vector<hostfile::HostSlots> parse_discovery_output(std::string_view text,
-                                                        int slots_per_host,
+std::vector<hostfile::HostSlots> parse_discovery_output(std::string_view text, int slots_per_host,
                                                         std::string_view script);
 
 /// One run of the discovery script at a time.

@@ -65,7 +65,8 @@ void say(const std::string& line) {
 std::string until_text(const std::string& host, Clock::time_point until, Clock::time_point now) {
   const auto left = std::chrono::ceil<seconds>(until - now);
   const std::time_t at = std::chrono::system_clock::to_time_t(
-      std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(until - now));
+      std::chrono::system_clock::now() +
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(until - now));
   std::tm tm{};
   ::localtime_r(&at, &tm);
   char buf[16];
@@ -247,8 +248,8 @@ int Elastic::run() {
     }
     exclude(*outcome);
     const std::string why = outcome->message.substr(0, outcome->message.find('\n'));
-    say("generation " + std::to_string(generation_) + " ended: " +
-        (why.rfind("hvdrun: ", 0) == 0 ? why.substr(8) : why) + "; restarting");
+    say("generation " + std::to_string(generation_) +
+        " ended: " + (why.rfind("hvdrun: ", 0) == 0 ? why.substr(8) : why) + "; restarting");
     if (discovery_) hosts_ = discover();
   }
 }
@@ -261,9 +262,8 @@ int run_elastic(const LaunchOptions& options, const GenerationLaunch& launch) {
 }
 
 int run_elastic(const LaunchOptions& options) {
-  return run_elastic(options, [](const LaunchOptions& o, JobHooks hooks) {
-    return launch(o, std::move(hooks));
-  });
+  return run_elastic(
+      options, [](const LaunchOptions& o, JobHooks hooks) { return launch(o, std::move(hooks)); });
 }
 
 }  // namespace hvdrun::launcher

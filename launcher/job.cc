@@ -537,9 +537,10 @@ void Job::host_closed(Host& h, const std::string& why) {
   }
   for (int r : lost) rank_done(r);
   if (!stopping()) {
-    fail(255, "hvdrun: the agent on host " + h.name + " ended unexpectedly (" + how +
-                  ") while rank" + (lost.size() > 1 ? "s " : " ") + rank_list(lost) +
-                  (lost.size() > 1 ? " were" : " was") + " running; stopped the job\n",
+    fail(255,
+         "hvdrun: the agent on host " + h.name + " ended unexpectedly (" + how + ") while rank" +
+             (lost.size() > 1 ? "s " : " ") + rank_list(lost) +
+             (lost.size() > 1 ? " were" : " was") + " running; stopped the job\n",
          {h.name});
   }
 }
@@ -752,8 +753,9 @@ void Job::check_start_deadline(Clock::time_point t) {
           (h.hello ? std::to_string(h.started) + " of " + std::to_string(want) + " ranks started"
                    : std::string("its agent did not answer"));
     }
-    fail(255, "hvdrun: the ranks did not all start within --start-timeout " +
-                  std::to_string(opt_.start_timeout_s) + " s; stopped the job:" + where + "\n",
+    fail(255,
+         "hvdrun: the ranks did not all start within --start-timeout " +
+             std::to_string(opt_.start_timeout_s) + " s; stopped the job:" + where + "\n",
          std::move(late));
   }
 }

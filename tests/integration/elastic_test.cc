@@ -55,8 +55,8 @@ std::string rank_script(const std::string& dir, const std::string& then) {
 }
 
 std::vector<std::string> elastic_args(const Discovery& d, std::vector<std::string> more) {
-  std::vector<std::string> args = {"--ssh-config", cluster().ssh_config(), "--host-discovery-script",
-                                   d.script};
+  std::vector<std::string> args = {"--ssh-config", cluster().ssh_config(),
+                                   "--host-discovery-script", d.script};
   args.insert(args.end(), more.begin(), more.end());
   return args;
 }
@@ -100,16 +100,17 @@ TEST_CASE("elastic: a lost host is excluded for its cooldown, the job goes on an
 TEST_CASE("elastic: a rank that always fails is restarted exactly --reset-limit times") {
   Discovery d("node1:1\nnode2:1\nnode3:1\n");
   const std::string marker = testing::unique_marker();
+  const std::string rank =
+      "echo run $HVDRUN_GENERATION; [ $HVDRUN_RANK = 0 ] && exit 7; exec sleep 60";
   Hvdrun h(elastic_args(d, {"--min-np", "1", "--max-np", "2", "--reset-limit", "2", "-x",
-                            marker.substr(0, marker.find('=')), "sh", "-c",
-                            "echo run $HVDRUN_GENERATION; [ $HVDRUN_RANK = 0 ] && exit 7; "
-                            "exec sleep 60"}),
+                            marker.substr(0, marker.find('=')), "sh", "-c", rank}),
            {marker});
   CHECK(h.wait(60s * kSlow) == 7);
   INFO("stderr: " << h.err);
   // Rank 0 runs in every generation and prints before it fails (rank 1 may be stopped
   // before it prints).
-  for (const char* g : {"0", "1", "2"}) CHECK(count(h.out, std::string("[0]<stdout>:run ") + g + "\n") == 1);
+  for (const char* g : {"0", "1", "2"})
+    CHECK(count(h.out, std::string("[0]<stdout>:run ") + g + "\n") == 1);
   CHECK(count(h.out, "<stdout>:run 3\n") == 0);
   CHECK_THAT(h.err, Catch::Contains("the reset limit (--reset-limit 2) is used up; ending with "
                                     "the last failure's exit code 7"));
@@ -136,10 +137,10 @@ TEST_CASE("elastic: hosts added to the discovery output grow the job at the next
   Discovery d("node1:1\n");
   const std::string dir = d.dir.path();
   const std::string marker = testing::unique_marker();
-  Hvdrun h(elastic_args(d, {"--min-np", "1", "--max-np", "3", "-x",
-                            marker.substr(0, marker.find('=')), "sh", "-c",
-                            rank_script(dir, "[ $g = 1 ] && exit 0; exec sleep 60")}),
-           {marker, "HVDRUN_DISCOVERY_INTERVAL=0.3"});
+  Hvdrun h(
+      elastic_args(d, {"--min-np", "1", "--max-np", "3", "-x", marker.substr(0, marker.find('=')),
+                       "sh", "-c", rank_script(dir, "[ $g = 1 ] && exit 0; exec sleep 60")}),
+      {marker, "HVDRUN_DISCOVERY_INTERVAL=0.3"});
   h.read_until([](const std::string& out) { return count(out, "up 0 ") == 1; }, 20s * kSlow);
   d.write_hosts("node1:1\nnode2:1\nnode3:1\n");
   CHECK(h.wait(30s * kSlow) == 0);

@@ -23,7 +23,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 std::string script(const testing::TempDir& dir, const std::string& body) {
-  const std::string path = dir.path() + "/discover.sh";
+  std::string path = dir.path() + "/discover.sh";
   std::ofstream(path) << "#!/bin/sh\n" << body << "\n";
   ::chmod(path.c_str(), 0755);
   return path;
