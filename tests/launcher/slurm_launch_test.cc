@@ -23,7 +23,7 @@ namespace {
 // A stand-in srun: `srun --nodes N ... --nodelist a,b,c ... CMD...` runs CMD once per node
 // listed, with SLURMD_NODENAME (or the name BODY gives it), and waits for them all.
 std::string fake_srun(const hvdrun::testing::TempDir& dir, const std::string& per_node) {
-  const std::string path = dir.path() + "/srun";
+  std::string path = dir.path() + "/srun";
   std::ofstream(path)
       << "#!/bin/bash\n"
          "nodes=\n"
