@@ -177,6 +177,7 @@ TEST_CASE("malformed requests get 4xx or a closed connection while a good client
   HttpServerLimits limits;
   limits.max_body_bytes = 64 << 10;
   limits.idle_timeout = 500ms;
+  limits.header_timeout = 500ms;  // a silent or half-sent header is dropped after it
   HorovodHttpServer server(placement, "127.0.0.1", 0, limits);
   server.start();
   const auto port = server.port();
@@ -262,7 +263,7 @@ TEST_CASE("malformed requests get 4xx or a closed connection while a good client
     }  // client gone mid-body
     HttpConnection idle(port);
     idle.send_raw("GET /global/0 HTTP/1.1\r\nHos");
-    CHECK(idle.wait_closed());  // idle_timeout (500 ms) closes it
+    CHECK(idle.wait_closed());  // header_timeout (500 ms) closes it
     CHECK(http_request(port, "GET", "/global/0").status == 404);
   }
   SECTION("a connection that never sends anything is dropped after the idle timeout") {
