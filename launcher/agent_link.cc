@@ -1,4 +1,5 @@
-// LocalAgentLink: the agent of a local host, run as a child of the launcher over pipes.
+// Links to agents behind a child process over pipes (PipeAgentLink), and the local host's
+// agent started as such a child.
 #include "launcher/agent_link.h"
 
 #include <fcntl.h>
@@ -20,71 +21,72 @@
 namespace hvdrun::launcher {
 namespace {
 
-class LocalAgentLink : public AgentLink {
+class PipeAgentLink : public AgentLink {
  public:
-  LocalAgentLink(pid_t pid, UniqueFd to_agent, UniqueFd from_agent)
-      : pid_(pid), to_(std::move(to_agent)), from_(std::move(from_agent)) {}
+  explicit PipeAgentLink(PipeLinkSpec spec) : s_(std::move(spec)) {}
 
-  ~LocalAgentLink() override {
-    if (pid_ > 0) close(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  ~PipeAgentLink() override {
+    if (s_.pid > 0) close(std::chrono::steady_clock::now() + std::chrono::seconds(5));
   }
+  PipeAgentLink(const PipeAgentLink&) = delete;
+  PipeAgentLink& operator=(const PipeAgentLink&) = delete;
 
   void add_pollfds(std::vector<pollfd>& fds, bool want_read, bool want_write) const override {
-    if (want_read && from_) fds.push_back({from_.get(), POLLIN, 0});
-    if (want_write && to_) fds.push_back({to_.get(), POLLOUT, 0});
+    if (want_read && s_.from) fds.push_back({s_.from.get(), POLLIN, 0});
+    if (want_write && s_.to) fds.push_back({s_.to.get(), POLLOUT, 0});
   }
 
   IoResult read(char* buf, std::size_t size) override {
-    if (!from_) return {IoResult::eof, 0, {}};
+    if (!s_.from) return {IoResult::eof, 0, {}};
     for (;;) {
-      ssize_t n = ::read(from_.get(), buf, size);
+      ssize_t n = ::read(s_.from.get(), buf, size);
       if (n > 0) return {IoResult::ok, static_cast<std::size_t>(n), {}};
       if (n == 0) {
-        from_.reset();
+        s_.from.reset();
         return {IoResult::eof, 0, {}};
       }
       if (errno == EINTR) continue;
       if (errno == EAGAIN) return {IoResult::would_block, 0, {}};
-      return {IoResult::error, 0, std::string("read from agent: ") + std::strerror(errno)};
+      return {IoResult::error, 0, "read from " + s_.what + ": " + std::strerror(errno)};
     }
   }
 
   IoResult write(const char* buf, std::size_t size) override {
-    if (!to_) return {IoResult::error, 0, "write to agent: stream already closed"};
+    if (!s_.to) return {IoResult::error, 0, "write to " + s_.what + ": stream already closed"};
     for (;;) {
-      ssize_t n = ::write(to_.get(), buf, size);
+      ssize_t n = ::write(s_.to.get(), buf, size);
       if (n >= 0)
         return {n ? IoResult::ok : IoResult::would_block, static_cast<std::size_t>(n), {}};
       if (errno == EINTR) continue;
       if (errno == EAGAIN) return {IoResult::would_block, 0, {}};
-      return {IoResult::error, 0, std::string("write to agent: ") + std::strerror(errno)};
+      return {IoResult::error, 0, "write to " + s_.what + ": " + std::strerror(errno)};
     }
   }
 
-  void close_write() override { to_.reset(); }
+  void close_write() override { s_.to.reset(); }
 
   void abort() override {
-    if (pid_ > 0) ::kill(pid_, SIGKILL);
+    if (s_.pid > 0) ::kill(s_.whole_group ? -s_.pid : s_.pid, SIGKILL);
   }
 
   std::string close(std::chrono::steady_clock::time_point deadline) override {
-    to_.reset();
-    from_.reset();
-    if (pid_ <= 0) return result_;
-    // The agent is our child: wait for it with a short backoff up to the deadline.
-    result_ = wait_or_kill(pid_, deadline);
-    pid_ = -1;
+    s_.to.reset();
+    s_.from.reset();
+    if (s_.pid <= 0) return result_;
+    // The child ends when the agent does (its stdin saw EOF): wait for it with a short
+    // backoff up to the deadline; with whole_group, whatever of its group is left goes too.
+    result_ = wait_or_kill(s_.pid, deadline);
+    if (s_.whole_group) ::kill(-s_.pid, SIGKILL);
+    s_.pid = -1;
     return result_;
   }
 
-  std::string describe() const override { return "local agent pid " + std::to_string(pid_); }
-  std::string launcher_address() const override { return "127.0.0.1"; }
-  std::string host_address() const override { return "127.0.0.1"; }
+  std::string describe() const override { return s_.description; }
+  std::string launcher_address() const override { return s_.launcher_address; }
+  std::string host_address() const override { return s_.host_address; }
 
  private:
-  pid_t pid_;
-  UniqueFd to_;
-  UniqueFd from_;
+  PipeLinkSpec s_;
   std::string result_;
 };
 
@@ -106,6 +108,10 @@ bool single_threaded() {
 }
 
 }  // namespace
+
+std::unique_ptr<AgentLink> make_pipe_agent_link(PipeLinkSpec spec) {
+  return std::make_unique<PipeAgentLink>(std::move(spec));
+}
 
 std::unique_ptr<AgentLink> start_local_agent(const std::string& exe_arg) {
   const bool in_process = exe_arg.empty() && single_threaded();
@@ -148,8 +154,13 @@ std::unique_ptr<AgentLink> start_local_agent(const std::string& exe_arg) {
   ::fcntl(from_agent_r.get(), F_SETPIPE_SZ, 1 << 20);
   set_nonblocking(to_agent_w.get());
   set_nonblocking(from_agent_r.get());
-  return std::make_unique<LocalAgentLink>(child.pid, std::move(to_agent_w),
-                                          std::move(from_agent_r));
+  PipeLinkSpec link;
+  link.pid = child.pid;
+  link.to = std::move(to_agent_w);
+  link.from = std::move(from_agent_r);
+  link.what = "agent";
+  link.description = "local agent pid " + std::to_string(child.pid);
+  return make_pipe_agent_link(std::move(link));
 }
 
 }  // namespace hvdrun::launcher

@@ -73,6 +73,29 @@ class AgentLink {
   virtual std::string host_address() const = 0;
 };
 
+/// An agent behind a child process of the launcher, linked over the child's stdin and
+/// stdout: the local agent, or the command of an `exec:` host.
+struct PipeLinkSpec {
+  /// The child (the leader of its own process group).
+  pid_t pid = -1;
+  /// The write end of its stdin and the read end of its stdout, both non-blocking.
+  UniqueFd to;
+  UniqueFd from;
+  /// What the child is in I/O errors ("agent", "the exec: command").
+  std::string what;
+  /// describe()'s text.
+  std::string description;
+  /// abort() and close() kill the child's whole process group, not only the child (an
+  /// exec: command may leave helpers such as a `docker exec` client).
+  bool whole_group = false;
+  /// launcher_address() and host_address().
+  std::string launcher_address = "127.0.0.1";
+  std::string host_address = "127.0.0.1";
+};
+
+/// Links to the child `spec` describes. Destroying the link closes it (5 s to end).
+std::unique_ptr<AgentLink> make_pipe_agent_link(PipeLinkSpec spec);
+
 /// Starts the agent of a local host as a child process (its own process group,
 /// stdin/stdout on pipes, stderr shared with the launcher, SIGTERM when the launcher dies)
 /// and links to it. With `exe` empty the child is a plain fork of this process that calls

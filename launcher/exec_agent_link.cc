@@ -1,5 +1,6 @@
-// ExecAgentLink: an agent behind a user's command (docker exec, kubectl exec, a script),
-// over the command's stdin/stdout. The command's process group is the unit of teardown.
+// An agent behind a user's command (docker exec, kubectl exec, a script), over the
+// command's stdin/stdout: started and version-checked here, then linked as a pipe agent
+// (agent_link.h) whose teardown reaches the command's whole process group.
 #include "launcher/exec_agent_link.h"
 
 #include <arpa/inet.h>
@@ -13,8 +14,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "common/error.h"
+#include "launcher/agent_link.h"
 #include "launcher/launch_method.h"
 #include "launcher/preflight.h"
 #include "launcher/subprocess.h"
@@ -58,89 +61,6 @@ std::string source_address_toward(const std::string& ip) {
   ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf);
   return buf;
 }
-
-class ExecAgentLink : public AgentLink {
- public:
-  ExecAgentLink(std::string host, pid_t pid, UniqueFd to, UniqueFd from)
-      : host_(std::move(host)), pid_(pid), to_(std::move(to)), from_(std::move(from)) {
-    const std::string ip = resolve(host_);
-    host_address_ = ip.empty() ? host_ : ip;
-    launcher_address_ = source_address_toward(ip);
-  }
-
-  ~ExecAgentLink() override {
-    if (pid_ > 0) close(Clock::now() + std::chrono::seconds(5));
-  }
-  ExecAgentLink(const ExecAgentLink&) = delete;
-  ExecAgentLink& operator=(const ExecAgentLink&) = delete;
-
-  void add_pollfds(std::vector<pollfd>& fds, bool want_read, bool want_write) const override {
-    if (want_read && from_) fds.push_back({from_.get(), POLLIN, 0});
-    if (want_write && to_) fds.push_back({to_.get(), POLLOUT, 0});
-  }
-
-  IoResult read(char* buf, std::size_t size) override {
-    if (!from_) return {IoResult::eof, 0, {}};
-    for (;;) {
-      ssize_t n = ::read(from_.get(), buf, size);
-      if (n > 0) return {IoResult::ok, static_cast<std::size_t>(n), {}};
-      if (n == 0) {
-        from_.reset();
-        return {IoResult::eof, 0, {}};
-      }
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) return {IoResult::would_block, 0, {}};
-      return {IoResult::error, 0,
-              "read from the exec: command: " + std::string(std::strerror(errno))};
-    }
-  }
-
-  IoResult write(const char* buf, std::size_t size) override {
-    if (!to_) return {IoResult::error, 0, "write to the exec: command: stream already closed"};
-    for (;;) {
-      ssize_t n = ::write(to_.get(), buf, size);
-      if (n >= 0)
-        return {n ? IoResult::ok : IoResult::would_block, static_cast<std::size_t>(n), {}};
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) return {IoResult::would_block, 0, {}};
-      return {IoResult::error, 0,
-              "write to the exec: command: " + std::string(std::strerror(errno))};
-    }
-  }
-
-  void close_write() override { to_.reset(); }
-
-  void abort() override {
-    if (pid_ > 0) ::kill(-pid_, SIGKILL);
-  }
-
-  std::string close(Clock::time_point deadline) override {
-    to_.reset();
-    from_.reset();
-    if (pid_ <= 0) return result_;
-    // The command ends when the agent does (its stdin saw EOF); whatever of its group is
-    // left after the deadline is killed with it.
-    result_ = wait_or_kill(pid_, deadline);
-    ::kill(-pid_, SIGKILL);
-    pid_ = -1;
-    return result_;
-  }
-
-  std::string describe() const override {
-    return "exec: command pid " + std::to_string(pid_) + " for host " + host_;
-  }
-  std::string launcher_address() const override { return launcher_address_; }
-  std::string host_address() const override { return host_address_; }
-
- private:
-  std::string host_;
-  pid_t pid_;
-  UniqueFd to_;
-  UniqueFd from_;
-  std::string result_;
-  std::string launcher_address_;
-  std::string host_address_;
-};
 
 std::string first_line(std::string_view text) {
   std::string line(text.substr(0, text.find('\n')));
@@ -220,9 +140,18 @@ std::unique_ptr<AgentLink> PendingExecAgent::finish(const std::string& expected_
   if (at != std::string::npos && version_ok && at + marker.size() == got.size()) {
     set_nonblocking(to_.get());
     set_nonblocking(from_.get());
-    auto link = std::make_unique<ExecAgentLink>(host_, pid_, std::move(to_), std::move(from_));
-    pid_ = -1;
-    return link;
+    // The command's process group is the unit of teardown.
+    PipeLinkSpec link;
+    link.pid = std::exchange(pid_, -1);
+    link.to = std::move(to_);
+    link.from = std::move(from_);
+    link.what = "the exec: command";
+    link.description = "exec: command pid " + std::to_string(link.pid) + " for host " + host_;
+    link.whole_group = true;
+    const std::string ip = resolve(host_);
+    link.host_address = ip.empty() ? host_ : ip;
+    link.launcher_address = source_address_toward(ip);
+    return make_pipe_agent_link(std::move(link));
   }
   if (at != std::string::npos && version_ok) {
     throw LaunchError(where + "the agent at " + remote_hvdrun_ + " spoke before it was asked");
