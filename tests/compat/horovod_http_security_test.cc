@@ -20,6 +20,7 @@
 #include "compat/horovod_http_server.h"
 #include "hostfile/placement.h"
 #include "tests/compat/http_test_client.h"
+#include "tests/support/processes.h"
 
 namespace hvdrun::compat {
 namespace {
@@ -41,13 +42,7 @@ bool eventually(Pred pred) {
   return true;
 }
 
-long rss_kib() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  return -1;
-}
+long rss_kib() { return hvdrun::testing::rss_kib(::getpid()); }
 
 // Runs one request as user `uid` in a child process; returns the HTTP status it got
 // (0: closed without an answer), or -1 when the child failed otherwise.

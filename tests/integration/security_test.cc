@@ -144,13 +144,6 @@ double cpu_seconds(pid_t pid) {
   return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
-long rss_kib(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  return -1;
-}
-
 // Reads `h`'s output for about `d` (never letting its pipes fill, which would stall it).
 void drain_for(CapturedProcess& h, std::chrono::milliseconds d) {
   const auto end = Clock::now() + d;

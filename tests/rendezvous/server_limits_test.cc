@@ -26,31 +26,18 @@
 #include "rendezvous/client.h"
 #include "rendezvous/protocol.h"
 #include "rendezvous/server.h"
+#include "tests/rendezvous/connections.h"
+#include "tests/support/processes.h"
 
 using namespace hvdrun::rendezvous;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using hvdrun::rendezvous::testing::raw_connect;
 
 namespace {
 
 ClientOptions opts(const Server& s, const std::string& secret) {
-  ClientOptions o;
-  o.host = "127.0.0.1";
-  o.port = s.port();
-  o.secret = secret;
-  o.connect_timeout = 5s;
-  o.call_timeout = 5s;
-  return o;
-}
-
-hvdrun::UniqueFd raw_connect(std::uint16_t port) {
-  hvdrun::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  return fd;
+  return hvdrun::rendezvous::testing::opts(s, secret, 5s);
 }
 
 void read_exact(int fd, char* out, std::size_t n) {
@@ -88,13 +75,7 @@ bool handshake(int fd, const std::string& secret) {
   return !answer.empty() && answer[0] == '\0';
 }
 
-long rss_kib() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  return -1;
-}
+long rss_kib() { return hvdrun::testing::rss_kib(::getpid()); }
 
 // A sink that keeps what it is given, readable from another thread than the writer's.
 class StringSink : public spdlog::sinks::base_sink<std::mutex> {

@@ -15,32 +15,15 @@
 #include "rendezvous/client.h"
 #include "rendezvous/protocol.h"
 #include "rendezvous/server.h"
+#include "tests/rendezvous/connections.h"
 
 using namespace hvdrun::rendezvous;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using hvdrun::rendezvous::testing::opts;
+using hvdrun::rendezvous::testing::raw_connect;
 
 namespace {
-
-ClientOptions opts(const Server& s, const std::string& secret) {
-  ClientOptions o;
-  o.host = "127.0.0.1";
-  o.port = s.port();
-  o.secret = secret;
-  o.connect_timeout = 2s;
-  o.call_timeout = 5s;
-  return o;
-}
-
-hvdrun::UniqueFd raw_connect(std::uint16_t port) {
-  hvdrun::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  return fd;
-}
 
 // Reads until EOF or the deadline; true when the peer closed the connection.
 bool closed_by_peer(int fd, std::chrono::milliseconds within) {

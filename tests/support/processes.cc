@@ -231,6 +231,13 @@ bool take_int(std::string_view& s, int& value) {
   return true;
 }
 
+long rss_kib(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
 bool alive(pid_t pid) {
   auto f = stat_fields(pid);
   return !f.empty() && f[0] != "Z" && f[0] != "X";

@@ -111,6 +111,8 @@ bool take_int(std::string_view& s, int& value);
 
 /// True while `pid` is a live process (exists and is not a zombie).
 bool alive(pid_t pid);
+/// The resident set of process `pid` now, in KiB (VmRSS); -1 when it cannot be read.
+long rss_kib(pid_t pid);
 /// Live (non-zombie) processes whose process group is `pgid`.
 std::vector<pid_t> processes_in_group(pid_t pgid);
 /// Live processes whose environment contains `marker` (a "NAME=value" entry).
