@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/quote.h"
+#include "hostfile/scheduler.h"
 #include "launcher/discovery.h"
 #include "launcher/launch.h"
 
@@ -124,6 +125,12 @@ class Elastic {
 std::vector<hostfile::HostSlots> Elastic::discover() {
   if (!discovery_) {
     if (!opt_.hosts.empty()) return opt_.hosts;
+    // The generations name their hosts themselves, so an allocation's hosts would reach
+    // the plan as if given with -H (and --launcher auto would not pick srun): ask for them.
+    if (auto a = hostfile::detect_allocation([](const char* n) { return std::getenv(n); }))
+      throw UsageError("elastic mode inside a " + a->scheduler + " allocation (" + a->origin +
+                       ") needs its hosts named: give -H/--hostfile, or "
+                       "--host-discovery-script PATH printing the allocation's nodes");
     return {hostfile::HostSlots{"localhost", opt_.np.value_or(e_.min_np.value_or(1))}};
   }
   const auto give_up = Clock::now() + seconds(e_.elastic_timeout_s);

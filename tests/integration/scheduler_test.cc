@@ -232,3 +232,16 @@ TEST_CASE("exec: the remote hvdrun's version is checked; a missing command is na
   CHECK(refused.err.find("no such container c1") != std::string::npos);
   CHECK(refused.err.find("the command exited with code 1 before") != std::string::npos);
 }
+
+TEST_CASE(
+    "elastic mode inside an allocation without named hosts is refused before anything "
+    "starts") {
+  Hvdrun h({"--max-restarts", "1", "-np", "2", "true"},
+           {"SLURM_JOB_ID=42", "SLURM_JOB_NODELIST=node[1-3]", "SLURM_TASKS_PER_NODE=2(x3)"});
+  CHECK(h.wait() == 2);
+  CHECK(h.out.empty());
+  CHECK_THAT(h.err, Catch::Contains("elastic mode inside a slurm allocation "
+                                    "(SLURM_JOB_NODELIST=node[1-3]) needs its hosts named: give "
+                                    "-H/--hostfile, or --host-discovery-script PATH") &&
+                        Catch::Contains("Try 'hvdrun --help'"));
+}
