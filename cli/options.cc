@@ -858,7 +858,8 @@ Command parse_command_line(const std::vector<std::string>& args) {
     o.dry_run = values.given("dry-run");
     o.json = values.given("json");
     if (o.json && !o.dry_run) {
-      throw UsageError("--json needs --dry-run when running a job (or use it with hvdrun check)");
+      throw UsageError(
+          "--json needs --dry-run when running a job; add --dry-run, or use --json with hvdrun check");
     }
     cmd.action = Action::run;
   } else {

@@ -294,7 +294,8 @@ TEST_CASE("bad command lines are usage errors with one precise line") {
        "or off"},
       {"--network-interface eth0/1 -np 1 x",
        "bad value 'eth0/1' for --network-interface; expected an interface name such as eth0"},
-      {"--json -np 1 x", "--json needs --dry-run when running a job (or use it with hvdrun check)"},
+      {"--json -np 1 x",
+       "--json needs --dry-run when running a job; add --dry-run, or use --json with hvdrun check"},
       {"check -H a x",
        "'hvdrun check' takes no command (got 'x'); it only checks the hosts, run the job with "
        "hvdrun [options] command"},
