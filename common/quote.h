@@ -15,6 +15,10 @@ std::string quote(std::string_view s);
 
 /// Length (2 to 4) of the valid multi-byte UTF-8 sequence starting at s[i], or 0 when none
 /// starts there (an ASCII byte, a stray continuation byte, an overlong or cut sequence).
+/// `s` as a JSON string literal, in double quotes: '"' and '\\' escaped, LF, CR and tab as
+/// \n \r \t, other control bytes as \u00XX; everything else (UTF-8 included) as is.
+std::string json_quote(std::string_view s);
+
 std::size_t utf8_sequence_length(std::string_view s, std::size_t i);
 
 }  // namespace hvdrun

@@ -1,47 +1,15 @@
 // Rendering of the preflight report and the `hvdrun check` entry point.
 #include "launcher/check.h"
 
-#include <cstdio>
 #include <iostream>
 #include <sstream>
 
+#include "common/quote.h"
 #include "common/version.h"
 #include "ssh/libssh2_session.h"
 
 namespace hvdrun::launcher {
 namespace {
-
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
 
 // Characters on screen: UTF-8 continuation bytes take no column of their own.
 std::size_t columns(std::string_view s) {
@@ -127,12 +95,12 @@ std::string render_json(const PreflightReport& report) {
       << ", \"elapsed_ms\": " << report.elapsed.count() << ", \"hosts\": [";
   bool first = true;
   for (const auto& h : report.hosts) {
-    out << (first ? "" : ", ") << "{\"host\": " << json_string(h.host)
+    out << (first ? "" : ", ") << "{\"host\": " << json_quote(h.host)
         << ", \"local\": " << (h.local ? "true" : "false")
-        << ", \"address\": " << json_string(h.address)
-        << ", \"verdict\": " << json_string(to_string(h.verdict))
-        << ", \"latency_ms\": " << h.latency.count() << ", \"detail\": " << json_string(h.detail)
-        << ", \"fix\": " << json_string(h.fix) << "}";
+        << ", \"address\": " << json_quote(h.address)
+        << ", \"verdict\": " << json_quote(to_string(h.verdict))
+        << ", \"latency_ms\": " << h.latency.count() << ", \"detail\": " << json_quote(h.detail)
+        << ", \"fix\": " << json_quote(h.fix) << "}";
     first = false;
   }
   out << "]}\n";

@@ -1,8 +1,8 @@
 // Rendering of a launch plan for --dry-run, as text and as JSON.
 #include "launcher/dry_run.h"
 
-#include <cstdio>
 
+#include "common/quote.h"
 #include "launcher/launch_method.h"
 
 namespace hvdrun::launcher {
@@ -18,23 +18,6 @@ std::string source_text(const LaunchPlan& plan) {
       return "localhost (no -H, --hostfile or allocation)";
   }
   return "?";
-}
-
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 const std::string& host_of(const LaunchPlan& plan, const hostfile::RankSlot& r) {
@@ -59,18 +42,18 @@ std::string render_dry_run(const LaunchPlan& plan) {
 }
 
 std::string render_dry_run_json(const LaunchPlan& plan) {
-  std::string out = "{\"launcher\": " + json_string(to_string(plan.launcher)) +
-                    ", \"source\": " + json_string(source_text(plan)) + ", \"hosts\": [";
+  std::string out = "{\"launcher\": " + json_quote(to_string(plan.launcher)) +
+                    ", \"source\": " + json_quote(source_text(plan)) + ", \"hosts\": [";
   for (std::size_t i = 0; i < plan.hosts.size(); ++i) {
     const auto& h = plan.hosts[i];
-    out += std::string(i ? ", " : "") + "{\"host\": " + json_string(h.name) +
+    out += std::string(i ? ", " : "") + "{\"host\": " + json_quote(h.name) +
            ", \"slots\": " + std::to_string(h.slots) +
-           ", \"method\": " + json_string(to_string(h.method)) + "}";
+           ", \"method\": " + json_quote(to_string(h.method)) + "}";
   }
   out += "], \"ranks\": [";
   for (const auto& r : plan.placement.ranks) {
     out += std::string(r.rank ? ", " : "") + "{\"rank\": " + std::to_string(r.rank) +
-           ", \"host\": " + json_string(host_of(plan, r)) +
+           ", \"host\": " + json_quote(host_of(plan, r)) +
            ", \"local_rank\": " + std::to_string(r.local_rank) + "}";
   }
   return out + "]}\n";
