@@ -50,6 +50,7 @@
 #include <cstring>
 #include <ctime>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -202,7 +203,7 @@ int online_cpus() {
 
 class ShmComm::Impl {
  public:
-  Impl(rendezvous::Client& store, const std::string& key, ShmMember me, Clock::time_point deadline,
+  Impl(rendezvous::Client* store, const std::string& key, ShmMember me, Clock::time_point deadline,
        milliseconds op_timeout)
       : me_(std::move(me)), L_(me_.local_size), op_timeout_(op_timeout) {
     who_ = "rank " + std::to_string(me_.global_rank) + " of " + std::to_string(me_.global_size) +
@@ -239,7 +240,7 @@ class ShmComm::Impl {
 
   // --- segment set-up ---
 
-  UniqueFd create(rendezvous::Client& store, const std::string& key, Clock::time_point deadline) {
+  UniqueFd create(rendezvous::Client* store, const std::string& key, Clock::time_point deadline) {
     std::size_t chunk = kDefaultChunk;
     if (const char* v = std::getenv("HVDRUN_SHM_CHUNK_BYTES"))
       chunk = std::max<std::size_t>(4096, std::strtoull(v, nullptr, 10));
@@ -271,17 +272,23 @@ class ShmComm::Impl {
     ::munmap(p, total);
 
     // Hand the memfd to the other local ranks. The socket's name is random and travels
-    // only through the authenticated store, and both ends check the other's uid.
+    // only through the authenticated store, or (without a store) is `key`, derived from
+    // the job secret; both ends check the other's uid.
     if (L_ == 1) return fd;
-    const std::string name = "hvdrun-" + hex(rendezvous::random_bytes(16));
+    const std::string name = store ? "hvdrun-" + hex(rendezvous::random_bytes(16)) : key;
     UniqueFd srv(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!srv) throw_errno("shared memory: " + who_, "socket(AF_UNIX)");
     socklen_t len = 0;
     auto addr = abstract_address(name, &len);
-    if (::bind(srv.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-        ::listen(srv.get(), L_) != 0)
+    const bool bound = ::bind(srv.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0;
+    if (!bound && !store && errno == EADDRINUSE)
+      throw Error("shared memory: " + who_ + ": another process of this job already holds " +
+                  me_.host +
+                  "'s segment socket: two processes were started as local rank 0 "
+                  "(HVDRUN_LOCAL_RANK=0) of this host");
+    if (!bound || ::listen(srv.get(), L_) != 0)
       throw_errno("shared memory: " + who_ + ": local socket @" + name, "bind/listen");
-    store.set(key, name);
+    if (store) store->set(key, name);
     int handed = 0;
     while (handed < L_ - 1) {
       if (!poll_until(srv.get(), POLLIN, deadline))
@@ -317,23 +324,48 @@ class ShmComm::Impl {
     return fd;
   }
 
-  UniqueFd fetch(rendezvous::Client& store, const std::string& key, Clock::time_point deadline) {
-    auto left = time_left(deadline);
-    store.wait({key}, left,
-               "shared memory: " + who_ + ": waiting for local rank 0 (rank " +
-                   std::to_string(me_.global_rank - me_.local_rank) + ") to create the segment");
-    auto name = store.get(key);
-    if (!name) throw Error("shared memory: " + who_ + ": the segment's socket name vanished");
-    UniqueFd c(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!c) throw_errno("shared memory: " + who_, "socket(AF_UNIX)");
-    socklen_t len = 0;
-    auto addr = abstract_address(*name, &len);
-    if (::connect(c.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0)
+  std::string waiting_for_leader() const {
+    return "shared memory: " + who_ + ": waiting for local rank 0 (rank " +
+           std::to_string(me_.global_rank - me_.local_rank) + ") to create the segment";
+  }
+
+  // Connects to local rank 0's socket: the name from the store, or (no store) `key`
+  // itself, retried until local rank 0 has bound it or the deadline passes.
+  UniqueFd connect_leader(rendezvous::Client* store, const std::string& key,
+                          Clock::time_point deadline) {
+    std::optional<std::string> name = key;
+    if (store) {
+      store->wait({key}, time_left(deadline), waiting_for_leader());
+      name = store->get(key);
+      if (!name) throw Error("shared memory: " + who_ + ": the segment's socket name vanished");
+    }
+    auto pause = std::chrono::microseconds(500);
+    for (;;) {
+      UniqueFd c(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      if (!c) throw_errno("shared memory: " + who_, "socket(AF_UNIX)");
+      socklen_t len = 0;
+      auto addr = abstract_address(*name, &len);
+      if (::connect(c.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0) return c;
+      const int err = errno;
+      // Not bound yet (only without a store can this rank be early), or its backlog full.
+      if (!store && (err == ECONNREFUSED || err == EAGAIN) && Clock::now() < deadline) {
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::microseconds(50000));
+        continue;
+      }
+      if (!store && err == ECONNREFUSED)
+        throw Error(waiting_for_leader() + ": it did not within the start timeout");
       throw_errno("shared memory: " + who_ + ": connecting to local rank 0's socket @" + *name +
                       " (are all ranks of host " + me_.host + " in one network namespace?)",
                   "connect");
+    }
+  }
+
+  UniqueFd fetch(rendezvous::Client* store, const std::string& key, Clock::time_point deadline) {
+    UniqueFd c = connect_leader(store, key, deadline);
+    const std::string name = store ? "local rank 0's socket" : "@" + key;
     if (peer_uid(c.get()) != ::geteuid())
-      throw Error("shared memory: " + who_ + ": the process behind @" + *name +
+      throw Error("shared memory: " + who_ + ": the process behind " + name +
                   " belongs to another user; refusing its segment");
     std::int32_t hello[2] = {me_.local_rank, me_.global_rank};
     if (::send(c.get(), hello, sizeof(hello), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(hello)))
@@ -676,6 +708,33 @@ class ShmComm::Impl {
     sync(op_deadline());
   }
 
+  void gather_then_reply(const void* send, void* recv, void* reply, std::size_t bytes,
+                         Clock::time_point deadline, const std::function<void()>& between) {
+    if (bytes > chunk_)
+      throw Error("shared memory: " + who_ + ": a start-up exchange of " + std::to_string(bytes) +
+                  " bytes does not fit a slot of " + std::to_string(chunk_));
+    check_healthy();
+    const std::uint32_t p = phase_ + 1;
+    std::memcpy(slot(p, me_.local_rank), send, bytes);
+    sync(deadline, "the host's check-in");
+    if (me_.local_rank == 0) {
+      for (int l = 0; l < L_; ++l)
+        std::memcpy(static_cast<char*>(recv) + static_cast<std::size_t>(l) * bytes, slot(p, l),
+                    bytes);
+      try {
+        between();
+      } catch (const std::exception& e) {
+        abort(e.what());  // the others fail at once with this reason, not at the deadline
+        throw;
+      }
+      std::memcpy(slot(p + 1, 0), reply, bytes);
+    }
+    sync(deadline, "the host's check-in");
+    if (me_.local_rank != 0) std::memcpy(reply, slot(p + 1, 0), bytes);
+  }
+
+  int pid_of(int l) const { return pids_[static_cast<std::size_t>(l)]; }
+
   ShmMember me_;
   int L_;
   milliseconds op_timeout_;
@@ -695,7 +754,7 @@ class ShmComm::Impl {
   std::vector<UniqueFd> pidfds_;
 };
 
-ShmComm::ShmComm(rendezvous::Client& store, const std::string& key, ShmMember me,
+ShmComm::ShmComm(rendezvous::Client* store, const std::string& key, ShmMember me,
                  std::chrono::steady_clock::time_point deadline,
                  std::chrono::milliseconds op_timeout)
     : impl_(std::make_unique<Impl>(store, key, std::move(me), deadline, op_timeout)) {}
@@ -715,5 +774,11 @@ void ShmComm::barrier() { impl_->barrier(); }
 void ShmComm::abort(const std::string& why) noexcept { impl_->abort(why); }
 int ShmComm::global_rank(int local) const { return impl_->rank_of(local); }
 std::size_t ShmComm::chunk_bytes() const { return impl_->chunk_; }
+void ShmComm::gather_then_reply(const void* send, void* recv, void* reply, std::size_t bytes,
+                                std::chrono::steady_clock::time_point deadline,
+                                const std::function<void()>& between) {
+  impl_->gather_then_reply(send, recv, reply, bytes, deadline, between);
+}
+int ShmComm::pid_of(int local) const { return impl_->pid_of(local); }
 
 }  // namespace hvdrun::runtime
