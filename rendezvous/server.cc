@@ -187,6 +187,7 @@ class Server::Impl {
       st.store_bytes = store_bytes_;
       st.buffer_bytes = buffer_bytes_;
       st.received_bytes = received_bytes_;
+      st.accepted = accepted_;
       return st;
     });
   }
@@ -258,6 +259,7 @@ class Server::Impl {
   std::size_t store_bytes_ = 0;
   std::size_t buffer_bytes_ = 0;  // all sessions' read buffers
   std::uint64_t received_bytes_ = 0;
+  std::uint64_t accepted_ = 0;
   std::uint64_t rejected_ = 0;
   LogLimiter log_;
   PendingCap pending_;
@@ -701,6 +703,7 @@ void Server::Impl::accept() {
         auto s = std::make_shared<Session>(*this, std::move(sock));
         sessions_.insert(s);
         connections_.fetch_add(1);
+        ++accepted_;
         s->start();
       },
       log_);

@@ -52,6 +52,8 @@
 #include <new>
 #include <optional>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -290,11 +292,19 @@ class ShmComm::Impl {
       throw_errno("shared memory: " + who_ + ": local socket @" + name, "bind/listen");
     if (store) store->set(key, name);
     int handed = 0;
+    std::vector<bool> came(static_cast<std::size_t>(L_), false);
+    came[0] = true;
     while (handed < L_ - 1) {
-      if (!poll_until(srv.get(), POLLIN, deadline))
-        throw Error("shared memory: " + who_ + ": only " + std::to_string(handed) + " of " +
-                    std::to_string(L_ - 1) +
-                    " other local ranks fetched the segment before the start timeout");
+      if (!poll_until(srv.get(), POLLIN, deadline)) {
+        std::string absent;
+        for (int l = 1; l < L_; ++l)
+          if (!came[static_cast<std::size_t>(l)])
+            absent += (absent.empty() ? "" : ", ") + std::to_string(rank_of(l));
+        throw Error("shared memory: " + who_ + ": local rank(s) " + absent +
+                    " did not fetch the segment before the start timeout (" +
+                    std::to_string(handed) + " of " + std::to_string(L_ - 1) +
+                    " other local ranks did)");
+      }
       UniqueFd c(::accept4(srv.get(), nullptr, nullptr, SOCK_CLOEXEC));
       if (!c) continue;
       if (peer_uid(c.get()) != ::geteuid()) {
@@ -319,7 +329,10 @@ class ShmComm::Impl {
       cm->cmsg_len = CMSG_LEN(sizeof(int));
       int raw = fd.get();
       std::memcpy(CMSG_DATA(cm), &raw, sizeof(int));
-      if (::sendmsg(c.get(), &m.msg, MSG_NOSIGNAL) == 1) ++handed;
+      if (::sendmsg(c.get(), &m.msg, MSG_NOSIGNAL) == 1 && !came[static_cast<std::size_t>(hello[0])]) {
+        came[static_cast<std::size_t>(hello[0])] = true;
+        ++handed;
+      }
     }
     return fd;
   }
@@ -557,8 +570,10 @@ class ShmComm::Impl {
       if (!reached(line(l).phase.load(std::memory_order_acquire), want))
         late += (late.empty() ? "" : ", ") + std::to_string(rank_of(l));
     if (what != nullptr)
-      throw Error("shared memory: " + who_ + ": local rank(s) " + late +
-                  " did not attach to the segment before the start timeout");
+      throw Error("shared memory: " + who_ + ": local rank(s) " + late + " did not " +
+                  (std::string_view(what) == "attach" ? "attach to the segment"
+                                                      : "reach " + std::string(what)) +
+                  " before the start timeout");
     fail("shared memory on " + me_.host + ": rank(s) " + late + " did not arrive within " +
          seconds_text(op_timeout_) + " s (HVDRUN_OP_TIMEOUT)");
   }
@@ -729,7 +744,10 @@ class ShmComm::Impl {
       }
       std::memcpy(slot(p + 1, 0), reply, bytes);
     }
-    sync(deadline, "the host's check-in");
+    // Local rank 0's own waits end at `deadline` too and then mark the segment failed
+    // with their reason: the others give it that long to say why before naming it.
+    sync(me_.local_rank == 0 ? deadline : deadline + std::chrono::seconds(2),
+         "the host's check-in");
     if (me_.local_rank != 0) std::memcpy(reply, slot(p + 1, 0), bytes);
   }
 

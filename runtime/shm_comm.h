@@ -61,6 +61,8 @@ class ShmComm {
   /// `bytes` (at most chunk_bytes()) from every local rank into `recv` in local rank
   /// order, then hands local rank 0's `bytes` of `reply` to every local rank, after
   /// `between` has run on local rank 0 (which may fill `reply` from what was gathered).
+  /// When `between` throws, the segment is marked failed with its message, so the others
+  /// fail at once with it; they wait 2 s past `deadline` for that before naming rank 0.
   void gather_then_reply(const void* send, void* recv, void* reply, std::size_t bytes,
                          std::chrono::steady_clock::time_point deadline,
                          const std::function<void()>& between);
