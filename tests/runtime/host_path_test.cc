@@ -309,3 +309,20 @@ TEST_CASE("host check-in: a missing rank is named on every host, through the lea
   // The host whose leader checked in opened one connection; the other none.
   CHECK(r.connections <= 2u);
 }
+
+TEST_CASE("host path: descriptors per host grow linearly with its ranks, not quadratically",
+          "[runtime][job][shm]") {
+  // Every rank used to hold a pidfd of every local peer: L * (L - 1) descriptors, 261,632
+  // at 512 local ranks. Local rank 0 watches all, the others only it.
+  JobSpec spec;
+  spec.np = 12;
+  spec.argv = {kWorker, "pidfds"};
+  spec.env = {{"HVDRUN_NCCL", "off"}};
+  auto r = run_job(spec);
+  INFO(r.dump());
+  REQUIRE(r.ok());
+  for (const auto& rr : r.ranks)
+    CHECK_THAT(rr.err, Catch::Contains(rr.rank == 0 ? "local rank 0: pidfds 11"
+                                                    : "local rank " + std::to_string(rr.rank) +
+                                                          ": pidfds 1\n"));
+}

@@ -271,6 +271,21 @@ int main(int argc, char** argv) {
     check_matrix(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 3000001);
   } else if (scenario == "kill-mid") {
     return kill_mid(argc > 2 ? argv[2] : "large");
+  } else if (scenario == "pidfds") {
+    // How many processes this rank watches through a pidfd (the host's segment).
+    int pidfds = 0;
+    if (DIR* d = ::opendir("/proc/self/fd")) {
+      while (dirent* e = ::readdir(d)) {
+        char target[64] = {};
+        std::string link = std::string("/proc/self/fd/") + e->d_name;
+        if (::readlink(link.c_str(), target, sizeof(target) - 1) > 0 &&
+            std::string(target) == "anon_inode:[pidfd]")
+          ++pidfds;
+      }
+      ::closedir(d);
+    }
+    std::fprintf(stderr, "local rank %d: pidfds %d\n", hvdrun::local_rank(), pidfds);
+    if (hvdrun_barrier() != 0) fail(std::string("barrier: ") + hvdrun_last_error());
   } else if (scenario == "sockets") {
     check_sockets(argc > 2 && std::string(argv[2]) == "expect-tcp");
   } else if (scenario == "stop-after-init") {
