@@ -53,7 +53,7 @@ namespace {
 struct Config {
   int ranks = 1024;
   int per_host = 0;  // 0: every rank connects itself
-  int window = 64;  // connections in their handshake at once
+  int window = 64;   // connections in their handshake at once
 };
 
 // What the server process reports when the load is over.
@@ -166,7 +166,8 @@ struct Load {
 // One simulated connection: a rank, or a host leader carrying `count` ranks from `first`.
 class Sim : public std::enable_shared_from_this<Sim> {
  public:
-  Sim(Load& load, int first, int count) : load_(load), sock_(load.io), first_(first), count_(count) {}
+  Sim(Load& load, int first, int count)
+      : load_(load), sock_(load.io), first_(first), count_(count) {}
 
   void start() {
     // Each simulated host connects from its own loopback address, as hosts do from
@@ -174,9 +175,8 @@ class Sim : public std::enable_shared_from_this<Sim> {
     // one shared ephemeral port range (the kernel's cost, not the server's).
     const int host = first_ / std::max(1, load_.cfg.per_host == 0 ? 16 : load_.cfg.per_host);
     sock_.open(tcp::v4());
-    sock_.bind(tcp::endpoint(asio::ip::make_address_v4(
-                                 (127u << 24) | (1u << 16) | static_cast<unsigned>(host + 1)),
-                             0));
+    sock_.bind(tcp::endpoint(
+        asio::ip::make_address_v4((127u << 24) | (1u << 16) | static_cast<unsigned>(host + 1)), 0));
     sock_.async_connect(load_.server, [self = shared_from_this()](auto ec) {
       if (ec) return self->load_.fail("connect: " + ec.message());
       asio::ip::tcp::no_delay nd(true);
@@ -261,14 +261,14 @@ class Sim : public std::enable_shared_from_this<Sim> {
         }
       });
     };
-    call(set_req(key("barrier/rank/" + std::to_string(first_)), "1"),
-         [this, done_wait](const rdzv::Response&) {
-           call(add_req(key("barrier/1/count"), count_), [this, done_wait](const rdzv::Response& r) {
-             if (r.number != load_.cfg.ranks) return done_wait();
-             call(set_req(key("barrier/1/done"), std::to_string(first_)),
-                  [done_wait](const rdzv::Response&) { done_wait(); });
-           });
-         });
+    call(set_req(key("barrier/rank/" + std::to_string(first_)), "1"), [this, done_wait](
+                                                                          const rdzv::Response&) {
+      call(add_req(key("barrier/1/count"), count_), [this, done_wait](const rdzv::Response& r) {
+        if (r.number != load_.cfg.ranks) return done_wait();
+        call(set_req(key("barrier/1/done"), std::to_string(first_)),
+             [done_wait](const rdzv::Response&) { done_wait(); });
+      });
+    });
   }
 
   std::string record(int r) const {

@@ -5,8 +5,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "hvdrun/hvdrun.h"

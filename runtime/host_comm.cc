@@ -85,9 +85,8 @@ class HostComm::Impl {
     if (env_.size == 1) return;
     if (env_.host_path == "gloo") {
       SigpipeBlocked quiet;
-      world_gloo_ = std::make_unique<GlooComm>(*store, prefix + "/gloo/world", env_.rank,
-                                               env_.size, local_ip, env_.op_timeout,
-                                               env_.op_timeout);
+      world_gloo_ = std::make_unique<GlooComm>(*store, prefix + "/gloo/world", env_.rank, env_.size,
+                                               local_ip, env_.op_timeout, env_.op_timeout);
       return;
     }
     shm_path_ = true;
@@ -177,7 +176,7 @@ class HostComm::Impl {
       try {
         if (store_ && store_->add(prefix_ + "/failure/count", 1) == 1)
           store_->set(prefix_ + "/failure/first", "rank " + std::to_string(env_.rank) + " on " +
-                                                     env_.hostname + ": " + e.what());
+                                                      env_.hostname + ": " + e.what());
       } catch (const std::exception&) {  // the store is gone too: nothing more to say
       }
       throw;
@@ -346,7 +345,8 @@ ShmComm* HostComm::shm() { return impl_->shm_.get(); }
 std::string shm_socket_name(const Environment& env, const std::string& prefix) {
   const rendezvous::Hmac mac(env.secret);
   const auto tag = mac.tag({"hvdrun shm socket\n", prefix, "\n", env.hostname});
-  return "hvdrun-" + rendezvous::to_hex(std::string_view(reinterpret_cast<const char*>(tag.data()), 16));
+  return "hvdrun-" +
+         rendezvous::to_hex(std::string_view(reinterpret_cast<const char*>(tag.data()), 16));
 }
 HostComm::~HostComm() = default;
 

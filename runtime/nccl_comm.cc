@@ -95,8 +95,8 @@ std::vector<std::string> exchange_unique_ids(rendezvous::Client& store, const st
     store.set(nccl_id_key(key, mine), value);
   }
   if (!own_failure.empty())
-    throw Error("nccl: rank " + std::to_string(rank) + " could not create its NCCL unique id: " +
-                own_failure);
+    throw Error("nccl: rank " + std::to_string(rank) +
+                " could not create its NCCL unique id: " + own_failure);
   std::vector<std::string> keys;
   for (int i = 0; i < count; ++i) keys.push_back(nccl_id_key(key, i));
   auto missing = store.wait_for(keys, timeout);
@@ -278,9 +278,7 @@ struct Nccl {
 
   // Ids a communicator of `size` ranks is built from: one per kNcclRanksPerId ranks with
   // the scalable init, else the single id of ncclCommInitRankConfig.
-  int id_count(int size) const {
-    return init_rank_scalable != nullptr ? nccl_id_count(size) : 1;
-  }
+  int id_count(int size) const { return init_rank_scalable != nullptr ? nccl_id_count(size) : 1; }
 };
 
 ncclDataType_t nccl_type(DataType t) {
@@ -460,10 +458,10 @@ NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, 
     s_->comm = nullptr;
     throw Error("nccl: rank " + std::to_string(rank) + " of " + std::to_string(size) + ": " + what);
   };
-  auto rc = ids.size() > 1 ? nccl.init_rank_scalable(&s_->comm, size, rank,
-                                                     static_cast<int>(ids.size()), ids.data(),
-                                                     &config)
-                           : nccl.init_rank_config(&s_->comm, size, ids[0], rank, &config);
+  auto rc = ids.size() > 1
+                ? nccl.init_rank_scalable(&s_->comm, size, rank, static_cast<int>(ids.size()),
+                                          ids.data(), &config)
+                : nccl.init_rank_config(&s_->comm, size, ids[0], rank, &config);
   auto state = settle(s_->comm, rc, deadline, std::chrono::milliseconds(1));
   if (state == ncclInProgress)
     fail(

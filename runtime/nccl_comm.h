@@ -1,7 +1,8 @@
 // The GPU communicator: NCCL, loaded at run time (dlopen) so libhvdrun works on hosts
-// without CUDA. Bootstrap goes through the rendezvous store: rank 0 publishes the
-// ncclUniqueId (or why it could not make one) under the communicator's key, the others
-// wait for it; init is non-blocking and polled under the start deadline.
+// without CUDA. Bootstrap goes through the rendezvous store: rank 0 (with NCCL's scalable
+// init, one rank per 128) publishes the ncclUniqueId (or why it could not make one) under
+// the communicator's key, the others wait for it; init is non-blocking and polled under
+// the start deadline.
 #pragma once
 
 #include <chrono>
@@ -63,7 +64,9 @@ std::string interface_of(const std::string& ip);
 class NcclComm {
  public:
   /// Builds the communicator: picks device local_rank % devices, exchanges the unique id
-  /// under `key`, initialises without blocking and aborts at `deadline`. Throws Error
+  /// under `key` (with an NCCL of 2.23 or later and more than 128 ranks, one id per 128
+  /// ranks under nccl_id_key(key, i), for ncclCommInitRankScalable; else one id for
+  /// ncclCommInitRankConfig), initialises without blocking and aborts at `deadline`. Throws Error
   /// (fast when there is no GPU or no NCCL; naming the cause when local_size ranks
   /// share fewer GPUs). Then watches every collective (DeviceWatchdog): one that has not
   /// completed `op_timeout` after it was enqueued, or an asynchronous NCCL error, ends

@@ -329,7 +329,8 @@ class ShmComm::Impl {
       cm->cmsg_len = CMSG_LEN(sizeof(int));
       int raw = fd.get();
       std::memcpy(CMSG_DATA(cm), &raw, sizeof(int));
-      if (::sendmsg(c.get(), &m.msg, MSG_NOSIGNAL) == 1 && !came[static_cast<std::size_t>(hello[0])]) {
+      if (::sendmsg(c.get(), &m.msg, MSG_NOSIGNAL) == 1 &&
+          !came[static_cast<std::size_t>(hello[0])]) {
         came[static_cast<std::size_t>(hello[0])] = true;
         ++handed;
       }

@@ -11,6 +11,7 @@
 //   gloo/world/addr/<i>/<j>   address of rank i's end of pair (i, j) (HVDRUN_HOST_PATH=gloo)
 //   shm/..., hosts/..., gloo/leaders/..., leaders/...   the host paths (host_comm.cc)
 //   nccl/world/id             ncclUniqueId (or rank 0's reason for not making one)
+//   nccl/world/id/<i>         id i of ncclCommInitRankScalable (one per 128 ranks)
 #include "runtime/world.h"
 
 #include <spdlog/spdlog.h>
@@ -69,14 +70,14 @@ World::World(Environment env) : env_(std::move(env)) {
     // the host's segment, and connect later only if they need the store themselves.
     if (env_.local_rank == 0) store();
     host_ = std::make_unique<HostComm>(store_.get(), prefix_, env_,
-                                       store_ ? store_->local_address() : std::string(),
-                                       deadline, true);
+                                       store_ ? store_->local_address() : std::string(), deadline,
+                                       true);
     check_in_host(deadline);
     host_->join_hosts(deadline);
   } else {
     check_in(deadline);
-    host_ = std::make_unique<HostComm>(store_.get(), prefix_, env_, store().local_address(),
-                                       deadline);
+    host_ =
+        std::make_unique<HostComm>(store_.get(), prefix_, env_, store().local_address(), deadline);
   }
   build_nccl(deadline);
   hvdrun::log().debug("hvdrun: {} joined in {} ms via {}; host memory: {}", who(),
@@ -191,8 +192,8 @@ void World::await_world(Clock::time_point deadline) {
 // fail at once with its message.
 void World::check_in_host(Clock::time_point deadline) {
   struct Slot {
-    std::int32_t gpus = 0;   // in: this rank sees a GPU; out: ranks of the job that do
-    char address[64] = {};   // out: local rank 0's address towards the rendezvous
+    std::int32_t gpus = 0;  // in: this rank sees a GPU; out: ranks of the job that do
+    char address[64] = {};  // out: local rank 0's address towards the rendezvous
   };
   ShmComm& shm = *host_->shm();
   const int L = env_.local_size;
@@ -205,7 +206,8 @@ void World::check_in_host(Clock::time_point deadline) {
     if (store_->add(prefix_ + "/checkin/host/" + host, 1) > 1)
       throw Error("rendezvous: host " + host +
                   " has already checked in: two processes were started as local rank 0 "
-                  "(HVDRUN_LOCAL_RANK=0) of host " + host + " for the same job");
+                  "(HVDRUN_LOCAL_RANK=0) of host " +
+                  host + " for the same job");
     std::vector<std::pair<std::string, std::string>> records;
     std::int64_t gpus = 0;
     for (int l = 0; l < L; ++l) {

@@ -303,8 +303,8 @@ TEST_CASE("host check-in: a missing rank is named on every host, through the lea
       CHECK_THAT(rr.err, Catch::Contains("ranks 3, 4, 5 did not arrive within 2 s (3 of 6 "
                                          "checked in"));
     else
-      CHECK_THAT(rr.err, Catch::Contains("5 did not") &&
-                             Catch::Contains("before the start timeout"));
+      CHECK_THAT(rr.err,
+                 Catch::Contains("5 did not") && Catch::Contains("before the start timeout"));
   }
   // The host whose leader checked in opened one connection; the other none.
   CHECK(r.connections <= 2u);

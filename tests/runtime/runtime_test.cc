@@ -193,8 +193,8 @@ TEST_CASE("NCCL unique ids of the scalable init travel through the store", "[run
     for (int r = 0; r < kSize; ++r)
       ranks.push_back(std::async(std::launch::async, [&, r] {
         auto c = client();
-        return hvdrun::runtime::exchange_unique_ids(*c, "g0/nccl/world/id", r, kSize, kIds,
-                                                    make(r), 10s);
+        return hvdrun::runtime::exchange_unique_ids(*c, "g0/nccl/world/id", r, kSize, kIds, make(r),
+                                                    10s);
       }));
     const std::vector<std::string> want = {"id-of-0", "id-of-2", "id-of-4"};
     for (auto& f : ranks) CHECK(f.get() == want);
@@ -214,11 +214,10 @@ TEST_CASE("NCCL unique ids of the scalable init travel through the store", "[run
         return "no error";
       }));
     auto c2 = client();
-    CHECK_THROWS_WITH(
-        hvdrun::runtime::exchange_unique_ids(
-            *c2, "k", 2, kSize, kIds, []() -> std::string { throw std::runtime_error("no GPU"); },
-            5s),
-        Catch::Contains("rank 2 could not create its NCCL unique id: no GPU"));
+    CHECK_THROWS_WITH(hvdrun::runtime::exchange_unique_ids(
+                          *c2, "k", 2, kSize, kIds,
+                          []() -> std::string { throw std::runtime_error("no GPU"); }, 5s),
+                      Catch::Contains("rank 2 could not create its NCCL unique id: no GPU"));
     for (auto& f : others) {
       REQUIRE(f.wait_for(5s) == std::future_status::ready);
       auto what = f.get();
@@ -229,9 +228,9 @@ TEST_CASE("NCCL unique ids of the scalable init travel through the store", "[run
   SECTION("an owner that never publishes is a timeout naming its key") {
     auto c0 = client();
     auto t0 = std::chrono::steady_clock::now();
-    CHECK_THROWS_WITH(hvdrun::runtime::exchange_unique_ids(*c0, "k", 0, kSize, kIds, make(0),
-                                                           300ms),
-                      Catch::Contains("'k/1'") && Catch::Contains("'k/2'"));
+    CHECK_THROWS_WITH(
+        hvdrun::runtime::exchange_unique_ids(*c0, "k", 0, kSize, kIds, make(0), 300ms),
+        Catch::Contains("'k/1'") && Catch::Contains("'k/2'"));
     CHECK(std::chrono::steady_clock::now() - t0 < 3s);
   }
 }
