@@ -121,6 +121,8 @@ class ServerProcess {
         r.peak_connections = std::max(r.peak_connections, server.connection_count());
     });
     sampler.join();
+    // Once more now: the parent still holds every connection while it waits for this.
+    r.peak_connections = std::max(r.peak_connections, server.connection_count());
     auto st = server.stats();
     server.stop();
     rusage ru{};
