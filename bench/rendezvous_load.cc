@@ -154,6 +154,7 @@ struct Load {
   int checked_in = 0;
   int finished = 0;
   int connections = 0;
+  int retries = 0;
   Clock::time_point start;
   Clock::time_point checkin_done;
   Clock::time_point barrier_done;
@@ -169,7 +170,23 @@ struct Load {
 class Sim : public std::enable_shared_from_this<Sim> {
  public:
   Sim(Load& load, int first, int count)
-      : load_(load), sock_(load.io), first_(first), count_(count) {}
+      : load_(load), sock_(load.io), timer_(load.io), first_(first), count_(count) {}
+
+  // A connection closed before it authenticated (the server's cap on unauthenticated
+  // connections made room for newer ones) is retried as the real client does: after
+  // 50 ms doubling up to 2 s, each with +-50 % jitter.
+  void retry(const std::string& why) {
+    if (++attempts_ > 30) return load_.fail("handshake: " + why + " (30 retries)");
+    load_.retries++;
+    boost::system::error_code ignored;
+    sock_.close(ignored);
+    rbuf_.clear();
+    const double jitter = 0.5 + static_cast<double>(std::rand() % 1000) / 1000.0;
+    const auto delay = std::chrono::milliseconds(static_cast<long long>(
+        std::min(2000.0, 50.0 * (1 << std::min(attempts_ - 1, 6))) * jitter));
+    timer_.expires_after(delay);
+    timer_.async_wait([self = shared_from_this()](auto) { self->start(); });
+  }
 
   void start() {
     // Each simulated host connects from its own loopback address, as hosts do from
@@ -325,7 +342,8 @@ class Sim : public std::enable_shared_from_this<Sim> {
   void write(std::string frame) {
     auto buf = std::make_shared<std::string>(std::move(frame));
     asio::async_write(sock_, asio::buffer(*buf), [self = shared_from_this(), buf](auto ec, auto) {
-      if (ec) self->load_.fail("write: " + ec.message());
+      // Before authentication a failed write is a closed connection: the read retries.
+      if (ec && self->codec_) self->load_.fail("write: " + ec.message());
     });
   }
 
@@ -342,6 +360,7 @@ class Sim : public std::enable_shared_from_this<Sim> {
     }
     sock_.async_read_some(asio::buffer(chunk_),
                           [self = shared_from_this(), then = std::move(then)](auto ec, auto n) {
+                            if (ec && !self->codec_) return self->retry(ec.message());
                             if (ec) return self->load_.fail("read: " + ec.message());
                             self->rbuf_.append(self->chunk_.data(), n);
                             self->read_frame(std::move(then));
@@ -350,6 +369,8 @@ class Sim : public std::enable_shared_from_this<Sim> {
 
   Load& load_;
   tcp::socket sock_;
+  asio::steady_timer timer_;
+  int attempts_ = 0;
   int first_;
   int count_;
   std::string size_text_ = std::to_string(load_.cfg.ranks);
@@ -422,11 +443,11 @@ int main(int argc, char** argv) {
   std::printf(
       "ranks=%d per_host=%d server_connections=%zu checkin_ms=%.0f barrier_ms=%.0f "
       "total_ms=%.0f requests=%zu ops_per_s=%.0f p50_us=%.0f p99_us=%.0f server_cpu_s=%.2f "
-      "server_rss_mib=%.1f evicted=%llu\n",
+      "server_rss_mib=%.1f evicted=%llu retries=%d\n",
       load.cfg.ranks, load.cfg.per_host, rep.peak_connections, ms(load.checkin_done),
       ms(load.barrier_done) - ms(load.checkin_done), ms(load.barrier_done), requests,
       static_cast<double>(requests) / wall_s, percentile(load.latencies_us, 0.5),
       percentile(load.latencies_us, 0.99), rep.cpu_s, static_cast<double>(rep.rss_kib) / 1024,
-      static_cast<unsigned long long>(rep.evicted));
+      static_cast<unsigned long long>(rep.evicted), load.retries);
   return 0;
 }
