@@ -34,6 +34,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -155,6 +156,7 @@ struct Load {
   int finished = 0;
   int connections = 0;
   int retries = 0;
+  std::mt19937_64 rng{std::random_device{}()};
   Clock::time_point start;
   Clock::time_point checkin_done;
   Clock::time_point barrier_done;
@@ -181,7 +183,7 @@ class Sim : public std::enable_shared_from_this<Sim> {
     boost::system::error_code ignored;
     sock_.close(ignored);
     rbuf_.clear();
-    const double jitter = 0.5 + static_cast<double>(std::rand() % 1000) / 1000.0;
+    const double jitter = std::uniform_real_distribution<double>(0.5, 1.5)(load_.rng);
     const auto delay = std::chrono::milliseconds(static_cast<long long>(
         std::min(2000.0, 50.0 * (1 << std::min(attempts_ - 1, 6))) * jitter));
     timer_.expires_after(delay);
@@ -200,7 +202,7 @@ class Sim : public std::enable_shared_from_this<Sim> {
       if (ec) return self->load_.fail("connect: " + ec.message());
       asio::ip::tcp::no_delay nd(true);
       self->sock_.set_option(nd);
-      self->read_frame([self](std::string greeting) { self->answer(std::move(greeting)); });
+      self->read_frame([self](const std::string& greeting) { self->answer(greeting); });
     });
   }
 
@@ -210,7 +212,7 @@ class Sim : public std::enable_shared_from_this<Sim> {
   std::string key(const std::string& tail) const { return "hvdrun/g0/" + tail; }
   const std::string& n() const { return size_text_; }
 
-  void answer(std::string greeting) {
+  void answer(const std::string& greeting) {
     if (greeting.size() != rdzv::kGreeting.size() + rdzv::kMacBytes)
       return load_.fail("bad greeting");
     auto server_nonce = greeting.substr(rdzv::kGreeting.size());
@@ -242,7 +244,7 @@ class Sim : public std::enable_shared_from_this<Sim> {
         set.op = rdzv::Op::kSet;
         set.keys = {key("info/" + r)};
         set.values = {record(first_)};
-        call(std::move(set), [this](const rdzv::Response&) { arrive_checkin(); });
+        call(set, [this](const rdzv::Response&) { arrive_checkin(); });
       });
       return;
     }
@@ -252,9 +254,8 @@ class Sim : public std::enable_shared_from_this<Sim> {
       set.keys.push_back(key("info/" + std::to_string(r)));
       set.values.push_back(record(r));
     }
-    call(add_req(key("hostcheckin/" + std::to_string(first_)), 1), [this, set](auto&) mutable {
-      call(std::move(set), [this](const rdzv::Response&) { arrive_checkin(); });
-    });
+    call(add_req(key("hostcheckin/" + std::to_string(first_)), 1),
+         [this, set](auto&) { call(set, [this](const rdzv::Response&) { arrive_checkin(); }); });
   }
 
   void arrive_checkin() {
@@ -317,26 +318,27 @@ class Sim : public std::enable_shared_from_this<Sim> {
   }
 
   // One request and its response; records the round trip's latency.
-  void call(rdzv::Request req, std::function<void(const rdzv::Response&)> then) {
+  void call(const rdzv::Request& req, std::function<void(const rdzv::Response&)> then) {
     const auto sent = Clock::now();
     const bool is_wait = req.op == rdzv::Op::kWait;
     write(codec_->seal(rdzv::encode(req)));
-    read_frame([self = shared_from_this(), then = std::move(then), sent, is_wait](std::string b) {
-      rdzv::Response r;
-      try {
-        r = rdzv::decode_response(self->codec_->open(b));
-      } catch (const std::exception& e) {
-        return self->load_.fail(std::string("response: ") + e.what());
-      }
-      if (r.status != rdzv::Status::kOk)
-        return self->load_.fail("request failed: status " +
-                                std::to_string(static_cast<int>(r.status)) + " " + r.message);
-      // A wait's time is how long the others took, not the server's latency.
-      if (!is_wait)
-        self->load_.latencies_us.push_back(
-            std::chrono::duration<double, std::micro>(Clock::now() - sent).count());
-      then(r);
-    });
+    read_frame(
+        [self = shared_from_this(), then = std::move(then), sent, is_wait](const std::string& b) {
+          rdzv::Response r;
+          try {
+            r = rdzv::decode_response(self->codec_->open(b));
+          } catch (const std::exception& e) {
+            return self->load_.fail(std::string("response: ") + e.what());
+          }
+          if (r.status != rdzv::Status::kOk)
+            return self->load_.fail("request failed: status " +
+                                    std::to_string(static_cast<int>(r.status)) + " " + r.message);
+          // A wait's time is how long the others took, not the server's latency.
+          if (!is_wait)
+            self->load_.latencies_us.push_back(
+                std::chrono::duration<double, std::micro>(Clock::now() - sent).count());
+          then(r);
+        });
   }
 
   void write(std::string frame) {
@@ -358,13 +360,13 @@ class Sim : public std::enable_shared_from_this<Sim> {
         return then(std::move(body));
       }
     }
-    sock_.async_read_some(asio::buffer(chunk_),
-                          [self = shared_from_this(), then = std::move(then)](auto ec, auto n) {
-                            if (ec && !self->codec_) return self->retry(ec.message());
-                            if (ec) return self->load_.fail("read: " + ec.message());
-                            self->rbuf_.append(self->chunk_.data(), n);
-                            self->read_frame(std::move(then));
-                          });
+    sock_.async_read_some(asio::buffer(chunk_), [self = shared_from_this(), then = std::move(then)](
+                                                    auto ec, auto n) mutable {
+      if (ec && !self->codec_) return self->retry(ec.message());
+      if (ec) return self->load_.fail("read: " + ec.message());
+      self->rbuf_.append(self->chunk_.data(), n);
+      self->read_frame(std::move(then));
+    });
   }
 
   Load& load_;
@@ -411,7 +413,9 @@ Config parse(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   Load load;
   load.cfg = parse(argc, argv);
   load.secret = rdzv::generate_secret();
@@ -450,4 +454,15 @@ int main(int argc, char** argv) {
       percentile(load.latencies_us, 0.99), rep.cpu_s, static_cast<double>(rep.rss_kib) / 1024,
       static_cast<unsigned long long>(rep.evicted), load.retries);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rendezvous_load: %s\n", e.what());
+    return 1;
+  }
 }
