@@ -292,13 +292,14 @@ class ShmComm::Impl {
       throw_errno("shared memory: " + who_ + ": local socket @" + name, "bind/listen");
     if (store) store->set(key, name);
     int handed = 0;
-    std::vector<bool> came(static_cast<std::size_t>(L_), false);
-    came[0] = true;
+    // Global rank of each local rank that fetched the segment, -1 while it has not.
+    std::vector<int> came(static_cast<std::size_t>(L_), -1);
+    came[0] = me_.global_rank;
     while (handed < L_ - 1) {
       if (!poll_until(srv.get(), POLLIN, deadline)) {
         std::string absent;
         for (int l = 1; l < L_; ++l)
-          if (!came[static_cast<std::size_t>(l)])
+          if (came[static_cast<std::size_t>(l)] < 0)
             absent += (absent.empty() ? "" : ", ") + std::to_string(rank_of(l));
         throw Error("shared memory: " + who_ + ": local rank(s) " + absent +
                     " did not fetch the segment before the start timeout (" +
@@ -322,6 +323,12 @@ class ShmComm::Impl {
               static_cast<ssize_t>(sizeof(hello)))
         continue;
       if (hello[0] <= 0 || hello[0] >= L_) continue;
+      auto& first = came[static_cast<std::size_t>(hello[0])];
+      if (first >= 0)
+        throw Error(
+            "shared memory: " + who_ + ": two processes asked for the segment as local rank " +
+            std::to_string(hello[0]) + " (ranks " + std::to_string(first) + " and " +
+            std::to_string(hello[1]) + "): every rank of a host needs its own HVDRUN_LOCAL_RANK");
       FdMessage m;
       cmsghdr* cm = CMSG_FIRSTHDR(&m.msg);
       cm->cmsg_level = SOL_SOCKET;
@@ -329,13 +336,20 @@ class ShmComm::Impl {
       cm->cmsg_len = CMSG_LEN(sizeof(int));
       int raw = fd.get();
       std::memcpy(CMSG_DATA(cm), &raw, sizeof(int));
-      if (::sendmsg(c.get(), &m.msg, MSG_NOSIGNAL) == 1 &&
-          !came[static_cast<std::size_t>(hello[0])]) {
-        came[static_cast<std::size_t>(hello[0])] = true;
+      if (::sendmsg(c.get(), &m.msg, MSG_NOSIGNAL) == 1) {
+        first = hello[1];
         ++handed;
       }
     }
     return fd;
+  }
+
+  // Why local rank 0 may never serve this rank (only without a store, where its socket's
+  // name is fixed and a second process of one local rank finds it too).
+  std::string not_served() const {
+    return "local rank 0 did not start, or it had already handed the segment to every "
+           "local rank and this process is a second one with HVDRUN_LOCAL_RANK=" +
+           std::to_string(me_.local_rank);
   }
 
   std::string waiting_for_leader() const {
@@ -368,7 +382,8 @@ class ShmComm::Impl {
         continue;
       }
       if (!store && err == ECONNREFUSED)
-        throw Error(waiting_for_leader() + ": it did not within the start timeout");
+        throw Error(waiting_for_leader() + ": its socket did not accept within the start " +
+                    "timeout (" + not_served() + ")");
       throw_errno("shared memory: " + who_ + ": connecting to local rank 0's socket @" + *name +
                       " (are all ranks of host " + me_.host + " in one network namespace?)",
                   "connect");
@@ -388,8 +403,11 @@ class ShmComm::Impl {
       throw Error("shared memory: " + who_ +
                   ": local rank 0 did not hand over the segment before the start timeout");
     FdMessage m;
-    if (::recvmsg(c.get(), &m.msg, MSG_CMSG_CLOEXEC) != 1)
-      throw_errno("shared memory: " + who_ + ": receiving the segment", "recvmsg");
+    const auto got = ::recvmsg(c.get(), &m.msg, MSG_CMSG_CLOEXEC);
+    if (got != 1 && !store)
+      throw Error("shared memory: " + who_ + ": local rank 0 closed its socket without " +
+                  "handing over the segment (" + not_served() + ")");
+    if (got != 1) throw_errno("shared memory: " + who_ + ": receiving the segment", "recvmsg");
     cmsghdr* cm = CMSG_FIRSTHDR(&m.msg);
     if (cm == nullptr || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(sizeof(int)))
       throw Error("shared memory: " + who_ + ": local rank 0 sent no segment");

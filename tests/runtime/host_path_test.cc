@@ -326,3 +326,24 @@ TEST_CASE("host path: descriptors per host grow linearly with its ranks, not qua
                                                     : "local rank " + std::to_string(rr.rank) +
                                                           ": pidfds 1\n"));
 }
+
+TEST_CASE("host check-in: two processes claiming one local rank are refused, naming it",
+          "[runtime][job][shm][checkin]") {
+  // Per-rank check-in refuses a second HVDRUN_RANK at the store; through the leader the
+  // segment's hand-out refuses a second HVDRUN_LOCAL_RANK.
+  JobSpec spec;
+  spec.np = 3;
+  spec.extra = {1};
+  spec.argv = {kWorker, "barrier"};
+  spec.env = {{"HVDRUN_NCCL", "off"}, {"HVDRUN_CHECKIN", "host"}, {"HVDRUN_START_TIMEOUT", "3"}};
+  spec.deadline = 20s;
+  auto r = run_job(spec);
+  INFO(r.dump());
+  CHECK(!r.timed_out);
+  CHECK(!r.ok());
+  // Whichever of the two came second is refused: by local rank 0 while it still hands
+  // out the segment, or, once every local rank has it, by finding no socket.
+  CHECK_THAT(r.dump(), Catch::Contains("two processes asked for the segment as local rank 1 "
+                                       "(ranks 1 and 1)") ||
+                           Catch::Contains("a second one with HVDRUN_LOCAL_RANK=1"));
+}
