@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <set>
 #include <string>
@@ -308,6 +309,9 @@ TEST_CASE("host check-in: a missing rank is named on every host, through the lea
   }
   // The host whose leader checked in opened one connection; the other none.
   CHECK(r.connections <= 2u);
+  std::printf(
+      "host-checkin: rank 5 of 2 hosts x 3 missing, start timeout 2 s: all failed in %lld ms\n",
+      static_cast<long long>(r.elapsed.count()));
 }
 
 TEST_CASE("host path: descriptors per host grow linearly with its ranks, not quadratically",
@@ -346,4 +350,6 @@ TEST_CASE("host check-in: two processes claiming one local rank are refused, nam
   CHECK_THAT(r.dump(), Catch::Contains("two processes asked for the segment as local rank 1 "
                                        "(ranks 1 and 1)") ||
                            Catch::Contains("a second one with HVDRUN_LOCAL_RANK=1"));
+  std::printf("host-checkin: local rank 1 started twice, start timeout 3 s: refused in %lld ms\n",
+              static_cast<long long>(r.elapsed.count()));
 }
