@@ -272,11 +272,15 @@ class ShmComm::Impl {
     for (int l = 0; l < L_; ++l)
       new (static_cast<char*>(p) + kHeaderBytes + kLineBytes * static_cast<std::size_t>(l)) Line;
     ::munmap(p, total);
+    if (L_ > 1) hand_out(fd, store, key, deadline);
+    return fd;
+  }
 
-    // Hand the memfd to the other local ranks. The socket's name is random and travels
-    // only through the authenticated store, or (without a store) is `key`, derived from
-    // the job secret; both ends check the other's uid.
-    if (L_ == 1) return fd;
+  // Hands the memfd to the other local ranks. The socket's name is random and travels
+  // only through the authenticated store, or (without a store) is `key`, derived from
+  // the job secret; both ends check the other's uid.
+  void hand_out(const UniqueFd& fd, rendezvous::Client* store, const std::string& key,
+                Clock::time_point deadline) {
     const std::string name = store ? "hvdrun-" + hex(rendezvous::random_bytes(16)) : key;
     UniqueFd srv(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!srv) throw_errno("shared memory: " + who_, "socket(AF_UNIX)");
@@ -341,7 +345,6 @@ class ShmComm::Impl {
         ++handed;
       }
     }
-    return fd;
   }
 
   // Why local rank 0 may never serve this rank (only without a store, where its socket's
