@@ -38,6 +38,9 @@ inline constexpr const char kGeneration[] = "HVDRUN_GENERATION";
 inline constexpr const char kNccl[] = "HVDRUN_NCCL";
 /// auto | shm | gloo: how the runtime's host-memory collectives travel.
 inline constexpr const char kHostPath[] = "HVDRUN_HOST_PATH";
+/// How a host's ranks check in with the rendezvous: rank (each on its own connection) or
+/// host (through local rank 0, over the host's segment: one connection per host).
+inline constexpr const char kCheckin[] = "HVDRUN_CHECKIN";
 /// Seconds between SIGTERM and SIGKILL when a job is torn down (launcher side).
 inline constexpr const char kKillGrace[] = "HVDRUN_KILL_GRACE";
 /// Seconds of silence after which a remote agent counts as lost (launcher side).

@@ -54,9 +54,11 @@ std::string endpoint_string(const tcp::endpoint& ep) {
 
 // Read buffer sizes: a connection that has not authenticated gets room for the one frame
 // it may send (4 + 64 bytes); after that reads go in chunks, and the buffer doubles only
-// when data that arrived fills it.
+// when data that arrived fills it. The first chunk fits a rank's requests (tens to a few
+// hundred bytes): at 16,384 connections 16 KiB each held 256 MiB of buffers that were
+// almost all empty (bench/rendezvous_load.cc), 1 KiB holds 16 MiB.
 constexpr std::size_t kHandshakeBuffer = 128;
-constexpr std::size_t kReadChunk = 16384;
+constexpr std::size_t kReadChunk = 1024;
 constexpr std::size_t kIdleBufferCap = 65536;
 
 }  // namespace
@@ -185,6 +187,7 @@ class Server::Impl {
       st.store_bytes = store_bytes_;
       st.buffer_bytes = buffer_bytes_;
       st.received_bytes = received_bytes_;
+      st.accepted = accepted_;
       return st;
     });
   }
@@ -256,6 +259,7 @@ class Server::Impl {
   std::size_t store_bytes_ = 0;
   std::size_t buffer_bytes_ = 0;  // all sessions' read buffers
   std::uint64_t received_bytes_ = 0;
+  std::uint64_t accepted_ = 0;
   std::uint64_t rejected_ = 0;
   LogLimiter log_;
   PendingCap pending_;
@@ -432,7 +436,7 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
   // Room for the next read. The buffer doubles only when bytes that arrived fill it, and
   // never beyond the frame in progress: a length prefix alone allocates nothing.
   void make_room() {
-    const std::size_t min_free = codec_ ? 1024 : 1;
+    const std::size_t min_free = codec_ ? 256 : 1;
     if (rstart_ == rend_) {
       rstart_ = rend_ = 0;
       if (rbuf_.size() > kIdleBufferCap) resize_buffer(kReadChunk);  // a large frame is done
@@ -699,6 +703,7 @@ void Server::Impl::accept() {
         auto s = std::make_shared<Session>(*this, std::move(sock));
         sessions_.insert(s);
         connections_.fetch_add(1);
+        ++accepted_;
         s->start();
       },
       log_);

@@ -63,6 +63,9 @@ struct ServerStats {
   std::size_t buffer_bytes = 0;
   /// Bytes read from clients so far.
   std::uint64_t received_bytes = 0;
+  /// Connections accepted so far (a job whose hosts check in through their leaders
+  /// opens one per host, runtime/world.h).
+  std::uint64_t accepted = 0;
 };
 
 /// A running rendezvous server. Construction binds and listens; start() serves on a

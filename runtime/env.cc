@@ -81,6 +81,7 @@ Environment read_environment(const std::function<const char*(const char*)>& gete
   auto gen = p.number<int>(env_names::kGeneration, false, 0, env_names::kMaxGeneration);
   auto nccl = p.text(env_names::kNccl, false);
   auto host_path = p.text(env_names::kHostPath, false);
+  auto checkin = p.text(env_names::kCheckin, false);
 
   if (rank && size && *rank >= *size)
     p.garbled("HVDRUN_RANK=" + std::to_string(*rank) +
@@ -98,6 +99,8 @@ Environment read_environment(const std::function<const char*(const char*)>& gete
     p.garbled("HVDRUN_NCCL='" + *nccl + "' (expected auto, require or off)");
   if (host_path && *host_path != "auto" && *host_path != "shm" && *host_path != "gloo")
     p.garbled("HVDRUN_HOST_PATH='" + *host_path + "' (expected auto, shm or gloo)");
+  if (checkin && *checkin != "rank" && *checkin != "host")
+    p.garbled("HVDRUN_CHECKIN='" + *checkin + "' (expected rank or host)");
   p.finish();
 
   e.rank = *rank;
@@ -115,6 +118,7 @@ Environment read_environment(const std::function<const char*(const char*)>& gete
   if (gen) e.generation = *gen;
   if (nccl) e.nccl_mode = *nccl;
   if (host_path) e.host_path = *host_path;
+  if (checkin) e.checkin = *checkin;
   return e;
 }
 

@@ -22,6 +22,7 @@
 
 #include "common/deadline.h"
 #include "common/seconds_text.h"
+#include "rendezvous/protocol.h"
 #include "runtime/shm_reduce.h"
 
 namespace hvdrun::runtime {
@@ -78,21 +79,26 @@ std::vector<int> parse_ranks(const std::string& s) {
 
 class HostComm::Impl {
  public:
-  Impl(rendezvous::Client& store, const std::string& prefix, const Environment& env,
-       const std::string& local_ip, Clock::time_point deadline)
-      : store_(store), prefix_(prefix), env_(env) {
+  Impl(rendezvous::Client* store, const std::string& prefix, const Environment& env,
+       const std::string& local_ip, Clock::time_point deadline, bool host_checkin)
+      : store_(store), prefix_(prefix), env_(env), local_ip_(local_ip) {
     if (env_.size == 1) return;
     if (env_.host_path == "gloo") {
       SigpipeBlocked quiet;
-      world_gloo_ = std::make_unique<GlooComm>(store, prefix + "/gloo/world", env_.rank, env_.size,
+      world_gloo_ = std::make_unique<GlooComm>(*store, prefix + "/gloo/world", env_.rank, env_.size,
                                                local_ip, env_.op_timeout, env_.op_timeout);
       return;
     }
     shm_path_ = true;
     if (env_.local_size > 1) {
       ShmMember me{env_.local_rank, env_.local_size, env_.rank, env_.size, env_.hostname};
-      shm_ = std::make_unique<ShmComm>(store, prefix + "/shm/" + env_.hostname + "/socket", me,
-                                       deadline, env_.op_timeout);
+      // Checking in through the leader, the other local ranks have no store yet: the
+      // socket's name comes from the job secret instead of the store.
+      shm_ = host_checkin
+                 ? std::make_unique<ShmComm>(nullptr, shm_socket_name(env_, prefix), me, deadline,
+                                             env_.op_timeout)
+                 : std::make_unique<ShmComm>(store, prefix + "/shm/" + env_.hostname + "/socket",
+                                             me, deadline, env_.op_timeout);
     }
     if (env_.local_size == env_.size) {  // one host: nothing leaves it
       for (int l = 0; shm_ && l < env_.local_size; ++l)
@@ -101,7 +107,15 @@ class HostComm::Impl {
     }
     across_hosts_ = true;
     leader_ = env_.local_rank == 0;
-    if (!leader_) return;
+    if (!host_checkin) join_hosts(deadline);
+  }
+
+  // The leaders' part across hosts: their rank lists and their Gloo mesh.
+  void join_hosts(Clock::time_point deadline) {
+    if (!leader_ || leaders_) return;
+    auto& store = *store_;
+    const auto& prefix = prefix_;
+    const auto& local_ip = local_ip_;
     hosts_ = env_.cross_size;
     host_ = env_.cross_rank;
     std::string mine;
@@ -160,9 +174,9 @@ class HostComm::Impl {
       fn();
     } catch (const std::exception& e) {
       try {
-        if (store_.add(prefix_ + "/failure/count", 1) == 1)
-          store_.set(prefix_ + "/failure/first", "rank " + std::to_string(env_.rank) + " on " +
-                                                     env_.hostname + ": " + e.what());
+        if (store_ && store_->add(prefix_ + "/failure/count", 1) == 1)
+          store_->set(prefix_ + "/failure/first", "rank " + std::to_string(env_.rank) + " on " +
+                                                      env_.hostname + ": " + e.what());
       } catch (const std::exception&) {  // the store is gone too: nothing more to say
       }
       throw;
@@ -174,7 +188,8 @@ class HostComm::Impl {
       const std::string key = prefix_ + "/failure/first";
       // The failing host's leader publishes before it exits, which is what reset the
       // connection; a short wait covers the other order.
-      if (store_.wait_for({key}, milliseconds(500)).empty()) return store_.get(key).value_or("");
+      if (store_ && store_->wait_for({key}, milliseconds(500)).empty())
+        return store_->get(key).value_or("");
     } catch (const std::exception&) {
     }
     return "";
@@ -295,13 +310,14 @@ class HostComm::Impl {
     if (!leaders_ || leaders_->connected_pairs() == 0) return;
     const long long k = ++farewell_seq_;
     const std::string base = prefix_ + "/leaders/bye/" + std::to_string(k);
-    if (store_.add(base, 1) == hosts_) store_.set(base + "/done", "1");
-    store_.wait({base + "/done"}, timeout, "the other host leaders' final barrier");
+    if (store_->add(base, 1) == hosts_) store_->set(base + "/done", "1");
+    store_->wait({base + "/done"}, timeout, "the other host leaders' final barrier");
   }
 
-  rendezvous::Client& store_;
+  rendezvous::Client* store_;  // null on a rank that checked in through its host's leader
   std::string prefix_;
   const Environment& env_;
+  std::string local_ip_;
   bool shm_path_ = false;
   bool across_hosts_ = false;  // more than one host: leaders talk Gloo
   bool leader_ = false;        // local rank 0 of a job across hosts
@@ -317,9 +333,21 @@ class HostComm::Impl {
   std::unique_ptr<GlooComm> world_gloo_;
 };
 
-HostComm::HostComm(rendezvous::Client& store, const std::string& prefix, const Environment& env,
-                   const std::string& local_ip, std::chrono::steady_clock::time_point deadline)
-    : impl_(std::make_unique<Impl>(store, prefix, env, local_ip, deadline)) {}
+HostComm::HostComm(rendezvous::Client* store, const std::string& prefix, const Environment& env,
+                   const std::string& local_ip, std::chrono::steady_clock::time_point deadline,
+                   bool host_checkin)
+    : impl_(std::make_unique<Impl>(store, prefix, env, local_ip, deadline, host_checkin)) {}
+void HostComm::join_hosts(std::chrono::steady_clock::time_point deadline) {
+  impl_->join_hosts(deadline);
+}
+ShmComm* HostComm::shm() { return impl_->shm_.get(); }
+
+std::string shm_socket_name(const Environment& env, const std::string& prefix) {
+  const rendezvous::Hmac mac(env.secret);
+  const auto tag = mac.tag({"hvdrun shm socket\n", prefix, "\n", env.hostname});
+  return "hvdrun-" +
+         rendezvous::to_hex(std::string_view(reinterpret_cast<const char*>(tag.data()), 16));
+}
 HostComm::~HostComm() = default;
 
 void HostComm::allreduce(const void* send, void* recv, std::size_t count, DataType dtype,

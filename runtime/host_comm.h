@@ -23,9 +23,14 @@ namespace hvdrun::runtime {
 class HostComm {
  public:
   /// Builds the paths `env` calls for (HVDRUN_HOST_PATH: auto, shm or gloo); `prefix` is
-  /// the job generation's key prefix, `local_ip` the address Gloo binds. Throws Error.
-  HostComm(rendezvous::Client& store, const std::string& prefix, const Environment& env,
-           const std::string& local_ip, std::chrono::steady_clock::time_point deadline);
+  /// the job generation's key prefix, `local_ip` the address Gloo binds. With
+  /// `host_checkin` (the host's ranks check in through its leader, runtime/world.cc) the
+  /// segment's socket is named from the job secret, `store` may be null on ranks other
+  /// than local rank 0, and the leaders' part across hosts waits for join_hosts().
+  /// Throws Error.
+  HostComm(rendezvous::Client* store, const std::string& prefix, const Environment& env,
+           const std::string& local_ip, std::chrono::steady_clock::time_point deadline,
+           bool host_checkin = false);
   ~HostComm();
   HostComm(const HostComm&) = delete;
   HostComm& operator=(const HostComm&) = delete;
@@ -36,6 +41,10 @@ class HostComm {
   void broadcast(void* buf, std::size_t bytes, int root);
   /// Allgather of `bytes` bytes per rank into `recv` (size * bytes), in rank order.
   void allgather(const void* send, void* recv, std::size_t bytes);
+  /// The leaders' rank lists and Gloo mesh across hosts (local rank 0 only; once).
+  void join_hosts(std::chrono::steady_clock::time_point deadline);
+  /// The host's shared segment, or nullptr (one local rank, or the Gloo path).
+  ShmComm* shm();
   /// True when barrier() runs here (the shared-memory paths); otherwise the World's
   /// store barrier is the barrier.
   bool has_barrier() const;
@@ -56,5 +65,10 @@ class HostComm {
   class Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// Name of the abstract socket through which local rank 0 hands out the host's segment
+/// when the host checks in through it: HMAC(job secret, prefix | host), so only holders
+/// of the secret can compute it (both ends still check the peer's uid).
+std::string shm_socket_name(const Environment& env, const std::string& prefix);
 
 }  // namespace hvdrun::runtime

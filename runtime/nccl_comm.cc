@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -52,6 +53,73 @@ std::string exchange_unique_id(rendezvous::Client& store, const std::string& key
     throw Error("nccl: rank 0 could not create the NCCL unique id: " + v->substr(6));
   if (v->rfind("id:", 0) != 0) throw Error("nccl: malformed unique id under '" + key + "'");
   return v->substr(3);
+}
+
+int nccl_id_count(int size, int ranks_per_id) {
+  const long long n = std::max(size, 1);
+  const long long per = std::max(ranks_per_id, 1);
+  return static_cast<int>((n + per - 1) / per);
+}
+
+int nccl_id_owner(int index, int size, int count) {
+  return static_cast<int>(static_cast<long long>(index) * std::max(size, 1) / std::max(count, 1));
+}
+
+int nccl_id_index(int rank, int size, int count) {
+  const long long n = std::max(size, 1);
+  const long long c = std::max(count, 1);
+  // The smallest index whose owner is at or after `rank`; it is this rank's when equal.
+  const long long i = (static_cast<long long>(rank) * c + n - 1) / n;
+  if (i >= c || nccl_id_owner(static_cast<int>(i), size, count) != rank) return -1;
+  return static_cast<int>(i);
+}
+
+std::string nccl_id_key(const std::string& key, int index) {
+  return index == 0 ? key : key + "/" + std::to_string(index);
+}
+
+std::vector<std::string> exchange_unique_ids(rendezvous::Client& store, const std::string& key,
+                                             int rank, int size, int count,
+                                             const std::function<std::string()>& make_id,
+                                             std::chrono::milliseconds timeout) {
+  if (count <= 1) return {exchange_unique_id(store, key, rank, make_id, timeout)};
+  std::string own_failure;
+  if (const int mine = nccl_id_index(rank, size, count); mine >= 0) {
+    std::string value;
+    try {
+      value = "id:" + make_id();
+    } catch (const std::exception& e) {
+      own_failure = e.what();
+      value = "error:" + own_failure;
+    }
+    store.set(nccl_id_key(key, mine), value);
+  }
+  if (!own_failure.empty())
+    throw Error("nccl: rank " + std::to_string(rank) +
+                " could not create its NCCL unique id: " + own_failure);
+  std::vector<std::string> keys;
+  for (int i = 0; i < count; ++i) keys.push_back(nccl_id_key(key, i));
+  auto missing = store.wait_for(keys, timeout);
+  if (!missing.empty())
+    throw Error("nccl: rank " + std::to_string(rank) + " waited " +
+                std::to_string(timeout.count() / 1000) + " s for the NCCL unique ids; " +
+                rendezvous::key_list(missing) +
+                " never appeared (their owners, ranks floor(i * size / ids), may have crashed "
+                "or be stuck)");
+  auto values = store.multi_get(keys);
+  std::vector<std::string> ids;
+  for (int i = 0; i < count; ++i) {
+    const auto& v = values[static_cast<std::size_t>(i)];
+    const std::string owner = "rank " + std::to_string(nccl_id_owner(i, size, count));
+    if (!v) throw Error("nccl: key '" + keys[static_cast<std::size_t>(i)] + "' vanished");
+    if (v->rfind("error:", 0) == 0)
+      throw Error("nccl: " + owner + " could not create NCCL unique id " + std::to_string(i) +
+                  ": " + v->substr(6));
+    if (v->rfind("id:", 0) != 0)
+      throw Error("nccl: malformed unique id under '" + keys[static_cast<std::size_t>(i)] + "'");
+    ids.push_back(v->substr(3));
+  }
+  return ids;
 }
 
 std::string interface_of(const std::string& ip) {
@@ -163,6 +231,9 @@ struct Nccl {
   decltype(&::ncclBroadcast) broadcast = nullptr;
   decltype(&::ncclAllGather) all_gather = nullptr;
   decltype(&::ncclGetErrorString) error_string = nullptr;
+  // Optional: ncclCommInitRankScalable exists from NCCL 2.23 on; null when older.
+  decltype(&::ncclCommInitRankScalable) init_rank_scalable = nullptr;
+  int version = 0;  // ncclGetVersion's code (22803 for 2.28.3), 0 when unknown
   std::string why;
 
   static const Nccl& get() {
@@ -185,6 +256,7 @@ struct Nccl {
       HVDRUN_NCCL_SYM(all_gather, "ncclAllGather")
       HVDRUN_NCCL_SYM(error_string, "ncclGetErrorString")
 #undef HVDRUN_NCCL_SYM
+      x.bind_scalable(h);
       if (!x.get_unique_id || !x.init_rank_config || !x.get_async_error || !x.abort || !x.destroy ||
           !x.all_reduce || !x.broadcast || !x.all_gather || !x.error_string)
         x.why = "the NCCL library found is too old (needs ncclCommInitRankConfig, NCCL >= 2.14)";
@@ -192,6 +264,21 @@ struct Nccl {
     }();
     return n;
   }
+
+  // Binds ncclCommInitRankScalable only when the library both exports it and reports a
+  // version that has it (2.23.0 = code 22300), so a stub or backport is not trusted.
+  void bind_scalable(void* h) {
+    using VersionFn = ncclResult_t (*)(int*);
+    auto get_version = reinterpret_cast<VersionFn>(::dlsym(h, "ncclGetVersion"));
+    if (get_version == nullptr || get_version(&version) != ncclSuccess) version = 0;
+    if (version >= 22300)
+      init_rank_scalable =
+          reinterpret_cast<decltype(init_rank_scalable)>(::dlsym(h, "ncclCommInitRankScalable"));
+  }
+
+  // Ids a communicator of `size` ranks is built from: one per kNcclRanksPerId ranks with
+  // the scalable init, else the single id of ncclCommInitRankConfig.
+  int id_count(int size) const { return init_rank_scalable != nullptr ? nccl_id_count(size) : 1; }
 };
 
 ncclDataType_t nccl_type(DataType t) {
@@ -336,8 +423,9 @@ NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, 
   };
   // Rank 0 publishes either the id or its reason, so nobody waits for an id that will
   // never come; other ranks with a local problem fail at once.
-  auto id_bytes = exchange_unique_id(
-      store, key, rank,
+  const int id_count = nccl.id_count(size);
+  auto id_list = exchange_unique_ids(
+      store, key, rank, size, id_count,
       [&]() -> std::string {
         if (!local_problem.empty()) throw std::runtime_error(local_problem);
         ncclUniqueId id;
@@ -349,10 +437,13 @@ NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, 
       std::max(left(), std::chrono::milliseconds(1)));
   if (!local_problem.empty())
     throw Error("nccl: rank " + std::to_string(rank) + ": " + local_problem);
-  if (id_bytes.size() != sizeof(ncclUniqueId().internal))
-    throw Error("nccl: unique id under '" + key + "' has the wrong size");
-  ncclUniqueId id;
-  std::memcpy(id.internal, id_bytes.data(), id_bytes.size());
+  std::vector<ncclUniqueId> ids(id_list.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (id_list[i].size() != sizeof ids[i].internal)
+      throw Error("nccl: unique id " + std::to_string(i) + " under '" + key +
+                  "' has the wrong size");
+    std::memcpy(ids[i].internal, id_list[i].data(), sizeof ids[i].internal);
+  }
 
   int dev = local_rank % devices;
   s_->device = dev;
@@ -367,7 +458,10 @@ NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, 
     s_->comm = nullptr;
     throw Error("nccl: rank " + std::to_string(rank) + " of " + std::to_string(size) + ": " + what);
   };
-  auto rc = nccl.init_rank_config(&s_->comm, size, id, rank, &config);
+  auto rc = ids.size() > 1
+                ? nccl.init_rank_scalable(&s_->comm, size, rank, static_cast<int>(ids.size()),
+                                          ids.data(), &config)
+                : nccl.init_rank_config(&s_->comm, size, ids[0], rank, &config);
   auto state = settle(s_->comm, rc, deadline, std::chrono::milliseconds(1));
   if (state == ncclInProgress)
     fail(

@@ -1,13 +1,15 @@
 // The GPU communicator: NCCL, loaded at run time (dlopen) so libhvdrun works on hosts
-// without CUDA. Bootstrap goes through the rendezvous store: rank 0 publishes the
-// ncclUniqueId (or why it could not make one) under the communicator's key, the others
-// wait for it; init is non-blocking and polled under the start deadline.
+// without CUDA. Bootstrap goes through the rendezvous store: rank 0 (with NCCL's scalable
+// init, one rank per 128) publishes the ncclUniqueId (or why it could not make one) under
+// the communicator's key, the others wait for it; init is non-blocking and polled under
+// the start deadline.
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hvdrun/hvdrun.h"
 #include "rendezvous/client.h"
@@ -23,6 +25,35 @@ std::string exchange_unique_id(rendezvous::Client& store, const std::string& key
                                const std::function<std::string()>& make_id,
                                std::chrono::milliseconds timeout);
 
+/// Ranks served by one NCCL unique id under ncclCommInitRankScalable (NCCL >= 2.23):
+/// each id's owner runs one bootstrap root, so no single rank answers every other one.
+inline constexpr int kNcclRanksPerId = 128;
+
+/// How many unique ids a communicator of `size` ranks uses: one per `ranks_per_id`
+/// ranks, rounded up, at least one (size <= 0 counts as one rank).
+int nccl_id_count(int size, int ranks_per_id = kNcclRanksPerId);
+
+/// The rank that generates id `index` of `count` for a communicator of `size` ranks:
+/// floor(index * size / count), so the owners are spread evenly over the ranks and, as
+/// ranks fill hosts in order, over the hosts (distinct hosts while hosts >= count).
+int nccl_id_owner(int index, int size, int count);
+
+/// Which id `rank` generates (the inverse of nccl_id_owner), or -1 when it makes none.
+int nccl_id_index(int rank, int size, int count);
+
+/// Key of id `index` under `key`: `key` itself for id 0 (what exchange_unique_id uses),
+/// `key/<index>` for the others.
+std::string nccl_id_key(const std::string& key, int index);
+
+/// The multi-id exchange: each owner (nccl_id_owner) runs `make_id` and publishes the
+/// result or its failure under nccl_id_key(key, i); every rank waits up to `timeout` for
+/// all `count` of them. Returns the ids in order on every rank, or throws Error naming
+/// the owner that failed or did not publish. With count == 1 this is exchange_unique_id.
+std::vector<std::string> exchange_unique_ids(rendezvous::Client& store, const std::string& key,
+                                             int rank, int size, int count,
+                                             const std::function<std::string()>& make_id,
+                                             std::chrono::milliseconds timeout);
+
 /// Number of CUDA devices visible, or -1 with `why` set when CUDA is unusable here.
 int cuda_device_count(std::string* why);
 
@@ -33,7 +64,9 @@ std::string interface_of(const std::string& ip);
 class NcclComm {
  public:
   /// Builds the communicator: picks device local_rank % devices, exchanges the unique id
-  /// under `key`, initialises without blocking and aborts at `deadline`. Throws Error
+  /// under `key` (with an NCCL of 2.23 or later and more than 128 ranks, one id per 128
+  /// ranks under nccl_id_key(key, i), for ncclCommInitRankScalable; else one id for
+  /// ncclCommInitRankConfig), initialises without blocking and aborts at `deadline`. Throws Error
   /// (fast when there is no GPU or no NCCL; naming the cause when local_size ranks
   /// share fewer GPUs). Then watches every collective (DeviceWatchdog): one that has not
   /// completed `op_timeout` after it was enqueued, or an asynchronous NCCL error, ends

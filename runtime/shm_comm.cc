@@ -50,7 +50,10 @@
 #include <cstring>
 #include <ctime>
 #include <new>
+#include <optional>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -202,7 +205,7 @@ int online_cpus() {
 
 class ShmComm::Impl {
  public:
-  Impl(rendezvous::Client& store, const std::string& key, ShmMember me, Clock::time_point deadline,
+  Impl(rendezvous::Client* store, const std::string& key, ShmMember me, Clock::time_point deadline,
        milliseconds op_timeout)
       : me_(std::move(me)), L_(me_.local_size), op_timeout_(op_timeout) {
     who_ = "rank " + std::to_string(me_.global_rank) + " of " + std::to_string(me_.global_size) +
@@ -239,7 +242,7 @@ class ShmComm::Impl {
 
   // --- segment set-up ---
 
-  UniqueFd create(rendezvous::Client& store, const std::string& key, Clock::time_point deadline) {
+  UniqueFd create(rendezvous::Client* store, const std::string& key, Clock::time_point deadline) {
     std::size_t chunk = kDefaultChunk;
     if (const char* v = std::getenv("HVDRUN_SHM_CHUNK_BYTES"))
       chunk = std::max<std::size_t>(4096, std::strtoull(v, nullptr, 10));
@@ -269,25 +272,44 @@ class ShmComm::Impl {
     for (int l = 0; l < L_; ++l)
       new (static_cast<char*>(p) + kHeaderBytes + kLineBytes * static_cast<std::size_t>(l)) Line;
     ::munmap(p, total);
+    if (L_ > 1) hand_out(fd, store, key, deadline);
+    return fd;
+  }
 
-    // Hand the memfd to the other local ranks. The socket's name is random and travels
-    // only through the authenticated store, and both ends check the other's uid.
-    if (L_ == 1) return fd;
-    const std::string name = "hvdrun-" + hex(rendezvous::random_bytes(16));
+  // Hands the memfd to the other local ranks. The socket's name is random and travels
+  // only through the authenticated store, or (without a store) is `key`, derived from
+  // the job secret; both ends check the other's uid.
+  void hand_out(const UniqueFd& fd, rendezvous::Client* store, const std::string& key,
+                Clock::time_point deadline) {
+    const std::string name = store ? "hvdrun-" + hex(rendezvous::random_bytes(16)) : key;
     UniqueFd srv(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!srv) throw_errno("shared memory: " + who_, "socket(AF_UNIX)");
     socklen_t len = 0;
     auto addr = abstract_address(name, &len);
-    if (::bind(srv.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-        ::listen(srv.get(), L_) != 0)
+    const bool bound = ::bind(srv.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0;
+    if (!bound && !store && errno == EADDRINUSE)
+      throw Error("shared memory: " + who_ + ": another process of this job already holds " +
+                  me_.host +
+                  "'s segment socket: two processes were started as local rank 0 "
+                  "(HVDRUN_LOCAL_RANK=0) of this host");
+    if (!bound || ::listen(srv.get(), L_) != 0)
       throw_errno("shared memory: " + who_ + ": local socket @" + name, "bind/listen");
-    store.set(key, name);
+    if (store) store->set(key, name);
     int handed = 0;
+    // Global rank of each local rank that fetched the segment, -1 while it has not.
+    std::vector<int> came(static_cast<std::size_t>(L_), -1);
+    came[0] = me_.global_rank;
     while (handed < L_ - 1) {
-      if (!poll_until(srv.get(), POLLIN, deadline))
-        throw Error("shared memory: " + who_ + ": only " + std::to_string(handed) + " of " +
-                    std::to_string(L_ - 1) +
-                    " other local ranks fetched the segment before the start timeout");
+      if (!poll_until(srv.get(), POLLIN, deadline)) {
+        std::string absent;
+        for (int l = 1; l < L_; ++l)
+          if (came[static_cast<std::size_t>(l)] < 0)
+            absent += (absent.empty() ? "" : ", ") + std::to_string(rank_of(l));
+        throw Error("shared memory: " + who_ + ": local rank(s) " + absent +
+                    " did not fetch the segment before the start timeout (" +
+                    std::to_string(handed) + " of " + std::to_string(L_ - 1) +
+                    " other local ranks did)");
+      }
       UniqueFd c(::accept4(srv.get(), nullptr, nullptr, SOCK_CLOEXEC));
       if (!c) continue;
       if (peer_uid(c.get()) != ::geteuid()) {
@@ -305,6 +327,12 @@ class ShmComm::Impl {
               static_cast<ssize_t>(sizeof(hello)))
         continue;
       if (hello[0] <= 0 || hello[0] >= L_) continue;
+      auto& first = came[static_cast<std::size_t>(hello[0])];
+      if (first >= 0)
+        throw Error(
+            "shared memory: " + who_ + ": two processes asked for the segment as local rank " +
+            std::to_string(hello[0]) + " (ranks " + std::to_string(first) + " and " +
+            std::to_string(hello[1]) + "): every rank of a host needs its own HVDRUN_LOCAL_RANK");
       FdMessage m;
       cmsghdr* cm = CMSG_FIRSTHDR(&m.msg);
       cm->cmsg_level = SOL_SOCKET;
@@ -312,28 +340,64 @@ class ShmComm::Impl {
       cm->cmsg_len = CMSG_LEN(sizeof(int));
       int raw = fd.get();
       std::memcpy(CMSG_DATA(cm), &raw, sizeof(int));
-      if (::sendmsg(c.get(), &m.msg, MSG_NOSIGNAL) == 1) ++handed;
+      if (::sendmsg(c.get(), &m.msg, MSG_NOSIGNAL) == 1) {
+        first = hello[1];
+        ++handed;
+      }
     }
-    return fd;
   }
 
-  UniqueFd fetch(rendezvous::Client& store, const std::string& key, Clock::time_point deadline) {
-    auto left = time_left(deadline);
-    store.wait({key}, left,
-               "shared memory: " + who_ + ": waiting for local rank 0 (rank " +
-                   std::to_string(me_.global_rank - me_.local_rank) + ") to create the segment");
-    auto name = store.get(key);
-    if (!name) throw Error("shared memory: " + who_ + ": the segment's socket name vanished");
-    UniqueFd c(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!c) throw_errno("shared memory: " + who_, "socket(AF_UNIX)");
-    socklen_t len = 0;
-    auto addr = abstract_address(*name, &len);
-    if (::connect(c.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0)
+  // Why local rank 0 may never serve this rank (only without a store, where its socket's
+  // name is fixed and a second process of one local rank finds it too).
+  std::string not_served() const {
+    return "local rank 0 did not start, or it had already handed the segment to every "
+           "local rank and this process is a second one with HVDRUN_LOCAL_RANK=" +
+           std::to_string(me_.local_rank);
+  }
+
+  std::string waiting_for_leader() const {
+    return "shared memory: " + who_ + ": waiting for local rank 0 (rank " +
+           std::to_string(me_.global_rank - me_.local_rank) + ") to create the segment";
+  }
+
+  // Connects to local rank 0's socket: the name from the store, or (no store) `key`
+  // itself, retried until local rank 0 has bound it or the deadline passes.
+  UniqueFd connect_leader(rendezvous::Client* store, const std::string& key,
+                          Clock::time_point deadline) {
+    std::optional<std::string> name = key;
+    if (store) {
+      store->wait({key}, time_left(deadline), waiting_for_leader());
+      name = store->get(key);
+      if (!name) throw Error("shared memory: " + who_ + ": the segment's socket name vanished");
+    }
+    auto pause = std::chrono::microseconds(500);
+    for (;;) {
+      UniqueFd c(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      if (!c) throw_errno("shared memory: " + who_, "socket(AF_UNIX)");
+      socklen_t len = 0;
+      auto addr = abstract_address(*name, &len);
+      if (::connect(c.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0) return c;
+      const int err = errno;
+      // Not bound yet (only without a store can this rank be early), or its backlog full.
+      if (!store && (err == ECONNREFUSED || err == EAGAIN) && Clock::now() < deadline) {
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::microseconds(50000));
+        continue;
+      }
+      if (!store && err == ECONNREFUSED)
+        throw Error(waiting_for_leader() + ": its socket did not accept within the start " +
+                    "timeout (" + not_served() + ")");
       throw_errno("shared memory: " + who_ + ": connecting to local rank 0's socket @" + *name +
                       " (are all ranks of host " + me_.host + " in one network namespace?)",
                   "connect");
+    }
+  }
+
+  UniqueFd fetch(rendezvous::Client* store, const std::string& key, Clock::time_point deadline) {
+    UniqueFd c = connect_leader(store, key, deadline);
+    const std::string name = store ? "local rank 0's socket" : "@" + key;
     if (peer_uid(c.get()) != ::geteuid())
-      throw Error("shared memory: " + who_ + ": the process behind @" + *name +
+      throw Error("shared memory: " + who_ + ": the process behind " + name +
                   " belongs to another user; refusing its segment");
     std::int32_t hello[2] = {me_.local_rank, me_.global_rank};
     if (::send(c.get(), hello, sizeof(hello), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(hello)))
@@ -342,8 +406,11 @@ class ShmComm::Impl {
       throw Error("shared memory: " + who_ +
                   ": local rank 0 did not hand over the segment before the start timeout");
     FdMessage m;
-    if (::recvmsg(c.get(), &m.msg, MSG_CMSG_CLOEXEC) != 1)
-      throw_errno("shared memory: " + who_ + ": receiving the segment", "recvmsg");
+    const auto got = ::recvmsg(c.get(), &m.msg, MSG_CMSG_CLOEXEC);
+    if (got != 1 && !store)
+      throw Error("shared memory: " + who_ + ": local rank 0 closed its socket without " +
+                  "handing over the segment (" + not_served() + ")");
+    if (got != 1) throw_errno("shared memory: " + who_ + ": receiving the segment", "recvmsg");
     cmsghdr* cm = CMSG_FIRSTHDR(&m.msg);
     if (cm == nullptr || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(sizeof(int)))
       throw Error("shared memory: " + who_ + ": local rank 0 sent no segment");
@@ -387,7 +454,12 @@ class ShmComm::Impl {
     for (int l = 0; l < L_; ++l) {
       ranks_[static_cast<std::size_t>(l)] = line(l).rank.load(std::memory_order_relaxed);
       pids_[static_cast<std::size_t>(l)] = line(l).pid.load(std::memory_order_relaxed);
-      if (l != me_.local_rank)
+      // Local rank 0 watches every peer through a pidfd, the others watch local rank 0
+      // (and the rest by kill(pid, 0), which sees a peer once it is reaped): L - 1 + L - 1
+      // descriptors per host instead of L * (L - 1), 261,632 at 512 local ranks. A death
+      // is still seen at once: local rank 0 waits in the same phase and marks the segment
+      // failed, which wakes everyone with its message.
+      if (l != me_.local_rank && (me_.local_rank == 0 || l == 0))
         pidfds_[static_cast<std::size_t>(l)] =
             UniqueFd(pidfd_open(pids_[static_cast<std::size_t>(l)]));
     }
@@ -525,8 +597,10 @@ class ShmComm::Impl {
       if (!reached(line(l).phase.load(std::memory_order_acquire), want))
         late += (late.empty() ? "" : ", ") + std::to_string(rank_of(l));
     if (what != nullptr)
-      throw Error("shared memory: " + who_ + ": local rank(s) " + late +
-                  " did not attach to the segment before the start timeout");
+      throw Error("shared memory: " + who_ + ": local rank(s) " + late + " did not " +
+                  (std::string_view(what) == "attach" ? "attach to the segment"
+                                                      : "reach " + std::string(what)) +
+                  " before the start timeout");
     fail("shared memory on " + me_.host + ": rank(s) " + late + " did not arrive within " +
          seconds_text(op_timeout_) + " s (HVDRUN_OP_TIMEOUT)");
   }
@@ -676,6 +750,36 @@ class ShmComm::Impl {
     sync(op_deadline());
   }
 
+  void gather_then_reply(const void* send, void* recv, void* reply, std::size_t bytes,
+                         Clock::time_point deadline, const std::function<void()>& between) {
+    if (bytes > chunk_)
+      throw Error("shared memory: " + who_ + ": a start-up exchange of " + std::to_string(bytes) +
+                  " bytes does not fit a slot of " + std::to_string(chunk_));
+    check_healthy();
+    const std::uint32_t p = phase_ + 1;
+    std::memcpy(slot(p, me_.local_rank), send, bytes);
+    sync(deadline, "the host's check-in");
+    if (me_.local_rank == 0) {
+      for (int l = 0; l < L_; ++l)
+        std::memcpy(static_cast<char*>(recv) + static_cast<std::size_t>(l) * bytes, slot(p, l),
+                    bytes);
+      try {
+        between();
+      } catch (const std::exception& e) {
+        abort(e.what());  // the others fail at once with this reason, not at the deadline
+        throw;
+      }
+      std::memcpy(slot(p + 1, 0), reply, bytes);
+    }
+    // Local rank 0's own waits end at `deadline` too and then mark the segment failed
+    // with their reason: the others give it that long to say why before naming it.
+    sync(me_.local_rank == 0 ? deadline : deadline + std::chrono::seconds(2),
+         "the host's check-in");
+    if (me_.local_rank != 0) std::memcpy(reply, slot(p + 1, 0), bytes);
+  }
+
+  int pid_of(int l) const { return pids_[static_cast<std::size_t>(l)]; }
+
   ShmMember me_;
   int L_;
   milliseconds op_timeout_;
@@ -695,7 +799,7 @@ class ShmComm::Impl {
   std::vector<UniqueFd> pidfds_;
 };
 
-ShmComm::ShmComm(rendezvous::Client& store, const std::string& key, ShmMember me,
+ShmComm::ShmComm(rendezvous::Client* store, const std::string& key, ShmMember me,
                  std::chrono::steady_clock::time_point deadline,
                  std::chrono::milliseconds op_timeout)
     : impl_(std::make_unique<Impl>(store, key, std::move(me), deadline, op_timeout)) {}
@@ -715,5 +819,11 @@ void ShmComm::barrier() { impl_->barrier(); }
 void ShmComm::abort(const std::string& why) noexcept { impl_->abort(why); }
 int ShmComm::global_rank(int local) const { return impl_->rank_of(local); }
 std::size_t ShmComm::chunk_bytes() const { return impl_->chunk_; }
+void ShmComm::gather_then_reply(const void* send, void* recv, void* reply, std::size_t bytes,
+                                std::chrono::steady_clock::time_point deadline,
+                                const std::function<void()>& between) {
+  impl_->gather_then_reply(send, recv, reply, bytes, deadline, between);
+}
+int ShmComm::pid_of(int local) const { return impl_->pid_of(local); }
 
 }  // namespace hvdrun::runtime

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -36,9 +37,11 @@ struct ShmMember {
 class ShmComm {
  public:
   /// Builds or joins the segment: local rank 0 creates it and publishes the socket name
-  /// under `key` in `store`; the others read it there and fetch the memfd. Throws Error
-  /// when that does not complete by `deadline`.
-  ShmComm(rendezvous::Client& store, const std::string& key, ShmMember me,
+  /// under `key` in `store`; the others read it there and fetch the memfd. Without a
+  /// store (`store` null) `key` is the socket's name itself, which the caller derives
+  /// from the job secret (shm_socket_name), and the others retry until it is bound.
+  /// Throws Error when that does not complete by `deadline`.
+  ShmComm(rendezvous::Client* store, const std::string& key, ShmMember me,
           std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds op_timeout);
   ~ShmComm();
   ShmComm(const ShmComm&) = delete;
@@ -54,6 +57,17 @@ class ShmComm {
   void allgather(const void* send, void* recv, std::size_t bytes);
   /// Returns once every local rank has entered it.
   void barrier();
+  /// Start-up exchange, waiting until `deadline` (not HVDRUN_OP_TIMEOUT): gathers
+  /// `bytes` (at most chunk_bytes()) from every local rank into `recv` in local rank
+  /// order, then hands local rank 0's `bytes` of `reply` to every local rank, after
+  /// `between` has run on local rank 0 (which may fill `reply` from what was gathered).
+  /// When `between` throws, the segment is marked failed with its message, so the others
+  /// fail at once with it; they wait 2 s past `deadline` for that before naming rank 0.
+  void gather_then_reply(const void* send, void* recv, void* reply, std::size_t bytes,
+                         std::chrono::steady_clock::time_point deadline,
+                         const std::function<void()>& between);
+  /// Process id of local rank `local` (as it recorded itself in the segment).
+  int pid_of(int local) const;
   /// Marks the segment failed with `why`, so local peers waiting in it (now or later)
   /// fail at once instead of at the timeout. Never throws.
   void abort(const std::string& why) noexcept;

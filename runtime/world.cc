@@ -6,10 +6,12 @@
 //   gpus          counter of ranks with a visible GPU
 //   arrived/<n>   counter of ranks that checked in for a world of size n
 //   ready         set by the rank whose check-in completes the world
+//   checkin/host/<host>   counter; HVDRUN_CHECKIN=host: local rank 0 checks its host in
 //   barrier/rank/<r>, barrier/<k>/count, barrier/<k>/done   per barrier k
 //   gloo/world/addr/<i>/<j>   address of rank i's end of pair (i, j) (HVDRUN_HOST_PATH=gloo)
 //   shm/..., hosts/..., gloo/leaders/..., leaders/...   the host paths (host_comm.cc)
 //   nccl/world/id             ncclUniqueId (or rank 0's reason for not making one)
+//   nccl/world/id/<i>         id i of ncclCommInitRankScalable (one per 128 ranks)
 #include "runtime/world.h"
 
 #include <spdlog/spdlog.h>
@@ -18,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "common/deadline.h"
 #include "common/log.h"
@@ -53,11 +56,37 @@ std::string World::who() const {
          env_.hostname;
 }
 
+bool checks_in_through_leader(const Environment& env) {
+  return env.checkin == "host" && env.host_path != "gloo" && env.local_size > 1 && env.size > 1;
+}
+
 World::World(Environment env) : env_(std::move(env)) {
   auto start = Clock::now();
   auto deadline = start + env_.start_timeout;
   prefix_ = "hvdrun/g" + std::to_string(env_.generation);
 
+  if (checks_in_through_leader(env_)) {
+    // Only local rank 0 opens a connection now; the others check in through it, over
+    // the host's segment, and connect later only if they need the store themselves.
+    if (env_.local_rank == 0) store();
+    host_ = std::make_unique<HostComm>(store_.get(), prefix_, env_,
+                                       store_ ? store_->local_address() : std::string(), deadline,
+                                       true);
+    check_in_host(deadline);
+    host_->join_hosts(deadline);
+  } else {
+    check_in(deadline);
+    host_ =
+        std::make_unique<HostComm>(store_.get(), prefix_, env_, store().local_address(), deadline);
+  }
+  build_nccl(deadline);
+  hvdrun::log().debug("hvdrun: {} joined in {} ms via {}; host memory: {}", who(),
+                      std::chrono::duration_cast<milliseconds>(Clock::now() - start).count(),
+                      local_address(), host_->describe());
+}
+
+rendezvous::Client& World::store() {
+  if (store_) return *store_;
   rendezvous::ClientOptions o;
   o.host = env_.rendezvous_addr;
   o.port = env_.rendezvous_port;
@@ -66,13 +95,8 @@ World::World(Environment env) : env_(std::move(env)) {
   o.call_timeout = std::max(env_.start_timeout, milliseconds(30000));
   o.who = "rank " + std::to_string(env_.rank);
   store_ = std::make_unique<rendezvous::Client>(o);
-
-  check_in(deadline);
-  host_ = std::make_unique<HostComm>(*store_, prefix_, env_, store_->local_address(), deadline);
-  build_nccl(deadline);
-  hvdrun::log().debug("hvdrun: {} joined in {} ms via {}; host memory: {}", who(),
-                      std::chrono::duration_cast<milliseconds>(Clock::now() - start).count(),
-                      store_->local_address(), host_->describe());
+  local_address_ = store_->local_address();
+  return *store_;
 }
 
 World::~World() { leave(); }
@@ -101,6 +125,7 @@ void World::leave(bool farewell) {
 
 void World::check_in(Clock::time_point deadline) {
   const auto r = std::to_string(env_.rank);
+  store();
   if (store_->add(prefix_ + "/checkin/" + r, 1) > 1)
     throw Error("rendezvous: rank " + r +
                 " has already checked in: two processes were started "
@@ -109,17 +134,28 @@ void World::check_in(Clock::time_point deadline) {
   store_->set(prefix_ + "/info/" + r, "host=" + env_.hostname + " addr=" + store_->local_address() +
                                           " size=" + std::to_string(env_.size) +
                                           " pid=" + std::to_string(::getpid()));
-  if (env_.nccl_mode != "off" && gpu_device_nodes_present()) {
-    std::string why;
-    if (cuda_device_count(&why) > 0) store_->add(prefix_ + "/gpus", 1);
-  }
+  if (has_gpu()) store_->add(prefix_ + "/gpus", 1);
   auto n = store_->add(prefix_ + "/arrived/" + std::to_string(env_.size), 1);
   if (n == env_.size) store_->set(prefix_ + "/ready", "1");
+  await_world(deadline);
+}
 
+bool World::has_gpu() const {
+  if (env_.nccl_mode == "off" || !gpu_device_nodes_present()) return false;
+  std::string why;
+  return cuda_device_count(&why) > 0;
+}
+
+// Waits for the last check-in; on timeout names who is missing, and anyone who
+// disagrees about the world size.
+void World::await_world(Clock::time_point deadline) {
   auto missing = store_->wait_for({prefix_ + "/ready"}, time_left(deadline));
-  if (missing.empty()) return;
+  if (missing.empty()) {
+    auto gpus_v = store_->get(prefix_ + "/gpus");
+    gpus_ = gpus_v ? std::strtol(gpus_v->c_str(), nullptr, 10) : 0;
+    return;
+  }
 
-  // Name who is missing, and anyone who disagrees about the world size.
   std::vector<std::string> keys;
   for (int i = 0; i < env_.size; ++i) keys.push_back(prefix_ + "/info/" + std::to_string(i));
   auto info = store_->multi_get(keys);
@@ -148,13 +184,57 @@ void World::check_in(Clock::time_point deadline) {
   throw Error(msg);
 }
 
+// The host's check-in through its leader: every local rank puts its GPU flag in the
+// segment; local rank 0 checks the whole host in with one batch (its ranks' records,
+// their count, their GPUs) on its own connection, waits for the world, and hands the
+// result (GPU count, its address) back through the segment. A failure of local rank 0
+// (a missing rank elsewhere, say) marks the segment failed, so its host's other ranks
+// fail at once with its message.
+void World::check_in_host(Clock::time_point deadline) {
+  struct Slot {
+    std::int32_t gpus = 0;  // in: this rank sees a GPU; out: ranks of the job that do
+    char address[64] = {};  // out: local rank 0's address towards the rendezvous
+  };
+  ShmComm& shm = *host_->shm();
+  const int L = env_.local_size;
+  Slot mine;
+  mine.gpus = has_gpu() ? 1 : 0;
+  std::vector<Slot> all(static_cast<std::size_t>(L));
+  Slot reply;
+  shm.gather_then_reply(&mine, all.data(), &reply, sizeof(Slot), deadline, [&] {
+    const std::string host = env_.hostname;
+    if (store_->add(prefix_ + "/checkin/host/" + host, 1) > 1)
+      throw Error("rendezvous: host " + host +
+                  " has already checked in: two processes were started as local rank 0 "
+                  "(HVDRUN_LOCAL_RANK=0) of host " +
+                  host + " for the same job");
+    std::vector<std::pair<std::string, std::string>> records;
+    std::int64_t gpus = 0;
+    for (int l = 0; l < L; ++l) {
+      records.emplace_back(prefix_ + "/info/" + std::to_string(shm.global_rank(l)),
+                           "host=" + host + " addr=" + store_->local_address() +
+                               " size=" + std::to_string(env_.size) +
+                               " pid=" + std::to_string(shm.pid_of(l)) + " via=local-rank-0");
+      gpus += all[static_cast<std::size_t>(l)].gpus;
+    }
+    store_->multi_set(records);
+    if (gpus > 0) store_->add(prefix_ + "/gpus", gpus);
+    auto n = store_->add(prefix_ + "/arrived/" + std::to_string(env_.size), L);
+    if (n == env_.size) store_->set(prefix_ + "/ready", "1");
+    await_world(deadline);
+    reply.gpus = static_cast<std::int32_t>(gpus_);
+    std::strncpy(reply.address, store_->local_address().c_str(), sizeof(reply.address) - 1);
+  });
+  gpus_ = reply.gpus;
+  if (!store_) local_address_.assign(reply.address, strnlen(reply.address, sizeof reply.address));
+}
+
 void World::build_nccl(Clock::time_point deadline) {
   if (env_.nccl_mode == "off") {
     nccl_status_ = "NCCL disabled (HVDRUN_NCCL=off)";
     return;
   }
-  auto gpus_v = store_->get(prefix_ + "/gpus");
-  long gpus = gpus_v ? std::strtol(gpus_v->c_str(), nullptr, 10) : 0;
+  const long gpus = gpus_;
   bool require = env_.nccl_mode == "require";
   if (gpus != env_.size && !require) {
     nccl_status_ = gpus == 0 ? "no rank has a visible CUDA device"
@@ -166,11 +246,11 @@ void World::build_nccl(Clock::time_point deadline) {
   // NCCL's own traffic uses the interface that reaches the rendezvous, unless the user
   // chose one.
   if (std::getenv("NCCL_SOCKET_IFNAME") == nullptr) {
-    auto ifname = interface_of(store_->local_address());
+    auto ifname = interface_of(store().local_address());
     if (!ifname.empty()) ::setenv("NCCL_SOCKET_IFNAME", ("=" + ifname).c_str(), 0);
   }
   try {
-    nccl_ = std::make_unique<NcclComm>(*store_, prefix_ + "/nccl/world/id", env_.rank, env_.size,
+    nccl_ = std::make_unique<NcclComm>(store(), prefix_ + "/nccl/world/id", env_.rank, env_.size,
                                        env_.local_rank, env_.local_size, deadline, env_.op_timeout);
   } catch (const Error& e) {
     if (require) throw;
@@ -193,6 +273,7 @@ int World::arrive(std::chrono::milliseconds timeout) {
   const long long k = ++barrier_seq_;
   const std::string base = prefix_ + "/barrier/";
   const std::string ks = std::to_string(k);
+  store();
   store_->set(base + "rank/" + std::to_string(env_.rank), ks);
   if (store_->add(base + ks + "/count", 1) == env_.size) {
     store_->set(base + ks + "/done", std::to_string(env_.rank));

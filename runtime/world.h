@@ -40,13 +40,20 @@ class World {
   NcclComm* nccl() { return nccl_.get(); }
   /// Why there is no NCCL communicator ("" when there is one).
   const std::string& nccl_status() const { return nccl_status_; }
-  /// Local IP of the rendezvous connection (used for collective traffic).
-  const std::string& local_address() const { return store_->local_address(); }
+  /// Local IP of the rendezvous connection (used for collective traffic); a rank that
+  /// checked in through its host's leader has the leader's.
+  const std::string& local_address() const { return local_address_; }
   /// Key prefix of this job generation ("hvdrun/g0").
   const std::string& prefix() const { return prefix_; }
 
  private:
   void check_in(std::chrono::steady_clock::time_point deadline);
+  void check_in_host(std::chrono::steady_clock::time_point deadline);
+  void await_world(std::chrono::steady_clock::time_point deadline);
+  bool has_gpu() const;
+  // The rendezvous connection, opened on first use (a rank that checked in through its
+  // host's leader may never need one).
+  rendezvous::Client& store();
   void build_nccl(std::chrono::steady_clock::time_point deadline);
   std::string who() const;
   // The barrier behind barrier() and join(): returns the rank that arrived last.
@@ -60,9 +67,15 @@ class World {
   std::unique_ptr<HostComm> host_;
   std::unique_ptr<NcclComm> nccl_;
   std::string nccl_status_;
+  std::string local_address_;
+  long gpus_ = 0;  // ranks of the job that see a GPU, as counted at check-in
   long long barrier_seq_ = 0;
   bool left_ = false;
 };
+
+/// True when this rank checks in through its host's leader (HVDRUN_CHECKIN=host, the
+/// shared-memory host path, more than one local rank).
+bool checks_in_through_leader(const Environment& env);
 
 /// Comma-separated rank list, abbreviated past 32 entries.
 std::string format_ranks(const std::vector<int>& ranks);

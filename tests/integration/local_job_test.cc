@@ -317,3 +317,22 @@ TEST_CASE("running out of descriptors names the open-file limits and how to rais
                  Catch::Contains("the open-file limit here is 128 (ulimit -n; hard limit 128") &&
                  Catch::Contains("raise the hard limit for this user"));
 }
+
+TEST_CASE("64 local ranks start, reduce through the host's segment and shut down") {
+  // The README's demo with 256 floats: each rank checks the sum element by element and
+  // prints ok or WRONG; rank 0 prints whether all agree (bench/local_ranks.sh: 512).
+  const std::string demo = HVDRUN_BINARY_DIR "/examples/allreduce_demo";
+  auto mode = GENERATE(as<std::string>{}, "rank", "host");
+  const auto t0 = Clock::now();
+  Hvdrun h({"-np", "64", "-x", "HVDRUN_CHECKIN=" + mode, demo, "256"});
+  const int code = h.wait(120s);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+  INFO("checkin=" << mode << " stderr: " << h.err);
+  REQUIRE(code == 0);
+  CHECK(count(h.out, "allreduce sum of 256 floats = 2080, expected 2080: ok\n") == 64);
+  CHECK(count(h.out, "WRONG") == 0);
+  CHECK(count(h.out, "[0]<stdout>:allreduce_demo: 64 ranks on 1 host(s): all ranks agree") == 1);
+  CHECK(ms < std::chrono::milliseconds(15000 * kSlowdown));
+  std::printf("local-ranks: np 64, checkin=%s: %lld ms\n", mode.c_str(),
+              static_cast<long long>(ms.count()));
+}

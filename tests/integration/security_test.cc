@@ -446,3 +446,49 @@ TEST_CASE("security: out of descriptors, the launcher's accept loops back off",
   report_fault({"800 connections to the Horovod rendezvous, launcher at ulimit -n 100", outcome, 0,
                 static_cast<int>(processes_with(marker).size()), "nothing"});
 }
+
+TEST_CASE(
+    "security: another user connecting to the segment socket of a host checking in "
+    "through its leader is refused, and the job runs",
+    "[fault][security][checkin]") {
+  if (::geteuid() != 0) {
+    WARN("needs root to act as nobody");
+    return;
+  }
+  // With HVDRUN_CHECKIN=host the segment socket's name comes from the job secret, but a
+  // bound abstract socket is listed in /proc/net/unix for every user: local rank 0 must
+  // refuse another uid. Local rank 1 starts 1 s late, so the socket waits that long.
+  const std::string marker = unique_marker();
+  const std::string attacker =
+      "import socket, time\n"
+      "deadline = time.time() + 20; seen = set()\n"
+      "while time.time() < deadline and not seen:\n"
+      "    for line in open('/proc/net/unix'):\n"
+      "        f = line.split()\n"
+      "        if len(f) >= 8 and f[7].startswith('@hvdrun-') and f[7] not in seen:\n"
+      "            seen.add(f[7]); s = socket.socket(socket.AF_UNIX)\n"
+      "            try:\n"
+      "                s.connect('\\0' + f[7][1:]); print('connected', f[7], flush=True)\n"
+      "                s.send(b'\\x01\\0\\0\\0\\x01\\0\\0\\0')\n"
+      "                print('reached', f[7], 'got', len(s.recv(64)), flush=True)\n"
+      "            except OSError as e:\n"
+      "                print('refused', f[7], e, flush=True)\n"
+      "    time.sleep(0.002)\n";
+  CapturedProcess nobody({"runuser", "-u", "nobody", "--", "python3", "-c", attacker});
+  Hvdrun h(
+      {"-np", "3", "-x", "HVDRUN_CHECKIN=host", "sh", "-c",
+       "if [ \"$HVDRUN_LOCAL_RANK\" = 1 ]; then sleep 1; fi; exec " + kWorker + " collectives"},
+      {marker});
+  const int code = h.wait(120s);
+  const int attacker_code = nobody.wait(30s);
+  INFO("hvdrun stdout: " << h.out << "\nstderr: " << h.err << "\nattacker: " << nobody.out
+                         << nobody.err);
+  CHECK(code == 0);
+  CHECK(attacker_code == 0);
+  // It found the socket and connected; local rank 0 closed it unserved (0 bytes back,
+  // or closed before the attacker's hello: a broken pipe).
+  CHECK_THAT(nobody.out, Catch::Contains("connected @hvdrun-"));
+  CHECK_THAT(nobody.out, !Catch::Contains(" got 1\n"));  // the segment's one-byte message
+  CHECK_THAT(h.out + h.err, Catch::Contains("refused a local connection from uid 65534"));
+  CHECK(wait_none_with(marker, 5s));
+}

@@ -61,3 +61,22 @@ TEST_CASE("the host path matrix across loopback SSH hosts, 2 x 2 and 3 x 3",
   CHECK(h.err.empty());
   CHECK(wait_none_with(marker, 5s));
 }
+
+// HVDRUN_CHECKIN=host through the real launcher on loopback SSH hosts: every rank's
+// collectives right, local rank 0 of each host the only rank with a rendezvous
+// connection, and the other ranks with no TCP socket at all.
+TEST_CASE("hosts check in through their leaders across loopback SSH hosts",
+          "[ssh][runtime][shm][checkin]") {
+  std::string marker = unique_marker();
+  Hvdrun h(
+      {"--ssh-config", cluster().ssh_config(), "-np", "6", "-H", "node1:3,node2:3",
+       "--start-timeout", "30", "-x", "HVDRUN_CHECKIN=host", kWorker, "sockets", "across-hosts"},
+      {marker});
+  int code = h.wait(180s);
+  INFO("stdout: " << h.out << "\nstderr: " << h.err);
+  CHECK(code == 0);
+  CHECK(h.err.empty());
+  CHECK(count(h.out, "tcp sockets: rendezvous 1,") == 2);
+  CHECK(count(h.out, "tcp sockets: rendezvous 0, other 0; memfd segment mapped") == 4);
+  CHECK(wait_none_with(marker, 5s));
+}

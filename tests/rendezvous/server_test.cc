@@ -327,6 +327,26 @@ TEST_CASE("many clients at once", "[rendezvous][server]") {
   CHECK(ok == kClients);
 }
 
+TEST_CASE("an idle rank's connection holds a small read buffer, a large frame still passes",
+          "[rendezvous][server]") {
+  // At 16,384 ranks every byte per connection counts: each used to hold a 16 KiB read
+  // buffer after its first request (256 MiB in all, bench/rendezvous_load.sh).
+  auto secret = generate_secret();
+  Server s(secret, "127.0.0.1");
+  s.start();
+  constexpr int kClients = 100;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(std::make_unique<Client>(opts(s, secret)));
+    clients.back()->set("info/" + std::to_string(i), std::string(80, 'x'));
+  }
+  auto st = s.stats();
+  CHECK(st.buffer_bytes <= kClients * 2048u);
+  std::string big(1u << 20, 'b');
+  clients[0]->set("big", big);
+  CHECK(clients[1]->get("big") == big);
+}
+
 TEST_CASE("an error on the I/O thread reaches the owner instead of only the log",
           "[rendezvous][server]") {
   const std::string secret = generate_secret();

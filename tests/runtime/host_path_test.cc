@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <set>
 #include <string>
@@ -260,4 +261,95 @@ TEST_CASE("host path: a stopped rank is named when HVDRUN_OP_TIMEOUT passes",
       CHECK_THAT(rr.err,
                  Catch::Contains("rank(s) 1 did not arrive within 1 s (HVDRUN_OP_TIMEOUT)"));
     }
+}
+
+TEST_CASE("host check-in: a host's ranks reach the rendezvous through local rank 0",
+          "[runtime][job][shm][checkin]") {
+  // 8 ranks on 2 simulated hosts: one connection per host instead of one per rank, and
+  // the collectives still right on every rank.
+  auto mode = GENERATE(as<std::string>{}, "host", "rank");
+  JobSpec spec;
+  spec.np = 8;
+  spec.hosts = {4, 4};
+  spec.argv = {kWorker, "collectives"};
+  spec.env = {{"HVDRUN_NCCL", "off"}, {"HVDRUN_CHECKIN", mode}};
+  spec.deadline = 120s;
+  auto r = run_job(spec);
+  INFO("checkin=" << mode << "\n" << r.dump());
+  CHECK(r.ok());
+  CHECK(r.connections == (mode == "host" ? 2u : 8u));
+}
+
+TEST_CASE("host check-in: a missing rank is named on every host, through the leaders",
+          "[runtime][job][shm][checkin]") {
+  JobSpec spec;
+  spec.np = 6;
+  spec.hosts = {3, 3};
+  spec.skip = {5};
+  spec.argv = {kWorker, "barrier"};
+  spec.env = {{"HVDRUN_NCCL", "off"}, {"HVDRUN_CHECKIN", "host"}, {"HVDRUN_START_TIMEOUT", "2"}};
+  spec.deadline = 20s;
+  auto r = run_job(spec);
+  INFO(r.dump());
+  CHECK(!r.timed_out);
+  CHECK(r.elapsed < 6s);
+  REQUIRE(r.ranks.size() == 5);
+  for (const auto& rr : r.ranks) {
+    CHECK(rr.exit_code == 3);
+    // Host 0 checked in whole and waited for the world: its leader names the ranks that
+    // did not check in (all of host 1, whose batch never came), and its other ranks get
+    // that reason through the segment. Host 1 never completed: its ranks name the local
+    // rank that did not come.
+    if (rr.rank < 3)
+      CHECK_THAT(rr.err, Catch::Contains("ranks 3, 4, 5 did not arrive within 2 s (3 of 6 "
+                                         "checked in"));
+    else
+      CHECK_THAT(rr.err,
+                 Catch::Contains("5 did not") && Catch::Contains("before the start timeout"));
+  }
+  // The host whose leader checked in opened one connection; the other none.
+  CHECK(r.connections <= 2u);
+  std::printf(
+      "host-checkin: rank 5 of 2 hosts x 3 missing, start timeout 2 s: all failed in %lld ms\n",
+      static_cast<long long>(r.elapsed.count()));
+}
+
+TEST_CASE("host path: descriptors per host grow linearly with its ranks, not quadratically",
+          "[runtime][job][shm]") {
+  // Every rank used to hold a pidfd of every local peer: L * (L - 1) descriptors, 261,632
+  // at 512 local ranks. Local rank 0 watches all, the others only it.
+  JobSpec spec;
+  spec.np = 12;
+  spec.argv = {kWorker, "pidfds"};
+  spec.env = {{"HVDRUN_NCCL", "off"}};
+  auto r = run_job(spec);
+  INFO(r.dump());
+  REQUIRE(r.ok());
+  for (const auto& rr : r.ranks)
+    CHECK_THAT(rr.err, Catch::Contains(rr.rank == 0 ? "local rank 0: pidfds 11"
+                                                    : "local rank " + std::to_string(rr.rank) +
+                                                          ": pidfds 1\n"));
+}
+
+TEST_CASE("host check-in: two processes claiming one local rank are refused, naming it",
+          "[runtime][job][shm][checkin]") {
+  // Per-rank check-in refuses a second HVDRUN_RANK at the store; through the leader the
+  // segment's hand-out refuses a second HVDRUN_LOCAL_RANK.
+  JobSpec spec;
+  spec.np = 3;
+  spec.extra = {1};
+  spec.argv = {kWorker, "barrier"};
+  spec.env = {{"HVDRUN_NCCL", "off"}, {"HVDRUN_CHECKIN", "host"}, {"HVDRUN_START_TIMEOUT", "3"}};
+  spec.deadline = 20s;
+  auto r = run_job(spec);
+  INFO(r.dump());
+  CHECK(!r.timed_out);
+  CHECK(!r.ok());
+  // Whichever of the two came second is refused: by local rank 0 while it still hands
+  // out the segment, or, once every local rank has it, by finding no socket.
+  CHECK_THAT(r.dump(), Catch::Contains("two processes asked for the segment as local rank 1 "
+                                       "(ranks 1 and 1)") ||
+                           Catch::Contains("a second one with HVDRUN_LOCAL_RANK=1"));
+  std::printf("host-checkin: local rank 1 started twice, start timeout 3 s: refused in %lld ms\n",
+              static_cast<long long>(r.elapsed.count()));
 }

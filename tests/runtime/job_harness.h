@@ -32,6 +32,8 @@ struct JobResult {
   std::vector<RankResult> ranks;
   std::chrono::milliseconds elapsed{0};
   bool timed_out = false;
+  /// Connections the rendezvous server accepted during the job.
+  std::uint64_t connections = 0;
   /// True when every started rank exited 0.
   bool ok() const {
     for (const auto& r : ranks)
@@ -180,6 +182,7 @@ inline JobResult run_job(const JobSpec& spec) {
     result.ranks.push_back(rr);
   }
   ::rmdir(dir.c_str());
+  result.connections = server.stats().accepted;
   server.stop();
   return result;
 }

@@ -195,7 +195,17 @@ std::map<std::string, TcpSocket> tcp_sockets() {
 // the shared-memory path the only one is the rendezvous connection, and the segment is
 // a memfd mapping (nothing in /dev/shm). With "expect-tcp" (HVDRUN_HOST_PATH=gloo) the
 // check must see the Gloo connections instead, which shows that it can.
-void check_sockets(bool expect_tcp) {
+// With "across-hosts" only the host leaders (local rank 0) may hold Gloo connections; the
+// others none. With HVDRUN_CHECKIN=host a rank other than local rank 0 has no rendezvous
+// connection either (it checked in through its leader).
+void check_sockets(const std::string& mode) {
+  const bool expect_tcp = mode == "expect-tcp";
+  const bool leader_tcp = mode == "across-hosts" && hvdrun::local_rank() == 0;
+  const char* checkin = std::getenv("HVDRUN_CHECKIN");
+  const int want_rendezvous = checkin != nullptr && std::string(checkin) == "host" &&
+                                      hvdrun::local_size() > 1 && hvdrun::local_rank() != 0
+                                  ? 0
+                                  : 1;
   std::vector<float> v(1 << 20, 1.0f);
   for (std::size_t n : {std::size_t{1}, std::size_t{1000}, v.size()}) {
     hvdrun::allreduce(v.data(), v.data(), n, DataType::kFloat32, ReduceOp::kSum);
@@ -234,10 +244,12 @@ void check_sockets(bool expect_tcp) {
     }
     ::closedir(d);
   }
-  if (to_rendezvous != 1)
-    fail("expected one rendezvous connection, saw " + std::to_string(to_rendezvous));
+  if (to_rendezvous != want_rendezvous)
+    fail("expected " + std::to_string(want_rendezvous) + " rendezvous connection(s), saw " +
+         std::to_string(to_rendezvous));
   if (expect_tcp && other == 0) fail("HVDRUN_HOST_PATH=gloo but no Gloo socket was seen");
-  if (!expect_tcp && other != 0) fail("TCP sockets besides the rendezvous connection:" + seen);
+  if (!expect_tcp && !leader_tcp && other != 0)
+    fail("TCP sockets besides the rendezvous connection:" + seen);
   std::ifstream maps("/proc/self/maps");
   std::string m((std::istreambuf_iterator<char>(maps)), std::istreambuf_iterator<char>());
   const bool mapped = m.find("/memfd:hvdrun-shm") != std::string::npos;
@@ -271,8 +283,23 @@ int main(int argc, char** argv) {
     check_matrix(argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 3000001);
   } else if (scenario == "kill-mid") {
     return kill_mid(argc > 2 ? argv[2] : "large");
+  } else if (scenario == "pidfds") {
+    // How many processes this rank watches through a pidfd (the host's segment).
+    int pidfds = 0;
+    if (DIR* d = ::opendir("/proc/self/fd")) {
+      while (dirent* e = ::readdir(d)) {
+        char target[64] = {};
+        std::string link = std::string("/proc/self/fd/") + e->d_name;
+        if (::readlink(link.c_str(), target, sizeof(target) - 1) > 0 &&
+            std::string(target) == "anon_inode:[pidfd]")
+          ++pidfds;
+      }
+      ::closedir(d);
+    }
+    std::fprintf(stderr, "local rank %d: pidfds %d\n", hvdrun::local_rank(), pidfds);
+    if (hvdrun_barrier() != 0) fail(std::string("barrier: ") + hvdrun_last_error());
   } else if (scenario == "sockets") {
-    check_sockets(argc > 2 && std::string(argv[2]) == "expect-tcp");
+    check_sockets(argc > 2 ? argv[2] : "");
   } else if (scenario == "stop-after-init") {
     // Rank 1 hangs (stops itself) after init; the others must not wait for ever.
     if (hvdrun::rank() == 1) ::raise(SIGSTOP);
