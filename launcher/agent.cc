@@ -267,8 +267,10 @@ bool Agent::all_done() const {
 }
 
 void Agent::send_hello() {
-  proto::AgentHello hello{proto::kVersion, static_cast<std::uint32_t>(::getpid()), host_name(),
-                          find_free_port(), {}, {}};
+  proto::AgentHello hello;
+  hello.pid = static_cast<std::uint32_t>(::getpid());
+  hello.hostname = host_name();
+  hello.free_port = find_free_port();
   if (!hello_.network_interface.empty()) {
     // The Horovod rendezvous admits this host's ranks by these addresses.
     try {

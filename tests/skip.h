@@ -12,10 +12,13 @@ void note_skip();
 
 }  // namespace hvdrun::testing
 
-/// Ends the current test case as skipped, with `why` in the output. Only in a TEST_CASE body.
-#define HVDRUN_SKIP(why)              \
-  do {                                \
-    ::hvdrun::testing::note_skip();   \
-    WARN("SKIPPED: " << why);         \
-    return;                           \
+/// Ends the current test case as skipped, with `why` (a stream expression, as in Catch's
+/// INFO: "text " << value) in the output. Only in a TEST_CASE body.
+// NOLINTBEGIN(bugprone-macro-parentheses): `why` is a chain of << operands, like WARN's
+#define HVDRUN_SKIP(why)            \
+  do {                              \
+    ::hvdrun::testing::note_skip(); \
+    WARN("SKIPPED: " << why);       \
+    return;                         \
   } while (false)
+// NOLINTEND(bugprone-macro-parentheses)

@@ -307,8 +307,8 @@ TEST_CASE("ranks and what they start with setsid run in the job's cgroup, gone a
   const std::string& d = tmp.path();
   // Rank 0 leaves a daemon behind and ends normally; it records its own cgroup too.
   const std::string script = "if [ $HVDRUN_RANK = 0 ]; then " + start_daemon_script(d) +
-                             "cat /proc/self/cgroup > " + d + "/r.tmp && mv " + d + "/r.tmp " +
-                             d + "/rank.cg; fi; true";
+                             "cat /proc/self/cgroup > " + d + "/r.tmp && mv " + d + "/r.tmp " + d +
+                             "/rank.cg; fi; true";
   std::vector<std::string> args = two_hosts(remote);
   args.insert(args.end(), {"-np", "2", "sh", "-c", script});
   Hvdrun h(args);

@@ -148,8 +148,9 @@ TEST_CASE("job: a remote host without a transport is a launch error") {
   CHECK_THROWS_AS(run(o, hooks), LaunchError);
 }
 
-TEST_CASE("job: with --network-interface the Horovod rendezvous admits the job's addresses, "
-          "not the interface's network") {
+TEST_CASE(
+    "job: with --network-interface the Horovod rendezvous admits the job's addresses, "
+    "not the interface's network") {
   // One "remote" host whose agent runs here; the Horovod server takes every caller for
   // another host, so the allow-list alone decides. The job's host is 127.0.0.1 (its link's
   // address) and so is lo's own address; 127.0.0.77 shares lo's network 127.0.0.0/8 but is
