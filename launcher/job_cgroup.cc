@@ -122,7 +122,9 @@ std::optional<std::string> cgroup_dir(const Cgroup2Mount& mount, const std::stri
 
 std::vector<pid_t> cgroup_pids(const std::string& dir) {
   std::vector<pid_t> out;
-  for (std::string_view line : split(read_small(dir + "/cgroup.procs"), '\n')) {
+  // Named: the views that split() returns point into it.
+  const std::string procs = read_small(dir + "/cgroup.procs");
+  for (std::string_view line : split(procs, '\n')) {
     const long pid = std::strtol(std::string(line).c_str(), nullptr, 10);
     if (pid > 0) out.push_back(static_cast<pid_t>(pid));
   }
