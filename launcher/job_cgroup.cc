@@ -5,6 +5,7 @@
 // single-threaded agent, can empty the cgroup too.
 #include "launcher/job_cgroup.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -17,6 +18,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <utility>
 
@@ -161,7 +163,7 @@ std::string kill_cgroup(const std::string& dir, Clock::time_point deadline, bool
   return {};
 }
 
-std::optional<JobCgroup> JobCgroup::create(const std::string& name, std::string& why_not) {
+std::optional<std::string> own_cgroup_dir(std::string& why_not) {
   const auto mount = find_cgroup2_mount(read_small("/proc/self/mountinfo"));
   if (!mount) {
     why_not = "no cgroup v2 hierarchy is mounted (/proc/self/mountinfo)";
@@ -172,12 +174,38 @@ std::optional<JobCgroup> JobCgroup::create(const std::string& name, std::string&
     why_not = "/proc/self/cgroup has no cgroup v2 (0::) line";
     return std::nullopt;
   }
-  const auto parent = cgroup_dir(*mount, *own);
-  if (!parent) {
+  auto dir = cgroup_dir(*mount, *own);
+  if (!dir) {
     why_not = "this process's cgroup " + *own + " is outside the hierarchy mounted at " +
               mount->mount_point;
-    return std::nullopt;
   }
+  return dir;
+}
+
+int remove_empty_job_cgroups(const std::string& prefix) {
+  std::string why_not;
+  const auto parent = own_cgroup_dir(why_not);
+  if (!parent || prefix.empty()) return 0;
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(parent->c_str()), ::closedir);
+  if (!d) return 0;
+  int removed = 0;
+  while (const dirent* e = ::readdir(d.get())) {
+    const std::string name = e->d_name;
+    if (e->d_type != DT_DIR || name.rfind(prefix, 0) != 0) continue;
+    // rmdir fails (EBUSY) while a process is in it: those are not this sweep's to kill.
+    const std::string dir = *parent + "/" + name;
+    if (::rmdir(dir.c_str()) == 0) {
+      ++removed;
+    } else {
+      spdlog::debug("job cgroup {} left in place: {}", dir, std::strerror(errno));
+    }
+  }
+  return removed;
+}
+
+std::optional<JobCgroup> JobCgroup::create(const std::string& name, std::string& why_not) {
+  const auto parent = own_cgroup_dir(why_not);
+  if (!parent) return std::nullopt;
   std::string dir = *parent + "/" + name;
   if (::mkdir(dir.c_str(), 0755) != 0) {
     why_not = "cannot create " + dir + ": " + std::strerror(errno);

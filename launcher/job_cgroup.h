@@ -44,6 +44,15 @@ std::optional<std::string> cgroup_dir(const Cgroup2Mount& mount, const std::stri
 std::string kill_cgroup(const std::string& dir, std::chrono::steady_clock::time_point deadline,
                         bool use_kill_file = true);
 
+/// The directory of this process's own cgroup v2, or nullopt with the reason in `why_not`.
+std::optional<std::string> own_cgroup_dir(std::string& why_not);
+
+/// Removes every empty cgroup in this process's own cgroup whose name starts with `prefix`
+/// ("hvdrun-JOB-"): the launcher's sweep of what its local agents left, an agent killed
+/// together with its guard (whose processes the launcher, their subreaper, has killed).
+/// A cgroup that still holds a process stays. Returns how many it removed.
+int remove_empty_job_cgroups(const std::string& prefix);
+
 /// The pids in the cgroup at `dir` (its cgroup.procs); empty when it cannot be read.
 std::vector<pid_t> cgroup_pids(const std::string& dir);
 

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -101,6 +102,23 @@ std::string cgroup_dir_in(const std::string& proc_cgroup) {
 }
 
 bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+// The job cgroups (hvdrun-LAUNCHERPID-AGENTPID) beside this process's cgroup: those of its
+// local agents.
+std::vector<std::string> job_cgroups_of(pid_t launcher) {
+  std::vector<std::string> out;
+  const auto mount = find_cgroup2_mount(read_file("/proc/self/mountinfo"));
+  const auto own = own_cgroup2_path(read_file("/proc/self/cgroup"));
+  if (!mount || !own) return out;
+  const auto dir = cgroup_dir(*mount, *own);
+  if (!dir) return out;
+  const std::string prefix = "hvdrun-" + std::to_string(launcher) + "-";
+  for (const auto& e : std::filesystem::directory_iterator(*dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind(prefix, 0) == 0) out.push_back(e.path().string());
+  }
+  return out;
+}
 
 // Starts a daemon (setsid: its own session and process group) that writes its pid to
 // DIR/daemon, waits for it, then copies the daemon's /proc/PID/cgroup to DIR/daemon.cg.
@@ -552,6 +570,9 @@ TEST_CASE("ProxyJump reaches a host through a jump host's direct-tcpip channel")
 TEST_CASE(
     "what a local rank started in its own session ends with hvdrun even when its agent "
     "was killed") {
+  // The agent alone (its guard then empties the job's cgroup), or its whole process group,
+  // guard included (hvdrun, as it exits, removes the cgroup its agent left).
+  const bool whole_group = GENERATE(false, true);
   TempDir tmp("sec");
   const std::string& d = tmp.path();
   const std::string script = "setsid sh -c 'echo $$ > " + d + "/d1.tmp && mv " + d + "/d1.tmp " +
@@ -568,11 +589,14 @@ TEST_CASE(
       static_cast<pid_t>(std::strtol(stat.c_str() + stat.rfind(')') + 4, nullptr, 10));
   REQUIRE(agent > 1);
   REQUIRE(agent != h.pid());
-  ::kill(agent, SIGKILL);
+  const pid_t launcher = h.pid();
+  ::kill(whole_group ? -agent : agent, SIGKILL);
   CHECK(h.wait() == 255);
   INFO("stderr: " << h.err);
   CHECK(h.err.find("the agent on host localhost ended unexpectedly") != std::string::npos);
   const bool gone = wait_none_alive({daemon, rank}, 5s * kSlowdown);
   if (alive(daemon)) ::kill(daemon, SIGKILL);
   CHECK(gone);
+  // Nothing of the job's is left in the cgroup tree either (where there is a job cgroup).
+  CHECK(job_cgroups_of(launcher).empty());
 }
