@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -224,7 +225,13 @@ std::optional<JobCgroup> JobCgroup::create(const std::string& name, std::string&
   probe.what = "a cgroup probe";
   probe.own_group = false;
   probe.main = [fd = cg.procs_.get()]() -> int { return ::write(fd, "0", 1) == 1 ? 0 : errno; };
-  const pid_t pid = spawn(probe).pid;
+  pid_t pid = -1;
+  try {
+    pid = spawn(probe).pid;
+  } catch (const std::exception& e) {
+    why_not = std::string("cannot try it: ") + e.what();  // no cgroup is no failure
+    return std::nullopt;
+  }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
