@@ -13,6 +13,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string_view>
@@ -142,7 +143,15 @@ class HorovodHttpServer::Impl {
     if (started_) throw std::logic_error("HorovodHttpServer::allow_only after start");
     std::vector<Network> parsed;
     for (const auto& a : addresses) parsed.push_back(parse_network(a));
+    const std::lock_guard<std::mutex> lock(allowed_mutex_);
     allowed_ = std::move(parsed);
+  }
+
+  void allow_also(const std::vector<std::string>& addresses) {
+    std::vector<Network> parsed;
+    for (const auto& a : addresses) parsed.push_back(parse_network(a));
+    const std::lock_guard<std::mutex> lock(allowed_mutex_);
+    allowed_.insert(allowed_.end(), parsed.begin(), parsed.end());
   }
 
   void serve_user(uid_t uid) {
@@ -181,8 +190,11 @@ class HorovodHttpServer::Impl {
                   " on this host (the job runs as uid " + std::to_string(uid_) + ")",
               source};
     }
-    for (const auto& n : allowed_) {
-      if (n.contains(addr)) return {true, {}, {}, addr.to_string()};
+    {
+      const std::lock_guard<std::mutex> lock(allowed_mutex_);
+      for (const auto& n : allowed_) {
+        if (n.contains(addr)) return {true, {}, {}, addr.to_string()};
+      }
     }
     return {false, "another host",
             "host " + addr.to_string() + ", which is not one of the job's hosts", addr.to_string()};
@@ -259,6 +271,8 @@ class HorovodHttpServer::Impl {
   void close_all();
 
   HttpServerLimits limits_;
+  // allow_also() adds to it from the launcher's thread while the I/O thread judges.
+  mutable std::mutex allowed_mutex_;
   std::vector<Network> allowed_;
   HorovodStore store_;
   // Declared before io_, like sessions_: sessions still alive when io_ goes use them.
@@ -542,6 +556,9 @@ HorovodHttpServer::~HorovodHttpServer() = default;
 std::uint16_t HorovodHttpServer::port() const { return impl_->port(); }
 void HorovodHttpServer::allow_only(const std::vector<std::string>& addresses) {
   impl_->allow_only(addresses);
+}
+void HorovodHttpServer::allow_also(const std::vector<std::string>& addresses) {
+  impl_->allow_also(addresses);
 }
 void HorovodHttpServer::serve_user(unsigned uid) { impl_->serve_user(static_cast<uid_t>(uid)); }
 void HorovodHttpServer::judge_peers_with(std::function<std::optional<unsigned>(int)> lookup) {

@@ -105,6 +105,9 @@ class HorovodHttpServer {
   /// host's address. Call before start(); with none (the default) no other host is
   /// served. Throws UsageError naming an entry that is not an address or network.
   void allow_only(const std::vector<std::string>& addresses);
+  /// Adds to the allowed hosts, also while serving (an agent that reports its host's
+  /// --network-interface addresses before that host's ranks start). Throws like allow_only.
+  void allow_also(const std::vector<std::string>& addresses);
   /// The uid a caller on this host must have (default: this process's effective uid).
   /// Call before start().
   void serve_user(unsigned uid);

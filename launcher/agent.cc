@@ -31,7 +31,9 @@
 #include "compat/env.h"
 #include "launcher/agent_protocol.h"
 #include "launcher/group_guard.h"
+#include "launcher/job_cgroup.h"
 #include "launcher/line_tail.h"
+#include "launcher/local_host.h"
 #include "launcher/reaper.h"
 #include "launcher/subprocess.h"
 
@@ -118,6 +120,8 @@ class Agent {
   void flush_queue();
   bool all_done() const;
   void sweep_groups();
+  void ensure_cgroup();
+  void remove_cgroup();
   // The steps of run()'s loop.
   void take_signals(SignalMask& signals);
   void check_timers(Clock::time_point now);
@@ -154,6 +158,10 @@ class Agent {
   UniqueFd dev_null_;
   // Kills the rank groups if this agent is killed; released after sweep_groups().
   std::optional<GroupGuard> guard_;
+  // The job's cgroup on this host, made at the first spawn where cgroup v2 allows it.
+  // Declared after guard_: on the way out it is emptied while the guard still watches.
+  std::optional<JobCgroup> cgroup_;
+  bool cgroup_tried_ = false;
   // What the next wait polls: a rank's stdout (0), stderr (1) or exec status (2), or
   // without a rank the launcher stream in (0) or out (1).
   struct Slot {
@@ -207,6 +215,48 @@ void Agent::sweep_groups() {
   if (guard_) keep.push_back(guard_->pid());
   const int n = kill_adopted(keep, Clock::now() + milliseconds(2000));
   if (n > 0) spdlog::debug("killed {} process(es) the ranks left behind", n);
+  remove_cgroup();
+}
+
+// A name that identifies the job and this agent on the host: hvdrun-JOB-PID.
+std::string cgroup_name(const std::string& job_id) {
+  std::string name = "hvdrun-";
+  for (char c : job_id.substr(0, 64)) {
+    const bool plain = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    name += plain || c == '.' || c == '_' ? c : '_';
+  }
+  if (!job_id.empty()) name += '-';
+  return name + std::to_string(::getpid());
+}
+
+void Agent::ensure_cgroup() {
+  if (cgroup_tried_) return;
+  cgroup_tried_ = true;
+  std::string why_not;
+  cgroup_ = JobCgroup::create(cgroup_name(hello_.job_id), why_not);
+  if (!cgroup_) {
+    spdlog::debug("no job cgroup ({}); what ranks start is left to this agent as subreaper",
+                  why_not);
+    return;
+  }
+  if (guard_) guard_->watch_cgroup(cgroup_->dir());
+  spdlog::debug("ranks run in the cgroup {}", cgroup_->dir());
+}
+
+// After the groups and the adopted: whatever still runs in the job's cgroup (it left the
+// rank's tree for another parent) goes too, and the cgroup with it.
+void Agent::remove_cgroup() {
+  if (!cgroup_) return;
+  const std::string dir = cgroup_->dir();
+  const std::size_t left = cgroup_pids(dir).size();
+  const std::string why = cgroup_->remove(Clock::now() + milliseconds(5000));
+  cgroup_.reset();
+  if (!why.empty()) {
+    spdlog::warn("job cgroup: {}", why);
+  } else {
+    spdlog::debug("removed the cgroup {}{}", dir,
+                  left ? " after killing " + std::to_string(left) + " process(es) in it" : "");
+  }
 }
 
 bool Agent::all_done() const {
@@ -217,8 +267,18 @@ bool Agent::all_done() const {
 }
 
 void Agent::send_hello() {
-  proto::AgentHello hello{
-      proto::kVersion, static_cast<std::uint32_t>(::getpid()), host_name(), find_free_port(), {}};
+  proto::AgentHello hello;
+  hello.pid = static_cast<std::uint32_t>(::getpid());
+  hello.hostname = host_name();
+  hello.free_port = find_free_port();
+  if (!hello_.network_interface.empty()) {
+    // The Horovod rendezvous admits this host's ranks by these addresses.
+    try {
+      hello.iface_addrs = interface_addresses(hello_.network_interface);
+    } catch (const std::exception& e) {
+      spdlog::debug("addresses of {}: {}", hello_.network_interface, e.what());
+    }
+  }
   if (!hello_.launcher_addr.empty()) {
     // This host's own interface toward the launcher: hosts whose interfaces have different
     // names each get their own.
@@ -250,6 +310,7 @@ void Agent::spawn(const proto::Spawn& s) {
   r.cwd = s.cwd;
   r.tail = LineTail(s.stderr_tail_lines);
 
+  ensure_cgroup();
   UniqueFd out_r, out_w, err_r, err_w;
   Child child;
   try {
@@ -267,6 +328,7 @@ void Agent::spawn(const proto::Spawn& s) {
     spec.stdout_fd = out_w.get();
     spec.stderr_fd = err_w.get();
     spec.death_signal = SIGKILL;
+    spec.cgroup_procs_fd = cgroup_ ? cgroup_->procs_fd() : -1;
     child = launcher::spawn(spec);
   } catch (const SystemError& e) {
     r.reported = true;

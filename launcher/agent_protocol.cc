@@ -171,6 +171,8 @@ Message decode_payload(Type type, std::string_view payload) {
       m.kill_grace_ms = r.u32();
       m.log_level = r.str();
       m.launcher_addr = r.str();
+      m.job_id = r.str();
+      m.network_interface = r.str();
       r.done();
       return m;
     }
@@ -183,6 +185,7 @@ Message decode_payload(Type type, std::string_view payload) {
       m.hostname = r.str();
       m.free_port = r.u16();
       m.iface = r.str();
+      m.iface_addrs = r.strs();
       r.done();
       return m;
     }
@@ -271,6 +274,8 @@ struct EncodeVisitor {
     w.u32(m.kill_grace_ms);
     w.str(m.log_level);
     w.str(m.launcher_addr);
+    w.str(m.job_id);
+    w.str(m.network_interface);
     w.finish(Type::hello, out);
   }
   void operator()(const AgentHello& m) {
@@ -281,6 +286,7 @@ struct EncodeVisitor {
     w.str(m.hostname);
     w.u16(m.free_port);
     w.str(m.iface);
+    w.strs(m.iface_addrs);
     w.finish(Type::agent_hello, out);
   }
   void operator()(const Spawn& m) {

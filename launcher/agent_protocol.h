@@ -27,8 +27,10 @@ namespace hvdrun::launcher::proto {
 inline constexpr std::uint32_t kMagic = 0x48564441;
 /// Protocol version spoken by this build. 2: the hello carries the launcher's address as
 /// the host reaches it, and the agent's hello (sent after it) the interface toward it.
-/// 3: suspend and resume (job control), rank-stopped.
-inline constexpr std::uint32_t kVersion = 3;
+/// 3: suspend and resume (job control), rank-stopped. 4: the hello carries a job id (the
+/// name of each host's job cgroup) and --network-interface, the agent's hello that
+/// interface's addresses on its host (the Horovod rendezvous admits exactly those).
+inline constexpr std::uint32_t kVersion = 4;
 /// Largest frame accepted (type byte + payload).
 inline constexpr std::uint32_t kMaxFrameBytes = 16u << 20;
 /// Largest output chunk an agent puts in one frame.
@@ -75,6 +77,10 @@ struct Hello {
   /// ranks); the agent answers with the interface that carries traffic toward it. Empty:
   /// no interface is looked up.
   std::string launcher_addr;
+  /// Names this job on every host (its cgroup there is hvdrun-JOB-AGENTPID).
+  std::string job_id;
+  /// --network-interface, or empty: the agent reports that interface's addresses.
+  std::string network_interface;
   bool operator==(const Hello&) const = default;
 };
 
@@ -90,6 +96,8 @@ struct AgentHello {
   /// The host's network interface toward the hello's launcher_addr (HOROVOD_GLOO_IFACE and
   /// NCCL_SOCKET_IFNAME of its ranks), or empty when it cannot be told.
   std::string iface;
+  /// The addresses of the hello's network_interface on this host (empty without one).
+  std::vector<std::string> iface_addrs;
   bool operator==(const AgentHello&) const = default;
 };
 

@@ -10,10 +10,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "launcher/job_cgroup.h"
 #include "launcher/subprocess.h"
 
 namespace hvdrun::launcher {
@@ -21,6 +25,20 @@ namespace {
 
 // Sent instead of a group id when the agent ends normally.
 constexpr std::int32_t kDone = 0;
+// Sent instead of a group id before the length and path of the job's cgroup directory.
+constexpr std::int32_t kCgroup = -1;
+
+// Reads exactly `size` bytes; false at EOF or on an error (the agent is gone).
+bool read_full(int fd, void* data, std::size_t size) {
+  std::size_t have = 0;
+  while (have < size) {
+    const ssize_t n = ::read(fd, static_cast<char*>(data) + have, size - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    have += static_cast<std::size_t>(n);
+  }
+  return true;
+}
 
 [[noreturn]] void guard_main(int from_agent) {
   for (int s : {SIGHUP, SIGTERM, SIGINT, SIGPIPE, SIGQUIT}) ::signal(s, SIG_IGN);
@@ -36,19 +54,25 @@ constexpr std::int32_t kDone = 0;
   if (::dup2(from_agent, 3) < 0) ::_exit(1);
   ::close_range(4, ~0u, 0);
   std::vector<pid_t> groups;
+  std::string cgroup;
   std::int32_t id = 0;
-  std::size_t have = 0;
-  for (;;) {
-    ssize_t n = ::read(3, reinterpret_cast<char*>(&id) + have, sizeof id - have);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // the agent is gone without saying it is done
-    have += static_cast<std::size_t>(n);
-    if (have < sizeof id) continue;
-    have = 0;
+  // Until the agent is gone without saying it is done.
+  while (read_full(3, &id, sizeof id)) {
     if (id == kDone) ::_exit(0);
-    groups.push_back(id);
+    if (id != kCgroup) {
+      groups.push_back(id);
+      continue;
+    }
+    std::uint32_t size = 0;
+    if (!read_full(3, &size, sizeof size)) break;
+    std::string dir(size, '\0');
+    if (!read_full(3, dir.data(), size)) break;
+    cgroup = std::move(dir);
   }
   for (pid_t g : groups) ::kill(-g, SIGKILL);
+  // What the ranks started in sessions of their own left the groups, but not the cgroup.
+  if (!cgroup.empty())
+    kill_cgroup(cgroup, std::chrono::steady_clock::now() + std::chrono::seconds(10));
   ::_exit(0);
 }
 
@@ -76,6 +100,18 @@ void GroupGuard::watch(pid_t pgid) {
   // Four bytes into an empty-enough pipe: atomic. A failed write means the guard is gone,
   // which leaves the ranks to PR_SET_PDEATHSIG alone, as before the guard existed.
   (void)!::write(to_guard_.get(), &id, sizeof id);
+}
+
+void GroupGuard::watch_cgroup(const std::string& dir) {
+  if (!to_guard_ || dir.empty() || dir.size() > 2048) return;
+  // One write of at most PIPE_BUF bytes: atomic, like watch()'s.
+  std::string message(sizeof(std::int32_t) + sizeof(std::uint32_t), '\0');
+  const std::int32_t id = kCgroup;
+  const auto size = static_cast<std::uint32_t>(dir.size());
+  std::memcpy(message.data(), &id, sizeof id);
+  std::memcpy(message.data() + sizeof id, &size, sizeof size);
+  message += dir;
+  (void)!::write(to_guard_.get(), message.data(), message.size());
 }
 
 void GroupGuard::release() {

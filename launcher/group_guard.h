@@ -2,11 +2,14 @@
 // (PR_SET_PDEATHSIG), but what a rank started itself (a shell's children, data loader
 // workers) shares the rank's process group and would outlive a SIGKILLed agent, since only
 // the agent knows to kill the groups. The guard is a small process forked from the agent
-// that learns every rank's process group over a pipe and, when that pipe ends without the
-// agent's "done" (the agent was killed, by the OOM killer or anyone), SIGKILLs each group.
+// that learns every rank's process group (and the job's cgroup, where there is one) over a
+// pipe and, when that pipe ends without the agent's "done" (the agent was killed, by the OOM
+// killer or anyone), SIGKILLs each group and empties the cgroup.
 #pragma once
 
 #include <sys/types.h>
+
+#include <string>
 
 #include "common/fd.h"
 
@@ -25,6 +28,9 @@ class GroupGuard {
   pid_t pid() const { return pid_; }
   /// Adds a rank's process group to those killed if the agent dies.
   void watch(pid_t pgid);
+  /// Adds the job's cgroup (JobCgroup::dir): emptied and removed if the agent dies, which
+  /// reaches what the ranks started outside their groups, their subreaper being gone.
+  void watch_cgroup(const std::string& dir);
   /// The agent has ended every group itself: the guard exits without killing, and this
   /// waits for it. Idempotent.
   void release();

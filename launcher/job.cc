@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <poll.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
@@ -109,6 +110,7 @@ class Job {
   void service(Host& h, bool read = true);
   void handle(Host& h, proto::Message& m);
   void on_agent_hello(Host& h, const proto::AgentHello& hello);
+  void admit_interface(const Host& h, const std::vector<std::string>& addrs);
   void on_rank_started(Host& h, const proto::RankStarted& st);
   void on_rank_exited(Host& h, const proto::RankExited& ex);
   void on_fatal(Host& h, const proto::Fatal& f);
@@ -235,6 +237,8 @@ void Job::start_agents() {
   hello.heartbeat_interval_ms = static_cast<std::uint32_t>(ctx_.heartbeat_interval.count());
   hello.kill_grace_ms = static_cast<std::uint32_t>(ctx_.kill_grace.count());
   hello.log_level = opt_.verbose ? "debug" : opt_.log_level;
+  hello.job_id = std::to_string(::getpid());
+  hello.network_interface = opt_.network_interface;
   for (Host& h : hosts_) {
     h.link = open_link(h);
     h.last_rx = now();
@@ -274,8 +278,9 @@ void Job::start_relay() {
 // The rendezvous server, and Horovod's own gloo-mode rendezvous (HTTP) for unmodified
 // Horovod programs. Horovod's protocol has no secret: its server serves this host's
 // processes of this user only (by the uid owning the caller's socket), and other hosts
-// only when they are the job's: their SSH addresses, and with --network-interface the
-// networks of that interface, through which their ranks reach this one (docs/security.md).
+// only when they are the job's: their SSH addresses, and with --network-interface that
+// interface's addresses on each host, through which their ranks reach this one, as each
+// agent reports them in its hello (never the interface's whole network: docs/security.md).
 void Job::start_servers(const std::string& bind_addr) {
   job_env_.secret = rendezvous::generate_secret();
   server_.emplace(job_env_.secret, bind_addr, 0);
@@ -284,6 +289,7 @@ void Job::start_servers(const std::string& bind_addr) {
   watch("rendezvous server", server_->failure());
   if (hooks_.on_rendezvous) hooks_.on_rendezvous(*server_);
   horovod_.emplace(placement_, bind_addr, 0);
+  if (hooks_.horovod_peers) horovod_->judge_peers_with(hooks_.horovod_peers);
   std::vector<std::string> allowed;
   for (const Host& h : hosts_) {
     if (h.local) continue;
@@ -294,7 +300,7 @@ void Job::start_servers(const std::string& bind_addr) {
       allowed.push_back(a);
   }
   if (!opt_.network_interface.empty() && !plan_.all_local()) {
-    for (auto& net : interface_networks(opt_.network_interface)) allowed.push_back(net);
+    for (auto& a : interface_addresses(opt_.network_interface)) allowed.push_back(a);
   }
   horovod_->allow_only(allowed);
   horovod_->start();
@@ -575,6 +581,7 @@ void Job::on_agent_hello(Host& h, const proto::AgentHello& hello) {
   }
   h.hello = true;
   h.info = hello;
+  if (!h.local && horovod_) admit_interface(h, hello.iface_addrs);
   spdlog::debug(
       "host {}: agent pid {} on {} ready after {} ms; interface toward the launcher: '{}'", h.name,
       hello.pid, hello.hostname,
@@ -585,6 +592,22 @@ void Job::on_agent_hello(Host& h, const proto::AgentHello& hello) {
       if (other.hello && !other.spawned && !other.closed) send_spawns(other);
     }
   }
+}
+
+// A remote host's --network-interface addresses, as its agent reports them, before its
+// ranks start: only well-formed literals (the agent is the user's own, but a garbled report
+// must not stop the job).
+void Job::admit_interface(const Host& h, const std::vector<std::string>& addrs) {
+  std::vector<std::string> ok;
+  for (const auto& a : addrs) {
+    in6_addr any{};
+    if (::inet_pton(AF_INET, a.c_str(), &any) == 1 || ::inet_pton(AF_INET6, a.c_str(), &any) == 1)
+      ok.push_back(a);
+  }
+  if (ok.empty()) return;
+  horovod_->allow_also(ok);
+  spdlog::debug("host {}: Horovod rendezvous admits {} address(es) of {}", h.name, ok.size(),
+                opt_.network_interface);
 }
 
 void Job::on_rank_started(Host& h, const proto::RankStarted& st) {

@@ -37,6 +37,10 @@ struct JobHooks {
   /// Called once the job's rendezvous server serves (tests inject failures on its
   /// thread through it). Unset: nothing.
   std::function<void(rendezvous::Server&)> on_rendezvous;
+  /// How the Horovod rendezvous tells the uid behind a caller's socket, nullopt meaning
+  /// another host (HorovodHttpServer::judge_peers_with). Unset: the socket's owner. Tests
+  /// play other hosts on loopback with it, to reach the allow-list.
+  std::function<std::optional<unsigned>(int)> horovod_peers;
   /// Asked on every turn of the job loop while ranks run: a reason to stop the job
   /// (every rank torn down, exit code 0, the reason printed) or nullopt. Unset: never.
   std::function<std::optional<std::string>()> should_stop;

@@ -127,24 +127,14 @@ std::string interface_address(const std::string& ifname) {
   throw UsageError("--network-interface " + ifname + ": the interface has no IP address");
 }
 
-std::vector<std::string> interface_networks(const std::string& ifname) {
+std::vector<std::string> interface_addresses(const std::string& ifname) {
   auto list = interfaces();
   if (!list) throw_errno("--network-interface " + ifname, "getifaddrs");
   std::vector<std::string> out;
   for (ifaddrs* i = list.get(); i; i = i->ifa_next) {
-    if (!i->ifa_name || ifname != i->ifa_name || !i->ifa_addr || !i->ifa_netmask) continue;
+    if (!i->ifa_name || ifname != i->ifa_name || !i->ifa_addr) continue;
     const int family = i->ifa_addr->sa_family;
-    if (family != AF_INET && family != AF_INET6) continue;
-    // The prefix length is the number of one bits in the mask.
-    const auto* mask = reinterpret_cast<const unsigned char*>(
-        family == AF_INET ? static_cast<const void*>(
-                                &reinterpret_cast<const sockaddr_in*>(i->ifa_netmask)->sin_addr)
-                          : static_cast<const void*>(
-                                &reinterpret_cast<const sockaddr_in6*>(i->ifa_netmask)->sin6_addr));
-    int prefix = 0;
-    for (std::size_t b = 0; b < (family == AF_INET ? 4u : 16u); ++b)
-      prefix += __builtin_popcount(mask[b]);
-    out.push_back(address_text(i->ifa_addr) + "/" + std::to_string(prefix));
+    if (family == AF_INET || family == AF_INET6) out.push_back(address_text(i->ifa_addr));
   }
   return out;
 }

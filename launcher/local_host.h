@@ -22,8 +22,8 @@ std::vector<std::string> local_addresses();
 /// interface does not exist or has no address.
 std::string interface_address(const std::string& ifname);
 
-/// The networks of interface `ifname` as ADDRESS/PREFIX ("10.0.0.5/24"), IPv4 and IPv6;
-/// empty when it has none. Throws SystemError when the interfaces cannot be listed.
-std::vector<std::string> interface_networks(const std::string& ifname);
+/// Every address of interface `ifname` ("10.0.0.5", "fe80::1"), IPv4 and IPv6; empty when
+/// it has none or does not exist. Throws SystemError when the interfaces cannot be listed.
+std::vector<std::string> interface_addresses(const std::string& ifname);
 
 }  // namespace hvdrun::launcher

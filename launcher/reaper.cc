@@ -17,6 +17,8 @@
 #include <string>
 #include <thread>
 
+#include "launcher/job_cgroup.h"
+
 namespace hvdrun::launcher {
 namespace {
 
@@ -99,6 +101,9 @@ LauncherReaper::~LauncherReaper() {
   if (!on_) return;
   kill_adopted({}, std::chrono::steady_clock::now() + std::chrono::seconds(2));
   ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+  // A local agent killed together with its guard (its whole process group, say) left its
+  // job cgroup behind: hvdrun-JOB-AGENT beside this process, JOB being this pid.
+  remove_empty_job_cgroups("hvdrun-" + std::to_string(::getpid()) + "-");
 }
 
 }  // namespace hvdrun::launcher

@@ -26,7 +26,8 @@ int kill_adopted(const std::vector<pid_t>& keep, std::chrono::steady_clock::time
 
 /// The launcher's share: while alive this process is a child subreaper, so that what a
 /// local rank left running when its agent was killed comes here; the destructor kills every
-/// child still there (the job's own children are gone by then) and turns the role off.
+/// child still there (the job's own children are gone by then), turns the role off, and
+/// removes the empty job cgroups its local agents left (remove_empty_job_cgroups).
 class LauncherReaper {
  public:
   LauncherReaper();

@@ -47,6 +47,7 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 [[noreturn]] void child(const ChildSpec& spec, pid_t parent, char** argv, char** envp,
                         int status_fd) {
   // spec is the parent's object, shared copy-on-write: only read here.
+  if (spec.cgroup_procs_fd >= 0) (void)!::write(spec.cgroup_procs_fd, "0", 1);
   if (spec.own_group) ::setpgid(0, 0);
   if (spec.death_signal != 0) {
     ::prctl(PR_SET_PDEATHSIG, spec.death_signal);

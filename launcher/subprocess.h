@@ -47,6 +47,10 @@ struct ChildSpec {
   /// Signal the child gets when its parent dies (PR_SET_PDEATHSIG); 0: none. A child
   /// whose parent is already gone exits at once.
   int death_signal = 0;
+  /// An open cgroup.procs (JobCgroup::procs_fd): the child writes "0" to it first, so
+  /// that it and all it starts belong to that cgroup from before exec; -1: none. A failed
+  /// write leaves the child where it was.
+  int cgroup_procs_fd = -1;
 };
 
 /// A started child.

@@ -111,9 +111,24 @@ TEST_CASE("Horovod rendezvous: other hosts are served only when they are the job
 
   HorovodHttpServer net(placement, "127.0.0.1");
   net.judge_peers_with(remote);
-  net.allow_only({"127.0.0.0/8"});  // --network-interface: the interface's network
+  net.allow_only({"127.0.0.0/8"});  // a network, for a caller who wants one
   net.start();
   CHECK(http_request(net.port(), "GET", "/global/0").status == 404);
+
+  // What the launcher does with --network-interface: the job's host addresses, then each
+  // agent's interface addresses as its hello brings them, while serving. A caller in the
+  // same network (lo: 127.0.0.0/8) that is none of those is refused.
+  HorovodHttpServer exact(placement, "127.0.0.1");
+  exact.judge_peers_with(remote);
+  exact.allow_only({"127.0.0.2"});
+  exact.start();
+  CHECK(http_request(exact.port(), "GET", "/global/0", {}, "127.0.0.2").status == 404);
+  CHECK(http_request(exact.port(), "GET", "/global/0", {}, "127.0.0.3").status == 403);
+  CHECK(http_request(exact.port(), "GET", "/global/0", {}, "127.0.0.77").status == 403);
+  exact.allow_also({"127.0.0.3"});
+  CHECK(http_request(exact.port(), "GET", "/global/0", {}, "127.0.0.3").status == 404);
+  CHECK(http_request(exact.port(), "GET", "/global/0", {}, "127.0.0.77").status == 403);
+  CHECK_THROWS_WITH(exact.allow_also({"node2"}), Catch::Contains("'node2'"));
 
   HorovodHttpServer strict(placement, "127.0.0.1");
   strict.judge_peers_with(remote);

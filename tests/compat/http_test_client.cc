@@ -16,9 +16,18 @@
 
 namespace hvdrun::compat::testing {
 
-HttpConnection::HttpConnection(std::uint16_t port, std::chrono::milliseconds timeout)
+HttpConnection::HttpConnection(std::uint16_t port, std::chrono::milliseconds timeout,
+                               const std::string& source)
     : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)), timeout_(timeout) {
   if (!fd_) throw_errno("test client", "socket");
+  if (!source.empty()) {
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    if (::inet_pton(AF_INET, source.c_str(), &from.sin_addr) != 1)
+      throw std::invalid_argument("test client: bad source address " + source);
+    if (::bind(fd_.get(), reinterpret_cast<sockaddr*>(&from), sizeof from) < 0)
+      throw_errno("test client binding to " + source, "bind");
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
@@ -101,8 +110,8 @@ bool HttpConnection::wait_closed() {
 }
 
 HttpResponse http_request(std::uint16_t port, const std::string& method, const std::string& target,
-                          const std::string& body) {
-  HttpConnection c(port);
+                          const std::string& body, const std::string& source) {
+  HttpConnection c(port, std::chrono::seconds(5), source);
   c.send_request(method, target, body, /*keep_alive=*/false);
   return c.read_response();
 }

@@ -27,8 +27,10 @@ struct HttpResponse {
 /// One TCP connection to 127.0.0.1:port with a deadline on every call.
 class HttpConnection {
  public:
-  /// Connects; throws SystemError on failure.
-  HttpConnection(std::uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  /// Connects to 127.0.0.1:port, from `source` (an IPv4 loopback address such as
+  /// 127.0.0.77) when not empty; throws SystemError on failure.
+  HttpConnection(std::uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(5),
+                 const std::string& source = {});
 
   /// Sends `bytes` as they are.
   void send_raw(const std::string& bytes);
@@ -50,8 +52,9 @@ class HttpConnection {
 };
 
 /// One request on a fresh connection, as Horovod's HTTPStore does.
+/// `source`, when not empty, is the client's address (see HttpConnection).
 HttpResponse http_request(std::uint16_t port, const std::string& method, const std::string& target,
-                          const std::string& body = {});
+                          const std::string& body = {}, const std::string& source = {});
 
 /// Replays one Horovod gloo rank's rendezvous in `scope` (rank `rank` of `size`): PUT
 /// /<scope>/<rank> = `value`, GET-poll every /<scope>/<r> until present (404 meanwhile),

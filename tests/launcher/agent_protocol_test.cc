@@ -70,9 +70,11 @@ TEST_CASE("every message survives a round trip whatever the chunking") {
   proto::RankExited exited{3, true, 9, {"Traceback", "ValueError: x"}};
   proto::Hello hello;
   hello.launcher_addr = "10.0.0.1";
+  hello.job_id = "4711";
+  hello.network_interface = "ib0";
   std::vector<proto::Message> msgs = {
       hello,
-      proto::AgentHello{proto::kVersion, 1234, "node1", 29500, "eth1"},
+      proto::AgentHello{proto::kVersion, 1234, "node1", 29500, "eth1", {"10.0.0.2", "fe80::1"}},
       spawn,
       proto::RankStarted{7, 4321},
       proto::Output{7, proto::Stream::err, std::string_view("some\nbytes\0here", 15)},
@@ -166,7 +168,7 @@ TEST_CASE("a version 1 agent hello (no interface field) is read as a version mis
   auto m = d.next();
   REQUIRE(m);
   CHECK(std::get<proto::AgentHello>(*m).version == 1);
-  CHECK(proto::kVersion == 3);
+  CHECK(proto::kVersion == 4);
 }
 
 TEST_CASE("a message larger than the frame limit cannot be encoded") {

@@ -148,6 +148,36 @@ TEST_CASE("job: a remote host without a transport is a launch error") {
   CHECK_THROWS_AS(run(o, hooks), LaunchError);
 }
 
+TEST_CASE(
+    "job: with --network-interface the Horovod rendezvous admits the job's addresses, "
+    "not the interface's network") {
+  // One "remote" host whose agent runs here; the Horovod server takes every caller for
+  // another host, so the allow-list alone decides. The job's host is 127.0.0.1 (its link's
+  // address) and so is lo's own address; 127.0.0.77 shares lo's network 127.0.0.0/8 but is
+  // no host of the job.
+  const std::string ask =
+      "import http.client, os\n"
+      "def status(source):\n"
+      "    c = http.client.HTTPConnection(os.environ['HOROVOD_GLOO_RENDEZVOUS_ADDR'],\n"
+      "        int(os.environ['HOROVOD_GLOO_RENDEZVOUS_PORT']), timeout=10,\n"
+      "        source_address=(source, 0))\n"
+      "    c.request('GET', '/global/0')\n"
+      "    return c.getresponse().status\n"
+      "print('from', status('127.0.0.77'), status('127.0.0.1'))\n";
+  LaunchOptions o = options(1, {"python3", "-c", ask});
+  o.hosts = {{"far-away-node", 1}};
+  o.network_interface = "lo";
+  JobHooks hooks;
+  hooks.agent_exe = kHvdrun;
+  hooks.remote_link = [&](const std::string&) { return start_local_agent(kHvdrun); };
+  hooks.horovod_peers = [](int) -> std::optional<unsigned> { return std::nullopt; };
+  Result r = run(o, hooks);
+  INFO(r.err);
+  CHECK(r.code == 0);
+  // 403: not one of the job's hosts; 404: served (no such key yet).
+  CHECK_THAT(r.out, Catch::Contains("[0]<stdout>:from 403 404\n"));
+}
+
 TEST_CASE("job: remote hosts get the forwarded environment through their link") {
   LaunchOptions o =
       options(3, {"sh", "-c", "echo \"$HVDRUN_RANK $HVDRUN_HOSTNAME ${HOME:-unset} $EXTRA\""});

@@ -11,7 +11,7 @@
 #include "launcher/local_host.h"
 
 using hvdrun::launcher::interface_address;
-using hvdrun::launcher::interface_networks;
+using hvdrun::launcher::interface_addresses;
 using hvdrun::launcher::is_local_host;
 
 TEST_CASE("localhost and this machine's own names and addresses are local") {
@@ -39,11 +39,12 @@ TEST_CASE("interface addresses are looked up by name with a helpful error") {
   }
 }
 
-TEST_CASE("an interface's networks are its addresses with their prefix lengths") {
-  // What the Horovod rendezvous admits from other hosts with --network-interface lo.
-  auto nets = interface_networks("lo");
-  CHECK(std::find(nets.begin(), nets.end(), "127.0.0.1/8") != nets.end());
-  CHECK(interface_networks("nosuchif0").empty());
+TEST_CASE("an interface's addresses are its own, not its networks") {
+  // What each host adds to the Horovod rendezvous's allow-list with --network-interface lo.
+  auto addrs = interface_addresses("lo");
+  CHECK(std::find(addrs.begin(), addrs.end(), "127.0.0.1") != addrs.end());
+  for (const auto& a : addrs) CHECK(a.find('/') == std::string::npos);
+  CHECK(interface_addresses("nosuchif0").empty());
 }
 
 TEST_CASE("names are compared without case and localhost.localdomain counts") {
