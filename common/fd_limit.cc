@@ -39,6 +39,12 @@ void restore_fd_limit_in_child() noexcept {
   (void)::setrlimit(RLIMIT_NOFILE, &lim);
 }
 
+unsigned long long fd_soft_limit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return 0;
+  return lim.rlim_cur;
+}
+
 std::string fd_limit_advice() {
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return "check the open-file limit (ulimit -n)";

@@ -17,6 +17,10 @@ void raise_fd_limit();
 /// Async-signal-safe; does nothing when the limit was never raised.
 void restore_fd_limit_in_child() noexcept;
 
+/// This process's soft RLIMIT_NOFILE now (RLIM_INFINITY as the largest value; 0 when it
+/// cannot be read).
+unsigned long long fd_soft_limit();
+
 /// What to tell a user whose descriptors ran out: the current soft and hard limits and
 /// how to raise them ("the open-file limit is 1024 (ulimit -n; hard limit 4096): ...").
 std::string fd_limit_advice();
