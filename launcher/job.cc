@@ -67,7 +67,7 @@ struct Host {
   // Bytes asked of the link per read: small for a quiet host (the launcher holds one buffer
   // per host), doubled while reads fill it, up to kMaxReadChunk.
   std::size_t read_chunk = kMinReadChunk;
-  static constexpr std::size_t kMinReadChunk = 16u << 10;
+  static constexpr std::size_t kMinReadChunk = 4u << 10;
   static constexpr std::size_t kMaxReadChunk = 1u << 20;
 };
 
