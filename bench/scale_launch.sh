@@ -5,7 +5,8 @@
 # does, then runs the agent command on this machine. The hosts are distinct loopback
 # addresses (127.1.0.1, 127.1.0.2, ...): an exec: host is never taken for this machine,
 # whatever its name, and an address needs no lookup. (Names that resolve nowhere work too,
-# but each costs the launcher a DNS round trip for the negative answer, about 44 ms here.)
+# but each costs the launcher a DNS query, which this machine's resolver, dropping bursts of
+# them, answers slowly: docs/scale.md.)
 #
 # For each N (default 256 1024 4096) it reports the launcher process's own figures (its
 # children excluded; bench/launch_probe.cc says how they are read):
