@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/error.h"
@@ -189,6 +190,8 @@ int launch(const LaunchOptions& options, JobHooks hooks) {
     ssh::Libssh2Connector connector;
     PreflightSettings settings;
     settings.expected_version = kVersionLine;
+    settings.max_parallel =
+        static_cast<int>(launch_concurrency(std::getenv(kLaunchConcurrencyVar)));
     // Every host's agent starts in the shell that reports its version: one remote shell
     // per host per job, all in parallel.
     settings.start_agent = true;
@@ -210,10 +213,16 @@ int launch(const LaunchOptions& options, JobHooks hooks) {
     }
   }
   hooks.launch_start = start;
+  // Each SSH host's checked session by name: the job asks for every host's link once.
+  std::unordered_map<std::string, HostCheck*> checked;
+  for (auto& check : report.hosts) {
+    if (check.session && check.agent_channel) checked.try_emplace(check.host, &check);
+  }
   hooks.remote_link = [&](const std::string& host) -> std::unique_ptr<AgentLink> {
     if (auto it = links.find(host); it != links.end() && it->second) return std::move(it->second);
-    for (auto& check : report.hosts) {
-      if (check.host != host || !check.session || !check.agent_channel) continue;
+    if (auto it = checked.find(host); it != checked.end()) {
+      HostCheck& check = *it->second;
+      checked.erase(it);
       return make_ssh_agent_link(host, std::move(check.session), std::move(check.agent_channel));
     }
     // Cannot happen: the preflight and the job read the same plan.
