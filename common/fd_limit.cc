@@ -39,10 +39,10 @@ void restore_fd_limit_in_child() noexcept {
   (void)::setrlimit(RLIMIT_NOFILE, &lim);
 }
 
-unsigned long long fd_soft_limit() {
+FdLimits fd_limits() {
   rlimit lim{};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return 0;
-  return lim.rlim_cur;
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return {};
+  return {lim.rlim_cur, lim.rlim_max};
 }
 
 std::string fd_limit_advice() {

@@ -125,11 +125,15 @@ void check_fd_budget(const LaunchPlan& plan) {
   const std::size_t window =
       std::min(hosts, launch_concurrency(std::getenv(kLaunchConcurrencyVar)));
   const unsigned long long needed = 2ULL * hosts + 3ULL * window + 64;
-  const unsigned long long limit = fd_soft_limit();
-  if (limit >= needed) return;
+  const FdLimits limit = fd_limits();
+  if (limit.soft >= needed) return;
   throw UsageError(std::to_string(hosts) + " hosts need about " + std::to_string(needed) +
-                   " open descriptors in hvdrun, more than it may hold: " + fd_limit_advice() +
-                   "; or lower " + kLaunchConcurrencyVar + " (now " + std::to_string(window) +
+                   " open descriptors in hvdrun, but its open-file limit is " +
+                   std::to_string(limit.soft) + " (hard limit " + std::to_string(limit.hard) +
+                   ", to which hvdrun raises it); raise the hard limit for this user (ulimit -Hn, "
+                   "/etc/security/limits.conf or LimitNOFILE= in a systemd unit), launch on "
+                   "fewer hosts, or lower " +
+                   kLaunchConcurrencyVar + " (now " + std::to_string(window) +
                    " starts in flight)");
 }
 

@@ -91,7 +91,7 @@ TEST_CASE("dry run under PBS, LSF and SGE") {
                        ")\n0 sa.cl 0\n1 sa.cl 1\n2 sb.cl 0\n");
 }
 
-TEST_CASE("a host list wins over the allocation; the allocation wins over localhost") {
+TEST_CASE("a host list wins over the allocation and the allocation wins over localhost") {
   Scratch d;
   auto r =
       dry_run({"-H", "localhost:1,hx:1", "true"}, {"LSB_MCPU_HOSTS=la 4", path_without_srun(d)});
@@ -208,7 +208,7 @@ TEST_CASE("exec: Ctrl-C ends the job with 130 and leaves nothing running") {
   CHECK(wait_none_with(marker, std::chrono::seconds(5)));
 }
 
-TEST_CASE("exec: the remote hvdrun's version is checked; a missing command is named") {
+TEST_CASE("exec: the remote hvdrun's version is checked and a missing command is named") {
   Scratch s;
   const std::string standin = write_standin(s);
   const std::string old = s.write("old-hvdrun", "#!/bin/sh\necho 'hvdrun 0.0.1 (old)'\n", true);
@@ -251,7 +251,7 @@ std::string host_list(int n) {
   return list;
 }
 
-TEST_CASE("exec: HVDRUN_LAUNCH_CONCURRENCY bounds the logins in flight; every host starts") {
+TEST_CASE("exec: HVDRUN_LAUNCH_CONCURRENCY bounds the logins in flight and every host starts") {
   Scratch s;
   const std::string standin = write_counting_standin(s);
   Hvdrun h({"--launcher", "exec:" + standin + " {host}", "-H", host_list(8), "sh", "-c",

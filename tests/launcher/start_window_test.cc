@@ -67,7 +67,7 @@ TEST_CASE("StartWindow: never more than the limit in flight, every host started 
   }
 }
 
-TEST_CASE("StartWindow: after a failure no further host starts; those in flight finish") {
+TEST_CASE("StartWindow: after a failure no further host starts and those in flight finish") {
   for (unsigned seed = 1; seed <= 5; ++seed) {
     const Simulated s = simulate(1000, 16, 40, seed);
     INFO("seed " << seed);
@@ -90,7 +90,7 @@ TEST_CASE("StartWindow: after a failure no further host starts; those in flight 
   CHECK(w.skipped() == 3);
 }
 
-TEST_CASE("StartWindow: an empty launch is done at once; a limit of 0 counts as 1") {
+TEST_CASE("StartWindow: an empty launch is done at once and a limit of 0 counts as 1") {
   StartWindow empty(0, 8);
   CHECK(empty.done());
   CHECK_FALSE(empty.next().has_value());
