@@ -39,6 +39,12 @@ void restore_fd_limit_in_child() noexcept {
   (void)::setrlimit(RLIMIT_NOFILE, &lim);
 }
 
+FdLimits fd_limits() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return {};
+  return {lim.rlim_cur, lim.rlim_max};
+}
+
 std::string fd_limit_advice() {
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return "check the open-file limit (ulimit -n)";

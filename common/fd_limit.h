@@ -17,6 +17,16 @@ void raise_fd_limit();
 /// Async-signal-safe; does nothing when the limit was never raised.
 void restore_fd_limit_in_child() noexcept;
 
+/// This process's RLIMIT_NOFILE now (RLIM_INFINITY as the largest value; zeros when it
+/// cannot be read).
+struct FdLimits {
+  /// The soft limit: the most descriptors this process may hold.
+  unsigned long long soft = 0;
+  /// The hard limit: the most the soft limit may be raised to without privilege.
+  unsigned long long hard = 0;
+};
+FdLimits fd_limits();
+
 /// What to tell a user whose descriptors ran out: the current soft and hard limits and
 /// how to raise them ("the open-file limit is 1024 (ulimit -n; hard limit 4096): ...").
 std::string fd_limit_advice();

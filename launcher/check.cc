@@ -1,11 +1,13 @@
 // Rendering of the preflight report and the `hvdrun check` entry point.
 #include "launcher/check.h"
 
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
 #include "common/quote.h"
 #include "common/version.h"
+#include "launcher/start_window.h"
 #include "ssh/libssh2_session.h"
 
 namespace hvdrun::launcher {
@@ -113,6 +115,7 @@ int run_check(const LaunchOptions& options, const std::string& expected_version)
   ssh::Libssh2Connector connector;
   PreflightSettings settings;
   settings.expected_version = expected_version;
+  settings.max_parallel = static_cast<int>(launch_concurrency(std::getenv(kLaunchConcurrencyVar)));
   PreflightReport report = preflight(options, connector, settings);
   std::cout << (options.json ? render_json(report) : render_table(report)) << std::flush;
   return report.ok() ? 0 : 255;

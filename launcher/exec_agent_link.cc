@@ -100,6 +100,7 @@ PendingExecAgent::PendingExecAgent(const std::string& host,
   }
   to_ = std::move(to_w);
   from_ = std::move(from_r);
+  set_nonblocking(from_.get());
 }
 
 PendingExecAgent::~PendingExecAgent() {
@@ -111,23 +112,39 @@ PendingExecAgent::~PendingExecAgent() {
 
 std::unique_ptr<AgentLink> PendingExecAgent::finish(const std::string& expected_version,
                                                     Clock::time_point deadline) {
-  const std::string marker = std::string(kAgentMarker) + "\n";
-  std::string got;
-  bool ended = false;
-  while (got.find(marker) == std::string::npos && !ended) {
+  while (!receive()) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) break;
     pollfd p{from_.get(), POLLIN, 0};
     int rc = ::poll(&p, 1, static_cast<int>(left.count()) + 1);
     if (rc < 0 && errno != EINTR) throw_errno("waiting for host " + host_, "poll");
-    if (rc <= 0) continue;
-    char buf[4096];
-    ssize_t n = ::read(from_.get(), buf, sizeof buf);
-    if (n > 0) got.append(buf, static_cast<std::size_t>(n));
-    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) ended = true;
-    if (got.size() > 64 * 1024) break;
   }
+  return link(expected_version);
+}
+
+bool PendingExecAgent::receive() {
+  const std::string marker = std::string(kAgentMarker) + "\n";
+  for (;;) {
+    if (ended_ || got_.size() > 64 * 1024) return true;
+    // The marker is searched for where it can start in what just arrived, not from the top.
+    const std::size_t from = got_.size() >= marker.size() ? got_.size() - marker.size() + 1 : 0;
+    char buf[4096];
+    const ssize_t n = ::read(from_.get(), buf, sizeof buf);
+    if (n > 0) {
+      got_.append(buf, static_cast<std::size_t>(n));
+      if (got_.find(marker, from) != std::string::npos) return true;
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return false;
+    ended_ = true;
+  }
+}
+
+std::unique_ptr<AgentLink> PendingExecAgent::link(const std::string& expected_version) {
+  const std::string marker = std::string(kAgentMarker) + "\n";
+  const std::string& got = got_;
+  const bool ended = ended_;
   const auto at = got.find(marker);
   const std::string before = got.substr(0, at);
   bool version_ok = false;

@@ -36,8 +36,21 @@ class PendingExecAgent {
   std::unique_ptr<AgentLink> finish(const std::string& expected_version,
                                     std::chrono::steady_clock::time_point deadline);
 
+  /// The descriptor to poll (POLLIN) while the answer is awaited.
+  int fd() const { return from_.get(); }
+  /// Reads what the command printed so far, without blocking; true once the answer is
+  /// complete (the marker came, the command ended or printed too much): call link() then.
+  bool receive();
+  /// The link once receive() said so, or before (a deadline passed: "did not answer").
+  /// Throws LaunchError as finish() does.
+  std::unique_ptr<AgentLink> link(const std::string& expected_version);
+  /// The host.
+  const std::string& host() const { return host_; }
+
  private:
   std::string host_;
+  std::string got_;
+  bool ended_ = false;
   std::string command_text_;
   std::string remote_hvdrun_;
   pid_t pid_ = -1;

@@ -64,7 +64,12 @@ struct Host {
   int started = 0;
   Clock::time_point last_rx;
   proto::AgentHello info;
-  EnvList base_env;
+  const EnvList* base_env = nullptr;  // Job::base_envs_: one per kind of host, not per host
+  // Bytes asked of the link per read: small for a quiet host (the launcher holds one buffer
+  // per host), doubled while reads fill it, up to kMaxReadChunk.
+  std::size_t read_chunk = kMinReadChunk;
+  static constexpr std::size_t kMinReadChunk = 4u << 10;
+  static constexpr std::size_t kMaxReadChunk = 1u << 20;
 };
 
 struct RankState {
@@ -139,6 +144,7 @@ class Job {
   const LaunchPlan& plan_;
   const hostfile::Placement& placement_;
   std::vector<Host> hosts_;
+  EnvList base_envs_[2];  // a remote host's [0] and a local host's [1] base environment
   std::vector<RankState> ranks_;
   std::vector<UniqueFd> output_files_;  // --output-filename, opened before anything starts
   std::optional<OutputRelay> relay_;
@@ -159,6 +165,7 @@ class Job {
   };
   std::vector<Watched> watched_;
   std::vector<pollfd> fds_;
+  std::vector<int> fd_host_;  // fds_[i] belongs to hosts_[fd_host_[i]], or -1
   // Declared last, so destroyed first: the servers stop before the links end the agents.
   std::optional<rendezvous::Server> server_;
   std::optional<compat::HorovodHttpServer> horovod_;
@@ -188,6 +195,12 @@ void Job::check_command() const {
 // Hosts and ranks as the plan placed them, and each host's base environment.
 void Job::lay_out_hosts() {
   ranks_.resize(static_cast<std::size_t>(placement_.size()));
+  hosts_.reserve(plan_.hosts.size());
+  for (bool local : {false, true}) {
+    if (std::any_of(plan_.hosts.begin(), plan_.hosts.end(),
+                    [&](const PlannedHost& p) { return p.local == local; }))
+      base_envs_[local ? 1 : 0] = host_base_env(ctx_.environment, local, opt_.env);
+  }
   for (std::size_t i = 0; i < plan_.hosts.size(); ++i) {
     const PlannedHost& planned = plan_.hosts[i];
     Host h;
@@ -197,7 +210,7 @@ void Job::lay_out_hosts() {
     h.method = planned.method;
     h.ranks = planned.ranks;
     for (int r : h.ranks) ranks_[static_cast<std::size_t>(r)].host = h.index;
-    h.base_env = host_base_env(ctx_.environment, h.local, opt_.env);
+    h.base_env = &base_envs_[h.local ? 1 : 0];
     hosts_.push_back(std::move(h));
   }
 }
@@ -406,16 +419,19 @@ bool Job::teardown_overdue(Clock::time_point t) {
 
 void Job::wait_for_events(Clock::time_point t) {
   fds_.clear();
+  fd_host_.clear();
   const bool paused = output_backed_up();
   for (Host& h : hosts_) {
     if (h.closed) continue;
     h.link->add_pollfds(fds_, !paused, !h.outq.empty());
+    fd_host_.resize(fds_.size(), h.index);
     // Agents are not expected to get through while we do not read them.
     if (paused) h.last_rx = t;
   }
   for (const Watched& w : watched_) {
     if (!w.reported) fds_.push_back({w.failure->fd(), POLLIN, 0});
   }
+  fd_host_.resize(fds_.size(), -1);
   auto wake = next_heartbeat_;
   if (paused) wake = std::min(wake, t + milliseconds(5));
   if (!stopping() && started_ranks_ < placement_.size()) wake = std::min(wake, start_deadline_);
@@ -423,7 +439,14 @@ void Job::wait_for_events(Clock::time_point t) {
   const int ready = ctx_.clock->wait(fds_, wake);
   check_frozen();
   if (ready > 0) {
-    for (Host& h : hosts_) service(h);
+    // Only the hosts whose descriptors reported: a read per host per turn would make a
+    // launch of N hosts cost N^2 system calls.
+    int last = -1;
+    for (std::size_t i = 0; i < fds_.size(); ++i) {
+      if (fds_[i].revents == 0 || fd_host_[i] < 0 || fd_host_[i] == last) continue;
+      last = fd_host_[i];
+      service(hosts_[static_cast<std::size_t>(last)]);
+    }
     relay_->flush();
   }
 }
@@ -479,7 +502,7 @@ void Job::send_spawns(Host& h) {
     s.argv = opt_.command;
     s.cwd = ctx_.cwd;
     s.env =
-        rank_env(h.base_env, placement_.ranks[static_cast<std::size_t>(r)], h.name, env).entries();
+        rank_env(*h.base_env, placement_.ranks[static_cast<std::size_t>(r)], h.name, env).entries();
     send(h, s);
   }
 }
@@ -501,11 +524,7 @@ void Job::rank_done(int rank) {
   relay_->end_rank(rank);
 }
 
-int Job::running_ranks() const {
-  int n = 0;
-  for (const auto& r : ranks_) n += r.done ? 0 : 1;
-  return n;
-}
+int Job::running_ranks() const { return placement_.size() - done_ranks_; }
 
 void Job::fail(int exit_code, std::string message, std::vector<std::string> hosts) {
   Failure f{exit_code, std::move(message), std::move(hosts)};
@@ -587,10 +606,14 @@ void Job::on_agent_hello(Host& h, const proto::AgentHello& hello) {
       hello.pid, hello.hostname,
       std::chrono::duration_cast<milliseconds>(now() - start_time_).count(), hello.iface);
   const Host& first = hosts_[static_cast<std::size_t>(placement_.ranks[0].host_index)];
-  if (!stopping() && first.hello) {
-    for (Host& other : hosts_) {
-      if (other.hello && !other.spawned && !other.closed) send_spawns(other);
-    }
+  if (stopping() || !first.hello) return;
+  if (&h != &first) {
+    if (!h.spawned && !h.closed) send_spawns(h);
+    return;
+  }
+  // Rank 0's host (MASTER_PORT) answered: every host that was waiting for it goes now.
+  for (Host& other : hosts_) {
+    if (other.hello && !other.spawned && !other.closed) send_spawns(other);
   }
 }
 
@@ -706,16 +729,16 @@ void Job::service(Host& h, bool read) {
         return;
       }
     }
-    constexpr std::size_t kChunk = 1u << 20;
     std::size_t budget = 8u << 20;  // then let the other hosts have a turn
     while (read && budget > 0 && !output_backed_up()) {
-      IoResult r = h.link->read(h.decoder.prepare(kChunk), kChunk);
+      IoResult r = h.link->read(h.decoder.prepare(h.read_chunk), h.read_chunk);
       if (r.kind == IoResult::would_block) break;
       if (r.kind != IoResult::ok) {
         host_closed(h, r.kind == IoResult::eof ? std::string() : r.message);
         return;
       }
       h.decoder.commit(r.bytes);
+      if (r.bytes == h.read_chunk) h.read_chunk = std::min(h.read_chunk * 2, Host::kMaxReadChunk);
       h.last_rx = now();
       budget -= std::min(budget, r.bytes);
       while (auto m = h.decoder.next()) {

@@ -3,14 +3,21 @@
 // host's session and agent channel.
 #include "launcher/launch.h"
 
+#include <poll.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/error.h"
+#include "common/fd_limit.h"
 #include "common/version.h"
 #include "launcher/check.h"
 #include "launcher/dry_run.h"
@@ -21,6 +28,7 @@
 #include "launcher/preflight.h"
 #include "launcher/reaper.h"
 #include "launcher/slurm_launch.h"
+#include "launcher/start_window.h"
 #include "launcher/ssh_agent_link.h"
 #include "ssh/libssh2_session.h"
 
@@ -35,36 +43,108 @@ bool any_host(const LaunchPlan& plan, LaunchMethod method) {
                      [&](const PlannedHost& h) { return h.method == method; });
 }
 
-// Starts every exec: host's command at once, then checks each one's version under the
-// start deadline. Returns the failures' messages (empty when all are good).
+// Waits until `deadline` for output from any of `pending`, then hands each one whose answer
+// is complete to `done` and drops it.
+template <typename Done>
+void await_exec_answers(std::vector<std::unique_ptr<PendingExecAgent>>& pending,
+                        std::vector<pollfd>& fds, ssh::Clock::time_point deadline, Done done) {
+  fds.clear();
+  for (const auto& p : pending) fds.push_back({p->fd(), POLLIN, 0});
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - ssh::Clock::now());
+  const bool late = left.count() <= 0;
+  if (!late && ::poll(fds.data(), fds.size(), static_cast<int>(left.count()) + 1) < 0 &&
+      errno != EINTR) {
+    throw_errno("waiting for the exec: commands", "poll");
+  }
+  // Past the deadline every one still pending is done: its link() says it did not answer.
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    const bool ready = late || (fds[i].revents != 0 && pending[i]->receive());
+    if (ready) {
+      done(*pending[i]);
+    } else {
+      pending[kept++] = std::move(pending[i]);
+    }
+  }
+  pending.resize(kept);
+}
+
+// Starts the exec: hosts' commands, at most HVDRUN_LAUNCH_CONCURRENCY at a time (a login
+// slot is free again once its host's agent has answered), and checks each one's version
+// under the start deadline. After a failure no further host is started. Returns the
+// failures' messages (empty when all are good).
 std::vector<std::string> start_exec_agents(const LaunchPlan& plan, const LaunchOptions& options,
-                                           ssh::Clock::time_point deadline, LinkMap& links) {
+                                           ssh::Clock::time_point deadline, LinkMap& links,
+                                           std::size_t* skipped) {
   const std::string remote_hvdrun = expected_remote_hvdrun(options, PreflightSettings{});
-  std::vector<std::pair<std::string, std::unique_ptr<PendingExecAgent>>> pending;
-  std::vector<std::string> failures;
+  std::vector<const PlannedHost*> hosts;
   for (const auto& h : plan.hosts) {
-    if (h.method != LaunchMethod::exec) continue;
-    try {
-      pending.emplace_back(h.name, std::make_unique<PendingExecAgent>(
-                                       h.name, plan.launcher.exec_argv, remote_hvdrun));
-    } catch (const std::exception& e) {
-      failures.emplace_back(e.what());
-    }
+    if (h.method == LaunchMethod::exec) hosts.push_back(&h);
   }
-  for (auto& [host, agent] : pending) {
-    try {
-      links[host] = agent->finish(kVersionLine, deadline);
-    } catch (const std::exception& e) {
-      failures.emplace_back(e.what());
+  StartWindow window(hosts.size(), launch_concurrency(std::getenv(kLaunchConcurrencyVar)));
+  std::vector<std::unique_ptr<PendingExecAgent>> pending;
+  std::vector<pollfd> fds;
+  std::vector<std::string> failures;
+  auto failed = [&](std::string message) {
+    failures.push_back(std::move(message));
+    window.stop();
+  };
+  while (!window.done()) {
+    while (auto i = window.next()) {
+      const PlannedHost& h = *hosts[*i];
+      try {
+        pending.push_back(
+            std::make_unique<PendingExecAgent>(h.name, plan.launcher.exec_argv, remote_hvdrun));
+      } catch (const std::exception& e) {
+        window.finished();
+        failed(e.what());
+      }
     }
+    if (pending.empty()) continue;
+    await_exec_answers(pending, fds, deadline, [&](PendingExecAgent& agent) {
+      window.finished();
+      try {
+        links[agent.host()] = agent.link(kVersionLine);
+      } catch (const std::exception& e) {
+        failed(e.what());
+      }
+    });
   }
+  *skipped = window.skipped();
   return failures;
 }
 
-int report_failures(const std::vector<std::string>& failures) {
+// The launcher holds about two descriptors per host for the whole job (a pipe pair or a
+// socket), three per start in flight, and a few dozen of its own (servers, relay, stdio). A
+// limit below that would stop the launch halfway, after hundreds of logins: refuse first.
+void check_fd_budget(const LaunchPlan& plan) {
+  std::size_t hosts = 0;
+  for (const auto& h : plan.hosts) hosts += h.local ? 0 : 1;
+  if (hosts == 0) return;
+  const std::size_t window =
+      std::min(hosts, launch_concurrency(std::getenv(kLaunchConcurrencyVar)));
+  const unsigned long long needed = 2ULL * hosts + 3ULL * window + 64;
+  const FdLimits limit = fd_limits();
+  if (limit.soft >= needed) return;
+  throw UsageError(std::to_string(hosts) + " hosts need about " + std::to_string(needed) +
+                   " open descriptors in hvdrun, but its open-file limit is " +
+                   std::to_string(limit.soft) + " (hard limit " + std::to_string(limit.hard) +
+                   ", to which hvdrun raises it); raise the hard limit for this user (ulimit -Hn, "
+                   "/etc/security/limits.conf or LimitNOFILE= in a systemd unit), launch on "
+                   "fewer hosts, or lower " +
+                   kLaunchConcurrencyVar + " (now " + std::to_string(window) +
+                   " starts in flight)");
+}
+
+int report_failures(const std::vector<std::string>& failures, std::size_t skipped = 0) {
   std::fprintf(stderr, "hvdrun: %zu host%s could not be reached; nothing was started:\n",
                failures.size(), failures.size() > 1 ? "s" : "");
   for (const auto& f : failures) std::fprintf(stderr, "  %s\n", f.c_str());
+  if (skipped > 0) {
+    std::fprintf(stderr, "  (%zu more host%s not tried after the first failure)\n", skipped,
+                 skipped > 1 ? "s were" : " was");
+  }
   std::fflush(stderr);
   return 255;
 }
@@ -80,6 +160,7 @@ int launch(const LaunchOptions& options, JobHooks hooks) {
     std::fflush(stdout);
     return 0;
   }
+  check_fd_budget(plan);
   // Whatever local ranks leave behind, even past a killed agent, ends with the launch.
   const LauncherReaper reaper;
   if (plan.all_local()) return run_job(plan, options, hooks);
@@ -88,8 +169,9 @@ int launch(const LaunchOptions& options, JobHooks hooks) {
   const auto deadline = start + std::chrono::seconds(options.start_timeout_s);
   LinkMap links;
   if (any_host(plan, LaunchMethod::exec)) {
-    auto failures = start_exec_agents(plan, options, deadline, links);
-    if (!failures.empty()) return report_failures(failures);
+    std::size_t skipped = 0;
+    auto failures = start_exec_agents(plan, options, deadline, links, &skipped);
+    if (!failures.empty()) return report_failures(failures, skipped);
   }
   if (any_host(plan, LaunchMethod::slurm)) {
     SlurmStepSpec step;
@@ -112,6 +194,8 @@ int launch(const LaunchOptions& options, JobHooks hooks) {
     ssh::Libssh2Connector connector;
     PreflightSettings settings;
     settings.expected_version = kVersionLine;
+    settings.max_parallel =
+        static_cast<int>(launch_concurrency(std::getenv(kLaunchConcurrencyVar)));
     // Every host's agent starts in the shell that reports its version: one remote shell
     // per host per job, all in parallel.
     settings.start_agent = true;
@@ -133,10 +217,16 @@ int launch(const LaunchOptions& options, JobHooks hooks) {
     }
   }
   hooks.launch_start = start;
+  // Each SSH host's checked session by name: the job asks for every host's link once.
+  std::unordered_map<std::string, HostCheck*> checked;
+  for (auto& check : report.hosts) {
+    if (check.session && check.agent_channel) checked.try_emplace(check.host, &check);
+  }
   hooks.remote_link = [&](const std::string& host) -> std::unique_ptr<AgentLink> {
     if (auto it = links.find(host); it != links.end() && it->second) return std::move(it->second);
-    for (auto& check : report.hosts) {
-      if (check.host != host || !check.session || !check.agent_channel) continue;
+    if (auto it = checked.find(host); it != checked.end()) {
+      HostCheck& check = *it->second;
+      checked.erase(it);
       return make_ssh_agent_link(host, std::move(check.session), std::move(check.agent_channel));
     }
     // Cannot happen: the preflight and the job read the same plan.

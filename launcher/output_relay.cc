@@ -50,6 +50,7 @@ OutputRelay::OutputRelay(RelayOptions options, int size, std::vector<UniqueFd> f
   tails_.assign(static_cast<std::size_t>(size), LineTail(opt_.tail_lines));
   if (!opt_.output_dir.empty() && files.empty())
     files = open_output_files(opt_.output_dir, size, &OutputRelay::rank_dir_name);
+  has_files_ = !files.empty();
   for (int r = 0; r < size; ++r) {
     for (auto s : {proto::Stream::out, proto::Stream::err}) {
       RankStream& rs = state(r, s);
@@ -309,7 +310,11 @@ void OutputRelay::flush() {
   }
   write_sink(out_);
   write_sink(err_);
-  for (auto& rs : per_rank_) write_file(rs);
+  // Only with --output-filename: a pass over every rank on every flush would cost a job of
+  // N ranks N^2 steps.
+  if (has_files_) {
+    for (auto& rs : per_rank_) write_file(rs);
+  }
 }
 
 std::vector<std::string> OutputRelay::stderr_tail(int rank) const {

@@ -143,6 +143,7 @@ class OutputRelay {
   std::vector<LineTail> tails_;
   std::time_t stamp_time_ = 0;
   std::string stamp_;
+  bool has_files_ = false;  // --output-filename: flush() visits every rank's files
   std::thread writer_;  // last: started once everything above exists
 };
 

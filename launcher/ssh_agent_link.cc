@@ -77,6 +77,10 @@ class SshAgentLink : public AgentLink {
     if (!channel_) return {IoResult::error, 0, "write to agent: the connection is closed"};
     try {
       std::ptrdiff_t n = channel_->write(buf, size);
+      // libssh2 may have taken the agent's next packets off the socket while it wrote: the
+      // socket then shows nothing, and the job, which reads only the links poll reported,
+      // would not read them until more came. Read once more to be sure.
+      pending_ = true;
       if (n == ssh::kWouldBlock || n == 0) return {IoResult::would_block, 0, {}};
       return {IoResult::ok, static_cast<std::size_t>(n), {}};
     } catch (const ssh::SessionError& e) {

@@ -91,7 +91,7 @@ TEST_CASE("dry run under PBS, LSF and SGE") {
                        ")\n0 sa.cl 0\n1 sa.cl 1\n2 sb.cl 0\n");
 }
 
-TEST_CASE("a host list wins over the allocation; the allocation wins over localhost") {
+TEST_CASE("a host list wins over the allocation and the allocation wins over localhost") {
   Scratch d;
   auto r =
       dry_run({"-H", "localhost:1,hx:1", "true"}, {"LSB_MCPU_HOSTS=la 4", path_without_srun(d)});
@@ -208,7 +208,7 @@ TEST_CASE("exec: Ctrl-C ends the job with 130 and leaves nothing running") {
   CHECK(wait_none_with(marker, std::chrono::seconds(5)));
 }
 
-TEST_CASE("exec: the remote hvdrun's version is checked; a missing command is named") {
+TEST_CASE("exec: the remote hvdrun's version is checked and a missing command is named") {
   Scratch s;
   const std::string standin = write_standin(s);
   const std::string old = s.write("old-hvdrun", "#!/bin/sh\necho 'hvdrun 0.0.1 (old)'\n", true);
@@ -231,6 +231,77 @@ TEST_CASE("exec: the remote hvdrun's version is checked; a missing command is na
   CHECK(refused.wait() == 255);
   CHECK(refused.err.find("no such container c1") != std::string::npos);
   CHECK(refused.err.find("the command exited with code 1 before") != std::string::npos);
+}
+
+// A stand-in that holds its login slot for 0.3 s: it notes its host in $dir/inflight, counts
+// the hosts noted there at that moment into $dir/counts, then leaves and runs the agent. A
+// host's slot stays taken until its agent answers, which is after it has left.
+std::string write_counting_standin(Scratch& s) {
+  ::mkdir((s.path + "/inflight").c_str(), 0755);
+  return s.write("counting",
+                 "#!/bin/sh\nhost=$1; shift\nd=" + s.path +
+                     "\ntouch $d/inflight/$host\nls $d/inflight | wc -l >> $d/counts\n"
+                     "sleep 0.3\nrm $d/inflight/$host\nexec \"$@\"\n",
+                 true);
+}
+
+std::string host_list(int n) {
+  std::string list;
+  for (int i = 1; i <= n; ++i) list += (i > 1 ? ",127.0.1." : "127.0.1.") + std::to_string(i);
+  return list;
+}
+
+TEST_CASE("exec: HVDRUN_LAUNCH_CONCURRENCY bounds the logins in flight and every host starts") {
+  Scratch s;
+  const std::string standin = write_counting_standin(s);
+  Hvdrun h({"--launcher", "exec:" + standin + " {host}", "-H", host_list(8), "sh", "-c",
+            "echo up"},
+           {"HVDRUN_LAUNCH_CONCURRENCY=3"});
+  REQUIRE(h.wait(std::chrono::seconds(60)) == 0);
+  CHECK(count(h.out, "<stdout>:up\n") == 8);
+  const auto counts = lines(read_file(s.path + "/counts"));
+  REQUIRE(counts.size() == 8);
+  int most = 0;
+  for (const auto& c : counts) most = std::max(most, std::stoi(c));
+  CHECK(most <= 3);
+  CHECK(most >= 2);  // the window does run logins side by side
+
+  Hvdrun bad({"--launcher", "exec:" + standin + " {host}", "-H", "c1", "true"},
+             {"HVDRUN_LAUNCH_CONCURRENCY=0"});
+  CHECK(bad.wait() == 2);
+  CHECK(bad.err.find("HVDRUN_LAUNCH_CONCURRENCY='0' is not a whole number from 1 to 65536") !=
+        std::string::npos);
+}
+
+TEST_CASE("exec: after a host fails to start, no further host is started") {
+  Scratch s;
+  // Host 127.0.1.2 refuses; the others log in slowly enough that all of them would start
+  // if a failure did not close the window.
+  const std::string standin =
+      s.write("refusing",
+              "#!/bin/sh\nhost=$1; shift\necho $host >> " + s.path +
+                  "/hosts\nif [ $host = 127.0.1.2 ]; then echo refused $host >&2; exit 3; fi\n"
+                  "sleep 0.3\nexec \"$@\"\n",
+              true);
+  Hvdrun h({"--launcher", "exec:" + standin + " {host}", "-H", host_list(12), "true"},
+           {"HVDRUN_LAUNCH_CONCURRENCY=2"});
+  CHECK(h.wait(std::chrono::seconds(60)) == 255);
+  CHECK(h.err.find("refused 127.0.1.2") != std::string::npos);
+  CHECK(h.err.find("more hosts were not tried after the first failure") != std::string::npos);
+  // Hosts 1 and 2 were in flight; at most host 3 took 2's slot before its failure was read.
+  CHECK(lines(read_file(s.path + "/hosts")).size() <= 3);
+}
+
+TEST_CASE("exec: an open-file limit too low for the host count fails before anything starts") {
+  Scratch s;
+  const std::string standin = write_standin(s);
+  std::string cmd = "ulimit -n 64 && exec " + hvdrun_binary() + " --launcher 'exec:" + standin +
+                    " {host}' -H " + host_list(200) + " true";
+  CapturedProcess h({"sh", "-c", cmd});
+  CHECK(h.wait(std::chrono::seconds(30)) == 2);
+  CHECK(h.err.find("200 hosts need about") != std::string::npos);
+  CHECK(h.err.find("open-file limit") != std::string::npos);
+  CHECK(read_file(s.path + "/hosts").empty());  // no host was started
 }
 
 TEST_CASE(

@@ -30,6 +30,7 @@ IoResult FakeAgentLink::read(char* buf, std::size_t size) {
     to_launcher_.consume(n);
     return {IoResult::ok, n, {}};
   }
+  if (!eof_) ++record_->idle_reads;
   return {eof_ ? IoResult::eof : IoResult::would_block, 0, {}};
 }
 

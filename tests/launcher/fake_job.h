@@ -37,6 +37,8 @@ struct FakeAgentRecord {
   std::vector<launcher::proto::Spawn> spawns;
   int kills = 0;
   int heartbeats = 0;
+  /// read() calls that found nothing to read.
+  int idle_reads = 0;
   bool closed = false;
   bool aborted = false;
 };

@@ -103,6 +103,27 @@ TEST_CASE("job loop: ranks that all exit 0 end the job with 0, each spawned once
   CHECK(job.stderr_text().empty());
 }
 
+TEST_CASE("job loop: a host is read only when its link reported something") {
+  // One host answers; 100 stay silent until the start deadline. A loop that read every
+  // host whenever any one had news would read each silent host on every such turn: a
+  // launch of N hosts would cost N reads per event, N^2 in all.
+  FakeJob job;
+  job.hosts = {{"talker", 1}};
+  job.scripts["talker"].exit_codes = {};  // its rank runs until the teardown
+  for (int i = 0; i < 100; ++i) {
+    const std::string name = "silent" + std::to_string(i);
+    job.hosts.push_back({name, 1});
+    job.scripts[name].answers = false;
+  }
+  CHECK(job.run() == 255);  // the silent hosts' ranks never start
+  CHECK(job.records["talker"]->spawns.size() == 1);
+  int idle = 0;
+  for (const auto& [host, record] : job.records) {
+    if (host != "talker") idle += record->idle_reads;
+  }
+  CHECK(idle == 0);
+}
+
 TEST_CASE("job loop: the first failure stops every agent and decides the exit code") {
   FakeJob job;
   job.scripts["far-node"].exit_codes = {{3, 7}};
