@@ -158,49 +158,81 @@ void check_magic(Reader& r) {
   if (magic != kMagic) r.fail("wrong magic number (not an hvdrun agent stream)");
 }
 
+Hello decode_hello(Reader& r) {
+  check_magic(r);
+  Hello m;
+  m.version = r.u32();
+  if (m.version != kVersion) return m;  // the caller reports the mismatch
+  m.heartbeat_interval_ms = r.u32();
+  m.heartbeat_timeout_ms = r.u32();
+  m.kill_grace_ms = r.u32();
+  m.log_level = r.str();
+  m.launcher_addr = r.str();
+  m.job_id = r.str();
+  m.network_interface = r.str();
+  r.done();
+  return m;
+}
+
+AgentHello decode_agent_hello(Reader& r) {
+  check_magic(r);
+  AgentHello m;
+  m.version = r.u32();
+  if (m.version != kVersion) return m;
+  m.pid = r.u32();
+  m.hostname = r.str();
+  m.free_port = r.u16();
+  m.iface = r.str();
+  m.iface_addrs = r.strs();
+  r.done();
+  return m;
+}
+
+Spawn decode_spawn(Reader& r) {
+  Spawn m;
+  m.rank = r.i32();
+  m.argv = r.strs();
+  m.cwd = r.str();
+  m.env = r.strs();
+  m.stderr_tail_lines = r.u32();
+  r.done();
+  if (m.rank < 0) r.fail("negative rank");
+  if (m.argv.empty()) r.fail("empty argv");
+  return m;
+}
+
+Output decode_output(Reader& r) {
+  Output m;
+  m.rank = r.i32();
+  std::uint8_t s = r.u8();
+  if (s != 1 && s != 2) r.fail("stream " + std::to_string(s) + " is neither 1 nor 2");
+  m.stream = static_cast<Stream>(s);
+  m.data = r.view();
+  r.done();
+  return m;
+}
+
+RankExited decode_rank_exited(Reader& r) {
+  RankExited m;
+  m.rank = r.i32();
+  std::uint8_t how = r.u8();
+  if (how > 1) r.fail("exit kind " + std::to_string(how));
+  m.signaled = how == 1;
+  m.value = r.i32();
+  m.stderr_tail = r.strs();
+  r.done();
+  return m;
+}
+
 Message decode_payload(Type type, std::string_view payload) {
   Reader r(payload, name_of(type));
   switch (type) {
-    case Type::hello: {
-      check_magic(r);
-      Hello m;
-      m.version = r.u32();
-      if (m.version != kVersion) return m;  // the caller reports the mismatch
-      m.heartbeat_interval_ms = r.u32();
-      m.heartbeat_timeout_ms = r.u32();
-      m.kill_grace_ms = r.u32();
-      m.log_level = r.str();
-      m.launcher_addr = r.str();
-      m.job_id = r.str();
-      m.network_interface = r.str();
-      r.done();
-      return m;
-    }
-    case Type::agent_hello: {
-      check_magic(r);
-      AgentHello m;
-      m.version = r.u32();
-      if (m.version != kVersion) return m;
-      m.pid = r.u32();
-      m.hostname = r.str();
-      m.free_port = r.u16();
-      m.iface = r.str();
-      m.iface_addrs = r.strs();
-      r.done();
-      return m;
-    }
-    case Type::spawn: {
-      Spawn m;
-      m.rank = r.i32();
-      m.argv = r.strs();
-      m.cwd = r.str();
-      m.env = r.strs();
-      m.stderr_tail_lines = r.u32();
-      r.done();
-      if (m.rank < 0) r.fail("negative rank");
-      if (m.argv.empty()) r.fail("empty argv");
-      return m;
-    }
+    case Type::hello:
+      return decode_hello(r);
+    case Type::agent_hello:
+      return decode_agent_hello(r);
+    case Type::spawn:
+      return decode_spawn(r);
     case Type::rank_started: {
       RankStarted m;
       m.rank = r.i32();
@@ -208,27 +240,10 @@ Message decode_payload(Type type, std::string_view payload) {
       r.done();
       return m;
     }
-    case Type::output: {
-      Output m;
-      m.rank = r.i32();
-      std::uint8_t s = r.u8();
-      if (s != 1 && s != 2) r.fail("stream " + std::to_string(s) + " is neither 1 nor 2");
-      m.stream = static_cast<Stream>(s);
-      m.data = r.view();
-      r.done();
-      return m;
-    }
-    case Type::rank_exited: {
-      RankExited m;
-      m.rank = r.i32();
-      std::uint8_t how = r.u8();
-      if (how > 1) r.fail("exit kind " + std::to_string(how));
-      m.signaled = how == 1;
-      m.value = r.i32();
-      m.stderr_tail = r.strs();
-      r.done();
-      return m;
-    }
+    case Type::output:
+      return decode_output(r);
+    case Type::rank_exited:
+      return decode_rank_exited(r);
     case Type::kill: {
       Kill m;
       m.grace_ms = r.u32();

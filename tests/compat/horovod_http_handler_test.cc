@@ -13,7 +13,7 @@ hostfile::Placement two_by_two() { return hostfile::place({{"hostA", 2}, {"hostB
 
 }  // namespace
 
-TEST_CASE("handler: PUT then GET returns the value; GET of an absent key is 404") {
+TEST_CASE("handler: PUT then GET returns the value, GET of an absent key is 404") {
   HorovodStore store(two_by_two(), 1024);
   CHECK(handle_horovod_request(store, HttpMethod::get, "/global/0", {}).status == 404);
   CHECK(handle_horovod_request(store, HttpMethod::put, "/global/0", "addr0").status == 200);

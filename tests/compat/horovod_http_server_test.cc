@@ -87,7 +87,7 @@ TEST_CASE("Horovod request sequence for np=4 on 2 hosts: global, local_<host>, c
   CHECK(http_request(port, "GET", "/global/0").status == 404);
 }
 
-TEST_CASE("GET answers 404 until the key is PUT; a sized scope clears only when all finish") {
+TEST_CASE("GET answers 404 until the key is PUT, a sized scope clears only when all finish") {
   auto placement = two_by_two();
   HorovodHttpServer server(placement, "127.0.0.1");
   server.start();
@@ -277,7 +277,7 @@ TEST_CASE("malformed requests get 4xx or a closed connection while a good client
   CHECK(good.get() >= 20);
 }
 
-TEST_CASE("connections beyond the cap are closed at once; the others still served") {
+TEST_CASE("connections beyond the cap are closed at once, the others still served") {
   auto placement = two_by_two();
   HttpServerLimits limits;
   limits.max_connections = 2;

@@ -166,7 +166,7 @@ TEST_CASE("generations: a clean end, an interrupt and a requested stop") {
   CHECK(run_elastic(three_hosts(), std::ref(clean)) == 0);
 }
 
-TEST_CASE("generations: a lost host always leaves; too few slots end the job") {
+TEST_CASE("generations: a lost host always leaves, too few slots end the job") {
   auto o = three_hosts();
   o.elastic.min_np = 2;
   FakeLaunch fake;

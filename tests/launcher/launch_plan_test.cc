@@ -42,7 +42,7 @@ TEST_CASE("no hosts and no -np is bad usage") {
   CHECK_THROWS_AS(make_plan(LaunchOptions{}), hvdrun::UsageError);
 }
 
-TEST_CASE("ranks fill hosts in order; hosts without a rank take no part") {
+TEST_CASE("ranks fill hosts in order, hosts without a rank take no part") {
   auto plan = make_plan(with_hosts({{"localhost", 2}, {"node1", 2}, {"node2", 2}}, 3));
   CHECK(plan.source == HostSource::command_line);
   REQUIRE(plan.hosts.size() == 2);

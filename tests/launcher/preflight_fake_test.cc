@@ -70,7 +70,7 @@ TEST_CASE("every verdict is reported per host with its fix", "[preflight]") {
   CHECK(c.commands().size() == 3);
 }
 
-TEST_CASE("local hosts are not contacted; 127.0.0.2 is", "[preflight]") {
+TEST_CASE("local hosts are not contacted, 127.0.0.2 is", "[preflight]") {
   FakeConnector c;
   c.add("127.0.0.2", fake_host_with_version("hvdrun 9.9.9"));
   auto report =

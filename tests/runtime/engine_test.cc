@@ -111,7 +111,7 @@ TEST_CASE("unknown and already-waited handles are refused", "[runtime][engine]")
   CHECK_THROWS_AS(e.wait(12345), hvdrun::Error);
 }
 
-TEST_CASE("submitters on several threads all complete; destruction runs what is queued",
+TEST_CASE("submitters on several threads all complete, destruction runs what is queued",
           "[runtime][engine]") {
   std::atomic<int> ran{0};
   {

@@ -83,7 +83,7 @@ TEST_CASE("keywords are case-insensitive and take Key=value forms", "[config]") 
   CHECK(g.strict == StrictHostKeyChecking::accept_new);
 }
 
-TEST_CASE("settings before any Host apply to every host; Match blocks are skipped", "[config]") {
+TEST_CASE("settings before any Host apply to every host, Match blocks are skipped", "[config]") {
   auto config = SshConfig::parse(
       "User early\n"
       "Match host foo\n"
@@ -233,7 +233,7 @@ TEST_CASE("IdentitiesOnly drops the default keys and is validated", "[config]") 
                     "cfg:1: IdentitiesOnly must be yes or no, not 'maybe'");
 }
 
-TEST_CASE("ProxyJump becomes a chain of jump targets; ProxyCommand is kept to be refused",
+TEST_CASE("ProxyJump becomes a chain of jump targets, ProxyCommand is kept to be refused",
           "[config]") {
   auto config = SshConfig::parse(
       "Host a\n  ProxyCommand ssh -W \"%h:%p\" bastion\n"
