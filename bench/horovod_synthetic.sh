@@ -8,7 +8,7 @@
 # pip) and the time that install took is printed beside the figures: `pip install` of
 # hvdrun is meant to take at most a tenth of it.
 #
-# Usage: bench/horovod_synthetic.sh [build-dir=build] [-- extra benchmark flags]
+# Usage: bench/horovod_synthetic.sh [--install-only] [build-dir=build] [-- extra benchmark flags]
 #   HOROVOD_VENV   where Horovod's virtualenv lives (default .cache/horovod-0.28.1)
 #   BENCH_NPS      rank counts to run (default "2 4")
 #   BENCH_FLAGS    benchmark flags (default: resnet18, batch 8, 2 warm-up batches,
@@ -34,7 +34,9 @@ extra=()
 while (($#)); do
   case $1 in
     --install-only) install_only=1 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     --) shift; extra=("$@"); break ;;
+    -*) echo "bench/horovod_synthetic.sh: unknown option $1; see --help" >&2; exit 2 ;;
     *) build=$1 ;;
   esac
   shift
