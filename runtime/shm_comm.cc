@@ -519,17 +519,20 @@ class ShmComm::Impl {
                    phase_ * static_cast<std::uint32_t>(L_));
   }
 
-  // Whether a rank that has not yet arrived was last seen on another core, where it can
-  // run while this rank spins.
+  // Whether every rank that has not yet arrived was last seen on another core, where it
+  // can run while this rank spins. One that was last seen on this core most likely waits
+  // for it: spinning would only keep it waiting.
   bool awaited_elsewhere() const {
     const int here = ::sched_getcpu();
+    bool any = false;
     for (int l = 0; l < L_; ++l) {
       const auto& ln = line(l);
-      if (l != me_.local_rank && !reached(ln.phase.load(std::memory_order_relaxed), phase_) &&
-          ln.cpu.load(std::memory_order_relaxed) != here)
-        return true;
+      if (l == me_.local_rank || reached(ln.phase.load(std::memory_order_relaxed), phase_))
+        continue;
+      if (ln.cpu.load(std::memory_order_relaxed) == here) return false;
+      any = true;
     }
-    return false;
+    return any;
   }
 
   void wait_all(Clock::time_point deadline, const char* what) {
