@@ -22,7 +22,7 @@
 // Arrival is counted once per phase in the header (L per phase), so all waiters of a
 // phase sleep on one futex word and the rank that completes the count wakes them with
 // one call; each rank also keeps its own phase counter, to name late or dead ranks.
-// Waits spin first while an awaited rank runs on another core (adaptive, up to 1 ms when
+// Waits spin first while every awaited rank runs on another core (adaptive, up to 1 ms when
 // every local rank has a core, 2 us when they share), yield the core once, then sleep in
 // slices of at most 100 ms; between slices they check that every awaited rank's process
 // still exists (pidfd), the segment's abort mark, and the deadline (HVDRUN_OP_TIMEOUT).
@@ -210,9 +210,9 @@ class ShmComm::Impl {
       : me_(std::move(me)), L_(me_.local_size), op_timeout_(op_timeout) {
     who_ = "rank " + std::to_string(me_.global_rank) + " of " + std::to_string(me_.global_size) +
            " on " + me_.host;
-    // Spinning only pays while the awaited rank runs on another core. So a wait does not
-    // spin at all for a rank last seen on this core (it cannot run while this one spins;
-    // measured on 2 busy cores, both ranks of np 2 on one core: each 8-byte allreduce
+    // Spinning only pays while the awaited ranks run on other cores. So a wait does not
+    // spin at all while one of them was last seen on this core (it cannot run while this
+    // one spins; measured on 2 busy cores, both ranks of np 2 on one core: each 8-byte allreduce
     // cost the spin time plus 14 us), spins up to max_spin_ otherwise, and halves its
     // budget (down to min_spin_) after a wait the spin did not cover (the peer descheduled by
     // another program), doubling it again after one it did. When ranks outnumber cores, spinning
