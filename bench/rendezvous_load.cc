@@ -14,8 +14,10 @@
 // info records, add arrived/<n> by K, wait ready), as runtime/host_checkin.h does.
 //
 //   hvdrun_rendezvous_load RANKS [--per-host K] [--window W]
-// Prints: ranks, connections the server saw at most, check-in wall, barrier wall, total
-// wall, requests/s, p50/p99 request latency, server CPU seconds and peak RSS.
+// Prints: ranks, connections the server accepted (retries included) and the most it held
+// open at one sample (every 5 ms: a short run may end between samples), check-in wall,
+// barrier wall, total wall, requests/s, p50/p99 request latency, server CPU seconds and
+// peak RSS.
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -59,6 +61,7 @@ struct Config {
 
 // What the server process reports when the load is over.
 struct ServerReport {
+  std::uint64_t accepted = 0;
   std::size_t peak_connections = 0;
   double cpu_s = 0;
   long rss_kib = 0;
@@ -132,6 +135,7 @@ class ServerProcess {
               static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
     r.rss_kib = ru.ru_maxrss;
     r.evicted = st.evicted;
+    r.accepted = st.accepted;
     r.accept_failures = st.accept_failures;
     if (::write(up, &r, sizeof r) != sizeof r) ::_exit(1);
     ::_exit(0);
@@ -445,14 +449,15 @@ int run(int argc, char** argv) {
   const double wall_s = ms(load.barrier_done) / 1e3;
   const auto requests = load.latencies_us.size();
   std::printf(
-      "ranks=%d per_host=%d server_connections=%zu checkin_ms=%.0f barrier_ms=%.0f "
+      "ranks=%d per_host=%d server_connections=%llu peak_open=%zu checkin_ms=%.0f barrier_ms=%.0f "
       "total_ms=%.0f requests=%zu ops_per_s=%.0f p50_us=%.0f p99_us=%.0f server_cpu_s=%.2f "
       "server_rss_mib=%.1f evicted=%llu retries=%d\n",
-      load.cfg.ranks, load.cfg.per_host, rep.peak_connections, ms(load.checkin_done),
-      ms(load.barrier_done) - ms(load.checkin_done), ms(load.barrier_done), requests,
-      static_cast<double>(requests) / wall_s, percentile(load.latencies_us, 0.5),
-      percentile(load.latencies_us, 0.99), rep.cpu_s, static_cast<double>(rep.rss_kib) / 1024,
-      static_cast<unsigned long long>(rep.evicted), load.retries);
+      load.cfg.ranks, load.cfg.per_host, static_cast<unsigned long long>(rep.accepted),
+      rep.peak_connections, ms(load.checkin_done), ms(load.barrier_done) - ms(load.checkin_done),
+      ms(load.barrier_done), requests, static_cast<double>(requests) / wall_s,
+      percentile(load.latencies_us, 0.5), percentile(load.latencies_us, 0.99), rep.cpu_s,
+      static_cast<double>(rep.rss_kib) / 1024, static_cast<unsigned long long>(rep.evicted),
+      load.retries);
   return 0;
 }
 

@@ -104,8 +104,13 @@ SlurmCluster::SlurmCluster(int nodes, int cpus_per_node) {
     const std::vector<std::string> env = {marker_, "SLURM_CONF=" + conf_};
     daemons_.push_back(start_daemon({"/usr/sbin/slurmctld", "-D", "-i", "-f", conf_},
                                     dir_ + "/slurmctld.out", env));
+    // A slurmd that finds no controller registers again only when the controller pings
+    // it (minutes): start the nodes once the controller answers.
+    wait_controller();
+    nodes_ = nodes;
     for (int k = 1; k <= nodes; ++k) {
       const std::string node = "node" + std::to_string(k);
+      ::mkdir((dir_ + "/spool/" + node).c_str(), 0700);
       daemons_.push_back(start_daemon({"/usr/sbin/slurmd", "-D", "-N", node, "-f", conf_},
                                       dir_ + "/slurmd-" + node + ".out", env));
     }
@@ -163,6 +168,15 @@ void SlurmCluster::write_config(int nodes, int cpus_per_node) {
   if (!c) throw std::runtime_error("slurm cluster: cannot write " + conf_);
 }
 
+void SlurmCluster::wait_controller() {
+  const auto deadline = Clock::now() + std::chrono::seconds(30 * kSlowdown);
+  while (run_process(client({"scontrol", "ping"})) != 0) {
+    if (Clock::now() > deadline)
+      throw std::runtime_error("slurm cluster: slurmctld not answering within 30 s\n" + logs());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 void SlurmCluster::wait_idle(int nodes) {
   const auto deadline = Clock::now() + std::chrono::seconds(30 * kSlowdown);
   for (;;) {
@@ -179,10 +193,12 @@ void SlurmCluster::wait_idle(int nodes) {
 
 std::string SlurmCluster::logs() const {
   std::string out;
-  for (const char* f :
-       {"/slurmctld.out", "/slurmctld.log", "/slurmd-node1.out", "/slurmd-node1.log"}) {
-    out += std::string("--- ") + f + "\n" + read_file(dir_ + f);
+  std::vector<std::string> files = {"/slurmctld.out", "/slurmctld.log"};
+  for (int k = 1; k <= nodes_; ++k) {
+    files.push_back("/slurmd-node" + std::to_string(k) + ".out");
+    files.push_back("/slurmd-node" + std::to_string(k) + ".log");
   }
+  for (const auto& f : files) out += "--- " + f + "\n" + read_file(dir_ + f);
   return out;
 }
 

@@ -45,6 +45,7 @@ class SlurmCluster {
  private:
   void teardown();
   void write_config(int nodes, int cpus_per_node);
+  void wait_controller();
   void wait_idle(int nodes);
   std::string logs() const;
 
@@ -52,6 +53,7 @@ class SlurmCluster {
   std::string conf_;
   std::string marker_;
   std::vector<pid_t> daemons_;
+  int nodes_ = 0;
 };
 
 }  // namespace hvdrun::testing
