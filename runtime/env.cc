@@ -99,8 +99,8 @@ Environment read_environment(const std::function<const char*(const char*)>& gete
     p.garbled("HVDRUN_NCCL='" + *nccl + "' (expected auto, require or off)");
   if (host_path && *host_path != "auto" && *host_path != "shm" && *host_path != "gloo")
     p.garbled("HVDRUN_HOST_PATH='" + *host_path + "' (expected auto, shm or gloo)");
-  if (checkin && *checkin != "rank" && *checkin != "host")
-    p.garbled("HVDRUN_CHECKIN='" + *checkin + "' (expected rank or host)");
+  if (checkin && *checkin != "auto" && *checkin != "rank" && *checkin != "host")
+    p.garbled("HVDRUN_CHECKIN='" + *checkin + "' (expected auto, rank or host)");
   p.finish();
 
   e.rank = *rank;

@@ -27,7 +27,7 @@ struct Environment {
   std::string nccl_mode = "auto";                  ///< HVDRUN_NCCL: auto | require | off
   int generation = 0;                              ///< HVDRUN_GENERATION (default 0)
   std::string host_path = "auto";                  ///< HVDRUN_HOST_PATH: auto | shm | gloo
-  std::string checkin = "rank";                    ///< HVDRUN_CHECKIN: rank | host
+  std::string checkin = "auto";                    ///< HVDRUN_CHECKIN: auto | rank | host
 };
 
 /// Reads the environment through `getenv` (a parameter so tests can fake it).

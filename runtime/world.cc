@@ -57,7 +57,9 @@ std::string World::who() const {
 }
 
 bool checks_in_through_leader(const Environment& env) {
-  return env.checkin == "host" && env.host_path != "gloo" && env.local_size > 1 && env.size > 1;
+  const bool wanted =
+      env.checkin == "host" || (env.checkin == "auto" && env.size >= kCheckinThroughLeaderFrom);
+  return wanted && env.host_path != "gloo" && env.local_size > 1 && env.size > 1;
 }
 
 World::World(Environment env) : env_(std::move(env)) {

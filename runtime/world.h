@@ -73,8 +73,14 @@ class World {
   bool left_ = false;
 };
 
-/// True when this rank checks in through its host's leader (HVDRUN_CHECKIN=host, the
-/// shared-memory host path, more than one local rank).
+/// Jobs of at least this many ranks check in through their hosts' leaders by default
+/// (HVDRUN_CHECKIN=auto): below it, every rank's own connection costs the server little
+/// and a late rank is named by the rendezvous itself.
+inline constexpr int kCheckinThroughLeaderFrom = 256;
+
+/// True when this rank checks in through its host's leader: HVDRUN_CHECKIN=host, or auto
+/// in a job of kCheckinThroughLeaderFrom ranks or more; with the shared-memory host path
+/// and more than one local rank.
 bool checks_in_through_leader(const Environment& env);
 
 /// Comma-separated rank list, abbreviated past 32 entries.

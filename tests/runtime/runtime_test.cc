@@ -11,6 +11,7 @@
 #include "runtime/env.h"
 #include "runtime/nccl_comm.h"
 #include "runtime/reduce.h"
+#include "runtime/world.h"
 #include "tests/runtime/job_harness.h"
 
 using namespace std::chrono_literals;
@@ -55,6 +56,34 @@ TEST_CASE("environment contract is parsed", "[runtime][env]") {
   auto env = full_env();
   env["HVDRUN_START_TIMEOUT"] = "5";
   CHECK(parse(env).start_timeout == 5s);
+}
+
+TEST_CASE("HVDRUN_CHECKIN: auto checks in through the host's leader from 256 ranks",
+          "[runtime][env]") {
+  using hvdrun::runtime::checks_in_through_leader;
+  using hvdrun::runtime::kCheckinThroughLeaderFrom;
+  auto env = full_env();
+  CHECK(parse(env).checkin == "auto");
+  env["HVDRUN_LOCAL_RANK"] = "0";
+  auto sized = [&](int size, int local_size) {
+    env["HVDRUN_SIZE"] = std::to_string(size);
+    env["HVDRUN_LOCAL_SIZE"] = std::to_string(local_size);
+    env["HVDRUN_CROSS_SIZE"] = std::to_string(size / local_size);
+    return parse(env);
+  };
+  CHECK_FALSE(checks_in_through_leader(sized(kCheckinThroughLeaderFrom - 1, 3)));
+  CHECK(checks_in_through_leader(sized(kCheckinThroughLeaderFrom, 8)));
+  CHECK_FALSE(checks_in_through_leader(sized(kCheckinThroughLeaderFrom, 1)));  // no peers
+  env["HVDRUN_HOST_PATH"] = "gloo";  // no segment to check in through
+  CHECK_FALSE(checks_in_through_leader(sized(1024, 8)));
+  env["HVDRUN_HOST_PATH"] = "auto";
+  env["HVDRUN_CHECKIN"] = "rank";
+  CHECK_FALSE(checks_in_through_leader(sized(1024, 8)));
+  env["HVDRUN_CHECKIN"] = "host";
+  CHECK(checks_in_through_leader(sized(4, 2)));
+  env["HVDRUN_CHECKIN"] = "leader";
+  CHECK_THROWS_WITH(parse(env),
+                    Catch::Contains("HVDRUN_CHECKIN='leader' (expected auto, rank or host)"));
 }
 
 TEST_CASE("missing or garbled environment says to run under hvdrun", "[runtime][env]") {
