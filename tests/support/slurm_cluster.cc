@@ -4,7 +4,9 @@
 #include "tests/support/slurm_cluster.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <stdexcept>
 #include <thread>
 
@@ -61,6 +64,23 @@ void ensure_munged() {
       throw std::runtime_error("slurm cluster: munged did not start: " + out);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+}
+
+// A port for a Slurm daemon: below the kernel's ephemeral range (32768 and up here), so
+// that no outgoing connection of a test running beside this one can take it between the
+// check and the daemon's bind; free on every address, since slurmd binds the wildcard.
+int unused_daemon_port() {
+  std::mt19937 pick(std::random_device{}());
+  for (int tries = 0; tries < 200; ++tries) {
+    const int port = std::uniform_int_distribution<int>(20000, 32000)(pick);
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_ANY);
+    sin.sin_port = htons(static_cast<std::uint16_t>(port));
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sin), sizeof sin) == 0) return port;
+  }
+  throw std::runtime_error("slurm cluster: no free port in 20000-32000");
 }
 
 void stop(pid_t pid) {
@@ -143,7 +163,7 @@ void SlurmCluster::write_config(int nodes, int cpus_per_node) {
   std::ofstream c(conf_);
   c << "ClusterName=hvdtest\n"
     << "SlurmctldHost=localhost(127.0.0.1)\n"
-    << "SlurmctldPort=" << unused_port() << "\n"
+    << "SlurmctldPort=" << unused_daemon_port() << "\n"
     << "AuthType=auth/munge\nCredType=cred/munge\n"
     << "SlurmUser=root\nSlurmdUser=root\n"
     << "StateSaveLocation=" << dir_ << "/state\n"
@@ -161,7 +181,7 @@ void SlurmCluster::write_config(int nodes, int cpus_per_node) {
     // Steps of ended jobs go at once, so squeue shows what is really left.
     << "MinJobAge=2\nKillWait=2\n";
   for (int k = 1; k <= nodes; ++k) {
-    c << "NodeName=node" << k << " NodeAddr=127.0.0." << k + 1 << " Port=" << unused_port()
+    c << "NodeName=node" << k << " NodeAddr=127.0.0." << k + 1 << " Port=" << unused_daemon_port()
       << " CPUs=" << cpus_per_node << "\n";
   }
   c << "PartitionName=debug Nodes=node[1-" << nodes << "] Default=YES MaxTime=INFINITE State=UP\n";
