@@ -73,7 +73,6 @@ std::string quote(std::string_view s) {
   return out;
 }
 
-
 std::string json_quote(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {

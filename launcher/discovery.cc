@@ -157,6 +157,11 @@ std::optional<DiscoveryResult> Discovery::poll() {
     pid_ = -1;
     return finish(status);
   }
+  if (done < 0 && errno == ECHILD) {
+    // Reaped by someone else: no result from this run; the next start() runs it again.
+    pid_ = -1;
+    return std::nullopt;
+  }
   if (Clock::now() >= deadline_) {
     stop();
     return DiscoveryResult{{},
@@ -182,8 +187,8 @@ DiscoveryResult Discovery::finish(int wait_status) {
 }
 
 DiscoveryResult Discovery::run() {
-  start();
   for (;;) {
+    start();  // nothing while a run is going; again if one ended without a status
     if (auto r = poll()) return std::move(*r);
     pollfd fds[2] = {{out_.get(), POLLIN, 0}, {err_.get(), POLLIN, 0}};
     ::poll(fds, 2, 20);

@@ -47,6 +47,8 @@ class Discovery {
   void start();
   /// Whether a run is in progress.
   bool running() const { return pid_ > 0; }
+  /// The running script's process id, or -1.
+  pid_t pid() const { return pid_; }
   /// Reads what the running script has written so far, without blocking; returns the
   /// result once it has ended (or passed its deadline), nullopt while it runs or when no
   /// run was started.

@@ -1,7 +1,6 @@
 // Rendering of a launch plan for --dry-run, as text and as JSON.
 #include "launcher/dry_run.h"
 
-
 #include "common/quote.h"
 #include "launcher/launch_method.h"
 

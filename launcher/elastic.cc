@@ -243,6 +243,11 @@ int Elastic::run() {
     hooks.outcome = &outcome;
     const int np = *g.np;
     hooks.should_stop = [this, np] { return should_grow(np); };
+    // A discovery run still going when the generation ends is this loop's, not the job's.
+    hooks.own_children = [this] {
+      return discovery_ && discovery_->running() ? std::vector<pid_t>{discovery_->pid()}
+                                                 : std::vector<pid_t>{};
+    };
     next_discovery_ = Clock::now() + interval_;
     const int code = launch_(g, hooks);
     if (!outcome || outcome->interrupted) return code;

@@ -3,11 +3,14 @@
 // teardown on every path, and the exit code.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "launcher/agent_link.h"
 #include "launcher/job_context.h"
@@ -47,6 +50,10 @@ struct JobHooks {
   /// Where to leave the failure that decided the job (nullopt after a clean end).
   /// Unset: not kept.
   std::optional<Failure>* outcome = nullptr;
+  /// The caller's own children that outlive the launch (an elastic job's discovery script
+  /// still running): the sweep of this process's children at its end leaves them alone.
+  /// Unset: none.
+  std::function<std::vector<pid_t>()> own_children;
 };
 
 /// Runs the job `options` describes and returns hvdrun's exit code: 0 when every rank

@@ -162,7 +162,7 @@ int launch(const LaunchOptions& options, JobHooks hooks) {
   }
   check_fd_budget(plan);
   // Whatever local ranks leave behind, even past a killed agent, ends with the launch.
-  const LauncherReaper reaper;
+  const LauncherReaper reaper(hooks.own_children);
   if (plan.all_local()) return run_job(plan, options, hooks);
 
   const auto start = ssh::Clock::now();

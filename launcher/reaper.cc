@@ -138,11 +138,13 @@ int kill_adopted(const std::vector<pid_t>& keep, std::chrono::steady_clock::time
   }
 }
 
-LauncherReaper::LauncherReaper() : on_(become_subreaper()) {}
+LauncherReaper::LauncherReaper(std::function<std::vector<pid_t>()> keep)
+    : on_(become_subreaper()), keep_(std::move(keep)) {}
 
 LauncherReaper::~LauncherReaper() {
   if (!on_) return;
-  kill_adopted({}, std::chrono::steady_clock::now() + std::chrono::seconds(2));
+  const std::vector<pid_t> keep = keep_ ? keep_() : std::vector<pid_t>{};
+  kill_adopted(keep, std::chrono::steady_clock::now() + std::chrono::seconds(2));
   ::prctl(PR_SET_CHILD_SUBREAPER, 0);
   // A local agent killed together with its guard (its whole process group, say) left its
   // job cgroup behind: hvdrun-JOB-AGENT beside this process, JOB being this pid.

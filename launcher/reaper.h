@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <vector>
 
 namespace hvdrun::launcher {
@@ -30,13 +31,16 @@ int kill_adopted(const std::vector<pid_t>& keep, std::chrono::steady_clock::time
 /// removes the empty job cgroups its local agents left (remove_empty_job_cgroups).
 class LauncherReaper {
  public:
-  LauncherReaper();
+  /// `keep` names, when the sweep runs, children that are not to be killed (the caller's
+  /// own, which outlive the launch).
+  explicit LauncherReaper(std::function<std::vector<pid_t>()> keep = {});
   ~LauncherReaper();
   LauncherReaper(const LauncherReaper&) = delete;
   LauncherReaper& operator=(const LauncherReaper&) = delete;
 
  private:
   bool on_ = false;
+  std::function<std::vector<pid_t>()> keep_;
 };
 
 }  // namespace hvdrun::launcher

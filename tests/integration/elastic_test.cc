@@ -162,3 +162,28 @@ TEST_CASE("elastic: a discovery script that prints garbage is reported and the j
                         Catch::Contains("its stderr: look here") &&
                         Catch::Contains("gave up after --elastic-timeout 1 s"));
 }
+
+// The launcher sweeps its children at the end of every generation (what a killed agent's
+// ranks left behind); a discovery run still going then is the elastic loop's own and must
+// survive it, or the next generation waits for a script that is gone until
+// --elastic-timeout.
+TEST_CASE("elastic: a discovery run in flight when a generation ends does not stall the next") {
+  Discovery d("node1:1\nnode2:1\n");
+  // Slower than the interval, so that a run is always going: the job loop starts the next
+  // as soon as one ends.
+  std::ofstream(d.script) << "#!/bin/sh\nsleep 1\nexec cat " << d.dir.path() << "/hosts\n";
+  const std::string marker = testing::unique_marker();
+  const std::string rank =
+      "echo run $HVDRUN_GENERATION; [ $HVDRUN_GENERATION = 0 ] && [ $HVDRUN_RANK = 0 ] && exit 3; "
+      "exit 0";
+  Hvdrun h(elastic_args(d, {"--min-np", "1", "--elastic-timeout", "60", "-x",
+                            marker.substr(0, marker.find('=')), "sh", "-c", rank}),
+           {marker, "HVDRUN_DISCOVERY_INTERVAL=0.1"});
+  const auto t0 = Clock::now();
+  CHECK(h.wait(30s * kSlow) == 0);
+  INFO("stderr: " << h.err);
+  CHECK_THAT(h.err, Catch::Contains("generation 1 starts with"));
+  CHECK(count(h.out, "run 1") >= 1);
+  CHECK(testing::ms_since(t0) < 20000.0 * kSlow);
+  CHECK(testing::wait_none_with(marker, 5s * kSlow));
+}
