@@ -42,6 +42,20 @@ hvdrun::runtime::Environment parse(const std::map<std::string, std::string>& env
   });
 }
 
+// A rendezvous server on loopback and clients of it, as the ranks of a job reach it.
+struct LocalStore {
+  std::string secret = hvdrun::rendezvous::generate_secret();
+  hvdrun::rendezvous::Server server{secret, "127.0.0.1"};
+  LocalStore() { server.start(); }
+  std::unique_ptr<hvdrun::rendezvous::Client> client() const {
+    hvdrun::rendezvous::ClientOptions o;
+    o.host = "127.0.0.1";
+    o.port = server.port();
+    o.secret = secret;
+    return std::make_unique<hvdrun::rendezvous::Client>(o);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("environment contract is parsed", "[runtime][env]") {
@@ -123,16 +137,8 @@ TEST_CASE("16-bit float conversions round to nearest even", "[runtime][reduce]")
 }
 
 TEST_CASE("NCCL unique id is published by rank 0 and read through the store", "[runtime][nccl]") {
-  auto secret = hvdrun::rendezvous::generate_secret();
-  hvdrun::rendezvous::Server server(secret, "127.0.0.1");
-  server.start();
-  auto client = [&] {
-    hvdrun::rendezvous::ClientOptions o;
-    o.host = "127.0.0.1";
-    o.port = server.port();
-    o.secret = secret;
-    return std::make_unique<hvdrun::rendezvous::Client>(o);
-  };
+  LocalStore store;
+  auto client = [&] { return store.client(); };
   const std::string id(128, '\x5a');
   SECTION("id reaches every rank") {
     std::vector<std::future<std::string>> others;
@@ -145,7 +151,7 @@ TEST_CASE("NCCL unique id is published by rank 0 and read through the store", "[
     CHECK(hvdrun::runtime::exchange_unique_id(
               *c0, "g0/nccl/world/id", 0, [&] { return std::string(id); }, 5s) == id);
     for (auto& f : others) CHECK(f.get() == id);
-    CHECK(server.get("g0/nccl/world/id") == "id:" + id);
+    CHECK(store.server.get("g0/nccl/world/id") == "id:" + id);
   }
   SECTION("rank 0's failure reaches every rank at once") {
     auto waiter = std::async(std::launch::async, [&] {
@@ -204,16 +210,8 @@ TEST_CASE("NCCL scalable init: one id per 128 ranks, owners spread evenly", "[ru
 }
 
 TEST_CASE("NCCL unique ids of the scalable init travel through the store", "[runtime][nccl]") {
-  auto secret = hvdrun::rendezvous::generate_secret();
-  hvdrun::rendezvous::Server server(secret, "127.0.0.1");
-  server.start();
-  auto client = [&] {
-    hvdrun::rendezvous::ClientOptions o;
-    o.host = "127.0.0.1";
-    o.port = server.port();
-    o.secret = secret;
-    return std::make_unique<hvdrun::rendezvous::Client>(o);
-  };
+  LocalStore store;
+  auto client = [&] { return store.client(); };
   constexpr int kSize = 6;  // 3 ids (as if 2 ranks per id): owners 0, 2, 4
   constexpr int kIds = 3;
   auto make = [](int r) { return [r] { return "id-of-" + std::to_string(r); }; };
@@ -227,8 +225,8 @@ TEST_CASE("NCCL unique ids of the scalable init travel through the store", "[run
       }));
     const std::vector<std::string> want = {"id-of-0", "id-of-2", "id-of-4"};
     for (auto& f : ranks) CHECK(f.get() == want);
-    CHECK(server.get("g0/nccl/world/id") == "id:id-of-0");
-    CHECK(server.get("g0/nccl/world/id/2") == "id:id-of-4");
+    CHECK(store.server.get("g0/nccl/world/id") == "id:id-of-0");
+    CHECK(store.server.get("g0/nccl/world/id/2") == "id:id-of-4");
   }
   SECTION("an owner's failure reaches every rank at once, naming it") {
     std::vector<std::future<std::string>> others;
