@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -24,18 +25,35 @@ namespace hvdrun::runtime {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+// What an id's creator publishes: "id:<id>", or "error:<why>" with `failure` set to why.
+std::string id_value(const std::function<std::string()>& make_id, std::string& failure) {
+  try {
+    return "id:" + make_id();
+  } catch (const std::exception& e) {
+    failure = e.what();
+    return "error:" + failure;
+  }
+}
+
+// The id in a published value; `creator_failed` opens the error when its creator failed.
+std::string id_from(const std::optional<std::string>& v, const std::string& key,
+                    const std::string& creator_failed) {
+  if (!v) throw Error("nccl: key '" + key + "' vanished from the rendezvous store");
+  if (v->rfind("error:", 0) == 0) throw Error("nccl: " + creator_failed + ": " + v->substr(6));
+  if (v->rfind("id:", 0) != 0) throw Error("nccl: malformed unique id under '" + key + "'");
+  return v->substr(3);
+}
+
+}  // namespace
+
 std::string exchange_unique_id(rendezvous::Client& store, const std::string& key, int rank,
                                const std::function<std::string()>& make_id,
                                std::chrono::milliseconds timeout) {
   if (rank == 0) {
-    std::string value;
     std::string failure;
-    try {
-      value = "id:" + make_id();
-    } catch (const std::exception& e) {
-      failure = e.what();
-      value = "error:" + failure;
-    }
+    const std::string value = id_value(make_id, failure);
     store.set(key, value);
     if (!failure.empty())
       throw Error("nccl: rank 0 could not create the NCCL unique id: " + failure);
@@ -47,12 +65,7 @@ std::string exchange_unique_id(rendezvous::Client& store, const std::string& key
                 std::to_string(timeout.count() / 1000) +
                 " s for rank 0 to publish the NCCL unique id under '" + key +
                 "'; rank 0 did not (it may have crashed or be stuck)");
-  auto v = store.get(key);
-  if (!v) throw Error("nccl: key '" + key + "' vanished from the rendezvous store");
-  if (v->rfind("error:", 0) == 0)
-    throw Error("nccl: rank 0 could not create the NCCL unique id: " + v->substr(6));
-  if (v->rfind("id:", 0) != 0) throw Error("nccl: malformed unique id under '" + key + "'");
-  return v->substr(3);
+  return id_from(store.get(key), key, "rank 0 could not create the NCCL unique id");
 }
 
 int nccl_id_count(int size, int ranks_per_id) {
@@ -84,16 +97,8 @@ std::vector<std::string> exchange_unique_ids(rendezvous::Client& store, const st
                                              std::chrono::milliseconds timeout) {
   if (count <= 1) return {exchange_unique_id(store, key, rank, make_id, timeout)};
   std::string own_failure;
-  if (const int mine = nccl_id_index(rank, size, count); mine >= 0) {
-    std::string value;
-    try {
-      value = "id:" + make_id();
-    } catch (const std::exception& e) {
-      own_failure = e.what();
-      value = "error:" + own_failure;
-    }
-    store.set(nccl_id_key(key, mine), value);
-  }
+  if (const int mine = nccl_id_index(rank, size, count); mine >= 0)
+    store.set(nccl_id_key(key, mine), id_value(make_id, own_failure));
   if (!own_failure.empty())
     throw Error("nccl: rank " + std::to_string(rank) +
                 " could not create its NCCL unique id: " + own_failure);
@@ -109,15 +114,10 @@ std::vector<std::string> exchange_unique_ids(rendezvous::Client& store, const st
   auto values = store.multi_get(keys);
   std::vector<std::string> ids;
   for (int i = 0; i < count; ++i) {
-    const auto& v = values[static_cast<std::size_t>(i)];
-    const std::string owner = "rank " + std::to_string(nccl_id_owner(i, size, count));
-    if (!v) throw Error("nccl: key '" + keys[static_cast<std::size_t>(i)] + "' vanished");
-    if (v->rfind("error:", 0) == 0)
-      throw Error("nccl: " + owner + " could not create NCCL unique id " + std::to_string(i) +
-                  ": " + v->substr(6));
-    if (v->rfind("id:", 0) != 0)
-      throw Error("nccl: malformed unique id under '" + keys[static_cast<std::size_t>(i)] + "'");
-    ids.push_back(v->substr(3));
+    const auto at = static_cast<std::size_t>(i);
+    ids.push_back(id_from(values[at], keys[at],
+                          "rank " + std::to_string(nccl_id_owner(i, size, count)) +
+                              " could not create NCCL unique id " + std::to_string(i)));
   }
   return ids;
 }
