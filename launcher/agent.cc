@@ -697,6 +697,10 @@ void Agent::dispatch() {
     } else if (s.what == 2) {
       check_exec_status(*s.rank, false);
     } else {
+      // Output means the rank has exec'd (or failed to): report that first, so that its
+      // output never precedes its start report when both are ready in one turn. The status
+      // pipe is closed or written by then, so this does not block.
+      check_exec_status(*s.rank, /*blocking=*/true);
       std::size_t got =
           s.what == 0 && can_splice()
               ? splice_rank(*s.rank)
