@@ -67,11 +67,34 @@ configure() {  # configure DIR [cmake args...]
     "${launcher[@]}" "$@"
 }
 
-# Runs the built suite in DIR; every test counts.
+# Runs the built suite in DIR; every test counts. A failing run's test names are kept
+# in failures[STAGE] for the summary at the end.
+declare -A failures
 ctest_stage() {  # ctest_stage STAGE DIR TIMEOUT [command prefix...]
-  local dir=$2 timeout=$3
+  local stage=$1 dir=$2 timeout=$3
   shift 3
-  run "$@" ctest --test-dir "$dir" --output-on-failure --timeout "$timeout" -j "$jobs"
+  run "$@" ctest --test-dir "$dir" --output-on-failure --timeout "$timeout" -j "$jobs" && return
+  local status=$? list=$dir/Testing/Temporary/LastTestsFailed.log
+  [[ -s $list ]] && failures[$stage]=$(cut -d: -f2- "$list")
+  return "$status"
+}
+
+# Prints, for a stage whose tests failed, each failed test's output from ctest's log
+# (its last 40 lines), so the end of a long CI log says what failed and how.
+failure_report() {  # failure_report STAGE DIR
+  local stage=$1 log=$2/Testing/Temporary/LastTest.log name
+  [[ -n ${failures[$stage]:-} ]] || return 0
+  echo
+  echo "=================== stage $stage: failed tests ==================="
+  while IFS= read -r name; do
+    echo "--- $name"
+    awk -v want="$name" '
+      $0 ~ /^[0-9]+\/[0-9]+ Test: / { sub(/^[0-9]+\/[0-9]+ Test: /, ""); cur = $0; keep = (cur == want); n = 0; next }
+      keep && /^<end of output>/ { keep = 0 }
+      keep { lines[n++ % 40] = $0; total = n }
+      END { start = total > 40 ? total - 40 : 0; for (i = start; i < total; i++) print lines[i % 40] }
+    ' "$log" 2>/dev/null
+  done <<<"${failures[$stage]}"
 }
 
 # Builds and runs the whole suite. Sanitizer stages give ctest a longer per-test limit:
@@ -151,9 +174,17 @@ for s in "${stages[@]}"; do
   echo "=================== stage $s: ${result[$s]} in ${seconds[$s]} s ==================="
 done
 
+for s in "${stages[@]}"; do
+  case $s in
+    plain) failure_report plain "$prefix" ;;
+    asan | tsan) failure_report "$s" "$prefix-$s" ;;
+  esac
+done
+
 echo
 echo "stage   result   seconds"
 for s in "${stages[@]}"; do
   printf '%-7s %-8s %7d\n' "$s" "${result[$s]}" "${seconds[$s]}"
+  [[ -n ${failures[$s]:-} ]] && sed 's/^/          failed: /' <<<"${failures[$s]}"
 done
 exit "$failed"
