@@ -350,6 +350,32 @@ void Agent::spawn(const proto::Spawn& s) {
   spdlog::debug("rank {} forked as pid {}", s.rank, pid);
 }
 
+namespace {
+
+/// What to do about a rank that could not start: "; ..." for the reasons people meet.
+std::string exec_failure_hint(bool chdir, int error, const std::string& argv0) {
+  if (chdir)
+    return "; ranks start in the launcher's working directory, which must exist on every "
+           "host (run hvdrun from a directory shared by the hosts, or cd in the command)";
+  switch (error) {
+    case ENOENT:
+      if (argv0.find('/') != std::string::npos)
+        return "; the path must exist on this host (relative paths start from the launcher's "
+               "working directory)";
+      return "; install it on this host or give its full path (ranks search the PATH of "
+             "the launcher's environment)";
+    case EACCES:
+      return "; make it executable (chmod +x) or run it through its interpreter";
+    case ENOEXEC:
+      return "; it is not a program this host can run: give a script a #! line or run it "
+             "through its interpreter";
+    default:
+      return "";
+  }
+}
+
+}  // namespace
+
 void Agent::check_exec_status(Rank& r, bool blocking) {
   if (!r.exec_status) return;
   if (!blocking) {
@@ -362,7 +388,8 @@ void Agent::check_exec_status(Rank& r, bool blocking) {
     std::string what = failure->chdir ? "cannot change to directory '" + r.cwd + "'"
                                       : "cannot execute '" + r.argv0 + "'";
     send(proto::Fatal{r.rank, "cannot start rank " + std::to_string(r.rank) + ": " + what + ": " +
-                                  std::strerror(failure->error)});
+                                  std::strerror(failure->error) +
+                                  exec_failure_hint(failure->chdir, failure->error, r.argv0)});
     r.reported = true;  // the fatal frame stands for its exit report
   } else {
     send(proto::RankStarted{r.rank, r.pid});

@@ -105,10 +105,17 @@ TEST_CASE("a rank killed by a signal makes hvdrun exit 128+signal") {
   CHECK_THAT(h.err, Catch::Contains("rank 0 on host localhost was killed by signal 11 (SIGSEGV)"));
 }
 
-TEST_CASE("a command that does not exist fails the launch with 255") {
+TEST_CASE("a command that does not exist fails the launch with 255, saying what to do") {
   Hvdrun h({"-np", "2", "no-such-command-hvdrun-test"});
   CHECK(h.wait() == 255);
-  CHECK_THAT(h.err, Catch::Contains("cannot execute 'no-such-command-hvdrun-test': No such file"));
+  CHECK_THAT(h.err, Catch::Contains("cannot execute 'no-such-command-hvdrun-test': No such file") &&
+                        Catch::Contains("install it on this host or give its full path"));
+  TempDir tmp("noexec");
+  const std::string script = tmp.path() + "/train.sh";
+  { std::ofstream(script) << "echo never\n"; }  // not executable
+  Hvdrun x({"-np", "1", script});
+  CHECK(x.wait() == 255);
+  CHECK_THAT(x.err, Catch::Contains("Permission denied; make it executable (chmod +x)"));
 }
 
 TEST_CASE("SIGINT and SIGTERM stop every rank with exit 130 and 143") {
