@@ -400,8 +400,13 @@ class ShmComm::Impl {
       throw Error("shared memory: " + who_ + ": the process behind " + name +
                   " belongs to another user; refusing its segment");
     std::int32_t hello[2] = {me_.local_rank, me_.global_rank};
-    if (::send(c.get(), hello, sizeof(hello), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(hello)))
+    if (::send(c.get(), hello, sizeof(hello), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(hello))) {
+      // Accepted into the backlog just as local rank 0 closed its socket, done handing out.
+      if (!store && (errno == EPIPE || errno == ECONNRESET))
+        throw Error("shared memory: " + who_ + ": local rank 0 closed its socket before " +
+                    "this rank could ask for the segment (" + not_served() + ")");
       throw_errno("shared memory: " + who_ + ": asking local rank 0 for the segment", "send");
+    }
     if (!poll_until(c.get(), POLLIN, deadline))
       throw Error("shared memory: " + who_ +
                   ": local rank 0 did not hand over the segment before the start timeout");
