@@ -203,6 +203,28 @@ std::set<unsigned long> socket_inodes(pid_t pid) {
   return out;
 }
 
+// The path ("@name") of a listening Unix socket whose name starts with `prefix` and that
+// a process of the job with `marker` holds; empty while there is none.
+std::string job_unix_listener(const std::string& marker, const std::string& prefix) {
+  std::set<unsigned long> held;
+  for (pid_t p : processes_with(marker)) {
+    auto inodes = socket_inodes(p);
+    held.insert(inodes.begin(), inodes.end());
+  }
+  std::ifstream f("/proc/net/unix");
+  std::string line;
+  std::getline(f, line);  // the header
+  while (std::getline(f, line)) {
+    std::istringstream row(line);
+    std::string num, refs, proto, flags, type, state, path;
+    unsigned long inode = 0;
+    if (!(row >> num >> refs >> proto >> flags >> type >> state >> inode >> path)) continue;
+    // Flags 00010000: accepting connections (listening).
+    if (flags == "00010000" && path.rfind(prefix, 0) == 0 && held.count(inode) != 0) return path;
+  }
+  return "";
+}
+
 // A child running as nobody that connects to the ports it is sent (3 bytes: v6 flag, port
 // high, port low), writes some junk, holds the connection, and answers 1 byte (1: connected).
 class NobodyConnector {
@@ -457,37 +479,44 @@ TEST_CASE(
   }
   // With HVDRUN_CHECKIN=host the segment socket's name comes from the job secret, but a
   // bound abstract socket is listed in /proc/net/unix for every user: local rank 0 must
-  // refuse another uid. Local rank 1 starts 1 s late, so the socket waits that long.
+  // refuse another uid. Local rank 1 starts 2 s late, so the socket waits that long. The
+  // test finds this job's socket (tests beside it have sockets of the same prefix) and
+  // hands its name to the attacker, who checks that it can see the name itself.
   const std::string marker = unique_marker();
-  const std::string attacker =
-      "import socket, time\n"
-      "deadline = time.time() + 20; seen = set()\n"
-      "while time.time() < deadline and not seen:\n"
-      "    for line in open('/proc/net/unix'):\n"
-      "        f = line.split()\n"
-      "        if len(f) >= 8 and f[7].startswith('@hvdrun-') and f[7] not in seen:\n"
-      "            seen.add(f[7]); s = socket.socket(socket.AF_UNIX)\n"
-      "            try:\n"
-      "                s.connect('\\0' + f[7][1:]); print('connected', f[7], flush=True)\n"
-      "                s.send(b'\\x01\\0\\0\\0\\x01\\0\\0\\0')\n"
-      "                print('reached', f[7], 'got', len(s.recv(64)), flush=True)\n"
-      "            except OSError as e:\n"
-      "                print('refused', f[7], e, flush=True)\n"
-      "    time.sleep(0.002)\n";
-  CapturedProcess nobody({"runuser", "-u", "nobody", "--", "python3", "-c", attacker});
   Hvdrun h(
       {"-np", "3", "-x", "HVDRUN_CHECKIN=host", "sh", "-c",
-       "if [ \"$HVDRUN_LOCAL_RANK\" = 1 ]; then sleep 1; fi; exec " + kWorker + " collectives"},
+       "if [ \"$HVDRUN_LOCAL_RANK\" = 1 ]; then sleep 2; fi; exec " + kWorker + " collectives"},
       {marker});
-  const int code = h.wait(120s);
+  std::string name;
+  const auto deadline = Clock::now() + 20s * kSlowdown;
+  while (name.empty() && Clock::now() < deadline) {
+    name = job_unix_listener(marker, "@hvdrun-");
+    if (name.empty()) std::this_thread::sleep_for(2ms);  // a scan costs more than this
+  }
+  REQUIRE_FALSE(name.empty());
+  const std::string attacker =
+      "import socket, sys\n"
+      "name = sys.argv[1]\n"
+      "listed = any(l.split()[7:8] == [name] for l in open('/proc/net/unix'))\n"
+      "print('listed' if listed else 'not listed', name, flush=True)\n"
+      "s = socket.socket(socket.AF_UNIX)\n"
+      "try:\n"
+      "    s.connect('\\0' + name[1:]); print('connected', name, flush=True)\n"
+      "    s.send(b'\\x01\\0\\0\\0\\x01\\0\\0\\0')\n"
+      "    print('reached', name, 'got', len(s.recv(64)), flush=True)\n"
+      "except OSError as e:\n"
+      "    print('refused', name, e, flush=True)\n";
+  CapturedProcess nobody({"runuser", "-u", "nobody", "--", "python3", "-c", attacker, name});
   const int attacker_code = nobody.wait(30s);
+  const int code = h.wait(120s);
   INFO("hvdrun stdout: " << h.out << "\nstderr: " << h.err << "\nattacker: " << nobody.out
                          << nobody.err);
   CHECK(code == 0);
   CHECK(attacker_code == 0);
-  // It found the socket and connected; local rank 0 closed it unserved (0 bytes back,
-  // or closed before the attacker's hello: a broken pipe).
-  CHECK_THAT(nobody.out, Catch::Contains("connected @hvdrun-"));
+  // It saw the name, connected, and local rank 0 closed it unserved (0 bytes back, or
+  // closed before the attacker's hello: a broken pipe).
+  CHECK_THAT(nobody.out, Catch::Contains("listed " + name + "\n"));
+  CHECK_THAT(nobody.out, Catch::Contains("connected " + name));
   CHECK_THAT(nobody.out, !Catch::Contains(" got 1\n"));  // the segment's one-byte message
   CHECK_THAT(h.out + h.err, Catch::Contains("refused a local connection from uid 65534"));
   CHECK(wait_none_with(marker, 5s));
