@@ -366,10 +366,7 @@ std::string exec_failure_hint(bool chdir, int error, const std::string& argv0) {
              "the launcher's environment)";
     case EACCES:
       return "; make it executable (chmod +x) or run it through its interpreter";
-    case ENOEXEC:
-      return "; it is not a program this host can run: give a script a #! line or run it "
-             "through its interpreter";
-    default:
+    default:  // ENOEXEC never comes back: execvp runs such a file with /bin/sh
       return "";
   }
 }

@@ -399,12 +399,16 @@ class ShmComm::Impl {
     if (peer_uid(c.get()) != ::geteuid())
       throw Error("shared memory: " + who_ + ": the process behind " + name +
                   " belongs to another user; refusing its segment");
+    // Without a store, a connection local rank 0 closes unserved (this rank reached its
+    // backlog as it finished handing out) is a second process of one local rank: the
+    // close shows at the send or at the receive, whichever comes after it.
+    const auto closed_unserved = [&] {
+      return Error("shared memory: " + who_ + ": local rank 0 closed its socket without " +
+                   "handing over the segment (" + not_served() + ")");
+    };
     std::int32_t hello[2] = {me_.local_rank, me_.global_rank};
     if (::send(c.get(), hello, sizeof(hello), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(hello))) {
-      // Accepted into the backlog just as local rank 0 closed its socket, done handing out.
-      if (!store && (errno == EPIPE || errno == ECONNRESET))
-        throw Error("shared memory: " + who_ + ": local rank 0 closed its socket before " +
-                    "this rank could ask for the segment (" + not_served() + ")");
+      if (!store && (errno == EPIPE || errno == ECONNRESET)) throw closed_unserved();
       throw_errno("shared memory: " + who_ + ": asking local rank 0 for the segment", "send");
     }
     if (!poll_until(c.get(), POLLIN, deadline))
@@ -412,9 +416,7 @@ class ShmComm::Impl {
                   ": local rank 0 did not hand over the segment before the start timeout");
     FdMessage m;
     const auto got = ::recvmsg(c.get(), &m.msg, MSG_CMSG_CLOEXEC);
-    if (got != 1 && !store)
-      throw Error("shared memory: " + who_ + ": local rank 0 closed its socket without " +
-                  "handing over the segment (" + not_served() + ")");
+    if (got != 1 && !store) throw closed_unserved();
     if (got != 1) throw_errno("shared memory: " + who_ + ": receiving the segment", "recvmsg");
     cmsghdr* cm = CMSG_FIRSTHDR(&m.msg);
     if (cm == nullptr || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(sizeof(int)))

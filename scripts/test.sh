@@ -68,32 +68,35 @@ configure() {  # configure DIR [cmake args...]
 }
 
 # Runs the built suite in DIR; every test counts. A failing run's test names are kept
-# in failures[STAGE] for the summary at the end.
-declare -A failures
+# in failures[STAGE], and its ctest log in failure_log[STAGE], for the end of the log.
+declare -A failures failure_log
 ctest_stage() {  # ctest_stage STAGE DIR TIMEOUT [command prefix...]
   local stage=$1 dir=$2 timeout=$3
   shift 3
   run "$@" ctest --test-dir "$dir" --output-on-failure --timeout "$timeout" -j "$jobs" && return
   local status=$? list=$dir/Testing/Temporary/LastTestsFailed.log
-  [[ -s $list ]] && failures[$stage]=$(cut -d: -f2- "$list")
+  if [[ -s $list ]]; then
+    failures[$stage]=$(cut -d: -f2- "$list")
+    failure_log[$stage]=$dir/Testing/Temporary/LastTest.log
+  fi
   return "$status"
 }
 
 # Prints, for a stage whose tests failed, each failed test's output from ctest's log
 # (its last 40 lines), so the end of a long CI log says what failed and how.
-failure_report() {  # failure_report STAGE DIR
-  local stage=$1 log=$2/Testing/Temporary/LastTest.log name
+failure_report() {  # failure_report STAGE
+  local stage=$1 name
   [[ -n ${failures[$stage]:-} ]] || return 0
   echo
   echo "=================== stage $stage: failed tests ==================="
   while IFS= read -r name; do
     echo "--- $name"
     awk -v want="$name" '
-      $0 ~ /^[0-9]+\/[0-9]+ Test: / { sub(/^[0-9]+\/[0-9]+ Test: /, ""); cur = $0; keep = (cur == want); n = 0; next }
+      $0 ~ /^[0-9]+\/[0-9]+ Test: / { sub(/^[0-9]+\/[0-9]+ Test: /, ""); keep = ($0 == want); n = 0; next }
       keep && /^<end of output>/ { keep = 0 }
       keep { lines[n++ % 40] = $0; total = n }
       END { start = total > 40 ? total - 40 : 0; for (i = start; i < total; i++) print lines[i % 40] }
-    ' "$log" 2>/dev/null
+    ' "${failure_log[$stage]}" 2>/dev/null
   done <<<"${failures[$stage]}"
 }
 
@@ -174,12 +177,7 @@ for s in "${stages[@]}"; do
   echo "=================== stage $s: ${result[$s]} in ${seconds[$s]} s ==================="
 done
 
-for s in "${stages[@]}"; do
-  case $s in
-    plain) failure_report plain "$prefix" ;;
-    asan | tsan) failure_report "$s" "$prefix-$s" ;;
-  esac
-done
+for s in "${stages[@]}"; do failure_report "$s"; done
 
 echo
 echo "stage   result   seconds"

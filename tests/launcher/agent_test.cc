@@ -232,7 +232,8 @@ TEST_CASE("agent: a rank that cannot start is reported with the reason") {
   a.send(s);
   auto f = a.expect<proto::Fatal>();
   CHECK(f.rank == 2);
-  CHECK_THAT(f.message, Catch::Contains("cannot change to directory '/no/such/dir'"));
+  CHECK_THAT(f.message, Catch::Contains("cannot change to directory '/no/such/dir'") &&
+                           Catch::Contains("which must exist on every host"));
   proto::Spawn t = shell(4, "true");
   t.argv = {"no-such-program-anywhere"};
   a.send(t);

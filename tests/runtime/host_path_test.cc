@@ -4,6 +4,8 @@
 // the blocks' leaders talk Gloo over loopback), the absence of TCP between the ranks of
 // one host, and a rank killed inside a collective.
 #include <dirent.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include <algorithm>
 #include <bit>
@@ -11,12 +13,17 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 
+#include "common/fd.h"
 #include "runtime/reduce.h"
+#include "runtime/shm_comm.h"
 #include "runtime/shm_reduce.h"
 #include "tests/runtime/job_harness.h"
 
@@ -352,4 +359,33 @@ TEST_CASE("host check-in: two processes claiming one local rank are refused, nam
                            Catch::Contains("a second one with HVDRUN_LOCAL_RANK=1"));
   std::printf("host-checkin: local rank 1 started twice, start timeout 3 s: refused in %lld ms\n",
               static_cast<long long>(r.elapsed.count()));
+}
+
+TEST_CASE("shm: a local rank whose connection local rank 0 closes unserved is told why",
+          "[runtime][shm][checkin]") {
+  // What a second process of one local rank meets when it reaches local rank 0's backlog
+  // as that one finishes handing out: accepted (or dropped) and closed, nothing sent. The
+  // close shows at its send or its receive; either way the message is the same.
+  const std::string name = "hvdrun-test-unserved-" + std::to_string(::getpid());
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  hvdrun::UniqueFd srv(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  REQUIRE(::bind(srv.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0);
+  REQUIRE(::listen(srv.get(), 4) == 0);
+  std::thread leader([&] { hvdrun::UniqueFd c(::accept4(srv.get(), nullptr, nullptr, SOCK_CLOEXEC)); });
+  hvdrun::runtime::ShmMember me;
+  me.local_rank = 1;
+  me.local_size = 2;
+  me.global_rank = 1;
+  me.global_size = 2;
+  me.host = "localhost";
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(
+      hvdrun::runtime::ShmComm(nullptr, name, me, t0 + 10s, 10s),
+      Catch::Contains("local rank 0 closed its socket without handing over the segment") &&
+          Catch::Contains("a second one with HVDRUN_LOCAL_RANK=1"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);  // at once, not at the deadline
+  leader.join();
 }
