@@ -36,6 +36,9 @@ inline constexpr const char kOpTimeout[] = "HVDRUN_OP_TIMEOUT";
 inline constexpr const char kGeneration[] = "HVDRUN_GENERATION";
 /// auto | require | off: the runtime's NCCL path.
 inline constexpr const char kNccl[] = "HVDRUN_NCCL";
+/// Ranks served by one NCCL unique id under the scalable init (default 128); a smaller
+/// value exercises several ids on a few GPUs.
+inline constexpr const char kNcclRanksPerId[] = "HVDRUN_NCCL_RANKS_PER_ID";
 /// auto | shm | gloo: how the runtime's host-memory collectives travel.
 inline constexpr const char kHostPath[] = "HVDRUN_HOST_PATH";
 /// How a host's ranks check in with the rendezvous: rank (each on its own connection) or

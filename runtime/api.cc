@@ -1,6 +1,7 @@
 // The public C++ API (hvdrun/hvdrun.h): one process-wide World and the Engine that runs
-// every collective in submission order, blocking or asynchronous, so calls from several
-// threads are serialised in one order rather than interleaved on the wire.
+// every collective once the ranks agree on it (runtime/negotiation.h), blocking or
+// asynchronous. init() after shutdown() joins again under a fresh key prefix.
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -8,6 +9,8 @@
 #include <mutex>
 
 #include "hvdrun/hvdrun.h"
+#include "common/log.h"
+#include "runtime/device_watchdog.h"
 #include "runtime/engine.h"
 #include "runtime/world.h"
 
@@ -39,42 +42,6 @@ std::shared_ptr<Joined> joined(const char* fn) {
   return g_joined;
 }
 
-const char* dtype_name(DataType t) {
-  switch (t) {
-    case DataType::kInt32:
-      return "int32";
-    case DataType::kInt64:
-      return "int64";
-    case DataType::kFloat32:
-      return "float32";
-    case DataType::kFloat64:
-      return "float64";
-    case DataType::kFloat16:
-      return "float16";
-    case DataType::kBFloat16:
-      return "bfloat16";
-    case DataType::kUInt8:
-      return "uint8";
-  }
-  return "?";
-}
-
-const char* op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kAverage:
-      return "average";
-    case ReduceOp::kMin:
-      return "min";
-    case ReduceOp::kMax:
-      return "max";
-    case ReduceOp::kProduct:
-      return "product";
-  }
-  return "?";
-}
-
 void check_dtype(DataType t) {
   if (static_cast<unsigned>(t) > static_cast<unsigned>(DataType::kUInt8))
     throw Error("hvdrun: unknown data type " + std::to_string(static_cast<int>(t)));
@@ -84,36 +51,17 @@ void check_op(ReduceOp op) {
     throw Error("hvdrun: unknown reduce op " + std::to_string(static_cast<int>(op)));
 }
 
-// What a collective is, for messages; turned into text only when something fails, so a
-// successful call formats nothing.
-struct Desc {
-  const char* kind;  // "allreduce", "device broadcast", ...
-  std::size_t count = 0;
-  DataType dtype = DataType::kUInt8;
-  const char* op = nullptr;  // reduction name, or nullptr
-  int root = -1;             // broadcast root, or -1
-  bool sized = true;         // false: just `kind` ("barrier")
-};
-
-std::string text(const Desc& d) {
-  std::string s = d.kind;
-  if (!d.sized) return s;
-  s += " of " + std::to_string(d.count) + " " + dtype_name(d.dtype);
-  if (d.op) s += std::string(" (") + d.op + ")";
-  if (d.root >= 0) s += " from rank " + std::to_string(d.root);
-  return s;
-}
-
-// Runs a collective, attaching what it was and where to any failure once.
+// Runs a collective's data movement, attaching what it was and where to a failure once.
 template <typename Fn>
-void collective(runtime::World& w, const Desc& d, Fn& fn) {
+void collective(runtime::World& w, const runtime::Request& q, Fn&& fn) {
   try {
     fn();
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw Error("hvdrun: " + text(d) + " failed on rank " + std::to_string(w.env().rank) + " of " +
-                std::to_string(w.env().size) + " (" + w.env().hostname + "): " + e.what() +
+    throw Error("hvdrun: " + runtime::label(q) + " " + runtime::tensor_text(q) + " failed on rank " +
+                std::to_string(w.env().rank) + " of " + std::to_string(w.env().size) + " (" +
+                w.env().hostname + "): " + e.what() +
                 ". A peer rank probably exited or lost its connection");
   }
 }
@@ -137,13 +85,52 @@ std::size_t dtype_size(DataType dtype) {
   throw Error("hvdrun: unknown data type " + std::to_string(static_cast<int>(dtype)));
 }
 
+namespace {
+
+int g_incarnation = 0;  // init() calls so far in this process (guarded by g_mu)
+
+runtime::StallPolicy stall_policy(const runtime::Environment& env) {
+  runtime::StallPolicy p;
+  p.check = env.stall_check;
+  p.shutdown = env.stall_shutdown;
+  p.disabled = env.stall_disabled;
+  return p;
+}
+
+runtime::Engine::Hooks engine_hooks(runtime::World* w) {
+  runtime::Engine::Hooks h;
+  h.exchange = [w](const runtime::Window& mine, std::vector<runtime::Window>& all) {
+    w->exchange(mine, all);
+  };
+  h.stand_in = [w](const runtime::Ready& rd) { w->stand_in(rd); };
+  h.stall = [](const std::string& text, bool ends_job) {
+    hvdrun::log().warn("{}", text);
+    if (!ends_job) return;
+    hvdrun::log().flush();
+    std::fflush(nullptr);
+    std::fprintf(stderr, "%s\n", text.c_str());
+    std::fflush(stderr);
+    // The engine thread may be blocked in a round with no way out: leave at once and
+    // let the launcher stop the job (the device watchdog's exit code).
+    std::_Exit(runtime::DeviceWatchdog::kExitCode);
+  };
+  h.arrived = [w](long long round) { w->stall_arrived(round); };
+  h.missing_from_round = [w](long long round) { return w->stall_missing(round); };
+  return h;
+}
+
+}  // namespace
+
 void init() {
   std::lock_guard lock(g_mu);
   if (g_joined) return;
   auto env = runtime::read_environment([](const char* n) { return std::getenv(n); });
+  env.incarnation = g_incarnation;
   auto j = std::make_shared<Joined>();
   j->world = std::make_unique<runtime::World>(std::move(env));
-  j->engine = std::make_unique<runtime::Engine>();
+  ++g_incarnation;
+  j->engine = std::make_unique<runtime::Engine>(engine_hooks(j->world.get()), j->world->env().size,
+                                                stall_policy(j->world->env()));
   g_joined = std::move(j);
 }
 
@@ -159,15 +146,12 @@ void shutdown() {
     j = std::move(g_joined);
   }
   if (!j) return;
-  // Everything submitted runs first (the engine keeps submission order), then the final
-  // barrier of leave() goes through the engine too, after the last collective. After a
-  // failed collective the job is over: leave without waiting for peers that are gone.
-  j->engine->drain();
-  if (!j->engine->failure().empty()) {
-    j->world->leave(false);
-    return;
-  }
-  j->engine->run("shutdown", [&] { j->world->leave(); });
+  // Shutdown is agreed like a collective: what the ranks still agree on runs, what can
+  // then never complete fails, and everyone leaves together. After a failed collective
+  // the job is over: leave without waiting for peers that are gone.
+  const bool healthy = j->engine->shutdown();
+  j->engine->stop();
+  j->world->leave(healthy);
 }
 
 namespace {
@@ -184,74 +168,16 @@ int generation() { return env_of("generation").generation; }
 
 namespace {
 
-// One collective, checked and described: what the engine runs, blocking or not. The
-// body's own type is kept, so a blocking call that runs inline allocates nothing.
-template <typename Body>
-struct Op {
-  std::shared_ptr<Joined> j;
-  Desc desc;
-  Body body;
-};
-template <typename Body>
-Op(std::shared_ptr<Joined>, Desc, Body) -> Op<Body>;
-
-// Blocking: runs after everything submitted before it.
-template <typename Body>
-void run_now(Op<Body> op) {
-  auto& w = *op.j->world;
-  op.j->engine->run(op.desc.kind, [&] { collective(w, op.desc, op.body); });
-}
-
-// Asynchronous. The task may point at the World: the World outlives the engine, whose
-// destructor runs every queued task first.
-template <typename Body>
-Handle submit(Op<Body> op) {
-  auto* w = op.j->world.get();
-  return op.j->engine->submit(
-      op.desc.kind,
-      [w, desc = op.desc, body = std::move(op.body)]() mutable { collective(*w, desc, body); });
-}
-
-auto allreduce_op(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
-  auto j = joined("allreduce");
-  check_dtype(dtype);
-  check_op(op);
-  if (count > 0 && (send == nullptr || recv == nullptr))
-    throw Error("hvdrun::allreduce: null buffer");
-  auto* w = j->world.get();
-  return Op{std::move(j), Desc{"allreduce", count, dtype, op_name(op)},
-            [=] { w->host().allreduce(send, recv, count, dtype, op); }};
-}
-
-auto broadcast_op(void* buf, std::size_t count, DataType dtype, int root) {
-  auto j = joined("broadcast");
-  check_dtype(dtype);
-  const int n = j->world->env().size;
-  if (root < 0 || root >= n)
-    throw Error("hvdrun::broadcast: root " + std::to_string(root) + " is not a rank (size " +
-                std::to_string(n) + ")");
-  if (count > 0 && buf == nullptr) throw Error("hvdrun::broadcast: null buffer");
-  auto* w = j->world.get();
-  return Op{std::move(j), Desc{"broadcast", count, dtype, nullptr, root},
-            [=] { w->host().broadcast(buf, count * dtype_size(dtype), root); }};
-}
-
-auto allgather_op(const void* send, void* recv, std::size_t count, DataType dtype) {
-  auto j = joined("allgather");
-  check_dtype(dtype);
-  if (count > 0 && (send == nullptr || recv == nullptr))
-    throw Error("hvdrun::allgather: null buffer");
-  auto* w = j->world.get();
-  return Op{std::move(j), Desc{"allgather", count, dtype},
-            [=] { w->host().allgather(send, recv, count * dtype_size(dtype)); }};
-}
-
-auto barrier_op() {
-  auto j = joined("barrier");
-  auto* w = j->world.get();
-  Desc d{"barrier"};
-  d.sized = false;
-  return Op{std::move(j), d, [w] { w->barrier(); }};
+const char* kind_text(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::kAllreduce:
+      return "allreduce";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
+    case CollectiveKind::kAllgather:
+      return "allgather";
+  }
+  return "collective";
 }
 
 runtime::NcclComm& nccl(runtime::World& w, const char* fn) {
@@ -261,98 +187,196 @@ runtime::NcclComm& nccl(runtime::World& w, const char* fn) {
   return *w.nccl();
 }
 
-// Device collectives fail at submission when NCCL is unavailable, like a bad argument.
-auto allreduce_device_op(const void* send, void* recv, std::size_t count, DataType dtype,
-                         ReduceOp op, void* stream) {
-  auto j = joined("allreduce_device");
-  check_dtype(dtype);
-  check_op(op);
-  auto* c = &nccl(*j->world, "allreduce_device");
-  return Op{std::move(j), Desc{"device allreduce", count, dtype, op_name(op)},
-            [=] { c->allreduce(send, recv, count, dtype, op, stream); }};
+// A collective checked at submission (bad arguments fail there, like NCCL being
+// unavailable for device buffers) and turned into its request and body.
+struct Prepared {
+  std::shared_ptr<Joined> j;
+  runtime::Request request;
+  runtime::Engine::Body body;
+};
+
+Prepared prepare(const Collective& c) {
+  const char* fn = kind_text(c.kind);
+  auto j = joined(fn);
+  check_dtype(c.dtype);
+  if (static_cast<unsigned>(c.kind) > static_cast<unsigned>(CollectiveKind::kAllgather))
+    throw Error("hvdrun: unknown collective kind " + std::to_string(static_cast<int>(c.kind)));
+  auto* w = j->world.get();
+  const int n = w->env().size;
+  runtime::Kind kind = runtime::Kind::kAllreduce;
+  if (c.kind == CollectiveKind::kAllreduce) {
+    check_op(c.op);
+    if (c.count > 0 && (c.send == nullptr || c.recv == nullptr))
+      throw Error("hvdrun::allreduce: null buffer");
+  } else if (c.kind == CollectiveKind::kBroadcast) {
+    kind = runtime::Kind::kBroadcast;
+    if (c.root < 0 || c.root >= n)
+      throw Error("hvdrun::broadcast: root " + std::to_string(c.root) + " is not a rank (size " +
+                  std::to_string(n) + ")");
+    if (c.count > 0 && c.recv == nullptr) throw Error("hvdrun::broadcast: null buffer");
+  } else {
+    kind = runtime::Kind::kAllgather;
+    if (c.count > 0 && (c.send == nullptr || c.recv == nullptr))
+      throw Error("hvdrun::allgather: null buffer");
+  }
+  if (c.ndim < 0 || (c.ndim > 0 && c.shape == nullptr))
+    throw Error(std::string("hvdrun::") + fn + ": shape has " + std::to_string(c.ndim) +
+                " dimensions but no values");
+  auto q = runtime::make_request(kind, c.count, c.dtype, c.name, c.shape, c.ndim, c.type_name);
+  q.device = c.device ? 1 : 0;
+  if (kind == runtime::Kind::kAllreduce) {
+    q.op = static_cast<std::uint8_t>(c.op);
+    q.prescale = c.prescale;
+    q.postscale = c.postscale;
+  }
+  if (kind == runtime::Kind::kBroadcast) q.root = c.root;
+
+  runtime::Engine::Body body;
+  const Collective a = c;  // the pointers stay the caller's; names and shape are in q
+  if (c.device) {
+    auto* dev = &nccl(*w, fn);
+    body = [w, dev, a](const runtime::Ready& rd) {
+      collective(*w, rd.request, [&] {
+        if (a.kind == CollectiveKind::kAllreduce)
+          dev->allreduce(a.send, a.recv, a.count, a.dtype, a.op, a.cuda_stream);
+        else if (a.kind == CollectiveKind::kBroadcast)
+          dev->broadcast(a.recv, a.count, a.dtype, a.root, a.cuda_stream);
+        else
+          dev->allgather(a.send, a.recv, a.count, a.dtype, a.cuda_stream);
+      });
+    };
+  } else {
+    body = [w, a](const runtime::Ready& rd) {
+      collective(*w, rd.request, [&] {
+        if (a.kind == CollectiveKind::kAllreduce)
+          w->host().allreduce(a.send, a.recv, a.count, a.dtype, a.op);
+        else if (a.kind == CollectiveKind::kBroadcast)
+          w->host().broadcast(a.recv, a.count * dtype_size(a.dtype), a.root);
+        else
+          w->host().allgather(a.send, a.recv, a.count * dtype_size(a.dtype));
+      });
+    };
+  }
+  return Prepared{std::move(j), q, std::move(body)};
 }
 
-auto broadcast_device_op(void* buf, std::size_t count, DataType dtype, int root, void* stream) {
-  auto j = joined("broadcast_device");
-  check_dtype(dtype);
-  auto* c = &nccl(*j->world, "broadcast_device");
-  return Op{std::move(j), Desc{"device broadcast", count, dtype, nullptr, root},
-            [=] { c->broadcast(buf, count, dtype, root, stream); }};
+Collective host(CollectiveKind kind, const void* send, void* recv, std::size_t count,
+                DataType dtype) {
+  Collective c;
+  c.kind = kind;
+  c.send = send;
+  c.recv = recv;
+  c.count = count;
+  c.dtype = dtype;
+  return c;
 }
 
-auto allgather_device_op(const void* send, void* recv, std::size_t count, DataType dtype,
-                         void* stream) {
-  auto j = joined("allgather_device");
-  check_dtype(dtype);
-  auto* c = &nccl(*j->world, "allgather_device");
-  return Op{std::move(j), Desc{"device allgather", count, dtype},
-            [=] { c->allgather(send, recv, count, dtype, stream); }};
+Collective on_device(Collective c, void* stream) {
+  c.device = true;
+  c.cuda_stream = stream;
+  return c;
+}
+
+Collective reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
+  auto c = host(CollectiveKind::kAllreduce, send, recv, count, dtype);
+  c.op = op;
+  return c;
+}
+
+Collective bcast(void* buf, std::size_t count, DataType dtype, int root) {
+  auto c = host(CollectiveKind::kBroadcast, nullptr, buf, count, dtype);
+  c.root = root;
+  return c;
+}
+
+Collective gather(const void* send, void* recv, std::size_t count, DataType dtype) {
+  return host(CollectiveKind::kAllgather, send, recv, count, dtype);
 }
 
 }  // namespace
 
+Handle submit(const Collective& c) {
+  auto p = prepare(c);
+  return p.j->engine->submit(p.request, std::move(p.body));
+}
+
+Handle submit(const Collective& c, void (*then)(void*, long long), void* arg) {
+  auto p = prepare(c);
+  runtime::Engine::Body next;
+  if (then != nullptr)
+    next = [then, arg](const runtime::Ready& rd) { then(arg, rd.request.seq); };
+  return p.j->engine->submit(p.request, std::move(p.body), std::move(next));
+}
+
+void run(const Collective& c) {
+  auto p = prepare(c);
+  p.j->engine->run(p.request, std::move(p.body));
+}
+
+std::int64_t sequence(Handle handle) { return joined("sequence")->engine->seq_of(handle); }
+
 void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
-  run_now(allreduce_op(send, recv, count, dtype, op));
+  run(reduce(send, recv, count, dtype, op));
 }
 void broadcast(void* buf, std::size_t count, DataType dtype, int root) {
-  run_now(broadcast_op(buf, count, dtype, root));
+  run(bcast(buf, count, dtype, root));
 }
 void allgather(const void* send, void* recv, std::size_t count, DataType dtype) {
-  run_now(allgather_op(send, recv, count, dtype));
+  run(gather(send, recv, count, dtype));
 }
-void barrier() { run_now(barrier_op()); }
+
+namespace {
+runtime::Request barrier_request() {
+  return runtime::make_request(runtime::Kind::kBarrier, 0, DataType::kUInt8, nullptr, nullptr, 0,
+                               nullptr);
+}
+}  // namespace
+
+// A barrier moves nothing: the round that agrees on it has every rank in it.
+void barrier() { joined("barrier")->engine->run(barrier_request(), nullptr); }
 
 Handle allreduce_async(const void* send, void* recv, std::size_t count, DataType dtype,
                        ReduceOp op) {
-  return submit(allreduce_op(send, recv, count, dtype, op));
+  return submit(reduce(send, recv, count, dtype, op));
 }
 Handle broadcast_async(void* buf, std::size_t count, DataType dtype, int root) {
-  return submit(broadcast_op(buf, count, dtype, root));
+  return submit(bcast(buf, count, dtype, root));
 }
 Handle allgather_async(const void* send, void* recv, std::size_t count, DataType dtype) {
-  return submit(allgather_op(send, recv, count, dtype));
+  return submit(gather(send, recv, count, dtype));
 }
-Handle barrier_async() { return submit(barrier_op()); }
+Handle barrier_async() { return joined("barrier")->engine->submit(barrier_request(), nullptr); }
 
 void allreduce_device(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                       void* stream) {
-  run_now(allreduce_device_op(send, recv, count, dtype, op, stream));
+  run(on_device(reduce(send, recv, count, dtype, op), stream));
 }
 void broadcast_device(void* buf, std::size_t count, DataType dtype, int root, void* stream) {
-  run_now(broadcast_device_op(buf, count, dtype, root, stream));
+  run(on_device(bcast(buf, count, dtype, root), stream));
 }
 void allgather_device(const void* send, void* recv, std::size_t count, DataType dtype,
                       void* stream) {
-  run_now(allgather_device_op(send, recv, count, dtype, stream));
+  run(on_device(gather(send, recv, count, dtype), stream));
 }
 
 Handle allreduce_device_async(const void* send, void* recv, std::size_t count, DataType dtype,
                               ReduceOp op, void* stream) {
-  return submit(allreduce_device_op(send, recv, count, dtype, op, stream));
+  return submit(on_device(reduce(send, recv, count, dtype, op), stream));
 }
 Handle broadcast_device_async(void* buf, std::size_t count, DataType dtype, int root,
                               void* stream) {
-  return submit(broadcast_device_op(buf, count, dtype, root, stream));
+  return submit(on_device(bcast(buf, count, dtype, root), stream));
 }
 Handle allgather_device_async(const void* send, void* recv, std::size_t count, DataType dtype,
                               void* stream) {
-  return submit(allgather_device_op(send, recv, count, dtype, stream));
+  return submit(on_device(gather(send, recv, count, dtype), stream));
 }
 
 bool poll(Handle handle) { return joined("poll")->engine->poll(handle); }
 void wait(Handle handle) { joined("wait")->engine->wait(handle); }
 std::int64_t pending() { return joined("pending")->engine->pending(); }
 
-int join() {
-  auto j = joined("join");
-  int last = -1;
-  auto* w = j->world.get();
-  Desc d{"join"};
-  d.sized = false;
-  auto body = [&] { last = w->join(); };
-  j->engine->run("join", [&] { collective(*w, d, body); });
-  return last;
-}
+int join() { return joined("join")->engine->join(); }
 
 bool nccl_available() {
   std::lock_guard lock(g_mu);

@@ -1,10 +1,12 @@
 // The C ABI (hvdrun/hvdrun_c.h) over the C++ API: exceptions become return codes and a
 // per-thread message, so nothing unwinds into C or Python.
+#include <cstdint>
 #include <cstring>
 #include <string>
 
 #include "hvdrun/hvdrun.h"
 #include "hvdrun/hvdrun_c.h"
+#include "runtime/engine.h"
 
 namespace {
 
@@ -34,13 +36,17 @@ int query(Fn fn) {
   return -1;
 }
 
-// Submits an asynchronous collective: its handle, or -1 with the reason kept.
+// Submits an asynchronous collective: its handle, or -1 (HVDRUN_DUPLICATE_NAME for a
+// name still in flight) with the reason kept.
 template <typename Fn>
 hvdrun_handle submitted(Fn fn) {
   try {
     hvdrun_handle h = fn();
     g_last_error.clear();
     return h;
+  } catch (const hvdrun::runtime::DuplicateName& e) {
+    g_last_error = e.what();
+    return HVDRUN_DUPLICATE_NAME;
   } catch (const std::exception& e) {
     g_last_error = e.what();
   } catch (...) {
@@ -62,6 +68,32 @@ To enum_bits(const From& from) {
 }
 hvdrun::DataType to_dtype(const hvdrun_dtype& t) { return enum_bits<hvdrun::DataType>(t); }
 hvdrun::ReduceOp to_op(const hvdrun_op& op) { return enum_bits<hvdrun::ReduceOp>(op); }
+
+hvdrun::Collective from_c(const hvdrun_collective* c, size_t size) {
+  if (c == nullptr) throw hvdrun::Error("hvdrun_submit: null collective");
+  if (size < sizeof(hvdrun_collective))
+    throw hvdrun::Error("hvdrun_submit: hvdrun_collective of " + std::to_string(size) +
+                        " bytes; this library needs " + std::to_string(sizeof(hvdrun_collective)) +
+                        " (pass sizeof(hvdrun_collective) from hvdrun_c.h)");
+  hvdrun::Collective k;
+  k.kind = static_cast<hvdrun::CollectiveKind>(c->kind);
+  k.send = c->send;
+  k.recv = c->recv;
+  k.count = c->count;
+  k.dtype = static_cast<hvdrun::DataType>(c->dtype);
+  k.op = static_cast<hvdrun::ReduceOp>(c->op);
+  k.root = c->root;
+  k.device = c->device != 0;
+  k.cuda_stream = c->cuda_stream;
+  k.name = c->name;
+  static_assert(sizeof(long long) == sizeof(std::int64_t));
+  k.shape = reinterpret_cast<const std::int64_t*>(c->shape);
+  k.ndim = c->ndim;
+  k.type_name = c->type_name;
+  k.prescale = c->prescale == 0.0 ? 1.0 : c->prescale;
+  k.postscale = c->postscale == 0.0 ? 1.0 : c->postscale;
+  return k;
+}
 
 }  // namespace
 
@@ -190,6 +222,28 @@ long long hvdrun_pending(void) {
 }
 int hvdrun_join(void) {
   return query([] { return hvdrun::join(); });
+}
+
+hvdrun_handle hvdrun_submit(const hvdrun_collective* c, size_t size) {
+  return submitted([&] { return hvdrun::submit(from_c(c, size)); });
+}
+hvdrun_handle hvdrun_submit_then(const hvdrun_collective* c, size_t size,
+                                 void (*then)(void*, long long), void* arg) {
+  return submitted([&] { return hvdrun::submit(from_c(c, size), then, arg); });
+}
+int hvdrun_run(const hvdrun_collective* c, size_t size) {
+  return submitted([&] {
+    hvdrun::run(from_c(c, size));
+    return 0;
+  });
+}
+long long hvdrun_sequence(hvdrun_handle handle) {
+  try {
+    return hvdrun::sequence(handle);
+  } catch (const std::exception& e) {
+    g_last_error = e.what();
+  }
+  return -2;
 }
 
 }  // extern "C"

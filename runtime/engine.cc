@@ -1,22 +1,62 @@
-// The collective engine (engine.h): one mutex, one condition variable, one worker.
+// The collective engine (engine.h): one mutex, one condition variable, a worker thread
+// that drives rounds when no caller does, and a thread that watches for stalls.
 #include "runtime/engine.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "common/seconds_text.h"
 #include "common/thread_failure.h"
 #include "hvdrun/hvdrun.h"
 
 namespace hvdrun::runtime {
 
-Engine::Engine() : thread_([this] { worker(); }) {}
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
 
-Engine::~Engine() {
+namespace {
+
+// Pause after a round that made nothing ready (ranks submitted in different orders, or
+// some wait for a named collective others have not reached): short at first, then up to
+// 2 ms, so mismatched queues cost little CPU and a new submission still ends it at once.
+milliseconds backoff(int unproductive) {
+  return milliseconds(std::min(2, unproductive / 8));
+}
+
+// Whole seconds in stall reports ("61 s"); below ten seconds a tenth ("0.3 s").
+std::string seconds(milliseconds d) {
+  if (d >= std::chrono::seconds(10)) return std::to_string(d.count() / 1000) + " s";
+  return seconds_text(milliseconds(d.count() / 100 * 100)) + " s";
+}
+
+}  // namespace
+
+Engine::Engine(Hooks hooks, int size, StallPolicy stall)
+    : hooks_(std::move(hooks)),
+      size_(size),
+      stall_(stall),
+      last_progress_(Clock::now()),
+      thread_([this] { worker(); }),
+      stall_thread_([this] { watch_stalls(); }) {}
+
+Engine::~Engine() { stop(); }
+
+void Engine::stop() {
   {
     std::unique_lock lock(mu_);
+    if (stopped_) return;
     stopping_ = true;
+    cv_.notify_all();
+    // A driver still inside a round finishes it first; nothing new starts after.
+    cv_.wait(lock, [&] { return !driving_; });
+    if (!queue_.empty())
+      fail_all(std::make_exception_ptr(
+          Error("hvdrun: the library was shut down before this collective ran")));
+    stopped_ = true;
   }
   cv_.notify_all();
   thread_.join();
+  stall_thread_.join();
 }
 
 std::exception_ptr Engine::not_run(const std::string& what) const {
@@ -24,89 +64,269 @@ std::exception_ptr Engine::not_run(const std::string& what) const {
       Error("hvdrun: " + what + " was not run because an earlier collective failed: " + failure_));
 }
 
-void Engine::record_failure(const std::exception_ptr& error) {
-  std::lock_guard lock(mu_);
+void Engine::fail_all(const std::exception_ptr& error, std::size_t attempted) {
   if (failure_.empty()) failure_ = describe(error);
+  for (auto& s : queue_) {
+    s->error = attempted > 0 ? error : not_run(label(s->req));
+    if (attempted > 0) --attempted;
+    s->done = true;
+  }
+  queue_.clear();
+  cv_.notify_all();
 }
 
-void Engine::execute(Slot& slot) {
-  {
-    std::lock_guard lock(mu_);
-    if (!failure_.empty()) {
-      slot.error = not_run(slot.what);
+void Engine::release_name(const Request& req) {
+  if (req.name_hash == 0) return;
+  auto it = names_.find(req.name_hash);
+  if (it != names_.end()) names_.erase(it);
+}
+
+std::shared_ptr<Engine::Slot> Engine::enqueue(Request req, Body body,
+                                              std::unique_lock<std::mutex>& lock,
+                                              Body then) {
+  (void)lock;
+  if (stopping_) throw Error("hvdrun: " + label(req) + " submitted during shutdown");
+  if (!failure_.empty()) {
+    // The job is over: the collective gets a handle that has already failed.
+    auto failed = std::make_shared<Slot>();
+    failed->req = req;
+    failed->req.name_hash = 0;  // holds no name
+    failed->error = not_run(label(req));
+    failed->done = true;
+    return failed;
+  }
+  if (req.name_hash != 0 && names_.count(req.name_hash) > 0)
+    throw DuplicateName("hvdrun: " + label(req) +
+                        " was submitted while another collective named '" + req.name +
+                        "' is still in flight on this rank; wait for it (synchronize its "
+                        "handle) first, or give each concurrent collective its own name");
+  if (req.name_hash == 0 && req.kind != Kind::kJoin && req.kind != Kind::kShutdown)
+    req.seq = next_seq_++;
+  if (req.name_hash != 0) names_.insert(req.name_hash);
+  auto slot = std::make_shared<Slot>();
+  slot->req = req;
+  slot->body = std::move(body);
+  slot->then = std::move(then);
+  if (queue_.empty()) last_progress_ = Clock::now();
+  queue_.push_back(slot);
+  ++submissions_;
+  cv_.notify_all();
+  return slot;
+}
+
+Engine::Handle Engine::submit(Request req, Body body, Body then) {
+  std::unique_lock lock(mu_);
+  auto slot = enqueue(req, std::move(body), lock, std::move(then));
+  const Handle h = next_++;
+  slots_.emplace(h, std::move(slot));
+  return h;
+}
+
+void Engine::await(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mutex>& lock) {
+  while (!slot->done) {
+    if (!driving_ && !stopping_)
+      drive(lock, [&] { return slot->done; });
+    else
+      cv_.wait(lock, [&] { return slot->done || (!driving_ && !stopping_); });
+  }
+  // Anything left is the worker's to drive.
+  if (!queue_.empty()) cv_.notify_all();
+}
+
+void Engine::run(Request req, Body body) {
+  std::unique_lock lock(mu_);
+  auto slot = enqueue(req, std::move(body), lock);
+  await(slot, lock);
+  release_name(slot->req);
+  if (slot->error) std::rethrow_exception(slot->error);
+}
+
+void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
+  std::shared_ptr<Slot> mine;
+  for (auto it = queue_.begin(); it != queue_.end(); ++it)
+    if (same_key((*it)->req, rd.request)) {
+      mine = *it;
+      queue_.erase(it);
+      break;
+    }
+  if (!mine) {
+    // Not submitted here: this rank has joined and stands in (or, for a collective that
+    // failed to agree, does nothing). Its unnamed count follows the others'.
+    if (rd.request.seq >= 0) next_seq_ = std::max(next_seq_, rd.request.seq + 1);
+    if (!rd.error.empty() || rd.request.kind == Kind::kJoin ||
+        rd.request.kind == Kind::kShutdown)
+      return;
+    lock.unlock();
+    try {
+      hooks_.stand_in(rd);
+    } catch (...) {
+      lock.lock();
+      fail_all(std::current_exception());
       return;
     }
+    lock.lock();
+    return;
   }
-  try {
-    slot.task();
-  } catch (...) {
-    slot.error = std::current_exception();
-    record_failure(slot.error);
+  if (!rd.error.empty()) {
+    mine->error = std::make_exception_ptr(Error("hvdrun: " + rd.error));
+  } else if (rd.request.kind == Kind::kJoin) {
+    mine->result = rd.last_joined;
+  } else if (mine->body || mine->then) {
+    lock.unlock();
+    try {
+      if (mine->body) mine->body(rd);
+    } catch (...) {
+      mine->error = std::current_exception();
+    }
+    if (!mine->error && mine->then) mine->then(rd);
+    lock.lock();
+    if (mine->error) fail_all(mine->error);
   }
-  slot.task = nullptr;  // release what the task captured before anyone waits
+  mine->body = nullptr;  // release what they captured before anyone waits
+  mine->then = nullptr;
+  mine->done = true;
+  last_progress_ = Clock::now();
+  stall_reported_ = false;
+  cv_.notify_all();
+}
+
+void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool()>& until) {
+  driving_ = true;
+  int unproductive = 0;
+  std::vector<Window> table(static_cast<std::size_t>(size_));
+  while (!queue_.empty() && !until() && failure_.empty() && !stopping_) {
+    Window mine;
+    for (const auto& s : queue_) {
+      if (mine.count == static_cast<std::uint32_t>(kWindow)) break;
+      mine.requests[mine.count++] = s->req;
+    }
+    const std::uint64_t seen = submissions_;
+    exchanging_round_ = rounds_;
+    exchange_since_ = Clock::now();
+    lock.unlock();
+    std::exception_ptr broken;
+    try {
+      hooks_.exchange(mine, table);
+    } catch (...) {
+      broken = std::current_exception();
+    }
+    lock.lock();
+    exchanging_round_ = -1;
+    ++rounds_;
+    if (broken) {
+      fail_all(broken, 1);  // the oldest failed with it, the rest were not run
+      break;
+    }
+    last_table_ = table;
+    const Plan p = plan(table, book_);
+    for (const auto& rd : p.ready) {
+      execute(rd, lock);
+      if (!failure_.empty()) break;
+    }
+    if (!p.ready.empty()) {
+      unproductive = 0;
+      continue;
+    }
+    // Nothing was ready: wait a little (or for a new submission) before the next round.
+    const auto pause = backoff(++unproductive);
+    if (pause.count() > 0)
+      cv_.wait_for(lock, pause, [&] { return submissions_ != seen || stopping_; });
+  }
+  driving_ = false;
+  cv_.notify_all();
 }
 
 void Engine::worker() {
   std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return !busy_ && (!queue_.empty() || stopping_); });
-    if (queue_.empty()) return;  // stopping, and nothing left to run
-    auto slot = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
+    cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !driving_); });
+    if (stopping_) return;
+    drive(lock, [] { return false; });
+  }
+}
+
+std::string Engine::stall_text(milliseconds waited, bool in_round,
+                               const std::vector<int>& absent) {
+  const Request& oldest = queue_.front()->req;
+  std::string s = "hvdrun: stall: this rank has waited " + seconds(waited) + " for " +
+                  label(oldest) + " " + tensor_text(oldest);
+  if (queue_.size() > 1) s += " and " + std::to_string(queue_.size() - 1) + " more";
+  std::vector<int> missing = absent;
+  std::string elsewhere;
+  if (!in_round && static_cast<int>(last_table_.size()) == size_) {
+    // The last round's table says what every rank had submitted.
+    for (int r = 0; r < size_; ++r) {
+      const Window& w = last_table_[static_cast<std::size_t>(r)];
+      bool has = false, joined = false;
+      std::string theirs;
+      for (std::uint32_t i = 0; i < w.count; ++i) {
+        has = has || same_key(w.requests[i], oldest);
+        joined = joined || w.requests[i].kind == Kind::kJoin;
+        if (i < 3) theirs += (i ? ", " : "") + label(w.requests[i]);
+      }
+      if (has || joined) continue;
+      missing.push_back(r);
+      elsewhere += "; rank " + std::to_string(r) + " has submitted " +
+                   (theirs.empty() ? std::string("nothing") : theirs);
+    }
+  }
+  if (!missing.empty()) {
+    s += in_round ? "; ranks that have submitted nothing: " : "; missing on ";
+    for (std::size_t i = 0; i < missing.size() && i < 32; ++i)
+      s += (i ? ", " : "") + std::to_string(missing[i]);
+    if (missing.size() > 32) s += " and " + std::to_string(missing.size() - 32) + " more";
+  }
+  s += elsewhere;
+  s += ". Every rank must submit the same collectives (matched by name, or by order when "
+       "unnamed)";
+  return s;
+}
+
+void Engine::watch_stalls() {
+  if (stall_.disabled) return;
+  std::unique_lock lock(mu_);
+  const milliseconds tick = std::clamp(stall_.check / 10, milliseconds(10), milliseconds(1000));
+  long long published = -1;
+  while (!stopping_) {
+    cv_.wait_for(lock, tick, [&] { return stopping_; });
+    if (stopping_ || queue_.empty()) continue;
+    const auto now = Clock::now();
+    auto waited = std::chrono::duration_cast<milliseconds>(now - last_progress_);
+    // Blocked inside one round (some rank has not entered it), as opposed to rounds
+    // that keep completing without agreement, where the last table says it all.
+    const long long round =
+        exchanging_round_ >= 0 && now - exchange_since_ >= stall_.check / 2 ? exchanging_round_
+                                                                            : -1;
+    // Inside a round this rank cannot see who has not entered it: it says where it is
+    // through the rendezvous halfway to the report, and reads where the others are then.
+    if (round >= 0 && round != published && hooks_.arrived) {
+      published = round;
+      lock.unlock();
+      hooks_.arrived(round);
+      lock.lock();
+    }
+    const bool ends = stall_.shutdown.count() > 0 && waited >= stall_.shutdown;
+    if (waited < stall_.check || (stall_reported_ && !ends)) continue;
+    std::vector<int> absent;
+    if (round >= 0 && hooks_.missing_from_round) {
+      lock.unlock();
+      absent = hooks_.missing_from_round(round);
+      lock.lock();
+    }
+    if (queue_.empty()) continue;
+    stall_reported_ = true;
+    waited = std::chrono::duration_cast<milliseconds>(Clock::now() - last_progress_);
+    std::string text = stall_text(waited, round >= 0, absent);
+    if (ends)
+      text += ". Ending this rank: HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" +
+              std::to_string(stall_.shutdown.count() / 1000);
+    else
+      text += " (reported once per stall; HOROVOD_STALL_CHECK_TIME_SECONDS=" +
+              std::to_string(stall_.check.count() / 1000) + ")";
     lock.unlock();
-    execute(*slot);
+    if (hooks_.stall) hooks_.stall(text, ends);
     lock.lock();
-    busy_ = false;
-    slot->done = true;
-    cv_.notify_all();
   }
-}
-
-Engine::Handle Engine::submit(std::string what, Task task) {
-  auto slot = std::make_shared<Slot>();
-  slot->what = std::move(what);
-  slot->task = std::move(task);
-  Handle h = 0;
-  {
-    std::lock_guard lock(mu_);
-    if (stopping_) throw Error("hvdrun: " + slot->what + " submitted during shutdown");
-    h = next_++;
-    slots_.emplace(h, slot);
-    queue_.push_back(std::move(slot));
-  }
-  cv_.notify_all();
-  return h;
-}
-
-bool Engine::begin_inline(const char* what, std::exception_ptr* earlier) {
-  std::lock_guard lock(mu_);
-  if (!queue_.empty() || busy_) return false;
-  busy_ = true;
-  if (!failure_.empty()) *earlier = not_run(what);
-  return true;
-}
-
-void Engine::end_inline() {
-  std::unique_lock lock(mu_);
-  busy_ = false;
-  // Only the worker (with work queued meanwhile) and drain() can be waiting for this;
-  // waking the idle worker for nothing costs a context switch per blocking call, which
-  // on a host with more ranks than cores doubled a small allreduce's time.
-  const bool wake = !queue_.empty() || stopping_ || draining_ > 0;
-  lock.unlock();
-  if (wake) cv_.notify_all();
-}
-
-void Engine::run_queued(const char* what, Task task) {
-  auto slot = std::make_shared<Slot>();
-  slot->what = what;
-  slot->task = std::move(task);
-  std::unique_lock lock(mu_);
-  queue_.push_back(slot);
-  cv_.notify_all();
-  cv_.wait(lock, [&] { return slot->done; });
-  if (slot->error) std::rethrow_exception(slot->error);
 }
 
 std::shared_ptr<Engine::Slot> Engine::find(Handle h, const char* fn) {
@@ -125,10 +345,16 @@ bool Engine::poll(Handle h) {
 void Engine::wait(Handle h) {
   std::unique_lock lock(mu_);
   auto slot = find(h, "wait");
-  cv_.wait(lock, [&] { return slot->done; });
+  await(slot, lock);
   slots_.erase(h);
+  release_name(slot->req);
   lock.unlock();
   if (slot->error) std::rethrow_exception(slot->error);
+}
+
+std::int64_t Engine::seq_of(Handle h) {
+  std::lock_guard lock(mu_);
+  return find(h, "seq_of")->req.seq;
 }
 
 std::int64_t Engine::pending() {
@@ -141,11 +367,23 @@ std::string Engine::failure() {
   return failure_;
 }
 
-void Engine::drain() {
+int Engine::join() {
   std::unique_lock lock(mu_);
-  ++draining_;
-  cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
-  --draining_;
+  auto slot = enqueue(make_request(Kind::kJoin, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr),
+                      nullptr, lock);
+  await(slot, lock);
+  if (slot->error) std::rethrow_exception(slot->error);
+  return slot->result;
+}
+
+bool Engine::shutdown() {
+  std::unique_lock lock(mu_);
+  if (!failure_.empty()) return false;
+  auto slot = enqueue(
+      make_request(Kind::kShutdown, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr), nullptr,
+      lock);
+  await(slot, lock);
+  return failure_.empty();
 }
 
 }  // namespace hvdrun::runtime

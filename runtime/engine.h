@@ -1,10 +1,14 @@
-// The collective engine: one background thread runs every collective of this process, in
-// the order submitted, one at a time. Submission order is the contract that keeps ranks
-// from deadlocking: ranks that submit the same collectives in the same order meet in
-// every one of them, whichever threads submit and whenever they wait. Blocking calls go
-// through the same order (run inline when nothing is pending, so they cost no thread hop).
+// The collective engine: every collective of this process is queued here and runs once
+// every rank has agreed on it (runtime/negotiation.h). Whoever drives — a background
+// thread, or the caller of a blocking collective when nothing else is running, which
+// saves a thread hop — puts the head of the queue into a round, plans it, and runs the
+// collectives the round made ready, in the same order on every rank. A disagreement
+// fails that collective on every rank that submitted it and the job goes on; a transport
+// failure (a peer lost, a timeout) is fatal: every later collective fails with it.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -15,87 +19,148 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "runtime/negotiation.h"
 
 namespace hvdrun::runtime {
 
-/// Runs tasks in submission order on one worker thread; hands out handles to wait on.
+/// When the engine reports and ends a stall (Horovod's variables).
+struct StallPolicy {
+  /// HOROVOD_STALL_CHECK_TIME_SECONDS (60): after this long without progress while
+  /// collectives wait, the waiting rank logs once which ranks are missing what.
+  std::chrono::milliseconds check{60000};
+  /// HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (0: never): after this long, the rank ends
+  /// itself with that message (exit 70), so the launcher stops the job.
+  std::chrono::milliseconds shutdown{0};
+  /// HOROVOD_STALL_CHECK_DISABLE: no stall reports at all.
+  bool disabled = false;
+};
+
+/// A collective submitted with a name that another one still in flight carries.
+class DuplicateName : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Runs collectives once the ranks agree on them; hands out handles to wait on.
 class Engine {
  public:
-  using Task = std::function<void()>;
+  /// Moves a ready collective's data; the Ready is the round's agreed view of it.
+  using Body = std::function<void(const Ready&)>;
   using Handle = std::int64_t;
 
-  Engine();
-  /// Runs what is queued, then joins the worker (see drain()).
+  /// What the engine needs from the job.
+  struct Hooks {
+    /// One round: this rank's window in, every rank's window out, in rank order. Throws
+    /// when the transport fails.
+    std::function<void(const Window&, std::vector<Window>&)> exchange;
+    /// Runs a ready collective this rank did not submit because it has joined (zeros or
+    /// the op's identity for an allreduce, nothing for a barrier).
+    std::function<void(const Ready&)> stand_in;
+    /// Stall reports: the text of a stall, logged once per stall; `ends_job` is set
+    /// when the shutdown time has passed (the hook then ends the process).
+    std::function<void(const std::string& text, bool ends_job)> stall;
+    /// Says (through the rendezvous) that this rank is inside round `round`: called once
+    /// a round has lasted half the stall check time.
+    std::function<void(long long round)> arrived;
+    /// Ranks that have not said they are inside round `round` (a stall inside a round's
+    /// exchange, where this rank cannot see them); empty when unknown.
+    std::function<std::vector<int>(long long round)> missing_from_round;
+  };
+
+  Engine(Hooks hooks, int size, StallPolicy stall);
+  /// stop().
   ~Engine();
+  /// Stops the background threads; collectives still queued fail (call shutdown() first
+  /// to let them complete), later submissions are refused. Idempotent.
+  void stop();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  /// Queues `task`; `what` names it in errors ("allreduce of 10 float32"). Returns a
-  /// handle (> 0) to poll or wait for. After a task has failed, later tasks are not run:
-  /// they fail with the first failure's message.
-  Handle submit(std::string what, Task task);
-  /// Runs `fn` after everything submitted before it, on the caller's thread when nothing
-  /// is queued or running (then without allocating: a blocking collective costs two
-  /// lock round trips here); rethrows its exception. `what` names it in errors.
-  template <typename Fn>
-  void run(const char* what, Fn&& fn) {
-    std::exception_ptr error;
-    if (!begin_inline(what, &error)) return run_queued(what, Task(std::forward<Fn>(fn)));
-    if (!error) {
-      try {
-        fn();
-      } catch (...) {
-        error = std::current_exception();
-        record_failure(error);
-      }
-    }
-    end_inline();
-    if (error) std::rethrow_exception(error);
-  }
-  /// True once the task behind `h` has finished. Throws Error for an unknown handle.
+  /// Queues `req` (its seq is assigned here when unnamed) with the body that moves its
+  /// data; `then`, when given, runs right after a successful body on the engine's thread,
+  /// before the handle completes (it may submit the next step of a composite operation,
+  /// which then follows at the same point of the agreed order on every rank). Returns a handle (> 0). Throws DuplicateName when a collective of the same
+  /// name is still in flight (submitted and its handle not yet waited for), Error after
+  /// a fatal failure.
+  Handle submit(Request req, Body body, Body then = nullptr);
+  /// Submits and waits: a blocking collective. Rethrows its error.
+  void run(Request req, Body body);
+  /// True once the collective behind `h` has finished. Throws Error for an unknown handle.
   bool poll(Handle h);
-  /// Waits for the task behind `h`, forgets the handle and rethrows the task's exception.
-  /// Throws Error for an unknown handle.
+  /// Waits for `h`, forgets it (its name may be used again) and rethrows its error.
   void wait(Handle h);
+  /// The position among this rank's unnamed collectives given to `h`, -1 when named.
+  std::int64_t seq_of(Handle h);
   /// Number of handles not yet waited for.
   std::int64_t pending();
-  /// Waits until every submitted task has finished (handles stay valid).
-  void drain();
-  /// The first failure's message, "" while every task has succeeded.
+  /// Waits until every rank has joined, standing in for their collectives meanwhile;
+  /// returns the rank that joined last.
+  int join();
+  /// Waits until every rank has called shutdown(), running what they still agree on;
+  /// collectives that can then never complete fail. After a fatal failure it returns at
+  /// once. Returns false when the job had failed.
+  bool shutdown();
+  /// The first fatal failure's message, "" while there was none.
   std::string failure();
 
  private:
   struct Slot {
-    std::string what;
-    Task task;
+    Request req;
+    Body body;
+    Body then;
     bool done = false;
     std::exception_ptr error;
+    int result = -1;  // join: the last rank to join
   };
 
+  std::shared_ptr<Slot> enqueue(Request req, Body body, std::unique_lock<std::mutex>& lock,
+                                Body then = nullptr);
+  // Waits for `slot`, driving rounds while nobody else does.
+  void await(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mutex>& lock);
+  // Runs rounds until `until` holds or nothing is queued; mu_ held on entry and exit.
+  void drive(std::unique_lock<std::mutex>& lock, const std::function<bool()>& until);
+  // Runs one planned collective: this rank's own, or a stand-in.
+  void execute(const Ready& rd, std::unique_lock<std::mutex>& lock);
+  // Fails every queued collective: the first `attempted` with `error` itself (they were
+  // in the round that failed), the rest as not run. mu_ held.
+  void fail_all(const std::exception_ptr& error, std::size_t attempted = 0);
   void worker();
-  // Runs one slot's task (or fails it after an earlier failure); called without mu_.
-  void execute(Slot& slot);
-  // The inline path of run(): true when the caller may run now (nothing queued or
-  // running), with *earlier set when an earlier task failed; end_inline() after it.
-  bool begin_inline(const char* what, std::exception_ptr* earlier);
-  void end_inline();
-  void run_queued(const char* what, Task task);
-  // Keeps the first failure's message for the tasks after it.
-  void record_failure(const std::exception_ptr& error);
-  // The error of a task not run because of an earlier failure (mu_ held).
+  void watch_stalls();
+  std::string stall_text(std::chrono::milliseconds waited, bool in_round,
+                         const std::vector<int>& absent);  // mu_ held
   std::exception_ptr not_run(const std::string& what) const;
+  void release_name(const Request& req);  // mu_ held
   std::shared_ptr<Slot> find(Handle h, const char* fn);
 
+  Hooks hooks_;
+  int size_;
+  StallPolicy stall_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::shared_ptr<Slot>> queue_;
+  std::deque<std::shared_ptr<Slot>> queue_;  // submitted, not yet run, submission order
   std::unordered_map<Handle, std::shared_ptr<Slot>> slots_;
+  std::unordered_multiset<std::uint64_t> names_;  // names of slots not yet waited for
   Handle next_ = 1;
-  bool busy_ = false;      // a task is running (on the worker or inline)
-  bool stopping_ = false;  // the destructor asked the worker to end
-  int draining_ = 0;       // threads inside drain()
-  std::string failure_;    // the first failure's message, "" while none
+  std::int64_t next_seq_ = 0;  // the next unnamed collective's position
+  std::uint64_t submissions_ = 0;
+  bool driving_ = false;
+  bool stopping_ = false;
+  bool stopped_ = false;
+  std::string failure_;
+  JoinBook book_;  // touched by the driver only
+  // For stall reports: the last round's table, when the queue last moved, whether the
+  // driver is inside an exchange (and which round), and whether this stall was reported.
+  std::vector<Window> last_table_;
+  std::chrono::steady_clock::time_point last_progress_;
+  long long exchanging_round_ = -1;
+  std::chrono::steady_clock::time_point exchange_since_;
+  long long rounds_ = 0;
+  bool stall_reported_ = false;
   std::thread thread_;
+  std::thread stall_thread_;
 };
 
 }  // namespace hvdrun::runtime

@@ -82,6 +82,9 @@ Environment read_environment(const std::function<const char*(const char*)>& gete
   auto nccl = p.text(env_names::kNccl, false);
   auto host_path = p.text(env_names::kHostPath, false);
   auto checkin = p.text(env_names::kCheckin, false);
+  auto stall_check = p.number<int>("HOROVOD_STALL_CHECK_TIME_SECONDS", false, 1, 1 << 24);
+  auto stall_shutdown = p.number<int>("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", false, 0, 1 << 24);
+  auto stall_disable = p.text("HOROVOD_STALL_CHECK_DISABLE", false);
 
   if (rank && size && *rank >= *size)
     p.garbled("HVDRUN_RANK=" + std::to_string(*rank) +
@@ -119,6 +122,10 @@ Environment read_environment(const std::function<const char*(const char*)>& gete
   if (nccl) e.nccl_mode = *nccl;
   if (host_path) e.host_path = *host_path;
   if (checkin) e.checkin = *checkin;
+  if (stall_check) e.stall_check = std::chrono::seconds(*stall_check);
+  if (stall_shutdown) e.stall_shutdown = std::chrono::seconds(*stall_shutdown);
+  e.stall_disabled = stall_disable && !stall_disable->empty() && *stall_disable != "0" &&
+                     *stall_disable != "false";
   return e;
 }
 

@@ -28,6 +28,15 @@ struct Environment {
   int generation = 0;                              ///< HVDRUN_GENERATION (default 0)
   std::string host_path = "auto";                  ///< HVDRUN_HOST_PATH: auto | shm | gloo
   std::string checkin = "auto";                    ///< HVDRUN_CHECKIN: auto | rank | host
+  /// How many times this process has called init() before (set by the library, not
+  /// the environment): each init checks in afresh under its own key prefix.
+  int incarnation = 0;
+  /// HOROVOD_STALL_CHECK_TIME_SECONDS (default 60).
+  std::chrono::milliseconds stall_check{60000};
+  /// HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (default 0: never).
+  std::chrono::milliseconds stall_shutdown{0};
+  /// HOROVOD_STALL_CHECK_DISABLE set (to anything but 0 or false).
+  bool stall_disabled = false;
 };
 
 /// Reads the environment through `getenv` (a parameter so tests can fake it).

@@ -9,12 +9,15 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
 
+#include "common/env_names.h"
 #include "common/seconds_text.h"
 
 #ifdef HVDRUN_HAVE_NCCL
@@ -170,6 +173,15 @@ struct Cuda {
   EventRecordFn event_record = nullptr;
   EventFn event_query = nullptr;
   EventFn event_destroy = nullptr;
+  // For a joined rank's stand-in (optional: without them it cannot stand in on a GPU).
+  using MallocFn = int (*)(void**, std::size_t);
+  using FreeFn = int (*)(void*);
+  using MemcpyFn = int (*)(void*, const void*, std::size_t, int);
+  using SyncFn = int (*)(void*);
+  MallocFn malloc = nullptr;
+  FreeFn free = nullptr;
+  MemcpyFn memcpy = nullptr;
+  SyncFn stream_synchronize = nullptr;
   std::string why;
 
   static const Cuda& get() {
@@ -188,6 +200,10 @@ struct Cuda {
       x.event_record = reinterpret_cast<EventRecordFn>(::dlsym(h, "cudaEventRecord"));
       x.event_query = reinterpret_cast<EventFn>(::dlsym(h, "cudaEventQuery"));
       x.event_destroy = reinterpret_cast<EventFn>(::dlsym(h, "cudaEventDestroy"));
+      x.malloc = reinterpret_cast<MallocFn>(::dlsym(h, "cudaMalloc"));
+      x.free = reinterpret_cast<FreeFn>(::dlsym(h, "cudaFree"));
+      x.memcpy = reinterpret_cast<MemcpyFn>(::dlsym(h, "cudaMemcpy"));
+      x.stream_synchronize = reinterpret_cast<SyncFn>(::dlsym(h, "cudaStreamSynchronize"));
       if (!x.get_device_count || !x.set_device || !x.error_string || !x.event_create ||
           !x.event_record || !x.event_query || !x.event_destroy) {
         x.get_device_count = nullptr;
@@ -276,9 +292,25 @@ struct Nccl {
           reinterpret_cast<decltype(init_rank_scalable)>(::dlsym(h, "ncclCommInitRankScalable"));
   }
 
-  // Ids a communicator of `size` ranks is built from: one per kNcclRanksPerId ranks with
-  // the scalable init, else the single id of ncclCommInitRankConfig.
-  int id_count(int size) const { return init_rank_scalable != nullptr ? nccl_id_count(size) : 1; }
+  // Ids a communicator of `size` ranks is built from: one per HVDRUN_NCCL_RANKS_PER_ID
+  // (default kNcclRanksPerId) ranks with the scalable init, else the single id of
+  // ncclCommInitRankConfig.
+  int id_count(int size) const {
+    return init_rank_scalable != nullptr ? nccl_id_count(size, ranks_per_id()) : 1;
+  }
+
+  static int ranks_per_id() {
+    const char* text = std::getenv(env_names::kNcclRanksPerId);
+    if (text == nullptr || *text == '\0') return kNcclRanksPerId;
+    char* end = nullptr;
+    errno = 0;
+    const long v = std::strtol(text, &end, 10);
+    if (errno != 0 || *end != '\0' || v < 1 || v > env_names::kMaxRanks)
+      throw Error(std::string(env_names::kNcclRanksPerId) + "='" + text +
+                  "' is not a number of ranks from 1 to " + std::to_string(env_names::kMaxRanks) +
+                  "; unset it for the default of " + std::to_string(kNcclRanksPerId));
+    return static_cast<int>(v);
+  }
 };
 
 ncclDataType_t nccl_type(DataType t) {
@@ -500,6 +532,8 @@ NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, 
 
 NcclComm::~NcclComm() = default;
 
+int nccl_version() { return Nccl::get().version; }
+
 void NcclComm::allreduce(const void* send, void* recv, std::size_t count, DataType dtype,
                          ReduceOp op, void* stream) {
   s_->on_device();
@@ -521,6 +555,34 @@ void NcclComm::allgather(const void* send, void* recv, std::size_t count, DataTy
                "ncclAllGather", stream, "allgather", count);
 }
 
+void NcclComm::allreduce_from_host(const void* host, std::size_t count, DataType dtype,
+                                   ReduceOp op) {
+  const auto& cuda = Cuda::get();
+  if (!cuda.malloc || !cuda.free || !cuda.memcpy || !cuda.stream_synchronize)
+    throw Error("nccl: rank " + std::to_string(s_->rank) +
+                ": the CUDA runtime lacks cudaMalloc, cudaFree, cudaMemcpy or "
+                "cudaStreamSynchronize, which a joined rank needs to stand in on the GPU");
+  s_->on_device();
+  const std::size_t bytes = count * dtype_size(dtype);
+  void* dev = nullptr;
+  auto check = [&](int rc, const char* call) {
+    if (rc != 0)
+      throw Error("nccl: rank " + std::to_string(s_->rank) + ": " + call + " of " +
+                  std::to_string(bytes) + " bytes for a joined rank's stand-in: " +
+                  cuda.error_string(rc));
+  };
+  check(cuda.malloc(&dev, bytes), "cudaMalloc");
+  struct Free {
+    const Cuda& c;
+    void* p;
+    ~Free() { c.free(p); }
+  } release{cuda, dev};
+  constexpr int kHostToDevice = 1;  // cudaMemcpyHostToDevice
+  check(cuda.memcpy(dev, host, bytes, kHostToDevice), "cudaMemcpy");
+  allreduce(dev, dev, count, dtype, op, nullptr);
+  check(cuda.stream_synchronize(nullptr), "cudaStreamSynchronize");
+}
+
 #else  // !HVDRUN_HAVE_NCCL
 
 struct NcclComm::State {};
@@ -535,9 +597,11 @@ NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, 
   throw Error("nccl: " + why);
 }
 NcclComm::~NcclComm() = default;
+int nccl_version() { return 0; }
 void NcclComm::allreduce(const void*, void*, std::size_t, DataType, ReduceOp, void*) {}
 void NcclComm::broadcast(void*, std::size_t, DataType, int, void*) {}
 void NcclComm::allgather(const void*, void*, std::size_t, DataType, void*) {}
+void NcclComm::allreduce_from_host(const void*, std::size_t, DataType, ReduceOp) {}
 
 #endif
 

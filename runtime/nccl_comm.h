@@ -57,6 +57,10 @@ std::vector<std::string> exchange_unique_ids(rendezvous::Client& store, const st
 /// Number of CUDA devices visible, or -1 with `why` set when CUDA is unusable here.
 int cuda_device_count(std::string* why);
 
+/// The loaded NCCL's version code (22803 for 2.28.3), or 0 when none loads or the build
+/// has no NCCL path.
+int nccl_version();
+
 /// Name of the network interface that owns `ip`, or "" when none does.
 std::string interface_of(const std::string& ip);
 
@@ -85,6 +89,9 @@ class NcclComm {
   void broadcast(void* buf, std::size_t count, DataType dtype, int root, void* stream);
   /// Enqueues an allgather on `stream`.
   void allgather(const void* send, void* recv, std::size_t count, DataType dtype, void* stream);
+  /// An allreduce whose input is `count` elements of host memory (a joined rank's
+  /// identity): copied to a device buffer of its own, reduced, and waited for.
+  void allreduce_from_host(const void* host, std::size_t count, DataType dtype, ReduceOp op);
 
  private:
   struct State;

@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -65,7 +67,9 @@ bool checks_in_through_leader(const Environment& env) {
 World::World(Environment env) : env_(std::move(env)) {
   auto start = Clock::now();
   auto deadline = start + env_.start_timeout;
+  // A process that initialises again checks in afresh, under a prefix of its own.
   prefix_ = "hvdrun/g" + std::to_string(env_.generation);
+  if (env_.incarnation > 0) prefix_ += "/i" + std::to_string(env_.incarnation);
 
   if (checks_in_through_leader(env_)) {
     // Only local rank 0 opens a connection now; the others check in through it, over
@@ -268,7 +272,122 @@ void World::barrier() {
     arrive(env_.op_timeout);
 }
 
-int World::join() { return arrive(env_.op_timeout); }
+void World::exchange(const Window& mine, std::vector<Window>& all) {
+  all.resize(static_cast<std::size_t>(env_.size));
+  if (env_.size == 1) {
+    all[0] = mine;
+    return;
+  }
+  try {
+    host_->allgather(&mine, all.data(), sizeof(Window));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    // The same words as a failure while data moves: the peers are what broke.
+    const std::string what = mine.count > 0 ? label(mine.requests[0]) + " " +
+                                                  tensor_text(mine.requests[0])
+                                            : std::string("negotiation");
+    throw Error("hvdrun: " + what + " failed on rank " + std::to_string(env_.rank) + " of " +
+                std::to_string(env_.size) + " (" + env_.hostname + "): " + e.what() +
+                ". A peer rank probably exited or lost its connection");
+  }
+}
+
+namespace {
+
+template <typename T>
+void fill(void* buf, std::size_t count, T value) {
+  std::fill_n(static_cast<T*>(buf), count, value);
+}
+
+// Raw bits of the half-precision infinities, for Min and Max stand-ins.
+constexpr std::uint16_t kHalfInf = 0x7C00, kHalfNegInf = 0xFC00;
+constexpr std::uint16_t kBfloatInf = 0x7F80, kBfloatNegInf = 0xFF80;
+
+// The identity of `op` in `dtype`: what a joined rank contributes.
+void fill_identity(void* buf, std::size_t count, DataType dtype, ReduceOp op) {
+  if (op == ReduceOp::kSum || op == ReduceOp::kAverage) {
+    std::memset(buf, 0, count * dtype_size(dtype));
+    return;
+  }
+  const bool product = op == ReduceOp::kProduct, min = op == ReduceOp::kMin;
+  switch (dtype) {
+    case DataType::kInt32:
+      return fill<std::int32_t>(buf, count,
+                                product ? 1 : min ? INT32_MAX : INT32_MIN);
+    case DataType::kInt64:
+      return fill<std::int64_t>(buf, count, product ? 1 : min ? INT64_MAX : INT64_MIN);
+    case DataType::kUInt8:
+      return fill<std::uint8_t>(buf, count, product ? 1 : min ? 255 : 0);
+    case DataType::kFloat32:
+      return fill<float>(buf, count,
+                         product ? 1.0F : min ? HUGE_VALF : -HUGE_VALF);
+    case DataType::kFloat64:
+      return fill<double>(buf, count, product ? 1.0 : min ? HUGE_VAL : -HUGE_VAL);
+    case DataType::kFloat16:
+      return fill<std::uint16_t>(buf, count, product ? 0x3C00 : min ? kHalfInf : kHalfNegInf);
+    case DataType::kBFloat16:
+      return fill<std::uint16_t>(buf, count,
+                                 product ? 0x3F80 : min ? kBfloatInf : kBfloatNegInf);
+  }
+}
+
+}  // namespace
+
+void World::stand_in(const Ready& ready) {
+  const Request& q = ready.request;
+  if (q.kind != Kind::kAllreduce || q.count == 0) return;  // a barrier: the round was it
+  const auto dtype = static_cast<DataType>(q.dtype);
+  const auto op = static_cast<ReduceOp>(q.op);
+  std::vector<char> identity(q.count * dtype_size(dtype));
+  fill_identity(identity.data(), q.count, dtype, op);
+  if (q.device != 0) {
+    if (!nccl_)
+      throw Error("hvdrun: " + who() + " has joined and must stand in for " + label(q) +
+                  " on the GPU, but it has no NCCL communicator: " + nccl_status_);
+    nccl_->allreduce_from_host(identity.data(), q.count, dtype, op);
+    return;
+  }
+  host_->allreduce(identity.data(), identity.data(), q.count, dtype, op);
+}
+
+void World::stall_arrived(long long round) noexcept {
+  try {
+    std::lock_guard lock(stall_mu_);
+    if (!stall_store_) {
+      rendezvous::ClientOptions o;
+      o.host = env_.rendezvous_addr;
+      o.port = env_.rendezvous_port;
+      o.secret = env_.secret;
+      o.connect_timeout = std::chrono::seconds(5);
+      o.call_timeout = std::chrono::seconds(5);
+      o.who = "rank " + std::to_string(env_.rank) + " (stall report)";
+      stall_store_ = std::make_unique<rendezvous::Client>(o);
+    }
+    stall_store_->set(prefix_ + "/stall/" + std::to_string(env_.rank), std::to_string(round));
+  } catch (const std::exception& e) {
+    hvdrun::log().debug("hvdrun: {}: stall report: {}", who(), e.what());
+  }
+}
+
+std::vector<int> World::stall_missing(long long round) noexcept {
+  std::vector<int> missing;
+  try {
+    std::lock_guard lock(stall_mu_);
+    if (!stall_store_) return missing;
+    std::vector<std::string> keys;
+    for (int r = 0; r < env_.size; ++r) keys.push_back(prefix_ + "/stall/" + std::to_string(r));
+    auto seen = stall_store_->multi_get(keys);
+    for (int r = 0; r < env_.size; ++r) {
+      const auto& v = seen[static_cast<std::size_t>(r)];
+      if (!v || std::strtoll(v->c_str(), nullptr, 10) != round) missing.push_back(r);
+    }
+  } catch (const std::exception& e) {
+    hvdrun::log().debug("hvdrun: {}: stall report: {}", who(), e.what());
+    missing.clear();
+  }
+  return missing;
+}
 
 int World::arrive(std::chrono::milliseconds timeout) {
   if (env_.size == 1) return env_.rank;

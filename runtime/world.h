@@ -4,12 +4,15 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
+#include <vector>
 #include <string>
 
 #include "rendezvous/client.h"
 #include "runtime/env.h"
 #include "runtime/host_comm.h"
 #include "runtime/nccl_comm.h"
+#include "runtime/negotiation.h"
 
 namespace hvdrun::runtime {
 
@@ -25,10 +28,22 @@ class World {
   /// The environment this rank was started with.
   const Environment& env() const { return env_; }
   /// Barrier through the host's shared segment (and the host leaders' Gloo), or through
-  /// the store when HVDRUN_HOST_PATH=gloo; on timeout names the ranks that did not arrive.
+  /// the store when HVDRUN_HOST_PATH=gloo, outside negotiation (for tools that drive the
+  /// World directly); on timeout names the ranks that did not arrive.
   void barrier();
-  /// A barrier that returns the rank that arrived last.
-  int join();
+  /// One negotiation round: every rank's window, in rank order, through the host path
+  /// (the segment inside a host, the leaders' Gloo across hosts). Throws when a peer is
+  /// lost. Every rank has entered the round when it returns, so it is also a barrier.
+  void exchange(const Window& mine, std::vector<Window>& all);
+  /// Runs a ready collective that this rank, having joined, did not submit: an
+  /// allreduce of the op's identity (zeros for Sum and Average), on the device when the
+  /// others' tensors are there; nothing for a barrier. Throws when a peer is lost.
+  void stand_in(const Ready& ready);
+  /// Stall reports across hosts: says through the rendezvous that this rank is inside
+  /// negotiation round `round`; stall_missing() then lists the ranks that have not said
+  /// so. Never throw (a report is best effort).
+  void stall_arrived(long long round) noexcept;
+  std::vector<int> stall_missing(long long round) noexcept;
   /// Leaves the job: a final barrier (so no rank closes a connection a peer is still
   /// reading from; skipped when `farewell` is false, after a collective failed and the
   /// peers are gone or going), then the communicators are released. Failures are
@@ -58,6 +73,9 @@ class World {
   std::string who() const;
   // The barrier behind barrier() and join(): returns the rank that arrived last.
   int arrive(std::chrono::milliseconds timeout);
+  // The stall reports' own connection (the engine's may be busy in a round).
+  std::unique_ptr<rendezvous::Client> stall_store_;
+  std::mutex stall_mu_;
   // How long leave() waits in its final barrier.
   static constexpr std::chrono::milliseconds kFarewellTimeout{10000};
 

@@ -8,11 +8,14 @@ import ctypes
 import os
 import threading
 
-ABI_REQUIRED = 2
+ABI_REQUIRED = 3
 
 # Element types and reductions of runtime/include/hvdrun/hvdrun_c.h; the values are stable.
 INT32, INT64, FLOAT32, FLOAT64, FLOAT16, BFLOAT16, UINT8 = range(7)
 SUM, AVERAGE, MIN, MAX, PRODUCT = range(5)
+# hvdrun_kind, and hvdrun_submit's answer for a name still in flight.
+KIND_ALLREDUCE, KIND_BROADCAST, KIND_ALLGATHER = range(3)
+DUPLICATE_NAME = -2
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _lock = threading.Lock()
@@ -24,6 +27,32 @@ class HvdrunError(RuntimeError):
 
 
 _c_int, _c_size, _vp, _handle = ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_longlong
+
+
+# hvdrun_submit_then's callback: void (*)(void* arg, long long sequence).
+THEN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_longlong)
+
+
+class Collective(ctypes.Structure):
+    """hvdrun_collective of hvdrun_c.h (ABI version 3)."""
+    _fields_ = [
+        ("kind", ctypes.c_int),
+        ("send", ctypes.c_void_p),
+        ("recv", ctypes.c_void_p),
+        ("count", ctypes.c_size_t),
+        ("dtype", ctypes.c_int),
+        ("op", ctypes.c_int),
+        ("root", ctypes.c_int),
+        ("device", ctypes.c_int),
+        ("cuda_stream", ctypes.c_void_p),
+        ("name", ctypes.c_char_p),
+        ("shape", ctypes.POINTER(ctypes.c_longlong)),
+        ("ndim", ctypes.c_int),
+        ("type_name", ctypes.c_char_p),
+        ("prescale", ctypes.c_double),
+        ("postscale", ctypes.c_double),
+    ]
+
 
 # name: (restype, argtypes)
 _SIGNATURES = {
@@ -60,6 +89,10 @@ _SIGNATURES = {
     "hvdrun_pending": (ctypes.c_longlong, []),
     "hvdrun_join": (_c_int, []),
     "hvdrun_last_error": (ctypes.c_char_p, []),
+    "hvdrun_submit": (_handle, [ctypes.POINTER(Collective), _c_size]),
+    "hvdrun_run": (_c_int, [ctypes.POINTER(Collective), _c_size]),
+    "hvdrun_submit_then": (_handle, [ctypes.POINTER(Collective), _c_size, _vp, _vp]),
+    "hvdrun_sequence": (ctypes.c_longlong, [_handle]),
 }
 
 
@@ -84,7 +117,7 @@ def _load():
     if not hasattr(lib, "hvdrun_abi_version"):
         raise HvdrunError(
             f"hvdrun: {path} implements ABI version 1, this package needs version "
-            f"{ABI_REQUIRED} or later (asynchronous collectives): rebuild or reinstall libhvdrun")
+            f"{ABI_REQUIRED} or later (negotiated collectives): rebuild or reinstall libhvdrun")
     for name, (restype, argtypes) in _SIGNATURES.items():
         try:
             fn = getattr(lib, name)

@@ -1,132 +1,349 @@
-// The collective engine without a network: submission order, blocking calls ordered
-// after earlier submissions, handles, and the rule that one failure fails everything
-// after it. Runs under ASan and TSan in CI.
+// The collective engine and negotiation without a network: several engines in one
+// process (one per simulated rank) whose rounds meet in an in-memory allgather. Checks
+// agreement, mismatches, names in any order, duplicate names, join's stand-ins, shutdown,
+// fatal failures and stall reports. Runs under ASan and TSan in CI.
 #include "runtime/engine.h"
 
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "hvdrun/hvdrun.h"
+#include "runtime/negotiation.h"
 
+using hvdrun::DataType;
+using hvdrun::runtime::DuplicateName;
 using hvdrun::runtime::Engine;
+using hvdrun::runtime::Kind;
+using hvdrun::runtime::make_request;
+using hvdrun::runtime::Ready;
+using hvdrun::runtime::Request;
+using hvdrun::runtime::StallPolicy;
+using hvdrun::runtime::Window;
 using namespace std::chrono_literals;
 
 namespace {
 
-// A gate a task blocks on until the test opens it (with a deadline, so a bug fails the
-// test instead of hanging it).
-class Gate {
+// The ranks' rounds meet here: an allgather among threads, with a deadline so a bug
+// fails the test instead of hanging it.
+class FakeNet {
  public:
-  void open() { promise_.set_value(); }
-  void pass() const {
-    if (future_.wait_for(10s) != std::future_status::ready)
-      throw std::runtime_error("gate never opened");
+  explicit FakeNet(int n) : n_(n), table_(static_cast<std::size_t>(n)) {}
+
+  void exchange(int rank, const Window& mine, std::vector<Window>& all) {
+    std::unique_lock lock(mu_);
+    if (broken_) throw std::runtime_error("transport broken");
+    const long long gen = gen_;
+    table_[static_cast<std::size_t>(rank)] = mine;
+    if (++arrived_ == n_) {
+      result_ = table_;
+      arrived_ = 0;
+      ++gen_;
+      cv_.notify_all();
+    } else if (!cv_.wait_for(lock, 20s, [&] { return gen_ != gen || broken_; })) {
+      throw std::runtime_error("fake round timed out");
+    }
+    if (gen_ == gen) throw std::runtime_error("transport broken");
+    all = result_;
+    ++rounds_;
+  }
+
+  void fail() {
+    std::lock_guard lock(mu_);
+    broken_ = true;
+    cv_.notify_all();
+  }
+
+  long long rounds() {
+    std::lock_guard lock(mu_);
+    return rounds_;
   }
 
  private:
-  std::promise<void> promise_;
-  std::shared_future<void> future_ = promise_.get_future().share();
+  int n_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Window> table_, result_;
+  int arrived_ = 0;
+  long long gen_ = 0, rounds_ = 0;
+  bool broken_ = false;
 };
+
+// N engines over one FakeNet; records stand-ins and stall reports.
+struct Ranks {
+  explicit Ranks(int n, StallPolicy stall = {}) : net(n) {
+    for (int r = 0; r < n; ++r) {
+      Engine::Hooks h;
+      h.exchange = [this, r](const Window& mine, std::vector<Window>& all) {
+        net.exchange(r, mine, all);
+      };
+      h.stand_in = [this, r](const Ready& rd) {
+        std::lock_guard lock(mu);
+        stand_ins.push_back(std::to_string(r) + ":" + hvdrun::runtime::label(rd.request));
+      };
+      h.stall = [this](const std::string& text, bool) {
+        std::lock_guard lock(mu);
+        stalls.push_back(text);
+      };
+      engines.push_back(std::make_unique<Engine>(h, n, stall));
+    }
+  }
+  Engine& operator[](int r) { return *engines[static_cast<std::size_t>(r)]; }
+
+  FakeNet net;
+  std::mutex mu;
+  std::vector<std::string> stand_ins, stalls;
+  std::vector<std::unique_ptr<Engine>> engines;
+};
+
+Request allreduce(std::size_t count, const char* name = nullptr,
+                  DataType dtype = DataType::kFloat32) {
+  return make_request(Kind::kAllreduce, count, dtype, name, nullptr, 0, nullptr);
+}
+
+// Runs `fn(rank)` on one thread per rank and waits for all (rethrowing the first error).
+void on_each(int n, const std::function<void(int)>& fn) {
+  std::vector<std::future<void>> done;
+  for (int r = 0; r < n; ++r) done.push_back(std::async(std::launch::async, fn, r));
+  for (auto& f : done) {
+    REQUIRE(f.wait_for(30s) == std::future_status::ready);
+    f.get();
+  }
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
 
 }  // namespace
 
-TEST_CASE("tasks run in submission order on one thread, whatever order they are waited in",
+TEST_CASE("negotiation: a mismatch names the collective and both ranks' tensors",
+          "[runtime][negotiation]") {
+  std::vector<Window> t(2);
+  const std::int64_t a[] = {10}, b[] = {3};
+  t[0].requests[0] = make_request(Kind::kAllreduce, 10, DataType::kFloat32, "grad.fc1", a, 1, nullptr);
+  t[1].requests[0] = make_request(Kind::kAllreduce, 3, DataType::kFloat32, "grad.fc1", b, 1, nullptr);
+  t[0].count = t[1].count = 1;
+  hvdrun::runtime::JoinBook book;
+  auto p = hvdrun::runtime::plan(t, book);
+  REQUIRE(p.ready.size() == 1);
+  CHECK(p.ready[0].error == "allreduce 'grad.fc1': rank 0 has float32[10], rank 1 has float32[3]");
+
+  // dtype, op, root, kind and scale factors each get their own words.
+  t[1].requests[0] = make_request(Kind::kAllreduce, 10, DataType::kInt32, "grad.fc1", a, 1, nullptr);
+  CHECK(hvdrun::runtime::plan(t, book).ready[0].error ==
+        "allreduce 'grad.fc1': rank 0 has float32[10], rank 1 has int32[10]");
+  t[1].requests[0] = t[0].requests[0];
+  t[1].requests[0].op = static_cast<std::uint8_t>(hvdrun::ReduceOp::kMax);
+  CHECK(hvdrun::runtime::plan(t, book).ready[0].error.find("rank 0 reduces with Sum, rank 1 with Max") !=
+        std::string::npos);
+  t[1].requests[0] = t[0].requests[0];
+  t[1].requests[0].postscale = 2.0;
+  CHECK(hvdrun::runtime::plan(t, book).ready[0].error.find("postscale") != std::string::npos);
+  t[0].requests[0] = make_request(Kind::kBroadcast, 10, DataType::kFloat32, "w", a, 1, nullptr);
+  t[1].requests[0] = t[0].requests[0];
+  t[1].requests[0].root = 1;
+  t[0].requests[0].root = 0;
+  CHECK(hvdrun::runtime::plan(t, book).ready[0].error ==
+        "broadcast 'w': rank 0 broadcasts from root 0, rank 1 from root 1");
+  // Unnamed: matched by position; a barrier against an allgather is a mismatch.
+  t[0].requests[0] = make_request(Kind::kAllgather, 4, DataType::kFloat32, nullptr, nullptr, 0, nullptr);
+  t[1].requests[0] = make_request(Kind::kBarrier, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr);
+  t[0].requests[0].seq = t[1].requests[0].seq = 7;
+  CHECK(hvdrun::runtime::plan(t, book).ready[0].error ==
+        "allgather #7: rank 0 submitted allgather float32[4], rank 1 submitted barrier (no "
+        "tensor). Every rank must submit its unnamed collectives in the same order");
+  // Allgather: first dimensions may differ, the others may not.
+  const std::int64_t s0[] = {2, 5}, s1[] = {7, 5}, s2[] = {7, 4};
+  t[0].requests[0] = make_request(Kind::kAllgather, 5, DataType::kFloat32, "g", s0, 2, "float32");
+  t[1].requests[0] = make_request(Kind::kAllgather, 5, DataType::kFloat32, "g", s1, 2, "float32");
+  CHECK(hvdrun::runtime::plan(t, book).ready[0].error.empty());
+  t[1].requests[0] = make_request(Kind::kAllgather, 5, DataType::kFloat32, "g", s2, 2, "float32");
+  CHECK(hvdrun::runtime::plan(t, book).ready[0].error ==
+        "allgather 'g': rank 0 has float32[2, 5], rank 1 has float32[7, 4] (allgather: only "
+        "the first dimension may differ)");
+}
+
+TEST_CASE("engine: unnamed collectives run in submission order, whatever order they are waited in",
           "[runtime][engine]") {
-  Engine e;
+  Ranks ranks(2);
   std::mutex mu;
-  std::vector<int> order;
-  std::vector<std::thread::id> threads;
-  std::vector<Engine::Handle> handles;
-  for (int i = 0; i < 50; ++i)
-    handles.push_back(e.submit("task " + std::to_string(i), [&, i] {
-      std::lock_guard lock(mu);
-      order.push_back(i);
-      threads.push_back(std::this_thread::get_id());
-    }));
-  CHECK(e.pending() == 50);
-  for (auto it = handles.rbegin(); it != handles.rend(); ++it) e.wait(*it);
-  CHECK(e.pending() == 0);
-  REQUIRE(order.size() == 50);
-  for (int i = 0; i < 50; ++i) CHECK(order[static_cast<std::size_t>(i)] == i);
-  for (auto id : threads) CHECK(id == threads.front());
-  CHECK(threads.front() != std::this_thread::get_id());
+  std::vector<int> order[2];
+  on_each(2, [&](int r) {
+    std::vector<Engine::Handle> hs;
+    for (int i = 0; i < 50; ++i)
+      hs.push_back(ranks[r].submit(allreduce(4), [&, r, i](const Ready&) {
+        std::lock_guard lock(mu);
+        order[r].push_back(i);
+      }));
+    for (auto it = hs.rbegin(); it != hs.rend(); ++it) ranks[r].wait(*it);
+    CHECK(ranks[r].pending() == 0);
+  });
+  for (auto& o : order) {
+    REQUIRE(o.size() == 50);
+    for (int i = 0; i < 50; ++i) CHECK(o[static_cast<std::size_t>(i)] == i);
+  }
 }
 
-TEST_CASE("a blocking call runs after every earlier submission", "[runtime][engine]") {
-  Engine e;
-  Gate gate;
-  std::atomic<int> done{0};
-  auto h1 = e.submit("slow", [&] {
-    gate.pass();
-    done = 1;
+TEST_CASE("engine: a mismatch fails that collective on every rank and the next one succeeds",
+          "[runtime][engine]") {
+  Ranks ranks(2);
+  std::atomic<int> ran{0};
+  on_each(2, [&](int r) {
+    auto err = error_of([&] {
+      ranks[r].run(allreduce(r == 0 ? 10 : 3), [&](const Ready&) { ++ran; });
+    });
+    CHECK(err == "hvdrun: allreduce #0: rank 0 has float32[10], rank 1 has float32[3]");
+    ranks[r].run(allreduce(5), [&](const Ready&) { ++ran; });
   });
-  auto h2 = e.submit("second", [&] { done = done * 10 + 2; });
-  CHECK_FALSE(e.poll(h1));
-  auto t = std::thread([&] {
-    std::this_thread::yield();
-    gate.open();
-  });
-  int seen = -1;
-  e.run("blocking", [&] { seen = done; });
-  t.join();
-  CHECK(seen == 12);
-  CHECK(e.poll(h1));
-  CHECK(e.poll(h2));
-  e.wait(h1);
-  e.wait(h2);
+  CHECK(ran == 2);  // only the agreed one moved data, on both ranks
+  CHECK(ranks[0].failure().empty());
 }
 
-TEST_CASE("with nothing pending a blocking call runs on the caller's thread", "[runtime][engine]") {
-  Engine e;
+TEST_CASE("engine: named collectives meet whatever order the ranks submit them in",
+          "[runtime][engine]") {
+  Ranks ranks(3);
+  std::mutex mu;
+  std::vector<std::string> order[3];
+  const char* names[] = {"a", "b", "c", "d"};
+  on_each(3, [&](int r) {
+    std::vector<Engine::Handle> hs;
+    for (int i = 0; i < 4; ++i) {
+      const char* name = names[(i + r) % 4];  // each rank starts elsewhere
+      hs.push_back(ranks[r].submit(allreduce(8, name), [&, r, name](const Ready&) {
+        std::lock_guard lock(mu);
+        order[r].push_back(name);
+      }));
+    }
+    for (auto h : hs) ranks[r].wait(h);
+  });
+  REQUIRE(order[0].size() == 4);
+  CHECK(order[1] == order[0]);  // one agreed order on every rank
+  CHECK(order[2] == order[0]);
+}
+
+TEST_CASE("engine: a name still in flight is refused, and free again once waited for",
+          "[runtime][engine]") {
+  Ranks ranks(2);
+  on_each(2, [&](int r) {
+    if (r == 1) std::this_thread::sleep_for(50ms);  // rank 0 submits twice before rank 1 comes
+    auto h = ranks[r].submit(allreduce(4, "dup"), [](const Ready&) {});
+    CHECK_THROWS_AS(ranks[r].submit(allreduce(4, "dup"), [](const Ready&) {}), DuplicateName);
+    ranks[r].wait(h);
+    ranks[r].wait(ranks[r].submit(allreduce(4, "dup"), [](const Ready&) {}));
+  });
+}
+
+TEST_CASE("engine: a joined rank stands in for allreduce and barrier; allgather and broadcast "
+          "fail on the others; join returns the last rank to join",
+          "[runtime][engine]") {
+  Ranks ranks(3);
+  std::vector<std::string> errors(3);
+  std::vector<int> last(3, -1);
+  on_each(3, [&](int r) {
+    if (r == 1) {  // joins first, at once
+      last[1] = ranks[1].join();
+      return;
+    }
+    for (int i = 0; i < 5; ++i) ranks[r].run(allreduce(16), [](const Ready&) {});
+    ranks[r].run(make_request(Kind::kBarrier, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr),
+                 nullptr);
+    errors[r] = error_of([&] {
+      ranks[r].run(make_request(Kind::kAllgather, 2, DataType::kFloat32, "g", nullptr, 0, nullptr),
+                   [](const Ready&) {});
+    });
+    if (r == 2) std::this_thread::sleep_for(100ms);  // rank 2 joins last
+    last[r] = ranks[r].join();
+  });
+  for (int r : {0, 2})
+    CHECK(errors[r] ==
+          "hvdrun: allgather 'g' cannot run while rank 1 has joined: a joined rank stands in for "
+          "allreduce and barrier only (as in Horovod); finish every allgather before join()");
+  CHECK(last == std::vector<int>{2, 2, 2});
+  std::lock_guard lock(ranks.mu);
+  CHECK(ranks.stand_ins.size() == 6);  // five allreduces and the barrier, by rank 1 only
+  for (const auto& s : ranks.stand_ins) CHECK(s.rfind("1:", 0) == 0);
+  // After join, the ranks' unnamed positions agree again: the next collective meets.
+  on_each(3, [&](int r) { ranks[r].run(allreduce(1), [](const Ready&) {}); });
+}
+
+TEST_CASE("engine: shutdown waits for every rank and fails what can then never complete",
+          "[runtime][engine]") {
+  Ranks ranks(2);
+  std::string orphan;
+  on_each(2, [&](int r) {
+    Engine::Handle h = 0;
+    if (r == 0) h = ranks[0].submit(allreduce(4, "only-on-rank-0"), [](const Ready&) {});
+    ranks[r].run(allreduce(1), [](const Ready&) {});  // both still agree on this
+    CHECK(ranks[r].shutdown());
+    if (r == 0) orphan = error_of([&] { ranks[0].wait(h); });
+  });
+  CHECK(orphan ==
+        "hvdrun: allreduce 'only-on-rank-0' can never complete: rank 1 shut down without "
+        "submitting it");
+}
+
+TEST_CASE("engine: a transport failure fails the collective and every later one",
+          "[runtime][engine]") {
+  Ranks ranks(2);
+  ranks.net.fail();
+  auto first = error_of([&] { ranks[0].run(allreduce(4), [](const Ready&) {}); });
+  CHECK(first == "transport broken");
+  auto later = error_of([&] { ranks[0].run(allreduce(4), [](const Ready&) {}); });
+  CHECK(later.find("was not run because an earlier collective failed: transport broken") !=
+        std::string::npos);
+  CHECK_FALSE(ranks[0].shutdown());
+}
+
+TEST_CASE("engine: with nothing pending a blocking collective runs on the caller's thread",
+          "[runtime][engine]") {
+  Ranks ranks(1);
   std::thread::id ran_on;
-  e.run("inline", [&] { ran_on = std::this_thread::get_id(); });
+  ranks[0].run(allreduce(1), [&](const Ready&) { ran_on = std::this_thread::get_id(); });
   CHECK(ran_on == std::this_thread::get_id());
 }
 
-TEST_CASE("after one failure every later task fails with its cause and is not run",
+TEST_CASE("engine: a stall is reported once, naming the missing rank and what it has submitted",
           "[runtime][engine]") {
-  Engine e;
-  bool later_ran = false;
-  auto bad = e.submit("allreduce of 4 float32", [] { throw std::runtime_error("peer 3 gone"); });
-  auto later = e.submit("broadcast of 2 int64", [&] { later_ran = true; });
-  CHECK_THROWS_WITH(e.wait(bad), "peer 3 gone");
-  CHECK_THROWS_WITH(e.wait(later), Catch::Contains("broadcast of 2 int64 was not run") &&
-                                       Catch::Contains("earlier collective failed: peer 3 gone"));
-  CHECK_FALSE(later_ran);
-  CHECK_THROWS_WITH(e.run("barrier", [] {}), Catch::Contains("barrier was not run"));
-}
-
-TEST_CASE("unknown and already-waited handles are refused", "[runtime][engine]") {
-  Engine e;
-  auto h = e.submit("one", [] {});
-  e.wait(h);
-  CHECK_THROWS_AS(e.wait(h), hvdrun::Error);
-  CHECK_THROWS_WITH(e.poll(h), Catch::Contains("unknown or was already waited for"));
-  CHECK_THROWS_AS(e.wait(12345), hvdrun::Error);
-}
-
-TEST_CASE("submitters on several threads all complete, destruction runs what is queued",
-          "[runtime][engine]") {
-  std::atomic<int> ran{0};
-  {
-    Engine e;
-    std::vector<std::thread> threads;
-    for (int t = 0; t < 4; ++t)
-      threads.emplace_back([&] {
-        std::vector<Engine::Handle> mine;
-        for (int i = 0; i < 200; ++i) mine.push_back(e.submit("t", [&] { ++ran; }));
-        for (int i = 0; i < 100; ++i) e.wait(mine[static_cast<std::size_t>(i)]);
-        e.run("sync", [&] { ++ran; });
-      });
-    for (auto& t : threads) t.join();
-    CHECK(ran >= 4 * 101);
-    for (int i = 0; i < 10; ++i) e.submit("left", [&] { ++ran; });
+  StallPolicy stall;
+  stall.check = 300ms;
+  Ranks ranks(2, stall);
+  auto h0 = ranks[0].submit(allreduce(4, "x"), [](const Ready&) {});
+  auto h1 = ranks[1].submit(allreduce(4, "y"), [](const Ready&) {});
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  for (;;) {
+    {
+      std::lock_guard lock(ranks.mu);
+      if (ranks.stalls.size() >= 2) break;
+    }
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(10ms);
   }
-  CHECK(ran == 4 * 201 + 10);
+  {
+    std::lock_guard lock(ranks.mu);
+    std::string both = ranks.stalls[0] + "\n" + ranks.stalls[1];
+    CHECK(both.find("for allreduce 'x' float32[4]; missing on 1; rank 1 has "
+                    "submitted allreduce 'y'") != std::string::npos);
+    CHECK(both.find("for allreduce 'y' float32[4]; missing on 0; rank 0 has submitted "
+                    "allreduce 'x'") != std::string::npos);
+  }
+  // Both late halves arrive: the stall ends and nothing more is reported.
+  auto h0b = ranks[0].submit(allreduce(4, "y"), [](const Ready&) {});
+  auto h1b = ranks[1].submit(allreduce(4, "x"), [](const Ready&) {});
+  for (auto [e, h] : {std::pair{0, h0}, {0, h0b}, {1, h1}, {1, h1b}}) ranks[e].wait(h);
+  std::lock_guard lock(ranks.mu);
+  CHECK(ranks.stalls.size() == 2);
 }

@@ -39,3 +39,35 @@ TEST_CASE("NCCL collectives on device memory (needs a GPU)", "[gpu]") {
     }
   }
 }
+
+TEST_CASE("NCCL's scalable init with several unique ids (needs a GPU)", "[gpu]") {
+  std::string why;
+  const int devices = hvdrun::runtime::cuda_device_count(&why);
+  if (devices <= 0) {
+    WARN("no CUDA device here (" << why << "); the GPU path is exercised on GPU machines only");
+    return;
+  }
+  const std::string gpu_worker = HVDRUN_BINARY_DIR "/tests/runtime/runtime_gpu_worker";
+  // One id per rank: three ids, three bootstrap roots, so ncclCommInitRankScalable runs
+  // where the loaded NCCL has it (2.23 and later); NCCL's own log names the init it ran.
+  JobSpec spec;
+  spec.np = 3;
+  spec.argv = {"/bin/sh", "-c",
+               "if [ \"$0\" -ge \"$HVDRUN_LOCAL_SIZE\" ]; then exec \"$1\" check; fi; "
+               "NCCL_HOSTID=gpu-scalable-$HVDRUN_RANK exec \"$1\" check",
+               std::to_string(devices), gpu_worker};
+  spec.env = {{"HVDRUN_NCCL", "require"},
+              {"HVDRUN_START_TIMEOUT", "60"},
+              {"HVDRUN_NCCL_RANKS_PER_ID", "1"},
+              {"NCCL_DEBUG", "INFO"},
+              {"NCCL_DEBUG_SUBSYS", "INIT"}};
+  spec.deadline = 120s;
+  auto r = run_job(spec);
+  INFO(r.dump());
+  REQUIRE(r.ok());
+  const std::string all = r.dump();
+  if (hvdrun::runtime::nccl_version() >= 22300)
+    CHECK(all.find("ncclCommInitRankScalable") != std::string::npos);
+  else
+    CHECK(all.find("ncclCommInitRankConfig") != std::string::npos);
+}

@@ -5,9 +5,10 @@ submission order on a background thread; a handle here is an int naming one or m
 submitted C handles plus what must stay alive until they finish and what to do after
 (postscale, copying a widened integer tensor back, trimming a padded allgather).
 
-Unlike Horovod, operations are matched across ranks by submission order, not by name:
-every rank must submit the same collectives in the same order (names are accepted and
-ignored). DistributedOptimizer takes care of that for gradients.
+Before data moves, the ranks agree on every collective (libhvdrun's negotiation): a named
+collective meets the one of the same name on every rank, in any submission order; unnamed
+ones meet by their order. A mismatch (shape, dtype, op, root, scale factors) fails that
+collective on every rank with HorovodInternalError naming both sides, and the job goes on.
 
 Host (CPU) tensors go through Gloo; CUDA tensors through NCCL, enqueued on the tensor
 device's current stream (the handle completes once enqueued: later work on that stream
@@ -383,41 +384,66 @@ def _stream(tensor):
     return torch.cuda.current_stream(tensor.device)
 
 
-def _submit_allreduce(send, recv, ctype, op, what):
-    """Submits one allreduce of `send` into `recv` (same device, same size)."""
+def _type_name(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def _submit(kind, what, send=None, recv=None, count=0, ctype=_lib.UINT8, op=0, root=0,
+            device_tensor=None, name=None, like=None, prescale=1.0, postscale=1.0, then=None):
+    """Submits one collective through hvdrun_submit. `like` is the caller's tensor, whose
+    shape and dtype the ranks agree on (with `name`, op, root and the scale factors)
+    before any data moves. Returns the C handle."""
+    c = _lib.Collective()
+    c.kind = kind
+    c.send = send
+    c.recv = recv
+    c.count = count
+    c.dtype = ctype
+    c.op = op
+    c.root = root
+    if device_tensor is not None and device_tensor.is_cuda:
+        c.device = 1
+        c.cuda_stream = _stream(device_tensor).cuda_stream
+    if name is not None:
+        c.name = str(name).encode()
+    if like is not None:
+        dims = tuple(like.shape)
+        shape = (ctypes.c_longlong * max(len(dims), 1))(*dims)
+        c.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_longlong))
+        c.ndim = len(dims)
+        c.type_name = _type_name(like.dtype).encode()
+    c.prescale = float(prescale)
+    c.postscale = float(postscale)
     lib = _lib.lib()
-    n = recv.numel()
-    cop = _C_OP[op]
-    if send.is_cuda:
-        h = lib.hvdrun_allreduce_device_async(send.data_ptr(), recv.data_ptr(), n, ctype, cop,
-                                              _stream(recv).cuda_stream)
+    if then is None:
+        h = lib.hvdrun_submit(ctypes.byref(c), ctypes.sizeof(c))
     else:
-        h = lib.hvdrun_allreduce_async(send.data_ptr(), recv.data_ptr(), n, ctype, cop)
+        h = lib.hvdrun_submit_then(ctypes.byref(c), ctypes.sizeof(c),
+                                   ctypes.cast(then, ctypes.c_void_p), None)
+    if h == _lib.DUPLICATE_NAME:
+        raise ValueError(f"hvdrun.torch.{what}: {_lib.last_error()}")
     if h < 0:
         raise HorovodInternalError(f"hvdrun.torch.{what}: {_lib.last_error()}")
     return h
 
 
-def _submit_bytes(kind, a, b, root, what):
+def _submit_allreduce(send, recv, ctype, op, what, name=None, like=None, prescale=1.0,
+                      postscale=1.0):
+    """Submits one allreduce of `send` into `recv` (same device, same size)."""
+    return _submit(_lib.KIND_ALLREDUCE, what, send.data_ptr(), recv.data_ptr(), recv.numel(),
+                   ctype, _C_OP[op], device_tensor=recv, name=name, like=like,
+                   prescale=prescale, postscale=postscale)
+
+
+def _submit_bytes(kind, a, b, root, what, name=None, like=None):
     """Broadcast (kind 'b', in place on `a`) or allgather (kind 'g', `a` into `b`) of raw
-    bytes: both move any dtype bit for bit."""
-    lib = _lib.lib()
+    bytes: both move any dtype bit for bit; `like` is the tensor the caller sees."""
     n = a.numel() * a.element_size()
     if kind == "b":
-        if a.is_cuda:
-            h = lib.hvdrun_broadcast_device_async(a.data_ptr(), n, _lib.UINT8, root,
-                                                  _stream(a).cuda_stream)
-        else:
-            h = lib.hvdrun_broadcast_async(a.data_ptr(), n, _lib.UINT8, root)
-    else:
-        if a.is_cuda:
-            h = lib.hvdrun_allgather_device_async(a.data_ptr(), b.data_ptr(), n, _lib.UINT8,
-                                                  _stream(a).cuda_stream)
-        else:
-            h = lib.hvdrun_allgather_async(a.data_ptr(), b.data_ptr(), n, _lib.UINT8)
-    if h < 0:
-        raise HorovodInternalError(f"hvdrun.torch.{what}: {_lib.last_error()}")
-    return h
+        return _submit(_lib.KIND_BROADCAST, what, None, a.data_ptr(), n, _lib.UINT8, root=root,
+                       device_tensor=a, name=name, like=like)
+    return _submit(_lib.KIND_ALLGATHER, what, a.data_ptr(), b.data_ptr(), n, _lib.UINT8,
+                   device_tensor=a, name=name, like=like)
 
 
 def _resolve_op(op, average, what):
@@ -436,13 +462,16 @@ def _resolve_op(op, average, what):
 def _scale(t, factor):
     if factor == 1.0:
         return
-    if t.is_floating_point() or t.is_complex():
+    if t.dtype in (torch.float16, torch.bfloat16):
+        # As Horovod: half-precision tensors are scaled in float32, then rounded once.
+        t.copy_(t.float().mul_(factor))
+    elif t.is_floating_point() or t.is_complex():
         t.mul_(factor)
     else:
         t.copy_(t * factor)
 
 
-def _allreduce_async(tensor, output, op, prescale_factor, postscale_factor, what):
+def _allreduce_async(tensor, output, op, prescale_factor, postscale_factor, what, name=None):
     """Reduces `tensor` into `output` (the same tensor when in place)."""
     _device_of(tensor, what)
     in_place = output is tensor
@@ -485,9 +514,8 @@ def _allreduce_async(tensor, output, op, prescale_factor, postscale_factor, what
             "bfloat16, int8/16/32/64, uint8 or complex64/128")
     if postscale_factor != 1.0:
         finish_steps.append(lambda: _scale(output, postscale_factor))
-    handles = []
-    if recv.numel() > 0:
-        handles.append(_submit_allreduce(send, recv, ctype, op, what))
+    handles = [_submit_allreduce(send, recv, ctype, op, what, name, tensor, prescale_factor,
+                                 postscale_factor)]
     stream = _stream(output) if output.is_cuda else None
     return _register(handles, keep, _after(stream, output.device, finish_steps, output))
 
@@ -500,7 +528,8 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     Arguments:
         tensor: the tensor to reduce (CPU or CUDA).
         average: deprecated Horovod flag (True: Average, False: Sum); use op.
-        name: accepted for compatibility and ignored: collectives are matched by order.
+        name: matches this collective by name on every rank (any submission order);
+            unnamed collectives match by their order.
         op: Average (default), Sum, Min, Max or Product.
         prescale_factor: multiplies the tensor before the reduction.
         postscale_factor: multiplies the result after the reduction.
@@ -511,7 +540,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     _device_of(tensor, "allreduce_async")
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
     return _allreduce_async(tensor, output, op, prescale_factor, postscale_factor,
-                            "allreduce_async")
+                            "allreduce_async", name)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -521,23 +550,24 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     _check_process_set(process_set, "allreduce_async_")
     op = _resolve_op(op, average, "allreduce_async_")
     return _allreduce_async(tensor, tensor, op, prescale_factor, postscale_factor,
-                            "allreduce_async_")
+                            "allreduce_async_", name)
 
 
 class _AllreduceFn(torch.autograd.Function):
     """allreduce as an autograd function: the gradient is allreduced the same way."""
 
     @staticmethod
-    def forward(ctx, tensor, op, prescale_factor, postscale_factor):
+    def forward(ctx, tensor, op, prescale_factor, postscale_factor, name):
         ctx.args = (op, prescale_factor, postscale_factor)
-        return synchronize(allreduce_async(tensor, op=op, prescale_factor=prescale_factor,
+        return synchronize(allreduce_async(tensor, op=op, name=name,
+                                           prescale_factor=prescale_factor,
                                            postscale_factor=postscale_factor))
 
     @staticmethod
     def backward(ctx, grad_output):
         op, pre, post = ctx.args
         return allreduce(grad_output, op=op, prescale_factor=pre, postscale_factor=post), \
-            None, None, None
+            None, None, None, None
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
@@ -548,7 +578,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     Arguments:
         tensor: the tensor to reduce (CPU or CUDA).
         average: deprecated Horovod flag (True: Average, False: Sum); use op.
-        name: accepted for compatibility and ignored: collectives are matched by order.
+        name: matches this collective by name on every rank (any submission order);
+            unnamed collectives match by their order.
         compression: Compression.none or Compression.fp16 (reduces in float16).
         op: Average (default), Sum, Min, Max or Product.
         prescale_factor: multiplies the tensor before the reduction.
@@ -558,7 +589,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     _check_process_set(process_set, "allreduce")
     op = _resolve_op(op, average, "allreduce")
     compressed, ctx = compression.compress(tensor)
-    reduced = _AllreduceFn.apply(compressed, op, prescale_factor, postscale_factor)
+    reduced = _AllreduceFn.apply(compressed, op, prescale_factor, postscale_factor, name)
     return compression.decompress(reduced, ctx)
 
 
@@ -570,28 +601,33 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                                         postscale_factor, process_set))
 
 
+def _member(name, i):
+    """The name of member `i` of a grouped collective named `name` (None stays None)."""
+    return None if name is None else f"{name}.{i}"
+
+
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing each tensor of a list; one handle whose synchronize() returns the
     list of results. Arguments as allreduce_async."""
-    handles = [allreduce_async(t, average, name, op, prescale_factor, postscale_factor,
-                               process_set) for t in tensors]
+    handles = [allreduce_async(t, average, _member(name, i), op, prescale_factor,
+                               postscale_factor, process_set) for i, t in enumerate(tensors)]
     return _register_group(handles)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
     """In-place grouped_allreduce_async."""
-    handles = [allreduce_async_(t, average, name, op, prescale_factor, postscale_factor,
-                                process_set) for t in tensors]
+    handles = [allreduce_async_(t, average, _member(name, i), op, prescale_factor,
+                                postscale_factor, process_set) for i, t in enumerate(tensors)]
     return _register_group(handles)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces each tensor of a list; returns the list of results."""
-    return [allreduce(t, average, name, compression, op, prescale_factor, postscale_factor,
-                      process_set) for t in tensors]
+    return [allreduce(t, average, _member(name, i), compression, op, prescale_factor,
+                      postscale_factor, process_set) for i, t in enumerate(tensors)]
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -603,15 +639,13 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 # ---- broadcast -----------------------------------------------------------------------
 
-def _broadcast_async(tensor, output, root_rank, what):
+def _broadcast_async(tensor, output, root_rank, what, name=None):
     _device_of(tensor, what)
     if output is tensor and not tensor.is_contiguous():
         raise ValueError(f"hvdrun.torch.{what}: tensor is required to be contiguous")
     if output is not tensor:
         output.copy_(tensor)
-    handles = []
-    if output.numel() > 0:
-        handles.append(_submit_bytes("b", output, None, root_rank, what))
+    handles = [_submit_bytes("b", output, None, root_rank, what, name, tensor)]
     stream = _stream(output) if output.is_cuda else None
     return _register(handles, (tensor, output), _after(stream, output.device, (), output))
 
@@ -622,34 +656,34 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     _check_process_set(process_set, "broadcast_async")
     _device_of(tensor, "broadcast_async")
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
-    return _broadcast_async(tensor, output, root_rank, "broadcast_async")
+    return _broadcast_async(tensor, output, root_rank, "broadcast_async", name)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts overwriting `tensor` on every rank with rank `root_rank`'s, in place."""
     _check_process_set(process_set, "broadcast_async_")
-    return _broadcast_async(tensor, tensor, root_rank, "broadcast_async_")
+    return _broadcast_async(tensor, tensor, root_rank, "broadcast_async_", name)
 
 
 class _BroadcastFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, root_rank):
+    def forward(ctx, tensor, root_rank, name):
         ctx.root_rank = root_rank
-        return synchronize(broadcast_async(tensor, root_rank))
+        return synchronize(broadcast_async(tensor, root_rank, name))
 
     @staticmethod
     def backward(ctx, grad_output):
         reduced = allreduce(grad_output, op=Average)
         if rank() != ctx.root_rank:
             reduced = reduced * 0
-        return reduced, None
+        return reduced, None, None
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Returns rank `root_rank`'s `tensor` on every rank, as a new tensor; `tensor` is
     not modified. Differentiable as Horovod's (the root gets the averaged gradient)."""
     _check_process_set(process_set, "broadcast")
-    return _BroadcastFn.apply(tensor, root_rank)
+    return _BroadcastFn.apply(tensor, root_rank, name)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -659,7 +693,17 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 # ---- allgather -----------------------------------------------------------------------
 
-def _allgather_async(tensor, what):
+def _wait(h, what):
+    if _lib.lib().hvdrun_wait(h) != 0:
+        raise HorovodInternalError(f"hvdrun.torch.{what}: {_lib.last_error()}")
+
+
+def _allgather_async(tensor, what, name=None):
+    """Two collectives: every rank's first dimension (on which the ranks also agree about
+    the other dimensions and the dtype, so a mismatch fails before data moves), then the
+    rows, padded to the longest rank's. The second is submitted by libhvdrun's thread the
+    moment the first completes (hvdrun_submit_then), so it follows at the same point of
+    the agreed order on every rank, however the ranks synchronize their handles."""
     _device_of(tensor, what)
     if tensor.dim() == 0:
         raise ValueError(f"hvdrun.torch.{what}: the tensor needs at least one dimension "
@@ -670,45 +714,45 @@ def _allgather_async(tensor, what):
     row = 1
     for d in rest:
         row *= d
-    # Every rank's first dimension (and a fingerprint of the rest, so mismatched shapes
-    # or dtypes fail with a message instead of garbage).
-    meta = torch.tensor([src.shape[0], src.dim(), row, src.element_size(),
-                         zlib.crc32(str(src.dtype).encode())], dtype=torch.int64)
-    everyone = torch.empty(n * meta.numel(), dtype=torch.int64)
-    if n > 1:
-        h = _submit_bytes("g", meta, everyone, 0, what)
-        if _lib.lib().hvdrun_wait(h) != 0:
-            raise HorovodInternalError(f"hvdrun.torch.{what}: {_lib.last_error()}")
-    else:
-        everyone.copy_(meta)
-    table = everyone.view(n, -1).tolist()
-    for r, m in enumerate(table):
-        if m[1:] != table[0][1:]:
-            raise ValueError(
-                f"hvdrun.torch.{what}: ranks disagree on the tensor: rank 0 has "
-                f"{table[0][1]} dims, {table[0][2]} elements per row, {table[0][3]}-byte "
-                f"elements; rank {r} has {m[1]}, {m[2]}, {m[3]} (this rank: {src.dtype}, "
-                f"shape {tuple(src.shape)}). Only the first dimension may differ")
-    firsts = [m[0] for m in table]
-    biggest = max(firsts)
     rowbytes = row * src.element_size()
-    if biggest == 0 or rowbytes == 0:
-        output = src.new_empty((sum(firsts),) + rest)
-        return _register([], (tensor,), _after(None, None, (), output))
-    if src.shape[0] == biggest:
-        send = src.reshape(-1).view(torch.uint8)
-    else:
-        send = torch.zeros(biggest * rowbytes, dtype=torch.uint8, device=src.device)
-        send[: src.numel() * src.element_size()].copy_(src.reshape(-1).view(torch.uint8))
-    recv = torch.empty(n * biggest * rowbytes, dtype=torch.uint8, device=src.device)
-    if n > 1:
-        handles = [_submit_bytes("g", send, recv, 0, what)]
-    else:
-        recv.copy_(send)
-        handles = []
+    first = torch.tensor([src.shape[0]], dtype=torch.int64)
+    firsts_t = torch.empty(n, dtype=torch.int64)
+    step = {}
+
+    def submit_rows(_arg, seq):
+        # The rows' collective is named after the sizes' (their agreed position when
+        # unnamed): the same name on every rank, whatever else a rank submits meanwhile.
+        base = name if name is not None else f"allgather.{seq}"
+        try:
+            firsts = firsts_t.tolist()
+            biggest = max(firsts)
+            step["firsts"] = firsts
+            if biggest == 0 or rowbytes == 0:
+                return
+            if src.shape[0] == biggest:
+                send = src.reshape(-1).view(torch.uint8)
+            else:
+                send = torch.zeros(biggest * rowbytes, dtype=torch.uint8, device=src.device)
+                send[: src.numel() * src.element_size()].copy_(src.reshape(-1).view(torch.uint8))
+            recv = torch.empty(n * biggest * rowbytes, dtype=torch.uint8, device=src.device)
+            step["rows"] = (send, recv, biggest)
+            step["handle"] = _submit_bytes("g", send, recv, 0, what, base + ".data")
+        except BaseException as e:  # noqa: B036 - reported by synchronize()
+            step["error"] = e
+
+    then = _lib.THEN(submit_rows)
+    h1 = _submit(_lib.KIND_ALLGATHER, what, first.data_ptr(), firsts_t.data_ptr(), 1,
+                 _lib.INT64, name=name, like=src, then=then)
     stream = _stream(src) if src.is_cuda else None
 
     def finish():
+        if "error" in step:
+            raise step["error"]
+        firsts = step["firsts"]
+        if "handle" not in step:
+            return src.new_empty((sum(firsts),) + rest)
+        _wait(step["handle"], what)
+        _send, recv, biggest = step["rows"]
         _after(stream, src.device, (), None)()
         if all(f == biggest for f in firsts):
             return recv.view(src.dtype).view((n * biggest,) + rest)
@@ -716,7 +760,7 @@ def _allgather_async(tensor, what):
         out = torch.cat([parts[r, : firsts[r] * rowbytes] for r in range(n)])
         return out.view(src.dtype).view((sum(firsts),) + rest)
 
-    return _register(handles, (tensor, send, recv), finish)
+    return _register([h1], (tensor, src, first, firsts_t, then), finish)
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -725,21 +769,21 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     synchronize() returns the result. Waits for the ranks' first dimensions before
     returning."""
     _check_process_set(process_set, "allgather_async")
-    return _allgather_async(tensor, "allgather_async")
+    return _allgather_async(tensor, "allgather_async", name)
 
 
 class _AllgatherFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor):
+    def forward(ctx, tensor, name):
         ctx.dim = tensor.shape[0]
-        return synchronize(allgather_async(tensor))
+        return synchronize(allgather_async(tensor, name))
 
     @staticmethod
     def backward(ctx, grad_output):
         reduced = allreduce(grad_output, op=Average)
         dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64))
         offset = int(dims[: rank()].sum().item())
-        return reduced.narrow(0, offset, ctx.dim)
+        return reduced.narrow(0, offset, ctx.dim), None
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -750,27 +794,30 @@ def allgather(tensor, name=None, process_set=global_process_set):
     if tensor.dim() == 0:
         raise ValueError("hvdrun.torch.allgather: the tensor needs at least one dimension "
                          "(allgather concatenates along the first); use tensor.reshape(1)")
-    return _AllgatherFn.apply(tensor)
+    return _AllgatherFn.apply(tensor, name)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """allgather_async of each tensor of a list; synchronize() returns the list."""
-    handles = [allgather_async(t, name, process_set) for t in tensors]
+    handles = [allgather_async(t, _member(name, i), process_set) for i, t in enumerate(tensors)]
     return _register_group(handles)
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """allgather of each tensor of a list; returns the list of results."""
-    return [allgather(t, name, process_set) for t in tensors]
+    return [allgather(t, _member(name, i), process_set) for i, t in enumerate(tensors)]
 
 
 # ---- join and barrier ----------------------------------------------------------------
 
 def join(device=-1):
     """Declares that this rank has no more work and waits until every rank has joined;
-    returns the rank that joined last. Unlike Horovod, ranks that joined do not stand in
-    for collectives other ranks still issue: every rank must issue the same collectives
-    before joining (give every rank the same number of batches)."""
+    returns the rank that joined last (the same on every rank). Meanwhile this rank
+    stands in for the collectives other ranks still submit: zeros for an Average or Sum
+    allreduce (Average still divides by size()), the op's identity for Min, Max and
+    Product; an allgather or broadcast fails on the ranks that submitted it, as in
+    Horovod. `device` is accepted for compatibility: the stand-in runs where the others'
+    tensors are."""
     r = _lib.lib().hvdrun_join()
     if r < 0:
         raise HorovodInternalError(f"hvdrun.torch.join: {_lib.last_error()}")

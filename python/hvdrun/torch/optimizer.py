@@ -302,8 +302,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         wrapped optimizer."""
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("hvdrun.torch: step() after an explicit synchronize() "
-                              "synchronizes again, which costs time; wrap step() in "
+                warnings.warn("optimizer.step() called without "
+                              "optimizer.skip_synchronize() after an explicit "
+                              "optimizer.synchronize(): the gradients are reduced again, "
+                              "which costs time; wrap step() in "
                               "`with optimizer.skip_synchronize():` when you call "
                               "synchronize() yourself")
             self.synchronize()

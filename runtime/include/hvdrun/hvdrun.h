@@ -120,9 +120,55 @@ HVDRUN_API bool poll(Handle handle);
 HVDRUN_API void wait(Handle handle);
 /// Number of submitted collectives not yet waited for.
 HVDRUN_API std::int64_t pending();
-/// Waits until every rank has called join() and returns the rank that called it last.
-/// Every rank must have submitted the same collectives before joining.
+/// Declares that this rank has no more work: until every rank has joined, it stands in
+/// for the collectives the others still submit (an allreduce gets zeros for Sum and
+/// Average, the op's identity otherwise; a barrier completes; an allgather or broadcast
+/// fails on the ranks that submitted it, as in Horovod). Returns the rank that joined
+/// last, the same on every rank.
 HVDRUN_API int join();
+
+/// The collectives submit() and run() take.
+enum class CollectiveKind { kAllreduce, kBroadcast, kAllgather };
+
+/// One collective with everything the ranks agree on before its data moves. Each rank's
+/// description of it must match (kind, element type and count, shape, op, root, scale
+/// factors, device); a mismatch fails it on every rank that submitted it with an Error
+/// naming both sides, and the job goes on. Named collectives are matched by name across
+/// ranks in any order; unnamed ones by their order among the rank's unnamed collectives.
+struct Collective {
+  CollectiveKind kind = CollectiveKind::kAllreduce;  ///< what to run
+  const void* send = nullptr;  ///< input (allreduce, allgather); unused by broadcast
+  void* recv = nullptr;        ///< output (in place when == send); broadcast's buffer
+  std::size_t count = 0;       ///< elements (per rank for allgather)
+  DataType dtype = DataType::kFloat32;  ///< element type moved
+  ReduceOp op = ReduceOp::kSum;         ///< allreduce's reduction
+  int root = 0;                         ///< broadcast's root rank
+  bool device = false;                  ///< buffers are CUDA device memory (NCCL)
+  void* cuda_stream = nullptr;          ///< device: the cudaStream_t to enqueue on
+  /// Matched by this name on every rank when set (at most one collective of a name in
+  /// flight per rank); unnamed collectives match by order.
+  const char* name = nullptr;
+  const std::int64_t* shape = nullptr;  ///< the caller's tensor shape (default [count])
+  int ndim = 0;                         ///< entries in `shape`
+  const char* type_name = nullptr;      ///< the caller's element type ("int8"), for checks
+  double prescale = 1.0;   ///< checked for agreement only: the caller applies it
+  double postscale = 1.0;  ///< checked for agreement only: the caller applies it
+};
+
+/// Submits `c` and returns at once. Buffers must stay valid and untouched until wait()
+/// returns. Throws Error (a name already in flight on this rank, a bad argument).
+HVDRUN_API Handle submit(const Collective& c);
+/// As submit(); `then(arg, seq)` runs on the library's thread right after the collective
+/// succeeded and before its handle completes (never after a failure), with the agreed
+/// position of the collective among unnamed ones (-1 when named). It may submit the next
+/// step of a composite operation: that step then follows at the same point of the agreed
+/// order on every rank (name it after `seq` or the first step's name).
+HVDRUN_API Handle submit(const Collective& c, void (*then)(void*, long long), void* arg);
+/// Runs `c` and returns once it has completed (device: once enqueued). Throws Error.
+HVDRUN_API void run(const Collective& c);
+/// The position of the unnamed collective behind `handle` among this rank's unnamed
+/// collectives (the same on every rank for the same collective), or -1 when named.
+HVDRUN_API std::int64_t sequence(Handle handle);
 
 /// Library version, e.g. "0.1.0".
 HVDRUN_API const char* version();

@@ -9,13 +9,18 @@
  *   1  init, queries, blocking host collectives, barrier, shutdown, last_error
  *   2  asynchronous collectives with handles (poll, wait), device (CUDA stream) variants,
  *      version, is_initialized, nccl_available, nccl_status, generation, join
+ *   3  negotiated collectives: hvdrun_collective, submit, run, sequence (names, shapes,
+ *      scale factors agreed before data moves); join stands in for the others
  *
- * Ordering: every collective, blocking or not, host or device, from any thread, runs in
- * the order it was submitted, one at a time, on a background thread of the library. A
- * program whose ranks submit the same collectives in the same order therefore never
- * deadlocks, whatever its threads do. A blocking call waits for everything submitted
- * before it. After one collective fails (a peer lost, a timeout), every collective
- * submitted later fails at once with that cause: the job is over. */
+ * Agreement: before any data moves, the ranks agree on each collective (kind, element
+ * type and count, shape, op, root, scale factors, device). Named collectives (version 3)
+ * match by name whatever order ranks submit them in; unnamed ones match by their order
+ * among the rank's unnamed collectives. A disagreement fails that collective on every
+ * rank that submitted it, naming both sides, and the job goes on. Collectives run one at
+ * a time on a background thread, in an order every rank agrees on (the submission order
+ * when ranks submit the same collectives in the same order). After a collective fails
+ * for good (a peer lost, a timeout), every collective submitted later fails at once with
+ * that cause: the job is over. */
 #ifndef HVDRUN_HVDRUN_C_H_
 #define HVDRUN_HVDRUN_C_H_
 
@@ -52,7 +57,7 @@ typedef enum hvdrun_op {
 } hvdrun_op;
 
 /** The ABI version this library implements (HVDRUN_ABI_VERSION of its build). */
-#define HVDRUN_ABI_VERSION 2
+#define HVDRUN_ABI_VERSION 3
 
 /** Identifies one submitted asynchronous collective; valid (> 0) until hvdrun_wait. */
 typedef long long hvdrun_handle;
@@ -150,11 +155,65 @@ HVDRUN_C_API int hvdrun_wait(hvdrun_handle handle);
 /** Number of submitted collectives not yet waited for (finished or not). */
 HVDRUN_C_API long long hvdrun_pending(void);
 
-/** Declares that this rank has no more work and waits until every rank has joined.
- *  Returns the rank that joined last (>= 0), or -1 on failure. Unlike Horovod's join,
- *  ranks that joined do not take part in collectives that other ranks still issue: every
- *  rank must issue the same collectives before it joins. */
+/** Declares that this rank has no more work and waits until every rank has joined,
+ *  standing in meanwhile for the collectives other ranks still submit (an allreduce gets
+ *  zeros for SUM and AVERAGE, the op's identity otherwise; a barrier completes; an
+ *  allgather or broadcast fails on the ranks that submitted it, as in Horovod). Returns
+ *  the rank that joined last (>= 0, the same on every rank), or -1 on failure. */
 HVDRUN_C_API int hvdrun_join(void);
+
+/* ---- ABI version 3 ---------------------------------------------------------------- */
+
+/** Collectives of hvdrun_collective; values are stable. */
+typedef enum hvdrun_kind {
+  HVDRUN_KIND_ALLREDUCE = 0,
+  HVDRUN_KIND_BROADCAST = 1,
+  HVDRUN_KIND_ALLGATHER = 2
+} hvdrun_kind;
+
+/** One collective with everything the ranks agree on before its data moves (kind, type
+ *  and count, shape, op, root, scale factors, device). A rank whose description differs
+ *  gets the collective failed, on every rank that submitted it, with a message naming
+ *  both sides; the job goes on. Zero-initialise, then set what applies. */
+typedef struct hvdrun_collective {
+  int kind;              /**< hvdrun_kind */
+  const void* send;      /**< input (allreduce, allgather) */
+  void* recv;            /**< output (in place when == send); broadcast's buffer */
+  size_t count;          /**< elements (per rank for allgather) */
+  int dtype;             /**< hvdrun_dtype of the elements moved */
+  int op;                /**< hvdrun_op (allreduce) */
+  int root;              /**< broadcast root */
+  int device;            /**< 1: CUDA device memory through NCCL */
+  void* cuda_stream;     /**< device: cudaStream_t to enqueue on (NULL: default) */
+  const char* name;      /**< NULL: matched by order among unnamed collectives */
+  const long long* shape; /**< the caller's shape (NULL: [count]) */
+  int ndim;              /**< entries in shape */
+  const char* type_name; /**< the caller's element type ("int8"); NULL: dtype's name */
+  double prescale;       /**< agreed only (the caller applies it); 0 is taken as 1 */
+  double postscale;      /**< agreed only (the caller applies it); 0 is taken as 1 */
+} hvdrun_collective;
+
+/** What hvdrun_submit returns when a collective of the same name is still in flight on
+ *  this rank (submitted, handle not yet waited for). */
+#define HVDRUN_DUPLICATE_NAME (-2)
+
+/** Submits `c` (`size` = sizeof(hvdrun_collective) as the caller compiled it) and returns
+ *  its handle (> 0) at once; -1 on failure, HVDRUN_DUPLICATE_NAME for a name in flight. */
+HVDRUN_C_API hvdrun_handle hvdrun_submit(const hvdrun_collective* c, size_t size);
+/** As hvdrun_submit; `then(arg, sequence)` runs on the library's thread right after the
+ *  collective succeeded and before its handle completes (never after a failure), with
+ *  the collective's agreed position among unnamed ones (-1 when named). It may submit the
+ *  next step of a composite operation (an allgather whose output is sized by the first
+ *  step, say), which then follows at the same point of the agreed order on every rank;
+ *  name that step after `sequence` (or the first step's name) so it matches everywhere. */
+HVDRUN_C_API hvdrun_handle hvdrun_submit_then(const hvdrun_collective* c, size_t size,
+                                              void (*then)(void*, long long), void* arg);
+/** Runs `c` and returns 0 once it completed (device: once enqueued), -1 on failure,
+ *  HVDRUN_DUPLICATE_NAME for a name in flight. */
+HVDRUN_C_API int hvdrun_run(const hvdrun_collective* c, size_t size);
+/** The position of the unnamed collective behind `handle` among this rank's unnamed
+ *  collectives (the same on every rank), -1 when it is named, -2 on failure. */
+HVDRUN_C_API long long hvdrun_sequence(hvdrun_handle handle);
 
 /** Message of the last failure on this thread ("" when none). Valid until the next call. */
 HVDRUN_C_API const char* hvdrun_last_error(void);

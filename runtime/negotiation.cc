@@ -1,0 +1,286 @@
+// Negotiation (see negotiation.h): requests, their text, and the planning of a round.
+#include "runtime/negotiation.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+namespace hvdrun::runtime {
+
+namespace {
+
+std::uint64_t fnv1a(const char* s) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (; *s != '\0'; ++s) {
+    h ^= static_cast<unsigned char>(*s);
+    h *= 1099511628211ULL;
+  }
+  return h == 0 ? 1 : h;  // 0 means unnamed
+}
+
+const char* dtype_text(std::uint8_t t) {
+  static const char* const names[] = {"int32",   "int64",    "float32", "float64",
+                                      "float16", "bfloat16", "uint8"};
+  return t < sizeof(names) / sizeof(names[0]) ? names[t] : "?";
+}
+
+const char* op_text(std::uint8_t op) {
+  static const char* const names[] = {"Sum", "Average", "Min", "Max", "Product"};
+  return op < sizeof(names) / sizeof(names[0]) ? names[op] : "?";
+}
+
+std::string type_of(const Request& r) {
+  return r.type_name[0] != '\0' ? std::string(r.type_name, strnlen(r.type_name, kTypeChars))
+                                : std::string(dtype_text(r.dtype));
+}
+
+bool is_control(Kind k) { return k == Kind::kJoin || k == Kind::kShutdown; }
+
+bool has(const Window& w, const Request& key) {
+  for (std::uint32_t i = 0; i < w.count && i < static_cast<std::uint32_t>(kWindow); ++i)
+    if (same_key(w.requests[i], key)) return true;
+  return false;
+}
+
+const Request* find(const Window& w, const Request& key) {
+  for (std::uint32_t i = 0; i < w.count && i < static_cast<std::uint32_t>(kWindow); ++i)
+    if (same_key(w.requests[i], key)) return &w.requests[i];
+  return nullptr;
+}
+
+bool has_kind(const Window& w, Kind k) {
+  for (std::uint32_t i = 0; i < w.count && i < static_cast<std::uint32_t>(kWindow); ++i)
+    if (w.requests[i].kind == k) return true;
+  return false;
+}
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size() && i < 16; ++i)
+    s += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 16) s += " and " + std::to_string(ranks.size() - 16) + " more";
+  return s;
+}
+
+// Whether the shapes agree under `kind`'s rule: allgather concatenates along the first
+// dimension, so only the others must match; everything else needs the same shape.
+bool shapes_agree(const Request& a, const Request& b) {
+  if (a.ndim != b.ndim) return false;
+  const int first = a.kind == Kind::kAllgather ? 1 : 0;
+  for (int d = first; d < a.ndim && d < kMaxDims; ++d)
+    if (a.shape[d] != b.shape[d]) return false;
+  return true;
+}
+
+// What differs between two ranks' requests for one collective, or "" when they agree.
+std::string difference(const Request& a, int ra, const Request& b, int rb) {
+  const std::string A = "rank " + std::to_string(ra);
+  const std::string B = "rank " + std::to_string(rb);
+  std::ostringstream s;
+  if (a.kind != b.kind) {
+    s << A << " submitted " << kind_name(a.kind) << " " << tensor_text(a) << ", " << B
+      << " submitted " << kind_name(b.kind) << " " << tensor_text(b);
+    if (a.seq >= 0) s << ". Every rank must submit its unnamed collectives in the same order";
+    return s.str();
+  }
+  if (a.device != b.device) {
+    s << A << " has a " << (a.device ? "GPU" : "CPU") << " tensor, " << B << " a "
+      << (b.device ? "GPU" : "CPU") << " one";
+    return s.str();
+  }
+  const bool sized = a.kind != Kind::kBarrier && !is_control(a.kind);
+  if (sized && (type_of(a) != type_of(b) || a.dtype != b.dtype || !shapes_agree(a, b) ||
+                (a.kind != Kind::kAllgather && a.count != b.count))) {
+    s << A << " has " << tensor_text(a) << ", " << B << " has " << tensor_text(b);
+    if (a.kind == Kind::kAllgather && type_of(a) == type_of(b))
+      s << " (allgather: only the first dimension may differ)";
+    return s.str();
+  }
+  if (sized && a.count != b.count) {
+    s << A << " moves " << a.count << " " << dtype_text(a.dtype) << " elements, " << B
+      << " moves " << b.count;
+    return s.str();
+  }
+  if (a.kind == Kind::kAllreduce && a.op != b.op) {
+    s << A << " reduces with " << op_text(a.op) << ", " << B << " with " << op_text(b.op);
+    return s.str();
+  }
+  if (a.kind == Kind::kAllreduce && (a.prescale != b.prescale || a.postscale != b.postscale)) {
+    s << A << " scales by (" << a.prescale << ", " << a.postscale << "), " << B << " by ("
+      << b.prescale << ", " << b.postscale << ") (prescale_factor, postscale_factor)";
+    return s.str();
+  }
+  if (a.kind == Kind::kBroadcast && a.root != b.root) {
+    s << A << " broadcasts from root " << a.root << ", " << B << " from root " << b.root;
+    return s.str();
+  }
+  return {};
+}
+
+// The ready collective `key`: the lowest submitter's request, the joined ranks that stand
+// in, and the first disagreement (or the join rule a joined rank breaks).
+Ready decide(const std::vector<Window>& windows, const std::vector<bool>& joined,
+             const Request& key) {
+  Ready out;
+  int first = -1;
+  for (int r = 0; r < static_cast<int>(windows.size()); ++r) {
+    const Request* mine = find(windows[static_cast<std::size_t>(r)], key);
+    if (mine == nullptr) {
+      out.absent.push_back(r);
+      continue;
+    }
+    if (first < 0) {
+      first = r;
+      out.request = *mine;
+      continue;
+    }
+    if (out.error.empty()) {
+      auto diff = difference(out.request, first, *mine, r);
+      if (!diff.empty()) out.error = label(out.request) + ": " + diff;
+    }
+  }
+  (void)joined;
+  if (out.error.empty() && !out.absent.empty() &&
+      (out.request.kind == Kind::kAllgather || out.request.kind == Kind::kBroadcast))
+    out.error = label(out.request) + " cannot run while " + ranks_text(out.absent) +
+                (out.absent.size() == 1 ? " has" : " have") +
+                " joined: a joined rank stands in for allreduce and barrier only (as in "
+                "Horovod); finish every " +
+                kind_name(out.request.kind) + " before join()";
+  return out;
+}
+
+}  // namespace
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::kAllreduce:
+      return "allreduce";
+    case Kind::kBroadcast:
+      return "broadcast";
+    case Kind::kAllgather:
+      return "allgather";
+    case Kind::kBarrier:
+      return "barrier";
+    case Kind::kJoin:
+      return "join";
+    case Kind::kShutdown:
+      return "shutdown";
+    case Kind::kNone:
+      break;
+  }
+  return "nothing";
+}
+
+Request make_request(Kind kind, std::size_t count, DataType dtype, const char* name,
+                     const std::int64_t* shape, int ndim, const char* type_name) {
+  Request r;
+  r.kind = kind;
+  r.count = count;
+  r.dtype = static_cast<std::uint8_t>(dtype);
+  if (name != nullptr && *name != '\0') {
+    r.name_hash = fnv1a(name);
+    std::strncpy(r.name, name, kNameChars);
+  }
+  if (type_name != nullptr) std::strncpy(r.type_name, type_name, kTypeChars - 1);
+  if (shape == nullptr || ndim <= 0) {
+    r.ndim = kind == Kind::kBarrier || is_control(kind) ? 0 : 1;
+    r.shape[0] = static_cast<std::int64_t>(count);
+    return r;
+  }
+  r.ndim = static_cast<std::uint8_t>(std::min(ndim, kMaxDims));
+  for (int d = 0; d < r.ndim; ++d) r.shape[d] = shape[d];
+  for (int d = kMaxDims; d < ndim; ++d) r.shape[kMaxDims - 1] *= shape[d];
+  return r;
+}
+
+bool same_key(const Request& a, const Request& b) {
+  if (is_control(a.kind) || is_control(b.kind)) return a.kind == b.kind;
+  if (a.name_hash != 0 || b.name_hash != 0) return a.name_hash == b.name_hash;
+  return a.seq == b.seq;
+}
+
+std::string label(const Request& r) {
+  std::string s = kind_name(r.kind);
+  if (r.name_hash != 0)
+    s += " '" + std::string(r.name, strnlen(r.name, sizeof r.name)) + "'";
+  else if (r.seq >= 0)
+    s += " #" + std::to_string(r.seq);
+  return s;
+}
+
+std::string tensor_text(const Request& r) {
+  if (r.kind == Kind::kBarrier || is_control(r.kind)) return "(no tensor)";
+  std::string s = type_of(r) + "[";
+  for (int d = 0; d < r.ndim && d < kMaxDims; ++d)
+    s += (d ? ", " : "") + std::to_string(r.shape[d]);
+  return s + "]";
+}
+
+Plan plan(const std::vector<Window>& windows, JoinBook& book) {
+  const int n = static_cast<int>(windows.size());
+  if (static_cast<int>(book.joined_round.size()) != n) book.joined_round.assign(n, -1);
+  std::vector<bool> joined(static_cast<std::size_t>(n)), leaving(static_cast<std::size_t>(n));
+  bool all_joined = n > 0, all_leaving = n > 0;
+  for (int r = 0; r < n; ++r) {
+    const auto& w = windows[static_cast<std::size_t>(r)];
+    joined[r] = has_kind(w, Kind::kJoin);
+    leaving[r] = has_kind(w, Kind::kShutdown);
+    if (joined[r] && book.joined_round[r] < 0) book.joined_round[r] = book.round;
+    all_joined = all_joined && joined[r];
+    all_leaving = all_leaving && leaving[r];
+  }
+  ++book.round;
+
+  Plan p;
+  std::vector<Request> emitted;
+  bool left_over = false;  // a collective stays pending after this round
+  for (int r = 0; r < n; ++r) {
+    const auto& w = windows[static_cast<std::size_t>(r)];
+    for (std::uint32_t i = 0; i < w.count && i < static_cast<std::uint32_t>(kWindow); ++i) {
+      const Request& q = w.requests[i];
+      if (is_control(q.kind)) continue;
+      if (std::any_of(emitted.begin(), emitted.end(),
+                      [&](const Request& e) { return same_key(e, q); }))
+        continue;
+      std::vector<int> gone;  // ranks leaving without it: it can never complete
+      bool ready = true;
+      for (int o = 0; o < n; ++o) {
+        if (has(windows[static_cast<std::size_t>(o)], q) || joined[o]) continue;
+        ready = false;
+        if (leaving[o]) gone.push_back(o);
+      }
+      if (!ready && gone.empty()) {
+        left_over = true;
+        continue;
+      }
+      emitted.push_back(q);
+      Ready rd = decide(windows, joined, q);
+      if (!ready)
+        rd.error = label(rd.request) + " can never complete: " + ranks_text(gone) +
+                   " shut down without submitting it";
+      p.ready.push_back(std::move(rd));
+    }
+  }
+  if (all_joined && !left_over) {
+    Ready done;
+    done.request = make_request(Kind::kJoin, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr);
+    long long best = -1;
+    for (int r = 0; r < n; ++r)
+      if (book.joined_round[r] >= best) {
+        best = book.joined_round[r];
+        done.last_joined = r;
+      }
+    book.joined_round.assign(static_cast<std::size_t>(n), -1);
+    p.ready.push_back(std::move(done));
+  }
+  if (all_leaving && !left_over) {
+    Ready done;
+    done.request =
+        make_request(Kind::kShutdown, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr);
+    p.ready.push_back(std::move(done));
+  }
+  return p;
+}
+
+}  // namespace hvdrun::runtime
