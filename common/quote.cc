@@ -60,6 +60,8 @@ std::string quote(std::string_view s) {
       out += "\\r";
     } else if (c == '\n') {
       out += "\\n";
+    } else if (c == '\\') {
+      out += "\\\\";
     } else if (c < 0x20 || c == 0x7f) {
       out += "\\x";
       out += hex[c >> 4];

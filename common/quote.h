@@ -8,7 +8,8 @@
 namespace hvdrun {
 
 /// `s` in single quotes for an error message: tab, CR and LF as \t \r \n, other control
-/// bytes and bytes that are not part of valid UTF-8 as \xNN, UTF-8 characters whole, and
+/// bytes and bytes that are not part of valid UTF-8 as \xNN, a backslash as \\ (so that
+/// '\x07' always means that byte, never the four characters), UTF-8 characters whole, and
 /// at most 80 characters shown (then "..."), so that a message stays on one line whatever
 /// the input held and never ends in half a character.
 std::string quote(std::string_view s);

@@ -4,19 +4,14 @@
 // wrong, where, and what would be right.
 #include "hostfile/hosts.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <map>
 #include <optional>
 
 #include "common/error.h"
 #include "common/quote.h"
+#include "hostfile/host_file.h"
 #include "hostfile/text.h"
 
 namespace hvdrun::hostfile {
@@ -27,7 +22,7 @@ using text::kMaxSlots;
 using text::lower;
 
 // A hostfile larger than this is certainly not a hostfile.
-constexpr off_t kMaxHostfileBytes = 16 * 1024 * 1024;
+constexpr std::size_t kMaxHostfileBytes = 16u << 20;
 
 bool is_space(char c) { return c == ' ' || c == '\t'; }
 
@@ -338,35 +333,10 @@ std::vector<HostSlots> parse_hostfile_text(std::string_view text, std::string_vi
 }
 
 std::vector<HostSlots> parse_hostfile(const std::string& path) {
-  auto fail = [&](const char* what, int err) -> UsageError {
-    return UsageError("--hostfile " + quote(path) + ": " + what + ": " + std::strerror(err) +
+  const std::string data = read_host_file(path, kMaxHostfileBytes, [&](const std::string& what) {
+    return UsageError("--hostfile " + quote(path) + ": " + what +
                       "; expected a readable file with one host per line");
-  };
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw fail("cannot open", errno);
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw fail("cannot stat", errno);
-  if (S_ISDIR(st.st_mode)) throw fail("cannot read", EISDIR);
-  std::string data;
-  char buf[65536];
-  while (true) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw fail("cannot read", errno);
-    }
-    if (n == 0) break;
-    data.append(buf, static_cast<size_t>(n));
-    if (static_cast<off_t>(data.size()) > kMaxHostfileBytes) {
-      throw UsageError("--hostfile " + quote(path) + ": larger than " +
-                       std::to_string(kMaxHostfileBytes / (1024 * 1024)) +
-                       " MiB; expected a hostfile with one host per line");
-    }
-  }
+  });
   return parse_hostfile_text(data, path);
 }
 

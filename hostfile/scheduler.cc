@@ -3,18 +3,13 @@
 // Slurm list expands in well under a millisecond (bench/hostlist_bench.cc).
 #include "hostfile/scheduler.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
+#include <algorithm>
 #include <charconv>
-#include <cstring>
 #include <unordered_map>
 
 #include "common/error.h"
-#include "common/fd.h"
 #include "common/quote.h"
+#include "hostfile/host_file.h"
 #include "hostfile/text.h"
 
 namespace hvdrun::hostfile {
@@ -26,7 +21,7 @@ using text::lower;
 
 // A typo in a range (`n[1-100000000]`) fails here rather than as an out-of-memory later.
 constexpr std::size_t kMaxHosts = 1'000'000;
-constexpr off_t kMaxFileBytes = 64 * 1024 * 1024;
+constexpr std::size_t kMaxFileBytes = 64u << 20;
 constexpr const char* kSlurmForm = "a Slurm host list such as node[01-04,07],gpu5";
 
 bool is_white(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -236,37 +231,30 @@ void add_slots(std::vector<HostSlots>& hosts, std::unordered_map<std::string, st
   h.slots += slots;
 }
 
+// Names what is wrong with a host name, the offending character shown by itself (quote()
+// shows a control byte as \x07, a UTF-8 character whole), as -H does.
 void check_host_name(std::string_view name, std::string_view where, std::string_view form) {
-  bool ok = !name.empty() && name.front() != '-';
-  for (char c : name) ok = ok && is_name_char(c);
-  if (!ok) {
-    throw UsageError(std::string(where) + ": bad host name " + quote(name) + "; expected " +
-                     std::string(form));
+  std::string why;
+  if (name.empty()) {
+    why = "is empty";
+  } else if (name.front() == '-') {
+    why = "starts with '-'";
   }
+  for (std::size_t i = 0; i < name.size() && why.empty(); ++i) {
+    if (is_name_char(name[i])) continue;
+    const std::size_t n = std::max<std::size_t>(utf8_sequence_length(name, i), 1);
+    why = "contains " + quote(name.substr(i, n));
+  }
+  if (why.empty()) return;
+  throw UsageError(std::string(where) + ": host name " + quote(name) + " " + why + "; expected " +
+                   std::string(form));
 }
 
 std::string read_file(const std::string& path, std::string_view variable) {
-  auto fail = [&](const char* what, int err) {
-    return UsageError(std::string(variable) + "=" + path + ": " + what + ": " + std::strerror(err) +
+  return read_host_file(path, kMaxFileBytes, [&](const std::string& what) {
+    return UsageError(std::string(variable) + "=" + path + ": " + what +
                       "; run inside the allocation, or pass -H/--hostfile");
-  };
-  UniqueFd owned(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!owned) throw fail("cannot open", errno);
-  const int fd = owned.get();
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw fail("cannot stat", errno);
-  if (S_ISDIR(st.st_mode)) throw fail("cannot read", EISDIR);
-  std::string data;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw fail("cannot read", errno);
-    if (n == 0) break;
-    data.append(buf, static_cast<std::size_t>(n));
-    if (static_cast<off_t>(data.size()) > kMaxFileBytes) throw fail("cannot read", EFBIG);
-  }
-  return data;
+  });
 }
 
 // Calls `fn(line, line_no)` for each line without its '\r', comments not stripped.

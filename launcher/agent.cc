@@ -208,8 +208,19 @@ void Agent::job_control(bool suspend) {
 void Agent::sweep_groups() {
   // Anything a rank left behind in its process group goes too, and so does whatever this
   // agent adopted: what the ranks started in sessions of their own.
+  //
+  // Only the groups of ranks not yet reaped are signalled by id. An unreaped rank, alive or
+  // a zombie, holds its pid and so its group's id: the id can name no one else's group. A
+  // reaped rank's id is free for the kernel to hand out again once its group's last member
+  // is gone, and a kill(-id) then reaches an unrelated group (a later job in the same
+  // terminal, say). What a reaped rank left in its group is not lost: those processes are
+  // the rank's descendants, adopted by this agent as their subreaper (kill_adopted below
+  // finds them by parent, not by a number) and in the job's cgroup where there is one.
   for (auto& [n, r] : ranks_) {
-    if (r.pid > 0) ::kill(-r.pid, SIGKILL);
+    if (r.reaped || r.pid <= 0) continue;
+    ::kill(-r.pid, SIGKILL);
+    // kill_adopted reaps it below: the guard must not kill its id after that.
+    if (guard_) guard_->forget(r.pid);
   }
   std::vector<pid_t> keep;
   if (guard_) keep.push_back(guard_->pid());
@@ -437,22 +448,38 @@ std::size_t Agent::splice_rank(Rank& r) {
   return n;
 }
 
+// Exits are first seen without being reaped (WNOWAIT): while a rank is a zombie, its pid,
+// which is its process group's id, cannot be given to another process, so the guard is told
+// to forget that group before the rank is reaped and the id freed. A guard that learnt it
+// after the reap could, if this agent died in between, kill whatever group got the id next.
 void Agent::reap() {
   for (;;) {
+    siginfo_t si{};
+    if (::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0) break;
+    const pid_t pid = si.si_pid;
+    const auto it = by_pid_.find(pid);
+    if (it != by_pid_.end() && guard_) guard_->forget(pid);
     int status = 0;
-    pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
-    if (pid <= 0) break;
-    auto it = by_pid_.find(pid);
-    if (it == by_pid_.end()) continue;
-    Rank& r = ranks_[it->second];
-    if (WIFSTOPPED(status) || WIFCONTINUED(status)) {
-      // Stops of our own (a suspend) are the launcher's doing; others it needs to know of.
-      if (!suspended_ && !killing_)
-        send(proto::RankStopped{r.rank, WIFSTOPPED(status) ? WSTOPSIG(status) : 0});
-      continue;
+    pid_t got = 0;
+    while ((got = ::waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
     }
+    if (got != pid) break;              // not for a zombie child of ours; never spin on it
+    if (it == by_pid_.end()) continue;  // adopted, or the guard
+    Rank& r = ranks_[it->second];
+    // The pid may come back as an adopted orphan's: that one is not this rank.
+    by_pid_.erase(it);
     r.reaped = true;
     r.status = status;
+  }
+  // Stops and continues (these reap nothing).
+  for (;;) {
+    siginfo_t si{};
+    if (::waitid(P_ALL, 0, &si, WSTOPPED | WCONTINUED | WNOHANG) != 0 || si.si_pid == 0) break;
+    const auto it = by_pid_.find(si.si_pid);
+    if (it == by_pid_.end()) continue;
+    // Stops of our own (a suspend) are the launcher's doing; others it needs to know of.
+    if (!suspended_ && !killing_)
+      send(proto::RankStopped{it->second, si.si_code == CLD_CONTINUED ? 0 : si.si_status});
   }
 }
 

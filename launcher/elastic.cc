@@ -13,6 +13,7 @@
 #include "hostfile/scheduler.h"
 #include "launcher/discovery.h"
 #include "launcher/launch.h"
+#include "launcher/reaper.h"
 
 namespace hvdrun::launcher {
 
@@ -274,6 +275,13 @@ int run_elastic(const LaunchOptions& options, const GenerationLaunch& launch) {
 }
 
 int run_elastic(const LaunchOptions& options) {
+  // The discovery script runs in the job's cleanup scope: what it leaves running (a daemon
+  // started with setsid, a cache refresher sent to the background) is orphaned when the
+  // script ends and comes to this process, not to init, and is killed with the job. During
+  // a generation that generation's reaper takes it; before the first one and between
+  // generations, this one, which acts once the run below has returned and so after its
+  // last discovery run was stopped.
+  const LauncherReaper reaper;
   return run_elastic(
       options, [](const LaunchOptions& o, JobHooks hooks) { return launch(o, std::move(hooks)); });
 }

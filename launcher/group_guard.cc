@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -27,6 +28,8 @@ namespace {
 constexpr std::int32_t kDone = 0;
 // Sent instead of a group id before the length and path of the job's cgroup directory.
 constexpr std::int32_t kCgroup = -1;
+// Sent instead of a group id before a group id no longer to be killed.
+constexpr std::int32_t kForget = -2;
 
 // Reads exactly `size` bytes; false at EOF or on an error (the agent is gone).
 bool read_full(int fd, void* data, std::size_t size) {
@@ -59,6 +62,12 @@ bool read_full(int fd, void* data, std::size_t size) {
   // Until the agent is gone without saying it is done.
   while (read_full(3, &id, sizeof id)) {
     if (id == kDone) ::_exit(0);
+    if (id == kForget) {
+      std::int32_t pgid = 0;
+      if (!read_full(3, &pgid, sizeof pgid)) break;
+      groups.erase(std::remove(groups.begin(), groups.end(), pgid), groups.end());
+      continue;
+    }
     if (id != kCgroup) {
       groups.push_back(id);
       continue;
@@ -69,6 +78,11 @@ bool read_full(int fd, void* data, std::size_t size) {
     if (!read_full(3, dir.data(), size)) break;
     cgroup = std::move(dir);
   }
+  // Each is the group of a rank the agent had not reaped, so still the rank's: its leader
+  // lives, or is a zombie whose pid (the group's id) is not given out again until reaped,
+  // which its new parent does only now that the agent is gone; and pids are handed out in
+  // a cycle, so the id is not reused in the moment before this kill. Groups of reaped ranks
+  // were forgotten: their members, if any, are reached through the cgroup below.
   for (pid_t g : groups) ::kill(-g, SIGKILL);
   // What the ranks started in sessions of their own left the groups, but not the cgroup.
   if (!cgroup.empty())
@@ -100,6 +114,13 @@ void GroupGuard::watch(pid_t pgid) {
   // Four bytes into an empty-enough pipe: atomic. A failed write means the guard is gone,
   // which leaves the ranks to PR_SET_PDEATHSIG alone, as before the guard existed.
   (void)!::write(to_guard_.get(), &id, sizeof id);
+}
+
+void GroupGuard::forget(pid_t pgid) {
+  if (!to_guard_ || pgid <= 0) return;
+  // One write of eight bytes: atomic, so the guard never reads half of it.
+  const std::int32_t message[2] = {kForget, pgid};
+  (void)!::write(to_guard_.get(), message, sizeof message);
 }
 
 void GroupGuard::watch_cgroup(const std::string& dir) {

@@ -138,14 +138,25 @@ int kill_adopted(const std::vector<pid_t>& keep, std::chrono::steady_clock::time
   }
 }
 
+namespace {
+
+bool is_subreaper() {
+  int on = 0;
+  return ::prctl(PR_GET_CHILD_SUBREAPER, &on) == 0 && on != 0;
+}
+
+}  // namespace
+
 LauncherReaper::LauncherReaper(std::function<std::vector<pid_t>()> keep)
-    : on_(become_subreaper()), keep_(std::move(keep)) {}
+    : was_on_(is_subreaper()), keep_(std::move(keep)) {
+  on_ = become_subreaper();
+}
 
 LauncherReaper::~LauncherReaper() {
   if (!on_) return;
   const std::vector<pid_t> keep = keep_ ? keep_() : std::vector<pid_t>{};
   kill_adopted(keep, std::chrono::steady_clock::now() + std::chrono::seconds(2));
-  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+  if (!was_on_) ::prctl(PR_SET_CHILD_SUBREAPER, 0);
   // A local agent killed together with its guard (its whole process group, say) left its
   // job cgroup behind: hvdrun-JOB-AGENT beside this process, JOB being this pid.
   remove_empty_job_cgroups("hvdrun-" + std::to_string(::getpid()) + "-");

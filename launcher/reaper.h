@@ -27,8 +27,10 @@ int kill_adopted(const std::vector<pid_t>& keep, std::chrono::steady_clock::time
 
 /// The launcher's share: while alive this process is a child subreaper, so that what a
 /// local rank left running when its agent was killed comes here; the destructor kills every
-/// child still there (the job's own children are gone by then), turns the role off, and
-/// removes the empty job cgroups its local agents left (remove_empty_job_cgroups).
+/// child still there (the job's own children are gone by then), turns the role off unless
+/// it was on before (an enclosing LauncherReaper: elastic mode has one around all its
+/// generations), and removes the empty job cgroups its local agents left
+/// (remove_empty_job_cgroups).
 class LauncherReaper {
  public:
   /// `keep` names, when the sweep runs, children that are not to be killed (the caller's
@@ -40,6 +42,7 @@ class LauncherReaper {
 
  private:
   bool on_ = false;
+  bool was_on_ = false;
   std::function<std::vector<pid_t>()> keep_;
 };
 

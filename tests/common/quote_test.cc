@@ -24,5 +24,13 @@ TEST_CASE("quote keeps a message on one line", "[common][quote]") {
   CHECK(quote("\xff") == "'\\xff'");
 }
 
+TEST_CASE("quote tells a control byte from the text of its escape", "[common][quote]") {
+  // The byte 0x07, and the four characters \x07 a user typed: never shown alike.
+  CHECK(quote("a\x07"
+              "b") == "'a\\x07b'");
+  CHECK(quote("a\\x07b") == "'a\\\\x07b'");
+  CHECK(quote("\\") == "'\\\\'");
+}
+
 }  // namespace
 }  // namespace hvdrun

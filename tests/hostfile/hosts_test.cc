@@ -2,11 +2,13 @@
 // IPv6, whitespace and CRLF tolerance, and the exact message for each malformed input.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/error.h"
@@ -291,6 +293,25 @@ TEST_CASE("hostfile is read from disk, unreadable paths are usage errors") {
                         "': cannot open: No such file or directory; expected a readable file "
                         "with one host per line");
   CHECK_THROWS_WITH(parse_hostfile("/tmp"),
-                    "--hostfile '/tmp': cannot read: Is a directory; expected a readable file "
-                    "with one host per line");
+                    "--hostfile '/tmp': a directory, not a regular file; expected a readable "
+                    "file with one host per line");
+}
+
+TEST_CASE("a hostfile that is a FIFO or a device is refused at once, never read") {
+  char dir[] = "/tmp/hvdrun-hostfile-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string fifo = std::string(dir) + "/hosts";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  // No writer ever opens it: an open() or read() of it would wait for ever.
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(parse_hostfile(fifo), "--hostfile '" + fifo +
+                                              "': a FIFO, not a regular file; expected a "
+                                              "readable file with one host per line");
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
+  // /dev/zero would be read without end.
+  CHECK_THROWS_WITH(parse_hostfile("/dev/zero"),
+                    "--hostfile '/dev/zero': a character device, not a regular file; expected a "
+                    "readable file with one host per line");
+  ::unlink(fifo.c_str());
+  ::rmdir(dir);
 }

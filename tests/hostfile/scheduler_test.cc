@@ -4,8 +4,10 @@
 // PE_HOSTFILE, the detection order, and the exact message for each malformed value.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -181,8 +183,23 @@ TEST_CASE("PBS node files count one line per slot") {
         "PBS_NODEFILE /var/pbs/aux/1:2: unexpected text after the host in 'n2 4'; expected one "
         "host name per line, one line per slot");
   CHECK(error_of([] { hf::parse_pbs_nodefile_text("n;1\n", "f"); }) ==
-        "PBS_NODEFILE f:1: bad host name 'n;1'; expected one host name per line, one line per "
-        "slot");
+        "PBS_NODEFILE f:1: host name 'n;1' contains ';'; expected one host name per line, one "
+        "line per slot");
+  // A control byte is named as such, apart from the four characters of its escape.
+  CHECK(error_of([] {
+          hf::parse_pbs_nodefile_text(
+              "n\x07"
+              "1\n",
+              "f");
+        }) ==
+        "PBS_NODEFILE f:1: host name 'n\\x071' contains '\\x07'; expected one host name per "
+        "line, one line per slot");
+  CHECK(error_of([] { hf::parse_pbs_nodefile_text("n\\x07\n", "f"); }) ==
+        "PBS_NODEFILE f:1: host name 'n\\\\x07' contains '\\\\'; expected one host name per "
+        "line, one line per slot");
+  CHECK(error_of([] { hf::parse_pbs_nodefile_text("-n1\n", "f"); }) ==
+        "PBS_NODEFILE f:1: host name '-n1' starts with '-'; expected one host name per line, one "
+        "line per slot");
   CHECK(error_of([] { hf::parse_pbs_nodefile_text("\n\n", "f"); }) ==
         "PBS_NODEFILE f: no hosts; expected one host name per line, one line per slot");
 }
@@ -250,4 +267,38 @@ TEST_CASE("the allocation is detected from the environment in a fixed order") {
   CHECK(error_of([&] { hf::detect_allocation(getenv); }) ==
         "PBS_NODEFILE=/nonexistent/nodefile: cannot open: No such file or directory; run inside "
         "the allocation, or pass -H/--hostfile");
+}
+
+TEST_CASE("PBS_NODEFILE and PE_HOSTFILE naming a FIFO, a device or a directory are refused") {
+  char dir[] = "/tmp/hvdrun-sched-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string fifo = std::string(dir) + "/nodefile";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::map<std::string, std::string> env;
+  hf::GetEnv getenv = [&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  // No writer ever opens the FIFO: opening or reading it would wait for ever.
+  for (const std::string var : {"PBS_NODEFILE", "PE_HOSTFILE"}) {
+    env.clear();
+    env[var] = fifo;
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(error_of([&] { hf::detect_allocation(getenv); }) ==
+          var + "=" + fifo +
+              ": a FIFO, not a regular file; run inside the allocation, or pass -H/--hostfile");
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
+    env[var] = "/dev/zero";
+    CHECK(error_of([&] { hf::detect_allocation(getenv); }) ==
+          var +
+              "=/dev/zero: a character device, not a regular file; run inside the allocation, "
+              "or pass -H/--hostfile");
+    env[var] = dir;
+    CHECK(error_of([&] { hf::detect_allocation(getenv); }) ==
+          var + "=" + dir +
+              ": a directory, not a regular file; run inside the allocation, or pass "
+              "-H/--hostfile");
+  }
+  ::unlink(fifo.c_str());
+  ::rmdir(dir);
 }

@@ -1,8 +1,9 @@
 // Elastic mode end to end on the loopback SSH cluster (sshd on 127.0.0.k, aliases
 // node1..nodeN): a host lost mid-job, excluded for its cooldown and taken back; a rank that
 // always fails, against the reset limit; too few slots for --min-np; hosts added to the
-// discovery output; a discovery script that prints garbage. Every case checks that nothing
-// of any generation is left running. docs/elastic.md describes the behaviour.
+// discovery output; a discovery script that prints garbage; daemons the discovery script
+// leaves behind (on this machine alone). Every case checks that nothing of any generation
+// is left running. docs/elastic.md describes the behaviour.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -186,4 +187,40 @@ TEST_CASE("elastic: a discovery run in flight when a generation ends does not st
   CHECK(count(h.out, "run 1") >= 1);
   CHECK(testing::ms_since(t0) < 20000.0 * kSlow);
   CHECK(testing::wait_none_with(marker, 5s * kSlow));
+}
+
+// Issue #27, finding 7: the discovery script runs in the job's cleanup scope. A daemon it
+// starts in a session of its own outlives the script; it must not outlive hvdrun, whether
+// the run that started it came before the first generation or during one.
+TEST_CASE("elastic: a daemon the discovery script starts with setsid ends with hvdrun") {
+  testing::TempDir dir("elastic");
+  const std::string& d = dir.path();
+  // The daemons carry a marker in their environment that hvdrun's ranks do not have.
+  const std::string marker = testing::unique_marker();
+  const std::string script = d + "/discover.sh";
+  std::ofstream(script) << "#!/bin/sh\nenv " << marker << " setsid sh -c 'echo $$ >> " << d
+                        << "/daemons; exec sleep 300' </dev/null >/dev/null 2>&1 &\n"
+                           "echo localhost:1\n";
+  ::chmod(script.c_str(), 0755);
+  // The rank waits for three discovery runs: the first before the generation, the others
+  // during it (HVDRUN_DISCOVERY_INTERVAL), so that daemons of both kinds are running.
+  const std::string rank =
+      "while [ $(cat " + d + "/daemons 2>/dev/null | wc -l) -lt 3 ]; do " + "sleep 0.02; done";
+  Hvdrun h({"--host-discovery-script", script, "--min-np", "1", "-np", "1", "sh", "-c", rank},
+           {"HVDRUN_DISCOVERY_INTERVAL=0.1"});
+  CHECK(h.wait(30s * kSlow) == 0);
+  INFO("stderr: " << h.err);
+  const auto t0 = Clock::now();
+  CHECK(testing::lines(testing::read_file(d + "/daemons")).size() >= 3);
+  const bool gone = testing::wait_none_with(marker, 5s * kSlow);
+  const double ms = testing::ms_since(t0);
+  const std::vector<pid_t> left = testing::processes_with(marker);
+  for (pid_t p : left) ::kill(p, SIGKILL);
+  CHECK(gone);
+  testing::report_fault(
+      {"the discovery script leaves setsid daemons (before and during a "
+       "generation)",
+       "adopted by hvdrun as subreaper and killed with the job; ms after "
+       "hvdrun's exit",
+       ms, static_cast<int>(left.size()), "nothing"});
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <fstream>
 #include <string>
@@ -133,6 +134,11 @@ TEST_CASE("a malformed allocation variable is exit 2 naming it and the bad part"
       {{"LSB_MCPU_HOSTS=a 4 b"}, "LSB_MCPU_HOSTS: host 'b' has no slot count"},
       {{"PBS_NODEFILE=" + d.path + "/missing"}, "PBS_NODEFILE=" + d.path + "/missing: cannot open"},
       {{"PE_HOSTFILE=" + d.write("bad_pe", "s1 x q\n")}, "PE_HOSTFILE " + d.path + "/bad_pe:1: "},
+      // A control byte is named as \x07, never as the backslash of its escape.
+      {{"PBS_NODEFILE=" + d.write("bel",
+                                  "n\x07"
+                                  "1\n")},
+       "PBS_NODEFILE " + d.path + "/bel:1: host name 'n\\x071' contains '\\x07'"},
   };
   for (const auto& c : cases) {
     auto env = c.env;
@@ -142,6 +148,50 @@ TEST_CASE("a malformed allocation variable is exit 2 naming it and the bad part"
     CHECK(r.code == 2);
     CHECK(r.out.empty());
     CHECK(r.err.rfind("hvdrun: error: " + c.message, 0) == 0);
+  }
+}
+
+// Issue #27, finding 9: a host source naming a FIFO made hvdrun wait for a writer for ever,
+// --dry-run included. It is refused at once, by name, before anything starts.
+TEST_CASE(
+    "a FIFO, device or directory as PBS_NODEFILE, PE_HOSTFILE or --hostfile is exit 2 at once") {
+  Scratch d;
+  const std::string fifo = d.path + "/nodes";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> env;
+    std::string message;
+  };
+  const std::string advice = "; run inside the allocation, or pass -H/--hostfile";
+  const std::vector<Case> cases = {
+      {{},
+       {"PBS_NODEFILE=" + fifo},
+       "PBS_NODEFILE=" + fifo + ": a FIFO, not a regular file" + advice},
+      {{},
+       {"PE_HOSTFILE=" + fifo},
+       "PE_HOSTFILE=" + fifo + ": a FIFO, not a regular file" + advice},
+      {{},
+       {"PBS_NODEFILE=/dev/zero"},
+       "PBS_NODEFILE=/dev/zero: a character device, not a regular file" + advice},
+      {{},
+       {"PBS_NODEFILE=" + d.path},
+       "PBS_NODEFILE=" + d.path + ": a directory, not a regular file"},
+      {{"--hostfile", fifo}, {}, "--hostfile '" + fifo + "': a FIFO, not a regular file"},
+  };
+  for (const auto& c : cases) {
+    auto env = c.env;
+    env.push_back(path_without_srun(d));
+    auto args = c.args;
+    args.insert(args.end(), {"-np", "1", "true"});
+    INFO(c.message);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = dry_run(args, env);
+    const double ms = ms_since(t0);
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err.rfind("hvdrun: error: " + c.message, 0) == 0);
+    CHECK(ms < 1000.0 * kSlowdown);
   }
 }
 
@@ -254,8 +304,7 @@ std::string host_list(int n) {
 TEST_CASE("exec: HVDRUN_LAUNCH_CONCURRENCY bounds the logins in flight and every host starts") {
   Scratch s;
   const std::string standin = write_counting_standin(s);
-  Hvdrun h({"--launcher", "exec:" + standin + " {host}", "-H", host_list(8), "sh", "-c",
-            "echo up"},
+  Hvdrun h({"--launcher", "exec:" + standin + " {host}", "-H", host_list(8), "sh", "-c", "echo up"},
            {"HVDRUN_LAUNCH_CONCURRENCY=3"});
   REQUIRE(h.wait(std::chrono::seconds(60)) == 0);
   CHECK(count(h.out, "<stdout>:up\n") == 8);
