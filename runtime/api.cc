@@ -154,6 +154,21 @@ void shutdown() {
   j->world->leave(healthy);
 }
 
+void leave() noexcept {
+  std::shared_ptr<Joined> j;
+  {
+    std::lock_guard lock(g_mu);
+    j = std::move(g_joined);
+  }
+  if (!j) return;
+  try {
+    j->engine->stop();
+    j->world->leave(j->engine->failure().empty());
+  } catch (const std::exception& e) {
+    hvdrun::log().warn("hvdrun: leaving: {}", e.what());
+  }
+}
+
 namespace {
 const runtime::Environment& env_of(const char* fn) { return joined(fn)->world->env(); }
 }  // namespace

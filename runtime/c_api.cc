@@ -224,6 +224,11 @@ int hvdrun_join(void) {
   return query([] { return hvdrun::join(); });
 }
 
+int hvdrun_leave(void) {
+  hvdrun::leave();
+  return 0;
+}
+
 hvdrun_handle hvdrun_submit(const hvdrun_collective* c, size_t size) {
   return submitted([&] { return hvdrun::submit(from_c(c, size)); });
 }

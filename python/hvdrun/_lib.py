@@ -93,6 +93,7 @@ _SIGNATURES = {
     "hvdrun_run": (_c_int, [ctypes.POINTER(Collective), _c_size]),
     "hvdrun_submit_then": (_handle, [ctypes.POINTER(Collective), _c_size, _vp, _vp]),
     "hvdrun_sequence": (ctypes.c_longlong, [_handle]),
+    "hvdrun_leave": (_c_int, []),
 }
 
 

@@ -71,10 +71,10 @@ def test_missing_library_says_how_to_fix():
     assert "pip install" in p.stderr
 
 
-def test_library_without_abi_2_is_refused():
+def test_library_without_abi_3_is_refused():
     p = python("import hvdrun.torch as hvd; hvd.init()", HVDRUN_LIBRARY="libm.so.6")
     assert p.returncode != 0
-    assert "ABI version 1, this package needs version 2" in p.stderr, p.stderr
+    assert "ABI version 1, this package needs version 3" in p.stderr, p.stderr
 
 
 def test_init_outside_a_job_fails_with_the_library_message():

@@ -149,9 +149,11 @@ def _shutdown_at_exit():
     lib = _lib.lib()
     if not lib.hvdrun_is_initialized():
         return
-    # Shutdown waits for pending collectives; bounded so a dead peer cannot keep the
-    # process alive (the thread is a daemon: the interpreter exits without it).
-    t = threading.Thread(target=lib.hvdrun_shutdown, name="hvdrun-shutdown", daemon=True)
+    # At exit the rank leaves without agreeing with the others (hvd.shutdown() agrees):
+    # a rank that exits early, with an error status say, is then seen gone by its peers,
+    # and its own exit is what the launcher reports. Bounded so a dead peer cannot keep
+    # the process alive (the thread is a daemon: the interpreter exits without it).
+    t = threading.Thread(target=lib.hvdrun_leave, name="hvdrun-shutdown", daemon=True)
     t.start()
     t.join(30.0)
     if t.is_alive():

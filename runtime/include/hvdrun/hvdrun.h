@@ -39,6 +39,10 @@ class HVDRUN_API Error : public std::runtime_error {
 /// communicator and, when every rank has a GPU and NCCL is available, the NCCL one.
 /// Idempotent. Throws Error.
 HVDRUN_API void init();
+/// Leaves the job at once without agreeing with the other ranks, as at process exit:
+/// collectives still queued fail, and the other ranks see this rank gone (its exit, not a
+/// shutdown, is then what the launcher reports). Idempotent. Never throws.
+HVDRUN_API void leave() noexcept;
 /// True between init() and shutdown().
 HVDRUN_API bool is_initialized();
 /// Waits for every submitted collective, leaves the job and releases communicators.

@@ -197,6 +197,11 @@ typedef struct hvdrun_collective {
  *  this rank (submitted, handle not yet waited for). */
 #define HVDRUN_DUPLICATE_NAME (-2)
 
+/** Leaves the job at once without agreeing with the other ranks, as at process exit
+ *  (hvdrun_shutdown agrees first): queued collectives fail and the other ranks see this
+ *  rank gone, so a rank that exits with an error is what the launcher reports. */
+HVDRUN_C_API int hvdrun_leave(void);
+
 /** Submits `c` (`size` = sizeof(hvdrun_collective) as the caller compiled it) and returns
  *  its handle (> 0) at once; -1 on failure, HVDRUN_DUPLICATE_NAME for a name in flight. */
 HVDRUN_C_API hvdrun_handle hvdrun_submit(const hvdrun_collective* c, size_t size);

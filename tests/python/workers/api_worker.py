@@ -147,7 +147,8 @@ assert hvd.allgather(torch.empty(0, 5)).shape == (0, 5)
 expect_raises(ValueError, lambda: hvd.allgather(torch.tensor(1.0)), "dimension")
 if n > 1:
     # Trailing dimensions must agree: every rank raises the same error, in step.
-    expect_raises(ValueError, lambda: hvd.allgather(torch.zeros(1, r + 1)), "disagree")
+    expect_raises(hvd.HorovodInternalError, lambda: hvd.allgather(torch.zeros(1, r + 1)),
+                  "only the first dimension may differ")
 gs = hvd.grouped_allgather([torch.tensor([r]), torch.tensor([[r, r]])])
 assert gs[0].tolist() == list(range(n)) and gs[1].shape == (n, 2)
 h = hvd.grouped_allgather_async([torch.tensor([r])])
