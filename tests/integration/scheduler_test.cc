@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <fstream>
 #include <string>
@@ -145,6 +146,58 @@ TEST_CASE("a malformed allocation variable is exit 2 naming it and the bad part"
   }
 }
 
+// ---- `srun hvdrun ...`: the environment srun gives each of its tasks.
+
+TEST_CASE("started by srun once per task: exit 2 at once, and only task 0 says why") {
+  const std::vector<std::string> step = {
+      "SLURM_JOB_ID=42", "SLURM_JOB_NODELIST=node[1-3]", "SLURM_TASKS_PER_NODE=2(x3)",
+      "SLURM_STEP_ID=0", "SLURM_STEP_NUM_TASKS=6",       "SLURM_NTASKS=6"};
+  auto first = step;
+  first.emplace_back("SLURM_PROCID=0");
+  const auto t0 = std::chrono::steady_clock::now();
+  Hvdrun h({"-np", "2", "true"}, first);
+  CHECK(h.wait(std::chrono::seconds(10)) == 2);
+  CHECK(ms_since(t0) < 5000);  // was 30 s of waiting for agents that never came
+  CHECK(h.out.empty());
+  CHECK(h.err ==
+        "hvdrun: error: hvdrun was started by srun once per task (6 tasks in job step 0), and "
+        "each copy would launch the whole job; run it once, in the batch script without srun "
+        "(hvdrun starts its own step), or use --launcher ssh\nTry 'hvdrun --help'.\n");
+
+  for (const char* procid : {"SLURM_PROCID=1", "SLURM_PROCID=5"}) {
+    auto other = step;
+    other.emplace_back(procid);
+    Hvdrun quiet({"-np", "2", "true"}, other);
+    CHECK(quiet.wait(std::chrono::seconds(10)) == 2);
+    CHECK(quiet.out.empty());
+    CHECK(quiet.err.empty());
+  }
+
+  // hvdrun check is the same mistake; a one-task step with -H is not one.
+  Hvdrun check({"check"}, first);
+  CHECK(check.wait() == 2);
+  CHECK(count(check.err, "started by srun once per task") == 1);
+  Hvdrun one({"--dry-run", "-H", "a:2", "true"},
+             {"SLURM_JOB_ID=42", "SLURM_STEP_ID=0", "SLURM_STEP_NUM_TASKS=1", "SLURM_NTASKS=1",
+              "SLURM_PROCID=0"});
+  CHECK(one.wait() == 0);
+  CHECK(one.out == "launcher: ssh; hosts from -H/--hostfile\n0 a 0\n1 a 1\n");
+}
+
+TEST_CASE("srun -n1 hvdrun without hosts: the step's variables are said to be the step's") {
+  Scratch d;
+  auto r = dry_run({"true"},
+                   {"SLURM_JOB_ID=42", "SLURM_JOB_NODELIST=node[1-3]", "SLURM_TASKS_PER_NODE=1",
+                    "SLURM_STEP_ID=0", "SLURM_NTASKS=1", "SLURM_PROCID=0", path_without_srun(d)});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("gives counts for") == std::string::npos);
+  CHECK_THAT(r.err, Catch::StartsWith("hvdrun: error: hvdrun runs inside srun's job step 0, so "
+                                      "the Slurm variables describe that step "
+                                      "(SLURM_TASKS_PER_NODE='1'), not the allocation of "
+                                      "SLURM_JOB_NODELIST='node[1-3]'; run hvdrun in the batch "
+                                      "script or the salloc shell itself"));
+}
+
 // ---- --launcher exec:COMMAND, with a stand-in for docker/kubectl exec: a script that takes
 // the host name, notes it, and runs the rest of its arguments on "that host" (here).
 
@@ -254,8 +307,7 @@ std::string host_list(int n) {
 TEST_CASE("exec: HVDRUN_LAUNCH_CONCURRENCY bounds the logins in flight and every host starts") {
   Scratch s;
   const std::string standin = write_counting_standin(s);
-  Hvdrun h({"--launcher", "exec:" + standin + " {host}", "-H", host_list(8), "sh", "-c",
-            "echo up"},
+  Hvdrun h({"--launcher", "exec:" + standin + " {host}", "-H", host_list(8), "sh", "-c", "echo up"},
            {"HVDRUN_LAUNCH_CONCURRENCY=3"});
   REQUIRE(h.wait(std::chrono::seconds(60)) == 0);
   CHECK(count(h.out, "<stdout>:up\n") == 8);
