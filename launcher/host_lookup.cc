@@ -95,3 +95,16 @@ std::size_t HostLookups::resolver_calls() const {
 }
 
 }  // namespace hvdrun::launcher
+
+namespace hvdrun::launcher {
+
+std::vector<std::string> HostLookups::unanswered() const {
+  const std::lock_guard lock(state_->mutex);
+  std::vector<std::string> out;
+  for (const auto& name : state_->queue) {
+    if (!state_->answers.at(name).has_value()) out.push_back(name);
+  }
+  return out;
+}
+
+}  // namespace hvdrun::launcher

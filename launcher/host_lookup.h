@@ -41,6 +41,9 @@ class HostLookups {
   /// How many names went to the resolver (the rest were addresses already).
   std::size_t resolver_calls() const;
 
+  /// The names whose lookup has not finished yet, in the order given.
+  std::vector<std::string> unanswered() const;
+
  private:
   struct State;
   std::shared_ptr<State> state_;

@@ -99,6 +99,21 @@ std::unique_ptr<HostLookups> exec_lookups(const std::vector<const PlannedHost*>&
                                        std::min(deadline, ssh::Clock::now() + kLookupBudget));
 }
 
+// A name the resolver did not answer in time may still be a real host's: its ranks would
+// look for the launcher at 127.0.0.1. Say so once, with the way to give the address.
+void warn_unanswered(const HostLookups& lookups) {
+  const std::vector<std::string> late = lookups.unanswered();
+  if (late.empty()) return;
+  std::string shown;
+  for (std::size_t i = 0; i < late.size() && i < 3; ++i) shown += (i ? ", " : "") + late[i];
+  if (late.size() > 3) shown += ", ...";
+  spdlog::warn(
+      "exec: hosts: the resolver did not answer for {} within {} s ({}); they are taken as "
+      "names that do not resolve, so their ranks reach the launcher at 127.0.0.1. If they "
+      "are other machines, give --network-interface IF for the address to use",
+      counted(static_cast<long long>(late.size()), "name"), kLookupBudget.count(), shown);
+}
+
 // Starts the exec: hosts' commands, at most HVDRUN_LAUNCH_CONCURRENCY at a time (a login
 // slot is free again once its host's agent has answered), and checks each one's version
 // under the start deadline. After a failure no further host is started. Returns the
@@ -143,6 +158,7 @@ std::vector<std::string> start_exec_agents(const LaunchPlan& plan, const LaunchO
     });
   }
   *skipped = window.skipped();
+  if (lookups) warn_unanswered(*lookups);
   return failures;
 }
 

@@ -422,6 +422,8 @@ TEST_CASE("exec: 64 hosts whose names do not resolve start fast, looked up only 
       CHECK(count(h.err, "looking up") == 0);
     } else {
       CHECK(count(h.err, "exec: hosts: looking up 64 names, 32 at a time") == 1);
+      // A resolver that drops bursts (this machine's) leaves some unanswered: said once.
+      CHECK(count(h.err, "exec: hosts: the resolver did not answer") <= 1);
     }
   }
 }

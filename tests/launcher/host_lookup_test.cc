@@ -68,6 +68,7 @@ TEST_CASE("host lookups run side by side, at most the bound at once, each name o
   CHECK(resolver->calls == 64);
   CHECK(lookups.resolver_calls() == 64);
   CHECK(lookups.address("not-asked-for").empty());
+  CHECK(lookups.unanswered().empty());
 }
 
 TEST_CASE("host lookups: an address needs no resolver, and the deadline bounds the wait") {
@@ -82,6 +83,7 @@ TEST_CASE("host lookups: an address needs no resolver, and the deadline bounds t
     CHECK(lookups.address("stuck").empty());  // not answered by the deadline
     CHECK(Clock::now() - t0 < 5s);
     CHECK(lookups.resolver_calls() == 1);
+    CHECK(lookups.unanswered() == std::vector<std::string>{"stuck"});
   }
   // The abandoned lookup finishes on its own thread; its answer goes nowhere.
   resolver->release();
