@@ -4,9 +4,10 @@
 # where the exec: command stands in for a remote login: it waits 0.3 s, as an SSH login
 # does, then runs the agent command on this machine. The hosts are distinct loopback
 # addresses (127.1.0.1, 127.1.0.2, ...): an exec: host is never taken for this machine,
-# whatever its name, and an address needs no lookup. (Names that resolve nowhere work too,
-# but each costs the launcher a DNS query, which this machine's resolver, dropping bursts of
-# them, answers slowly: docs/scale.md.)
+# whatever its name, and an address needs no lookup. With NAMES=1 they are names that
+# resolve nowhere instead (sim1, sim2, ..., as containers are named): the launcher looks
+# them up side by side, 32 at a time, and waits at most 5 s for the lot (with
+# --network-interface, given through HVDRUN_BENCH_ARGS, it looks up none).
 #
 # For each N (default 256 1024 4096) it reports the launcher process's own figures (its
 # children excluded; bench/launch_probe.cc says how they are read):
@@ -20,7 +21,8 @@
 # start-ups per host), not the launcher's. HVDRUN_LAUNCH_CONCURRENCY (exported here when
 # set) bounds the logins in flight.
 #
-# Usage: bench/scale_launch.sh [build-dir=build] [hosts...]
+# Usage: [NAMES=1] [HVDRUN_BENCH_ARGS='--network-interface lo'] bench/scale_launch.sh
+#        [build-dir=build] [hosts...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -37,9 +39,16 @@ trap 'rm -rf "$dir"' EXIT
 run() {  # run N: prints the probe's key=value line, then lines=K
   local n=$1
   : >"$dir/hosts"
-  for ((i = 1; i <= n; ++i)); do printf '127.1.%d.%d slots=1\n' $((i / 250)) $((i % 250 + 1)) >>"$dir/hosts"; done
+  for ((i = 1; i <= n; ++i)); do
+    if [[ ${NAMES:-0} == 1 ]]; then
+      printf 'sim%d slots=1\n' "$i" >>"$dir/hosts"
+    else
+      printf '127.1.%d.%d slots=1\n' $((i / 250)) $((i % 250 + 1)) >>"$dir/hosts"
+    fi
+  done
+  # shellcheck disable=SC2086 # HVDRUN_BENCH_ARGS is a list of words
   "$probe" measure "$dir/out" -- "$hvdrun" --launcher "exec:$probe login 300 {host}" \
-    --remote-hvdrun "$hvdrun" --start-timeout 900 --hostfile "$dir/hosts" \
+    ${HVDRUN_BENCH_ARGS:-} --remote-hvdrun "$hvdrun" --start-timeout 900 --hostfile "$dir/hosts" \
     sh -c 'echo up' 2>"$dir/err" | tr -d '\n'
   echo " lines=$(grep -c '^\[[0-9]*\]<stdout>:up$' "$dir/out" || true)"
 }

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "launcher/check.h"
 #include "launcher/elastic.h"
 #include "launcher/launch.h"
+#include "launcher/launch_plan.h"
 #include "launcher/slurm_launch.h"
 
 namespace {
@@ -64,6 +66,14 @@ int main(int argc, char** argv) {
   }
 
   using hvdrun::cli::Action;
+  if (cmd.action == Action::run || cmd.action == Action::check) {
+    // `srun hvdrun ...` in a batch script: every task would launch the whole job. Refuse at
+    // once, in one voice (task 0's), before anything starts.
+    if (auto refusal = hvdrun::launcher::srun_task_refusal(
+            [](const char* name) -> const char* { return std::getenv(name); })) {
+      return refusal->print ? usage_error(refusal->message) : 2;
+    }
+  }
   switch (cmd.action) {
     case Action::help:
     case Action::version:

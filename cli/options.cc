@@ -222,6 +222,17 @@ const std::array<std::pair<std::string_view, std::string_view>, 7> kHorovodRefus
     {"--network-interfaces", "hvdrun takes one interface; use --network-interface IF"},
 }};
 
+// mpirun's flags that users bring along, with what to do instead. --oversubscribe is refused
+// rather than taken: hvdrun runs one rank per slot, so the slots are where more ranks go.
+const std::array<std::pair<std::string_view, std::string_view>, 2> kMpirunRefused = {{
+    {"--oversubscribe",
+     "hvdrun runs one rank per slot; give the hosts more slots (-H node1:8, or 'node1 slots=8' "
+     "in the hostfile) to run more ranks on them"},
+    {"-oversubscribe",
+     "hvdrun runs one rank per slot; give the hosts more slots (-H node1:8, or 'node1 slots=8' "
+     "in the hostfile) to run more ranks on them"},
+}};
+
 // horovodrun's single-dash spellings.
 const std::array<std::pair<std::string_view, std::string_view>, 3> kSingleDashAliases = {{
     {"-hostfile", "hostfile"},
@@ -275,6 +286,12 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   for (const auto& [flag, advice] : kHorovodRefused) {
     if (name == flag) {
       throw UsageError("horovodrun's " + std::string(flag) +
+                       " is not supported: " + std::string(advice));
+    }
+  }
+  for (const auto& [flag, advice] : kMpirunRefused) {
+    if (name == flag) {
+      throw UsageError("mpirun's " + std::string(flag) +
                        " is not supported: " + std::string(advice));
     }
   }
@@ -767,7 +784,9 @@ void apply_elastic(const Values& v, launcher::LaunchOptions& o) {
   if (v.given("reset-limit") && v.given("max-restarts"))
     throw UsageError("--reset-limit and --max-restarts are the same limit; give one of them");
   for (const char* name : {"reset-limit", "max-restarts"}) {
-    if (v.given(name)) e.reset_limit = whole(v, name, 0, 1000000, "--reset-limit 3");
+    if (!v.given(name)) continue;
+    e.reset_limit_flag = std::string("--") + name;
+    e.reset_limit = whole(v, name, 0, 1000000, (e.reset_limit_flag + " 3").c_str());
   }
   if (v.given("elastic-timeout"))
     e.elastic_timeout_s = whole(v, "elastic-timeout", 1, kMaxStartTimeout, "--elastic-timeout 600");
@@ -859,7 +878,8 @@ Command parse_command_line(const std::vector<std::string>& args) {
     o.json = values.given("json");
     if (o.json && !o.dry_run) {
       throw UsageError(
-          "--json needs --dry-run when running a job; add --dry-run, or use --json with hvdrun check");
+          "--json needs --dry-run when running a job; add --dry-run, or use --json with hvdrun "
+          "check");
     }
     cmd.action = Action::run;
   } else {

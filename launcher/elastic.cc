@@ -9,7 +9,9 @@
 #include <optional>
 
 #include "common/error.h"
+#include "common/plural.h"
 #include "common/quote.h"
+#include "common/seconds_text.h"
 #include "hostfile/scheduler.h"
 #include "launcher/discovery.h"
 #include "launcher/launch.h"
@@ -134,16 +136,22 @@ std::vector<hostfile::HostSlots> Elastic::discover() {
                        "--host-discovery-script PATH printing the allocation's nodes");
     return {hostfile::HostSlots{"localhost", opt_.np.value_or(e_.min_np.value_or(1))}};
   }
-  const auto give_up = Clock::now() + seconds(e_.elastic_timeout_s);
+  // The last try comes at the deadline itself, so "gave up after" is never short of it.
+  const auto began = Clock::now();
+  const auto give_up = began + seconds(e_.elastic_timeout_s);
   for (;;) {
     DiscoveryResult r = discovery_->run();
     if (!r.error) return std::move(r.hosts);
-    if (Clock::now() + interval_ >= give_up)
-      throw LaunchError(*r.error + "; gave up after --elastic-timeout " +
-                        std::to_string(e_.elastic_timeout_s) + " s");
-    say(*r.error + "; asking again in " + std::to_string(interval_.count()) + " ms");
+    const auto now = Clock::now();
+    if (now >= give_up)
+      throw LaunchError(*r.error + "; gave up after " +
+                        seconds_text(std::chrono::duration_cast<milliseconds>(now - began)) +
+                        " s of failures (--elastic-timeout " +
+                        std::to_string(e_.elastic_timeout_s) + ")");
+    const auto wait = std::min(interval_, std::chrono::ceil<milliseconds>(give_up - now));
+    say(*r.error + "; asking again in " + std::to_string(wait.count()) + " ms");
     pollfd none{-1, 0, 0};
-    ::poll(&none, 0, static_cast<int>(interval_.count()));
+    ::poll(&none, 0, static_cast<int>(wait.count()));
   }
 }
 
@@ -181,9 +189,8 @@ std::string Elastic::excluded_text() const {
 }
 
 int Elastic::too_few(int available) const {
-  say("only " + std::to_string(available) + " usable slot" + (available == 1 ? "" : "s") +
-      " left, fewer than --min-np " + std::to_string(*e_.min_np) +
-      "; ending the job. Excluded hosts: " + excluded_text());
+  say("only " + counted(available, "usable slot") + " left, fewer than --min-np " +
+      std::to_string(*e_.min_np) + "; ending the job. Excluded hosts: " + excluded_text());
   return last_ ? last_->exit_code : 255;
 }
 
@@ -198,7 +205,7 @@ void Elastic::exclude(const Failure& failure) {
       for (const auto& u : usable(hosts_)) left += u.name == h ? 0 : u.slots;
       if (left < e_.min_np.value_or(1)) {
         say("host " + h + " stays in use: without it fewer than --min-np " +
-            std::to_string(e_.min_np.value_or(1)) + " slots are left");
+            counted(e_.min_np.value_or(1), "slot") + " would be left");
         continue;
       }
     }
@@ -220,9 +227,8 @@ std::optional<std::string> Elastic::should_grow(int np) {
   hosts_ = std::move(r->hosts);
   const int now_there = size_for(slots(usable(hosts_)));
   if (now_there <= np) return std::nullopt;
-  return "elastic: discovery found " + std::to_string(now_there) + " usable slots for a job of " +
-         std::to_string(np) + " ranks; stopping generation " + std::to_string(generation_) +
-         " to grow";
+  return "elastic: discovery found " + counted(now_there, "usable slot") + " for a job of " +
+         counted(np, "rank") + "; stopping generation " + std::to_string(generation_) + " to grow";
 }
 
 int Elastic::run() {
@@ -237,8 +243,8 @@ int Elastic::run() {
     g.np = size_for(available);
     g.generation = generation_;
     if (generation_ > 0)
-      say("generation " + std::to_string(generation_) + " starts with " + std::to_string(*g.np) +
-          " ranks on " + host_list(hosts) + "; excluded: " + excluded_text());
+      say("generation " + std::to_string(generation_) + " starts with " + counted(*g.np, "rank") +
+          " on " + host_list(hosts) + "; excluded: " + excluded_text());
     std::optional<Failure> outcome;
     JobHooks hooks;
     hooks.outcome = &outcome;
@@ -255,7 +261,7 @@ int Elastic::run() {
     if (outcome->requested) continue;  // growing costs no restart
     last_ = outcome;
     if (e_.reset_limit && ++resets > *e_.reset_limit) {
-      say("the reset limit (--reset-limit " + std::to_string(*e_.reset_limit) +
+      say("the reset limit (" + e_.reset_limit_flag + " " + std::to_string(*e_.reset_limit) +
           ") is used up; ending with the last failure's exit code " + std::to_string(code));
       return code;
     }

@@ -5,7 +5,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -27,21 +26,6 @@ namespace hvdrun::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The first IPv4 address `host` resolves to, or empty (a container name often does not
-// resolve on the launching machine).
-std::string resolve(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return {};
-  char buf[INET_ADDRSTRLEN] = {};
-  const auto* sin = reinterpret_cast<const sockaddr_in*>(res->ai_addr);
-  ::inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof buf);
-  ::freeaddrinfo(res);
-  return buf;
-}
 
 // This machine's address on the route toward `ip` (a UDP connect sends nothing).
 std::string source_address_toward(const std::string& ip) {
@@ -111,7 +95,8 @@ PendingExecAgent::~PendingExecAgent() {
 }
 
 std::unique_ptr<AgentLink> PendingExecAgent::finish(const std::string& expected_version,
-                                                    Clock::time_point deadline) {
+                                                    Clock::time_point deadline,
+                                                    const std::string& address) {
   while (!receive()) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -120,7 +105,7 @@ std::unique_ptr<AgentLink> PendingExecAgent::finish(const std::string& expected_
     int rc = ::poll(&p, 1, static_cast<int>(left.count()) + 1);
     if (rc < 0 && errno != EINTR) throw_errno("waiting for host " + host_, "poll");
   }
-  return link(expected_version);
+  return link(expected_version, address);
 }
 
 bool PendingExecAgent::receive() {
@@ -141,7 +126,8 @@ bool PendingExecAgent::receive() {
   }
 }
 
-std::unique_ptr<AgentLink> PendingExecAgent::link(const std::string& expected_version) {
+std::unique_ptr<AgentLink> PendingExecAgent::link(const std::string& expected_version,
+                                                  const std::string& address) {
   const std::string marker = std::string(kAgentMarker) + "\n";
   const std::string& got = got_;
   const bool ended = ended_;
@@ -165,9 +151,8 @@ std::unique_ptr<AgentLink> PendingExecAgent::link(const std::string& expected_ve
     link.what = "the exec: command";
     link.description = "exec: command pid " + std::to_string(link.pid) + " for host " + host_;
     link.whole_group = true;
-    const std::string ip = resolve(host_);
-    link.host_address = ip.empty() ? host_ : ip;
-    link.launcher_address = source_address_toward(ip);
+    link.host_address = address.empty() ? host_ : address;
+    link.launcher_address = source_address_toward(address);
     return make_pipe_agent_link(std::move(link));
   }
   if (at != std::string::npos && version_ok) {

@@ -31,10 +31,12 @@ class PendingExecAgent {
   PendingExecAgent(const PendingExecAgent&) = delete;
   PendingExecAgent& operator=(const PendingExecAgent&) = delete;
 
-  /// Waits until `deadline` for the version and the marker, and returns the link. Throws
-  /// LaunchError saying what the host printed, how the command ended and what to do.
+  /// Waits until `deadline` for the version and the marker, and returns the link (see
+  /// link() for `address`). Throws LaunchError saying what the host printed, how the
+  /// command ended and what to do.
   std::unique_ptr<AgentLink> finish(const std::string& expected_version,
-                                    std::chrono::steady_clock::time_point deadline);
+                                    std::chrono::steady_clock::time_point deadline,
+                                    const std::string& address = {});
 
   /// The descriptor to poll (POLLIN) while the answer is awaited.
   int fd() const { return from_.get(); }
@@ -42,8 +44,12 @@ class PendingExecAgent {
   /// complete (the marker came, the command ended or printed too much): call link() then.
   bool receive();
   /// The link once receive() said so, or before (a deadline passed: "did not answer").
-  /// Throws LaunchError as finish() does.
-  std::unique_ptr<AgentLink> link(const std::string& expected_version);
+  /// `address` is the host's IPv4 address when its name was looked up and resolved
+  /// (host_lookup.h): the launcher then offers its ranks its own address on the route
+  /// there; empty: the host is reached by its name and the ranks reach the launcher at
+  /// 127.0.0.1 (or through --network-interface). Throws LaunchError as finish() does.
+  std::unique_ptr<AgentLink> link(const std::string& expected_version,
+                                  const std::string& address = {});
   /// The host.
   const std::string& host() const { return host_; }
 

@@ -23,6 +23,7 @@
 
 #include "common/error.h"
 #include "common/fd.h"
+#include "common/plural.h"
 #include "common/thread_failure.h"
 #include "compat/horovod_http_server.h"
 #include "launcher/agent_protocol.h"
@@ -640,7 +641,10 @@ void Job::on_rank_started(Host& h, const proto::RankStarted& st) {
   rs.started = true;
   ++h.started;
   if (++started_ranks_ == placement_.size()) {
-    spdlog::info("all {} ranks started in {} ms", started_ranks_,
+    spdlog::info("{} started in {} ms",
+                 started_ranks_ == 1
+                     ? std::string("the job's only rank")
+                     : "all " + counted(static_cast<long long>(started_ranks_), "rank"),
                  std::chrono::duration_cast<milliseconds>(now() - start_time_).count());
   }
 }
@@ -794,10 +798,9 @@ void Job::check_start_deadline(Clock::time_point t) {
         h.closed = true;
         for (int r : h.ranks) rank_done(r);
       }
-      where +=
-          "\n    host " + h.name + ": " +
-          (h.hello ? std::to_string(h.started) + " of " + std::to_string(want) + " ranks started"
-                   : std::string("its agent did not answer"));
+      where += "\n    host " + h.name + ": " +
+               (h.hello ? std::to_string(h.started) + " of " + counted(want, "rank") + " started"
+                        : std::string("its agent did not answer"));
     }
     fail(255,
          "hvdrun: the ranks did not all start within --start-timeout " +

@@ -8,28 +8,32 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "common/error.h"
 #include "common/fd_limit.h"
+#include "common/plural.h"
 #include "common/version.h"
 #include "launcher/check.h"
 #include "launcher/dry_run.h"
 #include "launcher/exec_agent_link.h"
+#include "launcher/host_lookup.h"
 #include "launcher/job.h"
 #include "launcher/launch_plan.h"
 #include "launcher/local_host.h"
 #include "launcher/preflight.h"
 #include "launcher/reaper.h"
 #include "launcher/slurm_launch.h"
-#include "launcher/start_window.h"
 #include "launcher/ssh_agent_link.h"
+#include "launcher/start_window.h"
 #include "ssh/libssh2_session.h"
 
 namespace hvdrun::launcher {
@@ -70,6 +74,46 @@ void await_exec_answers(std::vector<std::unique_ptr<PendingExecAgent>>& pending,
   pending.resize(kept);
 }
 
+// Lookups of exec: host names run side by side, this many at a time, and none is waited for
+// longer than this: a name a resolver cannot answer that fast is taken as one that does
+// not resolve (the host is then reached by its name).
+constexpr std::size_t kLookupsInFlight = 32;
+constexpr std::chrono::seconds kLookupBudget{5};
+
+// The lookups an exec: launch needs: an address per host name, for the launcher's own
+// address on the route there, unless --network-interface gives that address (then there
+// are none to make).
+std::unique_ptr<HostLookups> exec_lookups(const std::vector<const PlannedHost*>& hosts,
+                                          const LaunchOptions& options,
+                                          ssh::Clock::time_point deadline) {
+  if (!options.network_interface.empty()) {
+    spdlog::debug("exec: hosts: no name lookups (--network-interface {} gives the address)",
+                  options.network_interface);
+    return nullptr;
+  }
+  std::vector<std::string> names;
+  names.reserve(hosts.size());
+  for (const PlannedHost* h : hosts) names.push_back(h->name);
+  spdlog::debug("exec: hosts: looking up {} names, {} at a time", names.size(), kLookupsInFlight);
+  return std::make_unique<HostLookups>(names, kLookupsInFlight,
+                                       std::min(deadline, ssh::Clock::now() + kLookupBudget));
+}
+
+// A name the resolver did not answer in time may still be a real host's: its ranks would
+// look for the launcher at 127.0.0.1. Say so once, with the way to give the address.
+void warn_unanswered(const HostLookups& lookups) {
+  const std::vector<std::string> late = lookups.unanswered();
+  if (late.empty()) return;
+  std::string shown;
+  for (std::size_t i = 0; i < late.size() && i < 3; ++i) shown += (i ? ", " : "") + late[i];
+  if (late.size() > 3) shown += ", ...";
+  spdlog::warn(
+      "exec: hosts: the resolver did not answer for {} within {} s ({}); they are taken as "
+      "names that do not resolve, so their ranks reach the launcher at 127.0.0.1. If they "
+      "are other machines, give --network-interface IF for the address to use",
+      counted(static_cast<long long>(late.size()), "name"), kLookupBudget.count(), shown);
+}
+
 // Starts the exec: hosts' commands, at most HVDRUN_LAUNCH_CONCURRENCY at a time (a login
 // slot is free again once its host's agent has answered), and checks each one's version
 // under the start deadline. After a failure no further host is started. Returns the
@@ -82,6 +126,7 @@ std::vector<std::string> start_exec_agents(const LaunchPlan& plan, const LaunchO
   for (const auto& h : plan.hosts) {
     if (h.method == LaunchMethod::exec) hosts.push_back(&h);
   }
+  const std::unique_ptr<HostLookups> lookups = exec_lookups(hosts, options, deadline);
   StartWindow window(hosts.size(), launch_concurrency(std::getenv(kLaunchConcurrencyVar)));
   std::vector<std::unique_ptr<PendingExecAgent>> pending;
   std::vector<pollfd> fds;
@@ -105,13 +150,15 @@ std::vector<std::string> start_exec_agents(const LaunchPlan& plan, const LaunchO
     await_exec_answers(pending, fds, deadline, [&](PendingExecAgent& agent) {
       window.finished();
       try {
-        links[agent.host()] = agent.link(kVersionLine);
+        links[agent.host()] =
+            agent.link(kVersionLine, lookups ? lookups->address(agent.host()) : std::string());
       } catch (const std::exception& e) {
         failed(e.what());
       }
     });
   }
   *skipped = window.skipped();
+  if (lookups) warn_unanswered(*lookups);
   return failures;
 }
 
@@ -127,7 +174,8 @@ void check_fd_budget(const LaunchPlan& plan) {
   const unsigned long long needed = 2ULL * hosts + 3ULL * window + 64;
   const FdLimits limit = fd_limits();
   if (limit.soft >= needed) return;
-  throw UsageError(std::to_string(hosts) + " hosts need about " + std::to_string(needed) +
+  throw UsageError(counted(static_cast<long long>(hosts), "host") + " need" +
+                   (hosts == 1 ? "s" : "") + " about " + std::to_string(needed) +
                    " open descriptors in hvdrun, but its open-file limit is " +
                    std::to_string(limit.soft) + " (hard limit " + std::to_string(limit.hard) +
                    ", to which hvdrun raises it); raise the hard limit for this user (ulimit -Hn, "

@@ -7,11 +7,13 @@
 namespace hvdrun::launcher {
 namespace {
 
-// A word as a POSIX shell reads it back: bare when safe, else in single quotes.
-std::string shell_word(const std::string& w) {
-  const bool safe = !w.empty() && w.find_first_not_of(
-                                      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                      "0123456789@%+=:,./-_{}") == std::string::npos;
+// A word as a POSIX shell reads it back: bare when safe, else in single quotes. Braces
+// are safe only in what is shown (`{host}` in a message): bash expands `{a,b}`.
+std::string shell_word(const std::string& w, bool for_display = true) {
+  constexpr const char* kSafe =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_";
+  const std::string safe_set = std::string(kSafe) + (for_display ? "{}" : "");
+  const bool safe = !w.empty() && w.find_first_not_of(safe_set) == std::string::npos;
   if (safe) return w;
   std::string out = "'";
   for (char c : w) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -112,9 +114,27 @@ std::string to_string(const LauncherChoice& choice) {
   return out;
 }
 
+std::string shell_line(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : " ") + shell_word(w, false);
+  return out;
+}
+
+bool joins_its_arguments(const std::vector<std::string>& exec_argv) {
+  if (exec_argv.empty()) return false;
+  const std::string& program = exec_argv.front();
+  const std::string_view base = std::string_view(program).substr(program.rfind('/') + 1);
+  return base == "ssh";
+}
+
 std::vector<std::string> exec_command_for(const std::vector<std::string>& exec_argv,
                                           const std::string& host,
                                           const std::vector<std::string>& agent_command) {
+  // {command} and ssh get the agent command as one shell line, which survives the shell
+  // on the far side; other commands (docker exec, kubectl exec --) run their arguments as
+  // they are, so those get its words.
+  const std::string line = shell_line(agent_command);
+  bool placed = false;
   std::vector<std::string> argv;
   argv.reserve(exec_argv.size() + agent_command.size());
   for (std::string w : exec_argv) {
@@ -122,9 +142,20 @@ std::vector<std::string> exec_command_for(const std::vector<std::string>& exec_a
       w.replace(pos, 6, host);
       pos += host.size();
     }
+    for (auto pos = w.find(kCommandPlaceholder); pos != std::string::npos;
+         pos = w.find(kCommandPlaceholder, pos)) {
+      w.replace(pos, kCommandPlaceholder.size(), line);
+      pos += line.size();
+      placed = true;
+    }
     argv.push_back(std::move(w));
   }
-  argv.insert(argv.end(), agent_command.begin(), agent_command.end());
+  if (placed) return argv;
+  if (joins_its_arguments(exec_argv)) {
+    argv.push_back(line);
+  } else {
+    argv.insert(argv.end(), agent_command.begin(), agent_command.end());
+  }
   return argv;
 }
 

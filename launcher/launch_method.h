@@ -21,8 +21,23 @@ std::vector<std::string> split_command_words(std::string_view command);
 /// "auto", "ssh", "slurm", or "exec:WORDS...".
 std::string to_string(const LauncherChoice& choice);
 
-/// The argv of an exec: host: `exec_argv` with every `{host}` replaced by `host`, then
-/// `agent_command` appended.
+/// Where an exec: command wants the agent command as one shell line (`{command}`), for
+/// commands that hand their arguments to a shell (`gcloud compute ssh {host} --command
+/// {command}`, a wrapper that runs `sh -c "$*"`).
+inline constexpr std::string_view kCommandPlaceholder = "{command}";
+
+/// `words` as one POSIX shell command line: each word bare when that is safe, else in
+/// single quotes, so a shell splits the line back into exactly these words.
+std::string shell_line(const std::vector<std::string>& words);
+
+/// Whether the exec: command is ssh, which joins its arguments with spaces and has the
+/// remote shell split them again (so words must arrive quoted for that shell).
+bool joins_its_arguments(const std::vector<std::string>& exec_argv);
+
+/// The argv of an exec: host: `exec_argv` with every `{host}` replaced by `host`, and the
+/// agent command put in: as one shell line (shell_line) where `{command}` stands, else as
+/// one shell line appended when the command is ssh (joins_its_arguments), else its words
+/// appended as they are (docker exec, kubectl exec --).
 std::vector<std::string> exec_command_for(const std::vector<std::string>& exec_argv,
                                           const std::string& host,
                                           const std::vector<std::string>& agent_command);

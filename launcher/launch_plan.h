@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -92,6 +93,21 @@ LaunchPlan make_plan(const LaunchOptions& options,
 /// each with its slots and method, and no ranks placed.
 LaunchPlan make_check_plan(const LaunchOptions& options,
                            const PlanEnvironment& env = PlanEnvironment::process());
+
+/// Why hvdrun must not run here: started by srun as one of several tasks of a step
+/// (`srun hvdrun ...` in a batch script), each of which would launch the whole job.
+struct SrunTaskRefusal {
+  /// The one message, naming the step, the task count and what to do instead.
+  std::string message;
+  /// Whether this task says it: task 0 only, so the job's output holds it once; the
+  /// others exit with the same code silently.
+  bool print = true;
+};
+
+/// The refusal when the environment says this process is one of several tasks of an srun
+/// step (SLURM_STEP_ID of a real step, and SLURM_STEP_NUM_TASKS, else SLURM_NTASKS, above
+/// 1); nothing otherwise (a batch script, salloc's shell, a one-task step).
+std::optional<SrunTaskRefusal> srun_task_refusal(const hostfile::GetEnv& getenv);
 
 /// Whether `program` is an executable file in one of the directories of `path`.
 bool find_in_path(const std::string& program, const char* path);

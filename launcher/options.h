@@ -24,6 +24,9 @@ struct ElasticOptions {
   /// --reset-limit N (torchrun's --max-restarts): restarts the whole job may make;
   /// empty: no limit.
   std::optional<int> reset_limit;
+  /// The flag the limit was given with ("--reset-limit" or "--max-restarts"), so that
+  /// messages name the one the user wrote.
+  std::string reset_limit_flag = "--reset-limit";
   /// --blacklist-cooldown-range MIN MAX: seconds a failed host stays excluded, MIN the
   /// first time, doubling on each repeat up to MAX.
   int cooldown_min_s = 10;

@@ -28,6 +28,7 @@
 #include "common/fd.h"
 #include "common/seconds_text.h"
 #include "ssh/known_hosts.h"
+#include "ssh/libssh2_errors.h"
 
 namespace hvdrun::ssh {
 namespace {
@@ -260,8 +261,9 @@ struct Core {
     char* msg = nullptr;
     int len = 0;
     int rc = libssh2_session_last_error(session, &msg, &len, 0);
-    return std::string(msg && len > 0 ? std::string(msg, static_cast<std::size_t>(len)) : "error") +
-           " (libssh2 " + std::to_string(rc) + ")";
+    return libssh2_error_text(rc, msg && len > 0
+                                      ? std::string_view(msg, static_cast<std::size_t>(len))
+                                      : std::string_view());
   }
 
   short events() const {

@@ -456,6 +456,13 @@ TEST_CASE("horovodrun flags that cannot apply say what to do instead") {
        "one of them"},
       {"check -H a --autotune",
        "--autotune does not apply to 'hvdrun check'; see hvdrun --help for the options it takes"},
+      // mpirun's habit: refused with where more ranks per host come from in hvdrun.
+      {"-np 8 --oversubscribe -H a:2 x",
+       "mpirun's --oversubscribe is not supported: hvdrun runs one rank per slot; give the hosts "
+       "more slots (-H node1:8, or 'node1 slots=8' in the hostfile) to run more ranks on them"},
+      {"-oversubscribe -np 8 x",
+       "mpirun's -oversubscribe is not supported: hvdrun runs one rank per slot; give the hosts "
+       "more slots (-H node1:8, or 'node1 slots=8' in the hostfile) to run more ranks on them"},
   };
   for (const auto& c : cases) {
     INFO("args: " << c.line);
@@ -483,7 +490,10 @@ TEST_CASE("horovodrun's elastic flags turn elastic mode on, with their bounds ch
   cmd = parse_command_line(split("-np 2 --max-restarts 2 x"));
   CHECK(cmd.options.elastic.enabled());
   CHECK(cmd.options.elastic.reset_limit == 2);
+  CHECK(cmd.options.elastic.reset_limit_flag == "--max-restarts");  // messages name it so
   CHECK(cmd.options.elastic.min_np == 1);
+  CHECK(parse_command_line(split("-np 2 --reset-limit 2 x")).options.elastic.reset_limit_flag ==
+        "--reset-limit");
   // --min-np alone: the size defaults to... -np, else min-np.
   cmd = parse_command_line(split("--min-np 2 -H a:2,b:2 x"));
   CHECK(cmd.options.elastic.min_np == 2);
@@ -511,6 +521,9 @@ TEST_CASE("horovodrun's elastic flags turn elastic mode on, with their bounds ch
        "which hosts there are"},
       {"-np 2 --reset-limit 1 --max-restarts 1 x",
        "--reset-limit and --max-restarts are the same limit; give one of them"},
+      {"-np 2 --max-restarts x1 x",
+       "bad value 'x1' for --max-restarts; expected a whole number from 0 to 1000000, as in "
+       "--max-restarts 3"},
   };
   for (const auto& c : cases) {
     INFO("args: " << c.line);

@@ -343,3 +343,15 @@ TEST_CASE("64 local ranks start, reduce through the host's segment and shut down
   std::printf("local-ranks: np 64, checkin=%s: %lld ms\n", mode.c_str(),
               static_cast<long long>(ms.count()));
 }
+
+// Issue #28: the restart budget is named as the user wrote it (torchrun's --max-restarts
+// was reported as --reset-limit), and a count of one is "1 rank".
+TEST_CASE("messages name --max-restarts as written and count one rank as 1 rank") {
+  Hvdrun h({"--max-restarts", "1", "-np", "1", "sh", "-c", "exit 3"});
+  CHECK(h.wait(30s) == 3);
+  INFO("stderr: " << h.err);
+  CHECK(count(h.err, "the reset limit (--max-restarts 1) is used up") == 1);
+  CHECK(h.err.find("--reset-limit") == std::string::npos);
+  CHECK(h.err.find("starts with 1 rank on localhost:1") != std::string::npos);
+  CHECK(h.err.find("1 ranks") == std::string::npos);
+}

@@ -195,6 +195,58 @@ TEST_CASE(
   }
 }
 
+// ---- `srun hvdrun ...`: the environment srun gives each of its tasks.
+
+TEST_CASE("started by srun once per task: exit 2 at once, and only task 0 says why") {
+  const std::vector<std::string> step = {
+      "SLURM_JOB_ID=42", "SLURM_JOB_NODELIST=node[1-3]", "SLURM_TASKS_PER_NODE=2(x3)",
+      "SLURM_STEP_ID=0", "SLURM_STEP_NUM_TASKS=6",       "SLURM_NTASKS=6"};
+  auto first = step;
+  first.emplace_back("SLURM_PROCID=0");
+  const auto t0 = std::chrono::steady_clock::now();
+  Hvdrun h({"-np", "2", "true"}, first);
+  CHECK(h.wait(std::chrono::seconds(10)) == 2);
+  CHECK(ms_since(t0) < 5000);  // was 30 s of waiting for agents that never came
+  CHECK(h.out.empty());
+  CHECK(h.err ==
+        "hvdrun: error: hvdrun was started by srun once per task (6 tasks in job step 0), and "
+        "each copy would launch the whole job; run it once, in the batch script without srun "
+        "(hvdrun starts its own step), or use --launcher ssh\nTry 'hvdrun --help'.\n");
+
+  for (const char* procid : {"SLURM_PROCID=1", "SLURM_PROCID=5"}) {
+    auto other = step;
+    other.emplace_back(procid);
+    Hvdrun quiet({"-np", "2", "true"}, other);
+    CHECK(quiet.wait(std::chrono::seconds(10)) == 2);
+    CHECK(quiet.out.empty());
+    CHECK(quiet.err.empty());
+  }
+
+  // hvdrun check is the same mistake; a one-task step with -H is not one.
+  Hvdrun check({"check"}, first);
+  CHECK(check.wait() == 2);
+  CHECK(count(check.err, "started by srun once per task") == 1);
+  Hvdrun one({"--dry-run", "-H", "a:2", "true"},
+             {"SLURM_JOB_ID=42", "SLURM_STEP_ID=0", "SLURM_STEP_NUM_TASKS=1", "SLURM_NTASKS=1",
+              "SLURM_PROCID=0"});
+  CHECK(one.wait() == 0);
+  CHECK(one.out == "launcher: ssh; hosts from -H/--hostfile\n0 a 0\n1 a 1\n");
+}
+
+TEST_CASE("srun -n1 hvdrun without hosts: the step's variables are said to be the step's") {
+  Scratch d;
+  auto r = dry_run({"true"},
+                   {"SLURM_JOB_ID=42", "SLURM_JOB_NODELIST=node[1-3]", "SLURM_TASKS_PER_NODE=1",
+                    "SLURM_STEP_ID=0", "SLURM_NTASKS=1", "SLURM_PROCID=0", path_without_srun(d)});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("gives counts for") == std::string::npos);
+  CHECK_THAT(r.err, Catch::StartsWith("hvdrun: error: hvdrun runs inside srun's job step 0, so "
+                                      "the Slurm variables describe that step "
+                                      "(SLURM_TASKS_PER_NODE='1'), not the allocation of "
+                                      "SLURM_JOB_NODELIST='node[1-3]'; run hvdrun in the batch "
+                                      "script or the salloc shell itself"));
+}
+
 // ---- --launcher exec:COMMAND, with a stand-in for docker/kubectl exec: a script that takes
 // the host name, notes it, and runs the rest of its arguments on "that host" (here).
 
@@ -351,6 +403,78 @@ TEST_CASE("exec: an open-file limit too low for the host count fails before anyt
   CHECK(h.err.find("200 hosts need about") != std::string::npos);
   CHECK(h.err.find("open-file limit") != std::string::npos);
   CHECK(read_file(s.path + "/hosts").empty());  // no host was started
+}
+
+// Issue #28: ssh joins its arguments with spaces and the remote shell splits them again, so
+// the agent command must arrive quoted for that shell. The stand-in does what ssh does:
+// skips its options, takes the host, and runs the rest, joined, through `sh -c`.
+std::string write_ssh_like(Scratch& s, const std::string& name) {
+  return s.write(name,
+                 "#!/bin/sh\nwhile [ $# -gt 0 ]; do case $1 in -F) shift 2;; -*) shift;; *) "
+                 "break;; esac; done\nhost=$1; shift\necho \"$host\" >> " +
+                     s.path + "/hosts\nexec sh -c \"$*\"\n",
+                 true);
+}
+
+TEST_CASE("exec: through a command that re-splits its arguments (ssh, or {command})") {
+  Scratch s;
+  // A remote hvdrun whose path has a space and a quote: it must survive the extra shell.
+  ::mkdir((s.path + "/it's here").c_str(), 0755);
+  const std::string remote = s.path + "/it's here/hvdrun";
+  REQUIRE(::symlink(hvdrun_binary().c_str(), remote.c_str()) == 0);
+  const std::vector<std::string> job = {
+      "-H", "127.0.0.2:2,127.0.0.3", "--remote-hvdrun", remote, "sh", "-c", "echo $HVDRUN_RANK"};
+  SECTION("a command named ssh gets the agent command as one quoted line") {
+    auto args = std::vector<std::string>{"--launcher",
+                                         "exec:" + write_ssh_like(s, "ssh") + " -F cfg {host}"};
+    args.insert(args.end(), job.begin(), job.end());
+    Hvdrun h(args);
+    REQUIRE(h.wait(std::chrono::seconds(60)) == 0);
+    auto out = lines(h.out);
+    std::sort(out.begin(), out.end());
+    CHECK(out == std::vector<std::string>{"[0]<stdout>:0", "[1]<stdout>:1", "[2]<stdout>:2"});
+  }
+  SECTION("any command: {command} puts the quoted line where it goes") {
+    auto args = std::vector<std::string>{
+        "--launcher", "exec:" + write_ssh_like(s, "joiner") + " -F cfg {host} {command}"};
+    args.insert(args.end(), job.begin(), job.end());
+    Hvdrun h(args);
+    REQUIRE(h.wait(std::chrono::seconds(60)) == 0);
+    CHECK(count(h.out, "<stdout>:") == 3);
+  }
+  auto hosts = lines(read_file(s.path + "/hosts"));
+  std::sort(hosts.begin(), hosts.end());
+  CHECK(hosts == std::vector<std::string>{"127.0.0.2", "127.0.0.3"});
+}
+
+// Issue #28: exec: host names are the command's (containers), often no DNS names; looked up
+// one after another, 1,024 of them took 90 s. Names that do not resolve start together, and
+// with --network-interface none is looked up at all.
+TEST_CASE("exec: 64 hosts whose names do not resolve start fast, looked up only when needed") {
+  Scratch s;
+  const std::string standin = write_standin(s);
+  std::string names;
+  for (int i = 1; i <= 64; ++i) names += (i > 1 ? ",sim" : "sim") + std::to_string(i) + ".invalid";
+  for (bool interface : {true, false}) {
+    INFO("--network-interface lo: " << interface);
+    std::vector<std::string> args = {
+        "--log-level", "debug", "--launcher", "exec:" + standin + " {host}", "-H", names};
+    if (interface) args.insert(args.end(), {"--network-interface", "lo"});
+    args.insert(args.end(), {"sh", "-c", "echo up"});
+    const auto t0 = std::chrono::steady_clock::now();
+    Hvdrun h(args);
+    REQUIRE(h.wait(std::chrono::seconds(90)) == 0);
+    CHECK(ms_since(t0) < 60000);  // generous for a loaded machine; was minutes for 1,024
+    CHECK(count(h.out, "<stdout>:up\n") == 64);
+    if (interface) {
+      CHECK(count(h.err, "exec: hosts: no name lookups (--network-interface lo") == 1);
+      CHECK(count(h.err, "looking up") == 0);
+    } else {
+      CHECK(count(h.err, "exec: hosts: looking up 64 names, 32 at a time") == 1);
+      // A resolver that drops bursts (this machine's) leaves some unanswered: said once.
+      CHECK(count(h.err, "exec: hosts: the resolver did not answer") <= 1);
+    }
+  }
 }
 
 TEST_CASE(

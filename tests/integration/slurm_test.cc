@@ -12,6 +12,7 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -182,6 +183,40 @@ TEST_CASE("under srun, a lost node's agent ends the job with 255 naming the node
   report_fault({"agent SIGKILLed on one node (--launcher slurm, 3 nodes x 2 ranks)",
                 "exit 255 naming node2", ms, static_cast<int>(cluster().job_processes().size()),
                 "nothing"});
+}
+
+// Issue #28: `srun hvdrun` in a batch script used to wait 30 s for agents and then print
+// "no agent from node1..." once per task. Run for real: srun's tasks, a one-task step, and
+// the batch script itself (where hvdrun belongs, so nothing may be refused there).
+TEST_CASE("srun hvdrun is refused at once with one message, and the batch script itself runs") {
+  INFO("needs slurmctld, slurmd, slurm-client and munge: scripts/install-deps.sh");
+  REQUIRE(SlurmCluster::available());
+  const auto t0 = std::chrono::steady_clock::now();
+  CapturedProcess tasks({"salloc", "-N3", "-n6", "--quiet", "srun", hvdrun_binary(), "true"},
+                        cluster().env());
+  CHECK(tasks.wait(60s) == 2);
+  CHECK(ms_since(t0) < 20000);  // salloc and srun themselves take a few seconds here
+  INFO("stderr: " << tasks.err);
+  CHECK(count(tasks.err, "hvdrun was started by srun once per task (6 tasks in job step 0)") == 1);
+  CHECK(count(tasks.err, "no agent from") == 0);
+
+  CapturedProcess one({"salloc", "-N3", "-n6", "--quiet", "srun", "-n1", hvdrun_binary(), "true"},
+                      cluster().env());
+  CHECK(one.wait(60s) == 2);
+  CHECK_THAT(one.err, Catch::Contains("hvdrun runs inside srun's job step 0") &&
+                          !Catch::Contains("gives counts for"));
+
+  TempDir d("slurm");
+  const std::string script = d.path() + "/batch.sh";
+  std::ofstream(script) << "#!/bin/sh\nexec " << hvdrun_binary()
+                        << " -x SLURM_CONF sh -c 'echo rank $HVDRUN_RANK'\n";
+  const std::string out = d.path() + "/out";
+  CapturedProcess batch({"sbatch", "--wait", "--quiet", "-N3", "-n6", "-o", out, script},
+                        cluster().env());
+  CHECK(batch.wait(90s) == 0);
+  INFO("batch output: " << read_file(out));
+  CHECK(count(read_file(out), "<stdout>:rank ") == 6);
+  check_nothing_left({});
 }
 
 TEST_CASE("collectives across the nodes of an allocation, agents started by srun") {

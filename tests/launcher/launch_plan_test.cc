@@ -151,6 +151,24 @@ TEST_CASE("no -np without any host source names every source in its message") {
                     "e.g. hvdrun -np 4 python");
 }
 
+TEST_CASE("an -np written after the command is said to have gone to the program") {
+  for (const auto& misplaced :
+       std::vector<std::vector<std::string>>{{"python", "train.py", "-np", "2"},
+                                             {"python", "train.py", "-np=2"},
+                                             {"python", "--num-proc", "2", "train.py"}}) {
+    LaunchOptions o;
+    o.command = misplaced;
+    CHECK_THROWS_WITH(make_plan(o, fake_env({}, true)),
+                      "-np is required without -H, --hostfile or a scheduler allocation: -np and "
+                      "other options after the command go to the program; put them before "
+                      "'python', as in hvdrun -np 4 python ...");
+  }
+  // The program's own first word is not hvdrun's option.
+  LaunchOptions o;
+  o.command = {"./np-tool", "-npx"};
+  CHECK_THROWS_WITH(make_plan(o, fake_env({}, true)), Catch::EndsWith("hvdrun -np 4 ./np-tool"));
+}
+
 TEST_CASE("exec: commands split as a shell would and get {host} and the agent command") {
   using hvdrun::launcher::exec_command_for;
   using hvdrun::launcher::parse_launcher;
@@ -165,9 +183,73 @@ TEST_CASE("exec: commands split as a shell would and get {host} and the agent co
   CHECK_THROWS_WITH(split_command_words("a \"b"),
                     "--launcher: unclosed \" in 'a \"b'; close the quote");
 
-  CHECK(exec_command_for({"ssh", "{host}.cluster", "--name={host}"}, "n1", {"hvdrun", "agent"}) ==
-        Words{"ssh", "n1.cluster", "--name=n1", "hvdrun", "agent"});
+  CHECK(exec_command_for({"docker", "exec", "-i", "--name={host}"}, "n1", {"hvdrun", "agent"}) ==
+        Words{"docker", "exec", "-i", "--name=n1", "hvdrun", "agent"});
+  // ssh joins its arguments and the remote shell splits them again: one quoted line.
+  const Words agent = {"sh", "-c", "'/opt/hv' --version && exec '/opt/hv' agent"};
+  const std::string line = R"(sh -c ''\''/opt/hv'\'' --version && exec '\''/opt/hv'\'' agent')";
+  CHECK(exec_command_for({"ssh", "-F", "cfg", "{host}.cluster"}, "n1", agent) ==
+        Words{"ssh", "-F", "cfg", "n1.cluster", line});
+  CHECK(exec_command_for({"/usr/bin/ssh", "{host}"}, "n1", agent) ==
+        Words{"/usr/bin/ssh", "n1", line});
+  // {command} puts that line where the command wants it, and nothing is appended.
+  CHECK(exec_command_for({"gcloud", "compute", "ssh", "{host}", "--command", "{command}"}, "n1",
+                         agent) == Words{"gcloud", "compute", "ssh", "n1", "--command", line});
+  CHECK(exec_command_for({"wrap", "--run={command}", "{host}"}, "n1", {"a b", "c"}) ==
+        Words{"wrap", "--run='a b' c", "n1"});
+  CHECK(hvdrun::launcher::shell_line({"it's", "", "x"}) == R"('it'\''s' '' x)");
   CHECK(to_string(parse_launcher("exec:sh -c 'x y' {host}")) == "exec:sh -c 'x y' {host}");
   CHECK(to_string(parse_launcher("ssh")) == "ssh");
   CHECK(parse_launcher("auto").kind == LauncherChoice::automatic);
+}
+
+TEST_CASE("srun hvdrun: one of several tasks of a step is refused, in task 0's voice only") {
+  using hvdrun::launcher::srun_task_refusal;
+  auto getenv_of = [](const std::map<std::string, std::string>& vars) {
+    return fake_env(vars, true).getenv;
+  };
+  auto r = srun_task_refusal(getenv_of({{"SLURM_JOB_ID", "7"},
+                                        {"SLURM_STEP_ID", "0"},
+                                        {"SLURM_STEP_NUM_TASKS", "6"},
+                                        {"SLURM_NTASKS", "6"},
+                                        {"SLURM_PROCID", "0"}}));
+  REQUIRE(r);
+  CHECK(r->print);
+  CHECK(r->message ==
+        "hvdrun was started by srun once per task (6 tasks in job step 0), and each copy would "
+        "launch the whole job; run it once, in the batch script without srun (hvdrun starts its "
+        "own step), or use --launcher ssh");
+  auto other = srun_task_refusal(
+      getenv_of({{"SLURM_STEP_ID", "3"}, {"SLURM_NTASKS", "2"}, {"SLURM_PROCID", "1"}}));
+  REQUIRE(other);
+  CHECK_FALSE(other->print);
+  CHECK_THAT(other->message, Catch::Contains("(2 tasks in job step 3)"));
+
+  // Where hvdrun belongs: the batch script (no step id, or the batch step's), salloc's
+  // shell, a one-task step.
+  CHECK_FALSE(srun_task_refusal(getenv_of({{"SLURM_JOB_ID", "7"}, {"SLURM_NTASKS", "6"}})));
+  CHECK_FALSE(srun_task_refusal(
+      getenv_of({{"SLURM_STEP_ID", "4294967291"}, {"SLURM_NTASKS", "6"}, {"SLURM_PROCID", "0"}})));
+  CHECK_FALSE(srun_task_refusal(
+      getenv_of({{"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_TASKS", "1"}, {"SLURM_NTASKS", "6"}})));
+  CHECK_FALSE(srun_task_refusal(getenv_of({})));
+}
+
+TEST_CASE("srun -n1 hvdrun: the step's variables are said to describe the step") {
+  auto vars = kSlurm;
+  vars["SLURM_STEP_ID"] = "0";
+  vars["SLURM_TASKS_PER_NODE"] = "1";
+  LaunchOptions o;
+  o.command = {"true"};
+  CHECK_THROWS_WITH(make_plan(o, fake_env(vars, true)),
+                    "hvdrun runs inside srun's job step 0, so the Slurm variables describe that "
+                    "step (SLURM_TASKS_PER_NODE='1'), not the allocation of "
+                    "SLURM_JOB_NODELIST='node[1-3]'; run hvdrun in the batch script or the salloc "
+                    "shell itself, without srun (it starts its own step), or name the hosts with "
+                    "-H/--hostfile");
+  CHECK_THROWS_WITH(make_check_plan(o, fake_env(vars, true)),
+                    Catch::StartsWith("hvdrun runs inside srun's job step 0"));
+  // Hosts named on the command line need no allocation: the step does not matter.
+  o.hosts = {{"localhost", 2}};
+  CHECK(make_plan(o, fake_env(vars, false)).hosts.size() == 1);
 }
