@@ -6,7 +6,11 @@
  *               arguments, back-to-back allgathers and broadcasts of one size, join,
  *               device calls without NCCL
  *   async-lost  rank 1 exits right after init; the others' queued collectives fail with
- *               the cause, and collectives submitted later fail at once naming it */
+ *               the cause, and collectives submitted later fail at once naming it
+ *   negotiate   ABI version 3: a size mismatch fails on every rank naming both sides and
+ *               the next collective succeeds; named collectives in different orders; a
+ *               name in flight refused; join standing in for an allreduce (Min: the
+ *               identity); init after shutdown */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +170,79 @@ static int async_lost_mode(void) {
   return 0;
 }
 
+static hvdrun_collective named_sum(const char* name, float* buf, size_t count) {
+  hvdrun_collective c;
+  memset(&c, 0, sizeof c);
+  c.kind = HVDRUN_KIND_ALLREDUCE;
+  c.send = buf;
+  c.recv = buf;
+  c.count = count;
+  c.dtype = HVDRUN_FLOAT32;
+  c.op = HVDRUN_SUM;
+  c.name = name;
+  return c;
+}
+
+static int negotiate_mode(void) {
+  int size = hvdrun_size();
+  CHECK(hvdrun_abi_version() >= 3);
+  /* Rank 0 has 10 elements, the others 3: refused on every rank, naming both sides. */
+  float big[10] = {0};
+  hvdrun_collective bad = named_sum("grad.fc1", big, rank == 0 ? 10 : 3);
+  CHECK(hvdrun_run(&bad, sizeof bad) == -1);
+  CHECK(strstr(hvdrun_last_error(),
+               "allreduce 'grad.fc1': rank 0 has float32[10], rank 1 has float32[3]") != NULL);
+  /* The job goes on. */
+  float one = 1.0f;
+  hvdrun_collective ok = named_sum("after", &one, 1);
+  CHECK(hvdrun_run(&ok, sizeof ok) == 0);
+  CHECK(one == (float)size);
+  /* Named collectives submitted in different orders still meet. */
+  float a = 1.0f, b = 2.0f;
+  hvdrun_collective ca = named_sum("a", &a, 1), cb = named_sum("b", &b, 1);
+  hvdrun_handle ha, hb;
+  if (rank % 2 == 0) {
+    ha = hvdrun_submit(&ca, sizeof ca);
+    hb = hvdrun_submit(&cb, sizeof cb);
+  } else {
+    hb = hvdrun_submit(&cb, sizeof cb);
+    ha = hvdrun_submit(&ca, sizeof ca);
+  }
+  CHECK(ha > 0 && hb > 0);
+  /* A second collective named "a" while the first is in flight is refused. */
+  float c2 = 0.0f;
+  hvdrun_collective again = named_sum("a", &c2, 1);
+  CHECK(hvdrun_submit(&again, sizeof again) == HVDRUN_DUPLICATE_NAME);
+  CHECK(strstr(hvdrun_last_error(), "still in flight") != NULL);
+  CHECK(hvdrun_wait(hb) == 0 && hvdrun_wait(ha) == 0);
+  CHECK(a == (float)size && b == 2.0f * size);
+  CHECK(hvdrun_sequence(ha) == -2); /* waited for: unknown */
+  /* join: rank 0 joins at once and stands in with Min's identity. */
+  int last;
+  if (rank == 0) {
+    last = hvdrun_join();
+  } else {
+    int v = rank;
+    CHECK(hvdrun_allreduce(&v, &v, 1, HVDRUN_INT32, HVDRUN_MIN) == 0);
+    CHECK(v == 1);
+    last = hvdrun_join();
+  }
+  CHECK(last >= 1 && last < size); /* rank 0 joined first, in an earlier round */
+  int lo = last, hi = last;
+  CHECK(hvdrun_allreduce(&lo, &lo, 1, HVDRUN_INT32, HVDRUN_MIN) == 0);
+  CHECK(hvdrun_allreduce(&hi, &hi, 1, HVDRUN_INT32, HVDRUN_MAX) == 0);
+  CHECK(lo == last && hi == last);
+  /* init again after shutdown: a fresh check-in of the same job. */
+  CHECK(hvdrun_shutdown() == 0);
+  CHECK(hvdrun_init() == 0);
+  int s = 1;
+  CHECK(hvdrun_allreduce(&s, &s, 1, HVDRUN_INT32, HVDRUN_SUM) == 0);
+  CHECK(s == size);
+  CHECK(hvdrun_shutdown() == 0);
+  printf("rank %d: negotiate ok\n", rank);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "sum";
   if (hvdrun_init() != 0) {
@@ -176,6 +253,8 @@ int main(int argc, char** argv) {
   int rc;
   if (strcmp(mode, "async") == 0)
     rc = async_mode();
+  else if (strcmp(mode, "negotiate") == 0)
+    return negotiate_mode();
   else if (strcmp(mode, "async-lost") == 0)
     rc = async_lost_mode();
   else

@@ -247,8 +247,8 @@ TEST_CASE("engine: a name still in flight is refused, and free again once waited
   });
 }
 
-TEST_CASE("engine: a joined rank stands in for allreduce and barrier; allgather and broadcast "
-          "fail on the others; join returns the last rank to join",
+TEST_CASE("engine: a joined rank stands in for allreduce and barrier, allgather and broadcast "
+          "fail on the others, join returns the last rank to join",
           "[runtime][engine]") {
   Ranks ranks(3);
   std::vector<std::string> errors(3);

@@ -380,6 +380,23 @@ TEST_CASE("the C ABI's asynchronous collectives complete in submission order", "
   CHECK(r.ok());
 }
 
+TEST_CASE("the C ABI's negotiated collectives: mismatches named, names in any order, join",
+          "[runtime][job]") {
+  auto np = GENERATE(2, 4);
+  auto hosts = GENERATE(std::vector<int>{}, std::vector<int>{1, 1});
+  if (!hosts.empty() && np != 2) return;  // two simulated hosts of one rank each
+  JobSpec spec;
+  spec.np = np;
+  spec.hosts = hosts;
+  spec.argv = {HVDRUN_BINARY_DIR "/tests/runtime/runtime_c_worker", "negotiate"};
+  spec.env = {{"HVDRUN_NCCL", "off"}};
+  spec.deadline = 60s;
+  auto r = run_job(spec);
+  INFO("np=" << np << (hosts.empty() ? " one host" : " two hosts") << "\n" << r.dump());
+  CHECK(r.ok());
+  for (const auto& rr : r.ranks) CHECK_THAT(rr.err, Catch::Contains("negotiate ok"));
+}
+
 TEST_CASE("a lost peer fails queued asynchronous collectives and every later one",
           "[runtime][job]") {
   JobSpec spec;

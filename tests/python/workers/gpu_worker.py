@@ -86,5 +86,35 @@ for p in mixed.parameters():
     rows = hvd.allgather(p.detach().reshape(1, -1))
     assert all(torch.equal(rows[0], row) for row in rows), "mixed-device parameters differ"
 
+# Negotiation on CUDA tensors: mismatches raise on every rank naming both sides, the job
+# goes on, and a joined rank stands in on the GPU (through NCCL, with the op's identity).
+if n > 1:
+    def expect_error(fn, text):
+        try:
+            fn()
+        except hvd.HorovodInternalError as e:
+            assert text in str(e), (text, str(e))
+            return
+        raise AssertionError(f"no error; expected {text!r}")
+
+    expect_error(lambda: hvd.allreduce(torch.ones(10 if r == 0 else 3, device=dev), name="g.size"),
+                 "allreduce 'g.size': rank 0 has float32[10], rank 1 has float32[3]")
+    expect_error(lambda: hvd.allreduce(
+        torch.ones(4, device=dev, dtype=torch.float16 if r == 0 else torch.float32)),
+        "rank 0 has float16[4], rank 1 has float32[4]")
+    expect_error(lambda: hvd.allreduce(torch.ones(4, device=dev if r == 0 else "cpu")),
+                 "rank 0 has a GPU tensor, rank 1 a CPU one")
+    assert hvd.allreduce(torch.ones(2, device=dev), op=hvd.Sum).tolist() == [float(n)] * 2
+    if r == 0:
+        last = hvd.join()
+    else:
+        mx = hvd.allreduce(torch.full((3,), float(r), device=dev), op=hvd.Max)
+        mn = hvd.allreduce(torch.full((3,), float(r), device=dev), op=hvd.Min)
+        sm = hvd.allreduce(torch.full((3,), 1.0, device=dev), op=hvd.Sum)
+        assert mx.tolist() == [float(n - 1)] * 3 and mn.tolist() == [1.0] * 3, (mx, mn)
+        assert sm.tolist() == [float(n - 1)] * 3, sm
+        last = hvd.join()
+    assert last >= 1, last
+
 hvd.shutdown()
 print(f"rank {r}: gpu checks passed")
