@@ -34,8 +34,19 @@ std::mutex g_mu;  // guards g_joined (the pointer), never held during a collecti
 // which static destruction may already have torn down. shutdown() releases it.
 std::shared_ptr<Joined>& g_joined = *new std::shared_ptr<Joined>;
 
+// A job whose engine shut down because another rank did (one rank's shutdown shuts every
+// rank down, as in Horovod) is retired here as shutdown() would: this process is then
+// not initialised, and init() joins afresh. g_mu held.
+void retire_if_closed() {
+  if (!g_joined || !g_joined->engine->closed()) return;
+  auto j = std::move(g_joined);
+  j->engine->stop();
+  j->world->leave(true);
+}
+
 std::shared_ptr<Joined> joined(const char* fn) {
   std::lock_guard lock(g_mu);
+  retire_if_closed();
   if (!g_joined)
     throw Error(std::string("hvdrun::") + fn +
                 "() called before hvdrun::init() (or after hvdrun::shutdown())");
@@ -123,6 +134,7 @@ runtime::Engine::Hooks engine_hooks(runtime::World* w) {
 
 void init() {
   std::lock_guard lock(g_mu);
+  retire_if_closed();
   if (g_joined) return;
   auto env = runtime::read_environment([](const char* n) { return std::getenv(n); });
   env.incarnation = g_incarnation;
@@ -136,6 +148,7 @@ void init() {
 
 bool is_initialized() {
   std::lock_guard lock(g_mu);
+  retire_if_closed();
   return g_joined != nullptr;
 }
 

@@ -86,6 +86,16 @@ std::shared_ptr<Engine::Slot> Engine::enqueue(Request req, Body body,
                                               Body then) {
   (void)lock;
   if (stopping_) throw Error("hvdrun: " + label(req) + " submitted during shutdown");
+  if (closed_) {
+    auto failed = std::make_shared<Slot>();
+    failed->req = req;
+    failed->req.name_hash = 0;
+    failed->error = std::make_exception_ptr(
+        Error("hvdrun: " + label(req) + " was submitted after " + closed_by_ +
+              " shut the job down, which shut this rank down too; call init() to join again"));
+    failed->done = true;
+    return failed;
+  }
   if (!failure_.empty()) {
     // The job is over: the collective gets a handle that has already failed.
     auto failed = std::make_shared<Slot>();
@@ -171,6 +181,15 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
     mine->error = std::make_exception_ptr(Error("hvdrun: " + rd.error));
   } else if (rd.request.kind == Kind::kJoin) {
     mine->result = rd.last_joined;
+  } else if (rd.request.kind == Kind::kShutdown) {
+    // Everything still queued can never run now.
+    for (auto& s : queue_) {
+      s->error = std::make_exception_ptr(
+          Error("hvdrun: " + label(s->req) + " did not run: the job was shut down"));
+      s->done = true;
+    }
+    queue_.clear();
+    if (mine->body == nullptr && mine->req.seq == kAutoShutdown) closed_ = true;
   } else if (mine->body || mine->then) {
     lock.unlock();
     try {
@@ -219,6 +238,9 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
     }
     last_table_ = table;
     const Plan p = plan(table, book_);
+    // As in Horovod, one rank's shutdown shuts every rank down: a rank that sees another
+    // leave asks to leave too (the others' collectives it never submits fail meanwhile).
+    join_shutdown(table);
     for (const auto& rd : p.ready) {
       execute(rd, lock);
       if (!failure_.empty()) break;
@@ -234,6 +256,29 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
   }
   driving_ = false;
   cv_.notify_all();
+}
+
+void Engine::join_shutdown(const std::vector<Window>& table) {
+  int leaving = -1;
+  for (int r = 0; r < static_cast<int>(table.size()) && leaving < 0; ++r) {
+    const Window& w = table[static_cast<std::size_t>(r)];
+    for (std::uint32_t i = 0; i < w.count; ++i)
+      if (w.requests[i].kind == Kind::kShutdown) leaving = r;
+  }
+  if (leaving < 0) return;
+  for (const auto& s : queue_)
+    if (s->req.kind == Kind::kShutdown) return;  // asked already
+  auto slot = std::make_shared<Slot>();
+  slot->req = make_request(Kind::kShutdown, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr);
+  slot->req.seq = kAutoShutdown;
+  closed_by_ = "rank " + std::to_string(leaving);
+  queue_.push_back(std::move(slot));
+  ++submissions_;
+}
+
+bool Engine::closed() {
+  std::lock_guard lock(mu_);
+  return closed_;
 }
 
 void Engine::worker() {

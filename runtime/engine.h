@@ -105,6 +105,10 @@ class Engine {
   bool shutdown();
   /// The first fatal failure's message, "" while there was none.
   std::string failure();
+  /// True once a shutdown completed here because another rank asked for it (as in
+  /// Horovod, one rank's shutdown shuts every rank down): the caller retires the engine,
+  /// and init() joins afresh. Later submissions fail saying so.
+  bool closed();
 
  private:
   struct Slot {
@@ -127,6 +131,10 @@ class Engine {
   // Fails every queued collective: the first `attempted` with `error` itself (they were
   // in the round that failed), the rest as not run. mu_ held.
   void fail_all(const std::exception_ptr& error, std::size_t attempted = 0);
+  // Queues this rank's own shutdown when another rank's is in the round's table.
+  void join_shutdown(const std::vector<Window>& table);  // mu_ held
+  // The seq that marks a shutdown this rank joined rather than asked for.
+  static constexpr std::int64_t kAutoShutdown = -7;
   void worker();
   void watch_stalls();
   std::string stall_text(std::chrono::milliseconds waited, bool in_round,
@@ -149,6 +157,8 @@ class Engine {
   bool driving_ = false;
   bool stopping_ = false;
   bool stopped_ = false;
+  bool closed_ = false;        // shut down because a peer did
+  std::string closed_by_;      // "rank 0", for messages
   std::string failure_;
   JoinBook book_;  // touched by the driver only
   // For stall reports: the last round's table, when the queue last moved, whether the

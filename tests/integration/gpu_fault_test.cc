@@ -77,20 +77,23 @@ TEST_CASE("SIGINT to hvdrun stops ranks running NCCL allreduces on a GPU", "[gpu
 
 TEST_CASE("a rank stopped between NCCL allreduces ends the job at HVDRUN_OP_TIMEOUT",
           "[gpu][fault]") {
-  // Nothing dies, so only the device watchdog of the blocked ranks can see it.
+  // Nothing dies. The blocked ranks wait in the next allreduce's negotiation round (on the
+  // host, before anything is enqueued on the GPU), which names the stopped rank once
+  // HVDRUN_OP_TIMEOUT passes; the worker then exits 4. (A rank stopped while NCCL runs is
+  // the device watchdog's case: exit 70, device_watchdog_test.)
   auto args = gpu_job(3, "1 stop", {"-x", "HVDRUN_OP_TIMEOUT=2"});
   if (args.empty()) return;
   std::string marker = unique_marker();
   Hvdrun h(args, {marker});
   h.read_until([](const std::string& out) { return count(out, "ready") == 3; }, 90s);
   auto t0 = Clock::now();
-  CHECK(h.wait(30s) == 70);
+  CHECK(h.wait(30s) == 4);
   double ms = ms_since(t0);
   CHECK(ms > 1500);
-  CHECK_THAT(h.err, Catch::Contains("did not complete within 2 s (HVDRUN_OP_TIMEOUT)"));
+  CHECK_THAT(h.err, Catch::Contains("rank(s) 1 did not arrive within 2 s (HVDRUN_OP_TIMEOUT)"));
   CHECK(wait_none_with(marker, 10s));
   report_fault({"rank SIGSTOPped during NCCL allreduces on a GPU, HVDRUN_OP_TIMEOUT=2 (3 ranks)",
-                "the blocked ranks' device watchdog ends them (exit 70, naming the operation); "
-                "hvdrun stops the rest",
+                "the blocked ranks' negotiation round names it at the timeout (the worker "
+                "exits 4); hvdrun stops the rest",
                 ms, static_cast<int>(processes_with(marker).size()), "nothing"});
 }

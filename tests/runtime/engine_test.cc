@@ -347,3 +347,28 @@ TEST_CASE("engine: a stall is reported once, naming the missing rank and what it
   std::lock_guard lock(ranks.mu);
   CHECK(ranks.stalls.size() == 2);
 }
+
+TEST_CASE("engine: one rank's shutdown shuts the others down, failing what they wait for",
+          "[runtime][engine]") {
+  Ranks ranks(2);
+  std::string err;
+  on_each(2, [&](int r) {
+    if (r == 0) {
+      CHECK(ranks[0].shutdown());
+      return;
+    }
+    err = error_of([&] {
+      ranks[1].run(make_request(Kind::kBarrier, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr),
+                   nullptr);
+    });
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!ranks[1].closed()) {
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  CHECK(err == "hvdrun: barrier #0 can never complete: rank 0 shut down without submitting it");
+  auto later = error_of([&] { ranks[1].run(allreduce(1), [](const Ready&) {}); });
+  CHECK(later.find("after rank 0 shut the job down, which shut this rank down too; call init() "
+                   "to join again") != std::string::npos);
+}

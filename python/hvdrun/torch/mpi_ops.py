@@ -462,15 +462,31 @@ def _resolve_op(op, average, what):
 
 
 def _scale(t, factor):
+    """Multiplies `t` by `factor` in place with Horovod's arithmetic: integers in float64
+    (then truncated); half precision on the CPU in float32, rounded once; half precision
+    on a GPU by the factor rounded to the tensor's own type."""
     if factor == 1.0:
         return
     if t.dtype in (torch.float16, torch.bfloat16):
-        # As Horovod: half-precision tensors are scaled in float32, then rounded once.
-        t.copy_(t.float().mul_(factor))
+        if t.is_cuda:
+            t.mul_(torch.tensor(factor, dtype=t.dtype, device=t.device))
+        else:
+            t.copy_(t.float().mul_(factor))
     elif t.is_floating_point() or t.is_complex():
         t.mul_(factor)
     else:
-        t.copy_(t * factor)
+        t.copy_(t.double() * factor)
+
+
+def _divide(t, n):
+    """Average's division on a GPU, after a Sum (as Horovod's GPU path): integers
+    truncate toward zero, floating point divides by the factor 1/n in the tensor's type."""
+    if n == 1:
+        return
+    if t.is_floating_point() or t.is_complex():
+        _scale(t, 1.0 / n)
+    else:
+        t.copy_(torch.div(t, n, rounding_mode="trunc"))
 
 
 def _allreduce_async(tensor, output, op, prescale_factor, postscale_factor, what, name=None):
@@ -481,6 +497,10 @@ def _allreduce_async(tensor, output, op, prescale_factor, postscale_factor, what
         raise ValueError(f"hvdrun.torch.{what}: tensor is required to be contiguous")
     dtype = tensor.dtype
     finish_steps = []
+    divide_by = None
+    if tensor.is_cuda and op == Average:
+        # Summed by NCCL and divided here, as Horovod's GPU path does.
+        op, divide_by = Sum, size()
     if dtype in _NATIVE or dtype in _COMPLEX:
         if dtype in _COMPLEX and op not in (Sum, Average):
             raise NotImplementedError(
@@ -514,6 +534,8 @@ def _allreduce_async(tensor, output, op, prescale_factor, postscale_factor, what
         raise NotImplementedError(
             f"hvdrun.torch.{what}: tensors of {dtype} are not supported; use float16/32/64, "
             "bfloat16, int8/16/32/64, uint8 or complex64/128")
+    if divide_by is not None:
+        finish_steps.append(lambda: _divide(output, divide_by))
     if postscale_factor != 1.0:
         finish_steps.append(lambda: _scale(output, postscale_factor))
     handles = [_submit_allreduce(send, recv, ctype, op, what, name, tensor, prescale_factor,
