@@ -625,6 +625,16 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                                         postscale_factor, process_set))
 
 
+def _one_device(tensors, what):
+    """A grouped collective's tensors must share one device, as in Horovod."""
+    devices = {t.device for t in tensors if isinstance(t, torch.Tensor)}
+    if len(devices) > 1:
+        raise HorovodInternalError(
+            f"hvdrun.torch.{what}: the tensors of one group are on different devices "
+            f"({', '.join(sorted(str(d) for d in devices))}); group CPU and GPU tensors "
+            "separately")
+
+
 def _member(name, i):
     """The name of member `i` of a grouped collective named `name` (None stays None)."""
     return None if name is None else f"{name}.{i}"
@@ -634,6 +644,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing each tensor of a list; one handle whose synchronize() returns the
     list of results. Arguments as allreduce_async."""
+    _one_device(tensors, "grouped_allreduce_async")
     handles = [allreduce_async(t, average, _member(name, i), op, prescale_factor,
                                postscale_factor, process_set) for i, t in enumerate(tensors)]
     return _register_group(handles)
@@ -642,6 +653,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
     """In-place grouped_allreduce_async."""
+    _one_device(tensors, "grouped_allreduce_async_")
     handles = [allreduce_async_(t, average, _member(name, i), op, prescale_factor,
                                 postscale_factor, process_set) for i, t in enumerate(tensors)]
     return _register_group(handles)
@@ -650,6 +662,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces each tensor of a list; returns the list of results."""
+    _one_device(tensors, "grouped_allreduce")
     return [allreduce(t, average, _member(name, i), compression, op, prescale_factor,
                       postscale_factor, process_set) for i, t in enumerate(tensors)]
 
