@@ -47,14 +47,20 @@ void Engine::stop() {
     if (stopped_) return;
     stopping_ = true;
     cv_.notify_all();
+    worker_cv_.notify_all();
+    stall_cv_.notify_all();
     // A driver still inside a round finishes it first; nothing new starts after.
+    ++waiting_;
     cv_.wait(lock, [&] { return !driving_; });
+    --waiting_;
     if (!queue_.empty())
       fail_all(std::make_exception_ptr(
           Error("hvdrun: the library was shut down before this collective ran")));
     stopped_ = true;
   }
   cv_.notify_all();
+  worker_cv_.notify_all();
+  stall_cv_.notify_all();
   thread_.join();
   stall_thread_.join();
 }
@@ -72,7 +78,7 @@ void Engine::fail_all(const std::exception_ptr& error, std::size_t attempted) {
     s->done = true;
   }
   queue_.clear();
-  cv_.notify_all();
+  wake_waiters();
 }
 
 void Engine::release_name(const Request& req) {
@@ -120,7 +126,10 @@ std::shared_ptr<Engine::Slot> Engine::enqueue(Request req, Body body,
   if (queue_.empty()) last_progress_ = Clock::now();
   queue_.push_back(slot);
   ++submissions_;
-  cv_.notify_all();
+  // A driver pausing after a round that agreed on nothing takes this at once. (The
+  // worker is woken by submit() alone: a blocking caller drives by itself, and waking
+  // an idle thread per call costs a context switch on a busy host.)
+  if (pausing_) cv_.notify_all();
   return slot;
 }
 
@@ -129,18 +138,20 @@ Engine::Handle Engine::submit(Request req, Body body, Body then) {
   auto slot = enqueue(req, std::move(body), lock, std::move(then));
   const Handle h = next_++;
   slots_.emplace(h, std::move(slot));
+  if (!driving_) worker_cv_.notify_one();
   return h;
 }
 
 void Engine::await(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mutex>& lock) {
   while (!slot->done) {
-    if (!driving_ && !stopping_)
+    if (!driving_ && !stopping_) {
       drive(lock, [&] { return slot->done; });
-    else
+    } else {
+      ++waiting_;
       cv_.wait(lock, [&] { return slot->done || (!driving_ && !stopping_); });
+      --waiting_;
+    }
   }
-  // Anything left is the worker's to drive.
-  if (!queue_.empty()) cv_.notify_all();
 }
 
 void Engine::run(Request req, Body body) {
@@ -206,7 +217,7 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
   mine->done = true;
   last_progress_ = Clock::now();
   stall_reported_ = false;
-  cv_.notify_all();
+  wake_waiters();
 }
 
 void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool()>& until) {
@@ -251,11 +262,20 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
     }
     // Nothing was ready: wait a little (or for a new submission) before the next round.
     const auto pause = backoff(++unproductive);
-    if (pause.count() > 0)
+    if (pause.count() > 0) {
+      pausing_ = true;
       cv_.wait_for(lock, pause, [&] { return submissions_ != seen || stopping_; });
+      pausing_ = false;
+    }
   }
   driving_ = false;
-  cv_.notify_all();
+  // A waiter may take over driving; anything left otherwise is the worker's.
+  wake_waiters();
+  if (!queue_.empty()) worker_cv_.notify_one();
+}
+
+void Engine::wake_waiters() {
+  if (waiting_ > 0) cv_.notify_all();
 }
 
 void Engine::join_shutdown(const std::vector<Window>& table) {
@@ -284,7 +304,7 @@ bool Engine::closed() {
 void Engine::worker() {
   std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !driving_); });
+    worker_cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !driving_); });
     if (stopping_) return;
     drive(lock, [] { return false; });
   }
@@ -333,7 +353,7 @@ void Engine::watch_stalls() {
   const milliseconds tick = std::clamp(stall_.check / 10, milliseconds(10), milliseconds(1000));
   long long published = -1;
   while (!stopping_) {
-    cv_.wait_for(lock, tick, [&] { return stopping_; });
+    stall_cv_.wait_for(lock, tick, [&] { return stopping_; });
     if (stopping_ || queue_.empty()) continue;
     const auto now = Clock::now();
     auto waited = std::chrono::duration_cast<milliseconds>(now - last_progress_);

@@ -131,6 +131,7 @@ class Engine {
   // Fails every queued collective: the first `attempted` with `error` itself (they were
   // in the round that failed), the rest as not run. mu_ held.
   void fail_all(const std::exception_ptr& error, std::size_t attempted = 0);
+  void wake_waiters();  // mu_ held
   // Queues this rank's own shutdown when another rank's is in the round's table.
   void join_shutdown(const std::vector<Window>& table);  // mu_ held
   // The seq that marks a shutdown this rank joined rather than asked for.
@@ -147,7 +148,14 @@ class Engine {
   int size_;
   StallPolicy stall_;
   std::mutex mu_;
+  // cv_: slots completing, the driver's seat coming free, a pause ending; worker_cv_: work
+  // for the background driver; stall_cv_: the stall inspector's ticks. Kept apart so that
+  // a blocking collective wakes nobody who has nothing to do.
   std::condition_variable cv_;
+  std::condition_variable worker_cv_;
+  std::condition_variable stall_cv_;
+  int waiting_ = 0;        // threads waiting on cv_ for a slot or the driver's seat
+  bool pausing_ = false;   // the driver is pausing after a round that agreed on nothing
   std::deque<std::shared_ptr<Slot>> queue_;  // submitted, not yet run, submission order
   std::unordered_map<Handle, std::shared_ptr<Slot>> slots_;
   std::unordered_multiset<std::uint64_t> names_;  // names of slots not yet waited for
