@@ -8,8 +8,8 @@
 #include <memory>
 #include <mutex>
 
-#include "hvdrun/hvdrun.h"
 #include "common/log.h"
+#include "hvdrun/hvdrun.h"
 #include "runtime/device_watchdog.h"
 #include "runtime/engine.h"
 #include "runtime/world.h"
@@ -70,9 +70,9 @@ void collective(runtime::World& w, const runtime::Request& q, Fn&& fn) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw Error("hvdrun: " + runtime::label(q) + " " + runtime::tensor_text(q) + " failed on rank " +
-                std::to_string(w.env().rank) + " of " + std::to_string(w.env().size) + " (" +
-                w.env().hostname + "): " + e.what() +
+    throw Error("hvdrun: " + runtime::label(q) + " " + runtime::tensor_text(q) +
+                " failed on rank " + std::to_string(w.env().rank) + " of " +
+                std::to_string(w.env().size) + " (" + w.env().hostname + "): " + e.what() +
                 ". A peer rank probably exited or lost its connection");
   }
 }
@@ -331,8 +331,7 @@ Handle submit(const Collective& c) {
 Handle submit(const Collective& c, void (*then)(void*, long long), void* arg) {
   auto p = prepare(c);
   runtime::Engine::Body next;
-  if (then != nullptr)
-    next = [then, arg](const runtime::Ready& rd) { then(arg, rd.request.seq); };
+  if (then != nullptr) next = [then, arg](const runtime::Ready& rd) { then(arg, rd.request.seq); };
   return p.j->engine->submit(p.request, std::move(p.body), std::move(next));
 }
 

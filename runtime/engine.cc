@@ -19,9 +19,7 @@ namespace {
 // Pause after a round that made nothing ready (ranks submitted in different orders, or
 // some wait for a named collective others have not reached): short at first, then up to
 // 2 ms, so mismatched queues cost little CPU and a new submission still ends it at once.
-milliseconds backoff(int unproductive) {
-  return milliseconds(std::min(2, unproductive / 8));
-}
+milliseconds backoff(int unproductive) { return milliseconds(std::min(2, unproductive / 8)); }
 
 // Whole seconds in stall reports ("61 s"); below ten seconds a tenth ("0.3 s").
 std::string seconds(milliseconds d) {
@@ -88,8 +86,7 @@ void Engine::release_name(const Request& req) {
 }
 
 std::shared_ptr<Engine::Slot> Engine::enqueue(Request req, Body body,
-                                              std::unique_lock<std::mutex>& lock,
-                                              Body then) {
+                                              std::unique_lock<std::mutex>& lock, Body then) {
   (void)lock;
   if (stopping_) throw Error("hvdrun: " + label(req) + " submitted during shutdown");
   if (closed_) {
@@ -174,8 +171,7 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
     // Not submitted here: this rank has joined and stands in (or, for a collective that
     // failed to agree, does nothing). Its unnamed count follows the others'.
     if (rd.request.seq >= 0) next_seq_ = std::max(next_seq_, rd.request.seq + 1);
-    if (!rd.error.empty() || rd.request.kind == Kind::kJoin ||
-        rd.request.kind == Kind::kShutdown)
+    if (!rd.error.empty() || rd.request.kind == Kind::kJoin || rd.request.kind == Kind::kShutdown)
       return;
     lock.unlock();
     try {
@@ -310,8 +306,7 @@ void Engine::worker() {
   }
 }
 
-std::string Engine::stall_text(milliseconds waited, bool in_round,
-                               const std::vector<int>& absent) {
+std::string Engine::stall_text(milliseconds waited, bool in_round, const std::vector<int>& absent) {
   const Request& oldest = queue_.front()->req;
   std::string s = "hvdrun: stall: this rank has waited " + seconds(waited) + " for " +
                   label(oldest) + " " + tensor_text(oldest);
@@ -359,9 +354,9 @@ void Engine::watch_stalls() {
     auto waited = std::chrono::duration_cast<milliseconds>(now - last_progress_);
     // Blocked inside one round (some rank has not entered it), as opposed to rounds
     // that keep completing without agreement, where the last table says it all.
-    const long long round =
-        exchanging_round_ >= 0 && now - exchange_since_ >= stall_.check / 2 ? exchanging_round_
-                                                                            : -1;
+    const long long round = exchanging_round_ >= 0 && now - exchange_since_ >= stall_.check / 2
+                                ? exchanging_round_
+                                : -1;
     // Inside a round this rank cannot see who has not entered it: it says where it is
     // through the rendezvous halfway to the report, and reads where the others are then.
     if (round >= 0 && round != published && hooks_.arrived) {
@@ -444,9 +439,9 @@ int Engine::join() {
 bool Engine::shutdown() {
   std::unique_lock lock(mu_);
   if (!failure_.empty()) return false;
-  auto slot = enqueue(
-      make_request(Kind::kShutdown, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr), nullptr,
-      lock);
+  auto slot =
+      enqueue(make_request(Kind::kShutdown, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr),
+              nullptr, lock);
   await(slot, lock);
   return failure_.empty();
 }

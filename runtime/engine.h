@@ -82,9 +82,9 @@ class Engine {
   /// Queues `req` (its seq is assigned here when unnamed) with the body that moves its
   /// data; `then`, when given, runs right after a successful body on the engine's thread,
   /// before the handle completes (it may submit the next step of a composite operation,
-  /// which then follows at the same point of the agreed order on every rank). Returns a handle (> 0). Throws DuplicateName when a collective of the same
-  /// name is still in flight (submitted and its handle not yet waited for), Error after
-  /// a fatal failure.
+  /// which then follows at the same point of the agreed order on every rank). Returns a handle (>
+  /// 0). Throws DuplicateName when a collective of the same name is still in flight (submitted and
+  /// its handle not yet waited for), Error after a fatal failure.
   Handle submit(Request req, Body body, Body then = nullptr);
   /// Submits and waits: a blocking collective. Rethrows its error.
   void run(Request req, Body body);
@@ -154,8 +154,8 @@ class Engine {
   std::condition_variable cv_;
   std::condition_variable worker_cv_;
   std::condition_variable stall_cv_;
-  int waiting_ = 0;        // threads waiting on cv_ for a slot or the driver's seat
-  bool pausing_ = false;   // the driver is pausing after a round that agreed on nothing
+  int waiting_ = 0;       // threads waiting on cv_ for a slot or the driver's seat
+  bool pausing_ = false;  // the driver is pausing after a round that agreed on nothing
   std::deque<std::shared_ptr<Slot>> queue_;  // submitted, not yet run, submission order
   std::unordered_map<Handle, std::shared_ptr<Slot>> slots_;
   std::unordered_multiset<std::uint64_t> names_;  // names of slots not yet waited for
@@ -165,8 +165,8 @@ class Engine {
   bool driving_ = false;
   bool stopping_ = false;
   bool stopped_ = false;
-  bool closed_ = false;        // shut down because a peer did
-  std::string closed_by_;      // "rank 0", for messages
+  bool closed_ = false;    // shut down because a peer did
+  std::string closed_by_;  // "rank 0", for messages
   std::string failure_;
   JoinBook book_;  // touched by the driver only
   // For stall reports: the last round's table, when the queue last moved, whether the

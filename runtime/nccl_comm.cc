@@ -568,8 +568,8 @@ void NcclComm::allreduce_from_host(const void* host, std::size_t count, DataType
   auto check = [&](int rc, const char* call) {
     if (rc != 0)
       throw Error("nccl: rank " + std::to_string(s_->rank) + ": " + call + " of " +
-                  std::to_string(bytes) + " bytes for a joined rank's stand-in: " +
-                  cuda.error_string(rc));
+                  std::to_string(bytes) +
+                  " bytes for a joined rank's stand-in: " + cuda.error_string(rc));
   };
   check(cuda.malloc(&dev, bytes), "cudaMalloc");
   struct Free {

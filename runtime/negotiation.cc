@@ -97,8 +97,8 @@ std::string difference(const Request& a, int ra, const Request& b, int rb) {
     return s.str();
   }
   if (sized && a.count != b.count) {
-    s << A << " moves " << a.count << " " << dtype_text(a.dtype) << " elements, " << B
-      << " moves " << b.count;
+    s << A << " moves " << a.count << " " << dtype_text(a.dtype) << " elements, " << B << " moves "
+      << b.count;
     return s.str();
   }
   if (a.kind == Kind::kAllreduce && a.op != b.op) {
@@ -276,8 +276,7 @@ Plan plan(const std::vector<Window>& windows, JoinBook& book) {
   }
   if (all_leaving && !left_over) {
     Ready done;
-    done.request =
-        make_request(Kind::kShutdown, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr);
+    done.request = make_request(Kind::kShutdown, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr);
     p.ready.push_back(std::move(done));
   }
   return p;

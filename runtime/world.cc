@@ -284,9 +284,9 @@ void World::exchange(const Window& mine, std::vector<Window>& all) {
     throw;
   } catch (const std::exception& e) {
     // The same words as a failure while data moves: the peers are what broke.
-    const std::string what = mine.count > 0 ? label(mine.requests[0]) + " " +
-                                                  tensor_text(mine.requests[0])
-                                            : std::string("negotiation");
+    const std::string what = mine.count > 0
+                                 ? label(mine.requests[0]) + " " + tensor_text(mine.requests[0])
+                                 : std::string("negotiation");
     throw Error("hvdrun: " + what + " failed on rank " + std::to_string(env_.rank) + " of " +
                 std::to_string(env_.size) + " (" + env_.hostname + "): " + e.what() +
                 ". A peer rank probably exited or lost its connection");
@@ -313,22 +313,19 @@ void fill_identity(void* buf, std::size_t count, DataType dtype, ReduceOp op) {
   const bool product = op == ReduceOp::kProduct, min = op == ReduceOp::kMin;
   switch (dtype) {
     case DataType::kInt32:
-      return fill<std::int32_t>(buf, count,
-                                product ? 1 : min ? INT32_MAX : INT32_MIN);
+      return fill<std::int32_t>(buf, count, product ? 1 : min ? INT32_MAX : INT32_MIN);
     case DataType::kInt64:
       return fill<std::int64_t>(buf, count, product ? 1 : min ? INT64_MAX : INT64_MIN);
     case DataType::kUInt8:
       return fill<std::uint8_t>(buf, count, product ? 1 : min ? 255 : 0);
     case DataType::kFloat32:
-      return fill<float>(buf, count,
-                         product ? 1.0F : min ? HUGE_VALF : -HUGE_VALF);
+      return fill<float>(buf, count, product ? 1.0F : min ? HUGE_VALF : -HUGE_VALF);
     case DataType::kFloat64:
       return fill<double>(buf, count, product ? 1.0 : min ? HUGE_VAL : -HUGE_VAL);
     case DataType::kFloat16:
       return fill<std::uint16_t>(buf, count, product ? 0x3C00 : min ? kHalfInf : kHalfNegInf);
     case DataType::kBFloat16:
-      return fill<std::uint16_t>(buf, count,
-                                 product ? 0x3F80 : min ? kBfloatInf : kBfloatNegInf);
+      return fill<std::uint16_t>(buf, count, product ? 0x3F80 : min ? kBfloatInf : kBfloatNegInf);
   }
 }
 

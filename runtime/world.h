@@ -5,8 +5,8 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "rendezvous/client.h"
 #include "runtime/env.h"

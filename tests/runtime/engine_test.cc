@@ -134,8 +134,10 @@ TEST_CASE("negotiation: a mismatch names the collective and both ranks' tensors"
           "[runtime][negotiation]") {
   std::vector<Window> t(2);
   const std::int64_t a[] = {10}, b[] = {3};
-  t[0].requests[0] = make_request(Kind::kAllreduce, 10, DataType::kFloat32, "grad.fc1", a, 1, nullptr);
-  t[1].requests[0] = make_request(Kind::kAllreduce, 3, DataType::kFloat32, "grad.fc1", b, 1, nullptr);
+  t[0].requests[0] =
+      make_request(Kind::kAllreduce, 10, DataType::kFloat32, "grad.fc1", a, 1, nullptr);
+  t[1].requests[0] =
+      make_request(Kind::kAllreduce, 3, DataType::kFloat32, "grad.fc1", b, 1, nullptr);
   t[0].count = t[1].count = 1;
   hvdrun::runtime::JoinBook book;
   auto p = hvdrun::runtime::plan(t, book);
@@ -143,13 +145,14 @@ TEST_CASE("negotiation: a mismatch names the collective and both ranks' tensors"
   CHECK(p.ready[0].error == "allreduce 'grad.fc1': rank 0 has float32[10], rank 1 has float32[3]");
 
   // dtype, op, root, kind and scale factors each get their own words.
-  t[1].requests[0] = make_request(Kind::kAllreduce, 10, DataType::kInt32, "grad.fc1", a, 1, nullptr);
+  t[1].requests[0] =
+      make_request(Kind::kAllreduce, 10, DataType::kInt32, "grad.fc1", a, 1, nullptr);
   CHECK(hvdrun::runtime::plan(t, book).ready[0].error ==
         "allreduce 'grad.fc1': rank 0 has float32[10], rank 1 has int32[10]");
   t[1].requests[0] = t[0].requests[0];
   t[1].requests[0].op = static_cast<std::uint8_t>(hvdrun::ReduceOp::kMax);
-  CHECK(hvdrun::runtime::plan(t, book).ready[0].error.find("rank 0 reduces with Sum, rank 1 with Max") !=
-        std::string::npos);
+  CHECK(hvdrun::runtime::plan(t, book).ready[0].error.find(
+            "rank 0 reduces with Sum, rank 1 with Max") != std::string::npos);
   t[1].requests[0] = t[0].requests[0];
   t[1].requests[0].postscale = 2.0;
   CHECK(hvdrun::runtime::plan(t, book).ready[0].error.find("postscale") != std::string::npos);
@@ -160,8 +163,10 @@ TEST_CASE("negotiation: a mismatch names the collective and both ranks' tensors"
   CHECK(hvdrun::runtime::plan(t, book).ready[0].error ==
         "broadcast 'w': rank 0 broadcasts from root 0, rank 1 from root 1");
   // Unnamed: matched by position; a barrier against an allgather is a mismatch.
-  t[0].requests[0] = make_request(Kind::kAllgather, 4, DataType::kFloat32, nullptr, nullptr, 0, nullptr);
-  t[1].requests[0] = make_request(Kind::kBarrier, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr);
+  t[0].requests[0] =
+      make_request(Kind::kAllgather, 4, DataType::kFloat32, nullptr, nullptr, 0, nullptr);
+  t[1].requests[0] =
+      make_request(Kind::kBarrier, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr);
   t[0].requests[0].seq = t[1].requests[0].seq = 7;
   CHECK(hvdrun::runtime::plan(t, book).ready[0].error ==
         "allgather #7: rank 0 submitted allgather float32[4], rank 1 submitted barrier (no "
@@ -203,9 +208,8 @@ TEST_CASE("engine: a mismatch fails that collective on every rank and the next o
   Ranks ranks(2);
   std::atomic<int> ran{0};
   on_each(2, [&](int r) {
-    auto err = error_of([&] {
-      ranks[r].run(allreduce(r == 0 ? 10 : 3), [&](const Ready&) { ++ran; });
-    });
+    auto err =
+        error_of([&] { ranks[r].run(allreduce(r == 0 ? 10 : 3), [&](const Ready&) { ++ran; }); });
     CHECK(err == "hvdrun: allreduce #0: rank 0 has float32[10], rank 1 has float32[3]");
     ranks[r].run(allreduce(5), [&](const Ready&) { ++ran; });
   });
@@ -225,7 +229,7 @@ TEST_CASE("engine: named collectives meet whatever order the ranks submit them i
       const char* name = names[(i + r) % 4];  // each rank starts elsewhere
       hs.push_back(ranks[r].submit(allreduce(8, name), [&, r, name](const Ready&) {
         std::lock_guard lock(mu);
-        order[r].push_back(name);
+        order[r].emplace_back(name);
       }));
     }
     for (auto h : hs) ranks[r].wait(h);
@@ -247,9 +251,10 @@ TEST_CASE("engine: a name still in flight is refused, and free again once waited
   });
 }
 
-TEST_CASE("engine: a joined rank stands in for allreduce and barrier, allgather and broadcast "
-          "fail on the others, join returns the last rank to join",
-          "[runtime][engine]") {
+TEST_CASE(
+    "engine: a joined rank stands in for allreduce and barrier, allgather and broadcast "
+    "fail on the others, join returns the last rank to join",
+    "[runtime][engine]") {
   Ranks ranks(3);
   std::vector<std::string> errors(3);
   std::vector<int> last(3, -1);

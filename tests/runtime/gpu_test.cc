@@ -52,10 +52,10 @@ TEST_CASE("NCCL's scalable init with several unique ids (needs a GPU)", "[gpu]")
   // where the loaded NCCL has it (2.23 and later); NCCL's own log names the init it ran.
   JobSpec spec;
   spec.np = 3;
-  spec.argv = {"/bin/sh", "-c",
-               "if [ \"$0\" -ge \"$HVDRUN_LOCAL_SIZE\" ]; then exec \"$1\" check; fi; "
-               "NCCL_HOSTID=gpu-scalable-$HVDRUN_RANK exec \"$1\" check",
-               std::to_string(devices), gpu_worker};
+  const std::string script =
+      "if [ \"$0\" -ge \"$HVDRUN_LOCAL_SIZE\" ]; then exec \"$1\" check; fi; "
+      "NCCL_HOSTID=gpu-scalable-$HVDRUN_RANK exec \"$1\" check";
+  spec.argv = {"/bin/sh", "-c", script, std::to_string(devices), gpu_worker};
   spec.env = {{"HVDRUN_NCCL", "require"},
               {"HVDRUN_START_TIMEOUT", "60"},
               {"HVDRUN_NCCL_RANKS_PER_ID", "1"},

@@ -98,13 +98,12 @@ using Handle = std::int64_t;
 
 /// Submits allreduce (as above) and returns at once. `send` and `recv` must stay valid
 /// and untouched until wait() returns for the handle.
-HVDRUN_API Handle allreduce_async(const void* send, void* recv, std::size_t count,
-                                  DataType dtype, ReduceOp op = ReduceOp::kSum);
+HVDRUN_API Handle allreduce_async(const void* send, void* recv, std::size_t count, DataType dtype,
+                                  ReduceOp op = ReduceOp::kSum);
 /// Submits broadcast (as above) and returns at once.
 HVDRUN_API Handle broadcast_async(void* buf, std::size_t count, DataType dtype, int root);
 /// Submits allgather (as above) and returns at once.
-HVDRUN_API Handle allgather_async(const void* send, void* recv, std::size_t count,
-                                  DataType dtype);
+HVDRUN_API Handle allgather_async(const void* send, void* recv, std::size_t count, DataType dtype);
 /// Submits a barrier and returns at once.
 HVDRUN_API Handle barrier_async();
 /// Submits allreduce_device; the handle completes once NCCL has enqueued it on the stream.
@@ -141,9 +140,9 @@ enum class CollectiveKind { kAllreduce, kBroadcast, kAllgather };
 /// ranks in any order; unnamed ones by their order among the rank's unnamed collectives.
 struct Collective {
   CollectiveKind kind = CollectiveKind::kAllreduce;  ///< what to run
-  const void* send = nullptr;  ///< input (allreduce, allgather); unused by broadcast
-  void* recv = nullptr;        ///< output (in place when == send); broadcast's buffer
-  std::size_t count = 0;       ///< elements (per rank for allgather)
+  const void* send = nullptr;           ///< input (allreduce, allgather); unused by broadcast
+  void* recv = nullptr;                 ///< output (in place when == send); broadcast's buffer
+  std::size_t count = 0;                ///< elements (per rank for allgather)
   DataType dtype = DataType::kFloat32;  ///< element type moved
   ReduceOp op = ReduceOp::kSum;         ///< allreduce's reduction
   int root = 0;                         ///< broadcast's root rank
@@ -155,8 +154,8 @@ struct Collective {
   const std::int64_t* shape = nullptr;  ///< the caller's tensor shape (default [count])
   int ndim = 0;                         ///< entries in `shape`
   const char* type_name = nullptr;      ///< the caller's element type ("int8"), for checks
-  double prescale = 1.0;   ///< checked for agreement only: the caller applies it
-  double postscale = 1.0;  ///< checked for agreement only: the caller applies it
+  double prescale = 1.0;                ///< checked for agreement only: the caller applies it
+  double postscale = 1.0;               ///< checked for agreement only: the caller applies it
 };
 
 /// Submits `c` and returns at once. Buffers must stay valid and untouched until wait()

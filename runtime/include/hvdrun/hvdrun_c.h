@@ -127,17 +127,16 @@ HVDRUN_C_API hvdrun_handle hvdrun_barrier_async(void);
  *  enqueues on that stream afterwards sees the result; the host must synchronise the
  *  stream before reading the memory itself. Fails when NCCL is unavailable
  *  (hvdrun_nccl_status says why). */
-HVDRUN_C_API hvdrun_handle hvdrun_allreduce_device_async(const void* send, void* recv,
-                                                         size_t count, hvdrun_dtype dtype,
-                                                         hvdrun_op op, void* cuda_stream);
+HVDRUN_C_API hvdrun_handle hvdrun_allreduce_device_async(const void* send, void* recv, size_t count,
+                                                         hvdrun_dtype dtype, hvdrun_op op,
+                                                         void* cuda_stream);
 /** Device broadcast from `root`, enqueued on `cuda_stream`. */
 HVDRUN_C_API hvdrun_handle hvdrun_broadcast_device_async(void* buf, size_t count,
                                                          hvdrun_dtype dtype, int root,
                                                          void* cuda_stream);
 /** Device allgather (size * count elements into `recv`), enqueued on `cuda_stream`. */
-HVDRUN_C_API hvdrun_handle hvdrun_allgather_device_async(const void* send, void* recv,
-                                                         size_t count, hvdrun_dtype dtype,
-                                                         void* cuda_stream);
+HVDRUN_C_API hvdrun_handle hvdrun_allgather_device_async(const void* send, void* recv, size_t count,
+                                                         hvdrun_dtype dtype, void* cuda_stream);
 /** Blocking forms of the three device collectives (return once enqueued). */
 HVDRUN_C_API int hvdrun_allreduce_device(const void* send, void* recv, size_t count,
                                          hvdrun_dtype dtype, hvdrun_op op, void* cuda_stream);
@@ -176,21 +175,21 @@ typedef enum hvdrun_kind {
  *  gets the collective failed, on every rank that submitted it, with a message naming
  *  both sides; the job goes on. Zero-initialise, then set what applies. */
 typedef struct hvdrun_collective {
-  int kind;              /**< hvdrun_kind */
-  const void* send;      /**< input (allreduce, allgather) */
-  void* recv;            /**< output (in place when == send); broadcast's buffer */
-  size_t count;          /**< elements (per rank for allgather) */
-  int dtype;             /**< hvdrun_dtype of the elements moved */
-  int op;                /**< hvdrun_op (allreduce) */
-  int root;              /**< broadcast root */
-  int device;            /**< 1: CUDA device memory through NCCL */
-  void* cuda_stream;     /**< device: cudaStream_t to enqueue on (NULL: default) */
-  const char* name;      /**< NULL: matched by order among unnamed collectives */
+  int kind;               /**< hvdrun_kind */
+  const void* send;       /**< input (allreduce, allgather) */
+  void* recv;             /**< output (in place when == send); broadcast's buffer */
+  size_t count;           /**< elements (per rank for allgather) */
+  int dtype;              /**< hvdrun_dtype of the elements moved */
+  int op;                 /**< hvdrun_op (allreduce) */
+  int root;               /**< broadcast root */
+  int device;             /**< 1: CUDA device memory through NCCL */
+  void* cuda_stream;      /**< device: cudaStream_t to enqueue on (NULL: default) */
+  const char* name;       /**< NULL: matched by order among unnamed collectives */
   const long long* shape; /**< the caller's shape (NULL: [count]) */
-  int ndim;              /**< entries in shape */
-  const char* type_name; /**< the caller's element type ("int8"); NULL: dtype's name */
-  double prescale;       /**< agreed only (the caller applies it); 0 is taken as 1 */
-  double postscale;      /**< agreed only (the caller applies it); 0 is taken as 1 */
+  int ndim;               /**< entries in shape */
+  const char* type_name;  /**< the caller's element type ("int8"); NULL: dtype's name */
+  double prescale;        /**< agreed only (the caller applies it); 0 is taken as 1 */
+  double postscale;       /**< agreed only (the caller applies it); 0 is taken as 1 */
 } hvdrun_collective;
 
 /** What hvdrun_submit returns when a collective of the same name is still in flight on
