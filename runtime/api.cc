@@ -221,6 +221,7 @@ struct Prepared {
   std::shared_ptr<Joined> j;
   runtime::Request request;
   runtime::Engine::Body body;
+  const void* small_input = nullptr;  // carried in the round when small (Window::payload)
 };
 
 Prepared prepare(const Collective& c) {
@@ -276,7 +277,9 @@ Prepared prepare(const Collective& c) {
   } else {
     body = [w, a](const runtime::Ready& rd) {
       collective(*w, rd.request, [&] {
-        if (a.kind == CollectiveKind::kAllreduce)
+        if (a.kind == CollectiveKind::kAllreduce && rd.inline_data)
+          runtime::reduce_inline(rd, a.recv, a.count, a.dtype, a.op);
+        else if (a.kind == CollectiveKind::kAllreduce)
           w->host().allreduce(a.send, a.recv, a.count, a.dtype, a.op);
         else if (a.kind == CollectiveKind::kBroadcast)
           w->host().broadcast(a.recv, a.count * dtype_size(a.dtype), a.root);
@@ -285,7 +288,9 @@ Prepared prepare(const Collective& c) {
       });
     };
   }
-  return Prepared{std::move(j), q, std::move(body)};
+  const bool small = !c.device && c.kind == CollectiveKind::kAllreduce &&
+                     c.count * dtype_size(c.dtype) <= runtime::kInlineBytes;
+  return Prepared{std::move(j), q, std::move(body), small ? c.send : nullptr};
 }
 
 Collective host(CollectiveKind kind, const void* send, void* recv, std::size_t count,
@@ -325,19 +330,19 @@ Collective gather(const void* send, void* recv, std::size_t count, DataType dtyp
 
 Handle submit(const Collective& c) {
   auto p = prepare(c);
-  return p.j->engine->submit(p.request, std::move(p.body));
+  return p.j->engine->submit(p.request, std::move(p.body), nullptr, p.small_input);
 }
 
 Handle submit(const Collective& c, void (*then)(void*, long long), void* arg) {
   auto p = prepare(c);
   runtime::Engine::Body next;
   if (then != nullptr) next = [then, arg](const runtime::Ready& rd) { then(arg, rd.request.seq); };
-  return p.j->engine->submit(p.request, std::move(p.body), std::move(next));
+  return p.j->engine->submit(p.request, std::move(p.body), std::move(next), p.small_input);
 }
 
 void run(const Collective& c) {
   auto p = prepare(c);
-  p.j->engine->run(p.request, std::move(p.body));
+  p.j->engine->run(p.request, std::move(p.body), p.small_input);
 }
 
 std::int64_t sequence(Handle handle) { return joined("sequence")->engine->seq_of(handle); }

@@ -3,6 +3,7 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "common/seconds_text.h"
@@ -86,7 +87,8 @@ void Engine::release_name(const Request& req) {
 }
 
 std::shared_ptr<Engine::Slot> Engine::enqueue(Request req, Body body,
-                                              std::unique_lock<std::mutex>& lock, Body then) {
+                                              std::unique_lock<std::mutex>& lock, Body then,
+                                              const void* small_input) {
   (void)lock;
   if (stopping_) throw Error("hvdrun: " + label(req) + " submitted during shutdown");
   if (closed_) {
@@ -120,6 +122,7 @@ std::shared_ptr<Engine::Slot> Engine::enqueue(Request req, Body body,
   slot->req = req;
   slot->body = std::move(body);
   slot->then = std::move(then);
+  slot->small_input = small_input;
   if (queue_.empty()) last_progress_ = Clock::now();
   queue_.push_back(slot);
   ++submissions_;
@@ -130,9 +133,9 @@ std::shared_ptr<Engine::Slot> Engine::enqueue(Request req, Body body,
   return slot;
 }
 
-Engine::Handle Engine::submit(Request req, Body body, Body then) {
+Engine::Handle Engine::submit(Request req, Body body, Body then, const void* small_input) {
   std::unique_lock lock(mu_);
-  auto slot = enqueue(req, std::move(body), lock, std::move(then));
+  auto slot = enqueue(req, std::move(body), lock, std::move(then), small_input);
   const Handle h = next_++;
   slots_.emplace(h, std::move(slot));
   if (!driving_) worker_cv_.notify_one();
@@ -151,9 +154,9 @@ void Engine::await(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mute
   }
 }
 
-void Engine::run(Request req, Body body) {
+void Engine::run(Request req, Body body, const void* small_input) {
   std::unique_lock lock(mu_);
-  auto slot = enqueue(req, std::move(body), lock);
+  auto slot = enqueue(req, std::move(body), lock, nullptr, small_input);
   await(slot, lock);
   release_name(slot->req);
   if (slot->error) std::rethrow_exception(slot->error);
@@ -171,7 +174,8 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
     // Not submitted here: this rank has joined and stands in (or, for a collective that
     // failed to agree, does nothing). Its unnamed count follows the others'.
     if (rd.request.seq >= 0) next_seq_ = std::max(next_seq_, rd.request.seq + 1);
-    if (!rd.error.empty() || rd.request.kind == Kind::kJoin || rd.request.kind == Kind::kShutdown)
+    if (!rd.error.empty() || rd.inline_data || rd.request.kind == Kind::kJoin ||
+        rd.request.kind == Kind::kShutdown)
       return;
     lock.unlock();
     try {
@@ -225,6 +229,16 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
     for (const auto& s : queue_) {
       if (mine.count == static_cast<std::uint32_t>(kWindow)) break;
       mine.requests[mine.count++] = s->req;
+    }
+    // The head's input rides in the round when it is small enough (Window::payload).
+    const auto& head = queue_.front();
+    if (head->small_input != nullptr) {
+      const std::size_t bytes =
+          head->req.count * dtype_size(static_cast<DataType>(head->req.dtype));
+      if (bytes > 0 && bytes <= kInlineBytes) {
+        std::memcpy(mine.payload, head->small_input, bytes);
+        mine.inline_bytes = static_cast<std::uint32_t>(bytes);
+      }
     }
     const std::uint64_t seen = submissions_;
     exchanging_round_ = rounds_;

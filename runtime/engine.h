@@ -85,9 +85,9 @@ class Engine {
   /// which then follows at the same point of the agreed order on every rank). Returns a handle (>
   /// 0). Throws DuplicateName when a collective of the same name is still in flight (submitted and
   /// its handle not yet waited for), Error after a fatal failure.
-  Handle submit(Request req, Body body, Body then = nullptr);
+  Handle submit(Request req, Body body, Body then = nullptr, const void* small_input = nullptr);
   /// Submits and waits: a blocking collective. Rethrows its error.
-  void run(Request req, Body body);
+  void run(Request req, Body body, const void* small_input = nullptr);
   /// True once the collective behind `h` has finished. Throws Error for an unknown handle.
   bool poll(Handle h);
   /// Waits for `h`, forgets it (its name may be used again) and rethrows its error.
@@ -115,13 +115,14 @@ class Engine {
     Request req;
     Body body;
     Body then;
+    const void* small_input = nullptr;  // a small host allreduce's input, carried inline
     bool done = false;
     std::exception_ptr error;
     int result = -1;  // join: the last rank to join
   };
 
   std::shared_ptr<Slot> enqueue(Request req, Body body, std::unique_lock<std::mutex>& lock,
-                                Body then = nullptr);
+                                Body then = nullptr, const void* small_input = nullptr);
   // Waits for `slot`, driving rounds while nobody else does.
   void await(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mutex>& lock);
   // Runs rounds until `until` holds or nothing is queued; mu_ held on entry and exit.

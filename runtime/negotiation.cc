@@ -5,6 +5,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "runtime/shm_reduce.h"
+
 namespace hvdrun::runtime {
 
 namespace {
@@ -217,6 +219,34 @@ std::string tensor_text(const Request& r) {
   return s + "]";
 }
 
+// True when every rank that submitted `key` has it at the head of its window with its
+// input carried in the round.
+bool carried_inline(const std::vector<Window>& windows, const Request& key) {
+  if (key.kind != Kind::kAllreduce || key.device != 0) return false;
+  const std::size_t bytes = key.count * dtype_size(static_cast<DataType>(key.dtype));
+  if (bytes == 0 || bytes > kInlineBytes) return false;
+  for (const auto& w : windows) {
+    if (!has(w, key)) continue;  // joined: contributes the identity, i.e. nothing
+    if (w.count == 0 || !same_key(w.requests[0], key) || w.inline_bytes != bytes) return false;
+  }
+  return true;
+}
+
+void reduce_inline(const Ready& ready, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
+  const auto& table = *ready.table;
+  const std::size_t bytes = count * dtype_size(dtype);
+  bool first = true;
+  for (const auto& w : table) {
+    if (w.count == 0 || !same_key(w.requests[0], ready.request)) continue;
+    if (first)
+      std::memcpy(recv, w.payload, bytes);
+    else
+      reduce_into(recv, w.payload, count, dtype, op);
+    first = false;
+  }
+  if (op == ReduceOp::kAverage) divide_by(recv, count, dtype, static_cast<int>(table.size()));
+}
+
 Plan plan(const std::vector<Window>& windows, JoinBook& book) {
   const int n = static_cast<int>(windows.size());
   if (static_cast<int>(book.joined_round.size()) != n) book.joined_round.assign(n, -1);
@@ -259,6 +289,8 @@ Plan plan(const std::vector<Window>& windows, JoinBook& book) {
       if (!ready)
         rd.error = label(rd.request) + " can never complete: " + ranks_text(gone) +
                    " shut down without submitting it";
+      rd.table = &windows;
+      rd.inline_data = rd.error.empty() && carried_inline(windows, rd.request);
       p.ready.push_back(std::move(rd));
     }
   }

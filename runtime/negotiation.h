@@ -70,11 +70,17 @@ struct Request {
 /// outstanding, in an order other ranks do not share, waits on it).
 inline constexpr int kWindow = 8;
 
+/// Bytes of input a small host allreduce at the head of a window carries in the round
+/// itself: when every rank's head is that allreduce, each rank reduces the inputs it
+/// received with the round, so the collective costs no second exchange.
+inline constexpr std::size_t kInlineBytes = 256;
+
 /// What one rank puts into a round.
 struct Window {
-  std::uint32_t count = 0;  ///< requests used in `requests`
-  std::uint32_t reserved = 0;
+  std::uint32_t count = 0;         ///< requests used in `requests`
+  std::uint32_t inline_bytes = 0;  ///< > 0: requests[0]'s input is in `payload`
   Request requests[kWindow];
+  alignas(16) unsigned char payload[kInlineBytes] = {};
 };
 
 /// Builds a request. `shape` null (or ndim 0) means [count]; `name` null or "" means
@@ -98,7 +104,16 @@ struct Ready {
   std::vector<int> absent;  ///< joined ranks that did not submit it (they stand in)
   std::string error;        ///< non-empty: the ranks disagree; every submitter fails with it
   int last_joined = -1;     ///< kJoin: the rank that joined last
+  /// An allreduce whose every submitter carried its input in the round (Window::payload):
+  /// the result is reduced from `table`, no data moves again.
+  bool inline_data = false;
+  const std::vector<Window>* table = nullptr;  ///< the round's table (valid while it runs)
 };
+
+/// The result of an allreduce with inline_data: every submitter's payload reduced in rank
+/// order (joined ranks contribute nothing: the op's identity), Average divided by the
+/// number of ranks. `recv` holds `count` elements of `dtype`.
+void reduce_inline(const Ready& ready, void* recv, std::size_t count, DataType dtype, ReduceOp op);
 
 /// What a round decided: the collectives to run now, in this order, on every rank.
 struct Plan {

@@ -109,14 +109,31 @@ Request allreduce(std::size_t count, const char* name = nullptr,
   return make_request(Kind::kAllreduce, count, dtype, name, nullptr, 0, nullptr);
 }
 
+// Catch2's assertions are not thread-safe: the ranks' threads record what failed with
+// EXPECT, and on_each checks the record on the test's own thread.
+std::mutex g_expect_mu;
+std::vector<std::string> g_expect_failed;
+void expect(bool ok, const char* what, int line) {
+  if (ok) return;
+  std::lock_guard lock(g_expect_mu);
+  g_expect_failed.push_back(std::string(what) + " (line " + std::to_string(line) + ")");
+}
+#define EXPECT(cond) expect(static_cast<bool>(cond), #cond, __LINE__)
+
 // Runs `fn(rank)` on one thread per rank and waits for all (rethrowing the first error).
 void on_each(int n, const std::function<void(int)>& fn) {
+  {
+    std::lock_guard lock(g_expect_mu);
+    g_expect_failed.clear();
+  }
   std::vector<std::future<void>> done;
   for (int r = 0; r < n; ++r) done.push_back(std::async(std::launch::async, fn, r));
   for (auto& f : done) {
     REQUIRE(f.wait_for(30s) == std::future_status::ready);
     f.get();
   }
+  std::lock_guard lock(g_expect_mu);
+  for (const auto& f : g_expect_failed) FAIL_CHECK(f);
 }
 
 std::string error_of(const std::function<void()>& fn) {
@@ -195,7 +212,7 @@ TEST_CASE("engine: unnamed collectives run in submission order, whatever order t
         order[r].push_back(i);
       }));
     for (auto it = hs.rbegin(); it != hs.rend(); ++it) ranks[r].wait(*it);
-    CHECK(ranks[r].pending() == 0);
+    EXPECT(ranks[r].pending() == 0);
   });
   for (auto& o : order) {
     REQUIRE(o.size() == 50);
@@ -210,7 +227,7 @@ TEST_CASE("engine: a mismatch fails that collective on every rank and the next o
   on_each(2, [&](int r) {
     auto err =
         error_of([&] { ranks[r].run(allreduce(r == 0 ? 10 : 3), [&](const Ready&) { ++ran; }); });
-    CHECK(err == "hvdrun: allreduce #0: rank 0 has float32[10], rank 1 has float32[3]");
+    EXPECT(err == "hvdrun: allreduce #0: rank 0 has float32[10], rank 1 has float32[3]");
     ranks[r].run(allreduce(5), [&](const Ready&) { ++ran; });
   });
   CHECK(ran == 2);  // only the agreed one moved data, on both ranks
@@ -245,7 +262,13 @@ TEST_CASE("engine: a name still in flight is refused, and free again once waited
   on_each(2, [&](int r) {
     if (r == 1) std::this_thread::sleep_for(50ms);  // rank 0 submits twice before rank 1 comes
     auto h = ranks[r].submit(allreduce(4, "dup"), [](const Ready&) {});
-    CHECK_THROWS_AS(ranks[r].submit(allreduce(4, "dup"), [](const Ready&) {}), DuplicateName);
+    bool refused = false;
+    try {
+      ranks[r].submit(allreduce(4, "dup"), [](const Ready&) {});
+    } catch (const DuplicateName&) {
+      refused = true;
+    }
+    EXPECT(refused);
     ranks[r].wait(h);
     ranks[r].wait(ranks[r].submit(allreduce(4, "dup"), [](const Ready&) {}));
   });
@@ -293,7 +316,7 @@ TEST_CASE("engine: shutdown waits for every rank and fails what can then never c
     Engine::Handle h = 0;
     if (r == 0) h = ranks[0].submit(allreduce(4, "only-on-rank-0"), [](const Ready&) {});
     ranks[r].run(allreduce(1), [](const Ready&) {});  // both still agree on this
-    CHECK(ranks[r].shutdown());
+    EXPECT(ranks[r].shutdown());
     if (r == 0) orphan = error_of([&] { ranks[0].wait(h); });
   });
   CHECK(orphan ==
@@ -359,7 +382,7 @@ TEST_CASE("engine: one rank's shutdown shuts the others down, failing what they 
   std::string err;
   on_each(2, [&](int r) {
     if (r == 0) {
-      CHECK(ranks[0].shutdown());
+      EXPECT(ranks[0].shutdown());
       return;
     }
     err = error_of([&] {
@@ -368,7 +391,10 @@ TEST_CASE("engine: one rank's shutdown shuts the others down, failing what they 
     });
     const auto deadline = std::chrono::steady_clock::now() + 10s;
     while (!ranks[1].closed()) {
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      if (std::chrono::steady_clock::now() > deadline) {
+        EXPECT(!"rank 1 was not shut down within 10 s");
+        return;
+      }
       std::this_thread::sleep_for(5ms);
     }
   });
@@ -376,4 +402,38 @@ TEST_CASE("engine: one rank's shutdown shuts the others down, failing what they 
   auto later = error_of([&] { ranks[1].run(allreduce(1), [](const Ready&) {}); });
   CHECK(later.find("after rank 0 shut the job down, which shut this rank down too; call init() "
                    "to join again") != std::string::npos);
+}
+
+TEST_CASE(
+    "engine: a small allreduce rides in the round and is reduced from it, joined ranks "
+    "contributing nothing",
+    "[runtime][engine]") {
+  Ranks ranks(3);
+  std::vector<float> out(3 * 4, -1.0F);
+  std::vector<int> inline_seen(3, -1);
+  on_each(3, [&](int r) {
+    if (r == 2) {
+      ranks[2].join();
+      return;
+    }
+    const float in[4] = {1.0F * static_cast<float>(r + 1), 2, 3, 4};
+    ranks[r].run(
+        allreduce(4),
+        [&, r](const Ready& rd) {
+          inline_seen[static_cast<std::size_t>(r)] = rd.inline_data ? 1 : 0;
+          if (!rd.inline_data) return;
+          hvdrun::runtime::reduce_inline(rd, &out[static_cast<std::size_t>(r) * 4], 4,
+                                         DataType::kFloat32, hvdrun::ReduceOp::kSum);
+        },
+        in);
+    ranks[r].join();
+  });
+  CHECK(inline_seen == std::vector<int>{1, 1, -1});
+  for (int r = 0; r < 2; ++r) {
+    const float* o = &out[static_cast<std::size_t>(r) * 4];
+    CHECK(o[0] == 3.0F);  // 1 + 2, and nothing from the joined rank
+    CHECK(o[3] == 8.0F);
+  }
+  std::lock_guard lock(ranks.mu);
+  CHECK(ranks.stand_ins.empty());  // no second exchange to stand in for
 }
