@@ -70,3 +70,13 @@ def test_run_over_ssh(ssh_config):
     results = hvdrun.run(where, np=3, hosts="localhost:1,node1:1,node2:1", ssh_config=ssh_config)
     assert [r[:4] for r in results] == [("localhost", 0, 0, 3.0), ("node1", 1, 1, 3.0),
                                         ("node2", 2, 2, 3.0)]
+
+
+@pytest.mark.parametrize("np,hosts", [(2, "node1:1,node2:1"), (4, "localhost:2,node1:1,node2:1")])
+@pytest.mark.parametrize("mode", ["mismatch", "join"])
+def test_negotiation_over_ssh(ssh_config, mode, np, hosts):
+    """Mismatches raise on every rank naming both sides, and join stands in, when the
+    ranks' rounds cross hosts (the host leaders' Gloo)."""
+    job = run_job(np, "negotiation_worker.py", mode, hosts=hosts, ssh_config=ssh_config,
+                  timeout=120)
+    expect_ok(job, np, marker="negotiation checks passed")

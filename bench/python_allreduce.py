@@ -1,0 +1,63 @@
+"""One side of bench/python_allreduce.sh: float32 Sum allreduce from Python, started by
+hvdrun. `hvdrun` times hvdrun.torch's hvd.allreduce (a new output tensor per call, as a
+program writes it); `torch` times torch.distributed's gloo all_reduce (in place, its only
+form). Rank 0 prints "result impl=… bytes=… us=…" per size: the median of ROUNDS timed
+batches, each about 0.2 s of calls after a warm-up.
+Usage: hvdrun -np N python3 bench/python_allreduce.py hvdrun|torch BYTES...
+"""
+import statistics
+import sys
+import time
+
+import torch
+
+
+def main():
+    impl, sizes = sys.argv[1], [int(a) for a in sys.argv[2:]]
+    if impl == "hvdrun":
+        import hvdrun.torch as hvd
+        hvd.init()
+        rank = hvd.rank()
+
+        def op(t):
+            return hvd.allreduce(t, op=hvd.Sum)
+
+        def barrier():
+            hvd.barrier()
+    elif impl == "torch":
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+
+        def op(t):
+            dist.all_reduce(t)
+            return t
+
+        def barrier():
+            dist.barrier()
+    else:
+        sys.exit(f"python_allreduce.py: unknown implementation {impl!r} (hvdrun or torch)")
+    for nbytes in sizes:
+        t = torch.ones(max(nbytes // 4, 1), dtype=torch.float32)
+        for _ in range(3):
+            op(t)
+        # Calls per batch: about 0.2 s, the same count on every rank.
+        barrier()
+        t0 = time.perf_counter()
+        op(t)
+        once = torch.tensor([time.perf_counter() - t0])
+        reps = torch.tensor([max(3, min(20000, int(0.2 / max(once.item(), 1e-7))))])
+        reps = int(op(reps.float()).max().item()) if impl == "hvdrun" else reps.item()
+        times = []
+        for _ in range(5):
+            barrier()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                op(t)
+            times.append((time.perf_counter() - t0) / reps)
+        if rank == 0:
+            print(f"result impl={impl} bytes={t.numel() * 4} us={statistics.median(times) * 1e6:.2f}",
+                  flush=True)
+
+
+main()
