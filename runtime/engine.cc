@@ -34,7 +34,6 @@ Engine::Engine(Hooks hooks, int size, StallPolicy stall)
     : hooks_(std::move(hooks)),
       size_(size),
       stall_(stall),
-      last_progress_(Clock::now()),
       thread_([this] { worker(); }),
       stall_thread_([this] { watch_stalls(); }) {}
 
@@ -123,7 +122,7 @@ std::shared_ptr<Engine::Slot> Engine::enqueue(Request req, Body body,
   slot->body = std::move(body);
   slot->then = std::move(then);
   slot->small_input = small_input;
-  if (queue_.empty()) last_progress_ = Clock::now();
+  if (queue_.empty()) ++progress_;  // a new wait begins
   queue_.push_back(slot);
   ++submissions_;
   // A driver pausing after a round that agreed on nothing takes this at once. (The
@@ -215,7 +214,7 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
   mine->body = nullptr;  // release what they captured before anyone waits
   mine->then = nullptr;
   mine->done = true;
-  last_progress_ = Clock::now();
+  ++progress_;
   stall_reported_ = false;
   wake_waiters();
 }
@@ -223,7 +222,8 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
 void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool()>& until) {
   driving_ = true;
   int unproductive = 0;
-  std::vector<Window> table(static_cast<std::size_t>(size_));
+  std::vector<Window>& table = table_;  // one driver at a time: reused, not reallocated
+  table.resize(static_cast<std::size_t>(size_));
   while (!queue_.empty() && !until() && failure_.empty() && !stopping_) {
     Window mine;
     for (const auto& s : queue_) {
@@ -242,7 +242,6 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
     }
     const std::uint64_t seen = submissions_;
     exchanging_round_ = rounds_;
-    exchange_since_ = Clock::now();
     lock.unlock();
     std::exception_ptr broken;
     try {
@@ -257,8 +256,9 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
       fail_all(broken, 1);  // the oldest failed with it, the rest were not run
       break;
     }
-    last_table_ = table;
     const Plan p = plan(table, book_);
+    // Kept for stall reports, which need it only while rounds agree on nothing.
+    if (p.ready.empty()) last_table_ = table;
     // As in Horovod, one rank's shutdown shuts every rank down: a rank that sees another
     // leave asks to leave too (the others' collectives it never submits fail meanwhile).
     join_shutdown(table);
@@ -361,16 +361,28 @@ void Engine::watch_stalls() {
   std::unique_lock lock(mu_);
   const milliseconds tick = std::clamp(stall_.check / 10, milliseconds(10), milliseconds(1000));
   long long published = -1;
+  // Progress is a counter the hot path bumps; the time it last moved is this thread's
+  // observation (to a tick), so collectives read no clock.
+  std::uint64_t seen_progress = progress_;
+  long long seen_round = exchanging_round_;
+  auto progress_since = Clock::now(), round_since = progress_since;
   while (!stopping_) {
     stall_cv_.wait_for(lock, tick, [&] { return stopping_; });
-    if (stopping_ || queue_.empty()) continue;
     const auto now = Clock::now();
-    auto waited = std::chrono::duration_cast<milliseconds>(now - last_progress_);
+    if (progress_ != seen_progress) {
+      seen_progress = progress_;
+      progress_since = now;
+    }
+    if (exchanging_round_ != seen_round) {
+      seen_round = exchanging_round_;
+      round_since = now;
+    }
+    if (stopping_ || queue_.empty()) continue;
+    auto waited = std::chrono::duration_cast<milliseconds>(now - progress_since);
     // Blocked inside one round (some rank has not entered it), as opposed to rounds
     // that keep completing without agreement, where the last table says it all.
-    const long long round = exchanging_round_ >= 0 && now - exchange_since_ >= stall_.check / 2
-                                ? exchanging_round_
-                                : -1;
+    const long long round =
+        exchanging_round_ >= 0 && now - round_since >= stall_.check / 2 ? exchanging_round_ : -1;
     // Inside a round this rank cannot see who has not entered it: it says where it is
     // through the rendezvous halfway to the report, and reads where the others are then.
     if (round >= 0 && round != published && hooks_.arrived) {
@@ -389,7 +401,7 @@ void Engine::watch_stalls() {
     }
     if (queue_.empty()) continue;
     stall_reported_ = true;
-    waited = std::chrono::duration_cast<milliseconds>(Clock::now() - last_progress_);
+    waited = std::chrono::duration_cast<milliseconds>(Clock::now() - progress_since);
     std::string text = stall_text(waited, round >= 0, absent);
     if (ends)
       text += ". Ending this rank: HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" +

@@ -173,9 +173,9 @@ class Engine {
   // For stall reports: the last round's table, when the queue last moved, whether the
   // driver is inside an exchange (and which round), and whether this stall was reported.
   std::vector<Window> last_table_;
-  std::chrono::steady_clock::time_point last_progress_;
+  std::vector<Window> table_;   // the driver's round table, reused
+  std::uint64_t progress_ = 0;  // bumped when a collective completes or a wait begins
   long long exchanging_round_ = -1;
-  std::chrono::steady_clock::time_point exchange_since_;
   long long rounds_ = 0;
   bool stall_reported_ = false;
   std::thread thread_;

@@ -74,8 +74,22 @@ bool shapes_agree(const Request& a, const Request& b) {
   return true;
 }
 
+// True when two ranks' requests for one collective agree (the cheap check every round
+// makes; difference() then says what differs).
+bool agree(const Request& a, const Request& b) {
+  if (a.kind != b.kind || a.device != b.device || a.dtype != b.dtype) return false;
+  if (a.kind == Kind::kBarrier || is_control(a.kind)) return true;
+  if (a.count != b.count || !shapes_agree(a, b) ||
+      std::strncmp(a.type_name, b.type_name, kTypeChars) != 0)
+    return false;
+  if (a.kind == Kind::kAllreduce)
+    return a.op == b.op && a.prescale == b.prescale && a.postscale == b.postscale;
+  return a.kind != Kind::kBroadcast || a.root == b.root;
+}
+
 // What differs between two ranks' requests for one collective, or "" when they agree.
 std::string difference(const Request& a, int ra, const Request& b, int rb) {
+  if (agree(a, b)) return {};
   const std::string A = "rank " + std::to_string(ra);
   const std::string B = "rank " + std::to_string(rb);
   std::ostringstream s;
