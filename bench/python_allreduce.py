@@ -22,6 +22,9 @@ def main():
         def op(t):
             return hvd.allreduce(t, op=hvd.Sum)
 
+        def agree_max(t):
+            return hvd.allreduce(t, op=hvd.Max)
+
         def barrier():
             hvd.barrier()
     elif impl == "torch":
@@ -31,6 +34,10 @@ def main():
 
         def op(t):
             dist.all_reduce(t)
+            return t
+
+        def agree_max(t):
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
             return t
 
         def barrier():
@@ -47,7 +54,7 @@ def main():
         op(t)
         once = torch.tensor([time.perf_counter() - t0])
         reps = torch.tensor([max(3, min(20000, int(0.2 / max(once.item(), 1e-7))))])
-        reps = int(op(reps.float()).max().item()) if impl == "hvdrun" else reps.item()
+        reps = int(agree_max(reps.float()).item())  # the same count on every rank
         times = []
         for _ in range(5):
             barrier()
