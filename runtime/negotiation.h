@@ -66,8 +66,9 @@ struct Request {
 };
 
 /// Requests per rank in one round: the head of each rank's queue. Collectives deeper in
-/// a queue wait for a later round (only a rank with more than this many collectives
-/// outstanding, in an order other ranks do not share, waits on it).
+/// a queue wait for a later round; a rank with more than this many collectives
+/// outstanding, in an order other ranks do not share, can stall on one of them (the
+/// stall inspector names it).
 inline constexpr int kWindow = 8;
 
 /// Bytes of input a small host allreduce at the head of a window carries in the round
