@@ -12,14 +12,24 @@ using namespace std::chrono_literals;
 using hvdrun::test::JobSpec;
 using hvdrun::test::run_job;
 
-TEST_CASE("NCCL collectives on device memory (needs a GPU)", "[gpu]") {
+namespace {
+
+const std::string gpu_worker = HVDRUN_BINARY_DIR "/tests/runtime/runtime_gpu_worker";
+
+// CUDA devices this process sees; without one, says so (the case then checks nothing).
+int visible_devices() {
   std::string why;
   const int devices = hvdrun::runtime::cuda_device_count(&why);
-  if (devices <= 0) {
+  if (devices <= 0)
     WARN("no CUDA device here (" << why << "); the GPU path is exercised on GPU machines only");
-    return;
-  }
-  const std::string gpu_worker = HVDRUN_BINARY_DIR "/tests/runtime/runtime_gpu_worker";
+  return devices;
+}
+
+}  // namespace
+
+TEST_CASE("NCCL collectives on device memory (needs a GPU)", "[gpu]") {
+  const int devices = visible_devices();
+  if (devices <= 0) return;
   for (int np : {1, 2, 3}) {
     DYNAMIC_SECTION("np " << np) {
       JobSpec spec;
@@ -41,13 +51,8 @@ TEST_CASE("NCCL collectives on device memory (needs a GPU)", "[gpu]") {
 }
 
 TEST_CASE("NCCL's scalable init with several unique ids (needs a GPU)", "[gpu]") {
-  std::string why;
-  const int devices = hvdrun::runtime::cuda_device_count(&why);
-  if (devices <= 0) {
-    WARN("no CUDA device here (" << why << "); the GPU path is exercised on GPU machines only");
-    return;
-  }
-  const std::string gpu_worker = HVDRUN_BINARY_DIR "/tests/runtime/runtime_gpu_worker";
+  const int devices = visible_devices();
+  if (devices <= 0) return;
   // One id per rank: three ids, three bootstrap roots, so ncclCommInitRankScalable runs
   // where the loaded NCCL has it (2.23 and later); NCCL's own log names the init it ran.
   JobSpec spec;
