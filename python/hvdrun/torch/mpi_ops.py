@@ -390,51 +390,82 @@ def _type_name(dtype):
     return str(dtype).replace("torch.", "")
 
 
-def _submit(kind, what, send=None, recv=None, count=0, ctype=_lib.UINT8, op=0, root=0,
-            device_tensor=None, name=None, like=None, prescale=1.0, postscale=1.0, then=None):
-    """Submits one collective through hvdrun_submit. `like` is the caller's tensor, whose
-    shape and dtype the ranks agree on (with `name`, op, root and the scale factors)
-    before any data moves. Returns the C handle."""
+# Per thread, the collectives already described: what the ranks agree on (kind, type,
+# op, root, device, name, shape, scale factors) is set once per description, and a call
+# only fills in its buffers, which spares most of the ctypes work per call.
+_described = threading.local()
+_DESCRIBED_MAX = 4096
+
+
+def _description(kind, ctype, op, root, on_device, name, like, prescale, postscale):
+    cache = getattr(_described, "cache", None)
+    if cache is None:
+        cache = _described.cache = {}
+    dims = tuple(like.shape) if like is not None else None
+    key = (kind, ctype, op, root, on_device, name, dims, like.dtype if like is not None else None,
+           prescale, postscale)
+    entry = cache.get(key)
+    if entry is not None:
+        return entry
+    if len(cache) >= _DESCRIBED_MAX:
+        cache.clear()
     c = _lib.Collective()
     c.kind = kind
-    c.send = send
-    c.recv = recv
-    c.count = count
     c.dtype = ctype
     c.op = op
     c.root = root
-    if device_tensor is not None and device_tensor.is_cuda:
-        c.device = 1
-        c.cuda_stream = _stream(device_tensor).cuda_stream
+    c.device = 1 if on_device else 0
+    keep = []
     if name is not None:
-        c.name = str(name).encode()
+        keep.append(str(name).encode())
+        c.name = keep[-1]
     if like is not None:
-        dims = tuple(like.shape)
         shape = (ctypes.c_longlong * max(len(dims), 1))(*dims)
+        keep.append(shape)
         c.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_longlong))
         c.ndim = len(dims)
-        c.type_name = _type_name(like.dtype).encode()
+        keep.append(_type_name(like.dtype).encode())
+        c.type_name = keep[-1]
     c.prescale = float(prescale)
     c.postscale = float(postscale)
+    entry = cache[key] = (c, ctypes.byref(c), ctypes.sizeof(c), keep)
+    return entry
+
+
+def _submit(kind, what, send=None, recv=None, count=0, ctype=_lib.UINT8, op=0, root=0,
+            device_tensor=None, name=None, like=None, prescale=1.0, postscale=1.0, then=None,
+            blocking=False):
+    """Submits one collective through hvdrun_submit. `like` is the caller's tensor, whose
+    shape and dtype the ranks agree on (with `name`, op, root and the scale factors)
+    before any data moves. Returns the C handle; with `blocking`, runs it through
+    hvdrun_run on this thread (no hop to the library's thread) and returns None."""
+    on_device = device_tensor is not None and device_tensor.is_cuda
+    c, ref, size_, _keep = _description(kind, ctype, op, root, on_device, name, like, prescale,
+                                        postscale)
+    c.send = send
+    c.recv = recv
+    c.count = count
+    c.cuda_stream = _stream(device_tensor).cuda_stream if on_device else None
     lib = _lib.lib()
-    if then is None:
-        h = lib.hvdrun_submit(ctypes.byref(c), ctypes.sizeof(c))
+    if blocking:
+        h = lib.hvdrun_run(ref, size_)
+    elif then is None:
+        h = lib.hvdrun_submit(ref, size_)
     else:
-        h = lib.hvdrun_submit_then(ctypes.byref(c), ctypes.sizeof(c),
-                                   ctypes.cast(then, ctypes.c_void_p), None)
+        h = lib.hvdrun_submit_then(ref, size_, ctypes.cast(then, ctypes.c_void_p), None)
     if h == _lib.DUPLICATE_NAME:
         raise ValueError(f"hvdrun.torch.{what}: {_lib.last_error()}")
     if h < 0:
         raise HorovodInternalError(f"hvdrun.torch.{what}: {_lib.last_error()}")
-    return h
+    return None if blocking else h
 
 
 def _submit_allreduce(send, recv, ctype, op, what, name=None, like=None, prescale=1.0,
-                      postscale=1.0):
+                      postscale=1.0, blocking=False):
     """Submits one allreduce of `send` into `recv` (same device, same size)."""
     return _submit(_lib.KIND_ALLREDUCE, what, send.data_ptr(), recv.data_ptr(), recv.numel(),
                    ctype, _C_OP[op], device_tensor=recv, name=name, like=like,
-                   prescale=prescale, postscale=postscale)
+                   prescale=prescale, postscale=postscale, blocking=blocking)
 
 
 def _submit_bytes(kind, a, b, root, what, name=None, like=None):
@@ -489,7 +520,8 @@ def _divide(t, n):
         t.copy_(torch.div(t, n, rounding_mode="trunc"))
 
 
-def _allreduce_async(tensor, output, op, prescale_factor, postscale_factor, what, name=None):
+def _allreduce_async(tensor, output, op, prescale_factor, postscale_factor, what, name=None,
+                     blocking=False):
     """Reduces `tensor` into `output` (the same tensor when in place)."""
     _device_of(tensor, what)
     in_place = output is tensor
@@ -538,8 +570,9 @@ def _allreduce_async(tensor, output, op, prescale_factor, postscale_factor, what
         finish_steps.append(lambda: _divide(output, divide_by))
     if postscale_factor != 1.0:
         finish_steps.append(lambda: _scale(output, postscale_factor))
-    handles = [_submit_allreduce(send, recv, ctype, op, what, name, tensor, prescale_factor,
-                                 postscale_factor)]
+    h = _submit_allreduce(send, recv, ctype, op, what, name, tensor, prescale_factor,
+                          postscale_factor, blocking)
+    handles = [] if blocking else [h]
     stream = _stream(output) if output.is_cuda else None
     return _register(handles, keep, _after(stream, output.device, finish_steps, output))
 
@@ -583,9 +616,11 @@ class _AllreduceFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, op, prescale_factor, postscale_factor, name):
         ctx.args = (op, prescale_factor, postscale_factor)
-        return synchronize(allreduce_async(tensor, op=op, name=name,
-                                           prescale_factor=prescale_factor,
-                                           postscale_factor=postscale_factor))
+        # Blocking: run on this thread rather than hand over to libhvdrun's and wait.
+        _device_of(tensor, "allreduce")
+        output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+        return synchronize(_allreduce_async(tensor, output, op, prescale_factor,
+                                            postscale_factor, "allreduce", name, blocking=True))
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -621,8 +656,10 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` over all ranks in place and returns it. Arguments as
     allreduce_async."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor, process_set))
+    _check_process_set(process_set, "allreduce_")
+    op = _resolve_op(op, average, "allreduce_")
+    return synchronize(_allreduce_async(tensor, tensor, op, prescale_factor, postscale_factor,
+                                        "allreduce_", name, blocking=True))
 
 
 def _one_device(tensors, what):
