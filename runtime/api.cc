@@ -70,10 +70,7 @@ void collective(runtime::World& w, const runtime::Request& q, Fn&& fn) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw Error("hvdrun: " + runtime::label(q) + " " + runtime::tensor_text(q) +
-                " failed on rank " + std::to_string(w.env().rank) + " of " +
-                std::to_string(w.env().size) + " (" + w.env().hostname + "): " + e.what() +
-                ". A peer rank probably exited or lost its connection");
+    throw w.peer_failure(runtime::label(q) + " " + runtime::tensor_text(q), e);
   }
 }
 

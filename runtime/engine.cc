@@ -90,25 +90,21 @@ std::shared_ptr<Engine::Slot> Engine::enqueue(Request req, Body body,
                                               const void* small_input) {
   (void)lock;
   if (stopping_) throw Error("hvdrun: " + label(req) + " submitted during shutdown");
-  if (closed_) {
-    auto failed = std::make_shared<Slot>();
-    failed->req = req;
-    failed->req.name_hash = 0;
-    failed->error = std::make_exception_ptr(
+  // The job is over here: the collective gets a handle that has already failed, and
+  // holds no name.
+  auto failed = [&](std::exception_ptr error) {
+    auto slot = std::make_shared<Slot>();
+    slot->req = req;
+    slot->req.name_hash = 0;
+    slot->error = std::move(error);
+    slot->done = true;
+    return slot;
+  };
+  if (closed_)
+    return failed(std::make_exception_ptr(
         Error("hvdrun: " + label(req) + " was submitted after " + closed_by_ +
-              " shut the job down, which shut this rank down too; call init() to join again"));
-    failed->done = true;
-    return failed;
-  }
-  if (!failure_.empty()) {
-    // The job is over: the collective gets a handle that has already failed.
-    auto failed = std::make_shared<Slot>();
-    failed->req = req;
-    failed->req.name_hash = 0;  // holds no name
-    failed->error = not_run(label(req));
-    failed->done = true;
-    return failed;
-  }
+              " shut the job down, which shut this rank down too; call init() to join again")));
+  if (!failure_.empty()) return failed(not_run(label(req)));
   if (req.name_hash != 0 && names_.count(req.name_hash) > 0)
     throw DuplicateName("hvdrun: " + label(req) +
                         " was submitted while another collective named '" + req.name +

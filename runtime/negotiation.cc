@@ -135,8 +135,7 @@ std::string difference(const Request& a, int ra, const Request& b, int rb) {
 
 // The ready collective `key`: the lowest submitter's request, the joined ranks that stand
 // in, and the first disagreement (or the join rule a joined rank breaks).
-Ready decide(const std::vector<Window>& windows, const std::vector<bool>& joined,
-             const Request& key) {
+Ready decide(const std::vector<Window>& windows, const Request& key) {
   Ready out;
   int first = -1;
   for (int r = 0; r < static_cast<int>(windows.size()); ++r) {
@@ -155,7 +154,6 @@ Ready decide(const std::vector<Window>& windows, const std::vector<bool>& joined
       if (!diff.empty()) out.error = label(out.request) + ": " + diff;
     }
   }
-  (void)joined;
   if (out.error.empty() && !out.absent.empty() &&
       (out.request.kind == Kind::kAllgather || out.request.kind == Kind::kBroadcast))
     out.error = label(out.request) + " cannot run while " + ranks_text(out.absent) +
@@ -299,7 +297,7 @@ Plan plan(const std::vector<Window>& windows, JoinBook& book) {
         continue;
       }
       emitted.push_back(q);
-      Ready rd = decide(windows, joined, q);
+      Ready rd = decide(windows, q);
       if (!ready)
         rd.error = label(rd.request) + " can never complete: " + ranks_text(gone) +
                    " shut down without submitting it";

@@ -93,14 +93,8 @@ World::World(Environment env) : env_(std::move(env)) {
 
 rendezvous::Client& World::store() {
   if (store_) return *store_;
-  rendezvous::ClientOptions o;
-  o.host = env_.rendezvous_addr;
-  o.port = env_.rendezvous_port;
-  o.secret = env_.secret;
-  o.connect_timeout = env_.start_timeout;
-  o.call_timeout = std::max(env_.start_timeout, milliseconds(30000));
-  o.who = "rank " + std::to_string(env_.rank);
-  store_ = std::make_unique<rendezvous::Client>(o);
+  store_ = std::make_unique<rendezvous::Client>(
+      client_options(env_.start_timeout, std::max(env_.start_timeout, milliseconds(30000)), ""));
   local_address_ = store_->local_address();
   return *store_;
 }
@@ -283,14 +277,30 @@ void World::exchange(const Window& mine, std::vector<Window>& all) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    // The same words as a failure while data moves: the peers are what broke.
-    const std::string what = mine.count > 0
-                                 ? label(mine.requests[0]) + " " + tensor_text(mine.requests[0])
-                                 : std::string("negotiation");
-    throw Error("hvdrun: " + what + " failed on rank " + std::to_string(env_.rank) + " of " +
-                std::to_string(env_.size) + " (" + env_.hostname + "): " + e.what() +
-                ". A peer rank probably exited or lost its connection");
+    throw peer_failure(mine.count > 0
+                           ? label(mine.requests[0]) + " " + tensor_text(mine.requests[0])
+                           : std::string("negotiation"),
+                       e);
   }
+}
+
+Error World::peer_failure(const std::string& what, const std::exception& cause) const {
+  return Error("hvdrun: " + what + " failed on rank " + std::to_string(env_.rank) + " of " +
+               std::to_string(env_.size) + " (" + env_.hostname + "): " + cause.what() +
+               ". A peer rank probably exited or lost its connection");
+}
+
+rendezvous::ClientOptions World::client_options(std::chrono::milliseconds connect,
+                                                std::chrono::milliseconds call,
+                                                const std::string& role) const {
+  rendezvous::ClientOptions o;
+  o.host = env_.rendezvous_addr;
+  o.port = env_.rendezvous_port;
+  o.secret = env_.secret;
+  o.connect_timeout = connect;
+  o.call_timeout = call;
+  o.who = "rank " + std::to_string(env_.rank) + role;
+  return o;
 }
 
 namespace {
@@ -352,14 +362,8 @@ void World::stall_arrived(long long round) noexcept {
   try {
     std::lock_guard lock(stall_mu_);
     if (!stall_store_) {
-      rendezvous::ClientOptions o;
-      o.host = env_.rendezvous_addr;
-      o.port = env_.rendezvous_port;
-      o.secret = env_.secret;
-      o.connect_timeout = std::chrono::seconds(5);
-      o.call_timeout = std::chrono::seconds(5);
-      o.who = "rank " + std::to_string(env_.rank) + " (stall report)";
-      stall_store_ = std::make_unique<rendezvous::Client>(o);
+      stall_store_ = std::make_unique<rendezvous::Client>(
+          client_options(std::chrono::seconds(5), std::chrono::seconds(5), " (stall report)"));
     }
     stall_store_->set(prefix_ + "/stall/" + std::to_string(env_.rank), std::to_string(round));
   } catch (const std::exception& e) {

@@ -39,6 +39,9 @@ class World {
   /// allreduce of the op's identity (zeros for Sum and Average), on the device when the
   /// others' tensors are there; nothing for a barrier. Throws when a peer is lost.
   void stand_in(const Ready& ready);
+  /// The error of `what` failing because a peer broke (its exception `cause`): rank,
+  /// size, host and the likely reason, in the same words wherever it happens.
+  Error peer_failure(const std::string& what, const std::exception& cause) const;
   /// Stall reports across hosts: says through the rendezvous that this rank is inside
   /// negotiation round `round`; stall_missing() then lists the ranks that have not said
   /// so. Never throw (a report is best effort).
@@ -69,6 +72,10 @@ class World {
   // The rendezvous connection, opened on first use (a rank that checked in through its
   // host's leader may never need one).
   rendezvous::Client& store();
+  // Options of a rendezvous connection of this rank; `role` tells connections apart.
+  rendezvous::ClientOptions client_options(std::chrono::milliseconds connect,
+                                           std::chrono::milliseconds call,
+                                           const std::string& role) const;
   void build_nccl(std::chrono::steady_clock::time_point deadline);
   std::string who() const;
   // The barrier behind barrier() and join(): returns the rank that arrived last.
