@@ -107,8 +107,8 @@ runtime::StallPolicy stall_policy(const runtime::Environment& env) {
 
 runtime::Engine::Hooks engine_hooks(runtime::World* w) {
   runtime::Engine::Hooks h;
-  h.exchange = [w](const runtime::Window& mine, std::vector<runtime::Window>& all) {
-    w->exchange(mine, all);
+  h.exchange = [w](const void* mine, void* all, std::size_t bytes, const runtime::Request* head) {
+    w->exchange(mine, all, bytes, head);
   };
   h.stand_in = [w](const runtime::Ready& rd) { w->stand_in(rd); };
   h.stall = [](const std::string& text, bool ends_job) {
@@ -217,7 +217,6 @@ runtime::NcclComm& nccl(runtime::World& w, const char* fn) {
 struct Prepared {
   std::shared_ptr<Joined> j;
   runtime::Request request;
-  runtime::Engine::Body body;
   const void* small_input = nullptr;  // carried in the round when small (Window::payload)
 };
 
@@ -257,37 +256,39 @@ Prepared prepare(const Collective& c) {
   }
   if (kind == runtime::Kind::kBroadcast) q.root = c.root;
 
-  runtime::Engine::Body body;
-  const Collective a = c;  // the pointers stay the caller's; names and shape are in q
-  if (c.device) {
-    auto* dev = &nccl(*w, fn);
-    body = [w, dev, a](const runtime::Ready& rd) {
-      collective(*w, rd.request, [&] {
-        if (a.kind == CollectiveKind::kAllreduce)
-          dev->allreduce(a.send, a.recv, a.count, a.dtype, a.op, a.cuda_stream);
-        else if (a.kind == CollectiveKind::kBroadcast)
-          dev->broadcast(a.recv, a.count, a.dtype, a.root, a.cuda_stream);
-        else
-          dev->allgather(a.send, a.recv, a.count, a.dtype, a.cuda_stream);
-      });
-    };
-  } else {
-    body = [w, a](const runtime::Ready& rd) {
-      collective(*w, rd.request, [&] {
-        if (a.kind == CollectiveKind::kAllreduce && rd.inline_data)
-          runtime::reduce_inline(rd, a.recv, a.count, a.dtype, a.op);
-        else if (a.kind == CollectiveKind::kAllreduce)
-          w->host().allreduce(a.send, a.recv, a.count, a.dtype, a.op);
-        else if (a.kind == CollectiveKind::kBroadcast)
-          w->host().broadcast(a.recv, a.count * dtype_size(a.dtype), a.root);
-        else
-          w->host().allgather(a.send, a.recv, a.count * dtype_size(a.dtype));
-      });
-    };
-  }
+  if (c.device) nccl(*w, fn);  // fails here, at submission, when NCCL is unavailable
   const bool small = !c.device && c.kind == CollectiveKind::kAllreduce &&
                      c.count * dtype_size(c.dtype) <= runtime::kInlineBytes;
-  return Prepared{std::move(j), q, std::move(body), small ? c.send : nullptr};
+  return Prepared{std::move(j), q, small ? c.send : nullptr};
+}
+
+// Moves a ready collective's data: `a`'s buffers, the round's agreed view `rd`.
+void move_data(runtime::World& w, const Collective& a, const runtime::Ready& rd) {
+  collective(w, rd.request, [&] {
+    if (a.device) {
+      auto& dev = *w.nccl();
+      if (a.kind == CollectiveKind::kAllreduce)
+        dev.allreduce(a.send, a.recv, a.count, a.dtype, a.op, a.cuda_stream);
+      else if (a.kind == CollectiveKind::kBroadcast)
+        dev.broadcast(a.recv, a.count, a.dtype, a.root, a.cuda_stream);
+      else
+        dev.allgather(a.send, a.recv, a.count, a.dtype, a.cuda_stream);
+    } else if (a.kind == CollectiveKind::kAllreduce && rd.inline_data) {
+      runtime::reduce_inline(rd, a.recv, a.count, a.dtype, a.op);
+    } else if (a.kind == CollectiveKind::kAllreduce) {
+      w.host().allreduce(a.send, a.recv, a.count, a.dtype, a.op);
+    } else if (a.kind == CollectiveKind::kBroadcast) {
+      w.host().broadcast(a.recv, a.count * dtype_size(a.dtype), a.root);
+    } else {
+      w.host().allgather(a.send, a.recv, a.count * dtype_size(a.dtype));
+    }
+  });
+}
+
+// The body of a submitted collective: keeps its own copy of `c` (the pointers stay the
+// caller's; names and shape are in the request).
+runtime::Engine::Body body_of(const Prepared& p, const Collective& c) {
+  return [w = p.j->world.get(), a = c](const runtime::Ready& rd) { move_data(*w, a, rd); };
 }
 
 Collective host(CollectiveKind kind, const void* send, void* recv, std::size_t count,
@@ -327,19 +328,23 @@ Collective gather(const void* send, void* recv, std::size_t count, DataType dtyp
 
 Handle submit(const Collective& c) {
   auto p = prepare(c);
-  return p.j->engine->submit(p.request, std::move(p.body), nullptr, p.small_input);
+  return p.j->engine->submit(p.request, body_of(p, c), nullptr, p.small_input);
 }
 
 Handle submit(const Collective& c, void (*then)(void*, long long), void* arg) {
   auto p = prepare(c);
   runtime::Engine::Body next;
   if (then != nullptr) next = [then, arg](const runtime::Ready& rd) { then(arg, rd.request.seq); };
-  return p.j->engine->submit(p.request, std::move(p.body), std::move(next), p.small_input);
+  return p.j->engine->submit(p.request, body_of(p, c), std::move(next), p.small_input);
 }
 
 void run(const Collective& c) {
   auto p = prepare(c);
-  p.j->engine->run(p.request, std::move(p.body), p.small_input);
+  // run() returns once the collective has run, so its body may refer to the caller's `c`
+  // (small enough to need no allocation).
+  auto* w = p.j->world.get();
+  p.j->engine->run(
+      p.request, [w, &c](const runtime::Ready& rd) { move_data(*w, c, rd); }, p.small_input);
 }
 
 std::int64_t sequence(Handle handle) { return joined("sequence")->engine->seq_of(handle); }

@@ -85,20 +85,20 @@ void Engine::release_name(const Request& req) {
   if (it != names_.end()) names_.erase(it);
 }
 
-std::shared_ptr<Engine::Slot> Engine::enqueue(Request req, Body body,
-                                              std::unique_lock<std::mutex>& lock, Body then,
-                                              const void* small_input) {
+std::shared_ptr<Engine::Slot> Engine::enqueue(std::shared_ptr<Slot> slot,
+                                              std::unique_lock<std::mutex>& lock) {
   (void)lock;
+  Request& req = slot->req;
   if (stopping_) throw Error("hvdrun: " + label(req) + " submitted during shutdown");
   // The job is over here: the collective gets a handle that has already failed, and
   // holds no name.
   auto failed = [&](std::exception_ptr error) {
-    auto slot = std::make_shared<Slot>();
-    slot->req = req;
-    slot->req.name_hash = 0;
-    slot->error = std::move(error);
-    slot->done = true;
-    return slot;
+    auto f = std::make_shared<Slot>();
+    f->req = req;
+    f->req.name_hash = 0;
+    f->error = std::move(error);
+    f->done = true;
+    return f;
   };
   if (closed_)
     return failed(std::make_exception_ptr(
@@ -113,11 +113,6 @@ std::shared_ptr<Engine::Slot> Engine::enqueue(Request req, Body body,
   if (req.name_hash == 0 && req.kind != Kind::kJoin && req.kind != Kind::kShutdown)
     req.seq = next_seq_++;
   if (req.name_hash != 0) names_.insert(req.name_hash);
-  auto slot = std::make_shared<Slot>();
-  slot->req = req;
-  slot->body = std::move(body);
-  slot->then = std::move(then);
-  slot->small_input = small_input;
   if (queue_.empty()) ++progress_;  // a new wait begins
   queue_.push_back(slot);
   ++submissions_;
@@ -128,9 +123,19 @@ std::shared_ptr<Engine::Slot> Engine::enqueue(Request req, Body body,
   return slot;
 }
 
+std::shared_ptr<Engine::Slot> Engine::make_slot(const Request& req, Body body, Body then,
+                                                const void* small_input) {
+  auto slot = std::make_shared<Slot>();
+  slot->req = req;
+  slot->body = std::move(body);
+  slot->then = std::move(then);
+  slot->small_input = small_input;
+  return slot;
+}
+
 Engine::Handle Engine::submit(Request req, Body body, Body then, const void* small_input) {
   std::unique_lock lock(mu_);
-  auto slot = enqueue(req, std::move(body), lock, std::move(then), small_input);
+  auto slot = enqueue(make_slot(req, std::move(body), std::move(then), small_input), lock);
   const Handle h = next_++;
   slots_.emplace(h, std::move(slot));
   if (!driving_) worker_cv_.notify_one();
@@ -150,8 +155,14 @@ void Engine::await(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mute
 }
 
 void Engine::run(Request req, Body body, const void* small_input) {
+  // The slot lives on this stack: run() returns only once it is done and out of the
+  // queue, so the queue holds it by a pointer that owns nothing (no allocation).
+  Slot local;
+  local.req = req;
+  local.body = std::move(body);
+  local.small_input = small_input;
   std::unique_lock lock(mu_);
-  auto slot = enqueue(req, std::move(body), lock, nullptr, small_input);
+  auto slot = enqueue(std::shared_ptr<Slot>(std::shared_ptr<Slot>(), &local), lock);
   await(slot, lock);
   release_name(slot->req);
   if (slot->error) std::rethrow_exception(slot->error);
@@ -161,8 +172,11 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
   std::shared_ptr<Slot> mine;
   for (auto it = queue_.begin(); it != queue_.end(); ++it)
     if (same_key((*it)->req, rd.request)) {
-      mine = *it;
-      queue_.erase(it);
+      mine = std::move(*it);
+      if (it == queue_.begin())
+        queue_.pop_front();
+      else
+        queue_.erase(it);
       break;
     }
   if (!mine) {
@@ -220,8 +234,11 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
   int unproductive = 0;
   std::vector<Window>& table = table_;  // one driver at a time: reused, not reallocated
   table.resize(static_cast<std::size_t>(size_));
+  briefs_.resize(static_cast<std::size_t>(size_));
   while (!queue_.empty() && !until() && failure_.empty() && !stopping_) {
-    Window mine;
+    Window& mine = window_;
+    mine.count = 0;
+    mine.inline_bytes = 0;
     for (const auto& s : queue_) {
       if (mine.count == static_cast<std::uint32_t>(kWindow)) break;
       mine.requests[mine.count++] = s->req;
@@ -236,12 +253,23 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
         mine.inline_bytes = static_cast<std::uint32_t>(bytes);
       }
     }
+    brief_of(mine, cache_, brief_);
+    const Request head_request = head->req;
     const std::uint64_t seen = submissions_;
     exchanging_round_ = rounds_;
     lock.unlock();
+    // The briefs first; whole windows only when some rank has a request not cached yet.
     std::exception_ptr broken;
+    bool learned = false;
+    bool brief = false;
     try {
-      hooks_.exchange(mine, table);
+      hooks_.exchange(&brief_, briefs_.data(), sizeof(Brief), &head_request);
+      if (needs_windows(briefs_)) {
+        hooks_.exchange(&mine, table.data(), sizeof(Window), &head_request);
+        learned = true;
+      } else if (!(brief = plan_briefs(briefs_, cache_, book_, plan_))) {
+        expand(briefs_, cache_, table);
+      }
     } catch (...) {
       broken = std::current_exception();
     }
@@ -252,12 +280,16 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
       fail_all(broken, 1);  // the oldest failed with it, the rest were not run
       break;
     }
-    const Plan p = plan(table, book_);
-    // Kept for stall reports, which need it only while rounds agree on nothing.
-    if (p.ready.empty()) last_table_ = table;
-    // As in Horovod, one rank's shutdown shuts every rank down: a rank that sees another
-    // leave asks to leave too (the others' collectives it never submits fail meanwhile).
-    join_shutdown(table);
+    if (!brief) {
+      plan_ = plan(table, book_);
+      if (learned) cache_.learn(table, plan_);
+      // Kept for stall reports, which need it only while rounds agree on nothing.
+      if (plan_.ready.empty()) last_table_ = table;
+      // As in Horovod, one rank's shutdown shuts every rank down: a rank that sees another
+      // leave asks to leave too (the others' collectives it never submits fail meanwhile).
+      join_shutdown(table);
+    }
+    const Plan& p = plan_;
     for (const auto& rd : p.ready) {
       execute(rd, lock);
       if (!failure_.empty()) break;
@@ -451,8 +483,9 @@ std::string Engine::failure() {
 
 int Engine::join() {
   std::unique_lock lock(mu_);
-  auto slot = enqueue(make_request(Kind::kJoin, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr),
-                      nullptr, lock);
+  auto slot = enqueue(
+      make_slot(make_request(Kind::kJoin, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr)),
+      lock);
   await(slot, lock);
   if (slot->error) std::rethrow_exception(slot->error);
   return slot->result;
@@ -461,9 +494,9 @@ int Engine::join() {
 bool Engine::shutdown() {
   std::unique_lock lock(mu_);
   if (!failure_.empty()) return false;
-  auto slot =
-      enqueue(make_request(Kind::kShutdown, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr),
-              nullptr, lock);
+  auto slot = enqueue(
+      make_slot(make_request(Kind::kShutdown, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr)),
+      lock);
   await(slot, lock);
   return failure_.empty();
 }

@@ -53,9 +53,12 @@ class Engine {
 
   /// What the engine needs from the job.
   struct Hooks {
-    /// One round: this rank's window in, every rank's window out, in rank order. Throws
-    /// when the transport fails.
-    std::function<void(const Window&, std::vector<Window>&)> exchange;
+    /// One exchange of a round, an allgather: this rank's `bytes` at `mine` in, every
+    /// rank's out at `all` (rank order, `bytes` each). `head` is the oldest collective
+    /// this rank has queued (nullptr when none), for the message when the transport fails,
+    /// which throws.
+    std::function<void(const void* mine, void* all, std::size_t bytes, const Request* head)>
+        exchange;
     /// Runs a ready collective this rank did not submit because it has joined (zeros or
     /// the op's identity for an allreduce, nothing for a barrier).
     std::function<void(const Ready&)> stand_in;
@@ -121,8 +124,11 @@ class Engine {
     int result = -1;  // join: the last rank to join
   };
 
-  std::shared_ptr<Slot> enqueue(Request req, Body body, std::unique_lock<std::mutex>& lock,
-                                Body then = nullptr, const void* small_input = nullptr);
+  static std::shared_ptr<Slot> make_slot(const Request& req, Body body = nullptr,
+                                         Body then = nullptr, const void* small_input = nullptr);
+  // Queues `slot` (assigning its seq) and returns it, or a slot that has already failed
+  // when the job is over here. mu_ held.
+  std::shared_ptr<Slot> enqueue(std::shared_ptr<Slot> slot, std::unique_lock<std::mutex>& lock);
   // Waits for `slot`, driving rounds while nobody else does.
   void await(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mutex>& lock);
   // Runs rounds until `until` holds or nothing is queued; mu_ held on entry and exit.
@@ -173,7 +179,14 @@ class Engine {
   // For stall reports: the last round's table, when the queue last moved, whether the
   // driver is inside an exchange (and which round), and whether this stall was reported.
   std::vector<Window> last_table_;
-  std::vector<Window> table_;   // the driver's round table, reused
+  // The driver's round: this rank's window and brief, every rank's briefs and windows
+  // (reused, not reallocated), and the requests earlier rounds agreed on.
+  Window window_;
+  Brief brief_;
+  std::vector<Brief> briefs_;
+  std::vector<Window> table_;
+  Plan plan_;
+  RequestCache cache_;
   std::uint64_t progress_ = 0;  // bumped when a collective completes or a wait begins
   long long exchanging_round_ = -1;
   long long rounds_ = 0;

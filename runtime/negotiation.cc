@@ -245,19 +245,36 @@ bool carried_inline(const std::vector<Window>& windows, const Request& key) {
 }
 
 void reduce_inline(const Ready& ready, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
-  const auto& table = *ready.table;
   const std::size_t bytes = count * dtype_size(dtype);
+  auto absent = ready.absent.begin();  // joined ranks: the op's identity, i.e. nothing
   bool first = true;
-  for (const auto& w : table) {
-    if (w.count == 0 || !same_key(w.requests[0], ready.request)) continue;
+  for (int r = 0; r < ready.ranks; ++r) {
+    if (absent != ready.absent.end() && *absent == r) {
+      ++absent;
+      continue;
+    }
+    const unsigned char* in = ready.inline_base + static_cast<std::size_t>(r) * ready.inline_stride;
     if (first)
-      std::memcpy(recv, w.payload, bytes);
+      std::memcpy(recv, in, bytes);
     else
-      reduce_into(recv, w.payload, count, dtype, op);
+      reduce_into(recv, in, count, dtype, op);
     first = false;
   }
-  if (op == ReduceOp::kAverage) divide_by(recv, count, dtype, static_cast<int>(table.size()));
+  if (op == ReduceOp::kAverage) divide_by(recv, count, dtype, ready.ranks);
 }
+
+namespace {
+
+// Points `rd` at the inline inputs of `windows` when every submitter carried one.
+void take_inline(Ready& rd, const std::vector<Window>& windows) {
+  rd.inline_data = rd.error.empty() && carried_inline(windows, rd.request);
+  if (!rd.inline_data) return;
+  rd.inline_base = windows[0].payload;
+  rd.inline_stride = sizeof(Window);
+  rd.ranks = static_cast<int>(windows.size());
+}
+
+}  // namespace
 
 Plan plan(const std::vector<Window>& windows, JoinBook& book) {
   const int n = static_cast<int>(windows.size());
@@ -301,8 +318,7 @@ Plan plan(const std::vector<Window>& windows, JoinBook& book) {
       if (!ready)
         rd.error = label(rd.request) + " can never complete: " + ranks_text(gone) +
                    " shut down without submitting it";
-      rd.table = &windows;
-      rd.inline_data = rd.error.empty() && carried_inline(windows, rd.request);
+      take_inline(rd, windows);
       p.ready.push_back(std::move(rd));
     }
   }
@@ -324,6 +340,150 @@ Plan plan(const std::vector<Window>& windows, JoinBook& book) {
     p.ready.push_back(std::move(done));
   }
   return p;
+}
+
+namespace {
+
+// What makes two requests the same cache entry: everything but the seq.
+std::uint64_t digest(const Request& r) {
+  std::uint64_t h = 1469598103934665603ULL;
+  auto mix = [&](std::uint64_t v) {
+    h ^= v;
+    h *= 1099511628211ULL;
+  };
+  mix(static_cast<std::uint64_t>(r.kind) | static_cast<std::uint64_t>(r.dtype) << 8 |
+      static_cast<std::uint64_t>(r.op) << 16 | static_cast<std::uint64_t>(r.device) << 24 |
+      static_cast<std::uint64_t>(r.ndim) << 32);
+  mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(r.root)));
+  mix(r.count);
+  mix(r.name_hash);
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &r.prescale, sizeof bits);
+  mix(bits);
+  std::memcpy(&bits, &r.postscale, sizeof bits);
+  mix(bits);
+  for (int d = 0; d < r.ndim && d < kMaxDims; ++d) mix(static_cast<std::uint64_t>(r.shape[d]));
+  for (std::size_t i = 0; i < kTypeChars && r.type_name[i] != '\0'; ++i)
+    mix(static_cast<unsigned char>(r.type_name[i]));
+  return h;
+}
+
+bool identical(const Request& a, const Request& b) {
+  if (a.kind != b.kind || a.dtype != b.dtype || a.op != b.op || a.device != b.device ||
+      a.root != b.root || a.count != b.count || a.name_hash != b.name_hash || a.ndim != b.ndim ||
+      std::memcmp(&a.prescale, &b.prescale, sizeof a.prescale) != 0 ||
+      std::memcmp(&a.postscale, &b.postscale, sizeof a.postscale) != 0)
+    return false;
+  for (int d = 0; d < a.ndim && d < kMaxDims; ++d)
+    if (a.shape[d] != b.shape[d]) return false;
+  return std::strncmp(a.type_name, b.type_name, kTypeChars) == 0 &&
+         std::strncmp(a.name, b.name, sizeof a.name) == 0;
+}
+
+}  // namespace
+
+std::int64_t RequestCache::find(const Request& r) const {
+  if (last_ < entries_.size() && identical(entries_[last_], r)) return last_;
+  auto it = by_digest_.find(digest(r));
+  if (it == by_digest_.end() || !identical(entries_[it->second], r)) return -1;
+  last_ = it->second;
+  return it->second;
+}
+
+void RequestCache::add(const Request& r) {
+  const std::uint64_t d = digest(r);
+  if (by_digest_.count(d) > 0) return;  // cached, or a digest collision: stays uncached
+  if (entries_.size() >= capacity_) {
+    entries_.clear();
+    by_digest_.clear();
+  }
+  Request e = r;
+  e.seq = -1;
+  by_digest_.emplace(d, static_cast<std::uint32_t>(entries_.size()));
+  entries_.push_back(e);
+}
+
+void RequestCache::learn(const std::vector<Window>& windows, const Plan& plan) {
+  for (const auto& rd : plan.ready) {
+    if (!rd.error.empty() || is_control(rd.request.kind)) continue;
+    for (const auto& w : windows)
+      if (const Request* q = runtime::find(w, rd.request)) add(*q);
+  }
+  for (const auto& w : windows)
+    for (std::uint32_t i = 0; i < w.count && i < static_cast<std::uint32_t>(kWindow); ++i)
+      if (is_control(w.requests[i].kind)) add(w.requests[i]);
+}
+
+void brief_of(const Window& window, const RequestCache& cache, Brief& out) {
+  out.count = window.count;
+  out.uncached = 0;
+  for (std::uint32_t i = 0; i < window.count && i < static_cast<std::uint32_t>(kWindow); ++i) {
+    const std::int64_t id = cache.find(window.requests[i]);
+    if (id < 0) {
+      out.uncached = 1;
+      out.entries[i] = BriefEntry{};
+      continue;
+    }
+    out.entries[i].id = static_cast<std::uint32_t>(id);
+    out.entries[i].seq = window.requests[i].seq;
+  }
+  out.inline_bytes = window.inline_bytes;
+  if (window.inline_bytes > 0) std::memcpy(out.payload, window.payload, window.inline_bytes);
+}
+
+bool plan_briefs(const std::vector<Brief>& briefs, const RequestCache& cache, JoinBook& book,
+                 Plan& out) {
+  const Brief& first = briefs[0];
+  if (first.count != 1 || first.uncached != 0 || first.entries[0].id >= cache.size()) return false;
+  const BriefEntry e = first.entries[0];
+  const Request& q = cache.at(e.id);
+  if (is_control(q.kind)) return false;
+  const std::size_t bytes = q.count * dtype_size(static_cast<DataType>(q.dtype));
+  bool inline_all =
+      q.kind == Kind::kAllreduce && q.device == 0 && bytes > 0 && bytes <= kInlineBytes;
+  for (const auto& b : briefs) {
+    if (b.count != 1 || b.uncached != 0 || b.entries[0].id != e.id || b.entries[0].seq != e.seq)
+      return false;
+    inline_all = inline_all && b.inline_bytes == bytes;
+  }
+  const int n = static_cast<int>(briefs.size());
+  if (static_cast<int>(book.joined_round.size()) != n) book.joined_round.assign(n, -1);
+  ++book.round;
+  out.ready.clear();
+  Ready& rd = out.ready.emplace_back();
+  rd.request = q;
+  rd.request.seq = e.seq;
+  if (inline_all) {
+    rd.inline_data = true;
+    rd.inline_base = first.payload;
+    rd.inline_stride = sizeof(Brief);
+    rd.ranks = n;
+  }
+  return true;
+}
+
+bool needs_windows(const std::vector<Brief>& briefs) {
+  return std::any_of(briefs.begin(), briefs.end(), [](const Brief& b) { return b.uncached != 0; });
+}
+
+void expand(const std::vector<Brief>& briefs, const RequestCache& cache,
+            std::vector<Window>& windows) {
+  windows.resize(briefs.size());
+  for (std::size_t r = 0; r < briefs.size(); ++r) {
+    const Brief& b = briefs[r];
+    Window& w = windows[r];
+    w.count = std::min<std::uint32_t>(b.count, static_cast<std::uint32_t>(kWindow));
+    for (std::uint32_t i = 0; i < w.count; ++i) {
+      if (b.entries[i].id >= cache.size())
+        throw Error("hvdrun: negotiation: rank " + std::to_string(r) + " named cached request " +
+                    std::to_string(b.entries[i].id) + " of " + std::to_string(cache.size()) +
+                    ": the ranks run different builds of libhvdrun");
+      w.requests[i] = cache.at(b.entries[i].id);
+      w.requests[i].seq = b.entries[i].seq;
+    }
+    w.inline_bytes = std::min<std::uint32_t>(b.inline_bytes, kInlineBytes);
+    if (w.inline_bytes > 0) std::memcpy(w.payload, b.payload, w.inline_bytes);
+  }
 }
 
 }  // namespace hvdrun::runtime

@@ -266,21 +266,18 @@ void World::barrier() {
     arrive(env_.op_timeout);
 }
 
-void World::exchange(const Window& mine, std::vector<Window>& all) {
-  all.resize(static_cast<std::size_t>(env_.size));
+void World::exchange(const void* mine, void* all, std::size_t bytes, const Request* head) {
   if (env_.size == 1) {
-    all[0] = mine;
+    std::memcpy(all, mine, bytes);
     return;
   }
   try {
-    host_->allgather(&mine, all.data(), sizeof(Window));
+    host_->allgather(mine, all, bytes);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw peer_failure(mine.count > 0
-                           ? label(mine.requests[0]) + " " + tensor_text(mine.requests[0])
-                           : std::string("negotiation"),
-                       e);
+    throw peer_failure(
+        head != nullptr ? label(*head) + " " + tensor_text(*head) : std::string("negotiation"), e);
   }
 }
 
