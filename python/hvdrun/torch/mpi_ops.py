@@ -453,11 +453,16 @@ def _submit(kind, what, send=None, recv=None, count=0, ctype=_lib.UINT8, op=0, r
         h = lib.hvdrun_submit(ref, size_)
     else:
         h = lib.hvdrun_submit_then(ref, size_, ctypes.cast(then, ctypes.c_void_p), None)
+    _check(h, what)
+    return None if blocking else h
+
+
+def _check(h, what):
+    """Raises what Horovod raises for a failed submission (result `h` of the C call)."""
     if h == _lib.DUPLICATE_NAME:
         raise ValueError(f"hvdrun.torch.{what}: {_lib.last_error()}")
     if h < 0:
         raise HorovodInternalError(f"hvdrun.torch.{what}: {_lib.last_error()}")
-    return None if blocking else h
 
 
 def _submit_allreduce(send, recv, ctype, op, what, name=None, like=None, prescale=1.0,
@@ -629,6 +634,25 @@ class _AllreduceFn(torch.autograd.Function):
             None, None, None, None
 
 
+def _plain_allreduce(tensor, op, name):
+    """hvd.allreduce's common case, with no gradient to record: a contiguous CPU tensor of
+    a type the library reduces natively, no scaling. One C call on this thread; None when
+    the general path must run instead."""
+    ctype = _NATIVE.get(tensor.dtype)
+    if ctype is None or tensor.is_cuda or tensor.is_sparse or tensor.device.type != "cpu" \
+            or not tensor.is_contiguous():
+        return None
+    out = torch.empty_like(tensor)
+    c, ref, size_, _keep = _description(_lib.KIND_ALLREDUCE, ctype, _C_OP[op], 0, False, name,
+                                        tensor, 1.0, 1.0)
+    c.send = tensor.data_ptr()
+    c.recv = out.data_ptr()
+    c.count = tensor.numel()
+    c.cuda_stream = None
+    _check(_lib.lib().hvdrun_run(ref, size_), "allreduce")
+    return out
+
+
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` over all ranks and returns the result as a new tensor; `tensor`
@@ -647,6 +671,12 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """
     _check_process_set(process_set, "allreduce")
     op = _resolve_op(op, average, "allreduce")
+    if (type(tensor) is torch.Tensor and compression is Compression.none
+            and prescale_factor == 1.0 and postscale_factor == 1.0
+            and not (tensor.requires_grad and torch.is_grad_enabled())):
+        out = _plain_allreduce(tensor, op, name)
+        if out is not None:
+            return out
     compressed, ctx = compression.compress(tensor)
     reduced = _AllreduceFn.apply(compressed, op, prescale_factor, postscale_factor, name)
     return compression.decompress(reduced, ctx)
