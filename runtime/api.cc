@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "common/log.h"
 #include "hvdrun/hvdrun.h"
@@ -204,6 +205,10 @@ const char* kind_text(CollectiveKind k) {
       return "broadcast";
     case CollectiveKind::kAllgather:
       return "allgather";
+    case CollectiveKind::kAlltoall:
+      return "alltoall";
+    case CollectiveKind::kReducescatter:
+      return "reducescatter";
   }
   return "collective";
 }
@@ -223,11 +228,84 @@ struct Prepared {
   const void* small_input = nullptr;  // carried in the round when small (Window::payload)
 };
 
+// An alltoall's splits: one entry per rank, none negative, adding up to the tensor;
+// without splits the tensor must divide equally.
+void check_splits(const Collective& c, int n) {
+  // (A rank that receives nothing may pass no output; recv_count is checked everywhere.)
+  if (c.count > 0 && c.send == nullptr) throw Error("hvdrun::alltoall: null buffer");
+  if (c.splits == nullptr) {
+    if (c.count % static_cast<std::size_t>(n) != 0)
+      throw Error("hvdrun::alltoall: " + std::to_string(c.count) +
+                  " elements cannot be split equally among " + std::to_string(n) +
+                  " ranks; pass splits (elements for each rank)");
+    return;
+  }
+  std::int64_t sum = 0;
+  for (int r = 0; r < n; ++r) {
+    if (c.splits[r] < 0)
+      throw Error("hvdrun::alltoall: splits[" + std::to_string(r) + "] is " +
+                  std::to_string(c.splits[r]) + "; splits cannot be negative");
+    sum += c.splits[r];
+  }
+  if (static_cast<std::size_t>(sum) != c.count)
+    throw Error("hvdrun::alltoall: the splits add up to " + std::to_string(sum) +
+                " elements but the tensor has " + std::to_string(c.count) +
+                "; give one entry per rank (" + std::to_string(n) +
+                ") adding up to the tensor's size");
+}
+
+// This rank's slices of a reduce-scatter, in elements per rank: the first dimension
+// split as Horovod does (ranks below rows % n get one row more).
+std::vector<std::size_t> slices(const Collective& a, int n) {
+  const auto rows =
+      static_cast<std::size_t>(a.ndim > 0 ? a.shape[0] : static_cast<std::int64_t>(a.count));
+  const std::size_t row = rows == 0 ? 0 : a.count / rows;
+  const auto N = static_cast<std::size_t>(n);
+  std::vector<std::size_t> out(N);
+  for (std::size_t r = 0; r < N; ++r) out[r] = (rows / N + (r < rows % N ? 1 : 0)) * row;
+  return out;
+}
+
+// An alltoall: first every rank's splits and receive capacity travel to every rank (so
+// all check every capacity alike and a too-small buffer fails the collective everywhere,
+// before data moves), then the data.
+void alltoall(runtime::World& w, const Collective& a) {
+  const int n = w.env().size, me = w.env().rank;
+  const auto N = static_cast<std::size_t>(n);
+  std::vector<std::int64_t> mine(N + 1), all(N * (N + 1));
+  for (std::size_t j = 0; j < N; ++j)
+    mine[j] = a.splits != nullptr ? a.splits[j] : static_cast<std::int64_t>(a.count / N);
+  mine[N] = static_cast<std::int64_t>(a.recv_count);
+  w.host().allgather(mine.data(), all.data(), mine.size() * sizeof(std::int64_t));
+  auto at = [&](std::size_t i, std::size_t j) { return all[i * (N + 1) + j]; };
+  for (std::size_t j = 0; j < N; ++j) {
+    std::int64_t in = 0;
+    for (std::size_t i = 0; i < N; ++i) in += at(i, j);
+    if (in > at(j, N))
+      throw Error("hvdrun::alltoall: rank " + std::to_string(j) + " is sent " + std::to_string(in) +
+                  " elements but its output holds " + std::to_string(at(j, N)) +
+                  " (recv_count); size the output from the splits every rank sends it");
+  }
+  const std::size_t es = dtype_size(a.dtype);
+  std::vector<std::size_t> out(N), in(N), matrix(N * N);
+  for (std::size_t i = 0; i < N; ++i)
+    for (std::size_t j = 0; j < N; ++j) matrix[i * N + j] = static_cast<std::size_t>(at(i, j)) * es;
+  for (std::size_t k = 0; k < N; ++k) {
+    out[k] = static_cast<std::size_t>(at(static_cast<std::size_t>(me), k));
+    in[k] = static_cast<std::size_t>(at(k, static_cast<std::size_t>(me)));
+    if (a.received_splits != nullptr) a.received_splits[k] = static_cast<std::int64_t>(in[k]);
+  }
+  if (a.device)
+    w.nccl()->alltoallv(a.send, out, a.recv, in, a.dtype, a.cuda_stream);
+  else
+    w.host().alltoallv(a.send, a.recv, matrix);
+}
+
 Prepared prepare(const Collective& c) {
   const char* fn = kind_text(c.kind);
   auto j = joined(fn);
   check_dtype(c.dtype);
-  if (static_cast<unsigned>(c.kind) > static_cast<unsigned>(CollectiveKind::kAllgather))
+  if (static_cast<unsigned>(c.kind) > static_cast<unsigned>(CollectiveKind::kReducescatter))
     throw Error("hvdrun: unknown collective kind " + std::to_string(static_cast<int>(c.kind)));
   auto* w = j->world.get();
   const int n = w->env().size;
@@ -242,17 +320,28 @@ Prepared prepare(const Collective& c) {
       throw Error("hvdrun::broadcast: root " + std::to_string(c.root) + " is not a rank (size " +
                   std::to_string(n) + ")");
     if (c.count > 0 && c.recv == nullptr) throw Error("hvdrun::broadcast: null buffer");
-  } else {
+  } else if (c.kind == CollectiveKind::kAllgather) {
     kind = runtime::Kind::kAllgather;
     if (c.count > 0 && (c.send == nullptr || c.recv == nullptr))
       throw Error("hvdrun::allgather: null buffer");
+  } else if (c.kind == CollectiveKind::kAlltoall) {
+    kind = runtime::Kind::kAlltoall;
+    check_splits(c, n);
+  } else {
+    kind = runtime::Kind::kReducescatter;
+    check_op(c.op);
+    if (c.op != ReduceOp::kSum && c.op != ReduceOp::kAverage)
+      throw Error("hvdrun::reducescatter: only Sum and Average are supported (as in Horovod)");
+    if (c.ndim > 0 && c.shape == nullptr) throw Error("hvdrun::reducescatter: shape has no values");
+    // (A rank whose slice is empty may pass no output.)
+    if (c.count > 0 && c.send == nullptr) throw Error("hvdrun::reducescatter: null buffer");
   }
   if (c.ndim < 0 || (c.ndim > 0 && c.shape == nullptr))
     throw Error(std::string("hvdrun::") + fn + ": shape has " + std::to_string(c.ndim) +
                 " dimensions but no values");
   auto q = runtime::make_request(kind, c.count, c.dtype, c.name, c.shape, c.ndim, c.type_name);
   q.device = c.device ? 1 : 0;
-  if (kind == runtime::Kind::kAllreduce) {
+  if (kind == runtime::Kind::kAllreduce || kind == runtime::Kind::kReducescatter) {
     q.op = static_cast<std::uint8_t>(c.op);
     q.prescale = c.prescale;
     q.postscale = c.postscale;
@@ -283,12 +372,21 @@ void prefer_huge_pages(void* buf, std::size_t bytes) {
 // Moves a ready collective's data: `a`'s buffers, the round's agreed view `rd`.
 void move_data(runtime::World& w, const Collective& a, const runtime::Ready& rd) {
   collective(w, rd.request, [&] {
-    if (!a.device) {
+    if (!a.device && a.kind != CollectiveKind::kAlltoall &&
+        a.kind != CollectiveKind::kReducescatter) {
       const std::size_t ranks =
           a.kind == CollectiveKind::kAllgather ? static_cast<std::size_t>(w.env().size) : 1;
       prefer_huge_pages(a.recv, a.count * dtype_size(a.dtype) * ranks);
     }
-    if (a.device) {
+    if (a.kind == CollectiveKind::kAlltoall) {
+      alltoall(w, a);
+    } else if (a.kind == CollectiveKind::kReducescatter) {
+      const auto counts = slices(a, w.env().size);
+      if (a.device)
+        w.nccl()->reducescatter(a.send, a.recv, counts, a.dtype, a.op, a.cuda_stream);
+      else
+        w.host().reducescatter(a.send, a.recv, counts, a.dtype, a.op);
+    } else if (a.device) {
       auto& dev = *w.nccl();
       if (a.kind == CollectiveKind::kAllreduce)
         dev.allreduce(a.send, a.recv, a.count, a.dtype, a.op, a.cuda_stream);

@@ -1,5 +1,7 @@
 // The C ABI (hvdrun/hvdrun_c.h) over the C++ API: exceptions become return codes and a
 // per-thread message, so nothing unwinds into C or Python.
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -71,10 +73,15 @@ hvdrun::ReduceOp to_op(const hvdrun_op& op) { return enum_bits<hvdrun::ReduceOp>
 
 hvdrun::Collective from_c(const hvdrun_collective* c, size_t size) {
   if (c == nullptr) throw hvdrun::Error("hvdrun_submit: null collective");
-  if (size < sizeof(hvdrun_collective))
+  // ABI 3 callers end at postscale; the fields after it are then zero.
+  constexpr std::size_t kAbi3 = offsetof(hvdrun_collective, splits);
+  if (size < kAbi3)
     throw hvdrun::Error("hvdrun_submit: hvdrun_collective of " + std::to_string(size) +
                         " bytes; this library needs " + std::to_string(sizeof(hvdrun_collective)) +
                         " (pass sizeof(hvdrun_collective) from hvdrun_c.h)");
+  hvdrun_collective full{};
+  std::memcpy(&full, c, std::min(size, sizeof full));
+  c = &full;
   hvdrun::Collective k;
   k.kind = static_cast<hvdrun::CollectiveKind>(c->kind);
   k.send = c->send;
@@ -92,6 +99,9 @@ hvdrun::Collective from_c(const hvdrun_collective* c, size_t size) {
   k.type_name = c->type_name;
   k.prescale = c->prescale == 0.0 ? 1.0 : c->prescale;
   k.postscale = c->postscale == 0.0 ? 1.0 : c->postscale;
+  k.splits = reinterpret_cast<const std::int64_t*>(c->splits);
+  k.received_splits = reinterpret_cast<std::int64_t*>(c->received_splits);
+  k.recv_count = c->recv_count;
   return k;
 }
 

@@ -68,7 +68,7 @@ std::string ranks_text(const std::vector<int>& ranks) {
 // dimension, so only the others must match; everything else needs the same shape.
 bool shapes_agree(const Request& a, const Request& b) {
   if (a.ndim != b.ndim) return false;
-  const int first = a.kind == Kind::kAllgather ? 1 : 0;
+  const int first = a.kind == Kind::kAllgather || a.kind == Kind::kAlltoall ? 1 : 0;
   for (int d = first; d < a.ndim && d < kMaxDims; ++d)
     if (a.shape[d] != b.shape[d]) return false;
   return true;
@@ -79,10 +79,11 @@ bool shapes_agree(const Request& a, const Request& b) {
 bool agree(const Request& a, const Request& b) {
   if (a.kind != b.kind || a.device != b.device || a.dtype != b.dtype) return false;
   if (a.kind == Kind::kBarrier || is_control(a.kind)) return true;
-  if (a.count != b.count || !shapes_agree(a, b) ||
+  const bool per_rank = a.kind == Kind::kAllgather || a.kind == Kind::kAlltoall;
+  if ((!per_rank && a.count != b.count) || !shapes_agree(a, b) ||
       std::strncmp(a.type_name, b.type_name, kTypeChars) != 0)
     return false;
-  if (a.kind == Kind::kAllreduce)
+  if (a.kind == Kind::kAllreduce || a.kind == Kind::kReducescatter)
     return a.op == b.op && a.prescale == b.prescale && a.postscale == b.postscale;
   return a.kind != Kind::kBroadcast || a.root == b.root;
 }
@@ -105,23 +106,25 @@ std::string difference(const Request& a, int ra, const Request& b, int rb) {
     return s.str();
   }
   const bool sized = a.kind != Kind::kBarrier && !is_control(a.kind);
+  const bool per_rank = a.kind == Kind::kAllgather || a.kind == Kind::kAlltoall;
   if (sized && (type_of(a) != type_of(b) || a.dtype != b.dtype || !shapes_agree(a, b) ||
-                (a.kind != Kind::kAllgather && a.count != b.count))) {
+                (!per_rank && a.count != b.count))) {
     s << A << " has " << tensor_text(a) << ", " << B << " has " << tensor_text(b);
-    if (a.kind == Kind::kAllgather && type_of(a) == type_of(b))
-      s << " (allgather: only the first dimension may differ)";
+    if (per_rank && type_of(a) == type_of(b))
+      s << " (" << kind_name(a.kind) << ": only the first dimension may differ)";
     return s.str();
   }
-  if (sized && a.count != b.count) {
+  if (sized && !per_rank && a.count != b.count) {
     s << A << " moves " << a.count << " " << dtype_text(a.dtype) << " elements, " << B << " moves "
       << b.count;
     return s.str();
   }
-  if (a.kind == Kind::kAllreduce && a.op != b.op) {
+  const bool reduces = a.kind == Kind::kAllreduce || a.kind == Kind::kReducescatter;
+  if (reduces && a.op != b.op) {
     s << A << " reduces with " << op_text(a.op) << ", " << B << " with " << op_text(b.op);
     return s.str();
   }
-  if (a.kind == Kind::kAllreduce && (a.prescale != b.prescale || a.postscale != b.postscale)) {
+  if (reduces && (a.prescale != b.prescale || a.postscale != b.postscale)) {
     s << A << " scales by (" << a.prescale << ", " << a.postscale << "), " << B << " by ("
       << b.prescale << ", " << b.postscale << ") (prescale_factor, postscale_factor)";
     return s.str();
@@ -154,8 +157,8 @@ Ready decide(const std::vector<Window>& windows, const Request& key) {
       if (!diff.empty()) out.error = label(out.request) + ": " + diff;
     }
   }
-  if (out.error.empty() && !out.absent.empty() &&
-      (out.request.kind == Kind::kAllgather || out.request.kind == Kind::kBroadcast))
+  if (out.error.empty() && !out.absent.empty() && out.request.kind != Kind::kAllreduce &&
+      out.request.kind != Kind::kBarrier)
     out.error = label(out.request) + " cannot run while " + ranks_text(out.absent) +
                 (out.absent.size() == 1 ? " has" : " have") +
                 " joined: a joined rank stands in for allreduce and barrier only (as in "
@@ -180,6 +183,10 @@ const char* kind_name(Kind k) {
       return "join";
     case Kind::kShutdown:
       return "shutdown";
+    case Kind::kAlltoall:
+      return "alltoall";
+    case Kind::kReducescatter:
+      return "reducescatter";
     case Kind::kNone:
       break;
   }

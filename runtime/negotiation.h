@@ -33,6 +33,8 @@ enum class Kind : std::uint8_t {
   kBarrier = 4,
   kJoin = 5,      ///< this rank has no more work; stands in for the others' collectives
   kShutdown = 6,  ///< this rank leaves; completes once every rank has asked to
+  kAlltoall = 7,
+  kReducescatter = 8,
 };
 
 /// Name of a kind, as messages print it ("allreduce").

@@ -8,13 +8,13 @@ import ctypes
 import os
 import threading
 
-ABI_REQUIRED = 3
+ABI_REQUIRED = 4
 
 # Element types and reductions of runtime/include/hvdrun/hvdrun_c.h; the values are stable.
 INT32, INT64, FLOAT32, FLOAT64, FLOAT16, BFLOAT16, UINT8 = range(7)
 SUM, AVERAGE, MIN, MAX, PRODUCT = range(5)
 # hvdrun_kind, and hvdrun_submit's answer for a name still in flight.
-KIND_ALLREDUCE, KIND_BROADCAST, KIND_ALLGATHER = range(3)
+KIND_ALLREDUCE, KIND_BROADCAST, KIND_ALLGATHER, KIND_ALLTOALL, KIND_REDUCESCATTER = range(5)
 DUPLICATE_NAME = -2
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,7 +34,7 @@ THEN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_longlong)
 
 
 class Collective(ctypes.Structure):
-    """hvdrun_collective of hvdrun_c.h (ABI version 3)."""
+    """hvdrun_collective of hvdrun_c.h (ABI version 4)."""
     _fields_ = [
         ("kind", ctypes.c_int),
         ("send", ctypes.c_void_p),
@@ -51,6 +51,9 @@ class Collective(ctypes.Structure):
         ("type_name", ctypes.c_char_p),
         ("prescale", ctypes.c_double),
         ("postscale", ctypes.c_double),
+        ("splits", ctypes.POINTER(ctypes.c_longlong)),
+        ("received_splits", ctypes.POINTER(ctypes.c_longlong)),
+        ("recv_count", ctypes.c_size_t),
     ]
 
 

@@ -6,7 +6,8 @@ Provided: init, shutdown, is_initialized, rank, size, local_rank, local_size, cr
 cross_size, the ops Average, Sum, Min, Max, Product, allreduce(_)(async)(_), grouped
 allreduce and allgather, allgather(_async), allgather_object, broadcast(_)(async)(_),
 broadcast_object, broadcast_parameters, broadcast_optimizer_state, poll, synchronize,
-join, barrier, DistributedOptimizer, Compression, the *_built queries.
+join, barrier, alltoall(_async), reducescatter(_async), grouped_reducescatter(_async),
+DistributedOptimizer, Compression, the *_built queries.
 
 Horovod names not provided raise an error naming them and what to use instead (see
 docs/python.md). Collectives are matched across ranks by the order they are issued in,
@@ -29,6 +30,9 @@ from hvdrun.torch.mpi_ops import (Average, HorovodInternalError, Max, Min, Produ
                                   nccl_built, poll, rank, rocm_built, shutdown, size,
                                   synchronize)
 from hvdrun.torch.optimizer import DistributedOptimizer
+from hvdrun.torch.scatter_ops import (alltoall, alltoall_async, grouped_reducescatter,
+                                      grouped_reducescatter_async, reducescatter,
+                                      reducescatter_async)
 
 
 class HorovodFeatureNotSupported(NotImplementedError, AttributeError):
@@ -38,13 +42,6 @@ class HorovodFeatureNotSupported(NotImplementedError, AttributeError):
 
 _ALTERNATIVES = {
     "Adasum": "op=hvd.Average (or hvd.Sum) with DistributedOptimizer",
-    "alltoall": "allgather, then take the slices meant for this rank",
-    "alltoall_async": "allgather_async, then take the slices meant for this rank",
-    "reducescatter": "allreduce, then take this rank's slice of the result",
-    "reducescatter_async": "allreduce_async, then take this rank's slice of the result",
-    "grouped_reducescatter": "allreduce each tensor, then take this rank's slices",
-    "grouped_reducescatter_async": "allreduce_async each tensor, then take this rank's "
-                                   "slices",
     "sparse_allreduce_async": "allreduce_async of tensor.to_dense()",
     "ProcessSet": "collectives over all ranks, or torch.distributed groups for subsets",
     "add_process_set": "collectives over all ranks, or torch.distributed groups for subsets",
@@ -70,6 +67,8 @@ def __getattr__(name):
 __all__ = [
     "Average", "Compression", "DistributedOptimizer", "HorovodFeatureNotSupported",
     "HorovodInternalError", "Max", "Min", "Product", "Sum", "allgather", "allgather_async",
+    "alltoall", "alltoall_async", "grouped_reducescatter", "grouped_reducescatter_async",
+    "reducescatter", "reducescatter_async",
     "allgather_object", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "barrier", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
     "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "ccl_built",

@@ -432,9 +432,12 @@ def _description(kind, ctype, op, root, on_device, name, like, prescale, postsca
     return entry
 
 
+_LONGS = ctypes.POINTER(ctypes.c_longlong)
+
+
 def _submit(kind, what, send=None, recv=None, count=0, ctype=_lib.UINT8, op=0, root=0,
             device_tensor=None, name=None, like=None, prescale=1.0, postscale=1.0, then=None,
-            blocking=False):
+            blocking=False, splits=None, received=None, recv_count=0):
     """Submits one collective through hvdrun_submit. `like` is the caller's tensor, whose
     shape and dtype the ranks agree on (with `name`, op, root and the scale factors)
     before any data moves. Returns the C handle; with `blocking`, runs it through
@@ -446,6 +449,9 @@ def _submit(kind, what, send=None, recv=None, count=0, ctype=_lib.UINT8, op=0, r
     c.recv = recv
     c.count = count
     c.cuda_stream = _stream(device_tensor).cuda_stream if on_device else None
+    c.splits = None if splits is None else ctypes.cast(splits.data_ptr(), _LONGS)
+    c.received_splits = None if received is None else ctypes.cast(received.data_ptr(), _LONGS)
+    c.recv_count = recv_count
     lib = _lib.lib()
     if blocking:
         h = lib.hvdrun_run(ref, size_)

@@ -131,7 +131,7 @@ HVDRUN_API std::int64_t pending();
 HVDRUN_API int join();
 
 /// The collectives submit() and run() take.
-enum class CollectiveKind { kAllreduce, kBroadcast, kAllgather };
+enum class CollectiveKind { kAllreduce, kBroadcast, kAllgather, kAlltoall, kReducescatter };
 
 /// One collective with everything the ranks agree on before its data moves. Each rank's
 /// description of it must match (kind, element type and count, shape, op, root, scale
@@ -156,6 +156,18 @@ struct Collective {
   const char* type_name = nullptr;      ///< the caller's element type ("int8"), for checks
   double prescale = 1.0;                ///< checked for agreement only: the caller applies it
   double postscale = 1.0;               ///< checked for agreement only: the caller applies it
+  /// Alltoall: elements of `send` (`count` in all) for each rank, size() entries in rank
+  /// order; null splits `count` equally (it must divide). Only the first dimension may
+  /// differ between ranks.
+  const std::int64_t* splits = nullptr;
+  /// Alltoall: filled with the elements received from each rank (size() entries); may be
+  /// null.
+  std::int64_t* received_splits = nullptr;
+  /// Alltoall: elements `recv` can hold; checked on every rank before data moves.
+  /// Reducescatter ignores it: `recv` holds this rank's slice, the first dimension
+  /// (shape[0], or `count` without a shape) split as Horovod does (ranks below rows %
+  /// size() get one row more).
+  std::size_t recv_count = 0;
 };
 
 /// Submits `c` and returns at once. Buffers must stay valid and untouched until wait()

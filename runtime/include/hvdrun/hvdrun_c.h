@@ -57,7 +57,7 @@ typedef enum hvdrun_op {
 } hvdrun_op;
 
 /** The ABI version this library implements (HVDRUN_ABI_VERSION of its build). */
-#define HVDRUN_ABI_VERSION 3
+#define HVDRUN_ABI_VERSION 4
 
 /** Identifies one submitted asynchronous collective; valid (> 0) until hvdrun_wait. */
 typedef long long hvdrun_handle;
@@ -167,7 +167,9 @@ HVDRUN_C_API int hvdrun_join(void);
 typedef enum hvdrun_kind {
   HVDRUN_KIND_ALLREDUCE = 0,
   HVDRUN_KIND_BROADCAST = 1,
-  HVDRUN_KIND_ALLGATHER = 2
+  HVDRUN_KIND_ALLGATHER = 2,
+  HVDRUN_KIND_ALLTOALL = 3,      /**< ABI 4 */
+  HVDRUN_KIND_REDUCESCATTER = 4  /**< ABI 4 */
 } hvdrun_kind;
 
 /** One collective with everything the ranks agree on before its data moves (kind, type
@@ -190,6 +192,10 @@ typedef struct hvdrun_collective {
   const char* type_name;  /**< the caller's element type ("int8"); NULL: dtype's name */
   double prescale;        /**< agreed only (the caller applies it); 0 is taken as 1 */
   double postscale;       /**< agreed only (the caller applies it); 0 is taken as 1 */
+  /* ABI 4 (a caller compiled for ABI 3 passes the shorter size: these are then zero). */
+  const long long* splits;     /**< alltoall: elements to each rank (NULL: count / size) */
+  long long* received_splits;  /**< alltoall: out, elements from each rank (may be NULL) */
+  size_t recv_count;           /**< alltoall: elements recv can hold */
 } hvdrun_collective;
 
 /** What hvdrun_submit returns when a collective of the same name is still in flight on
