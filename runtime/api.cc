@@ -282,9 +282,10 @@ void alltoall(runtime::World& w, const Collective& a) {
     std::int64_t in = 0;
     for (std::size_t i = 0; i < N; ++i) in += at(i, j);
     if (in > at(j, N))
-      throw Error("hvdrun::alltoall: rank " + std::to_string(j) + " is sent " + std::to_string(in) +
-                  " elements but its output holds " + std::to_string(at(j, N)) +
-                  " (recv_count); size the output from the splits every rank sends it");
+      throw runtime::Refused("hvdrun::alltoall: rank " + std::to_string(j) + " is sent " +
+                             std::to_string(in) + " elements but its output holds " +
+                             std::to_string(at(j, N)) +
+                             " (recv_count); size the output from the splits every rank sends it");
   }
   const std::size_t es = dtype_size(a.dtype);
   std::vector<std::size_t> out(N), in(N), matrix(N * N);

@@ -212,14 +212,18 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
     if (mine->body == nullptr && mine->req.seq == kAutoShutdown) closed_ = true;
   } else if (mine->body || mine->then) {
     lock.unlock();
+    bool fatal = false;
     try {
       if (mine->body) mine->body(rd);
+    } catch (const Refused&) {
+      mine->error = std::current_exception();
     } catch (...) {
       mine->error = std::current_exception();
+      fatal = true;
     }
     if (!mine->error && mine->then) mine->then(rd);
     lock.lock();
-    if (mine->error) fail_all(mine->error);
+    if (fatal) fail_all(mine->error);
   }
   mine->body = nullptr;  // release what they captured before anyone waits
   mine->then = nullptr;

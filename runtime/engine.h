@@ -44,6 +44,15 @@ class DuplicateName : public Error {
   using Error::Error;
 };
 
+/// Thrown by a collective's body when it finds, before any data moved, a reason to refuse
+/// that every rank finds alike (an alltoall output too small for what the agreed splits
+/// send it): the collective fails on every rank and, unlike a transport failure, the job
+/// goes on.
+class Refused : public Error {
+ public:
+  using Error::Error;
+};
+
 /// Runs collectives once the ranks agree on them; hands out handles to wait on.
 class Engine {
  public:

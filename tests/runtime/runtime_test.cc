@@ -397,6 +397,23 @@ TEST_CASE("the C ABI's negotiated collectives: mismatches named, names in any or
   for (const auto& rr : r.ranks) CHECK_THAT(rr.err, Catch::Contains("negotiate ok"));
 }
 
+TEST_CASE("the C ABI's alltoall and reducescatter: uneven splits and rows, capacity checked",
+          "[runtime][job]") {
+  auto np = GENERATE(2, 3, 4);
+  auto hosts = GENERATE(std::vector<int>{}, std::vector<int>{1, 1}, std::vector<int>{2, 2});
+  if (!hosts.empty() && np != static_cast<int>(hosts.size()) * hosts[0]) return;
+  JobSpec spec;
+  spec.np = np;
+  spec.hosts = hosts;
+  spec.argv = {HVDRUN_BINARY_DIR "/tests/runtime/runtime_c_worker", "scatter"};
+  spec.env = {{"HVDRUN_NCCL", "off"}};
+  spec.deadline = 60s;
+  auto r = run_job(spec);
+  INFO("np=" << np << " hosts=" << hosts.size() << "\n" << r.dump());
+  CHECK(r.ok());
+  for (const auto& rr : r.ranks) CHECK_THAT(rr.err, Catch::Contains("scatter ok"));
+}
+
 TEST_CASE("a lost peer fails queued asynchronous collectives and every later one",
           "[runtime][job]") {
   JobSpec spec;
