@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 #include <string>
 
 #include "hvdrun/hvdrun.h"
@@ -102,6 +103,7 @@ hvdrun::Collective from_c(const hvdrun_collective* c, size_t size) {
   k.splits = reinterpret_cast<const std::int64_t*>(c->splits);
   k.received_splits = reinterpret_cast<std::int64_t*>(c->received_splits);
   k.recv_count = c->recv_count;
+  k.process_set = c->process_set;
   return k;
 }
 
@@ -237,6 +239,32 @@ int hvdrun_join(void) {
 int hvdrun_leave(void) {
   hvdrun::leave();
   return 0;
+}
+
+int hvdrun_add_process_set(const int* ranks, int n) {
+  try {
+    if (n < 0 || (n > 0 && ranks == nullptr))
+      throw hvdrun::Error("hvdrun_add_process_set: " + std::to_string(n) + " ranks at null");
+    int id = hvdrun::add_process_set(std::vector<int>(ranks, ranks + n));
+    g_last_error.clear();
+    return id;
+  } catch (const hvdrun::DuplicateProcessSet& e) {
+    g_last_error = e.what();
+    return HVDRUN_DUPLICATE_SET;
+  } catch (const std::exception& e) {
+    g_last_error = e.what();
+  }
+  return -1;
+}
+int hvdrun_remove_process_set(int id) {
+  return query([&] { return hvdrun::remove_process_set(id) ? 1 : 0; });
+}
+int hvdrun_process_set_ranks(int id, int* out, int cap) {
+  return query([&] {
+    auto ranks = hvdrun::process_set_ranks(id);
+    for (std::size_t i = 0; i < ranks.size() && static_cast<int>(i) < cap; ++i) out[i] = ranks[i];
+    return static_cast<int>(ranks.size());
+  });
 }
 
 hvdrun_handle hvdrun_submit(const hvdrun_collective* c, size_t size) {

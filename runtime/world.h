@@ -64,6 +64,12 @@ class World {
   const std::string& local_address() const { return local_address_; }
   /// Key prefix of this job generation ("hvdrun/g0").
   const std::string& prefix() const { return prefix_; }
+  /// A host-memory communicator among the members of a process set (`env`: this rank's
+  /// place in it, runtime/process_set.h), under `prefix`. Collective among the members.
+  std::unique_ptr<HostComm> subset_host(const Environment& env, const std::string& prefix);
+  /// A NCCL communicator of `size` ranks in which this rank is `rank`, on this rank's
+  /// device. Collective among those ranks.
+  std::unique_ptr<NcclComm> subset_nccl(const std::string& key, int rank, int size);
 
  private:
   void check_in(std::chrono::steady_clock::time_point deadline);

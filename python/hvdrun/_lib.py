@@ -16,6 +16,7 @@ SUM, AVERAGE, MIN, MAX, PRODUCT = range(5)
 # hvdrun_kind, and hvdrun_submit's answer for a name still in flight.
 KIND_ALLREDUCE, KIND_BROADCAST, KIND_ALLGATHER, KIND_ALLTOALL, KIND_REDUCESCATTER = range(5)
 DUPLICATE_NAME = -2
+DUPLICATE_SET = -3
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _lock = threading.Lock()
@@ -54,6 +55,7 @@ class Collective(ctypes.Structure):
         ("splits", ctypes.POINTER(ctypes.c_longlong)),
         ("received_splits", ctypes.POINTER(ctypes.c_longlong)),
         ("recv_count", ctypes.c_size_t),
+        ("process_set", ctypes.c_int),
     ]
 
 
@@ -97,6 +99,9 @@ _SIGNATURES = {
     "hvdrun_submit_then": (_handle, [ctypes.POINTER(Collective), _c_size, _vp, _vp]),
     "hvdrun_sequence": (ctypes.c_longlong, [_handle]),
     "hvdrun_leave": (_c_int, []),
+    "hvdrun_add_process_set": (_c_int, [ctypes.POINTER(ctypes.c_int), _c_int]),
+    "hvdrun_remove_process_set": (_c_int, [_c_int]),
+    "hvdrun_process_set_ranks": (_c_int, [_c_int, ctypes.POINTER(ctypes.c_int), _c_int]),
 }
 
 

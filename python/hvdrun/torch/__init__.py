@@ -16,7 +16,8 @@ not by name: every rank issues the same collectives in the same order.
 from hvdrun.torch.compression import Compression
 from hvdrun.torch.functions import (allgather_object, broadcast_object,
                                     broadcast_optimizer_state, broadcast_parameters)
-from hvdrun.torch.mpi_ops import (Average, HorovodInternalError, Max, Min, Product, Sum,
+from hvdrun.torch.mpi_ops import (Average, HorovodInternalError, Max, Min, ProcessSet, Product,
+                                  Sum, add_process_set, remove_process_set,
                                   allgather, allgather_async, allreduce, allreduce_,
                                   allreduce_async, allreduce_async_, barrier, broadcast,
                                   broadcast_, broadcast_async, broadcast_async_, ccl_built,
@@ -43,9 +44,6 @@ class HorovodFeatureNotSupported(NotImplementedError, AttributeError):
 _ALTERNATIVES = {
     "Adasum": "op=hvd.Average (or hvd.Sum) with DistributedOptimizer",
     "sparse_allreduce_async": "allreduce_async of tensor.to_dense()",
-    "ProcessSet": "collectives over all ranks, or torch.distributed groups for subsets",
-    "add_process_set": "collectives over all ranks, or torch.distributed groups for subsets",
-    "remove_process_set": "collectives over all ranks",
     "SyncBatchNorm": "torch.nn.SyncBatchNorm with torch.distributed, or plain BatchNorm",
     "elastic": "hvdrun's elastic mode (hvdrun --min-np / --host-discovery-script): the "
                "job restarts in a new generation and the program reloads its own "
@@ -66,7 +64,8 @@ def __getattr__(name):
 
 __all__ = [
     "Average", "Compression", "DistributedOptimizer", "HorovodFeatureNotSupported",
-    "HorovodInternalError", "Max", "Min", "Product", "Sum", "allgather", "allgather_async",
+    "HorovodInternalError", "Max", "Min", "ProcessSet", "Product", "Sum", "add_process_set",
+    "remove_process_set", "allgather", "allgather_async",
     "alltoall", "alltoall_async", "grouped_reducescatter", "grouped_reducescatter_async",
     "reducescatter", "reducescatter_async",
     "allgather_object", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",

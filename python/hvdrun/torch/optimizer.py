@@ -68,7 +68,8 @@ class _Bucket:
 class _Reducer:
     """The buckets of one DistributedOptimizer and the state of the current step."""
 
-    def __init__(self, params, names, compression, op, prescale, postscale, passes):
+    def __init__(self, params, names, compression, op, prescale, postscale, passes, ps=0):
+        self.ps = ps  # the process set reduced among (0: every rank)
         self.compression = compression
         self.op = op
         self.prescale = prescale
@@ -149,7 +150,7 @@ class _Reducer:
                 "which libhvdrun cannot reduce")
         b.stream = torch.cuda.current_stream(sent.device) if sent.is_cuda else None
         b.handle = mpi_ops._submit_allreduce(sent, sent, mpi_ops._NATIVE[sent.dtype], self.op,
-                                            "DistributedOptimizer")
+                                            "DistributedOptimizer", ps=self.ps)
         b.sent, b.ctx = sent, ctx
 
     def synchronize(self):
@@ -202,7 +203,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     _hvdrun_distributed = True
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step,
-                 op, gradient_predivide_factor):
+                 op, gradient_predivide_factor, process_set=global_process_set):
         super(self.__class__, self).__init__(params)
         self._compression = compression
         if named_parameters is not None:
@@ -237,7 +238,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._should_synchronize = True
         self._grad_accs = []
         self._reducer = None
-        if size() > 1:
+        ps = mpi_ops._check_process_set(process_set, "DistributedOptimizer")
+        if mpi_ops._set_size(ps) > 1:
             params_in_order = []
             seen_ids = set()
             for group in self.param_groups:
@@ -250,7 +252,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             else:
                 pre = post = 1.0
             self._reducer = _Reducer(params_in_order, self._parameter_names, compression, op,
-                                     pre, post, backward_passes_per_step)
+                                     pre, post, backward_passes_per_step, ps)
             for p in params_in_order:
                 grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
                 grad_acc.register_hook(self._make_hook(p))
@@ -342,7 +344,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         num_groups, groups: Horovod's explicit fusion groups; accepted and not needed:
             hvdrun always fuses (results are the same).
         sparse_as_dense: not supported (True raises).
-        process_set: only the global process set is supported.
+        process_set: the ranks whose gradients are averaged (default: every rank).
     """
     mpi_ops._check_process_set(process_set, "DistributedOptimizer")
     if sparse_as_dense:
@@ -366,4 +368,4 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, gradient_predivide_factor)
+               op, gradient_predivide_factor, process_set)

@@ -49,7 +49,7 @@ def _send_rows(splits, rows, n, what):
     return out
 
 
-def _alltoall_async(tensor, splits, what, name=None):
+def _alltoall_async(tensor, splits, what, name=None, ps=0):
     """Two collectives: every rank's splits (an allgather, on which the ranks also agree
     about the other dimensions and the dtype), then the rows. The second is submitted by
     libhvdrun's thread the moment the first completes, so it follows at the same point of
@@ -58,7 +58,7 @@ def _alltoall_async(tensor, splits, what, name=None):
     if tensor.dim() == 0:
         raise ValueError(f"hvdrun.torch.{what}: the tensor needs at least one dimension "
                          "(alltoall splits the first)")
-    n, me = _ops.size(), _ops.rank()
+    n, me = _ops._set_size(ps), _ops._set_rank(ps)
     src = tensor if tensor.is_contiguous() else tensor.contiguous()
     rest, row = _rows_and_rest(src)
     rowbytes = row * src.element_size()
@@ -85,13 +85,13 @@ def _alltoall_async(tensor, splits, what, name=None):
                 _lib.KIND_ALLTOALL, what, data.data_ptr(), out.data_ptr(),
                 sum(send_rows) * rowbytes, _lib.UINT8, device_tensor=src, name=base + ".rows",
                 like=src, splits=send, received=received,
-                recv_count=sum(recv_rows) * rowbytes)
+                recv_count=sum(recv_rows) * rowbytes, ps=ps)
         except BaseException as e:  # noqa: B036 - reported by synchronize()
             step["error"] = e
 
     then = _lib.THEN(submit_rows)
     h1 = _ops._submit(_lib.KIND_ALLGATHER, what, mine.data_ptr(), table.data_ptr(), n,
-                      _lib.INT64, name=name, like=src, then=then)
+                      _lib.INT64, name=name, like=src, then=then, ps=ps)
     stream = _ops._stream(src) if src.is_cuda else None
 
     def finish():
@@ -109,15 +109,16 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     """Starts sending slices of `tensor`'s first dimension to every rank (splits[j] rows to
     rank j; equal parts without splits) and gathering the slices every rank sends this one.
     Returns a handle whose synchronize() returns (output, received_splits)."""
-    _ops._check_process_set(process_set, "alltoall_async")
-    return _alltoall_async(tensor, splits, "alltoall_async", name)
+    ps = _ops._check_process_set(process_set, "alltoall_async")
+    return _alltoall_async(tensor, splits, "alltoall_async", name, ps)
 
 
 class _AlltoallFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, splits, name):
-        output, received = _ops.synchronize(_alltoall_async(tensor, splits, "alltoall", name))
-        ctx.received = received
+    def forward(ctx, tensor, splits, name, process_set):
+        ps = _ops._check_process_set(process_set, "alltoall")
+        output, received = _ops.synchronize(_alltoall_async(tensor, splits, "alltoall", name, ps))
+        ctx.received, ctx.process_set = received, process_set
         if splits is None:
             return output
         ctx.mark_non_differentiable(received)
@@ -125,8 +126,8 @@ class _AlltoallFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, *_dead):
-        grad, _ = alltoall(grad_output, splits=ctx.received)
-        return grad, None, None
+        grad, _ = alltoall(grad_output, splits=ctx.received, process_set=ctx.process_set)
+        return grad, None, None, None
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
@@ -134,10 +135,10 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     received, concatenated in rank order; with `splits`, also the rows received from each
     rank (an int32 tensor). Differentiable: the gradient travels back the same way."""
     _ops._check_process_set(process_set, "alltoall")
-    return _AlltoallFn.apply(tensor, splits, name)
+    return _AlltoallFn.apply(tensor, splits, name, process_set)
 
 
-def _reducescatter_async(tensor, op, prescale_factor, postscale_factor, what, name=None):
+def _reducescatter_async(tensor, op, prescale_factor, postscale_factor, what, name=None, ps=0):
     _ops._device_of(tensor, what)
     if tensor.dim() == 0:
         raise ValueError(f"hvdrun.torch.{what}: the tensor needs at least one dimension "
@@ -146,7 +147,7 @@ def _reducescatter_async(tensor, op, prescale_factor, postscale_factor, what, na
         raise NotImplementedError(
             f"hvdrun.torch.{what}: reducescatter supports op=hvd.Sum and hvd.Average only "
             "(as Horovod)")
-    n, me = _ops.size(), _ops.rank()
+    n, me = _ops._set_size(ps), _ops._set_rank(ps)
     rows = tensor.shape[0]
     rest, _row = _rows_and_rest(tensor)
     out = tensor.new_empty((rows // n + (1 if me < rows % n else 0),) + rest)
@@ -183,7 +184,7 @@ def _reducescatter_async(tensor, op, prescale_factor, postscale_factor, what, na
         finish_steps.append(lambda: _ops._scale(out, postscale_factor))
     h = _ops._submit(_lib.KIND_REDUCESCATTER, what, send.data_ptr(), recv.data_ptr(),
                      send.numel(), ctype, _ops._C_OP[op], device_tensor=send, name=name,
-                     like=src, prescale=prescale_factor, postscale=postscale_factor)
+                     like=src, prescale=prescale_factor, postscale=postscale_factor, ps=ps)
     stream = _ops._stream(out) if out.is_cuda else None
     return _ops._register([h], (tensor, src, send, recv, out),
                           _ops._after(stream, out.device, finish_steps, out))
@@ -193,9 +194,9 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
                         prescale_factor=1.0, postscale_factor=1.0):
     """Starts reducing `tensor` over all ranks, each rank receiving its slice of the first
     dimension. Returns a handle whose synchronize() returns the slice."""
-    _ops._check_process_set(process_set, "reducescatter_async")
+    ps = _ops._check_process_set(process_set, "reducescatter_async")
     return _reducescatter_async(tensor, op, prescale_factor, postscale_factor,
-                                "reducescatter_async", name)
+                                "reducescatter_async", name, ps)
 
 
 def _scaled_grads(ctx, grads):
@@ -203,22 +204,24 @@ def _scaled_grads(ctx, grads):
     times the scale factors."""
     factor = 1.0
     if ctx.op == Sum:
-        factor *= _ops.size()
+        factor *= _ops._set_size(_ops._check_process_set(ctx.process_set, "reducescatter"))
     factor *= ctx.prescale_factor * ctx.postscale_factor
     return [g * factor if factor != 1.0 else g for g in grads]
 
 
 class _ReducescatterFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
         ctx.op, ctx.prescale_factor, ctx.postscale_factor = op, prescale_factor, postscale_factor
+        ctx.process_set = process_set
+        ps = _ops._check_process_set(process_set, "reducescatter")
         return _ops.synchronize(_reducescatter_async(tensor, op, prescale_factor,
-                                                     postscale_factor, "reducescatter", name))
+                                                     postscale_factor, "reducescatter", name, ps))
 
     @staticmethod
     def backward(ctx, grad_output):
         (grad,) = _scaled_grads(ctx, [grad_output])
-        return _ops.allgather(grad), None, None, None, None
+        return _ops.allgather(grad, process_set=ctx.process_set), None, None, None, None, None
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
@@ -227,32 +230,34 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
     Differentiable (Horovod's gradient: an allgather)."""
     _ops._check_process_set(process_set, "reducescatter")
     compressed, cctx = compression.compress(tensor)
-    out = _ReducescatterFn.apply(compressed, name, op, prescale_factor, postscale_factor)
+    out = _ReducescatterFn.apply(compressed, name, op, prescale_factor, postscale_factor,
+                                 process_set)
     return compression.decompress(out, cctx)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     """reducescatter_async of each tensor of a list; synchronize() returns the list."""
-    _ops._check_process_set(process_set, "grouped_reducescatter_async")
+    ps = _ops._check_process_set(process_set, "grouped_reducescatter_async")
     _ops._one_device(tensors, "grouped_reducescatter_async")
     return _ops._register_group([
         _reducescatter_async(t, op, prescale_factor, postscale_factor,
-                             "grouped_reducescatter_async", _ops._member(name, i))
+                             "grouped_reducescatter_async", _ops._member(name, i), ps)
         for i, t in enumerate(tensors)])
 
 
 class _GroupedReducescatterFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
         ctx.op, ctx.prescale_factor, ctx.postscale_factor = op, prescale_factor, postscale_factor
+        ctx.process_set = process_set
         return tuple(_ops.synchronize(grouped_reducescatter_async(
-            list(tensors), name, op, global_process_set, prescale_factor, postscale_factor)))
+            list(tensors), name, op, process_set, prescale_factor, postscale_factor)))
 
     @staticmethod
     def backward(ctx, *grads):
-        return (None, None, None, None) + tuple(
-            _ops.grouped_allgather(_scaled_grads(ctx, list(grads))))
+        return (None, None, None, None, None) + tuple(
+            _ops.grouped_allgather(_scaled_grads(ctx, list(grads)), process_set=ctx.process_set))
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
@@ -261,5 +266,6 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
     """reducescatter of each tensor of a list; returns the list of slices."""
     _ops._check_process_set(process_set, "grouped_reducescatter")
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
-    outs = _GroupedReducescatterFn.apply(name, op, prescale_factor, postscale_factor, *compressed)
+    outs = _GroupedReducescatterFn.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                         *compressed)
     return [compression.decompress(o, c) for o, c in zip(outs, ctxs)]

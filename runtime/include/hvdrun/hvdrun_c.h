@@ -196,6 +196,7 @@ typedef struct hvdrun_collective {
   const long long* splits;     /**< alltoall: elements to each rank (NULL: count / size) */
   long long* received_splits;  /**< alltoall: out, elements from each rank (may be NULL) */
   size_t recv_count;           /**< alltoall: elements recv can hold */
+  int process_set;             /**< 0: every rank; else an id from hvdrun_add_process_set */
 } hvdrun_collective;
 
 /** What hvdrun_submit returns when a collective of the same name is still in flight on
@@ -206,6 +207,22 @@ typedef struct hvdrun_collective {
  *  (hvdrun_shutdown agrees first): queued collectives fail and the other ranks see this
  *  rank gone, so a rank that exits with an error is what the launcher reports. */
 HVDRUN_C_API int hvdrun_leave(void);
+
+/* ---- ABI version 4 ---------------------------------------------------------------- */
+
+/** What hvdrun_add_process_set returns when a set of those ranks exists already. */
+#define HVDRUN_DUPLICATE_SET (-3)
+
+/** Adds a process set of `n` ranks: collectives with that process_set run among its
+ *  members only. Collective over every rank of the job (the same ranks, the same order of
+ *  calls). Returns its id (> 0, the same on every rank), HVDRUN_DUPLICATE_SET, or -1. */
+HVDRUN_C_API int hvdrun_add_process_set(const int* ranks, int n);
+/** Removes process set `id` (collective over every rank): 1 when removed, 0 when there
+ *  was no such set, -1 on failure. */
+HVDRUN_C_API int hvdrun_remove_process_set(int id);
+/** Writes up to `cap` ranks of process set `id` (0: every rank), ascending, to `out` and
+ *  returns how many it has, or -1 for an unknown set. */
+HVDRUN_C_API int hvdrun_process_set_ranks(int id, int* out, int cap);
 
 /** Submits `c` (`size` = sizeof(hvdrun_collective) as the caller compiled it) and returns
  *  its handle (> 0) at once; -1 on failure, HVDRUN_DUPLICATE_NAME for a name in flight. */
