@@ -558,7 +558,8 @@ Collective gather(const void* send, void* recv, std::size_t count, DataType dtyp
 
 Handle submit(const Collective& c) {
   auto p = prepare(c);
-  return to_public(c.process_set, p.engine->submit(p.request, body_of(p, c), nullptr, p.small_input));
+  return to_public(c.process_set,
+                   p.engine->submit(p.request, body_of(p, c), nullptr, p.small_input));
 }
 
 Handle submit(const Collective& c, void (*then)(void*, long long), void* arg) {
@@ -704,8 +705,7 @@ int add_process_set(const std::vector<int>& ranks_in) {
       throw Error("hvdrun::add_process_set: rank " + std::to_string(ranks[i]) +
                   " is not a rank of this job (size " + std::to_string(env.size) + ")");
     if (i > 0 && ranks[i] == ranks[i - 1])
-      throw Error("hvdrun::add_process_set: rank " + std::to_string(ranks[i]) +
-                  " is listed twice");
+      throw Error("hvdrun::add_process_set: rank " + std::to_string(ranks[i]) + " is listed twice");
   }
   // Every rank must add the same set; each learns where every rank runs.
   struct Entry {
@@ -718,7 +718,8 @@ int add_process_set(const std::vector<int>& ranks_in) {
     if (all[r].list != all[0].list)
       throw Error("hvdrun::add_process_set: rank " + std::to_string(r) +
                   " added a different set than rank 0 (this rank: ranks " +
-                  runtime::ranks_text(ranks) + "); every rank must add the same sets in the "
+                  runtime::ranks_text(ranks) +
+                  "); every rank must add the same sets in the "
                   "same order");
   auto set = std::make_shared<runtime::ProcessSet>();
   set->ranks = ranks;
@@ -736,8 +737,8 @@ int add_process_set(const std::vector<int>& ranks_in) {
     set->env = runtime::set_environment(env, ranks, hosts);
     set->prefix = j->world->prefix() + "/ps/" + std::to_string(set->id);
     set->host = j->world->subset_host(set->env, set->prefix);
-    set->engine = std::make_unique<runtime::Engine>(set_hooks(set.get()), set->env.size,
-                                                    stall_policy(env));
+    set->engine =
+        std::make_unique<runtime::Engine>(set_hooks(set.get()), set->env.size, stall_policy(env));
   }
   std::lock_guard lock(j->sets_mu);
   j->sets.emplace(set->id, set);
@@ -786,8 +787,7 @@ std::vector<int> process_set_ranks(int id) {
 
 DuplicateProcessSet::DuplicateProcessSet(int existing, const std::vector<int>& ranks)
     : Error("hvdrun::add_process_set: process set " + std::to_string(existing) +
-            " already has ranks " + runtime::ranks_text(ranks) +
-            "; use it, or remove it first"),
+            " already has ranks " + runtime::ranks_text(ranks) + "; use it, or remove it first"),
       existing_(existing) {}
 DuplicateProcessSet::~DuplicateProcessSet() = default;
 

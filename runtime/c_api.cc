@@ -4,8 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "hvdrun/hvdrun.h"
 #include "hvdrun/hvdrun_c.h"

@@ -261,16 +261,15 @@ void World::build_nccl(Clock::time_point deadline) {
 
 std::unique_ptr<HostComm> World::subset_host(const Environment& env, const std::string& prefix) {
   const auto deadline = std::chrono::steady_clock::now() + env_.start_timeout;
-  return std::make_unique<HostComm>(&store(), prefix, env, local_address_.empty()
-                                                             ? store().local_address()
-                                                             : local_address_,
-                                    deadline);
+  return std::make_unique<HostComm>(
+      &store(), prefix, env, local_address_.empty() ? store().local_address() : local_address_,
+      deadline);
 }
 
 std::unique_ptr<NcclComm> World::subset_nccl(const std::string& key, int rank, int size) {
   if (!nccl_)
-    throw Error("hvdrun: " + who() + ": GPU buffers need NCCL, which is unavailable: " +
-                nccl_status_);
+    throw Error("hvdrun: " + who() +
+                ": GPU buffers need NCCL, which is unavailable: " + nccl_status_);
   const auto deadline = std::chrono::steady_clock::now() + env_.start_timeout;
   return std::make_unique<NcclComm>(store(), key, rank, size, env_.local_rank, env_.local_size,
                                     deadline, env_.op_timeout);

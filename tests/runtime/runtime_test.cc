@@ -10,6 +10,7 @@
 #include "rendezvous/server.h"
 #include "runtime/env.h"
 #include "runtime/nccl_comm.h"
+#include "runtime/process_set.h"
 #include "runtime/reduce.h"
 #include "runtime/world.h"
 #include "tests/runtime/job_harness.h"
@@ -444,4 +445,28 @@ TEST_CASE("Python ctypes drives libhvdrun.so", "[runtime][python][job]") {
   auto r = run_job(spec);
   INFO(r.dump());
   CHECK(r.ok());
+}
+
+TEST_CASE("a process set's environment: its rank and size, its members per host, its hosts",
+          "[runtime][process_set]") {
+  using hvdrun::runtime::set_environment;
+  // Six ranks on three hosts (ids 7, 8, 9): 0 1 | 2 3 | 4 5.
+  const std::vector<std::uint64_t> hosts = {7, 7, 8, 8, 9, 9};
+  hvdrun::runtime::Environment world;
+  world.size = 6;
+  world.rank = 3;
+  auto e = set_environment(world, {1, 3, 5}, hosts);  // one rank per host
+  CHECK(e.rank == 1);
+  CHECK(e.size == 3);
+  CHECK(e.local_rank == 0);
+  CHECK(e.local_size == 1);
+  CHECK(e.cross_rank == 1);
+  CHECK(e.cross_size == 3);
+  e = set_environment(world, {2, 3}, hosts);  // one host
+  CHECK((e.rank == 1 && e.size == 2 && e.local_rank == 1 && e.local_size == 2));
+  CHECK((e.cross_rank == 0 && e.cross_size == 1));
+  world.rank = 4;
+  e = set_environment(world, {0, 2, 3, 4}, hosts);  // hosts numbered by their lowest member
+  CHECK((e.rank == 3 && e.local_rank == 0 && e.local_size == 1));
+  CHECK((e.cross_rank == 2 && e.cross_size == 3));
 }
