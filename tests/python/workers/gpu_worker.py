@@ -116,7 +116,6 @@ if n > 1:
         last = hvd.join()
     assert last >= 1, last
 
-hvd.shutdown()
 # alltoall and reducescatter on CUDA tensors (grouped ncclSend/ncclRecv, ncclReduce per
 # slice), against the CPU path's values.
 for dt in (torch.float32, torch.float16, torch.int64):
@@ -144,4 +143,5 @@ if ps is not None:
     hvd.barrier()
     assert hvd.remove_process_set(ps)
 
+hvd.shutdown()
 print(f"rank {r}: gpu checks passed")
