@@ -6,7 +6,8 @@ Provided: init, shutdown, is_initialized, rank, size, local_rank, local_size, cr
 cross_size, the ops Average, Sum, Min, Max, Product, allreduce(_)(async)(_), grouped
 allreduce and allgather, allgather(_async), allgather_object, broadcast(_)(async)(_),
 broadcast_object, broadcast_parameters, broadcast_optimizer_state, poll, synchronize,
-join, barrier, DistributedOptimizer, Compression, the *_built queries.
+join, barrier, DistributedOptimizer, Compression, the *_built queries, SyncBatchNorm,
+sparse_allreduce_async.
 
 Horovod names not provided raise an error naming them and what to use instead (see
 docs/python.md). Collectives are matched across ranks by the order they are issued in,
@@ -29,6 +30,8 @@ from hvdrun.torch.mpi_ops import (Average, HorovodInternalError, Max, Min, Produ
                                   nccl_built, poll, rank, rocm_built, shutdown, size,
                                   synchronize)
 from hvdrun.torch.optimizer import DistributedOptimizer
+from hvdrun.torch.sparse import sparse_allreduce_async
+from hvdrun.torch.sync_batch_norm import SyncBatchNorm
 
 
 class HorovodFeatureNotSupported(NotImplementedError, AttributeError):
@@ -45,11 +48,9 @@ _ALTERNATIVES = {
     "grouped_reducescatter": "allreduce each tensor, then take this rank's slices",
     "grouped_reducescatter_async": "allreduce_async each tensor, then take this rank's "
                                    "slices",
-    "sparse_allreduce_async": "allreduce_async of tensor.to_dense()",
     "ProcessSet": "collectives over all ranks, or torch.distributed groups for subsets",
     "add_process_set": "collectives over all ranks, or torch.distributed groups for subsets",
     "remove_process_set": "collectives over all ranks",
-    "SyncBatchNorm": "torch.nn.SyncBatchNorm with torch.distributed, or plain BatchNorm",
     "elastic": "hvdrun's elastic mode (hvdrun --min-np / --host-discovery-script): the "
                "job restarts in a new generation and the program reloads its own "
                "checkpoint when hvd.generation() is above 0",
@@ -80,4 +81,5 @@ __all__ = [
     "is_initialized", "join", "local_rank", "local_size", "mpi_built", "mpi_enabled",
     "mpi_threads_supported", "nccl_built", "poll", "rank", "rocm_built", "shutdown", "size",
     "synchronize",
+    "SyncBatchNorm", "sparse_allreduce_async",
 ]
