@@ -5,15 +5,24 @@ entries, int64 values, and its errors; then nn.Embedding(sparse=True) trained th
 DistributedOptimizer, with and without sparse_as_dense, next to dense layers in the same
 bucket, with backward_passes_per_step=2 and a step where one rank's embedding has no
 gradient: every rank ends with the same weights, equal to the same training run in one
-process on every rank's batch. Prints "rank R: sparse checks passed"."""
+process on every rank's batch. Argument: the device, cpu (default) or cuda (as
+workers/sync_bn_worker.py). Prints "rank R: sparse checks passed"."""
 import copy
+import os
+import sys
 
 import torch
 
-import hvdrun.torch as hvd
+DEV = sys.argv[1] if len(sys.argv) > 1 else "cpu"
+if DEV == "cuda" and torch.cuda.device_count() < int(os.environ["HVDRUN_LOCAL_SIZE"]):
+    os.environ["NCCL_HOSTID"] = f"hvdrun-python-sparse-{os.environ['HVDRUN_RANK']}"
+
+import hvdrun.torch as hvd  # noqa: E402
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
+if DEV == "cuda":
+    torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
 
 
 def rank_tensor(k, shape, sparse_dims, dtype=torch.float32, empty=False):
@@ -36,12 +45,14 @@ cases = [((17, 10), 2, torch.float32, None), ((81, 4), 1, torch.float32, None),
 handles = []
 for i, (shape, sparse_dims, dtype, empty_rank) in enumerate(cases):
     for op in (hvd.Average, hvd.Sum):
-        mine = rank_tensor(r, shape, sparse_dims, dtype, empty=(r == empty_rank))
+        mine = rank_tensor(r, shape, sparse_dims, dtype, empty=(r == empty_rank)).to(DEV)
         handles.append((i, op, hvd.sparse_allreduce_async(mine, name=f"sparse.{i}.{op}", op=op)))
 for i, op, h in handles:
     shape, sparse_dims, dtype, empty_rank = cases[i]
     got = h()
     assert h() is got  # a second call returns the same tensor
+    assert got.device.type == DEV, got.device
+    got = got.cpu()
     assert got.is_sparse and got.shape == torch.Size(shape), (i, got.layout, got.shape)
     assert got.sparse_dim() == sparse_dims, (i, got.sparse_dim())
     expected = sum(rank_tensor(k, shape, sparse_dims, dtype, empty=(k == empty_rank)).to_dense()
@@ -55,7 +66,8 @@ for i, op, h in handles:
             (i, op, (got.to_dense() - expected).abs().max())
 
 # Horovod's own check: the average of sparse tensors equals allreduce of the dense ones.
-tensors = [rank_tensor(r * 50 + i, (d0, 10), 2) for i, d0 in enumerate([17, 32, 81, 12, 15])]
+tensors = [rank_tensor(r * 50 + i, (d0, 10), 2).to(DEV)
+           for i, d0 in enumerate([17, 32, 81, 12, 15])]
 dense = [hvd.allreduce(t.to_dense()) for t in tensors]
 sparse = [hvd.sparse_allreduce_async(t, op=hvd.Average, name=str(i)) for i, t in enumerate(tensors)]
 for d, h in zip(dense, sparse):
@@ -100,11 +112,11 @@ class Net(torch.nn.Module):
 
 def batch(step, k):
     g = torch.Generator().manual_seed(step * 100 + k)
-    return torch.randint(0, ROWS, (2 + k, 4), generator=g)  # batch sizes differ by rank
+    return torch.randint(0, ROWS, (2 + k, 4), generator=g).to(DEV)  # sizes differ by rank
 
 
 def train(sparse_as_dense, make_opt, passes, steps=4):
-    model = Net()
+    model = Net().to(DEV)
     single = copy.deepcopy(model)
     opt = hvd.DistributedOptimizer(make_opt(model), named_parameters=model.named_parameters(),
                                    sparse_as_dense=sparse_as_dense,
@@ -145,9 +157,10 @@ for sparse_as_dense in (False, True):
 # Horovod's test_sparse_embeddings: SparseAdam, inputs of different lengths per rank.
 for sparse_as_dense in (False, True):
     torch.manual_seed(3)
-    emb = torch.nn.Embedding(10, 3, sparse=True)
+    emb = torch.nn.Embedding(10, 3, sparse=True).to(DEV)
     inp = torch.LongTensor([[1, 2, 4, 5], [4, 3, 2, 9]]) if r == 0 else \
         torch.LongTensor([[1, 3, 4], [4, 7, 9]])
+    inp = inp.to(DEV)
     opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(list(emb.parameters()), lr=0.1),
                                    sparse_as_dense=sparse_as_dense)
     opt.zero_grad()
