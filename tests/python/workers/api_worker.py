@@ -5,18 +5,9 @@ import os
 import sys
 
 import torch
+from _checks import expect_raises
 
 import hvdrun.torch as hvd
-
-
-def expect_raises(exc, fn, *words):
-    try:
-        fn()
-    except exc as e:
-        for w in words:
-            assert w in str(e), f"{w!r} not in {e!r}"
-        return
-    raise AssertionError(f"{fn} did not raise {exc.__name__}")
 
 
 # Before init.

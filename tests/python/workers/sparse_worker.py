@@ -8,21 +8,16 @@ gradient: every rank ends with the same weights, equal to the same training run 
 process on every rank's batch. Argument: the device, cpu (default) or cuda (as
 workers/sync_bn_worker.py). Prints "rank R: sparse checks passed"."""
 import copy
-import os
-import sys
 
 import torch
+from _checks import device_argument, expect_raises, pin_device
 
-DEV = sys.argv[1] if len(sys.argv) > 1 else "cpu"
-if DEV == "cuda" and torch.cuda.device_count() < int(os.environ["HVDRUN_LOCAL_SIZE"]):
-    os.environ["NCCL_HOSTID"] = f"hvdrun-python-sparse-{os.environ['HVDRUN_RANK']}"
+import hvdrun.torch as hvd
 
-import hvdrun.torch as hvd  # noqa: E402
-
+DEV = device_argument("sparse")
 hvd.init()
 r, n = hvd.rank(), hvd.size()
-if DEV == "cuda":
-    torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
+pin_device(DEV, hvd.local_rank())
 
 
 def rank_tensor(k, shape, sparse_dims, dtype=torch.float32, empty=False):
@@ -72,16 +67,6 @@ dense = [hvd.allreduce(t.to_dense()) for t in tensors]
 sparse = [hvd.sparse_allreduce_async(t, op=hvd.Average, name=str(i)) for i, t in enumerate(tensors)]
 for d, h in zip(dense, sparse):
     assert torch.allclose(d, h().to_dense(), 1e-6)
-
-
-def expect_raises(exc, fn, *words):
-    try:
-        fn()
-    except exc as e:
-        for w in words:
-            assert w in str(e), f"{w!r} not in {e!r}"
-        return
-    raise AssertionError(f"{fn} did not raise {exc.__name__}")
 
 
 expect_raises(TypeError, lambda: hvd.sparse_allreduce_async(torch.ones(3), "d", hvd.Sum),

@@ -10,22 +10,16 @@ Argument: the device, cpu (default) or cuda (run with HVDRUN_NCCL=require; ranks
 one GPU claim a host each, NCCL_HOSTID, as workers/gpu_worker.py). Prints
 "rank R: sync batch norm checks passed"."""
 import copy
-import os
-import sys
 
 import torch
+from _checks import device_argument, pin_device
 
-DEV = sys.argv[1] if len(sys.argv) > 1 else "cpu"
-if DEV == "cuda" and torch.cuda.device_count() < int(os.environ["HVDRUN_LOCAL_SIZE"]):
-    os.environ["NCCL_HOSTID"] = f"hvdrun-python-sync-bn-{os.environ['HVDRUN_RANK']}"
+import hvdrun.torch as hvd
 
-import hvdrun.torch as hvd  # noqa: E402
-
+DEV = device_argument("sync-bn")
 hvd.init()
 r, n = hvd.rank(), hvd.size()
-if DEV == "cuda":
-    torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+pin_device(DEV, hvd.local_rank())
 SIZES = {2: [3, 5], 4: [4, 0, 6, 3]}[n]
 START = sum(SIZES[:r])
 MINE = slice(START, START + SIZES[r])
