@@ -144,7 +144,7 @@ class _Reducer:
                 p.grad = _empty_gradient(p, self.sparse_dims.get(p))
             g = p.grad
             if g.is_sparse:
-                self.sparse_dims[p] = g.sparse_dim()
+                g = p.grad = self._agreed_layout(p, g)
                 if not self.sparse_as_dense:
                     b.sparse.append(p)
                     continue
@@ -154,6 +154,18 @@ class _Reducer:
         self._submit_dense(b, grads)
         b.sparse = [(p, sparse_allreduce_async(p.grad, self.names.get(p), self.op))
                     for p in b.sparse]
+
+    def _agreed_layout(self, p, g):
+        """`g`, or an empty sparse gradient of the layout `p`'s gradients had before: a
+        gradient zeroed by zero_grad() and left untouched by backward on this rank has
+        every dimension sparse, while the others' have their usual layout (an embedding's:
+        rows sparse, columns dense), and the ranks must gather alike."""
+        known = self.sparse_dims.get(p)
+        if g._nnz() > 0:
+            self.sparse_dims[p] = g.sparse_dim()
+        elif known is not None and g.sparse_dim() != known:
+            return _empty_gradient(p, known)
+        return g
 
     def _submit_dense(self, b, grads):
         if not grads:
