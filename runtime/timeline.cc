@@ -71,7 +71,8 @@ void format(std::string& out, char ph, int pid, std::int64_t ts, std::string_vie
 
 void format_row(std::string& out, int pid, std::string_view name) {
   const std::string id = std::to_string(pid);
-  out += ",\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " + id + ", \"args\": {\"name\": ";
+  out +=
+      ",\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " + id + ", \"args\": {\"name\": ";
   quoted(out, name);
   out += "}},\n{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": " + id +
          ", \"args\": {\"sort_index\": " + id + "}}";
@@ -211,9 +212,12 @@ void Timeline::record(What what, std::string_view name, std::string_view text,
   if (what == What::kBegin || what == What::kNegotiate) {
     Row& r = row(name, ts);
     ++r.open;
-    push(Event{'B', r.pid, ts,
+    push(Event{'B',
+               r.pid,
+               ts,
                what == What::kNegotiate ? "NEGOTIATE_" + std::string(text) : std::string(text),
-               {}, {}});
+               {},
+               {}});
     return;
   }
   // kEnd closes the innermost phase, kEndAll every open one.

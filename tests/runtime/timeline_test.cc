@@ -40,12 +40,13 @@ struct Json {
   double number = 0;
   std::string string;
   std::vector<Json> array;
-  std::vector<std::pair<std::string, Json>> object;
+  std::vector<std::string> keys;  // an object's keys, and its values in `array`
 
   // The member `key` of an object; nullptr when absent.
   const Json* get(std::string_view key) const {
-    for (const auto& [k, v] : object) {
-      if (k == key) return &v;
+    if (type != Type::kObject) return nullptr;
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      if (keys[k] == key) return &array[k];
     }
     return nullptr;
   }
@@ -126,7 +127,8 @@ class JsonReader {
       if (peek() != '"') fail("expected a key");
       std::string key = string();
       expect(':');
-      v.object.emplace_back(std::move(key), value());
+      v.keys.push_back(std::move(key));
+      v.array.push_back(value());
       if (peek() == ',') {
         ++i_;
         continue;
@@ -227,7 +229,7 @@ Json parse_file(const std::string& path) {
 // The events of a parsed timeline (which it keeps), by kind.
 struct Trace {
   Json doc;
-  std::map<std::string, int> pid_of;  // row name -> pid, from process_name metadata
+  std::map<std::string, int> pid_of;             // row name -> pid, from process_name metadata
   std::map<int, std::vector<const Json*>> rows;  // pid -> its B/E/X events in file order
   std::vector<const Json*> markers;
   const Json* start_meta = nullptr;
