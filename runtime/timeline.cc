@@ -242,6 +242,9 @@ void Timeline::record_rank(std::string_view name, int rank) {
 Timeline::Row& Timeline::row(std::string_view name, std::int64_t ts) {
   auto it = rows_.find(name);
   if (it != rows_.end()) return it->second;
+  if (rows_.size() >= max_rows_) {
+    std::erase_if(rows_, [](const auto& entry) { return entry.second.open == 0; });
+  }
   const int pid = next_pid_++;
   push(Event{'M', pid, ts, std::string(name), {}, {}});
   return rows_.emplace(std::string(name), Row{pid, 0}).first->second;

@@ -33,8 +33,13 @@ class Timeline {
   /// At most this many events wait for the writer; beyond it events are dropped (and
   /// counted, and the file says so) rather than making a collective wait on the disk.
   static constexpr std::size_t kMaxQueued = std::size_t{1} << 20;
+  /// Rows (collective names) remembered by default. Past it, the rows with no phase open
+  /// are forgotten (a name seen again gets a new row), so that a program naming every
+  /// collective afresh cannot grow this rank's memory without bound.
+  static constexpr std::size_t kMaxRows = std::size_t{1} << 16;
 
-  Timeline() = default;
+  /// A stopped timeline remembering at most `max_rows` rows (kMaxRows).
+  explicit Timeline(std::size_t max_rows = kMaxRows) : max_rows_(max_rows) {}
   /// stop().
   ~Timeline();
   Timeline(const Timeline&) = delete;
@@ -149,6 +154,7 @@ class Timeline {
   };
   std::unordered_map<std::string, Row, NameHash, std::equal_to<>> rows_;
   int next_pid_ = 1;
+  std::size_t max_rows_;
   std::string path_;
   std::string error_;
   std::chrono::steady_clock::time_point start_;
@@ -159,6 +165,31 @@ class Timeline {
   std::string file_;
   std::int64_t end_ = 0;
   std::thread thread_;
+};
+
+/// Begins a phase of a collective and ends it when the scope closes, on every path out (the
+/// data movement's phases: `TimelineScope s(timeline, name, "GLOO_ALLREDUCE");`).
+class TimelineScope {
+ public:
+  /// Begins `phase` on the row `name` when `timeline` is writing.
+  TimelineScope(Timeline& timeline, std::string_view name, std::string_view phase)
+      : timeline_(timeline), active_(timeline.enabled()) {
+    if (active_) {
+      name_ = name;
+      timeline_.begin(name_, phase);
+    }
+  }
+  /// Ends the phase (nothing when the timeline was stopped at the start).
+  ~TimelineScope() {
+    if (active_) timeline_.end(name_);
+  }
+  TimelineScope(const TimelineScope&) = delete;
+  TimelineScope& operator=(const TimelineScope&) = delete;
+
+ private:
+  Timeline& timeline_;
+  bool active_;
+  std::string name_;
 };
 
 /// `text` as the inside of a JSON string: quotes, backslashes and control characters

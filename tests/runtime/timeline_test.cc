@@ -26,6 +26,7 @@
 
 using hvdrun::runtime::json_escape;
 using hvdrun::runtime::Timeline;
+using hvdrun::runtime::TimelineScope;
 using hvdrun::testing::CapturedProcess;
 using hvdrun::testing::read_file;
 using hvdrun::testing::TempDir;
@@ -510,6 +511,56 @@ TEST_CASE("timeline: start() again finishes the first file and begins a fresh on
   CHECK(two.pid_of.size() == 1);
   CHECK(two.pid_of.at("b") == 1);  // rows are numbered afresh
   CHECK(two.phases("b") == strings({"B:BROADCAST", "E"}));
+}
+
+TEST_CASE("timeline: a scope ends its phase on every path out") {
+  TempDir dir("timeline");
+  const std::string path = dir.path() + "/scope.json";
+  Timeline t;
+  {
+    TimelineScope before(t, "grad", "NOT_WRITTEN");  // stopped: nothing, now or at the end
+    t.start(path);
+  }
+  t.begin("grad", "ALLREDUCE");
+  try {
+    TimelineScope outer(t, "grad", "MEMCPY_IN_FUSION_BUFFER");
+    { const TimelineScope inner(t, std::string("grad"), "GLOO_ALLREDUCE"); }
+    throw std::runtime_error("a failing data movement");
+  } catch (const std::runtime_error&) {
+  }
+  t.end_all("grad");
+  t.stop();
+  CHECK(Trace(parse_file(path)).phases("grad") ==
+        strings({"B:ALLREDUCE", "B:MEMCPY_IN_FUSION_BUFFER", "B:GLOO_ALLREDUCE", "E", "E", "E"}));
+}
+
+TEST_CASE("timeline: past its row limit it forgets finished rows, never open ones") {
+  TempDir dir("timeline");
+  const std::string path = dir.path() + "/rows.json";
+  Timeline t(/*max_rows=*/8);
+  t.start(path);
+  t.begin("kept.open", "ALLREDUCE");
+  for (int k = 0; k < 20; ++k) {
+    const std::string name = "once" + std::to_string(k);
+    t.begin(name, "ALLREDUCE");
+    t.end(name);
+  }
+  t.begin("once0", "ALLREDUCE");  // forgotten by now: a second row of that name
+  t.end("once0");
+  t.end("kept.open");  // still its first row
+  t.stop();
+  const std::string text = read_file(path);
+  CHECK(hvdrun::testing::count(text, "\"name\": \"once0\"") == 2);
+  CHECK(hvdrun::testing::count(text, "\"name\": \"kept.open\"") == 1);
+  JsonReader reader(text);
+  const Json doc = reader.document();
+  // kept.open is row 1: its E is the last event on pid 1.
+  const Json* last = nullptr;
+  for (const Json& e : doc.array) {
+    if (e.num("pid") == 1 && e.str("ph") != "M") last = &e;
+  }
+  REQUIRE(last != nullptr);
+  CHECK(last->str("ph") == "E");
 }
 
 TEST_CASE("timeline: a file that cannot be created is an error naming it, and nothing records") {
