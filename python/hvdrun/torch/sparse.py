@@ -15,34 +15,16 @@ from hvdrun.torch.mpi_ops import (Average, HorovodInternalError, Sum, allgather_
 
 
 class SparseHandle:
-    """What sparse_allreduce_async returns: call it (as in Horovod) to wait for the
-    gathers and get the reduced sparse tensor. A second call returns the same tensor."""
+    """What sparse_allreduce_async returns: call it (as in Horovod) to get the reduced
+    sparse tensor, or the error its gathers raised."""
 
-    __slots__ = ("_tensor", "_indices", "_values", "_average_over", "_result", "_error")
+    __slots__ = ("_result", "_error")
 
-    def __init__(self, tensor, indices_handle, values_handle, average_over):
-        self._tensor = tensor
-        self._indices = indices_handle
-        self._values = values_handle
-        self._average_over = average_over
-        self._result = None
-        self._error = None
+    def __init__(self, result, error):
+        self._result = result
+        self._error = error
 
     def __call__(self):
-        if self._result is None and self._error is None:
-            # Both handles are waited for, even when the first fails, so that neither
-            # name stays in flight.
-            got = []
-            for h in (self._values, self._indices):
-                try:
-                    got.append(synchronize(h))
-                except HorovodInternalError as e:
-                    self._error = self._error or e
-            if self._error is None:
-                values, indices = got
-                if self._average_over is not None:
-                    values = values / self._average_over
-                self._result = torch.sparse_coo_tensor(indices.t(), values, self._tensor.size())
         if self._error is not None:
             raise self._error
         return self._result
@@ -61,10 +43,11 @@ def _check(tensor, op, what):
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
-    """Starts reducing the sparse COO `tensor` over all ranks by gathering every rank's
-    indices and values. Returns a callable; calling it waits and returns a sparse tensor
-    of `tensor`'s size holding every rank's entries (duplicates sum when coalesced), with
-    the values divided by the number of ranks for op=Average.
+    """Reduces the sparse COO `tensor` over all ranks by gathering every rank's indices
+    and values. Returns a callable (as Horovod); calling it returns a sparse tensor of
+    `tensor`'s size holding every rank's entries (duplicates sum when coalesced), with the
+    values divided by the number of ranks for op=Average, or raises the gathers' error.
+    The gathers run before this returns (Horovod's are left in flight).
 
     Arguments:
         tensor: a sparse COO tensor of the same size on every rank (its number of
@@ -77,10 +60,21 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     # allgather concatenates along the first dimension: the indices go as (nnz, ndim).
     indices = tensor._indices().t().contiguous()
     values = tensor._values().contiguous()
-    indices_handle = allgather_async(indices, name=f"{name}.indices", process_set=process_set)
-    values_handle = allgather_async(values, name=f"{name}.values", process_set=process_set)
-    return SparseHandle(tensor, indices_handle, values_handle,
-                        process_set.size() if op == Average else None)
+    # Both gathers complete here rather than stay in flight: an allgather is two steps
+    # (the ranks' first dimensions, then the rows), and the second enters each rank's queue
+    # at a time that differs between ranks; with many such gathers outstanding the ranks'
+    # queues can then disagree beyond what one negotiation round compares, and stall.
+    # Completed one at a time, the gathers keep the same order on every rank.
+    try:
+        values = synchronize(allgather_async(values, name=f"{name}.values",
+                                             process_set=process_set))
+        indices = synchronize(allgather_async(indices, name=f"{name}.indices",
+                                              process_set=process_set))
+    except HorovodInternalError as e:
+        return SparseHandle(None, e)
+    if op == Average:
+        values = values / process_set.size()
+    return SparseHandle(torch.sparse_coo_tensor(indices.t(), values, tensor.size()), None)
 
 
 def apply_sparse_gradient(grad, reduced):

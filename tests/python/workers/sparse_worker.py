@@ -8,6 +8,7 @@ gradient: every rank ends with the same weights, equal to the same training run 
 process on every rank's batch. Argument: the device, cpu (default) or cuda (as
 workers/sync_bn_worker.py). Prints "rank R: sparse checks passed"."""
 import copy
+import time
 
 import torch
 from _checks import device_argument, expect_raises, pin_device
@@ -68,6 +69,19 @@ sparse = [hvd.sparse_allreduce_async(t, op=hvd.Average, name=str(i)) for i, t in
 for d, h in zip(dense, sparse):
     assert torch.allclose(d, h().to_dense(), 1e-6)
 
+# Many at once, one rank submitting slower than the others: nothing stalls (an allgather's
+# second step enters each rank's queue at a different moment; left in flight, 30 of them
+# would leave the ranks' queues too far apart to agree).
+many = []
+for i in range(30):
+    many.append(hvd.sparse_allreduce_async(rank_tensor(r + 7 * i, (9, 4), 1).to(DEV),
+                                           name=f"many.{i}", op=hvd.Sum))
+    if r == 1:
+        time.sleep(0.002)
+for i, h in enumerate(many):
+    expected = sum(rank_tensor(k + 7 * i, (9, 4), 1).to_dense() for k in range(n))
+    assert torch.allclose(h().to_dense().cpu(), expected, rtol=1e-6, atol=1e-6), i
+
 
 expect_raises(TypeError, lambda: hvd.sparse_allreduce_async(torch.ones(3), "d", hvd.Sum),
               "sparse COO", "allreduce_async")
@@ -100,7 +114,7 @@ def batch(step, k):
     return torch.randint(0, ROWS, (2 + k, 4), generator=g).to(DEV)  # sizes differ by rank
 
 
-def train(sparse_as_dense, make_opt, passes, steps=4):
+def train(sparse_as_dense, make_opt, passes, set_to_none=False, steps=4):
     model = Net().to(DEV)
     single = copy.deepcopy(model)
     opt = hvd.DistributedOptimizer(make_opt(model), named_parameters=model.named_parameters(),
@@ -109,7 +123,9 @@ def train(sparse_as_dense, make_opt, passes, steps=4):
     ref_opt = make_opt(single)
     for step in range(steps):
         # In step 1, rank 1 does not use `other`: it contributes an empty sparse gradient.
-        opt.zero_grad()
+        # zero_grad() keeps an empty sparse gradient (every dimension sparse); with
+        # set_to_none the unused embedding has none: either way its gather must agree.
+        opt.zero_grad(set_to_none=set_to_none)
         for p in range(passes):
             model(batch(step * passes + p, r), use_other=not (step == 1 and r == 1)).sum().backward()
         opt.step()
@@ -120,8 +136,8 @@ def train(sparse_as_dense, make_opt, passes, steps=4):
                        for k in range(n)) / n
             loss.backward()
         ref_opt.step()
-        assert model.embedding.weight.grad.is_sparse
-    what = f"sparse_as_dense={sparse_as_dense}, passes={passes}"
+        assert model.embedding.weight.grad.is_sparse and model.other.weight.grad.is_sparse
+    what = f"sparse_as_dense={sparse_as_dense}, passes={passes}, set_to_none={set_to_none}"
     for (name, p), q in zip(model.named_parameters(), single.parameters()):
         assert torch.allclose(p.detach(), q.detach(), rtol=1e-5, atol=1e-6), \
             f"{name}, {what}: {(p.detach() - q.detach()).abs().max()}"
@@ -138,6 +154,7 @@ def sgd(m):
 for sparse_as_dense in (False, True):
     train(sparse_as_dense, sgd, passes=1)
     train(sparse_as_dense, sgd, passes=2)
+    train(sparse_as_dense, sgd, passes=1, set_to_none=True)
 
 # Horovod's test_sparse_embeddings: SparseAdam, inputs of different lengths per rank.
 for sparse_as_dense in (False, True):
