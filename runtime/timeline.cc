@@ -251,7 +251,7 @@ Timeline::Row& Timeline::row(std::string_view name, std::int64_t ts) {
 }
 
 void Timeline::push(Event event) {
-  if (queue_.size() >= kMaxQueued) {
+  if (queue_.size() >= max_queued_) {
     ++dropped_;
     return;
   }

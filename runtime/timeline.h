@@ -38,8 +38,10 @@ class Timeline {
   /// collective afresh cannot grow this rank's memory without bound.
   static constexpr std::size_t kMaxRows = std::size_t{1} << 16;
 
-  /// A stopped timeline remembering at most `max_rows` rows (kMaxRows).
-  explicit Timeline(std::size_t max_rows = kMaxRows) : max_rows_(max_rows) {}
+  /// A stopped timeline remembering at most `max_rows` rows, with at most `max_queued`
+  /// events waiting for the writer.
+  explicit Timeline(std::size_t max_rows = kMaxRows, std::size_t max_queued = kMaxQueued)
+      : max_rows_(max_rows), max_queued_(max_queued) {}
   /// stop().
   ~Timeline();
   Timeline(const Timeline&) = delete;
@@ -63,7 +65,7 @@ class Timeline {
   bool marks_cycles() const noexcept { return mark_cycles_.load(std::memory_order_relaxed); }
   /// The file being written; "" while stopped.
   std::string path() const;
-  /// Events dropped since start() because the writer fell kMaxQueued behind.
+  /// Events dropped since start() because the writer fell `max_queued` behind.
   std::uint64_t dropped() const;
   /// Why writing stopped on its own ("" when it did not): the file could not be written.
   std::string error() const;
@@ -155,6 +157,7 @@ class Timeline {
   std::unordered_map<std::string, Row, NameHash, std::equal_to<>> rows_;
   int next_pid_ = 1;
   std::size_t max_rows_;
+  std::size_t max_queued_;
   std::string path_;
   std::string error_;
   std::chrono::steady_clock::time_point start_;

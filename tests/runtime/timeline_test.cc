@@ -563,6 +563,30 @@ TEST_CASE("timeline: past its row limit it forgets finished rows, never open one
   CHECK(last->str("ph") == "E");
 }
 
+TEST_CASE("timeline: events beyond the queue's bound are dropped, counted and noted") {
+  TempDir dir("timeline");
+  const std::string path = dir.path() + "/dropped.json";
+  constexpr int kEvents = 20000;
+  Timeline t(Timeline::kMaxRows, /*max_queued=*/2);
+  t.start(path);
+  for (int k = 0; k < kEvents; ++k) t.mark("M");
+  t.stop();
+  const std::uint64_t dropped = t.dropped();
+  const Trace trace(parse_file(path));
+  // Every event is either in the file or counted; the file's notes add up to the count.
+  std::uint64_t written = 0;
+  std::uint64_t noted = 0;
+  for (const Json* m : trace.markers) {
+    if (m->str("name") == "M") ++written;
+    if (m->str("name") == "TIMELINE_EVENTS_DROPPED") {
+      noted += static_cast<std::uint64_t>(m->get("args")->num("dropped"));
+    }
+  }
+  CHECK(written + dropped == kEvents);
+  CHECK(noted == dropped);
+  INFO(dropped << " of " << kEvents << " events dropped with a queue of 2");
+}
+
 TEST_CASE("timeline: a file that cannot be created is an error naming it, and nothing records") {
   TempDir dir("timeline");
   const std::string path = dir.path() + "/no/such/dir/t.json";
