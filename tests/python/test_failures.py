@@ -86,8 +86,7 @@ def test_init_outside_a_job_fails_with_the_library_message():
 
 
 @pytest.mark.parametrize("name", ["Adasum", "alltoall", "reducescatter", "ProcessSet",
-                                  "add_process_set", "SyncBatchNorm", "elastic",
-                                  "sparse_allreduce_async", "start_timeline",
+                                  "add_process_set", "elastic", "start_timeline",
                                   "grouped_reducescatter"])
 def test_unsupported_api_names_itself(name):
     import hvdrun.torch as hvd
@@ -103,8 +102,5 @@ def test_unsupported_arguments_name_themselves():
     import hvdrun.torch as hvd
     with pytest.raises(NotImplementedError, match="process_sets"):
         hvd.init(process_sets=[[0]])
-    with pytest.raises(NotImplementedError, match="sparse_as_dense"):
-        hvd.DistributedOptimizer(torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=1),
-                                 sparse_as_dense=True)
     with pytest.raises(NotImplementedError, match="process set"):
         hvd.allreduce(torch.ones(1), process_set=object())

@@ -7,7 +7,8 @@ cross_size, the ops Average, Sum, Min, Max, Product, allreduce(_)(async)(_), gro
 allreduce and allgather, allgather(_async), allgather_object, broadcast(_)(async)(_),
 broadcast_object, broadcast_parameters, broadcast_optimizer_state, poll, synchronize,
 join, barrier, alltoall(_async), reducescatter(_async), grouped_reducescatter(_async),
-DistributedOptimizer, Compression, the *_built queries.
+process sets, DistributedOptimizer, Compression, the *_built queries, SyncBatchNorm,
+sparse_allreduce_async.
 
 Horovod names not provided raise an error naming them and what to use instead (see
 docs/python.md). Collectives are matched across ranks by the order they are issued in,
@@ -34,6 +35,8 @@ from hvdrun.torch.optimizer import DistributedOptimizer
 from hvdrun.torch.scatter_ops import (alltoall, alltoall_async, grouped_reducescatter,
                                       grouped_reducescatter_async, reducescatter,
                                       reducescatter_async)
+from hvdrun.torch.sparse import sparse_allreduce_async
+from hvdrun.torch.sync_batch_norm import SyncBatchNorm
 
 
 class HorovodFeatureNotSupported(NotImplementedError, AttributeError):
@@ -43,8 +46,6 @@ class HorovodFeatureNotSupported(NotImplementedError, AttributeError):
 
 _ALTERNATIVES = {
     "Adasum": "op=hvd.Average (or hvd.Sum) with DistributedOptimizer",
-    "sparse_allreduce_async": "allreduce_async of tensor.to_dense()",
-    "SyncBatchNorm": "torch.nn.SyncBatchNorm with torch.distributed, or plain BatchNorm",
     "elastic": "hvdrun's elastic mode (hvdrun --min-np / --host-discovery-script): the "
                "job restarts in a new generation and the program reloads its own "
                "checkpoint when hvd.generation() is above 0",
@@ -78,4 +79,5 @@ __all__ = [
     "is_initialized", "join", "local_rank", "local_size", "mpi_built", "mpi_enabled",
     "mpi_threads_supported", "nccl_built", "poll", "rank", "rocm_built", "shutdown", "size",
     "synchronize",
+    "SyncBatchNorm", "sparse_allreduce_async",
 ]

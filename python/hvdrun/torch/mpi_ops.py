@@ -458,8 +458,8 @@ def _device_of(tensor, what):
         raise TypeError(f"hvdrun.torch.{what}: expected a torch.Tensor, got {type(tensor).__name__}")
     if tensor.is_sparse:
         raise NotImplementedError(
-            f"hvdrun.torch.{what}: sparse tensors are not supported; reduce "
-            "tensor.to_dense(), or use sparse=False in nn.Embedding")
+            f"hvdrun.torch.{what}: sparse tensors are not supported here; use "
+            "hvd.sparse_allreduce_async for a sparse tensor, or reduce tensor.to_dense()")
     dev = tensor.device.type
     if dev == "cpu":
         return False
