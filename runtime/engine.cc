@@ -240,25 +240,28 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
   table.resize(static_cast<std::size_t>(size_));
   briefs_.resize(static_cast<std::size_t>(size_));
   while (!queue_.empty() && !until() && failure_.empty() && !stopping_) {
+    // The collectives not announced yet, oldest first; the first one's input rides in the
+    // round when it is small enough (Window::payload).
     Window& mine = window_;
     mine.count = 0;
     mine.inline_bytes = 0;
+    Slot* fresh[kWindow] = {};
     for (const auto& s : queue_) {
       if (mine.count == static_cast<std::uint32_t>(kWindow)) break;
+      if (s->announced) continue;
+      fresh[mine.count] = s.get();
       mine.requests[mine.count++] = s->req;
     }
-    // The head's input rides in the round when it is small enough (Window::payload).
-    const auto& head = queue_.front();
-    if (head->small_input != nullptr) {
-      const std::size_t bytes =
-          head->req.count * dtype_size(static_cast<DataType>(head->req.dtype));
+    if (mine.count > 0 && fresh[0]->small_input != nullptr) {
+      const Request& q = fresh[0]->req;
+      const std::size_t bytes = q.count * dtype_size(static_cast<DataType>(q.dtype));
       if (bytes > 0 && bytes <= kInlineBytes) {
-        std::memcpy(mine.payload, head->small_input, bytes);
+        std::memcpy(mine.payload, fresh[0]->small_input, bytes);
         mine.inline_bytes = static_cast<std::uint32_t>(bytes);
       }
     }
     brief_of(mine, cache_, brief_);
-    const Request head_request = head->req;
+    const Request head_request = queue_.front()->req;
     const std::uint64_t seen = submissions_;
     exchanging_round_ = rounds_;
     lock.unlock();
@@ -284,11 +287,14 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
       fail_all(broken, 1);  // the oldest failed with it, the rest were not run
       break;
     }
+    for (std::uint32_t i = 0; i < mine.count; ++i) fresh[i]->announced = true;
+    bool news = false;  // did any rank announce something this round
+    for (const auto& b : briefs_) news = news || b.count > 0;
     if (!brief) {
       plan_ = plan(table, book_);
       if (learned) cache_.learn(table, plan_);
       // Kept for stall reports, which need it only while rounds agree on nothing.
-      if (plan_.ready.empty()) last_table_ = table;
+      if (plan_.ready.empty()) last_book_ = book_;
       // As in Horovod, one rank's shutdown shuts every rank down: a rank that sees another
       // leave asks to leave too (the others' collectives it never submits fail meanwhile).
       join_shutdown(table);
@@ -298,11 +304,12 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
       execute(rd, lock);
       if (!failure_.empty()) break;
     }
-    if (!p.ready.empty()) {
+    if (!p.ready.empty() || news) {
       unproductive = 0;
       continue;
     }
-    // Nothing was ready: wait a little (or for a new submission) before the next round.
+    // Nothing was ready and nothing new was announced: wait a little (or for a new
+    // submission) before the next round.
     const auto pause = backoff(++unproductive);
     if (pause.count() > 0) {
       pausing_ = true;
@@ -359,17 +366,18 @@ std::string Engine::stall_text(milliseconds waited, bool in_round, const std::ve
   if (queue_.size() > 1) s += " and " + std::to_string(queue_.size() - 1) + " more";
   std::vector<int> missing = absent;
   std::string elsewhere;
-  if (!in_round && static_cast<int>(last_table_.size()) == size_) {
-    // The last round's table says what every rank had submitted.
+  if (!in_round && static_cast<int>(last_book_.announced.size()) == size_) {
+    // The ledger after the last round says what every rank had submitted.
     for (int r = 0; r < size_; ++r) {
-      const Window& w = last_table_[static_cast<std::size_t>(r)];
-      bool has = false, joined = false;
+      const auto& announced = last_book_.announced[static_cast<std::size_t>(r)];
+      bool has = false;
+      const bool joined = last_book_.joined_round[static_cast<std::size_t>(r)] >= 0;
       std::string theirs;
-      for (std::uint32_t i = 0; i < w.count; ++i) {
-        has = has || same_key(w.requests[i], oldest);
-        joined = joined || w.requests[i].kind == Kind::kJoin;
-        if (i < 3) theirs += (i ? ", " : "") + label(w.requests[i]);
+      for (std::size_t i = 0; i < announced.size(); ++i) {
+        has = has || same_key(announced[i], oldest);
+        if (i < 3) theirs += (i ? ", " : "") + label(announced[i]);
       }
+      if (announced.size() > 3) theirs += " and " + std::to_string(announced.size() - 3) + " more";
       if (has || joined) continue;
       missing.push_back(r);
       elsewhere += "; rank " + std::to_string(r) + " has submitted " +

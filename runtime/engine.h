@@ -128,6 +128,7 @@ class Engine {
     Body body;
     Body then;
     const void* small_input = nullptr;  // a small host allreduce's input, carried inline
+    bool announced = false;  // put into a round already (each collective is announced once)
     bool done = false;
     std::exception_ptr error;
     int result = -1;  // join: the last rank to join
@@ -187,7 +188,7 @@ class Engine {
   JoinBook book_;  // touched by the driver only
   // For stall reports: the last round's table, when the queue last moved, whether the
   // driver is inside an exchange (and which round), and whether this stall was reported.
-  std::vector<Window> last_table_;
+  JoinBook last_book_;
   // The driver's round: this rank's window and brief, every rank's briefs and windows
   // (reused, not reallocated), and the requests earlier rounds agreed on.
   Window window_;

@@ -38,22 +38,10 @@ std::string type_of(const Request& r) {
 
 bool is_control(Kind k) { return k == Kind::kJoin || k == Kind::kShutdown; }
 
-bool has(const Window& w, const Request& key) {
-  for (std::uint32_t i = 0; i < w.count && i < static_cast<std::uint32_t>(kWindow); ++i)
-    if (same_key(w.requests[i], key)) return true;
-  return false;
-}
-
 const Request* find(const Window& w, const Request& key) {
   for (std::uint32_t i = 0; i < w.count && i < static_cast<std::uint32_t>(kWindow); ++i)
     if (same_key(w.requests[i], key)) return &w.requests[i];
   return nullptr;
-}
-
-bool has_kind(const Window& w, Kind k) {
-  for (std::uint32_t i = 0; i < w.count && i < static_cast<std::uint32_t>(kWindow); ++i)
-    if (w.requests[i].kind == k) return true;
-  return false;
 }
 
 std::string ranks_text(const std::vector<int>& ranks) {
@@ -138,11 +126,17 @@ std::string difference(const Request& a, int ra, const Request& b, int rb) {
 
 // The ready collective `key`: the lowest submitter's request, the joined ranks that stand
 // in, and the first disagreement (or the join rule a joined rank breaks).
-Ready decide(const std::vector<Window>& windows, const Request& key) {
+const Request* find(const std::vector<Request>& announced, const Request& key) {
+  for (const auto& q : announced)
+    if (same_key(q, key)) return &q;
+  return nullptr;
+}
+
+Ready decide(const std::vector<std::vector<Request>>& announced, const Request& key) {
   Ready out;
   int first = -1;
-  for (int r = 0; r < static_cast<int>(windows.size()); ++r) {
-    const Request* mine = find(windows[static_cast<std::size_t>(r)], key);
+  for (int r = 0; r < static_cast<int>(announced.size()); ++r) {
+    const Request* mine = find(announced[static_cast<std::size_t>(r)], key);
     if (mine == nullptr) {
       out.absent.push_back(r);
       continue;
@@ -240,12 +234,19 @@ std::string tensor_text(const Request& r) {
 
 // True when every rank that submitted `key` has it at the head of its window with its
 // input carried in the round.
-bool carried_inline(const std::vector<Window>& windows, const Request& key) {
+bool carried_inline(const std::vector<Window>& windows, const Ready& rd) {
+  const Request& key = rd.request;
   if (key.kind != Kind::kAllreduce || key.device != 0) return false;
   const std::size_t bytes = key.count * dtype_size(static_cast<DataType>(key.dtype));
   if (bytes == 0 || bytes > kInlineBytes) return false;
-  for (const auto& w : windows) {
-    if (!has(w, key)) continue;  // joined: contributes the identity, i.e. nothing
+  auto absent = rd.absent.begin();  // joined: contributes the identity, i.e. nothing
+  for (int r = 0; r < static_cast<int>(windows.size()); ++r) {
+    if (absent != rd.absent.end() && *absent == r) {
+      ++absent;
+      continue;
+    }
+    // Announced in this very round, at the head of the window, with its input.
+    const Window& w = windows[static_cast<std::size_t>(r)];
     if (w.count == 0 || !same_key(w.requests[0], key) || w.inline_bytes != bytes) return false;
   }
   return true;
@@ -274,7 +275,7 @@ namespace {
 
 // Points `rd` at the inline inputs of `windows` when every submitter carried one.
 void take_inline(Ready& rd, const std::vector<Window>& windows) {
-  rd.inline_data = rd.error.empty() && carried_inline(windows, rd.request);
+  rd.inline_data = rd.error.empty() && carried_inline(windows, rd);
   if (!rd.inline_data) return;
   rd.inline_base = windows[0].payload;
   rd.inline_stride = sizeof(Window);
@@ -285,66 +286,80 @@ void take_inline(Ready& rd, const std::vector<Window>& windows) {
 
 Plan plan(const std::vector<Window>& windows, JoinBook& book) {
   const int n = static_cast<int>(windows.size());
-  if (static_cast<int>(book.joined_round.size()) != n) book.joined_round.assign(n, -1);
-  std::vector<bool> joined(static_cast<std::size_t>(n)), leaving(static_cast<std::size_t>(n));
+  const auto N = static_cast<std::size_t>(n);
+  if (book.joined_round.size() != N) {
+    book.joined_round.assign(N, -1);
+    book.leaving.assign(N, false);
+    book.announced.assign(N, {});
+  }
+  // What each rank announced this round joins what it announced before and has not run.
   bool all_joined = n > 0, all_leaving = n > 0;
-  for (int r = 0; r < n; ++r) {
-    const auto& w = windows[static_cast<std::size_t>(r)];
-    joined[r] = has_kind(w, Kind::kJoin);
-    leaving[r] = has_kind(w, Kind::kShutdown);
-    if (joined[r] && book.joined_round[r] < 0) book.joined_round[r] = book.round;
-    all_joined = all_joined && joined[r];
-    all_leaving = all_leaving && leaving[r];
+  for (std::size_t r = 0; r < N; ++r) {
+    const auto& w = windows[r];
+    for (std::uint32_t i = 0; i < w.count && i < static_cast<std::uint32_t>(kWindow); ++i) {
+      const Request& q = w.requests[i];
+      if (q.kind == Kind::kJoin && book.joined_round[r] < 0) book.joined_round[r] = book.round;
+      if (q.kind == Kind::kShutdown) book.leaving[r] = true;
+      if (!is_control(q.kind) && find(book.announced[r], q) == nullptr)
+        book.announced[r].push_back(q);
+    }
+    all_joined = all_joined && book.joined_round[r] >= 0;
+    all_leaving = all_leaving && book.leaving[r];
   }
   ++book.round;
 
   Plan p;
-  std::vector<Request> emitted;
-  bool left_over = false;  // a collective stays pending after this round
-  for (int r = 0; r < n; ++r) {
-    const auto& w = windows[static_cast<std::size_t>(r)];
-    for (std::uint32_t i = 0; i < w.count && i < static_cast<std::uint32_t>(kWindow); ++i) {
-      const Request& q = w.requests[i];
-      if (is_control(q.kind)) continue;
-      if (std::any_of(emitted.begin(), emitted.end(),
-                      [&](const Request& e) { return same_key(e, q); }))
+  std::vector<Request> done;  // emitted this round, to drop from every rank's ledger
+  bool left_over = false;     // a collective stays pending after this round
+  for (std::size_t r = 0; r < N; ++r) {
+    for (const Request& q : book.announced[r]) {
+      if (std::any_of(done.begin(), done.end(), [&](const Request& e) { return same_key(e, q); }))
         continue;
       std::vector<int> gone;  // ranks leaving without it: it can never complete
       bool ready = true;
-      for (int o = 0; o < n; ++o) {
-        if (has(windows[static_cast<std::size_t>(o)], q) || joined[o]) continue;
+      for (std::size_t o = 0; o < N; ++o) {
+        if (book.joined_round[o] >= 0 || find(book.announced[o], q) != nullptr) continue;
         ready = false;
-        if (leaving[o]) gone.push_back(o);
+        if (book.leaving[o]) gone.push_back(static_cast<int>(o));
       }
       if (!ready && gone.empty()) {
         left_over = true;
         continue;
       }
-      emitted.push_back(q);
-      Ready rd = decide(windows, q);
+      Ready rd = decide(book.announced, q);
       if (!ready)
         rd.error = label(rd.request) + " can never complete: " + ranks_text(gone) +
                    " shut down without submitting it";
       take_inline(rd, windows);
+      done.push_back(q);
       p.ready.push_back(std::move(rd));
     }
   }
+  for (auto& mine : book.announced)
+    mine.erase(std::remove_if(mine.begin(), mine.end(),
+                              [&](const Request& q) {
+                                return std::any_of(done.begin(), done.end(), [&](const Request& e) {
+                                  return same_key(e, q);
+                                });
+                              }),
+               mine.end());
   if (all_joined && !left_over) {
-    Ready done;
-    done.request = make_request(Kind::kJoin, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr);
+    Ready joined;
+    joined.request = make_request(Kind::kJoin, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr);
     long long best = -1;
     for (int r = 0; r < n; ++r)
-      if (book.joined_round[r] >= best) {
-        best = book.joined_round[r];
-        done.last_joined = r;
+      if (book.joined_round[static_cast<std::size_t>(r)] >= best) {
+        best = book.joined_round[static_cast<std::size_t>(r)];
+        joined.last_joined = r;
       }
-    book.joined_round.assign(static_cast<std::size_t>(n), -1);
-    p.ready.push_back(std::move(done));
+    book.joined_round.assign(N, -1);
+    p.ready.push_back(std::move(joined));
   }
   if (all_leaving && !left_over) {
-    Ready done;
-    done.request = make_request(Kind::kShutdown, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr);
-    p.ready.push_back(std::move(done));
+    Ready left;
+    left.request = make_request(Kind::kShutdown, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr);
+    book.leaving.assign(N, false);
+    p.ready.push_back(std::move(left));
   }
   return p;
 }
@@ -454,7 +469,7 @@ bool plan_briefs(const std::vector<Brief>& briefs, const RequestCache& cache, Jo
     inline_all = inline_all && b.inline_bytes == bytes;
   }
   const int n = static_cast<int>(briefs.size());
-  if (static_cast<int>(book.joined_round.size()) != n) book.joined_round.assign(n, -1);
+  if (static_cast<int>(book.joined_round.size()) != n) return false;  // plan() sizes the book
   ++book.round;
   out.ready.clear();
   Ready& rd = out.ready.emplace_back();

@@ -128,11 +128,17 @@ struct Plan {
   std::vector<Ready> ready;
 };
 
-/// Per-job state plan() keeps between rounds: in which round each rank was first seen
-/// joined, so join() can say which rank joined last.
+/// Per-job state plan() keeps between rounds, the same on every rank (every rank plans
+/// the same tables): what each rank has announced and not yet run (a rank announces each
+/// collective once, in the first round with room for it, so a collective deep in one
+/// rank's queue still meets its partners however the ranks' queues are ordered), which
+/// ranks have joined (from which round, so join() can say which rank joined last) and
+/// which have asked to shut down.
 struct JoinBook {
-  std::vector<long long> joined_round;  ///< -1: not joined
-  long long round = 0;                  ///< rounds planned so far
+  std::vector<std::vector<Request>> announced;  ///< per rank, in announcement order
+  std::vector<long long> joined_round;          ///< -1: not joined
+  std::vector<bool> leaving;                    ///< asked to shut down
+  long long round = 0;                          ///< rounds planned so far
 };
 
 /// Decides a round. `windows` has one entry per rank, in rank order. The same input gives

@@ -551,3 +551,25 @@ TEST_CASE("engine: a small allreduce decided from briefs is reduced from their p
   });
   CHECK(ranks.net.exchanges() == 3 * (2 + 4));
 }
+
+TEST_CASE("engine: named collectives far apart in the ranks' queues still meet",
+          "[runtime][engine]") {
+  // Each rank announces every collective once, kWindow per round, and remembers what the
+  // others announced: with 3 x kWindow collectives submitted in opposite orders, no
+  // round's windows share a name until the queues are half announced.
+  constexpr int kCount = 3 * hvdrun::runtime::kWindow;
+  Ranks ranks(2);
+  std::atomic<int> ran{0};
+  on_each(2, [&](int r) {
+    std::vector<Engine::Handle> hs;
+    for (int i = 0; i < kCount; ++i) {
+      const int k = r == 0 ? i : kCount - 1 - i;
+      const std::string name = "far." + std::to_string(k);
+      hs.push_back(ranks[r].submit(allreduce(4, name.c_str()), [&](const Ready&) { ++ran; }));
+    }
+    for (auto h : hs) ranks[r].wait(h);
+    EXPECT(ranks[r].pending() == 0);
+  });
+  CHECK(ran == 2 * kCount);
+  CHECK(ranks[0].failure().empty());
+}
