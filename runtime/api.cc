@@ -130,6 +130,18 @@ namespace {
 
 int g_incarnation = 0;  // init() calls so far in this process (guarded by g_mu)
 
+// The timeline (HOROVOD_TIMELINE, start_timeline()): one per process, written on rank 0
+// as Horovod's; never destroyed (its writer is stopped by shutdown()).
+runtime::Timeline& timeline() {
+  static auto* t = new runtime::Timeline();
+  return *t;
+}
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0 && std::strcmp(v, "false") != 0;
+}
+
 runtime::StallPolicy stall_policy(const runtime::Environment& env) {
   runtime::StallPolicy p;
   p.check = env.stall_check;
@@ -156,6 +168,7 @@ runtime::Engine::Hooks engine_hooks(runtime::World* w) {
     std::_Exit(runtime::DeviceWatchdog::kExitCode);
   };
   h.arrived = [w](long long round) { w->stall_arrived(round); };
+  h.timeline = &timeline();
   h.missing_from_round = [w](long long round) { return w->stall_missing(round); };
   return h;
 }
@@ -173,6 +186,11 @@ void init() {
   ++g_incarnation;
   j->engine = std::make_unique<runtime::Engine>(engine_hooks(j->world.get()), j->world->env().size,
                                                 stall_policy(j->world->env()));
+  // HOROVOD_TIMELINE=file starts the timeline at init (DYNAMIC: later, start_timeline()).
+  const char* path = std::getenv("HOROVOD_TIMELINE");
+  if (path != nullptr && *path != '\0' && std::strcmp(path, "DYNAMIC") != 0 &&
+      j->world->env().rank == 0 && !timeline().enabled())
+    timeline().start(path, env_flag("HOROVOD_TIMELINE_MARK_CYCLES"));
   g_joined = std::move(j);
 }
 
@@ -193,6 +211,7 @@ void shutdown() {
   // then never complete fails, and everyone leaves together. After a failed collective
   // the job is over: leave without waiting for peers that are gone.
   const bool healthy = j->engine->shutdown();
+  timeline().stop();
   close_sets(*j, healthy);
   j->engine->stop();
   j->world->leave(healthy);
@@ -686,6 +705,7 @@ runtime::Engine::Hooks set_hooks(runtime::ProcessSet* s) {
     s->host->allgather(mine, all, bytes);
   };
   h.stand_in = [](const runtime::Ready&) {};  // join() is the job's: sets see no joined ranks
+  h.timeline = &timeline();
   h.stall = [id = s->id](const std::string& text, bool) {
     hvdrun::log().warn("{} (process set {})", text, id);
   };
@@ -790,6 +810,16 @@ DuplicateProcessSet::DuplicateProcessSet(int existing, const std::vector<int>& r
             " already has ranks " + runtime::ranks_text(ranks) + "; use it, or remove it first"),
       existing_(existing) {}
 DuplicateProcessSet::~DuplicateProcessSet() = default;
+
+void start_timeline(const std::string& path, bool mark_cycles) {
+  auto j = joined("start_timeline");
+  if (j->world->env().rank == 0) timeline().start(path, mark_cycles);
+}
+
+void stop_timeline() {
+  joined("stop_timeline");
+  timeline().stop();
+}
 
 bool nccl_available() {
   std::lock_guard lock(g_mu);

@@ -267,6 +267,16 @@ int hvdrun_process_set_ranks(int id, int* out, int cap) {
   });
 }
 
+int hvdrun_start_timeline(const char* path, int mark_cycles) {
+  return guarded([&] {
+    if (path == nullptr || *path == '\0') throw hvdrun::Error("hvdrun_start_timeline: no path");
+    hvdrun::start_timeline(path, mark_cycles != 0);
+  });
+}
+int hvdrun_stop_timeline(void) {
+  return guarded([] { hvdrun::stop_timeline(); });
+}
+
 hvdrun_handle hvdrun_submit(const hvdrun_collective* c, size_t size) {
   return submitted([&] { return hvdrun::submit(from_c(c, size)); });
 }

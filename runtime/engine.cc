@@ -3,6 +3,7 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <utility>
 
@@ -26,6 +27,27 @@ milliseconds backoff(int unproductive) { return milliseconds(std::min(2, unprodu
 std::string seconds(milliseconds d) {
   if (d >= std::chrono::seconds(10)) return std::to_string(d.count() / 1000) + " s";
   return seconds_text(milliseconds(d.count() / 100 * 100)) + " s";
+}
+
+}  // namespace
+
+namespace {
+
+// Timeline rows and phases, as Horovod names them: "allreduce.grad.fc1" (or
+// "allreduce.noname.12"), phases NEGOTIATE_ALLREDUCE then ALLREDUCE.
+std::string row_of(const Request& q) {
+  std::string row = kind_name(q.kind);
+  if (q.name_hash != 0)
+    row += "." + std::string(q.name, strnlen(q.name, sizeof q.name));
+  else
+    row += ".noname." + std::to_string(q.seq);
+  return row;
+}
+
+std::string phase_of(const Request& q) {
+  std::string k = kind_name(q.kind);
+  for (auto& c : k) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return k;
 }
 
 }  // namespace
@@ -71,6 +93,7 @@ std::exception_ptr Engine::not_run(const std::string& what) const {
 void Engine::fail_all(const std::exception_ptr& error, std::size_t attempted) {
   if (failure_.empty()) failure_ = describe(error);
   for (auto& s : queue_) {
+    if (!s->row.empty() && hooks_.timeline != nullptr) hooks_.timeline->end_all(s->row);
     s->error = attempted > 0 ? error : not_run(label(s->req));
     if (attempted > 0) --attempted;
     s->done = true;
@@ -113,6 +136,10 @@ std::shared_ptr<Engine::Slot> Engine::enqueue(std::shared_ptr<Slot> slot,
   if (req.name_hash == 0 && req.kind != Kind::kJoin && req.kind != Kind::kShutdown)
     req.seq = next_seq_++;
   if (req.name_hash != 0) names_.insert(req.name_hash);
+  if (hooks_.timeline != nullptr && hooks_.timeline->enabled()) {
+    slot->row = row_of(req);
+    hooks_.timeline->negotiate_begin(slot->row, phase_of(req));
+  }
   if (queue_.empty()) ++progress_;  // a new wait begins
   queue_.push_back(slot);
   ++submissions_;
@@ -197,6 +224,11 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
     lock.lock();
     return;
   }
+  Timeline* tl = mine->row.empty() ? nullptr : hooks_.timeline;
+  if (tl != nullptr) {
+    tl->negotiate_end(mine->row);
+    if (rd.error.empty()) tl->begin(mine->row, phase_of(rd.request));
+  }
   if (!rd.error.empty()) {
     mine->error = std::make_exception_ptr(Error("hvdrun: " + rd.error));
   } else if (rd.request.kind == Kind::kJoin) {
@@ -225,6 +257,7 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
     lock.lock();
     if (fatal) fail_all(mine->error);
   }
+  if (tl != nullptr) tl->end_all(mine->row, tensor_type(rd.request), tensor_shape(rd.request));
   mine->body = nullptr;  // release what they captured before anyone waits
   mine->then = nullptr;
   mine->done = true;
@@ -262,6 +295,7 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
     }
     brief_of(mine, cache_, brief_);
     const Request head_request = queue_.front()->req;
+    if (hooks_.timeline != nullptr) hooks_.timeline->cycle();
     const std::uint64_t seen = submissions_;
     exchanging_round_ = rounds_;
     lock.unlock();
@@ -290,6 +324,7 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
     for (std::uint32_t i = 0; i < mine.count; ++i) fresh[i]->announced = true;
     bool news = false;  // did any rank announce something this round
     for (const auto& b : briefs_) news = news || b.count > 0;
+    if (hooks_.timeline != nullptr && hooks_.timeline->enabled()) mark_ready(brief);
     if (!brief) {
       plan_ = plan(table, book_);
       if (learned) cache_.learn(table, plan_);
@@ -321,6 +356,28 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
   // A waiter may take over driving; anything left otherwise is the worker's.
   wake_waiters();
   if (!queue_.empty()) worker_cv_.notify_one();
+}
+
+void Engine::mark_ready(bool from_briefs) {
+  // Which rank announced which of this rank's collectives in this round.
+  for (const auto& s : queue_) {
+    if (s->row.empty()) continue;
+    for (int r = 0; r < size_; ++r) {
+      bool has = false;
+      if (from_briefs) {
+        const Brief& b = briefs_[static_cast<std::size_t>(r)];
+        for (std::uint32_t i = 0; i < b.count && !has; ++i) {
+          Request q = cache_.at(b.entries[i].id);
+          q.seq = b.entries[i].seq;
+          has = same_key(q, s->req);
+        }
+      } else {
+        const Window& w = table_[static_cast<std::size_t>(r)];
+        for (std::uint32_t i = 0; i < w.count && !has; ++i) has = same_key(w.requests[i], s->req);
+      }
+      if (has) hooks_.timeline->rank_ready(s->row, r);
+    }
+  }
 }
 
 void Engine::wake_waiters() {

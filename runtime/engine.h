@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "runtime/negotiation.h"
+#include "runtime/timeline.h"
 
 namespace hvdrun::runtime {
 
@@ -80,6 +81,9 @@ class Engine {
     /// Ranks that have not said they are inside round `round` (a stall inside a round's
     /// exchange, where this rank cannot see them); empty when unknown.
     std::function<std::vector<int>(long long round)> missing_from_round;
+    /// Where each collective's phases are recorded (NEGOTIATE_<KIND>, then <KIND>), when
+    /// it is writing; may be null.
+    Timeline* timeline = nullptr;
   };
 
   Engine(Hooks hooks, int size, StallPolicy stall);
@@ -129,6 +133,7 @@ class Engine {
     Body then;
     const void* small_input = nullptr;  // a small host allreduce's input, carried inline
     bool announced = false;  // put into a round already (each collective is announced once)
+    std::string row;         // its timeline row ("" while the timeline is off)
     bool done = false;
     std::exception_ptr error;
     int result = -1;  // join: the last rank to join
@@ -149,6 +154,8 @@ class Engine {
   // in the round that failed), the rest as not run. mu_ held.
   void fail_all(const std::exception_ptr& error, std::size_t attempted = 0);
   void wake_waiters();  // mu_ held
+  // Timeline: marks which ranks announced this rank's queued collectives this round.
+  void mark_ready(bool from_briefs);  // mu_ not needed: driver only
   // Queues this rank's own shutdown when another rank's is in the round's table.
   void join_shutdown(const std::vector<Window>& table);  // mu_ held
   // The seq that marks a shutdown this rank joined rather than asked for.

@@ -224,12 +224,22 @@ std::string label(const Request& r) {
   return s;
 }
 
-std::string tensor_text(const Request& r) {
-  if (r.kind == Kind::kBarrier || is_control(r.kind)) return "(no tensor)";
-  std::string s = type_of(r) + "[";
+std::string tensor_type(const Request& r) {
+  if (r.kind == Kind::kBarrier || is_control(r.kind)) return {};
+  return type_of(r);
+}
+
+std::string tensor_shape(const Request& r) {
+  if (r.kind == Kind::kBarrier || is_control(r.kind)) return {};
+  std::string s = "[";
   for (int d = 0; d < r.ndim && d < kMaxDims; ++d)
     s += (d ? ", " : "") + std::to_string(r.shape[d]);
   return s + "]";
+}
+
+std::string tensor_text(const Request& r) {
+  if (r.kind == Kind::kBarrier || is_control(r.kind)) return "(no tensor)";
+  return tensor_type(r) + tensor_shape(r);
 }
 
 // True when every rank that submitted `key` has it at the head of its window with its

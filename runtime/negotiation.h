@@ -101,6 +101,9 @@ std::string label(const Request& r);
 
 /// "float32[10, 3]" (the caller's type and shape), "uint8[40]" without them.
 std::string tensor_text(const Request& r);
+/// The two halves of tensor_text(): "float32" and "[10, 3]" ("" for no tensor).
+std::string tensor_type(const Request& r);
+std::string tensor_shape(const Request& r);
 
 /// One collective a round made ready, as every rank sees it.
 struct Ready {

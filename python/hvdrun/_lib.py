@@ -102,6 +102,8 @@ _SIGNATURES = {
     "hvdrun_add_process_set": (_c_int, [ctypes.POINTER(ctypes.c_int), _c_int]),
     "hvdrun_remove_process_set": (_c_int, [_c_int]),
     "hvdrun_process_set_ranks": (_c_int, [_c_int, ctypes.POINTER(ctypes.c_int), _c_int]),
+    "hvdrun_start_timeline": (_c_int, [ctypes.c_char_p, _c_int]),
+    "hvdrun_stop_timeline": (_c_int, []),
 }
 
 

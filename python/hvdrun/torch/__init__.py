@@ -18,7 +18,8 @@ from hvdrun.torch.compression import Compression
 from hvdrun.torch.functions import (allgather_object, broadcast_object,
                                     broadcast_optimizer_state, broadcast_parameters)
 from hvdrun.torch.mpi_ops import (Average, HorovodInternalError, Max, Min, ProcessSet, Product,
-                                  Sum, add_process_set, remove_process_set,
+                                  Sum, add_process_set, remove_process_set, start_timeline,
+                                  stop_timeline,
                                   allgather, allgather_async, allreduce, allreduce_,
                                   allreduce_async, allreduce_async_, barrier, broadcast,
                                   broadcast_, broadcast_async, broadcast_async_, ccl_built,
@@ -49,8 +50,6 @@ _ALTERNATIVES = {
     "elastic": "hvdrun's elastic mode (hvdrun --min-np / --host-discovery-script): the "
                "job restarts in a new generation and the program reloads its own "
                "checkpoint when hvd.generation() is above 0",
-    "start_timeline": "the torch profiler (torch.profiler.profile)",
-    "stop_timeline": "the torch profiler (torch.profiler.profile)",
     "DistributedAdasumOptimizer": "DistributedOptimizer with op=hvd.Average",
 }
 
@@ -79,5 +78,5 @@ __all__ = [
     "is_initialized", "join", "local_rank", "local_size", "mpi_built", "mpi_enabled",
     "mpi_threads_supported", "nccl_built", "poll", "rank", "rocm_built", "shutdown", "size",
     "synchronize",
-    "SyncBatchNorm", "sparse_allreduce_async",
+    "SyncBatchNorm", "sparse_allreduce_async", "start_timeline", "stop_timeline",
 ]

@@ -1018,6 +1018,22 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
     return [allgather(t, _member(name, i), process_set) for i, t in enumerate(tensors)]
 
 
+# ---- timeline ------------------------------------------------------------------------
+
+def start_timeline(file_path, mark_cycles=False):
+    """Starts writing a timeline of every collective to `file_path` on rank 0 (Chrome's
+    trace format: open it in chrome://tracing or Perfetto), as Horovod's; with
+    `mark_cycles`, a marker per negotiation round. HOROVOD_TIMELINE=file does this at
+    init()."""
+    _lib.check(_lib.lib().hvdrun_start_timeline(str(file_path).encode(), int(bool(mark_cycles))),
+               "hvdrun.torch.start_timeline")
+
+
+def stop_timeline():
+    """Stops the timeline and completes its file."""
+    _lib.check(_lib.lib().hvdrun_stop_timeline(), "hvdrun.torch.stop_timeline")
+
+
 # ---- join and barrier ----------------------------------------------------------------
 
 def join(device=-1):

@@ -196,6 +196,13 @@ class HVDRUN_API DuplicateProcessSet : public Error {
   int existing_;
 };
 
+/// Starts recording a timeline of every collective (Chrome's trace format, as Horovod's
+/// HOROVOD_TIMELINE) into `path` on rank 0; `mark_cycles` adds a marker per negotiation
+/// round. Other ranks record nothing. Throws Error when the file cannot be written.
+HVDRUN_API void start_timeline(const std::string& path, bool mark_cycles = false);
+/// Stops the timeline and completes its file.
+HVDRUN_API void stop_timeline();
+
 /// Submits `c` and returns at once. Buffers must stay valid and untouched until wait()
 /// returns. Throws Error (a name already in flight on this rank, a bad argument).
 HVDRUN_API Handle submit(const Collective& c);

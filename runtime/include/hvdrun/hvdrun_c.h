@@ -168,8 +168,8 @@ typedef enum hvdrun_kind {
   HVDRUN_KIND_ALLREDUCE = 0,
   HVDRUN_KIND_BROADCAST = 1,
   HVDRUN_KIND_ALLGATHER = 2,
-  HVDRUN_KIND_ALLTOALL = 3,      /**< ABI 4 */
-  HVDRUN_KIND_REDUCESCATTER = 4  /**< ABI 4 */
+  HVDRUN_KIND_ALLTOALL = 3,     /**< ABI 4 */
+  HVDRUN_KIND_REDUCESCATTER = 4 /**< ABI 4 */
 } hvdrun_kind;
 
 /** One collective with everything the ranks agree on before its data moves (kind, type
@@ -193,10 +193,10 @@ typedef struct hvdrun_collective {
   double prescale;        /**< agreed only (the caller applies it); 0 is taken as 1 */
   double postscale;       /**< agreed only (the caller applies it); 0 is taken as 1 */
   /* ABI 4 (a caller compiled for ABI 3 passes the shorter size: these are then zero). */
-  const long long* splits;     /**< alltoall: elements to each rank (NULL: count / size) */
-  long long* received_splits;  /**< alltoall: out, elements from each rank (may be NULL) */
-  size_t recv_count;           /**< alltoall: elements recv can hold */
-  int process_set;             /**< 0: every rank; else an id from hvdrun_add_process_set */
+  const long long* splits;    /**< alltoall: elements to each rank (NULL: count / size) */
+  long long* received_splits; /**< alltoall: out, elements from each rank (may be NULL) */
+  size_t recv_count;          /**< alltoall: elements recv can hold */
+  int process_set;            /**< 0: every rank; else an id from hvdrun_add_process_set */
 } hvdrun_collective;
 
 /** What hvdrun_submit returns when a collective of the same name is still in flight on
@@ -223,6 +223,11 @@ HVDRUN_C_API int hvdrun_remove_process_set(int id);
 /** Writes up to `cap` ranks of process set `id` (0: every rank), ascending, to `out` and
  *  returns how many it has, or -1 for an unknown set. */
 HVDRUN_C_API int hvdrun_process_set_ranks(int id, int* out, int cap);
+/** Starts the timeline into `path` on rank 0 (Chrome's trace format, as Horovod's
+ *  HOROVOD_TIMELINE); 0 or -1. */
+HVDRUN_C_API int hvdrun_start_timeline(const char* path, int mark_cycles);
+/** Stops the timeline and completes its file; 0 or -1. */
+HVDRUN_C_API int hvdrun_stop_timeline(void);
 
 /** Submits `c` (`size` = sizeof(hvdrun_collective) as the caller compiled it) and returns
  *  its handle (> 0) at once; -1 on failure, HVDRUN_DUPLICATE_NAME for a name in flight. */
