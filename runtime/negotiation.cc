@@ -376,6 +376,13 @@ Plan plan(const std::vector<Window>& windows, JoinBook& book) {
 
 namespace {
 
+// A double's bits: scale factors are cached as given (-0.0 apart from 0.0).
+std::uint64_t bits_of(double d) {
+  std::uint64_t b = 0;
+  std::memcpy(&b, &d, sizeof b);
+  return b;
+}
+
 // What makes two requests the same cache entry: everything but the seq.
 std::uint64_t digest(const Request& r) {
   std::uint64_t h = 1469598103934665603ULL;
@@ -389,11 +396,8 @@ std::uint64_t digest(const Request& r) {
   mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(r.root)));
   mix(r.count);
   mix(r.name_hash);
-  std::uint64_t bits = 0;
-  std::memcpy(&bits, &r.prescale, sizeof bits);
-  mix(bits);
-  std::memcpy(&bits, &r.postscale, sizeof bits);
-  mix(bits);
+  mix(bits_of(r.prescale));
+  mix(bits_of(r.postscale));
   for (int d = 0; d < r.ndim && d < kMaxDims; ++d) mix(static_cast<std::uint64_t>(r.shape[d]));
   for (std::size_t i = 0; i < kTypeChars && r.type_name[i] != '\0'; ++i)
     mix(static_cast<unsigned char>(r.type_name[i]));
@@ -403,8 +407,7 @@ std::uint64_t digest(const Request& r) {
 bool identical(const Request& a, const Request& b) {
   if (a.kind != b.kind || a.dtype != b.dtype || a.op != b.op || a.device != b.device ||
       a.root != b.root || a.count != b.count || a.name_hash != b.name_hash || a.ndim != b.ndim ||
-      std::memcmp(&a.prescale, &b.prescale, sizeof a.prescale) != 0 ||
-      std::memcmp(&a.postscale, &b.postscale, sizeof a.postscale) != 0)
+      bits_of(a.prescale) != bits_of(b.prescale) || bits_of(a.postscale) != bits_of(b.postscale))
     return false;
   for (int d = 0; d < a.ndim && d < kMaxDims; ++d)
     if (a.shape[d] != b.shape[d]) return false;
