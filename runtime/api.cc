@@ -500,11 +500,17 @@ void prefer_huge_pages(void* buf, std::size_t bytes) {
 // Moves a ready collective's data among `g`: `a`'s buffers, the round's agreed view `rd`.
 void move_data(const Group& g, const Collective& a, const runtime::Ready& rd) {
   collective(*g.world, rd.request, [&] {
-    if (!a.device && a.kind != CollectiveKind::kAlltoall &&
-        a.kind != CollectiveKind::kReducescatter) {
-      const std::size_t ranks =
-          a.kind == CollectiveKind::kAllgather ? static_cast<std::size_t>(g.size) : 1;
-      prefer_huge_pages(a.recv, a.count * dtype_size(a.dtype) * ranks);
+    if (!a.device) {
+      const std::size_t es = dtype_size(a.dtype);
+      if (a.kind == CollectiveKind::kAlltoall)
+        prefer_huge_pages(a.recv, a.recv_count * es);
+      else if (a.kind == CollectiveKind::kReducescatter)
+        prefer_huge_pages(a.recv, slices(a, g.size)[static_cast<std::size_t>(g.rank)] * es);
+      else
+        prefer_huge_pages(
+            a.recv,
+            a.count * es *
+                (a.kind == CollectiveKind::kAllgather ? static_cast<std::size_t>(g.size) : 1));
     }
     if (a.kind == CollectiveKind::kAlltoall) {
       alltoall(g, a);

@@ -6,12 +6,17 @@ rank's splits (so each rank sizes its output), then exchanges the rows pairwise;
 reducescatter reduces each rank's slice of the first dimension where it is needed
 (ranks below rows % size get one row more, as in Horovod).
 """
+import itertools
+
 import torch
 
 from hvdrun import _lib
 from hvdrun.torch import mpi_ops as _ops
 from hvdrun.torch.compression import Compression
 from hvdrun.torch.mpi_ops import Average, Sum, global_process_set
+
+
+_blocking_calls = itertools.count()  # blocking alltoalls so far: the same count on every rank
 
 
 def _rows_and_rest(src):
@@ -49,7 +54,7 @@ def _send_rows(splits, rows, n, what):
     return out
 
 
-def _alltoall_async(tensor, splits, what, name=None, ps=0):
+def _alltoall_async(tensor, splits, what, name=None, ps=0, blocking=False):
     """Two collectives: every rank's splits (an allgather, on which the ranks also agree
     about the other dimensions and the dtype), then the rows. The second is submitted by
     libhvdrun's thread the moment the first completes, so it follows at the same point of
@@ -68,7 +73,10 @@ def _alltoall_async(tensor, splits, what, name=None, ps=0):
     step = {}
 
     def submit_rows(_arg, seq):
-        base = name if name is not None else f"alltoall.{seq}"
+        # The rows' collective is named after the splits' (their agreed position when
+        # unnamed; a blocking call's own count), so it matches on every rank whatever else
+        # a rank submits meanwhile.
+        base = name if name is not None else f"alltoall.{ps}.{seq}"
         try:
             every = table.view(n, n)
             recv_rows = every[:, me].tolist()
@@ -85,23 +93,33 @@ def _alltoall_async(tensor, splits, what, name=None, ps=0):
                 _lib.KIND_ALLTOALL, what, data.data_ptr(), out.data_ptr(),
                 sum(send_rows) * rowbytes, _lib.UINT8, device_tensor=src, name=base + ".rows",
                 like=src, splits=send, received=received,
-                recv_count=sum(recv_rows) * rowbytes, ps=ps)
+                recv_count=sum(recv_rows) * rowbytes, ps=ps, blocking=blocking)
         except BaseException as e:  # noqa: B036 - reported by synchronize()
             step["error"] = e
 
-    then = _lib.THEN(submit_rows)
-    h1 = _ops._submit(_lib.KIND_ALLGATHER, what, mine.data_ptr(), table.data_ptr(), n,
-                      _lib.INT64, name=name, like=src, then=then, ps=ps)
+    if blocking:
+        # Both steps on this thread, one after the other: no hop to the library's thread.
+        _ops._submit(_lib.KIND_ALLGATHER, what, mine.data_ptr(), table.data_ptr(), n,
+                     _lib.INT64, name=name, like=src, blocking=True, ps=ps)
+        submit_rows(None, f"b{next(_blocking_calls)}")
+        h1 = None
+    else:
+        then = _lib.THEN(submit_rows)
+        h1 = _ops._submit(_lib.KIND_ALLGATHER, what, mine.data_ptr(), table.data_ptr(), n,
+                          _lib.INT64, name=name, like=src, then=then, ps=ps)
     stream = _ops._stream(src) if src.is_cuda else None
 
     def finish():
         if "error" in step:
             raise step["error"]
-        if "handle" in step:
+        if step.get("handle") is not None:
             _ops._wait(step["handle"], what)
+        if "keep" in step:
             _ops._after(stream, src.device, (), None)()
         return step["out"], torch.tensor(step["recv_rows"], dtype=torch.int32)
 
+    if blocking:
+        return finish()
     return _ops._register([h1], (tensor, src, mine, table, then), finish)
 
 
@@ -117,7 +135,7 @@ class _AlltoallFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
         ps = _ops._check_process_set(process_set, "alltoall")
-        output, received = _ops.synchronize(_alltoall_async(tensor, splits, "alltoall", name, ps))
+        output, received = _alltoall_async(tensor, splits, "alltoall", name, ps, blocking=True)
         ctx.received, ctx.process_set = received, process_set
         if splits is None:
             return output
