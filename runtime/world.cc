@@ -26,6 +26,7 @@
 
 #include "common/deadline.h"
 #include "common/log.h"
+#include "common/peer_loss.h"
 #include "common/seconds_text.h"
 #include "rendezvous/server.h"
 
@@ -303,8 +304,8 @@ void World::exchange(const Window& mine, std::vector<Window>& all) {
 
 Error World::peer_failure(const std::string& what, const std::exception& cause) const {
   return Error("hvdrun: " + what + " failed on rank " + std::to_string(env_.rank) + " of " +
-               std::to_string(env_.size) + " (" + env_.hostname + "): " + cause.what() +
-               ". A peer rank probably exited or lost its connection");
+               std::to_string(env_.size) + " (" + env_.hostname + "): " + cause.what() + ". " +
+               std::string(kPeerLossSentence));
 }
 
 rendezvous::ClientOptions World::client_options(std::chrono::milliseconds connect,
