@@ -35,6 +35,7 @@
 #include "launcher/job_cgroup.h"
 #include "launcher/line_tail.h"
 #include "launcher/local_host.h"
+#include "launcher/rank_env.h"
 #include "launcher/reaper.h"
 #include "launcher/subprocess.h"
 
@@ -338,7 +339,11 @@ void Agent::spawn(const proto::Spawn& s) {
     ChildSpec spec;
     spec.what = "rank " + std::to_string(s.rank);
     spec.argv = s.argv;
-    spec.env = &s.env;
+    // The host's own variables that the launcher asked for (a login's HOME, a container's
+    // whole environment), under what it sets.
+    const std::vector<std::string> env =
+        merge_rank_env(environ, s.host_env, s.env, s.env_defaults).entries();
+    spec.env = &env;
     spec.cwd = s.cwd;
     spec.stdin_fd = dev_null_.get();
     spec.stdout_fd = out_w.get();

@@ -66,12 +66,19 @@ struct Host {
   int started = 0;
   Clock::time_point last_rx;
   proto::AgentHello info;
-  const EnvList* base_env = nullptr;  // Job::base_envs_: one per kind of host, not per host
+  const struct HostEnv* env = nullptr;  // Job::host_envs_: one per EnvSource, not per host
   // Bytes asked of the link per read: small for a quiet host (the launcher holds one buffer
   // per host), doubled while reads fill it, up to kMaxReadChunk.
   std::size_t read_chunk = kMinReadChunk;
   static constexpr std::size_t kMinReadChunk = 4u << 10;
   static constexpr std::size_t kMaxReadChunk = 1u << 20;
+};
+
+// What the ranks of one kind of host (EnvSource) get besides the per-rank contract.
+struct HostEnv {
+  EnvList base;                             // the launcher's forwarded part and -x
+  std::vector<std::string> host_variables;  // of the agent's own, the ones ranks start from
+  EnvList defaults;                         // where nothing else sets them
 };
 
 struct RankState {
@@ -148,7 +155,7 @@ class Job {
   const LaunchPlan& plan_;
   const hostfile::Placement& placement_;
   std::vector<Host> hosts_;
-  EnvList base_envs_[2];  // a remote host's [0] and a local host's [1] base environment
+  HostEnv host_envs_[3];  // by EnvSource
   std::vector<RankState> ranks_;
   std::vector<UniqueFd> output_files_;  // --output-filename, opened before anything starts
   std::optional<OutputRelay> relay_;
@@ -208,10 +215,17 @@ void Job::check_command() const {
 void Job::lay_out_hosts() {
   ranks_.resize(static_cast<std::size_t>(placement_.size()));
   hosts_.reserve(plan_.hosts.size());
-  for (bool local : {false, true}) {
-    if (std::any_of(plan_.hosts.begin(), plan_.hosts.end(),
-                    [&](const PlannedHost& p) { return p.local == local; }))
-      base_envs_[local ? 1 : 0] = host_base_env(ctx_.environment, local, opt_.env);
+  auto source_of = [](const PlannedHost& p) {
+    return p.local ? EnvSource::launcher : env_source(to_string(p.method));
+  };
+  for (EnvSource source : {EnvSource::launcher, EnvSource::login, EnvSource::container}) {
+    if (std::none_of(plan_.hosts.begin(), plan_.hosts.end(),
+                     [&](const PlannedHost& p) { return source_of(p) == source; }))
+      continue;
+    HostEnv& e = host_envs_[static_cast<int>(source)];
+    e.base = host_base_env(ctx_.environment, source, opt_.env);
+    e.host_variables = host_variables(source);
+    e.defaults = host_defaults(ctx_.environment, source);
   }
   for (std::size_t i = 0; i < plan_.hosts.size(); ++i) {
     const PlannedHost& planned = plan_.hosts[i];
@@ -222,7 +236,7 @@ void Job::lay_out_hosts() {
     h.method = planned.method;
     h.ranks = planned.ranks;
     for (int r : h.ranks) ranks_[static_cast<std::size_t>(r)].host = h.index;
-    h.base_env = &base_envs_[h.local ? 1 : 0];
+    h.env = &host_envs_[static_cast<int>(source_of(planned))];
     hosts_.push_back(std::move(h));
   }
 }
@@ -515,8 +529,11 @@ void Job::send_spawns(Host& h) {
     s.rank = r;
     s.argv = opt_.command;
     s.cwd = ctx_.cwd;
-    s.env =
-        rank_env(*h.base_env, placement_.ranks[static_cast<std::size_t>(r)], h.name, env).entries();
+    RankEnv re = rank_env(h.env->base, placement_.ranks[static_cast<std::size_t>(r)], h.name, env,
+                          h.env->defaults);
+    s.host_env = h.env->host_variables;
+    s.env = re.set.entries();
+    s.env_defaults = re.defaults.entries();
     send(h, s);
   }
 }
