@@ -1,8 +1,11 @@
 // The C ABI (hvdrun/hvdrun_c.h) over the C++ API: exceptions become return codes and a
 // per-thread message, so nothing unwinds into C or Python.
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "hvdrun/hvdrun.h"
 #include "hvdrun/hvdrun_c.h"
@@ -71,10 +74,15 @@ hvdrun::ReduceOp to_op(const hvdrun_op& op) { return enum_bits<hvdrun::ReduceOp>
 
 hvdrun::Collective from_c(const hvdrun_collective* c, size_t size) {
   if (c == nullptr) throw hvdrun::Error("hvdrun_submit: null collective");
-  if (size < sizeof(hvdrun_collective))
+  // ABI 3 callers end at postscale; the fields after it are then zero.
+  constexpr std::size_t kAbi3 = offsetof(hvdrun_collective, splits);
+  if (size < kAbi3)
     throw hvdrun::Error("hvdrun_submit: hvdrun_collective of " + std::to_string(size) +
                         " bytes; this library needs " + std::to_string(sizeof(hvdrun_collective)) +
                         " (pass sizeof(hvdrun_collective) from hvdrun_c.h)");
+  hvdrun_collective full{};
+  std::memcpy(&full, c, std::min(size, sizeof full));
+  c = &full;
   hvdrun::Collective k;
   k.kind = static_cast<hvdrun::CollectiveKind>(c->kind);
   k.send = c->send;
@@ -92,6 +100,10 @@ hvdrun::Collective from_c(const hvdrun_collective* c, size_t size) {
   k.type_name = c->type_name;
   k.prescale = c->prescale == 0.0 ? 1.0 : c->prescale;
   k.postscale = c->postscale == 0.0 ? 1.0 : c->postscale;
+  k.splits = reinterpret_cast<const std::int64_t*>(c->splits);
+  k.received_splits = reinterpret_cast<std::int64_t*>(c->received_splits);
+  k.recv_count = c->recv_count;
+  k.process_set = c->process_set;
   return k;
 }
 
@@ -227,6 +239,42 @@ int hvdrun_join(void) {
 int hvdrun_leave(void) {
   hvdrun::leave();
   return 0;
+}
+
+int hvdrun_add_process_set(const int* ranks, int n) {
+  try {
+    if (n < 0 || (n > 0 && ranks == nullptr))
+      throw hvdrun::Error("hvdrun_add_process_set: " + std::to_string(n) + " ranks at null");
+    int id = hvdrun::add_process_set(std::vector<int>(ranks, ranks + n));
+    g_last_error.clear();
+    return id;
+  } catch (const hvdrun::DuplicateProcessSet& e) {
+    g_last_error = e.what();
+    return HVDRUN_DUPLICATE_SET;
+  } catch (const std::exception& e) {
+    g_last_error = e.what();
+  }
+  return -1;
+}
+int hvdrun_remove_process_set(int id) {
+  return query([&] { return hvdrun::remove_process_set(id) ? 1 : 0; });
+}
+int hvdrun_process_set_ranks(int id, int* out, int cap) {
+  return query([&] {
+    auto ranks = hvdrun::process_set_ranks(id);
+    for (std::size_t i = 0; i < ranks.size() && static_cast<int>(i) < cap; ++i) out[i] = ranks[i];
+    return static_cast<int>(ranks.size());
+  });
+}
+
+int hvdrun_start_timeline(const char* path, int mark_cycles) {
+  return guarded([&] {
+    if (path == nullptr || *path == '\0') throw hvdrun::Error("hvdrun_start_timeline: no path");
+    hvdrun::start_timeline(path, mark_cycles != 0);
+  });
+}
+int hvdrun_stop_timeline(void) {
+  return guarded([] { hvdrun::stop_timeline(); });
 }
 
 hvdrun_handle hvdrun_submit(const hvdrun_collective* c, size_t size) {

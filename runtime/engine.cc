@@ -3,6 +3,7 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <utility>
 
@@ -26,6 +27,27 @@ milliseconds backoff(int unproductive) { return milliseconds(std::min(2, unprodu
 std::string seconds(milliseconds d) {
   if (d >= std::chrono::seconds(10)) return std::to_string(d.count() / 1000) + " s";
   return seconds_text(milliseconds(d.count() / 100 * 100)) + " s";
+}
+
+}  // namespace
+
+namespace {
+
+// Timeline rows and phases, as Horovod names them: "allreduce.grad.fc1" (or
+// "allreduce.noname.12"), phases NEGOTIATE_ALLREDUCE then ALLREDUCE.
+std::string row_of(const Request& q) {
+  std::string row = kind_name(q.kind);
+  if (q.name_hash != 0)
+    row += "." + std::string(q.name, strnlen(q.name, sizeof q.name));
+  else
+    row += ".noname." + std::to_string(q.seq);
+  return row;
+}
+
+std::string phase_of(const Request& q) {
+  std::string k = kind_name(q.kind);
+  for (auto& c : k) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return k;
 }
 
 }  // namespace
@@ -71,6 +93,7 @@ std::exception_ptr Engine::not_run(const std::string& what) const {
 void Engine::fail_all(const std::exception_ptr& error, std::size_t attempted) {
   if (failure_.empty()) failure_ = describe(error);
   for (auto& s : queue_) {
+    if (!s->row.empty() && hooks_.timeline != nullptr) hooks_.timeline->end_all(s->row);
     s->error = attempted > 0 ? error : not_run(label(s->req));
     if (attempted > 0) --attempted;
     s->done = true;
@@ -85,20 +108,20 @@ void Engine::release_name(const Request& req) {
   if (it != names_.end()) names_.erase(it);
 }
 
-std::shared_ptr<Engine::Slot> Engine::enqueue(Request req, Body body,
-                                              std::unique_lock<std::mutex>& lock, Body then,
-                                              const void* small_input) {
+std::shared_ptr<Engine::Slot> Engine::enqueue(std::shared_ptr<Slot> slot,
+                                              std::unique_lock<std::mutex>& lock) {
   (void)lock;
+  Request& req = slot->req;
   if (stopping_) throw Error("hvdrun: " + label(req) + " submitted during shutdown");
   // The job is over here: the collective gets a handle that has already failed, and
   // holds no name.
   auto failed = [&](std::exception_ptr error) {
-    auto slot = std::make_shared<Slot>();
-    slot->req = req;
-    slot->req.name_hash = 0;
-    slot->error = std::move(error);
-    slot->done = true;
-    return slot;
+    auto f = std::make_shared<Slot>();
+    f->req = req;
+    f->req.name_hash = 0;
+    f->error = std::move(error);
+    f->done = true;
+    return f;
   };
   if (closed_)
     return failed(std::make_exception_ptr(
@@ -113,11 +136,10 @@ std::shared_ptr<Engine::Slot> Engine::enqueue(Request req, Body body,
   if (req.name_hash == 0 && req.kind != Kind::kJoin && req.kind != Kind::kShutdown)
     req.seq = next_seq_++;
   if (req.name_hash != 0) names_.insert(req.name_hash);
-  auto slot = std::make_shared<Slot>();
-  slot->req = req;
-  slot->body = std::move(body);
-  slot->then = std::move(then);
-  slot->small_input = small_input;
+  if (hooks_.timeline != nullptr && hooks_.timeline->enabled()) {
+    slot->row = row_of(req);
+    hooks_.timeline->negotiate_begin(slot->row, phase_of(req));
+  }
   if (queue_.empty()) ++progress_;  // a new wait begins
   queue_.push_back(slot);
   ++submissions_;
@@ -128,9 +150,19 @@ std::shared_ptr<Engine::Slot> Engine::enqueue(Request req, Body body,
   return slot;
 }
 
+std::shared_ptr<Engine::Slot> Engine::make_slot(const Request& req, Body body, Body then,
+                                                const void* small_input) {
+  auto slot = std::make_shared<Slot>();
+  slot->req = req;
+  slot->body = std::move(body);
+  slot->then = std::move(then);
+  slot->small_input = small_input;
+  return slot;
+}
+
 Engine::Handle Engine::submit(Request req, Body body, Body then, const void* small_input) {
   std::unique_lock lock(mu_);
-  auto slot = enqueue(req, std::move(body), lock, std::move(then), small_input);
+  auto slot = enqueue(make_slot(req, std::move(body), std::move(then), small_input), lock);
   const Handle h = next_++;
   slots_.emplace(h, std::move(slot));
   if (!driving_) worker_cv_.notify_one();
@@ -150,8 +182,14 @@ void Engine::await(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mute
 }
 
 void Engine::run(Request req, Body body, const void* small_input) {
+  // The slot lives on this stack: run() returns only once it is done and out of the
+  // queue, so the queue holds it by a pointer that owns nothing (no allocation).
+  Slot local;
+  local.req = req;
+  local.body = std::move(body);
+  local.small_input = small_input;
   std::unique_lock lock(mu_);
-  auto slot = enqueue(req, std::move(body), lock, nullptr, small_input);
+  auto slot = enqueue(std::shared_ptr<Slot>(std::shared_ptr<Slot>(), &local), lock);
   await(slot, lock);
   release_name(slot->req);
   if (slot->error) std::rethrow_exception(slot->error);
@@ -161,8 +199,11 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
   std::shared_ptr<Slot> mine;
   for (auto it = queue_.begin(); it != queue_.end(); ++it)
     if (same_key((*it)->req, rd.request)) {
-      mine = *it;
-      queue_.erase(it);
+      mine = std::move(*it);
+      if (it == queue_.begin())
+        queue_.pop_front();
+      else
+        queue_.erase(it);
       break;
     }
   if (!mine) {
@@ -183,6 +224,11 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
     lock.lock();
     return;
   }
+  Timeline* tl = mine->row.empty() ? nullptr : hooks_.timeline;
+  if (tl != nullptr) {
+    tl->negotiate_end(mine->row);
+    if (rd.error.empty()) tl->begin(mine->row, phase_of(rd.request));
+  }
   if (!rd.error.empty()) {
     mine->error = std::make_exception_ptr(Error("hvdrun: " + rd.error));
   } else if (rd.request.kind == Kind::kJoin) {
@@ -198,15 +244,20 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
     if (mine->body == nullptr && mine->req.seq == kAutoShutdown) closed_ = true;
   } else if (mine->body || mine->then) {
     lock.unlock();
+    bool fatal = false;
     try {
       if (mine->body) mine->body(rd);
+    } catch (const Refused&) {
+      mine->error = std::current_exception();
     } catch (...) {
       mine->error = std::current_exception();
+      fatal = true;
     }
     if (!mine->error && mine->then) mine->then(rd);
     lock.lock();
-    if (mine->error) fail_all(mine->error);
+    if (fatal) fail_all(mine->error);
   }
+  if (tl != nullptr) tl->end_all(mine->row, tensor_type(rd.request), tensor_shape(rd.request));
   mine->body = nullptr;  // release what they captured before anyone waits
   mine->then = nullptr;
   mine->done = true;
@@ -220,28 +271,46 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
   int unproductive = 0;
   std::vector<Window>& table = table_;  // one driver at a time: reused, not reallocated
   table.resize(static_cast<std::size_t>(size_));
+  briefs_.resize(static_cast<std::size_t>(size_));
   while (!queue_.empty() && !until() && failure_.empty() && !stopping_) {
-    Window mine;
+    // The collectives not announced yet, oldest first; the first one's input rides in the
+    // round when it is small enough (Window::payload).
+    Window& mine = window_;
+    mine.count = 0;
+    mine.inline_bytes = 0;
+    Slot* fresh[kWindow] = {};
     for (const auto& s : queue_) {
       if (mine.count == static_cast<std::uint32_t>(kWindow)) break;
+      if (s->announced) continue;
+      fresh[mine.count] = s.get();
       mine.requests[mine.count++] = s->req;
     }
-    // The head's input rides in the round when it is small enough (Window::payload).
-    const auto& head = queue_.front();
-    if (head->small_input != nullptr) {
-      const std::size_t bytes =
-          head->req.count * dtype_size(static_cast<DataType>(head->req.dtype));
+    if (mine.count > 0 && fresh[0]->small_input != nullptr) {
+      const Request& q = fresh[0]->req;
+      const std::size_t bytes = q.count * dtype_size(static_cast<DataType>(q.dtype));
       if (bytes > 0 && bytes <= kInlineBytes) {
-        std::memcpy(mine.payload, head->small_input, bytes);
+        std::memcpy(mine.payload, fresh[0]->small_input, bytes);
         mine.inline_bytes = static_cast<std::uint32_t>(bytes);
       }
     }
+    brief_of(mine, cache_, brief_);
+    const Request head_request = queue_.front()->req;
+    if (hooks_.timeline != nullptr) hooks_.timeline->cycle();
     const std::uint64_t seen = submissions_;
     exchanging_round_ = rounds_;
     lock.unlock();
+    // The briefs first; whole windows only when some rank has a request not cached yet.
     std::exception_ptr broken;
+    bool learned = false;
+    bool brief = false;
     try {
-      hooks_.exchange(mine, table);
+      hooks_.exchange(&brief_, briefs_.data(), sizeof(Brief), &head_request);
+      if (needs_windows(briefs_)) {
+        hooks_.exchange(&mine, table.data(), sizeof(Window), &head_request);
+        learned = true;
+      } else if (!(brief = plan_briefs(briefs_, cache_, book_, plan_))) {
+        expand(briefs_, cache_, table);
+      }
     } catch (...) {
       broken = std::current_exception();
     }
@@ -252,21 +321,30 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
       fail_all(broken, 1);  // the oldest failed with it, the rest were not run
       break;
     }
-    const Plan p = plan(table, book_);
-    // Kept for stall reports, which need it only while rounds agree on nothing.
-    if (p.ready.empty()) last_table_ = table;
-    // As in Horovod, one rank's shutdown shuts every rank down: a rank that sees another
-    // leave asks to leave too (the others' collectives it never submits fail meanwhile).
-    join_shutdown(table);
+    for (std::uint32_t i = 0; i < mine.count; ++i) fresh[i]->announced = true;
+    bool news = false;  // did any rank announce something this round
+    for (const auto& b : briefs_) news = news || b.count > 0;
+    if (hooks_.timeline != nullptr && hooks_.timeline->enabled()) mark_ready(brief);
+    if (!brief) {
+      plan_ = plan(table, book_);
+      if (learned) cache_.learn(table, plan_);
+      // Kept for stall reports, which need it only while rounds agree on nothing.
+      if (plan_.ready.empty()) last_book_ = book_;
+      // As in Horovod, one rank's shutdown shuts every rank down: a rank that sees another
+      // leave asks to leave too (the others' collectives it never submits fail meanwhile).
+      join_shutdown(table);
+    }
+    const Plan& p = plan_;
     for (const auto& rd : p.ready) {
       execute(rd, lock);
       if (!failure_.empty()) break;
     }
-    if (!p.ready.empty()) {
+    if (!p.ready.empty() || news) {
       unproductive = 0;
       continue;
     }
-    // Nothing was ready: wait a little (or for a new submission) before the next round.
+    // Nothing was ready and nothing new was announced: wait a little (or for a new
+    // submission) before the next round.
     const auto pause = backoff(++unproductive);
     if (pause.count() > 0) {
       pausing_ = true;
@@ -278,6 +356,28 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
   // A waiter may take over driving; anything left otherwise is the worker's.
   wake_waiters();
   if (!queue_.empty()) worker_cv_.notify_one();
+}
+
+void Engine::mark_ready(bool from_briefs) {
+  // Which rank announced which of this rank's collectives in this round.
+  for (const auto& s : queue_) {
+    if (s->row.empty()) continue;
+    for (int r = 0; r < size_; ++r) {
+      bool has = false;
+      if (from_briefs) {
+        const Brief& b = briefs_[static_cast<std::size_t>(r)];
+        for (std::uint32_t i = 0; i < b.count && !has; ++i) {
+          Request q = cache_.at(b.entries[i].id);
+          q.seq = b.entries[i].seq;
+          has = same_key(q, s->req);
+        }
+      } else {
+        const Window& w = table_[static_cast<std::size_t>(r)];
+        for (std::uint32_t i = 0; i < w.count && !has; ++i) has = same_key(w.requests[i], s->req);
+      }
+      if (has) hooks_.timeline->rank_ready(s->row, r);
+    }
+  }
 }
 
 void Engine::wake_waiters() {
@@ -323,17 +423,18 @@ std::string Engine::stall_text(milliseconds waited, bool in_round, const std::ve
   if (queue_.size() > 1) s += " and " + std::to_string(queue_.size() - 1) + " more";
   std::vector<int> missing = absent;
   std::string elsewhere;
-  if (!in_round && static_cast<int>(last_table_.size()) == size_) {
-    // The last round's table says what every rank had submitted.
+  if (!in_round && static_cast<int>(last_book_.announced.size()) == size_) {
+    // The ledger after the last round says what every rank had submitted.
     for (int r = 0; r < size_; ++r) {
-      const Window& w = last_table_[static_cast<std::size_t>(r)];
-      bool has = false, joined = false;
+      const auto& announced = last_book_.announced[static_cast<std::size_t>(r)];
+      bool has = false;
+      const bool joined = last_book_.joined_round[static_cast<std::size_t>(r)] >= 0;
       std::string theirs;
-      for (std::uint32_t i = 0; i < w.count; ++i) {
-        has = has || same_key(w.requests[i], oldest);
-        joined = joined || w.requests[i].kind == Kind::kJoin;
-        if (i < 3) theirs += (i ? ", " : "") + label(w.requests[i]);
+      for (std::size_t i = 0; i < announced.size(); ++i) {
+        has = has || same_key(announced[i], oldest);
+        if (i < 3) theirs += (i ? ", " : "") + label(announced[i]);
       }
+      if (announced.size() > 3) theirs += " and " + std::to_string(announced.size() - 3) + " more";
       if (has || joined) continue;
       missing.push_back(r);
       elsewhere += "; rank " + std::to_string(r) + " has submitted " +
@@ -451,8 +552,9 @@ std::string Engine::failure() {
 
 int Engine::join() {
   std::unique_lock lock(mu_);
-  auto slot = enqueue(make_request(Kind::kJoin, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr),
-                      nullptr, lock);
+  auto slot = enqueue(
+      make_slot(make_request(Kind::kJoin, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr)),
+      lock);
   await(slot, lock);
   if (slot->error) std::rethrow_exception(slot->error);
   return slot->result;
@@ -461,9 +563,9 @@ int Engine::join() {
 bool Engine::shutdown() {
   std::unique_lock lock(mu_);
   if (!failure_.empty()) return false;
-  auto slot =
-      enqueue(make_request(Kind::kShutdown, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr),
-              nullptr, lock);
+  auto slot = enqueue(
+      make_slot(make_request(Kind::kShutdown, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr)),
+      lock);
   await(slot, lock);
   return failure_.empty();
 }

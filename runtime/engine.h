@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "runtime/negotiation.h"
+#include "runtime/timeline.h"
 
 namespace hvdrun::runtime {
 
@@ -44,6 +45,15 @@ class DuplicateName : public Error {
   using Error::Error;
 };
 
+/// Thrown by a collective's body when it finds, before any data moved, a reason to refuse
+/// that every rank finds alike (an alltoall output too small for what the agreed splits
+/// send it): the collective fails on every rank and, unlike a transport failure, the job
+/// goes on.
+class Refused : public Error {
+ public:
+  using Error::Error;
+};
+
 /// Runs collectives once the ranks agree on them; hands out handles to wait on.
 class Engine {
  public:
@@ -53,9 +63,12 @@ class Engine {
 
   /// What the engine needs from the job.
   struct Hooks {
-    /// One round: this rank's window in, every rank's window out, in rank order. Throws
-    /// when the transport fails.
-    std::function<void(const Window&, std::vector<Window>&)> exchange;
+    /// One exchange of a round, an allgather: this rank's `bytes` at `mine` in, every
+    /// rank's out at `all` (rank order, `bytes` each). `head` is the oldest collective
+    /// this rank has queued (nullptr when none), for the message when the transport fails,
+    /// which throws.
+    std::function<void(const void* mine, void* all, std::size_t bytes, const Request* head)>
+        exchange;
     /// Runs a ready collective this rank did not submit because it has joined (zeros or
     /// the op's identity for an allreduce, nothing for a barrier).
     std::function<void(const Ready&)> stand_in;
@@ -68,6 +81,9 @@ class Engine {
     /// Ranks that have not said they are inside round `round` (a stall inside a round's
     /// exchange, where this rank cannot see them); empty when unknown.
     std::function<std::vector<int>(long long round)> missing_from_round;
+    /// Where each collective's phases are recorded (NEGOTIATE_<KIND>, then <KIND>), when
+    /// it is writing; may be null.
+    Timeline* timeline = nullptr;
   };
 
   Engine(Hooks hooks, int size, StallPolicy stall);
@@ -116,13 +132,18 @@ class Engine {
     Body body;
     Body then;
     const void* small_input = nullptr;  // a small host allreduce's input, carried inline
+    bool announced = false;  // put into a round already (each collective is announced once)
+    std::string row;         // its timeline row ("" while the timeline is off)
     bool done = false;
     std::exception_ptr error;
     int result = -1;  // join: the last rank to join
   };
 
-  std::shared_ptr<Slot> enqueue(Request req, Body body, std::unique_lock<std::mutex>& lock,
-                                Body then = nullptr, const void* small_input = nullptr);
+  static std::shared_ptr<Slot> make_slot(const Request& req, Body body = nullptr,
+                                         Body then = nullptr, const void* small_input = nullptr);
+  // Queues `slot` (assigning its seq) and returns it, or a slot that has already failed
+  // when the job is over here. mu_ held.
+  std::shared_ptr<Slot> enqueue(std::shared_ptr<Slot> slot, std::unique_lock<std::mutex>& lock);
   // Waits for `slot`, driving rounds while nobody else does.
   void await(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mutex>& lock);
   // Runs rounds until `until` holds or nothing is queued; mu_ held on entry and exit.
@@ -133,6 +154,8 @@ class Engine {
   // in the round that failed), the rest as not run. mu_ held.
   void fail_all(const std::exception_ptr& error, std::size_t attempted = 0);
   void wake_waiters();  // mu_ held
+  // Timeline: marks which ranks announced this rank's queued collectives this round.
+  void mark_ready(bool from_briefs);  // mu_ not needed: driver only
   // Queues this rank's own shutdown when another rank's is in the round's table.
   void join_shutdown(const std::vector<Window>& table);  // mu_ held
   // The seq that marks a shutdown this rank joined rather than asked for.
@@ -172,8 +195,15 @@ class Engine {
   JoinBook book_;  // touched by the driver only
   // For stall reports: the last round's table, when the queue last moved, whether the
   // driver is inside an exchange (and which round), and whether this stall was reported.
-  std::vector<Window> last_table_;
-  std::vector<Window> table_;   // the driver's round table, reused
+  JoinBook last_book_;
+  // The driver's round: this rank's window and brief, every rank's briefs and windows
+  // (reused, not reallocated), and the requests earlier rounds agreed on.
+  Window window_;
+  Brief brief_;
+  std::vector<Brief> briefs_;
+  std::vector<Window> table_;
+  Plan plan_;
+  RequestCache cache_;
   std::uint64_t progress_ = 0;  // bumped when a collective completes or a wait begins
   long long exchanging_round_ = -1;
   long long rounds_ = 0;

@@ -12,6 +12,7 @@
 #include <gloo/allgather_ring.h>
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring_chunked.h>
+#include <gloo/alltoallv.h>
 #include <gloo/broadcast_one_to_all.h>
 #include <gloo/context.h>
 #include <gloo/transport/tcp/address.h>
@@ -447,6 +448,22 @@ class GlooComm::Impl {
     gloo::BroadcastOneToAll<char>(async_.ctx, std::vector<char*>{p}, bytes, root).run();
   }
 
+  void alltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                 const std::vector<std::size_t>& recv_bytes) {
+    if (size_ < 2) {
+      if (send_bytes[0] > 0 && send != recv) std::memmove(recv, send, send_bytes[0]);
+      return;
+    }
+    // Pairwise exchange over the full mesh: every rank sends each peer its block directly.
+    connect(async_, Topology::kFullMesh, 0);
+    gloo::AlltoallvOptions opts(async_.ctx);
+    opts.setInput(const_cast<char*>(static_cast<const char*>(send)),  // NOLINT: Gloo only reads it
+                  std::vector<std::int64_t>(send_bytes.begin(), send_bytes.end()));
+    opts.setOutput(static_cast<char*>(recv),
+                   std::vector<std::int64_t>(recv_bytes.begin(), recv_bytes.end()));
+    gloo::alltoallv(opts);
+  }
+
   void allgather(const void* send, void* recv, std::size_t bytes) {
     const std::size_t total = bytes * static_cast<std::size_t>(size_);
     char* own = static_cast<char*>(recv) + bytes * static_cast<std::size_t>(rank_);
@@ -516,6 +533,10 @@ void GlooComm::broadcast(void* buf, std::size_t bytes, int root) {
 }
 void GlooComm::allgather(const void* send, void* recv, std::size_t bytes) {
   impl_->allgather(send, recv, bytes);
+}
+void GlooComm::alltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                         const std::vector<std::size_t>& recv_bytes) {
+  impl_->alltoallv(send, send_bytes, recv, recv_bytes);
 }
 void GlooComm::connect(Topology topology, int root) {
   if (impl_->size_ > 1) impl_->connect(topology, root);

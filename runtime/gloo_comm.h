@@ -38,6 +38,11 @@ class GlooComm {
   void broadcast(void* buf, std::size_t bytes, int root);
   /// Allgather of `bytes` bytes per rank into `recv` (size * bytes).
   void allgather(const void* send, void* recv, std::size_t bytes);
+  /// Alltoallv in bytes: `send` holds send_bytes[j] bytes for each rank j in rank order;
+  /// `recv` receives recv_bytes[i] bytes from each rank i in rank order (pairwise exchange
+  /// over the full mesh).
+  void alltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                 const std::vector<std::size_t>& recv_bytes);
   /// Connects every pair an algorithm of this shape needs (collective).
   void connect(Topology topology, int root = 0);
   /// A store key under which a failing rank publishes why; while it is set, waits for

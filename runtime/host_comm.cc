@@ -18,11 +18,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <stdexcept>
 
 #include "common/deadline.h"
 #include "common/seconds_text.h"
 #include "rendezvous/protocol.h"
+#include "runtime/shm_exchange.h"
 #include "runtime/shm_reduce.h"
 
 namespace hvdrun::runtime {
@@ -74,6 +76,23 @@ std::vector<int> parse_ranks(const std::string& s) {
   }
   return out;
 }
+
+// An alltoallv's matrix: at(i, j) bytes go from rank i to rank j.
+struct Traffic {
+  const std::vector<std::size_t>& m;
+  std::size_t n;
+  std::size_t at(std::size_t i, std::size_t j) const { return m[i * n + j]; }
+  std::size_t sent_by(std::size_t i) const {
+    std::size_t total = 0;
+    for (std::size_t j = 0; j < n; ++j) total += at(i, j);
+    return total;
+  }
+  std::size_t received_by(std::size_t j) const {
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < n; ++i) total += at(i, j);
+    return total;
+  }
+};
 
 }  // namespace
 
@@ -291,6 +310,168 @@ class HostComm::Impl {
     });
   }
 
+  // Alltoallv: m[i * n + j] bytes go from rank i to rank j (every rank has the whole
+  // matrix). Inside a host the ranks stream through the segment; across hosts each host's
+  // ranks stream to their leader, the leaders exchange pairwise over Gloo, and each leader
+  // streams every local rank its received blocks.
+  // The host's global rank of local rank `l`.
+  std::size_t global_of(std::size_t l) const {
+    return shm_ ? static_cast<std::size_t>(shm_->global_rank(static_cast<int>(l)))
+                : static_cast<std::size_t>(env_.rank);
+  }
+
+  void alltoallv(const void* send, void* recv, const std::vector<std::size_t>& m) {
+    const Traffic t{m, static_cast<std::size_t>(env_.size)};
+    const auto me = static_cast<std::size_t>(env_.rank);
+    if (world_gloo_) {
+      std::vector<std::size_t> row(t.n), col(t.n);
+      for (std::size_t k = 0; k < t.n; ++k) {
+        row[k] = t.at(me, k);
+        col[k] = t.at(k, me);
+      }
+      SigpipeBlocked quiet;
+      return world_gloo_->alltoallv(send, row, recv, col);
+    }
+    if (!shm_ && !across_hosts_) {
+      if (t.at(0, 0) > 0 && send != recv) std::memmove(recv, send, t.at(0, 0));
+      return;
+    }
+    if (across_hosts_) {
+      guarded([&] { alltoallv_across_hosts(send, recv, t); });
+      return;
+    }
+    // One host: each source's block for this rank, taken from its stream.
+    const auto L = static_cast<std::size_t>(env_.local_size);
+    std::vector<std::size_t> stream(L);
+    std::vector<StreamPiece> pieces;
+    for (std::size_t l = 0; l < L; ++l) {
+      const std::size_t g = global_of(l);
+      stream[l] = t.sent_by(g);
+      std::size_t offset = 0, dest = 0;
+      for (std::size_t j = 0; j < me; ++j) offset += t.at(g, j);
+      for (std::size_t i = 0; i < g; ++i) dest += t.at(i, me);
+      if (t.at(g, me) > 0) pieces.push_back({static_cast<int>(l), offset, t.at(g, me), dest});
+    }
+    shm_stream(*shm_, send, stream, recv, pieces, env_.local_rank);
+  }
+
+  // Alltoallv across hosts: the host's ranks stream to their leader, the leaders exchange
+  // pairwise over Gloo, and each leader streams every local rank its blocks.
+  void alltoallv_across_hosts(const void* send, void* recv, const Traffic& t) {
+    const std::size_t n = t.n;
+    const auto L = static_cast<std::size_t>(env_.local_size);
+    auto at = [&](std::size_t i, std::size_t j) { return t.at(i, j); };
+    auto sent_by = [&](std::size_t i) { return t.sent_by(i); };
+    auto received_by = [&](std::size_t j) { return t.received_by(j); };
+    auto global = [&](std::size_t l) { return global_of(l); };
+    // 1. The host's send buffers to its leader, one after another in local order.
+    std::vector<std::size_t> stream(L, 0), first(L + 1, 0);
+    for (std::size_t l = 0; l < L; ++l) {
+      stream[l] = sent_by(global(l));
+      first[l + 1] = first[l] + stream[l];
+    }
+    std::vector<char> gathered;
+    const char* from_host = static_cast<const char*>(send);
+    if (shm_) {
+      std::vector<StreamPiece> pieces;
+      if (leader_) {
+        gathered.resize(first[L]);
+        for (std::size_t l = 0; l < L; ++l)
+          if (stream[l] > 0) pieces.push_back({static_cast<int>(l), 0, stream[l], first[l]});
+      }
+      shm_stream(*shm_, send, stream, gathered.data(), pieces, env_.local_rank);
+      from_host = gathered.data();
+    }
+    // 2. and 3. on the leader: blocks by destination host over Gloo, then the blocks for
+    // each local rank in source rank order, streamed back (rank l's part is its result).
+    std::vector<char> out_stream;
+    std::vector<std::size_t> back(L, 0), where(L + 1, 0);
+    for (std::size_t l = 0; l < L; ++l) {
+      back[l] = received_by(global(l));
+      where[l + 1] = where[l] + back[l];
+    }
+    across([&] {
+      const auto H = static_cast<std::size_t>(hosts_);
+      const auto& mine = ranks_of_[static_cast<std::size_t>(host_)];
+      // Where block (i -> j) of a local source i starts in `from_host`.
+      auto source_offset = [&](std::size_t l, std::size_t j) {
+        std::size_t o = first[l];
+        for (std::size_t k = 0; k < j; ++k) o += at(global(l), k);
+        return o;
+      };
+      std::vector<std::size_t> to_host(H, 0), from_hosts(H, 0);
+      for (std::size_t h = 0; h < H; ++h)
+        for (int i : ranks_of_[h])
+          for (int j : mine)
+            from_hosts[h] += at(static_cast<std::size_t>(i), static_cast<std::size_t>(j));
+      std::vector<char> outgoing;
+      for (std::size_t h = 0; h < H; ++h) {
+        for (std::size_t l = 0; l < mine.size(); ++l)
+          for (int j : ranks_of_[h]) {
+            const std::size_t b = at(global(l), static_cast<std::size_t>(j));
+            const char* src = from_host + source_offset(l, static_cast<std::size_t>(j));
+            outgoing.insert(outgoing.end(), src, src + b);
+            to_host[h] += b;
+          }
+      }
+      std::vector<char> incoming(
+          std::accumulate(from_hosts.begin(), from_hosts.end(), std::size_t{0}));
+      leaders_->alltoallv(outgoing.data(), to_host, incoming.data(), from_hosts);
+      // incoming: per source host h, per source i of h, per local destination j.
+      std::vector<std::size_t> block_at(n * L, 0);
+      std::size_t o = 0;
+      for (std::size_t h = 0; h < H; ++h)
+        for (int i : ranks_of_[h])
+          for (std::size_t l = 0; l < mine.size(); ++l) {
+            block_at[static_cast<std::size_t>(i) * L + l] = o;
+            o += at(static_cast<std::size_t>(i), global(l));
+          }
+      out_stream.resize(where[L]);
+      for (std::size_t l = 0; l < L; ++l) {
+        std::size_t d = where[l];
+        for (std::size_t i = 0; i < n; ++i) {
+          const std::size_t b = at(i, global(l));
+          if (b > 0) std::memcpy(out_stream.data() + d, incoming.data() + block_at[i * L + l], b);
+          d += b;
+        }
+      }
+    });
+    if (!shm_) {
+      if (!out_stream.empty()) std::memcpy(recv, out_stream.data(), out_stream.size());
+      return;
+    }
+    std::vector<std::size_t> streams(L, 0);
+    streams[0] = where[L];
+    const auto l = static_cast<std::size_t>(env_.local_rank);
+    std::vector<StreamPiece> pieces;
+    if (back[l] > 0) pieces.push_back({0, where[l], back[l], 0});
+    shm_stream(*shm_, out_stream.data(), streams, recv, pieces, env_.local_rank);
+  }
+
+  // Reduce-scatter: rank r receives the reduction of elements [first_r, first_r +
+  // counts[r]). Inside one host a true reduce-scatter through the segment; otherwise an
+  // allreduce of the whole tensor, of which each rank keeps its slice.
+  void reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                     DataType dtype, ReduceOp op) {
+    const std::size_t es = dtype_size(dtype);
+    const auto me = static_cast<std::size_t>(env_.rank);
+    std::size_t first = 0, total = 0;
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      if (r < me) first += counts[r];
+      total += counts[r];
+    }
+    const auto* in = static_cast<const char*>(send);
+    auto* out = static_cast<char*>(recv);
+    const bool overlap = out < in + total * es && in < out + counts[me] * es;
+    if (!world_gloo_ && !across_hosts_ && shm_ && in_rank_order_ && !overlap) {
+      shm_reducescatter(*shm_, send, recv, counts, dtype, op, env_.size, env_.local_rank);
+      return;
+    }
+    std::vector<char> full(total * es);
+    allreduce(send, full.data(), total, dtype, op);
+    if (counts[me] > 0) std::memmove(recv, full.data() + first * es, counts[me] * es);
+  }
+
   void barrier() {
     if (!across_hosts_) {
       if (shm_) shm_->barrier();
@@ -359,6 +540,13 @@ void HostComm::broadcast(void* buf, std::size_t bytes, int root) {
 }
 void HostComm::allgather(const void* send, void* recv, std::size_t bytes) {
   impl_->allgather(send, recv, bytes);
+}
+void HostComm::alltoallv(const void* send, void* recv, const std::vector<std::size_t>& matrix) {
+  impl_->alltoallv(send, recv, matrix);
+}
+void HostComm::reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                             DataType dtype, ReduceOp op) {
+  impl_->reducescatter(send, recv, counts, dtype, op);
 }
 bool HostComm::has_barrier() const { return impl_->shm_path_; }
 void HostComm::barrier() { impl_->barrier(); }

@@ -41,6 +41,14 @@ class HostComm {
   void broadcast(void* buf, std::size_t bytes, int root);
   /// Allgather of `bytes` bytes per rank into `recv` (size * bytes), in rank order.
   void allgather(const void* send, void* recv, std::size_t bytes);
+  /// Alltoallv in bytes: matrix[i * size + j] bytes go from rank i to rank j (the same
+  /// matrix on every rank). `send` holds this rank's blocks in destination rank order,
+  /// `recv` receives its blocks in source rank order; they must not overlap.
+  void alltoallv(const void* send, void* recv, const std::vector<std::size_t>& matrix);
+  /// Reduce-scatter of `counts` total elements (per rank, in rank order: the slices):
+  /// this rank receives the reduction of its slice in `recv`; Average divides by size.
+  void reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                     DataType dtype, ReduceOp op);
   /// The leaders' rank lists and Gloo mesh across hosts (local rank 0 only; once).
   void join_hosts(std::chrono::steady_clock::time_point deadline);
   /// The host's shared segment, or nullptr (one local rank, or the Gloo path).

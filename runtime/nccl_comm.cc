@@ -247,6 +247,11 @@ struct Nccl {
   decltype(&::ncclBroadcast) broadcast = nullptr;
   decltype(&::ncclAllGather) all_gather = nullptr;
   decltype(&::ncclGetErrorString) error_string = nullptr;
+  decltype(&::ncclSend) send = nullptr;
+  decltype(&::ncclRecv) recv = nullptr;
+  decltype(&::ncclReduce) reduce = nullptr;
+  decltype(&::ncclGroupStart) group_start = nullptr;
+  decltype(&::ncclGroupEnd) group_end = nullptr;
   // Optional: ncclCommInitRankScalable exists from NCCL 2.23 on; null when older.
   decltype(&::ncclCommInitRankScalable) init_rank_scalable = nullptr;
   int version = 0;  // ncclGetVersion's code (22803 for 2.28.3), 0 when unknown
@@ -271,6 +276,11 @@ struct Nccl {
       HVDRUN_NCCL_SYM(broadcast, "ncclBroadcast")
       HVDRUN_NCCL_SYM(all_gather, "ncclAllGather")
       HVDRUN_NCCL_SYM(error_string, "ncclGetErrorString")
+      HVDRUN_NCCL_SYM(send, "ncclSend")
+      HVDRUN_NCCL_SYM(recv, "ncclRecv")
+      HVDRUN_NCCL_SYM(reduce, "ncclReduce")
+      HVDRUN_NCCL_SYM(group_start, "ncclGroupStart")
+      HVDRUN_NCCL_SYM(group_end, "ncclGroupEnd")
 #undef HVDRUN_NCCL_SYM
       x.bind_scalable(h);
       if (!x.get_unique_id || !x.init_rank_config || !x.get_async_error || !x.abort || !x.destroy ||
@@ -555,6 +565,76 @@ void NcclComm::allgather(const void* send, void* recv, std::size_t count, DataTy
                "ncclAllGather", stream, "allgather", count);
 }
 
+namespace {
+
+// Runs `calls` between ncclGroupStart and ncclGroupEnd; returns the first failure's code.
+template <typename Fn>
+ncclResult_t grouped(const Nccl& nccl, Fn calls) {
+  if (!nccl.group_start || !nccl.group_end || !nccl.send || !nccl.recv || !nccl.reduce)
+    return ncclInvalidUsage;
+  ncclResult_t rc = nccl.group_start();
+  if (rc != ncclSuccess) return rc;
+  const ncclResult_t inner = calls();
+  rc = nccl.group_end();
+  return inner != ncclSuccess ? inner : rc;
+}
+
+}  // namespace
+
+void NcclComm::alltoallv(const void* send, const std::vector<std::size_t>& send_counts, void* recv,
+                         const std::vector<std::size_t>& recv_counts, DataType dtype,
+                         void* stream) {
+  s_->on_device();
+  const auto& nccl = Nccl::get();
+  const std::size_t es = dtype_size(dtype);
+  auto* st = static_cast<cudaStream_t>(stream);
+  std::size_t total = 0;
+  const ncclResult_t rc = grouped(nccl, [&] {
+    std::size_t out = 0, in = 0;
+    for (std::size_t peer = 0; peer < send_counts.size(); ++peer) {
+      const int p = static_cast<int>(peer);
+      if (send_counts[peer] > 0) {
+        auto r = nccl.send(static_cast<const char*>(send) + out * es, send_counts[peer],
+                           nccl_type(dtype), p, s_->comm, st);
+        if (r != ncclSuccess) return r;
+      }
+      if (recv_counts[peer] > 0) {
+        auto r = nccl.recv(static_cast<char*>(recv) + in * es, recv_counts[peer], nccl_type(dtype),
+                           p, s_->comm, st);
+        if (r != ncclSuccess) return r;
+      }
+      out += send_counts[peer];
+      in += recv_counts[peer];
+      total += send_counts[peer];
+    }
+    return ncclSuccess;
+  });
+  s_->enqueued(rc, "ncclSend/ncclRecv", stream, "alltoall", total);
+}
+
+void NcclComm::reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                             DataType dtype, ReduceOp op, void* stream) {
+  s_->on_device();
+  const auto& nccl = Nccl::get();
+  const std::size_t es = dtype_size(dtype);
+  // One reduce per slice, rooted at its rank, in one group: slices may differ in size
+  // (Horovod's rule for an uneven first dimension), which ncclReduceScatter does not allow.
+  const ncclResult_t rc = grouped(nccl, [&] {
+    std::size_t first = 0;
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      if (counts[r] > 0) {
+        auto rr = nccl.reduce(static_cast<const char*>(send) + first * es, recv, counts[r],
+                              nccl_type(dtype), nccl_op(op), static_cast<int>(r), s_->comm,
+                              static_cast<cudaStream_t>(stream));
+        if (rr != ncclSuccess) return rr;
+      }
+      first += counts[r];
+    }
+    return ncclSuccess;
+  });
+  s_->enqueued(rc, "ncclReduce", stream, "reducescatter", counts.empty() ? 0 : counts[0]);
+}
+
 void NcclComm::allreduce_from_host(const void* host, std::size_t count, DataType dtype,
                                    ReduceOp op) {
   const auto& cuda = Cuda::get();
@@ -601,6 +681,10 @@ int nccl_version() { return 0; }
 void NcclComm::allreduce(const void*, void*, std::size_t, DataType, ReduceOp, void*) {}
 void NcclComm::broadcast(void*, std::size_t, DataType, int, void*) {}
 void NcclComm::allgather(const void*, void*, std::size_t, DataType, void*) {}
+void NcclComm::alltoallv(const void*, const std::vector<std::size_t>&, void*,
+                         const std::vector<std::size_t>&, DataType, void*) {}
+void NcclComm::reducescatter(const void*, void*, const std::vector<std::size_t>&, DataType,
+                             ReduceOp, void*) {}
 void NcclComm::allreduce_from_host(const void*, std::size_t, DataType, ReduceOp) {}
 
 #endif

@@ -89,6 +89,14 @@ class NcclComm {
   void broadcast(void* buf, std::size_t count, DataType dtype, int root, void* stream);
   /// Enqueues an allgather on `stream`.
   void allgather(const void* send, void* recv, std::size_t count, DataType dtype, void* stream);
+  /// Enqueues an alltoallv: send_counts[j] elements to rank j, recv_counts[i] elements
+  /// from rank i, blocks in rank order (grouped ncclSend/ncclRecv).
+  void alltoallv(const void* send, const std::vector<std::size_t>& send_counts, void* recv,
+                 const std::vector<std::size_t>& recv_counts, DataType dtype, void* stream);
+  /// Enqueues a reduce-scatter: rank r receives the reduction of slice r (`counts` in rank
+  /// order, possibly uneven) in `recv`.
+  void reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
+                     DataType dtype, ReduceOp op, void* stream);
   /// An allreduce whose input is `count` elements of host memory (a joined rank's
   /// identity): copied to a device buffer of its own, reduced, and waited for.
   void allreduce_from_host(const void* host, std::size_t count, DataType dtype, ReduceOp op);

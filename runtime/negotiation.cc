@@ -38,22 +38,10 @@ std::string type_of(const Request& r) {
 
 bool is_control(Kind k) { return k == Kind::kJoin || k == Kind::kShutdown; }
 
-bool has(const Window& w, const Request& key) {
-  for (std::uint32_t i = 0; i < w.count && i < static_cast<std::uint32_t>(kWindow); ++i)
-    if (same_key(w.requests[i], key)) return true;
-  return false;
-}
-
 const Request* find(const Window& w, const Request& key) {
   for (std::uint32_t i = 0; i < w.count && i < static_cast<std::uint32_t>(kWindow); ++i)
     if (same_key(w.requests[i], key)) return &w.requests[i];
   return nullptr;
-}
-
-bool has_kind(const Window& w, Kind k) {
-  for (std::uint32_t i = 0; i < w.count && i < static_cast<std::uint32_t>(kWindow); ++i)
-    if (w.requests[i].kind == k) return true;
-  return false;
 }
 
 std::string ranks_text(const std::vector<int>& ranks) {
@@ -68,7 +56,7 @@ std::string ranks_text(const std::vector<int>& ranks) {
 // dimension, so only the others must match; everything else needs the same shape.
 bool shapes_agree(const Request& a, const Request& b) {
   if (a.ndim != b.ndim) return false;
-  const int first = a.kind == Kind::kAllgather ? 1 : 0;
+  const int first = a.kind == Kind::kAllgather || a.kind == Kind::kAlltoall ? 1 : 0;
   for (int d = first; d < a.ndim && d < kMaxDims; ++d)
     if (a.shape[d] != b.shape[d]) return false;
   return true;
@@ -79,10 +67,11 @@ bool shapes_agree(const Request& a, const Request& b) {
 bool agree(const Request& a, const Request& b) {
   if (a.kind != b.kind || a.device != b.device || a.dtype != b.dtype) return false;
   if (a.kind == Kind::kBarrier || is_control(a.kind)) return true;
-  if (a.count != b.count || !shapes_agree(a, b) ||
+  const bool per_rank = a.kind == Kind::kAllgather || a.kind == Kind::kAlltoall;
+  if ((!per_rank && a.count != b.count) || !shapes_agree(a, b) ||
       std::strncmp(a.type_name, b.type_name, kTypeChars) != 0)
     return false;
-  if (a.kind == Kind::kAllreduce)
+  if (a.kind == Kind::kAllreduce || a.kind == Kind::kReducescatter)
     return a.op == b.op && a.prescale == b.prescale && a.postscale == b.postscale;
   return a.kind != Kind::kBroadcast || a.root == b.root;
 }
@@ -105,23 +94,25 @@ std::string difference(const Request& a, int ra, const Request& b, int rb) {
     return s.str();
   }
   const bool sized = a.kind != Kind::kBarrier && !is_control(a.kind);
+  const bool per_rank = a.kind == Kind::kAllgather || a.kind == Kind::kAlltoall;
   if (sized && (type_of(a) != type_of(b) || a.dtype != b.dtype || !shapes_agree(a, b) ||
-                (a.kind != Kind::kAllgather && a.count != b.count))) {
+                (!per_rank && a.count != b.count))) {
     s << A << " has " << tensor_text(a) << ", " << B << " has " << tensor_text(b);
-    if (a.kind == Kind::kAllgather && type_of(a) == type_of(b))
-      s << " (allgather: only the first dimension may differ)";
+    if (per_rank && type_of(a) == type_of(b))
+      s << " (" << kind_name(a.kind) << ": only the first dimension may differ)";
     return s.str();
   }
-  if (sized && a.count != b.count) {
+  if (sized && !per_rank && a.count != b.count) {
     s << A << " moves " << a.count << " " << dtype_text(a.dtype) << " elements, " << B << " moves "
       << b.count;
     return s.str();
   }
-  if (a.kind == Kind::kAllreduce && a.op != b.op) {
+  const bool reduces = a.kind == Kind::kAllreduce || a.kind == Kind::kReducescatter;
+  if (reduces && a.op != b.op) {
     s << A << " reduces with " << op_text(a.op) << ", " << B << " with " << op_text(b.op);
     return s.str();
   }
-  if (a.kind == Kind::kAllreduce && (a.prescale != b.prescale || a.postscale != b.postscale)) {
+  if (reduces && (a.prescale != b.prescale || a.postscale != b.postscale)) {
     s << A << " scales by (" << a.prescale << ", " << a.postscale << "), " << B << " by ("
       << b.prescale << ", " << b.postscale << ") (prescale_factor, postscale_factor)";
     return s.str();
@@ -135,11 +126,17 @@ std::string difference(const Request& a, int ra, const Request& b, int rb) {
 
 // The ready collective `key`: the lowest submitter's request, the joined ranks that stand
 // in, and the first disagreement (or the join rule a joined rank breaks).
-Ready decide(const std::vector<Window>& windows, const Request& key) {
+const Request* find(const std::vector<Request>& announced, const Request& key) {
+  for (const auto& q : announced)
+    if (same_key(q, key)) return &q;
+  return nullptr;
+}
+
+Ready decide(const std::vector<std::vector<Request>>& announced, const Request& key) {
   Ready out;
   int first = -1;
-  for (int r = 0; r < static_cast<int>(windows.size()); ++r) {
-    const Request* mine = find(windows[static_cast<std::size_t>(r)], key);
+  for (int r = 0; r < static_cast<int>(announced.size()); ++r) {
+    const Request* mine = find(announced[static_cast<std::size_t>(r)], key);
     if (mine == nullptr) {
       out.absent.push_back(r);
       continue;
@@ -154,8 +151,8 @@ Ready decide(const std::vector<Window>& windows, const Request& key) {
       if (!diff.empty()) out.error = label(out.request) + ": " + diff;
     }
   }
-  if (out.error.empty() && !out.absent.empty() &&
-      (out.request.kind == Kind::kAllgather || out.request.kind == Kind::kBroadcast))
+  if (out.error.empty() && !out.absent.empty() && out.request.kind != Kind::kAllreduce &&
+      out.request.kind != Kind::kBarrier)
     out.error = label(out.request) + " cannot run while " + ranks_text(out.absent) +
                 (out.absent.size() == 1 ? " has" : " have") +
                 " joined: a joined rank stands in for allreduce and barrier only (as in "
@@ -180,6 +177,10 @@ const char* kind_name(Kind k) {
       return "join";
     case Kind::kShutdown:
       return "shutdown";
+    case Kind::kAlltoall:
+      return "alltoall";
+    case Kind::kReducescatter:
+      return "reducescatter";
     case Kind::kNone:
       break;
   }
@@ -223,107 +224,301 @@ std::string label(const Request& r) {
   return s;
 }
 
-std::string tensor_text(const Request& r) {
-  if (r.kind == Kind::kBarrier || is_control(r.kind)) return "(no tensor)";
-  std::string s = type_of(r) + "[";
+std::string tensor_type(const Request& r) {
+  if (r.kind == Kind::kBarrier || is_control(r.kind)) return {};
+  return type_of(r);
+}
+
+std::string tensor_shape(const Request& r) {
+  if (r.kind == Kind::kBarrier || is_control(r.kind)) return {};
+  std::string s = "[";
   for (int d = 0; d < r.ndim && d < kMaxDims; ++d)
     s += (d ? ", " : "") + std::to_string(r.shape[d]);
   return s + "]";
 }
 
+std::string tensor_text(const Request& r) {
+  if (r.kind == Kind::kBarrier || is_control(r.kind)) return "(no tensor)";
+  return tensor_type(r) + tensor_shape(r);
+}
+
 // True when every rank that submitted `key` has it at the head of its window with its
 // input carried in the round.
-bool carried_inline(const std::vector<Window>& windows, const Request& key) {
+bool carried_inline(const std::vector<Window>& windows, const Ready& rd) {
+  const Request& key = rd.request;
   if (key.kind != Kind::kAllreduce || key.device != 0) return false;
   const std::size_t bytes = key.count * dtype_size(static_cast<DataType>(key.dtype));
   if (bytes == 0 || bytes > kInlineBytes) return false;
-  for (const auto& w : windows) {
-    if (!has(w, key)) continue;  // joined: contributes the identity, i.e. nothing
+  auto absent = rd.absent.begin();  // joined: contributes the identity, i.e. nothing
+  for (int r = 0; r < static_cast<int>(windows.size()); ++r) {
+    if (absent != rd.absent.end() && *absent == r) {
+      ++absent;
+      continue;
+    }
+    // Announced in this very round, at the head of the window, with its input.
+    const Window& w = windows[static_cast<std::size_t>(r)];
     if (w.count == 0 || !same_key(w.requests[0], key) || w.inline_bytes != bytes) return false;
   }
   return true;
 }
 
 void reduce_inline(const Ready& ready, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
-  const auto& table = *ready.table;
   const std::size_t bytes = count * dtype_size(dtype);
+  auto absent = ready.absent.begin();  // joined ranks: the op's identity, i.e. nothing
   bool first = true;
-  for (const auto& w : table) {
-    if (w.count == 0 || !same_key(w.requests[0], ready.request)) continue;
+  for (int r = 0; r < ready.ranks; ++r) {
+    if (absent != ready.absent.end() && *absent == r) {
+      ++absent;
+      continue;
+    }
+    const unsigned char* in = ready.inline_base + static_cast<std::size_t>(r) * ready.inline_stride;
     if (first)
-      std::memcpy(recv, w.payload, bytes);
+      std::memcpy(recv, in, bytes);
     else
-      reduce_into(recv, w.payload, count, dtype, op);
+      reduce_into(recv, in, count, dtype, op);
     first = false;
   }
-  if (op == ReduceOp::kAverage) divide_by(recv, count, dtype, static_cast<int>(table.size()));
+  if (op == ReduceOp::kAverage) divide_by(recv, count, dtype, ready.ranks);
 }
+
+namespace {
+
+// Points `rd` at the inline inputs of `windows` when every submitter carried one.
+void take_inline(Ready& rd, const std::vector<Window>& windows) {
+  rd.inline_data = rd.error.empty() && carried_inline(windows, rd);
+  if (!rd.inline_data) return;
+  rd.inline_base = windows[0].payload;
+  rd.inline_stride = sizeof(Window);
+  rd.ranks = static_cast<int>(windows.size());
+}
+
+}  // namespace
 
 Plan plan(const std::vector<Window>& windows, JoinBook& book) {
   const int n = static_cast<int>(windows.size());
-  if (static_cast<int>(book.joined_round.size()) != n) book.joined_round.assign(n, -1);
-  std::vector<bool> joined(static_cast<std::size_t>(n)), leaving(static_cast<std::size_t>(n));
+  const auto N = static_cast<std::size_t>(n);
+  if (book.joined_round.size() != N) {
+    book.joined_round.assign(N, -1);
+    book.leaving.assign(N, false);
+    book.announced.assign(N, {});
+  }
+  // What each rank announced this round joins what it announced before and has not run.
   bool all_joined = n > 0, all_leaving = n > 0;
-  for (int r = 0; r < n; ++r) {
-    const auto& w = windows[static_cast<std::size_t>(r)];
-    joined[r] = has_kind(w, Kind::kJoin);
-    leaving[r] = has_kind(w, Kind::kShutdown);
-    if (joined[r] && book.joined_round[r] < 0) book.joined_round[r] = book.round;
-    all_joined = all_joined && joined[r];
-    all_leaving = all_leaving && leaving[r];
+  for (std::size_t r = 0; r < N; ++r) {
+    const auto& w = windows[r];
+    for (std::uint32_t i = 0; i < w.count && i < static_cast<std::uint32_t>(kWindow); ++i) {
+      const Request& q = w.requests[i];
+      if (q.kind == Kind::kJoin && book.joined_round[r] < 0) book.joined_round[r] = book.round;
+      if (q.kind == Kind::kShutdown) book.leaving[r] = true;
+      if (!is_control(q.kind) && find(book.announced[r], q) == nullptr)
+        book.announced[r].push_back(q);
+    }
+    all_joined = all_joined && book.joined_round[r] >= 0;
+    all_leaving = all_leaving && book.leaving[r];
   }
   ++book.round;
 
   Plan p;
-  std::vector<Request> emitted;
-  bool left_over = false;  // a collective stays pending after this round
-  for (int r = 0; r < n; ++r) {
-    const auto& w = windows[static_cast<std::size_t>(r)];
-    for (std::uint32_t i = 0; i < w.count && i < static_cast<std::uint32_t>(kWindow); ++i) {
-      const Request& q = w.requests[i];
-      if (is_control(q.kind)) continue;
-      if (std::any_of(emitted.begin(), emitted.end(),
-                      [&](const Request& e) { return same_key(e, q); }))
+  std::vector<Request> done;  // emitted this round, to drop from every rank's ledger
+  bool left_over = false;     // a collective stays pending after this round
+  for (std::size_t r = 0; r < N; ++r) {
+    for (const Request& q : book.announced[r]) {
+      if (std::any_of(done.begin(), done.end(), [&](const Request& e) { return same_key(e, q); }))
         continue;
       std::vector<int> gone;  // ranks leaving without it: it can never complete
       bool ready = true;
-      for (int o = 0; o < n; ++o) {
-        if (has(windows[static_cast<std::size_t>(o)], q) || joined[o]) continue;
+      for (std::size_t o = 0; o < N; ++o) {
+        if (book.joined_round[o] >= 0 || find(book.announced[o], q) != nullptr) continue;
         ready = false;
-        if (leaving[o]) gone.push_back(o);
+        if (book.leaving[o]) gone.push_back(static_cast<int>(o));
       }
       if (!ready && gone.empty()) {
         left_over = true;
         continue;
       }
-      emitted.push_back(q);
-      Ready rd = decide(windows, q);
+      Ready rd = decide(book.announced, q);
       if (!ready)
         rd.error = label(rd.request) + " can never complete: " + ranks_text(gone) +
                    " shut down without submitting it";
-      rd.table = &windows;
-      rd.inline_data = rd.error.empty() && carried_inline(windows, rd.request);
+      take_inline(rd, windows);
+      done.push_back(q);
       p.ready.push_back(std::move(rd));
     }
   }
+  for (auto& mine : book.announced)
+    mine.erase(std::remove_if(mine.begin(), mine.end(),
+                              [&](const Request& q) {
+                                return std::any_of(done.begin(), done.end(), [&](const Request& e) {
+                                  return same_key(e, q);
+                                });
+                              }),
+               mine.end());
   if (all_joined && !left_over) {
-    Ready done;
-    done.request = make_request(Kind::kJoin, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr);
+    Ready joined;
+    joined.request = make_request(Kind::kJoin, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr);
     long long best = -1;
     for (int r = 0; r < n; ++r)
-      if (book.joined_round[r] >= best) {
-        best = book.joined_round[r];
-        done.last_joined = r;
+      if (book.joined_round[static_cast<std::size_t>(r)] >= best) {
+        best = book.joined_round[static_cast<std::size_t>(r)];
+        joined.last_joined = r;
       }
-    book.joined_round.assign(static_cast<std::size_t>(n), -1);
-    p.ready.push_back(std::move(done));
+    book.joined_round.assign(N, -1);
+    p.ready.push_back(std::move(joined));
   }
   if (all_leaving && !left_over) {
-    Ready done;
-    done.request = make_request(Kind::kShutdown, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr);
-    p.ready.push_back(std::move(done));
+    Ready left;
+    left.request = make_request(Kind::kShutdown, 0, DataType::kUInt8, nullptr, nullptr, 0, nullptr);
+    book.leaving.assign(N, false);
+    p.ready.push_back(std::move(left));
   }
   return p;
+}
+
+namespace {
+
+// A double's bits: scale factors are cached as given (-0.0 apart from 0.0).
+std::uint64_t bits_of(double d) {
+  std::uint64_t b = 0;
+  std::memcpy(&b, &d, sizeof b);
+  return b;
+}
+
+// What makes two requests the same cache entry: everything but the seq.
+std::uint64_t digest(const Request& r) {
+  std::uint64_t h = 1469598103934665603ULL;
+  auto mix = [&](std::uint64_t v) {
+    h ^= v;
+    h *= 1099511628211ULL;
+  };
+  mix(static_cast<std::uint64_t>(r.kind) | static_cast<std::uint64_t>(r.dtype) << 8 |
+      static_cast<std::uint64_t>(r.op) << 16 | static_cast<std::uint64_t>(r.device) << 24 |
+      static_cast<std::uint64_t>(r.ndim) << 32);
+  mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(r.root)));
+  mix(r.count);
+  mix(r.name_hash);
+  mix(bits_of(r.prescale));
+  mix(bits_of(r.postscale));
+  for (int d = 0; d < r.ndim && d < kMaxDims; ++d) mix(static_cast<std::uint64_t>(r.shape[d]));
+  for (std::size_t i = 0; i < kTypeChars && r.type_name[i] != '\0'; ++i)
+    mix(static_cast<unsigned char>(r.type_name[i]));
+  return h;
+}
+
+bool identical(const Request& a, const Request& b) {
+  if (a.kind != b.kind || a.dtype != b.dtype || a.op != b.op || a.device != b.device ||
+      a.root != b.root || a.count != b.count || a.name_hash != b.name_hash || a.ndim != b.ndim ||
+      bits_of(a.prescale) != bits_of(b.prescale) || bits_of(a.postscale) != bits_of(b.postscale))
+    return false;
+  for (int d = 0; d < a.ndim && d < kMaxDims; ++d)
+    if (a.shape[d] != b.shape[d]) return false;
+  return std::strncmp(a.type_name, b.type_name, kTypeChars) == 0 &&
+         std::strncmp(a.name, b.name, sizeof a.name) == 0;
+}
+
+}  // namespace
+
+std::int64_t RequestCache::find(const Request& r) const {
+  if (last_ < entries_.size() && identical(entries_[last_], r)) return last_;
+  auto it = by_digest_.find(digest(r));
+  if (it == by_digest_.end() || !identical(entries_[it->second], r)) return -1;
+  last_ = it->second;
+  return it->second;
+}
+
+void RequestCache::add(const Request& r) {
+  const std::uint64_t d = digest(r);
+  if (by_digest_.count(d) > 0) return;  // cached, or a digest collision: stays uncached
+  if (entries_.size() >= capacity_) {
+    entries_.clear();
+    by_digest_.clear();
+  }
+  Request e = r;
+  e.seq = -1;
+  by_digest_.emplace(d, static_cast<std::uint32_t>(entries_.size()));
+  entries_.push_back(e);
+}
+
+void RequestCache::learn(const std::vector<Window>& windows, const Plan& plan) {
+  for (const auto& rd : plan.ready) {
+    if (!rd.error.empty() || is_control(rd.request.kind)) continue;
+    for (const auto& w : windows)
+      if (const Request* q = runtime::find(w, rd.request)) add(*q);
+  }
+  for (const auto& w : windows)
+    for (std::uint32_t i = 0; i < w.count && i < static_cast<std::uint32_t>(kWindow); ++i)
+      if (is_control(w.requests[i].kind)) add(w.requests[i]);
+}
+
+void brief_of(const Window& window, const RequestCache& cache, Brief& out) {
+  out.count = window.count;
+  out.uncached = 0;
+  for (std::uint32_t i = 0; i < window.count && i < static_cast<std::uint32_t>(kWindow); ++i) {
+    const std::int64_t id = cache.find(window.requests[i]);
+    if (id < 0) {
+      out.uncached = 1;
+      out.entries[i] = BriefEntry{};
+      continue;
+    }
+    out.entries[i].id = static_cast<std::uint32_t>(id);
+    out.entries[i].seq = window.requests[i].seq;
+  }
+  out.inline_bytes = window.inline_bytes;
+  if (window.inline_bytes > 0) std::memcpy(out.payload, window.payload, window.inline_bytes);
+}
+
+bool plan_briefs(const std::vector<Brief>& briefs, const RequestCache& cache, JoinBook& book,
+                 Plan& out) {
+  const Brief& first = briefs[0];
+  if (first.count != 1 || first.uncached != 0 || first.entries[0].id >= cache.size()) return false;
+  const BriefEntry e = first.entries[0];
+  const Request& q = cache.at(e.id);
+  if (is_control(q.kind)) return false;
+  const std::size_t bytes = q.count * dtype_size(static_cast<DataType>(q.dtype));
+  bool inline_all =
+      q.kind == Kind::kAllreduce && q.device == 0 && bytes > 0 && bytes <= kInlineBytes;
+  for (const auto& b : briefs) {
+    if (b.count != 1 || b.uncached != 0 || b.entries[0].id != e.id || b.entries[0].seq != e.seq)
+      return false;
+    inline_all = inline_all && b.inline_bytes == bytes;
+  }
+  const int n = static_cast<int>(briefs.size());
+  if (static_cast<int>(book.joined_round.size()) != n) return false;  // plan() sizes the book
+  ++book.round;
+  out.ready.clear();
+  Ready& rd = out.ready.emplace_back();
+  rd.request = q;
+  rd.request.seq = e.seq;
+  if (inline_all) {
+    rd.inline_data = true;
+    rd.inline_base = first.payload;
+    rd.inline_stride = sizeof(Brief);
+    rd.ranks = n;
+  }
+  return true;
+}
+
+bool needs_windows(const std::vector<Brief>& briefs) {
+  return std::any_of(briefs.begin(), briefs.end(), [](const Brief& b) { return b.uncached != 0; });
+}
+
+void expand(const std::vector<Brief>& briefs, const RequestCache& cache,
+            std::vector<Window>& windows) {
+  windows.resize(briefs.size());
+  for (std::size_t r = 0; r < briefs.size(); ++r) {
+    const Brief& b = briefs[r];
+    Window& w = windows[r];
+    w.count = std::min<std::uint32_t>(b.count, static_cast<std::uint32_t>(kWindow));
+    for (std::uint32_t i = 0; i < w.count; ++i) {
+      if (b.entries[i].id >= cache.size())
+        throw Error("hvdrun: negotiation: rank " + std::to_string(r) + " named cached request " +
+                    std::to_string(b.entries[i].id) + " of " + std::to_string(cache.size()) +
+                    ": the ranks run different builds of libhvdrun");
+      w.requests[i] = cache.at(b.entries[i].id);
+      w.requests[i].seq = b.entries[i].seq;
+    }
+    w.inline_bytes = std::min<std::uint32_t>(b.inline_bytes, kInlineBytes);
+    if (w.inline_bytes > 0) std::memcpy(w.payload, b.payload, w.inline_bytes);
+  }
 }
 
 }  // namespace hvdrun::runtime

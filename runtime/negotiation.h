@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "hvdrun/hvdrun.h"
@@ -32,6 +33,8 @@ enum class Kind : std::uint8_t {
   kBarrier = 4,
   kJoin = 5,      ///< this rank has no more work; stands in for the others' collectives
   kShutdown = 6,  ///< this rank leaves; completes once every rank has asked to
+  kAlltoall = 7,
+  kReducescatter = 8,
 };
 
 /// Name of a kind, as messages print it ("allreduce").
@@ -98,6 +101,9 @@ std::string label(const Request& r);
 
 /// "float32[10, 3]" (the caller's type and shape), "uint8[40]" without them.
 std::string tensor_text(const Request& r);
+/// The two halves of tensor_text(): "float32" and "[10, 3]" ("" for no tensor).
+std::string tensor_type(const Request& r);
+std::string tensor_shape(const Request& r);
 
 /// One collective a round made ready, as every rank sees it.
 struct Ready {
@@ -106,9 +112,13 @@ struct Ready {
   std::string error;        ///< non-empty: the ranks disagree; every submitter fails with it
   int last_joined = -1;     ///< kJoin: the rank that joined last
   /// An allreduce whose every submitter carried its input in the round (Window::payload):
-  /// the result is reduced from `table`, no data moves again.
+  /// the result is reduced from the round's payloads, no data moves again.
   bool inline_data = false;
-  const std::vector<Window>* table = nullptr;  ///< the round's table (valid while it runs)
+  /// inline_data: rank r's input is at inline_base + r * inline_stride (the round's
+  /// windows or briefs, valid while the collective runs); `ranks` of them.
+  const unsigned char* inline_base = nullptr;
+  std::size_t inline_stride = 0;
+  int ranks = 0;
 };
 
 /// The result of an allreduce with inline_data: every submitter's payload reduced in rank
@@ -121,15 +131,88 @@ struct Plan {
   std::vector<Ready> ready;
 };
 
-/// Per-job state plan() keeps between rounds: in which round each rank was first seen
-/// joined, so join() can say which rank joined last.
+/// Per-job state plan() keeps between rounds, the same on every rank (every rank plans
+/// the same tables): what each rank has announced and not yet run (a rank announces each
+/// collective once, in the first round with room for it, so a collective deep in one
+/// rank's queue still meets its partners however the ranks' queues are ordered), which
+/// ranks have joined (from which round, so join() can say which rank joined last) and
+/// which have asked to shut down.
 struct JoinBook {
-  std::vector<long long> joined_round;  ///< -1: not joined
-  long long round = 0;                  ///< rounds planned so far
+  std::vector<std::vector<Request>> announced;  ///< per rank, in announcement order
+  std::vector<long long> joined_round;          ///< -1: not joined
+  std::vector<bool> leaving;                    ///< asked to shut down
+  long long round = 0;                          ///< rounds planned so far
 };
 
 /// Decides a round. `windows` has one entry per rank, in rank order. The same input gives
 /// the same Plan on every rank.
 Plan plan(const std::vector<Window>& windows, JoinBook& book);
+
+// The steady state: training submits the same collectives every step, so every rank keeps
+// a cache of the requests earlier rounds agreed on, identical on every rank because every
+// rank learns from the same tables in the same order (Horovod's response cache plays this
+// part). A round starts with a Brief from each rank: its window as cache ids (and each
+// request's position), plus the inline payload. When every rank's requests are all cached,
+// the briefs alone rebuild every window and the round is planned from them; otherwise a
+// full exchange of windows follows, on every rank alike (each sees every brief).
+
+/// Most distinct requests the cache holds; when full it starts again empty (at the same
+/// round on every rank).
+inline constexpr std::size_t kCacheCapacity = 1024;
+
+/// One request of a Brief.
+struct BriefEntry {
+  std::uint32_t id = 0;  ///< index into the RequestCache
+  std::uint32_t reserved = 0;
+  std::int64_t seq = -1;  ///< the request's position (its only per-call field)
+};
+
+/// What one rank puts into a round first: its window as cache ids.
+struct Brief {
+  std::uint32_t count = 0;         ///< entries used
+  std::uint32_t uncached = 0;      ///< 1: some request is not in the cache: windows follow
+  std::uint32_t inline_bytes = 0;  ///< as Window::inline_bytes
+  std::uint32_t reserved = 0;
+  BriefEntry entries[kWindow];
+  alignas(16) unsigned char payload[kInlineBytes] = {};
+};
+
+/// The requests earlier rounds agreed on, by id. Pure: the same calls give the same ids on
+/// every rank.
+class RequestCache {
+ public:
+  explicit RequestCache(std::size_t capacity = kCacheCapacity) : capacity_(capacity) {}
+  /// The id of a cached request identical to `r` (its seq aside), or -1.
+  std::int64_t find(const Request& r) const;
+  /// The cached request `id` (its seq is -1).
+  const Request& at(std::uint32_t id) const { return entries_[id]; }
+  std::size_t size() const { return entries_.size(); }
+  /// Learns from a round decided from whole windows: every rank's request for a
+  /// collective that ran without disagreement, and every join and shutdown.
+  void learn(const std::vector<Window>& windows, const Plan& plan);
+
+ private:
+  void add(const Request& r);
+  std::size_t capacity_;
+  mutable std::uint32_t last_ = 0;  // the last id found: training repeats one request
+  std::vector<Request> entries_;
+  std::unordered_map<std::uint64_t, std::uint32_t> by_digest_;
+};
+
+/// This rank's brief for `window` (the payload included).
+void brief_of(const Window& window, const RequestCache& cache, Brief& out);
+
+/// True when any brief has a request the cache lacks (the round needs whole windows).
+bool needs_windows(const std::vector<Brief>& briefs);
+
+/// The steady state decided from the briefs alone: every rank submitted the same single
+/// cached collective (no join, no shutdown), which is then ready and agreed. Returns false
+/// (and leaves `out` alone) otherwise; the round is then planned from whole windows.
+bool plan_briefs(const std::vector<Brief>& briefs, const RequestCache& cache, JoinBook& book,
+                 Plan& out);
+
+/// Rebuilds every rank's window from briefs that are all cached.
+void expand(const std::vector<Brief>& briefs, const RequestCache& cache,
+            std::vector<Window>& windows);
 
 }  // namespace hvdrun::runtime

@@ -407,7 +407,8 @@ class ShmComm::Impl {
                    "handing over the segment (" + not_served() + ")");
     };
     std::int32_t hello[2] = {me_.local_rank, me_.global_rank};
-    if (::send(c.get(), hello, sizeof(hello), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(hello))) {
+    if (::send(c.get(), hello, sizeof(hello), MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(sizeof(hello))) {
       if (!store && (errno == EPIPE || errno == ECONNRESET)) throw closed_unserved();
       throw_errno("shared memory: " + who_ + ": asking local rank 0 for the segment", "send");
     }
@@ -754,6 +755,20 @@ class ShmComm::Impl {
     copy_out(chunks - 1, phase_);
   }
 
+  void phases(std::size_t count, const std::function<void(std::size_t, char*)>& write,
+              const std::function<void(std::size_t, const char*)>& read) {
+    if (count == 0) return;
+    check_healthy();
+    const auto deadline = op_deadline();
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint32_t p = phase_ + 1;
+      write(i, slot(p, me_.local_rank));
+      if (i >= 1) read(i - 1, region(p - 1));
+      sync(deadline);
+    }
+    read(count - 1, region(phase_));
+  }
+
   void barrier() {
     if (L_ == 1) return;
     check_healthy();
@@ -826,6 +841,10 @@ void ShmComm::allgather(const void* send, void* recv, std::size_t bytes) {
   impl_->allgather(send, recv, bytes);
 }
 void ShmComm::barrier() { impl_->barrier(); }
+void ShmComm::phases(std::size_t phases, const std::function<void(std::size_t, char*)>& write,
+                     const std::function<void(std::size_t, const char*)>& read) {
+  impl_->phases(phases, write, read);
+}
 void ShmComm::abort(const std::string& why) noexcept { impl_->abort(why); }
 int ShmComm::global_rank(int local) const { return impl_->rank_of(local); }
 std::size_t ShmComm::chunk_bytes() const { return impl_->chunk_; }

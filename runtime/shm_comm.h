@@ -57,6 +57,13 @@ class ShmComm {
   void allgather(const void* send, void* recv, std::size_t bytes);
   /// Returns once every local rank has entered it.
   void barrier();
+  /// The building block of the exchanges in runtime/shm_exchange.h: `phases` steps that
+  /// every local rank runs in step. In step i each rank fills its own slot of
+  /// chunk_bytes() through `write(i, slot)`; once every rank has written step i, `read(i,
+  /// region)` sees every rank's slot of that step (local rank l's at region + l *
+  /// chunk_bytes()). Reads of step i overlap the writes of step i + 1.
+  void phases(std::size_t phases, const std::function<void(std::size_t, char*)>& write,
+              const std::function<void(std::size_t, const char*)>& read);
   /// Start-up exchange, waiting until `deadline` (not HVDRUN_OP_TIMEOUT): gathers
   /// `bytes` (at most chunk_bytes()) from every local rank into `recv` in local rank
   /// order, then hands local rank 0's `bytes` of `reply` to every local rank, after

@@ -277,6 +277,22 @@ void World::build_nccl(Clock::time_point deadline) {
   }
 }
 
+std::unique_ptr<HostComm> World::subset_host(const Environment& env, const std::string& prefix) {
+  const auto deadline = std::chrono::steady_clock::now() + env_.start_timeout;
+  return std::make_unique<HostComm>(
+      &store(), prefix, env, local_address_.empty() ? store().local_address() : local_address_,
+      deadline);
+}
+
+std::unique_ptr<NcclComm> World::subset_nccl(const std::string& key, int rank, int size) {
+  if (!nccl_)
+    throw Error("hvdrun: " + who() +
+                ": GPU buffers need NCCL, which is unavailable: " + nccl_status_);
+  const auto deadline = std::chrono::steady_clock::now() + env_.start_timeout;
+  return std::make_unique<NcclComm>(store(), key, rank, size, env_.local_rank, env_.local_size,
+                                    deadline, env_.op_timeout);
+}
+
 void World::barrier() {
   if (host_ && host_->has_barrier())
     host_->barrier();
@@ -284,21 +300,18 @@ void World::barrier() {
     arrive(env_.op_timeout);
 }
 
-void World::exchange(const Window& mine, std::vector<Window>& all) {
-  all.resize(static_cast<std::size_t>(env_.size));
+void World::exchange(const void* mine, void* all, std::size_t bytes, const Request* head) {
   if (env_.size == 1) {
-    all[0] = mine;
+    std::memcpy(all, mine, bytes);
     return;
   }
   try {
-    host_->allgather(&mine, all.data(), sizeof(Window));
+    host_->allgather(mine, all, bytes);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw peer_failure(mine.count > 0
-                           ? label(mine.requests[0]) + " " + tensor_text(mine.requests[0])
-                           : std::string("negotiation"),
-                       e);
+    throw peer_failure(
+        head != nullptr ? label(*head) + " " + tensor_text(*head) : std::string("negotiation"), e);
   }
 }
 

@@ -37,10 +37,11 @@ class World {
   /// the store when HVDRUN_HOST_PATH=gloo, outside negotiation (for tools that drive the
   /// World directly); on timeout names the ranks that did not arrive.
   void barrier();
-  /// One negotiation round: every rank's window, in rank order, through the host path
-  /// (the segment inside a host, the leaders' Gloo across hosts). Throws when a peer is
-  /// lost. Every rank has entered the round when it returns, so it is also a barrier.
-  void exchange(const Window& mine, std::vector<Window>& all);
+  /// One exchange of a negotiation round (an allgather of `bytes` per rank, in rank
+  /// order) through the host path: the segment inside a host, the leaders' Gloo across
+  /// hosts. Throws when a peer is lost, naming `head`. Every rank has entered the round
+  /// when it returns, so it is also a barrier.
+  void exchange(const void* mine, void* all, std::size_t bytes, const Request* head);
   /// Runs a ready collective that this rank, having joined, did not submit: an
   /// allreduce of the op's identity (zeros for Sum and Average), on the device when the
   /// others' tensors are there; nothing for a barrier. Throws when a peer is lost.
@@ -69,6 +70,12 @@ class World {
   const std::string& local_address() const { return local_address_; }
   /// Key prefix of this job generation ("hvdrun/g0").
   const std::string& prefix() const { return prefix_; }
+  /// A host-memory communicator among the members of a process set (`env`: this rank's
+  /// place in it, runtime/process_set.h), under `prefix`. Collective among the members.
+  std::unique_ptr<HostComm> subset_host(const Environment& env, const std::string& prefix);
+  /// A NCCL communicator of `size` ranks in which this rank is `rank`, on this rank's
+  /// device. Collective among those ranks.
+  std::unique_ptr<NcclComm> subset_nccl(const std::string& key, int rank, int size);
 
  private:
   // Standalone: starts own_rendezvous_ and points env_ at it.

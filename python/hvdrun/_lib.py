@@ -8,14 +8,15 @@ import ctypes
 import os
 import threading
 
-ABI_REQUIRED = 3
+ABI_REQUIRED = 4
 
 # Element types and reductions of runtime/include/hvdrun/hvdrun_c.h; the values are stable.
 INT32, INT64, FLOAT32, FLOAT64, FLOAT16, BFLOAT16, UINT8 = range(7)
 SUM, AVERAGE, MIN, MAX, PRODUCT = range(5)
 # hvdrun_kind, and hvdrun_submit's answer for a name still in flight.
-KIND_ALLREDUCE, KIND_BROADCAST, KIND_ALLGATHER = range(3)
+KIND_ALLREDUCE, KIND_BROADCAST, KIND_ALLGATHER, KIND_ALLTOALL, KIND_REDUCESCATTER = range(5)
 DUPLICATE_NAME = -2
+DUPLICATE_SET = -3
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _lock = threading.Lock()
@@ -34,7 +35,7 @@ THEN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_longlong)
 
 
 class Collective(ctypes.Structure):
-    """hvdrun_collective of hvdrun_c.h (ABI version 3)."""
+    """hvdrun_collective of hvdrun_c.h (ABI version 4)."""
     _fields_ = [
         ("kind", ctypes.c_int),
         ("send", ctypes.c_void_p),
@@ -51,6 +52,10 @@ class Collective(ctypes.Structure):
         ("type_name", ctypes.c_char_p),
         ("prescale", ctypes.c_double),
         ("postscale", ctypes.c_double),
+        ("splits", ctypes.POINTER(ctypes.c_longlong)),
+        ("received_splits", ctypes.POINTER(ctypes.c_longlong)),
+        ("recv_count", ctypes.c_size_t),
+        ("process_set", ctypes.c_int),
     ]
 
 
@@ -94,6 +99,11 @@ _SIGNATURES = {
     "hvdrun_submit_then": (_handle, [ctypes.POINTER(Collective), _c_size, _vp, _vp]),
     "hvdrun_sequence": (ctypes.c_longlong, [_handle]),
     "hvdrun_leave": (_c_int, []),
+    "hvdrun_add_process_set": (_c_int, [ctypes.POINTER(ctypes.c_int), _c_int]),
+    "hvdrun_remove_process_set": (_c_int, [_c_int]),
+    "hvdrun_process_set_ranks": (_c_int, [_c_int, ctypes.POINTER(ctypes.c_int), _c_int]),
+    "hvdrun_start_timeline": (_c_int, [ctypes.c_char_p, _c_int]),
+    "hvdrun_stop_timeline": (_c_int, []),
 }
 
 

@@ -11,6 +11,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
 
 @pytest.mark.parametrize("np", [1, 2])
 def test_gpu_collectives_and_optimizer(np):
-    job = run_job(np, "gpu_worker.py", env={"HVDRUN_NCCL": "require"},
-                  forward=("HVDRUN_NCCL",), timeout=180)
+    job = run_job(np, "gpu_worker.py",
+                  env={"HVDRUN_NCCL": "require", "HOROVOD_DYNAMIC_PROCESS_SETS": "1"},
+                  forward=("HVDRUN_NCCL", "HOROVOD_DYNAMIC_PROCESS_SETS"), timeout=180)
     expect_ok(job, np)

@@ -10,7 +10,11 @@
  *   negotiate   ABI version 3: a size mismatch fails on every rank naming both sides and
  *               the next collective succeeds; named collectives in different orders; a
  *               name in flight refused; join standing in for an allreduce (Min: the
- *               identity); init after shutdown */
+ *               identity); init after shutdown
+ *   scatter     ABI version 4: alltoall with uneven splits and received splits, an output
+ *               too small refused on every rank, reducescatter with uneven rows, and a
+ *               caller compiled for ABI 3 (the shorter struct) still accepted */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,6 +247,71 @@ static int negotiate_mode(void) {
   return 0;
 }
 
+static int scatter_mode(void) {
+  int size = hvdrun_size();
+  CHECK(hvdrun_abi_version() >= 4);
+  /* alltoall: rank r sends j + 1 ints to rank j, each r * 100 + j. */
+  long long splits[64], received[64];
+  int send[64 * 65 / 2], recv[64 * 64];
+  CHECK(size <= 64);
+  int k = 0;
+  for (int j = 0; j < size; ++j) {
+    splits[j] = j + 1;
+    for (int i = 0; i <= j; ++i) send[k++] = rank * 100 + j;
+  }
+  hvdrun_collective c;
+  memset(&c, 0, sizeof c);
+  c.kind = HVDRUN_KIND_ALLTOALL;
+  c.send = send;
+  c.recv = recv;
+  c.count = (size_t)k;
+  c.dtype = HVDRUN_INT32;
+  c.splits = splits;
+  c.received_splits = received;
+  c.recv_count = (size_t)(size * (rank + 1));
+  CHECK(hvdrun_run(&c, sizeof c) == 0);
+  for (int i = 0; i < size; ++i) {
+    CHECK(received[i] == rank + 1);
+    for (int r = 0; r <= rank; ++r) CHECK(recv[i * (rank + 1) + r] == i * 100 + rank);
+  }
+  /* Rank 0's output is one element short: refused on every rank before data moves. */
+  c.recv_count = (size_t)(size * (rank + 1)) - (rank == 0 ? 1 : 0);
+  CHECK(hvdrun_run(&c, sizeof c) == -1);
+  CHECK(strstr(hvdrun_last_error(), "rank 0 is sent") != NULL);
+  /* reducescatter of 7 rows of 2: ranks below 7 % size get one row more. */
+  float rows[14], mine[8];
+  long long shape[2] = {7, 2};
+  for (int i = 0; i < 14; ++i) rows[i] = (float)(i * (rank + 1));
+  memset(&c, 0, sizeof c);
+  c.kind = HVDRUN_KIND_REDUCESCATTER;
+  c.send = rows;
+  c.recv = mine;
+  c.count = 14;
+  c.dtype = HVDRUN_FLOAT32;
+  c.op = HVDRUN_SUM;
+  c.shape = shape;
+  c.ndim = 2;
+  CHECK(hvdrun_run(&c, sizeof c) == 0);
+  int first = 0;
+  for (int r = 0; r < rank; ++r) first += 7 / size + (r < 7 % size ? 1 : 0);
+  int own = 7 / size + (rank < 7 % size ? 1 : 0);
+  for (int i = 0; i < own * 2; ++i)
+    CHECK(mine[i] == (float)((first * 2 + i) * size * (size + 1) / 2));
+  /* An ABI 3 caller passes the struct without the fields after postscale. */
+  float one = 1.0f;
+  memset(&c, 0, sizeof c);
+  c.kind = HVDRUN_KIND_ALLREDUCE;
+  c.send = c.recv = &one;
+  c.count = 1;
+  c.dtype = HVDRUN_FLOAT32;
+  c.op = HVDRUN_SUM;
+  CHECK(hvdrun_run(&c, offsetof(hvdrun_collective, splits)) == 0);
+  CHECK(one == (float)size);
+  CHECK(hvdrun_shutdown() == 0);
+  printf("rank %d: scatter ok\n", rank);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "sum";
   if (hvdrun_init() != 0) {
@@ -255,6 +324,8 @@ int main(int argc, char** argv) {
     rc = async_mode();
   else if (strcmp(mode, "negotiate") == 0)
     return negotiate_mode();
+  else if (strcmp(mode, "scatter") == 0)
+    return scatter_mode();
   else if (strcmp(mode, "async-lost") == 0)
     rc = async_lost_mode();
   else

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -38,11 +39,12 @@ class FakeNet {
  public:
   explicit FakeNet(int n) : n_(n), table_(static_cast<std::size_t>(n)) {}
 
-  void exchange(int rank, const Window& mine, std::vector<Window>& all) {
+  void exchange(int rank, const void* mine, void* all, std::size_t bytes) {
     std::unique_lock lock(mu_);
     if (broken_) throw std::runtime_error("transport broken");
     const long long gen = gen_;
-    table_[static_cast<std::size_t>(rank)] = mine;
+    auto& slot = table_[static_cast<std::size_t>(rank)];
+    slot.assign(static_cast<const char*>(mine), static_cast<const char*>(mine) + bytes);
     if (++arrived_ == n_) {
       result_ = table_;
       arrived_ = 0;
@@ -52,8 +54,11 @@ class FakeNet {
       throw std::runtime_error("fake round timed out");
     }
     if (gen_ == gen) throw std::runtime_error("transport broken");
-    all = result_;
-    ++rounds_;
+    for (std::size_t r = 0; r < result_.size(); ++r) {
+      if (result_[r].size() != bytes) throw std::runtime_error("ranks exchanged different sizes");
+      std::memcpy(static_cast<char*>(all) + r * bytes, result_[r].data(), bytes);
+    }
+    ++exchanges_;
   }
 
   void fail() {
@@ -62,18 +67,18 @@ class FakeNet {
     cv_.notify_all();
   }
 
-  long long rounds() {
+  long long exchanges() {
     std::lock_guard lock(mu_);
-    return rounds_;
+    return exchanges_;
   }
 
  private:
   int n_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Window> table_, result_;
+  std::vector<std::vector<char>> table_, result_;
   int arrived_ = 0;
-  long long gen_ = 0, rounds_ = 0;
+  long long gen_ = 0, exchanges_ = 0;
   bool broken_ = false;
 };
 
@@ -82,8 +87,8 @@ struct Ranks {
   explicit Ranks(int n, StallPolicy stall = {}) : net(n) {
     for (int r = 0; r < n; ++r) {
       Engine::Hooks h;
-      h.exchange = [this, r](const Window& mine, std::vector<Window>& all) {
-        net.exchange(r, mine, all);
+      h.exchange = [this, r](const void* mine, void* all, std::size_t bytes, const Request*) {
+        net.exchange(r, mine, all, bytes);
       };
       h.stand_in = [this, r](const Ready& rd) {
         std::lock_guard lock(mu);
@@ -436,4 +441,135 @@ TEST_CASE(
   }
   std::lock_guard lock(ranks.mu);
   CHECK(ranks.stand_ins.empty());  // no second exchange to stand in for
+}
+
+TEST_CASE("engine: a repeated collective is agreed from cache ids, one small exchange per call",
+          "[runtime][engine][cache]") {
+  Ranks ranks(2);
+  std::atomic<int> ran{0};
+  on_each(2, [&](int r) {
+    for (int i = 0; i < 10; ++i)
+      ranks[r].run(allreduce(1000, "grad"), [&](const Ready&) { ++ran; });
+  });
+  CHECK(ran == 20);
+  // The first round needs whole windows (nothing cached yet): brief + windows; the other
+  // nine are briefs alone. Two ranks each.
+  CHECK(ranks.net.exchanges() == 2 * (2 + 9));
+}
+
+TEST_CASE("engine: mismatches are found whether the requests are cached or not",
+          "[runtime][engine][cache]") {
+  Ranks ranks(2);
+  on_each(2, [&](int r) {
+    // Both cached by an agreed round first.
+    ranks[r].run(allreduce(10, "a"), [](const Ready&) {});
+    ranks[r].run(allreduce(3, "a"), [](const Ready&) {});
+    ranks[r].run(allreduce(10), [](const Ready&) {});
+    ranks[r].run(allreduce(3), [](const Ready&) {});
+    // Each rank's request is cached, but they differ: named...
+    auto err =
+        error_of([&] { ranks[r].run(allreduce(r == 0 ? 10 : 3, "a"), [](const Ready&) {}); });
+    EXPECT(err == "hvdrun: allreduce 'a': rank 0 has float32[10], rank 1 has float32[3]");
+    // ... and unnamed (position 2, after the two agreed unnamed ones).
+    err = error_of([&] { ranks[r].run(allreduce(r == 0 ? 3 : 10), [](const Ready&) {}); });
+    EXPECT(err == "hvdrun: allreduce #2: rank 0 has float32[3], rank 1 has float32[10]");
+    // One cached, one never seen.
+    err = error_of([&] { ranks[r].run(allreduce(r == 0 ? 10 : 7, "a"), [](const Ready&) {}); });
+    EXPECT(err == "hvdrun: allreduce 'a': rank 0 has float32[10], rank 1 has float32[7]");
+    ranks[r].run(allreduce(10, "a"), [](const Ready&) {});  // and the job goes on
+  });
+  CHECK(ranks[0].failure().empty());
+}
+
+TEST_CASE(
+    "negotiation: the request cache gives the same ids for the same rounds and starts "
+    "again when full",
+    "[runtime][negotiation][cache]") {
+  using hvdrun::runtime::Brief;
+  using hvdrun::runtime::RequestCache;
+  RequestCache cache(2);
+  hvdrun::runtime::JoinBook book;
+  auto round = [&](std::size_t count, const char* name) {
+    std::vector<Window> t(2);
+    for (auto& w : t) {
+      w.requests[0] = allreduce(count, name);
+      w.count = 1;
+    }
+    cache.learn(t, hvdrun::runtime::plan(t, book));
+    return cache.find(allreduce(count, name));
+  };
+  CHECK(cache.find(allreduce(4, "x")) == -1);
+  CHECK(round(4, "x") == 0);
+  CHECK(round(5, "x") == 1);
+  CHECK(round(4, "x") == 0);  // known: not added twice
+  CHECK(cache.size() == 2);
+  CHECK(round(6, "y") == 0);  // full: starts again with only the new request
+  CHECK(cache.size() == 1);
+  CHECK(cache.find(allreduce(4, "x")) == -1);
+  // A request that differs only in its seq is the same entry; in anything else, not.
+  auto q = allreduce(6, "y");
+  q.seq = 42;
+  CHECK(cache.find(q) == 0);
+  q.prescale = 0.5;
+  CHECK(cache.find(q) == -1);
+
+  // A brief of cached requests rebuilds the window; an uncached one says so.
+  Window w;
+  w.requests[0] = allreduce(6, "y");
+  w.requests[1] = allreduce(9, "z");
+  w.count = 1;
+  Brief b;
+  hvdrun::runtime::brief_of(w, cache, b);
+  CHECK(b.uncached == 0);
+  std::vector<Window> rebuilt;
+  hvdrun::runtime::expand({b, b}, cache, rebuilt);
+  REQUIRE(rebuilt.size() == 2);
+  CHECK(hvdrun::runtime::label(rebuilt[1].requests[0]) == "allreduce 'y'");
+  CHECK(rebuilt[1].requests[0].count == 6);
+  w.count = 2;
+  hvdrun::runtime::brief_of(w, cache, b);
+  CHECK(b.uncached == 1);
+}
+
+TEST_CASE("engine: a small allreduce decided from briefs is reduced from their payloads",
+          "[runtime][engine][cache]") {
+  Ranks ranks(3);
+  on_each(3, [&](int r) {
+    for (int i = 0; i < 5; ++i) {
+      float in[2] = {static_cast<float>(r + i), 1.0F};
+      float out[2] = {};
+      ranks[r].run(
+          allreduce(2, "small"),
+          [&](const Ready& rd) {
+            EXPECT(rd.inline_data);
+            hvdrun::runtime::reduce_inline(rd, out, 2, DataType::kFloat32, hvdrun::ReduceOp::kSum);
+          },
+          in);
+      EXPECT(out[0] == static_cast<float>(3 * i + 3));
+      EXPECT(out[1] == 3.0F);
+    }
+  });
+  CHECK(ranks.net.exchanges() == 3 * (2 + 4));
+}
+
+TEST_CASE("engine: named collectives far apart in the ranks' queues still meet",
+          "[runtime][engine]") {
+  // Each rank announces every collective once, kWindow per round, and remembers what the
+  // others announced: with 3 x kWindow collectives submitted in opposite orders, no
+  // round's windows share a name until the queues are half announced.
+  constexpr int kCount = 3 * hvdrun::runtime::kWindow;
+  Ranks ranks(2);
+  std::atomic<int> ran{0};
+  on_each(2, [&](int r) {
+    std::vector<Engine::Handle> hs;
+    for (int i = 0; i < kCount; ++i) {
+      const int k = r == 0 ? i : kCount - 1 - i;
+      const std::string name = "far." + std::to_string(k);
+      hs.push_back(ranks[r].submit(allreduce(4, name.c_str()), [&](const Ready&) { ++ran; }));
+    }
+    for (auto h : hs) ranks[r].wait(h);
+    EXPECT(ranks[r].pending() == 0);
+  });
+  CHECK(ran == 2 * kCount);
+  CHECK(ranks[0].failure().empty());
 }

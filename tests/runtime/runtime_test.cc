@@ -10,6 +10,7 @@
 #include "rendezvous/server.h"
 #include "runtime/env.h"
 #include "runtime/nccl_comm.h"
+#include "runtime/process_set.h"
 #include "runtime/reduce.h"
 #include "runtime/world.h"
 #include "tests/runtime/job_harness.h"
@@ -453,6 +454,23 @@ TEST_CASE("the C ABI's negotiated collectives: mismatches named, names in any or
   for (const auto& rr : r.ranks) CHECK_THAT(rr.err, Catch::Contains("negotiate ok"));
 }
 
+TEST_CASE("the C ABI's alltoall and reducescatter: uneven splits and rows, capacity checked",
+          "[runtime][job]") {
+  auto np = GENERATE(2, 3, 4);
+  auto hosts = GENERATE(std::vector<int>{}, std::vector<int>{1, 1}, std::vector<int>{2, 2});
+  if (!hosts.empty() && np != static_cast<int>(hosts.size()) * hosts[0]) return;
+  JobSpec spec;
+  spec.np = np;
+  spec.hosts = hosts;
+  spec.argv = {HVDRUN_BINARY_DIR "/tests/runtime/runtime_c_worker", "scatter"};
+  spec.env = {{"HVDRUN_NCCL", "off"}};
+  spec.deadline = 60s;
+  auto r = run_job(spec);
+  INFO("np=" << np << " hosts=" << hosts.size() << "\n" << r.dump());
+  CHECK(r.ok());
+  for (const auto& rr : r.ranks) CHECK_THAT(rr.err, Catch::Contains("scatter ok"));
+}
+
 TEST_CASE("a lost peer fails queued asynchronous collectives and every later one",
           "[runtime][job]") {
   JobSpec spec;
@@ -483,4 +501,28 @@ TEST_CASE("Python ctypes drives libhvdrun.so", "[runtime][python][job]") {
   auto r = run_job(spec);
   INFO(r.dump());
   CHECK(r.ok());
+}
+
+TEST_CASE("a process set's environment: its rank and size, its members per host, its hosts",
+          "[runtime][process_set]") {
+  using hvdrun::runtime::set_environment;
+  // Six ranks on three hosts (ids 7, 8, 9): 0 1 | 2 3 | 4 5.
+  const std::vector<std::uint64_t> hosts = {7, 7, 8, 8, 9, 9};
+  hvdrun::runtime::Environment world;
+  world.size = 6;
+  world.rank = 3;
+  auto e = set_environment(world, {1, 3, 5}, hosts);  // one rank per host
+  CHECK(e.rank == 1);
+  CHECK(e.size == 3);
+  CHECK(e.local_rank == 0);
+  CHECK(e.local_size == 1);
+  CHECK(e.cross_rank == 1);
+  CHECK(e.cross_size == 3);
+  e = set_environment(world, {2, 3}, hosts);  // one host
+  CHECK((e.rank == 1 && e.size == 2 && e.local_rank == 1 && e.local_size == 2));
+  CHECK((e.cross_rank == 0 && e.cross_size == 1));
+  world.rank = 4;
+  e = set_environment(world, {0, 2, 3, 4}, hosts);  // hosts numbered by their lowest member
+  CHECK((e.rank == 3 && e.local_rank == 0 && e.local_size == 1));
+  CHECK((e.cross_rank == 2 && e.cross_size == 3));
 }

@@ -6,7 +6,9 @@ Provided: init, shutdown, is_initialized, rank, size, local_rank, local_size, cr
 cross_size, the ops Average, Sum, Min, Max, Product, allreduce(_)(async)(_), grouped
 allreduce and allgather, allgather(_async), allgather_object, broadcast(_)(async)(_),
 broadcast_object, broadcast_parameters, broadcast_optimizer_state, poll, synchronize,
-join, barrier, DistributedOptimizer, Compression, the *_built queries.
+join, barrier, alltoall(_async), reducescatter(_async), grouped_reducescatter(_async),
+process sets, DistributedOptimizer, Compression, the *_built queries, SyncBatchNorm,
+sparse_allreduce_async.
 
 Horovod names not provided raise an error naming them and what to use instead (see
 docs/python.md). Collectives are matched across ranks by the order they are issued in,
@@ -15,7 +17,9 @@ not by name: every rank issues the same collectives in the same order.
 from hvdrun.torch.compression import Compression
 from hvdrun.torch.functions import (allgather_object, broadcast_object,
                                     broadcast_optimizer_state, broadcast_parameters)
-from hvdrun.torch.mpi_ops import (Average, HorovodInternalError, Max, Min, Product, Sum,
+from hvdrun.torch.mpi_ops import (Average, HorovodInternalError, Max, Min, ProcessSet, Product,
+                                  Sum, add_process_set, remove_process_set, start_timeline,
+                                  stop_timeline,
                                   allgather, allgather_async, allreduce, allreduce_,
                                   allreduce_async, allreduce_async_, barrier, broadcast,
                                   broadcast_, broadcast_async, broadcast_async_, ccl_built,
@@ -29,6 +33,11 @@ from hvdrun.torch.mpi_ops import (Average, HorovodInternalError, Max, Min, Produ
                                   nccl_built, poll, rank, rocm_built, shutdown, size,
                                   synchronize)
 from hvdrun.torch.optimizer import DistributedOptimizer
+from hvdrun.torch.scatter_ops import (alltoall, alltoall_async, grouped_reducescatter,
+                                      grouped_reducescatter_async, reducescatter,
+                                      reducescatter_async)
+from hvdrun.torch.sparse import sparse_allreduce_async
+from hvdrun.torch.sync_batch_norm import SyncBatchNorm
 
 
 class HorovodFeatureNotSupported(NotImplementedError, AttributeError):
@@ -38,23 +47,9 @@ class HorovodFeatureNotSupported(NotImplementedError, AttributeError):
 
 _ALTERNATIVES = {
     "Adasum": "op=hvd.Average (or hvd.Sum) with DistributedOptimizer",
-    "alltoall": "allgather, then take the slices meant for this rank",
-    "alltoall_async": "allgather_async, then take the slices meant for this rank",
-    "reducescatter": "allreduce, then take this rank's slice of the result",
-    "reducescatter_async": "allreduce_async, then take this rank's slice of the result",
-    "grouped_reducescatter": "allreduce each tensor, then take this rank's slices",
-    "grouped_reducescatter_async": "allreduce_async each tensor, then take this rank's "
-                                   "slices",
-    "sparse_allreduce_async": "allreduce_async of tensor.to_dense()",
-    "ProcessSet": "collectives over all ranks, or torch.distributed groups for subsets",
-    "add_process_set": "collectives over all ranks, or torch.distributed groups for subsets",
-    "remove_process_set": "collectives over all ranks",
-    "SyncBatchNorm": "torch.nn.SyncBatchNorm with torch.distributed, or plain BatchNorm",
     "elastic": "hvdrun's elastic mode (hvdrun --min-np / --host-discovery-script): the "
                "job restarts in a new generation and the program reloads its own "
                "checkpoint when hvd.generation() is above 0",
-    "start_timeline": "the torch profiler (torch.profiler.profile)",
-    "stop_timeline": "the torch profiler (torch.profiler.profile)",
     "DistributedAdasumOptimizer": "DistributedOptimizer with op=hvd.Average",
 }
 
@@ -69,7 +64,10 @@ def __getattr__(name):
 
 __all__ = [
     "Average", "Compression", "DistributedOptimizer", "HorovodFeatureNotSupported",
-    "HorovodInternalError", "Max", "Min", "Product", "Sum", "allgather", "allgather_async",
+    "HorovodInternalError", "Max", "Min", "ProcessSet", "Product", "Sum", "add_process_set",
+    "remove_process_set", "allgather", "allgather_async",
+    "alltoall", "alltoall_async", "grouped_reducescatter", "grouped_reducescatter_async",
+    "reducescatter", "reducescatter_async",
     "allgather_object", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "barrier", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
     "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "ccl_built",
@@ -80,4 +78,5 @@ __all__ = [
     "is_initialized", "join", "local_rank", "local_size", "mpi_built", "mpi_enabled",
     "mpi_threads_supported", "nccl_built", "poll", "rank", "rocm_built", "shutdown", "size",
     "synchronize",
+    "SyncBatchNorm", "sparse_allreduce_async", "start_timeline", "stop_timeline",
 ]

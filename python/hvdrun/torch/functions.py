@@ -133,18 +133,19 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
         obj: any picklable object (only rank `root_rank`'s matters).
         root_rank: the rank whose object is sent.
         name: accepted for compatibility and ignored.
-        process_set: only the global process set is supported.
+        process_set: the ranks to broadcast among (default: every rank); root_rank is a
+            rank of the job in it.
     """
     _check_process_set(process_set, "broadcast_object")
     if rank() == root_rank:
         payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
         length = torch.tensor([payload.numel()], dtype=torch.int64)
-        broadcast_(length, root_rank)
+        broadcast_(length, root_rank, process_set=process_set)
     else:
         length = torch.tensor([0], dtype=torch.int64)
-        broadcast_(length, root_rank)
+        broadcast_(length, root_rank, process_set=process_set)
         payload = torch.empty(int(length.item()), dtype=torch.uint8)
-    broadcast_(payload, root_rank)
+    broadcast_(payload, root_rank, process_set=process_set)
     if rank() == root_rank:
         return obj
     return _pickle.loads(payload.numpy().tobytes())

@@ -17,6 +17,7 @@ sees the result, as with Horovod's synchronize()).
 import atexit
 import ctypes
 import itertools
+import os
 import sys
 import threading
 import zlib
@@ -54,36 +55,128 @@ _WIDENED = {torch.int8, torch.int16}
 _COMPLEX = {torch.complex64, torch.complex128}
 
 
-class _ProcessSet:
-    """The only process set hvdrun offers: every rank of the job."""
+class ProcessSet:
+    """A subset of the job's ranks whose collectives run among its members only (pass it
+    as `process_set=`). Register it on every rank with add_process_set(), or with
+    init(process_sets=[...])."""
 
-    process_set_id = 0
+    def __init__(self, ranks_or_comm):
+        self.process_set_id = None
+        self.mpi_comm = None
+        try:
+            ranks = sorted(int(r) for r in ranks_or_comm)
+        except TypeError:
+            raise ValueError(f"hvdrun.torch.ProcessSet: expected a list of ranks, got "
+                             f"{type(ranks_or_comm).__name__} (MPI communicators are not "
+                             "supported)") from None
+        if len(set(ranks)) != len(ranks):
+            raise ValueError(f"hvdrun.torch.ProcessSet: ranks {ranks} repeat a rank")
+        self.ranks = ranks
+
+    def _invalidate(self):
+        self.process_set_id = None
 
     def size(self):
-        """Number of ranks in the set: all of them."""
-        return size()
+        """Number of ranks in the set (None before it is added)."""
+        return None if self.process_set_id is None else len(_set_ranks(self.process_set_id))
 
     def rank(self):
-        """This process's rank in the set: its rank in the job."""
-        return rank()
+        """This process's rank within the set, -1 outside it (None before it is added)."""
+        if self.process_set_id is None:
+            return None
+        members = _set_ranks(self.process_set_id)
+        me = rank()
+        return members.index(me) if me in members else -1
 
     def included(self):
-        """True: every rank belongs to the global set."""
-        return True
+        """True when this process belongs to the set (None before it is added)."""
+        return None if self.process_set_id is None else rank() in _set_ranks(self.process_set_id)
 
-    def __repr__(self):
-        return "ProcessSet(process_set_id=0, ranks=all)"
+    def __str__(self):
+        return (f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, "
+                f"mpi_comm=None)")
+
+    __repr__ = __str__
 
 
-global_process_set = _ProcessSet()
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = 0
+_set_members = {}  # process set id -> its ranks (a set's ranks never change)
+
+
+def _set_ranks(ps):
+    members = _set_members.get(ps)
+    if members is None:
+        lib = _lib.lib()
+        n = lib.hvdrun_process_set_ranks(ps, None, 0)
+        if n < 0:
+            raise ValueError(f"hvdrun.torch: {_lib.last_error()}")
+        buf = (ctypes.c_int * max(n, 1))()
+        lib.hvdrun_process_set_ranks(ps, buf, n)
+        members = _set_members[ps] = list(buf[:n])
+    return members
 
 
 def _check_process_set(process_set, what):
-    if process_set is not None and process_set is not global_process_set:
-        raise NotImplementedError(
-            f"hvdrun.torch.{what}: process sets are not supported; every collective runs "
-            "over all ranks. Drop the process_set argument, or use torch.distributed groups "
-            "for collectives over a subset of ranks")
+    """The id of `process_set` for the C calls (0: every rank)."""
+    if process_set is None or process_set is global_process_set:
+        return 0
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError(f"hvdrun.torch.{what}: process_set must be a ProcessSet, not "
+                        f"{type(process_set).__name__}")
+    if process_set.process_set_id is None:
+        raise ValueError(f"hvdrun.torch.{what}: {process_set} is not registered: add it on "
+                         "every rank with hvd.add_process_set() (or init(process_sets=...))")
+    return process_set.process_set_id
+
+
+def _set_size(ps):
+    return size() if ps == 0 else len(_set_ranks(ps))
+
+
+def _set_rank(ps):
+    return rank() if ps == 0 else _set_ranks(ps).index(rank())
+
+
+def add_process_set(process_set):
+    """Registers a process set (a ProcessSet or a list of ranks) on this rank; every rank
+    must call it with the same ranks, in the same order of calls. Needs
+    HOROVOD_DYNAMIC_PROCESS_SETS=1, as in Horovod (init(process_sets=...) does not).
+    Returns the ProcessSet, now with its id."""
+    if os.environ.get("HOROVOD_DYNAMIC_PROCESS_SETS", "0") in ("", "0", "false", "False"):
+        raise ValueError("hvdrun.torch.add_process_set: set HOROVOD_DYNAMIC_PROCESS_SETS=1 "
+                         "(hvdrun -x HOROVOD_DYNAMIC_PROCESS_SETS=1) to add process sets after "
+                         "init(), or pass them to init(process_sets=[...])")
+    return _add_process_set(process_set)
+
+
+def _add_process_set(process_set):
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    ranks = process_set.ranks
+    arr = (ctypes.c_int * max(len(ranks), 1))(*ranks)
+    r = _lib.lib().hvdrun_add_process_set(arr, len(ranks))
+    if r == _lib.DUPLICATE_SET:
+        raise ValueError(f"hvdrun.torch.add_process_set: attempted to add a duplicate process "
+                         f"set: {_lib.last_error()}")
+    if r < 0:
+        raise HorovodInternalError(f"hvdrun.torch.add_process_set: {_lib.last_error()}")
+    process_set.process_set_id = r
+    _set_members[r] = list(ranks)
+    return process_set
+
+
+def remove_process_set(process_set):
+    """Removes a process set on every rank (a collective call); True when it existed."""
+    ps = process_set.process_set_id
+    if ps is None or ps == 0:
+        return False
+    r = _lib.lib().hvdrun_remove_process_set(ps)
+    if r < 0:
+        raise HorovodInternalError(f"hvdrun.torch.remove_process_set: {_lib.last_error()}")
+    _set_members.pop(ps, None)
+    process_set._invalidate()
+    return r == 1
 
 
 # ---- job -----------------------------------------------------------------------------
@@ -100,19 +193,21 @@ def init(comm=None, process_sets=None):
 
     Arguments:
         comm: Horovod's MPI communicator or list of ranks; not supported (must be None).
-        process_sets: Horovod's process sets; not supported (must be None).
+        process_sets: process sets (ProcessSet objects or rank lists) to add on every
+            rank, in this order; "dynamic" is accepted (see add_process_set).
     """
     global _atexit_registered
     if comm is not None:
         raise NotImplementedError(
             "hvdrun.torch.init(comm=...): MPI communicators and rank subsets are not "
             "supported; call init() with no arguments inside a job started by hvdrun")
-    if process_sets is not None:
-        raise NotImplementedError(
-            "hvdrun.torch.init(process_sets=...): process sets are not supported; call "
-            "init() without process_sets (every collective runs over all ranks)")
     lib = _lib.lib()
     _lib.check(lib.hvdrun_init(), "hvdrun.torch.init")
+    _set_members.clear()
+    global_process_set.ranks = list(range(size()))
+    if process_sets is not None and process_sets != "dynamic":
+        for ps in process_sets:
+            _add_process_set(ps)
     with _state_lock:
         if not _atexit_registered:
             atexit.register(_shutdown_at_exit)
@@ -365,8 +460,8 @@ def _device_of(tensor, what):
         raise TypeError(f"hvdrun.torch.{what}: expected a torch.Tensor, got {type(tensor).__name__}")
     if tensor.is_sparse:
         raise NotImplementedError(
-            f"hvdrun.torch.{what}: sparse tensors are not supported; reduce "
-            "tensor.to_dense(), or use sparse=False in nn.Embedding")
+            f"hvdrun.torch.{what}: sparse tensors are not supported here; use "
+            "hvd.sparse_allreduce_async for a sparse tensor, or reduce tensor.to_dense()")
     dev = tensor.device.type
     if dev == "cpu":
         return False
@@ -399,13 +494,13 @@ _described = threading.local()
 _DESCRIBED_MAX = 4096
 
 
-def _description(kind, ctype, op, root, on_device, name, like, prescale, postscale):
+def _description(kind, ctype, op, root, on_device, name, like, prescale, postscale, ps=0):
     cache = getattr(_described, "cache", None)
     if cache is None:
         cache = _described.cache = {}
     dims = tuple(like.shape) if like is not None else None
     key = (kind, ctype, op, root, on_device, name, dims, like.dtype if like is not None else None,
-           prescale, postscale)
+           prescale, postscale, ps)
     entry = cache.get(key)
     if entry is not None:
         return entry
@@ -430,24 +525,31 @@ def _description(kind, ctype, op, root, on_device, name, like, prescale, postsca
         c.type_name = keep[-1]
     c.prescale = float(prescale)
     c.postscale = float(postscale)
+    c.process_set = ps
     entry = cache[key] = (c, ctypes.byref(c), ctypes.sizeof(c), keep)
     return entry
 
 
+_LONGS = ctypes.POINTER(ctypes.c_longlong)
+
+
 def _submit(kind, what, send=None, recv=None, count=0, ctype=_lib.UINT8, op=0, root=0,
             device_tensor=None, name=None, like=None, prescale=1.0, postscale=1.0, then=None,
-            blocking=False):
+            blocking=False, splits=None, received=None, recv_count=0, ps=0):
     """Submits one collective through hvdrun_submit. `like` is the caller's tensor, whose
     shape and dtype the ranks agree on (with `name`, op, root and the scale factors)
     before any data moves. Returns the C handle; with `blocking`, runs it through
     hvdrun_run on this thread (no hop to the library's thread) and returns None."""
     on_device = device_tensor is not None and device_tensor.is_cuda
     c, ref, size_, _keep = _description(kind, ctype, op, root, on_device, name, like, prescale,
-                                        postscale)
+                                        postscale, ps)
     c.send = send
     c.recv = recv
     c.count = count
     c.cuda_stream = _stream(device_tensor).cuda_stream if on_device else None
+    c.splits = None if splits is None else ctypes.cast(splits.data_ptr(), _LONGS)
+    c.received_splits = None if received is None else ctypes.cast(received.data_ptr(), _LONGS)
+    c.recv_count = recv_count
     lib = _lib.lib()
     if blocking:
         h = lib.hvdrun_run(ref, size_)
@@ -455,30 +557,35 @@ def _submit(kind, what, send=None, recv=None, count=0, ctype=_lib.UINT8, op=0, r
         h = lib.hvdrun_submit(ref, size_)
     else:
         h = lib.hvdrun_submit_then(ref, size_, ctypes.cast(then, ctypes.c_void_p), None)
+    _check(h, what)
+    return None if blocking else h
+
+
+def _check(h, what):
+    """Raises what Horovod raises for a failed submission (result `h` of the C call)."""
     if h == _lib.DUPLICATE_NAME:
         raise ValueError(f"hvdrun.torch.{what}: {_lib.last_error()}")
     if h < 0:
         raise HorovodInternalError(f"hvdrun.torch.{what}: {_lib.last_error()}")
-    return None if blocking else h
 
 
 def _submit_allreduce(send, recv, ctype, op, what, name=None, like=None, prescale=1.0,
-                      postscale=1.0, blocking=False):
+                      postscale=1.0, blocking=False, ps=0):
     """Submits one allreduce of `send` into `recv` (same device, same size)."""
     return _submit(_lib.KIND_ALLREDUCE, what, send.data_ptr(), recv.data_ptr(), recv.numel(),
                    ctype, _C_OP[op], device_tensor=recv, name=name, like=like,
-                   prescale=prescale, postscale=postscale, blocking=blocking)
+                   prescale=prescale, postscale=postscale, blocking=blocking, ps=ps)
 
 
-def _submit_bytes(kind, a, b, root, what, name=None, like=None):
+def _submit_bytes(kind, a, b, root, what, name=None, like=None, ps=0):
     """Broadcast (kind 'b', in place on `a`) or allgather (kind 'g', `a` into `b`) of raw
     bytes: both move any dtype bit for bit; `like` is the tensor the caller sees."""
     n = a.numel() * a.element_size()
     if kind == "b":
         return _submit(_lib.KIND_BROADCAST, what, None, a.data_ptr(), n, _lib.UINT8, root=root,
-                       device_tensor=a, name=name, like=like)
+                       device_tensor=a, name=name, like=like, ps=ps)
     return _submit(_lib.KIND_ALLGATHER, what, a.data_ptr(), b.data_ptr(), n, _lib.UINT8,
-                   device_tensor=a, name=name, like=like)
+                   device_tensor=a, name=name, like=like, ps=ps)
 
 
 def _resolve_op(op, average, what):
@@ -523,7 +630,7 @@ def _divide(t, n):
 
 
 def _allreduce_async(tensor, output, op, prescale_factor, postscale_factor, what, name=None,
-                     blocking=False):
+                     blocking=False, ps=0):
     """Reduces `tensor` into `output` (the same tensor when in place)."""
     _device_of(tensor, what)
     in_place = output is tensor
@@ -534,7 +641,7 @@ def _allreduce_async(tensor, output, op, prescale_factor, postscale_factor, what
     divide_by = None
     if tensor.is_cuda and op == Average:
         # Summed by NCCL and divided here, as Horovod's GPU path does.
-        op, divide_by = Sum, size()
+        op, divide_by = Sum, _set_size(ps)
     if dtype in _NATIVE or dtype in _COMPLEX:
         if dtype in _COMPLEX and op not in (Sum, Average):
             raise NotImplementedError(
@@ -573,7 +680,7 @@ def _allreduce_async(tensor, output, op, prescale_factor, postscale_factor, what
     if postscale_factor != 1.0:
         finish_steps.append(lambda: _scale(output, postscale_factor))
     h = _submit_allreduce(send, recv, ctype, op, what, name, tensor, prescale_factor,
-                          postscale_factor, blocking)
+                          postscale_factor, blocking, ps)
     handles = [] if blocking else [h]
     stream = _stream(output) if output.is_cuda else None
     return _register(handles, keep, _after(stream, output.device, finish_steps, output))
@@ -592,43 +699,64 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
         op: Average (default), Sum, Min, Max or Product.
         prescale_factor: multiplies the tensor before the reduction.
         postscale_factor: multiplies the result after the reduction.
-        process_set: only the global process set is supported.
+        process_set: the ranks to reduce among (default: every rank).
     """
-    _check_process_set(process_set, "allreduce_async")
+    ps = _check_process_set(process_set, "allreduce_async")
     op = _resolve_op(op, average, "allreduce_async")
     _device_of(tensor, "allreduce_async")
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
     return _allreduce_async(tensor, output, op, prescale_factor, postscale_factor,
-                            "allreduce_async", name)
+                            "allreduce_async", name, ps=ps)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing `tensor` over all ranks in place (it must be contiguous and left
     alone until synchronize()). Arguments as allreduce_async."""
-    _check_process_set(process_set, "allreduce_async_")
+    ps = _check_process_set(process_set, "allreduce_async_")
     op = _resolve_op(op, average, "allreduce_async_")
     return _allreduce_async(tensor, tensor, op, prescale_factor, postscale_factor,
-                            "allreduce_async_", name)
+                            "allreduce_async_", name, ps=ps)
 
 
 class _AllreduceFn(torch.autograd.Function):
     """allreduce as an autograd function: the gradient is allreduced the same way."""
 
     @staticmethod
-    def forward(ctx, tensor, op, prescale_factor, postscale_factor, name):
-        ctx.args = (op, prescale_factor, postscale_factor)
+    def forward(ctx, tensor, op, prescale_factor, postscale_factor, name, process_set):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
         # Blocking: run on this thread rather than hand over to libhvdrun's and wait.
         _device_of(tensor, "allreduce")
         output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+        ps = _check_process_set(process_set, "allreduce")
         return synchronize(_allreduce_async(tensor, output, op, prescale_factor,
-                                            postscale_factor, "allreduce", name, blocking=True))
+                                            postscale_factor, "allreduce", name, blocking=True,
+                                            ps=ps))
 
     @staticmethod
     def backward(ctx, grad_output):
-        op, pre, post = ctx.args
-        return allreduce(grad_output, op=op, prescale_factor=pre, postscale_factor=post), \
-            None, None, None, None
+        op, pre, post, process_set = ctx.args
+        return allreduce(grad_output, op=op, prescale_factor=pre, postscale_factor=post,
+                         process_set=process_set), None, None, None, None, None
+
+
+def _plain_allreduce(tensor, op, name, ps):
+    """hvd.allreduce's common case, with no gradient to record: a contiguous CPU tensor of
+    a type the library reduces natively, no scaling. One C call on this thread; None when
+    the general path must run instead."""
+    ctype = _NATIVE.get(tensor.dtype)
+    if ctype is None or tensor.is_cuda or tensor.is_sparse or tensor.device.type != "cpu" \
+            or not tensor.is_contiguous():
+        return None
+    out = torch.empty_like(tensor)
+    c, ref, size_, _keep = _description(_lib.KIND_ALLREDUCE, ctype, _C_OP[op], 0, False, name,
+                                        tensor, 1.0, 1.0, ps)
+    c.send = tensor.data_ptr()
+    c.recv = out.data_ptr()
+    c.count = tensor.numel()
+    c.cuda_stream = None
+    _check(_lib.lib().hvdrun_run(ref, size_), "allreduce")
+    return out
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
@@ -645,12 +773,19 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         op: Average (default), Sum, Min, Max or Product.
         prescale_factor: multiplies the tensor before the reduction.
         postscale_factor: multiplies the result after the reduction.
-        process_set: only the global process set is supported.
+        process_set: the ranks to reduce among (default: every rank).
     """
-    _check_process_set(process_set, "allreduce")
+    ps = _check_process_set(process_set, "allreduce")
     op = _resolve_op(op, average, "allreduce")
+    if (type(tensor) is torch.Tensor and compression is Compression.none
+            and prescale_factor == 1.0 and postscale_factor == 1.0
+            and not (tensor.requires_grad and torch.is_grad_enabled())):
+        out = _plain_allreduce(tensor, op, name, ps)
+        if out is not None:
+            return out
     compressed, ctx = compression.compress(tensor)
-    reduced = _AllreduceFn.apply(compressed, op, prescale_factor, postscale_factor, name)
+    reduced = _AllreduceFn.apply(compressed, op, prescale_factor, postscale_factor, name,
+                                 process_set)
     return compression.decompress(reduced, ctx)
 
 
@@ -658,10 +793,10 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` over all ranks in place and returns it. Arguments as
     allreduce_async."""
-    _check_process_set(process_set, "allreduce_")
+    ps = _check_process_set(process_set, "allreduce_")
     op = _resolve_op(op, average, "allreduce_")
     return synchronize(_allreduce_async(tensor, tensor, op, prescale_factor, postscale_factor,
-                                        "allreduce_", name, blocking=True))
+                                        "allreduce_", name, blocking=True, ps=ps))
 
 
 def _one_device(tensors, what):
@@ -715,13 +850,13 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 # ---- broadcast -----------------------------------------------------------------------
 
-def _broadcast_async(tensor, output, root_rank, what, name=None):
+def _broadcast_async(tensor, output, root_rank, what, name=None, ps=0):
     _device_of(tensor, what)
     if output is tensor and not tensor.is_contiguous():
         raise ValueError(f"hvdrun.torch.{what}: tensor is required to be contiguous")
     if output is not tensor:
         output.copy_(tensor)
-    handles = [_submit_bytes("b", output, None, root_rank, what, name, tensor)]
+    handles = [_submit_bytes("b", output, None, root_rank, what, name, tensor, ps)]
     stream = _stream(output) if output.is_cuda else None
     return _register(handles, (tensor, output), _after(stream, output.device, (), output))
 
@@ -729,37 +864,37 @@ def _broadcast_async(tensor, output, root_rank, what, name=None):
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts copying `tensor` of rank `root_rank` to a new tensor on every rank; returns
     a handle whose synchronize() returns it. `tensor` is not modified."""
-    _check_process_set(process_set, "broadcast_async")
+    ps = _check_process_set(process_set, "broadcast_async")
     _device_of(tensor, "broadcast_async")
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
-    return _broadcast_async(tensor, output, root_rank, "broadcast_async", name)
+    return _broadcast_async(tensor, output, root_rank, "broadcast_async", name, ps)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts overwriting `tensor` on every rank with rank `root_rank`'s, in place."""
-    _check_process_set(process_set, "broadcast_async_")
-    return _broadcast_async(tensor, tensor, root_rank, "broadcast_async_", name)
+    ps = _check_process_set(process_set, "broadcast_async_")
+    return _broadcast_async(tensor, tensor, root_rank, "broadcast_async_", name, ps)
 
 
 class _BroadcastFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, root_rank, name):
-        ctx.root_rank = root_rank
-        return synchronize(broadcast_async(tensor, root_rank, name))
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank, ctx.process_set = root_rank, process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
-        reduced = allreduce(grad_output, op=Average)
-        if rank() != ctx.root_rank:
+        reduced = allreduce(grad_output, op=Average, process_set=ctx.process_set)
+        if rank() != ctx.root_rank:  # root_rank is a rank of the job, as in Horovod
             reduced = reduced * 0
-        return reduced, None, None
+        return reduced, None, None, None
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Returns rank `root_rank`'s `tensor` on every rank, as a new tensor; `tensor` is
     not modified. Differentiable as Horovod's (the root gets the averaged gradient)."""
     _check_process_set(process_set, "broadcast")
-    return _BroadcastFn.apply(tensor, root_rank, name)
+    return _BroadcastFn.apply(tensor, root_rank, name, process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -774,7 +909,7 @@ def _wait(h, what):
         raise HorovodInternalError(f"hvdrun.torch.{what}: {_lib.last_error()}")
 
 
-def _allgather_async(tensor, what, name=None):
+def _allgather_async(tensor, what, name=None, ps=0):
     """Two collectives: every rank's first dimension (on which the ranks also agree about
     the other dimensions and the dtype, so a mismatch fails before data moves), then the
     rows, padded to the longest rank's. The second is submitted by libhvdrun's thread the
@@ -784,7 +919,7 @@ def _allgather_async(tensor, what, name=None):
     if tensor.dim() == 0:
         raise ValueError(f"hvdrun.torch.{what}: the tensor needs at least one dimension "
                          "(allgather concatenates along the first); use tensor.reshape(1)")
-    n = size()
+    n = _set_size(ps)
     src = tensor if tensor.is_contiguous() else tensor.contiguous()
     rest = tuple(src.shape[1:])
     row = 1
@@ -812,13 +947,13 @@ def _allgather_async(tensor, what, name=None):
                 send[: src.numel() * src.element_size()].copy_(src.reshape(-1).view(torch.uint8))
             recv = torch.empty(n * biggest * rowbytes, dtype=torch.uint8, device=src.device)
             step["rows"] = (send, recv, biggest)
-            step["handle"] = _submit_bytes("g", send, recv, 0, what, base + ".data")
+            step["handle"] = _submit_bytes("g", send, recv, 0, what, base + ".data", ps=ps)
         except BaseException as e:  # noqa: B036 - reported by synchronize()
             step["error"] = e
 
     then = _lib.THEN(submit_rows)
     h1 = _submit(_lib.KIND_ALLGATHER, what, first.data_ptr(), firsts_t.data_ptr(), 1,
-                 _lib.INT64, name=name, like=src, then=then)
+                 _lib.INT64, name=name, like=src, then=then, ps=ps)
     stream = _stream(src) if src.is_cuda else None
 
     def finish():
@@ -844,22 +979,23 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     differ between ranks; the other dimensions may not). Returns a handle whose
     synchronize() returns the result. Waits for the ranks' first dimensions before
     returning."""
-    _check_process_set(process_set, "allgather_async")
-    return _allgather_async(tensor, "allgather_async", name)
+    ps = _check_process_set(process_set, "allgather_async")
+    return _allgather_async(tensor, "allgather_async", name, ps)
 
 
 class _AllgatherFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name):
-        ctx.dim = tensor.shape[0]
-        return synchronize(allgather_async(tensor, name))
+    def forward(ctx, tensor, name, process_set):
+        ctx.dim, ctx.process_set = tensor.shape[0], process_set
+        return synchronize(allgather_async(tensor, name, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
-        reduced = allreduce(grad_output, op=Average)
-        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64))
-        offset = int(dims[: rank()].sum().item())
-        return reduced.narrow(0, offset, ctx.dim), None
+        reduced = allreduce(grad_output, op=Average, process_set=ctx.process_set)
+        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64), process_set=ctx.process_set)
+        me = _set_rank(_check_process_set(ctx.process_set, "allgather"))
+        offset = int(dims[:me].sum().item())
+        return reduced.narrow(0, offset, ctx.dim), None, None
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -870,7 +1006,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
     if tensor.dim() == 0:
         raise ValueError("hvdrun.torch.allgather: the tensor needs at least one dimension "
                          "(allgather concatenates along the first); use tensor.reshape(1)")
-    return _AllgatherFn.apply(tensor, name)
+    return _AllgatherFn.apply(tensor, name, process_set)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
@@ -882,6 +1018,22 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """allgather of each tensor of a list; returns the list of results."""
     return [allgather(t, _member(name, i), process_set) for i, t in enumerate(tensors)]
+
+
+# ---- timeline ------------------------------------------------------------------------
+
+def start_timeline(file_path, mark_cycles=False):
+    """Starts writing a timeline of every collective to `file_path` on rank 0 (Chrome's
+    trace format: open it in chrome://tracing or Perfetto), as Horovod's; with
+    `mark_cycles`, a marker per negotiation round. HOROVOD_TIMELINE=file does this at
+    init()."""
+    _lib.check(_lib.lib().hvdrun_start_timeline(str(file_path).encode(), int(bool(mark_cycles))),
+               "hvdrun.torch.start_timeline")
+
+
+def stop_timeline():
+    """Stops the timeline and completes its file."""
+    _lib.check(_lib.lib().hvdrun_stop_timeline(), "hvdrun.torch.stop_timeline")
 
 
 # ---- join and barrier ----------------------------------------------------------------
@@ -901,6 +1053,10 @@ def join(device=-1):
 
 
 def barrier(process_set=global_process_set):
-    """Returns once every rank has entered the barrier (after its earlier collectives)."""
-    _check_process_set(process_set, "barrier")
+    """Returns once every rank (of `process_set`) has entered the barrier (after its
+    earlier collectives)."""
+    ps = _check_process_set(process_set, "barrier")
+    if ps != 0:  # a set's barrier: its smallest collective
+        allreduce(torch.zeros(1, dtype=torch.uint8), op=Sum, process_set=process_set)
+        return
     _lib.check(_lib.lib().hvdrun_barrier(), "hvdrun.torch.barrier")

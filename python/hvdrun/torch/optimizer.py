@@ -12,6 +12,9 @@ How gradients travel (docs/python.md has the longer story):
   hooks in, and libhvdrun, which runs collectives in submission order, never deadlocks.
 - synchronize() (called by step()) submits what is left (a parameter without a gradient
   contributes zeros, as in Horovod), waits, and copies the results into the gradients.
+- A sparse gradient (nn.Embedding(sparse=True)) leaves its bucket's fused allreduce and
+  is gathered on its own (hvdrun/torch/sparse.py), right after its bucket; with
+  sparse_as_dense it is made dense and fused like any other, then made sparse again.
 """
 import os
 import threading
@@ -24,6 +27,7 @@ from hvdrun import _lib
 from hvdrun.torch import mpi_ops
 from hvdrun.torch.compression import Compression
 from hvdrun.torch.mpi_ops import Average, HorovodInternalError, global_process_set, size
+from hvdrun.torch.sparse import apply_sparse_gradient, sparse_allreduce_async
 
 _DEFAULT_FUSION_BYTES = 16 << 20
 
@@ -50,7 +54,7 @@ def fusion_threshold():
 
 class _Bucket:
     __slots__ = ("params", "numel", "device", "dtype", "ready", "flat", "sent", "ctx",
-                 "handle", "stream")
+                 "handle", "stream", "fused", "sparse")
 
     def __init__(self, device, dtype):
         self.params = []
@@ -63,13 +67,20 @@ class _Bucket:
         self.ctx = None
         self.handle = None
         self.stream = None
+        self.fused = None  # the params in `flat` this step (all but the sparse ones)
+        self.sparse = []  # (param, sparse handle) of the sparse gradients this step
 
 
 class _Reducer:
     """The buckets of one DistributedOptimizer and the state of the current step."""
 
-    def __init__(self, params, names, compression, op, prescale, postscale, passes):
+    def __init__(self, params, names, compression, op, prescale, postscale, passes,
+                 sparse_as_dense=False, process_set=global_process_set):
+        self.process_set = process_set  # the ranks reduced among
+        self.ps = mpi_ops._check_process_set(process_set, "DistributedOptimizer")
         self.compression = compression
+        self.sparse_as_dense = sparse_as_dense
+        self.sparse_dims = {}  # param -> sparse_dim of the sparse gradients it produced
         self.op = op
         self.prescale = prescale
         self.postscale = postscale
@@ -113,10 +124,6 @@ class _Reducer:
         with self.lock:
             if self.delay[p] <= 0:
                 raise AssertionError(_TOO_MANY_PASSES)
-            if p.grad is not None and p.grad.is_sparse:
-                raise NotImplementedError(
-                    f"hvdrun.torch.DistributedOptimizer: {self.names.get(p)} has a sparse "
-                    "gradient, which is not supported; use nn.Embedding(sparse=False)")
             self.active = True
             self.delay[p] -= 1
             if self.delay[p] == 0:
@@ -133,14 +140,44 @@ class _Reducer:
 
     def _submit(self, b):
         grads = []
+        b.fused = []
         for p in b.params:
             if p.grad is None:
-                p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
-            grads.append(p.grad.reshape(-1))
+                p.grad = _empty_gradient(p, self.sparse_dims.get(p))
+            g = p.grad
+            if g.is_sparse:
+                g = p.grad = self._agreed_layout(p, g)
+                if not self.sparse_as_dense:
+                    b.sparse.append(p)
+                    continue
+                g = g.to_dense()
+            b.fused.append(p)
+            grads.append(g.reshape(-1))
+        self._submit_dense(b, grads)
+        b.sparse = [(p, sparse_allreduce_async(p.grad, self.names.get(p), self.op,
+                                               self.process_set))
+                    for p in b.sparse]
+
+    def _agreed_layout(self, p, g):
+        """`g`, or an empty sparse gradient of the layout `p`'s gradients had before: a
+        gradient zeroed by zero_grad() and left untouched by backward on this rank has
+        every dimension sparse, while the others' have their usual layout (an embedding's:
+        rows sparse, columns dense), and the ranks must gather alike."""
+        known = self.sparse_dims.get(p)
+        if g._nnz() > 0:
+            self.sparse_dims[p] = g.sparse_dim()
+        elif known is not None and g.sparse_dim() != known:
+            return _empty_gradient(p, known)
+        return g
+
+    def _submit_dense(self, b, grads):
+        if not grads:
+            return
         if b.flat is None:
             b.flat = torch.empty(b.numel, dtype=b.dtype, device=b.device)
-        torch.cat(grads, out=b.flat)
-        sent, ctx = self.compression.compress(b.flat)
+        flat = b.flat[:sum(g.numel() for g in grads)]
+        torch.cat(grads, out=flat)
+        sent, ctx = self.compression.compress(flat)
         if self.prescale != 1.0:
             sent.mul_(self.prescale)
         if sent.dtype not in mpi_ops._NATIVE:
@@ -149,7 +186,7 @@ class _Reducer:
                 "which libhvdrun cannot reduce")
         b.stream = torch.cuda.current_stream(sent.device) if sent.is_cuda else None
         b.handle = mpi_ops._submit_allreduce(sent, sent, mpi_ops._NATIVE[sent.dtype], self.op,
-                                            "DistributedOptimizer")
+                                            "DistributedOptimizer", ps=self.ps)
         b.sent, b.ctx = sent, ctx
 
     def synchronize(self):
@@ -163,10 +200,15 @@ class _Reducer:
             if b.handle is not None and lib.hvdrun_wait(b.handle) != 0 and error is None:
                 error = _lib.last_error()
             b.handle = None
+            error = _wait_sparse(b, error)
         if error is not None:
             self.reset()
             raise HorovodInternalError(error)
         for b in self.buckets:
+            for p, reduced in b.sparse:
+                apply_sparse_gradient(p.grad, reduced)
+            if b.sent is None:
+                continue
             if b.stream is not None:
                 current = torch.cuda.current_stream(b.device)
                 if current != b.stream:
@@ -175,9 +217,12 @@ class _Reducer:
             if self.postscale != 1.0:
                 out.mul_(self.postscale)
             offset = 0
-            for p in b.params:
+            for p in b.fused:
                 n = p.numel()
-                p.grad.copy_(out[offset: offset + n].view_as(p.grad))
+                if p.grad.is_sparse:  # sparse_as_dense
+                    apply_sparse_gradient(p.grad, out[offset: offset + n].view(p.shape))
+                else:
+                    p.grad.copy_(out[offset: offset + n].view_as(p.grad))
                 offset += n
         self.reset()
 
@@ -188,12 +233,38 @@ class _Reducer:
         for b in self.buckets:
             if b.handle is not None:
                 lib.hvdrun_wait(b.handle)
+            _wait_sparse(b, None)
             b.ready = 0
-            b.sent = b.ctx = b.handle = b.stream = None
+            b.sent = b.ctx = b.handle = b.stream = b.fused = None
+            b.sparse = []
         for p in self.delay:
             self.delay[p] = self.passes
         self.next = 0
         self.active = False
+
+
+def _empty_gradient(p, sparse_dim):
+    """The gradient a parameter without one contributes: zeros, sparse with no entries
+    when the parameter has produced sparse gradients before (so that every rank still
+    submits the same collectives for it)."""
+    if sparse_dim is None:
+        return torch.zeros_like(p, memory_format=torch.contiguous_format)
+    indices = torch.empty((sparse_dim, 0), dtype=torch.int64, device=p.device)
+    values = p.new_empty((0,) + tuple(p.shape[sparse_dim:]))
+    return torch.sparse_coo_tensor(indices, values, p.shape)
+
+
+def _wait_sparse(b, error):
+    """Waits for the sparse gradients of bucket `b`, replacing each handle by its result;
+    returns `error`, or the first failure when `error` is None."""
+    done = []
+    for p, h in b.sparse:
+        try:
+            done.append((p, h() if callable(h) else h))
+        except HorovodInternalError as e:
+            error = error or str(e)
+    b.sparse = done
+    return error
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -202,7 +273,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     _hvdrun_distributed = True
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step,
-                 op, gradient_predivide_factor):
+                 op, gradient_predivide_factor, sparse_as_dense=False,
+                 process_set=global_process_set):
         super(self.__class__, self).__init__(params)
         self._compression = compression
         if named_parameters is not None:
@@ -237,7 +309,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._should_synchronize = True
         self._grad_accs = []
         self._reducer = None
-        if size() > 1:
+        ps = mpi_ops._check_process_set(process_set, "DistributedOptimizer")
+        if mpi_ops._set_size(ps) > 1:
             params_in_order = []
             seen_ids = set()
             for group in self.param_groups:
@@ -250,7 +323,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             else:
                 pre = post = 1.0
             self._reducer = _Reducer(params_in_order, self._parameter_names, compression, op,
-                                     pre, post, backward_passes_per_step)
+                                     pre, post, backward_passes_per_step, sparse_as_dense,
+                                     process_set)
             for p in params_in_order:
                 grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
                 grad_acc.register_hook(self._make_hook(p))
@@ -341,15 +415,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             sum and factor/size after it.
         num_groups, groups: Horovod's explicit fusion groups; accepted and not needed:
             hvdrun always fuses (results are the same).
-        sparse_as_dense: not supported (True raises).
-        process_set: only the global process set is supported.
+        sparse_as_dense: False (default): a sparse gradient (nn.Embedding(sparse=True))
+            is reduced by gathering every rank's entries (sparse_allreduce_async); True:
+            it is reduced as a dense tensor, fused with the others, and made sparse again
+            before the step (cheaper when most rows have gradients).
+        process_set: the ranks whose gradients are averaged (default: every rank).
     """
     mpi_ops._check_process_set(process_set, "DistributedOptimizer")
-    if sparse_as_dense:
-        raise NotImplementedError(
-            "hvdrun.torch.DistributedOptimizer(sparse_as_dense=True) is not supported: "
-            "sparse gradients are not reduced by hvdrun; use nn.Embedding(sparse=False), "
-            "whose dense gradients DistributedOptimizer reduces")
     if op not in mpi_ops._OP_NAMES:
         raise NotImplementedError(
             f"hvdrun.torch.DistributedOptimizer(op={op!r}) is not supported (Adasum is not "
@@ -366,4 +438,4 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, gradient_predivide_factor)
+               op, gradient_predivide_factor, sparse_as_dense, process_set)

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #if defined(__GNUC__)
 #define HVDRUN_API __attribute__((visibility("default")))
@@ -132,7 +133,7 @@ HVDRUN_API std::int64_t pending();
 HVDRUN_API int join();
 
 /// The collectives submit() and run() take.
-enum class CollectiveKind { kAllreduce, kBroadcast, kAllgather };
+enum class CollectiveKind { kAllreduce, kBroadcast, kAllgather, kAlltoall, kReducescatter };
 
 /// One collective with everything the ranks agree on before its data moves. Each rank's
 /// description of it must match (kind, element type and count, shape, op, root, scale
@@ -157,7 +158,51 @@ struct Collective {
   const char* type_name = nullptr;      ///< the caller's element type ("int8"), for checks
   double prescale = 1.0;                ///< checked for agreement only: the caller applies it
   double postscale = 1.0;               ///< checked for agreement only: the caller applies it
+  /// Alltoall: elements of `send` (`count` in all) for each rank, size() entries in rank
+  /// order; null splits `count` equally (it must divide). Only the first dimension may
+  /// differ between ranks.
+  const std::int64_t* splits = nullptr;
+  /// Alltoall: filled with the elements received from each rank (size() entries); may be
+  /// null.
+  std::int64_t* received_splits = nullptr;
+  /// The process set the collective runs in (add_process_set()); 0: every rank.
+  int process_set = 0;
+  /// Alltoall: elements `recv` can hold; checked on every rank before data moves.
+  /// Reducescatter ignores it: `recv` holds this rank's slice, the first dimension
+  /// (shape[0], or `count` without a shape) split as Horovod does (ranks below rows %
+  /// size() get one row more).
+  std::size_t recv_count = 0;
 };
+
+/// Adds a process set: a subset of ranks whose collectives (Collective::process_set) run
+/// among its members only, with their own communicators. Collective over every rank of the
+/// job, which must pass the same ranks, in the same order of calls. Returns its id (> 0,
+/// the same on every rank). Throws DuplicateProcessSet when a set of these ranks exists.
+HVDRUN_API int add_process_set(const std::vector<int>& ranks);
+/// Removes process set `id` (collective over every rank): what its members still agree
+/// on runs, then its communicators close. False when there is no such set.
+HVDRUN_API bool remove_process_set(int id);
+/// The ranks of process set `id` (0: every rank), ascending. Throws for an unknown id.
+HVDRUN_API std::vector<int> process_set_ranks(int id);
+
+/// add_process_set() of ranks that already form a set.
+class HVDRUN_API DuplicateProcessSet : public Error {
+ public:
+  DuplicateProcessSet(int existing, const std::vector<int>& ranks);
+  ~DuplicateProcessSet() override;
+  /// The id of the set with those ranks.
+  int existing() const { return existing_; }
+
+ private:
+  int existing_;
+};
+
+/// Starts recording a timeline of every collective (Chrome's trace format, as Horovod's
+/// HOROVOD_TIMELINE) into `path` on rank 0; `mark_cycles` adds a marker per negotiation
+/// round. Other ranks record nothing. Throws Error when the file cannot be written.
+HVDRUN_API void start_timeline(const std::string& path, bool mark_cycles = false);
+/// Stops the timeline and completes its file.
+HVDRUN_API void stop_timeline();
 
 /// Submits `c` and returns at once. Buffers must stay valid and untouched until wait()
 /// returns. Throws Error (a name already in flight on this rank, a bad argument).

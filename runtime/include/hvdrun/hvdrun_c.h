@@ -57,7 +57,7 @@ typedef enum hvdrun_op {
 } hvdrun_op;
 
 /** The ABI version this library implements (HVDRUN_ABI_VERSION of its build). */
-#define HVDRUN_ABI_VERSION 3
+#define HVDRUN_ABI_VERSION 4
 
 /** Identifies one submitted asynchronous collective; valid (> 0) until hvdrun_wait. */
 typedef long long hvdrun_handle;
@@ -168,7 +168,9 @@ HVDRUN_C_API int hvdrun_join(void);
 typedef enum hvdrun_kind {
   HVDRUN_KIND_ALLREDUCE = 0,
   HVDRUN_KIND_BROADCAST = 1,
-  HVDRUN_KIND_ALLGATHER = 2
+  HVDRUN_KIND_ALLGATHER = 2,
+  HVDRUN_KIND_ALLTOALL = 3,     /**< ABI 4 */
+  HVDRUN_KIND_REDUCESCATTER = 4 /**< ABI 4 */
 } hvdrun_kind;
 
 /** One collective with everything the ranks agree on before its data moves (kind, type
@@ -191,6 +193,11 @@ typedef struct hvdrun_collective {
   const char* type_name;  /**< the caller's element type ("int8"); NULL: dtype's name */
   double prescale;        /**< agreed only (the caller applies it); 0 is taken as 1 */
   double postscale;       /**< agreed only (the caller applies it); 0 is taken as 1 */
+  /* ABI 4 (a caller compiled for ABI 3 passes the shorter size: these are then zero). */
+  const long long* splits;    /**< alltoall: elements to each rank (NULL: count / size) */
+  long long* received_splits; /**< alltoall: out, elements from each rank (may be NULL) */
+  size_t recv_count;          /**< alltoall: elements recv can hold */
+  int process_set;            /**< 0: every rank; else an id from hvdrun_add_process_set */
 } hvdrun_collective;
 
 /** What hvdrun_submit returns when a collective of the same name is still in flight on
@@ -201,6 +208,27 @@ typedef struct hvdrun_collective {
  *  (hvdrun_shutdown agrees first): queued collectives fail and the other ranks see this
  *  rank gone, so a rank that exits with an error is what the launcher reports. */
 HVDRUN_C_API int hvdrun_leave(void);
+
+/* ---- ABI version 4 ---------------------------------------------------------------- */
+
+/** What hvdrun_add_process_set returns when a set of those ranks exists already. */
+#define HVDRUN_DUPLICATE_SET (-3)
+
+/** Adds a process set of `n` ranks: collectives with that process_set run among its
+ *  members only. Collective over every rank of the job (the same ranks, the same order of
+ *  calls). Returns its id (> 0, the same on every rank), HVDRUN_DUPLICATE_SET, or -1. */
+HVDRUN_C_API int hvdrun_add_process_set(const int* ranks, int n);
+/** Removes process set `id` (collective over every rank): 1 when removed, 0 when there
+ *  was no such set, -1 on failure. */
+HVDRUN_C_API int hvdrun_remove_process_set(int id);
+/** Writes up to `cap` ranks of process set `id` (0: every rank), ascending, to `out` and
+ *  returns how many it has, or -1 for an unknown set. */
+HVDRUN_C_API int hvdrun_process_set_ranks(int id, int* out, int cap);
+/** Starts the timeline into `path` on rank 0 (Chrome's trace format, as Horovod's
+ *  HOROVOD_TIMELINE); 0 or -1. */
+HVDRUN_C_API int hvdrun_start_timeline(const char* path, int mark_cycles);
+/** Stops the timeline and completes its file; 0 or -1. */
+HVDRUN_C_API int hvdrun_stop_timeline(void);
 
 /** Submits `c` (`size` = sizeof(hvdrun_collective) as the caller compiled it) and returns
  *  its handle (> 0) at once; -1 on failure, HVDRUN_DUPLICATE_NAME for a name in flight. */

@@ -116,5 +116,32 @@ if n > 1:
         last = hvd.join()
     assert last >= 1, last
 
+# alltoall and reducescatter on CUDA tensors (grouped ncclSend/ncclRecv, ncclReduce per
+# slice), against the CPU path's values.
+for dt in (torch.float32, torch.float16, torch.int64):
+    send = torch.arange(3 * n, dtype=dt).reshape(n, 3) + 10 * r
+    out, received = hvd.alltoall(send.to(dev), splits=[1] * n)
+    cpu_out, cpu_received = hvd.alltoall(send, splits=[1] * n)
+    assert out.is_cuda and torch.equal(out.cpu(), cpu_out), (dt, out, cpu_out)
+    assert received.tolist() == cpu_received.tolist() == [1] * n
+    rows = torch.arange(7 * 4, dtype=dt).reshape(7, 4) % 5 * (r + 1)
+    got = hvd.reducescatter(rows.to(dev), op=hvd.Sum)
+    assert got.is_cuda and torch.equal(got.cpu(), hvd.reducescatter(rows, op=hvd.Sum)), dt
+avg = hvd.reducescatter(torch.ones(2 * n, 2, device=dev) * (r + 1))
+assert torch.allclose(avg.cpu(), torch.full((2, 2), (n + 1) / 2))
+# A process set of every rank but the last (of all when n == 1) on the GPU: its own NCCL
+# communicator, built on first use.
+members = list(range(max(n - 1, 1)))
+ps = hvd.add_process_set(members) if os.environ.get("HOROVOD_DYNAMIC_PROCESS_SETS") else None
+if ps is not None and r in members:
+    got = hvd.allreduce(torch.full((100,), r + 1.0, device=dev), op=hvd.Sum, process_set=ps)
+    assert torch.equal(got.cpu(), torch.full((100,), float(sum(k + 1 for k in members))))
+    a, _ = hvd.alltoall(torch.arange(len(members), device=dev) + 10 * r, splits=[1] * len(members),
+                        process_set=ps)
+    assert a.tolist() == [10 * k + members.index(r) for k in members]
+if ps is not None:
+    hvd.barrier()
+    assert hvd.remove_process_set(ps)
+
 hvd.shutdown()
 print(f"rank {r}: gpu checks passed")

@@ -1,0 +1,38 @@
+// Exchanges through a host's shared segment, built on ShmComm::phases(): a stream
+// exchange (every local rank streams its buffer through its slot; each reader copies
+// out the parts meant for it: alltoallv, gatherv and scatterv are all this one), and a
+// reduce-scatter (each rank reduces only its own slice, from every rank's input). Every
+// byte crosses the segment once, and every rank works on its own share at once.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "hvdrun/hvdrun.h"
+#include "runtime/shm_comm.h"
+
+namespace hvdrun::runtime {
+
+/// A part of one local rank's stream that the calling rank receives.
+struct StreamPiece {
+  int from = 0;            ///< local rank whose stream holds it
+  std::size_t offset = 0;  ///< byte offset in that stream
+  std::size_t bytes = 0;   ///< length
+  std::size_t dest = 0;    ///< byte offset in the receive buffer
+};
+
+/// Every local rank streams its `send` (stream_bytes[l] bytes for local rank l: the same
+/// vector on every rank) through the segment; the calling rank copies `pieces` of the
+/// streams into `recv`. Every local rank must call it.
+void shm_stream(ShmComm& shm, const void* send, const std::vector<std::size_t>& stream_bytes,
+                void* recv, const std::vector<StreamPiece>& pieces, int me);
+
+/// Reduce-scatter among the local ranks: each holds the same `counts` total elements of
+/// `dtype` in `send`; local rank l receives, in `recv`, the reduction of its slice
+/// [first_l, first_l + counts[l]) (first_l: the sum of the counts before it). Average
+/// divides by `divisor`. `recv` must not overlap `send`.
+void shm_reducescatter(ShmComm& shm, const void* send, void* recv,
+                       const std::vector<std::size_t>& counts, DataType dtype, ReduceOp op,
+                       int divisor, int me);
+
+}  // namespace hvdrun::runtime
