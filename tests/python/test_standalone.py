@@ -39,6 +39,11 @@ PROGRAM = textwrap.dedent("""
     assert torch.equal(hvd.broadcast(x, root_rank=0), x)
     h = hvd.allreduce_async(x, op=hvd.Sum)
     assert torch.equal(hvd.synchronize(h), x)
+    assert torch.equal(hvd.alltoall(x), x)
+    assert torch.equal(hvd.reducescatter(x, op=hvd.Sum), x)
+    ps = hvd.add_process_set([0])
+    assert torch.equal(hvd.allreduce(x, op=hvd.Sum, process_set=ps), x)
+    hvd.remove_process_set(ps)
     assert hvd.broadcast_object({"k": [1, 2]}, root_rank=0) == {"k": [1, 2]}
     assert hvd.allgather_object("only") == ["only"]
     hvd.barrier()
@@ -74,7 +79,7 @@ def plain_python(code, **env):
 
 
 def test_plain_python_runs_as_rank_0_of_1():
-    p = plain_python(PROGRAM)
+    p = plain_python(PROGRAM, HOROVOD_DYNAMIC_PROCESS_SETS="1")
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout == "standalone ok\n", p.stdout + p.stderr
     assert p.stderr.count(SINGLE) == 1, p.stderr
