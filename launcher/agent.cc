@@ -17,6 +17,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -34,6 +35,7 @@
 #include "launcher/job_cgroup.h"
 #include "launcher/line_tail.h"
 #include "launcher/local_host.h"
+#include "launcher/rank_env.h"
 #include "launcher/reaper.h"
 #include "launcher/subprocess.h"
 
@@ -61,6 +63,9 @@ struct Rank {
   UniqueFd exec_status;  // EOF = exec succeeded; bytes = {stage, errno}
   bool reaped = false;
   bool reported = false;
+  // Order among this host's exits, as reaped: reports go out in it (the launcher's failure
+  // message names the rank that failed first).
+  std::uint64_t exit_order = 0;
   int status = 0;
   std::string argv0;
   std::string cwd;
@@ -155,6 +160,7 @@ class Agent {
   Clock::time_point next_heartbeat_ = Clock::now();
   std::map<int, Rank> ranks_;
   std::map<pid_t, int> by_pid_;
+  std::uint64_t exits_ = 0;  // ranks reaped so far (Rank::exit_order)
   UniqueFd dev_null_;
   // Kills the rank groups if this agent is killed; released after sweep_groups().
   std::optional<GroupGuard> guard_;
@@ -333,7 +339,11 @@ void Agent::spawn(const proto::Spawn& s) {
     ChildSpec spec;
     spec.what = "rank " + std::to_string(s.rank);
     spec.argv = s.argv;
-    spec.env = &s.env;
+    // The host's own variables that the launcher asked for (a login's HOME, a container's
+    // whole environment), under what it sets.
+    const std::vector<std::string> env =
+        merge_rank_env(environ, s.host_env, s.env, s.env_defaults).entries();
+    spec.env = &env;
     spec.cwd = s.cwd;
     spec.stdin_fd = dev_null_.get();
     spec.stdout_fd = out_w.get();
@@ -470,6 +480,7 @@ void Agent::reap() {
     by_pid_.erase(it);
     r.reaped = true;
     r.status = status;
+    r.exit_order = ++exits_;
   }
   // Stops and continues (these reap nothing).
   for (;;) {
@@ -483,10 +494,19 @@ void Agent::reap() {
   }
 }
 
+// In the order the exits were reaped, not by rank: a rank that exits because another one
+// did must not be reported first. A rank whose last output is still moving holds back the
+// reports of every rank reaped after it.
 void Agent::report_exits() {
+  std::vector<Rank*> exited;
   for (auto& [n, r] : ranks_) {
-    if (!r.reaped || r.reported) continue;
-    if (splice_left_ && splice_rank_ == r.rank) continue;  // its last bytes are still moving
+    if (r.reaped && !r.reported) exited.push_back(&r);
+  }
+  std::sort(exited.begin(), exited.end(),
+            [](const Rank* a, const Rank* b) { return a->exit_order < b->exit_order; });
+  for (Rank* rp : exited) {
+    Rank& r = *rp;
+    if (splice_left_ && splice_rank_ == r.rank) return;  // its last bytes are still moving
     check_exec_status(r, /*blocking=*/true);
     if (r.reported) continue;  // failed to start: already reported as fatal
     // Whatever the rank wrote before exiting is in its pipes: send it first.

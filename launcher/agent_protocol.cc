@@ -193,7 +193,9 @@ Spawn decode_spawn(Reader& r) {
   m.rank = r.i32();
   m.argv = r.strs();
   m.cwd = r.str();
+  m.host_env = r.strs();
   m.env = r.strs();
+  m.env_defaults = r.strs();
   m.stderr_tail_lines = r.u32();
   r.done();
   if (m.rank < 0) r.fail("negative rank");
@@ -309,7 +311,9 @@ struct EncodeVisitor {
     w.i32(m.rank);
     w.strs(m.argv);
     w.str(m.cwd);
+    w.strs(m.host_env);
     w.strs(m.env);
+    w.strs(m.env_defaults);
     w.u32(m.stderr_tail_lines);
     w.finish(Type::spawn, out);
   }

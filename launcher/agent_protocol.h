@@ -30,7 +30,9 @@ inline constexpr std::uint32_t kMagic = 0x48564441;
 /// 3: suspend and resume (job control), rank-stopped. 4: the hello carries a job id (the
 /// name of each host's job cgroup) and --network-interface, the agent's hello that
 /// interface's addresses on its host (the Horovod rendezvous admits exactly those).
-inline constexpr std::uint32_t kVersion = 4;
+/// 5: a spawn names which of the agent's own variables its rank starts from, and defaults
+/// (launcher/rank_env.h).
+inline constexpr std::uint32_t kVersion = 5;
 /// Largest frame accepted (type byte + payload).
 inline constexpr std::uint32_t kMaxFrameBytes = 16u << 20;
 /// Largest output chunk an agent puts in one frame.
@@ -108,8 +110,13 @@ struct Spawn {
   std::vector<std::string> argv;
   /// Working directory; must exist on the host.
   std::string cwd;
-  /// The rank's complete environment, NAME=VALUE each.
+  /// Which of the agent's own variables the rank starts from: names, a trailing '*' for a
+  /// prefix, "*" for all of them.
+  std::vector<std::string> host_env;
+  /// NAME=VALUE each, set over those.
   std::vector<std::string> env;
+  /// NAME=VALUE each, set only where neither of the above names them.
+  std::vector<std::string> env_defaults;
   /// How many of the rank's last stderr lines to send back with its exit report.
   std::uint32_t stderr_tail_lines = 10;
   bool operator==(const Spawn&) const = default;

@@ -72,10 +72,15 @@ std::string render_table(const PreflightReport& report) {
   std::string out = line(head);
   const std::size_t indent = width[0] + width[1] + width[2] + width[3] + 8;
   for (std::size_t i = 0; i < rows.size(); ++i) {
+    const HostCheck& h = report.hosts[i];
     out += line(rows[i]);
-    if (!report.hosts[i].fix.empty())
-      out +=
-          std::string(indent, ' ') + "fix: " + cell(report.hosts[i].fix, kMaxDetailColumns) + "\n";
+    if (!h.fix.empty())
+      out += std::string(indent, ' ') + "fix: " + cell(h.fix, kMaxDetailColumns) + "\n";
+    if (h.verdict == Verdict::ok && h.shell > kSlowRemoteShell)
+      out += std::string(indent, ' ') + "note: logged in after " + std::to_string(h.login.count()) +
+             " ms; then the remote shell took " + std::to_string(h.shell.count()) +
+             " ms to start hvdrun (its start-up files, e.g. ~/.bashrc, or a busy host): every "
+             "launch pays that on this host\n";
   }
   int bad = report.failures();
   int remote = 0;
@@ -101,7 +106,8 @@ std::string render_json(const PreflightReport& report) {
         << ", \"local\": " << (h.local ? "true" : "false")
         << ", \"address\": " << json_quote(h.address)
         << ", \"verdict\": " << json_quote(to_string(h.verdict))
-        << ", \"latency_ms\": " << h.latency.count() << ", \"detail\": " << json_quote(h.detail)
+        << ", \"latency_ms\": " << h.latency.count() << ", \"login_ms\": " << h.login.count()
+        << ", \"shell_ms\": " << h.shell.count() << ", \"detail\": " << json_quote(h.detail)
         << ", \"fix\": " << json_quote(h.fix) << "}";
     first = false;
   }

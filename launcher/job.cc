@@ -23,6 +23,7 @@
 
 #include "common/error.h"
 #include "common/fd.h"
+#include "common/peer_loss.h"
 #include "common/plural.h"
 #include "common/thread_failure.h"
 #include "compat/horovod_http_server.h"
@@ -65,12 +66,19 @@ struct Host {
   int started = 0;
   Clock::time_point last_rx;
   proto::AgentHello info;
-  const EnvList* base_env = nullptr;  // Job::base_envs_: one per kind of host, not per host
+  const struct HostEnv* env = nullptr;  // Job::host_envs_: one per EnvSource, not per host
   // Bytes asked of the link per read: small for a quiet host (the launcher holds one buffer
   // per host), doubled while reads fill it, up to kMaxReadChunk.
   std::size_t read_chunk = kMinReadChunk;
   static constexpr std::size_t kMinReadChunk = 4u << 10;
   static constexpr std::size_t kMaxReadChunk = 1u << 20;
+};
+
+// What the ranks of one kind of host (EnvSource) get besides the per-rank contract.
+struct HostEnv {
+  EnvList base;                             // the launcher's forwarded part and -x
+  std::vector<std::string> host_variables;  // of the agent's own, the ones ranks start from
+  EnvList defaults;                         // where nothing else sets them
 };
 
 struct RankState {
@@ -119,6 +127,8 @@ class Job {
   void admit_interface(const Host& h, const std::vector<std::string>& addrs);
   void on_rank_started(Host& h, const proto::RankStarted& st);
   void on_rank_exited(Host& h, const proto::RankExited& ex);
+  Failure rank_failure(const Host& h, const proto::RankExited& ex, int others);
+  void decide_held_failure();
   void on_fatal(Host& h, const proto::Fatal& f);
   void on_rank_stopped(Host& h, const proto::RankStopped& stop);
   Host* owner_of(Host& h, int rank, const char* what);
@@ -145,7 +155,7 @@ class Job {
   const LaunchPlan& plan_;
   const hostfile::Placement& placement_;
   std::vector<Host> hosts_;
-  EnvList base_envs_[2];  // a remote host's [0] and a local host's [1] base environment
+  HostEnv host_envs_[3];  // by EnvSource
   std::vector<RankState> ranks_;
   std::vector<UniqueFd> output_files_;  // --output-filename, opened before anything starts
   std::optional<OutputRelay> relay_;
@@ -155,6 +165,14 @@ class Job {
   Clock::time_point next_heartbeat_;
   Clock::time_point last_heartbeat_;  // when the agents last heard from this process
   std::optional<Clock::time_point> teardown_deadline_;
+  // A rank that failed because a peer was lost (its stderr says so): not yet the job's
+  // failure, while the rank that failed first may still report (see on_rank_exited).
+  struct HeldFailure {
+    int host;
+    proto::RankExited exit;
+    Clock::time_point until;
+  };
+  std::optional<HeldFailure> held_;
   bool interrupted_ = false;
   int started_ranks_ = 0;
   int done_ranks_ = 0;
@@ -197,10 +215,17 @@ void Job::check_command() const {
 void Job::lay_out_hosts() {
   ranks_.resize(static_cast<std::size_t>(placement_.size()));
   hosts_.reserve(plan_.hosts.size());
-  for (bool local : {false, true}) {
-    if (std::any_of(plan_.hosts.begin(), plan_.hosts.end(),
-                    [&](const PlannedHost& p) { return p.local == local; }))
-      base_envs_[local ? 1 : 0] = host_base_env(ctx_.environment, local, opt_.env);
+  auto source_of = [](const PlannedHost& p) {
+    return p.local ? EnvSource::launcher : env_source(to_string(p.method));
+  };
+  for (EnvSource source : {EnvSource::launcher, EnvSource::login, EnvSource::container}) {
+    if (std::none_of(plan_.hosts.begin(), plan_.hosts.end(),
+                     [&](const PlannedHost& p) { return source_of(p) == source; }))
+      continue;
+    HostEnv& e = host_envs_[static_cast<int>(source)];
+    e.base = host_base_env(ctx_.environment, source, opt_.env);
+    e.host_variables = host_variables(source);
+    e.defaults = host_defaults(ctx_.environment, source);
   }
   for (std::size_t i = 0; i < plan_.hosts.size(); ++i) {
     const PlannedHost& planned = plan_.hosts[i];
@@ -211,7 +236,7 @@ void Job::lay_out_hosts() {
     h.method = planned.method;
     h.ranks = planned.ranks;
     for (int r : h.ranks) ranks_[static_cast<std::size_t>(r)].host = h.index;
-    h.base_env = &base_envs_[h.local ? 1 : 0];
+    h.env = &host_envs_[static_cast<int>(source_of(planned))];
     hosts_.push_back(std::move(h));
   }
 }
@@ -405,6 +430,7 @@ bool Job::handle_interrupt() {
     for (Host& h : hosts_) h.link->abort();
     return false;
   }
+  decide_held_failure();  // it came first
   Failure f{128 + sig, "hvdrun: interrupted by " + signal_text(sig) + "; stopped all ranks\n", {}};
   f.interrupted = true;
   if (ctx_.policy->on_failure(f)) begin_teardown();
@@ -437,6 +463,7 @@ void Job::wait_for_events(Clock::time_point t) {
   if (paused) wake = std::min(wake, t + milliseconds(5));
   if (!stopping() && started_ranks_ < placement_.size()) wake = std::min(wake, start_deadline_);
   if (teardown_deadline_) wake = std::min(wake, *teardown_deadline_);
+  if (held_) wake = std::min(wake, held_->until);
   const int ready = ctx_.clock->wait(fds_, wake);
   check_frozen();
   if (ready > 0) {
@@ -502,8 +529,11 @@ void Job::send_spawns(Host& h) {
     s.rank = r;
     s.argv = opt_.command;
     s.cwd = ctx_.cwd;
-    s.env =
-        rank_env(*h.base_env, placement_.ranks[static_cast<std::size_t>(r)], h.name, env).entries();
+    RankEnv re = rank_env(h.env->base, placement_.ranks[static_cast<std::size_t>(r)], h.name, env,
+                          h.env->defaults);
+    s.host_env = h.env->host_variables;
+    s.env = re.set.entries();
+    s.env_defaults = re.defaults.entries();
     send(h, s);
   }
 }
@@ -528,6 +558,9 @@ void Job::rank_done(int rank) {
 int Job::running_ranks() const { return placement_.size() - done_ranks_; }
 
 void Job::fail(int exit_code, std::string message, std::vector<std::string> hosts) {
+  // A lost host, a rank that could not start, a server that stopped: the likely reason why a
+  // held rank lost its peer, so this failure is the job's.
+  held_.reset();
   Failure f{exit_code, std::move(message), std::move(hosts)};
   if (ctx_.policy->on_failure(f)) begin_teardown();
 }
@@ -649,32 +682,68 @@ void Job::on_rank_started(Host& h, const proto::RankStarted& st) {
   }
 }
 
+// The job's failure is the first rank failure that was not caused by another's. A rank whose
+// last stderr lines say a lost peer broke its collective (kPeerLossSentence) failed because
+// of a rank that exited or was cut off first, and that rank's own report may still be on
+// its way (from another host, or behind output its agent is still copying): the held
+// failure decides only when no other comes within ctx_.peer_loss_wait, or when no rank is
+// left to report.
 void Job::on_rank_exited(Host& h, const proto::RankExited& ex) {
   owner_of(h, ex.rank, "rank-exited");
   if (ranks_[static_cast<std::size_t>(ex.rank)].done) return;
-  int others = running_ranks() - 1;
   rank_done(ex.rank);
-  if ((ex.signaled || ex.value != 0) && !stopping()) {
-    std::string msg = stopped_ranks_text() + "hvdrun: rank " + std::to_string(ex.rank) +
-                      " on host " + h.name +
-                      (ex.signaled ? " was killed by " + signal_text(ex.value)
-                                   : " exited with code " + std::to_string(ex.value));
-    if (others > 0) {
-      msg += "; stopped the other " + std::to_string(others) + " running rank" +
-             (others > 1 ? "s" : "");
-    }
-    msg += "\n";
-    auto tail = ex.stderr_tail.empty() ? relay_->stderr_tail(ex.rank) : ex.stderr_tail;
-    if (tail.empty()) {
-      msg += "hvdrun: rank " + std::to_string(ex.rank) + " wrote nothing to stderr\n";
-    } else {
-      msg += "hvdrun: last lines rank " + std::to_string(ex.rank) + " wrote to stderr:\n";
-      for (const auto& line : tail) msg += "    " + line + "\n";
-    }
-    Failure f{ex.signaled ? 128 + ex.value : ex.value, std::move(msg), {h.name}};
-    f.rank_failed = true;
-    if (ctx_.policy->on_failure(f)) begin_teardown();
+  if ((!ex.signaled && ex.value == 0) || stopping()) {
+    if (all_done()) decide_held_failure();
+    return;
   }
+  const auto tail = ex.stderr_tail.empty() ? relay_->stderr_tail(ex.rank) : ex.stderr_tail;
+  if (mentions_peer_loss(tail) && ctx_.peer_loss_wait.count() > 0) {
+    if (!held_) {
+      held_ = HeldFailure{h.index, ex, now() + ctx_.peer_loss_wait};
+      held_->exit.stderr_tail = tail;
+      spdlog::debug(
+          "rank {} on host {} failed because a peer was lost; waiting up to {} ms for "
+          "the rank that failed first",
+          ex.rank, h.name, ctx_.peer_loss_wait.count());
+    }
+    if (all_done()) decide_held_failure();
+    return;
+  }
+  held_.reset();  // this one came first: the held rank failed because of it
+  Failure f = rank_failure(h, ex, running_ranks());
+  if (ctx_.policy->on_failure(f)) begin_teardown();
+}
+
+// The held failure becomes the job's: nothing else came.
+void Job::decide_held_failure() {
+  if (!held_) return;
+  const HeldFailure held = std::move(*held_);
+  held_.reset();
+  Failure f = rank_failure(hosts_[static_cast<std::size_t>(held.host)], held.exit, running_ranks());
+  if (ctx_.policy->on_failure(f)) begin_teardown();
+}
+
+// The failure of rank `ex.rank`, with `others` ranks still running.
+Failure Job::rank_failure(const Host& h, const proto::RankExited& ex, int others) {
+  std::string msg = stopped_ranks_text() + "hvdrun: rank " + std::to_string(ex.rank) + " on host " +
+                    h.name +
+                    (ex.signaled ? " was killed by " + signal_text(ex.value)
+                                 : " exited with code " + std::to_string(ex.value));
+  if (others > 0) {
+    msg +=
+        "; stopped the other " + std::to_string(others) + " running rank" + (others > 1 ? "s" : "");
+  }
+  msg += "\n";
+  auto tail = ex.stderr_tail.empty() ? relay_->stderr_tail(ex.rank) : ex.stderr_tail;
+  if (tail.empty()) {
+    msg += "hvdrun: rank " + std::to_string(ex.rank) + " wrote nothing to stderr\n";
+  } else {
+    msg += "hvdrun: last lines rank " + std::to_string(ex.rank) + " wrote to stderr:\n";
+    for (const auto& line : tail) msg += "    " + line + "\n";
+  }
+  Failure f{ex.signaled ? 128 + ex.value : ex.value, std::move(msg), {h.name}};
+  f.rank_failed = true;
+  return f;
 }
 
 void Job::on_rank_stopped(Host& h, const proto::RankStopped& stop) {
@@ -757,6 +826,7 @@ void Job::service(Host& h, bool read) {
 }
 
 void Job::check_timers(Clock::time_point t) {
+  if (held_ && t >= held_->until) decide_held_failure();
   if (t >= next_heartbeat_) {
     for (Host& h : hosts_) send(h, proto::Heartbeat{});
     next_heartbeat_ = t + ctx_.heartbeat_interval;
@@ -810,6 +880,7 @@ void Job::check_start_deadline(Clock::time_point t) {
 }
 
 int Job::finish() {
+  decide_held_failure();
   for (int r = 0; r < placement_.size(); ++r) relay_->end_rank(r);
   relay_->drain();
   for (Host& h : hosts_) {

@@ -110,6 +110,10 @@ struct JobContext {
   std::chrono::milliseconds heartbeat_interval{1000};
   /// Silence after which a remote agent counts as lost (HVDRUN_HEARTBEAT_TIMEOUT; 0: never).
   std::chrono::milliseconds heartbeat_timeout{30000};
+  /// How long a rank failure caused by a lost peer (its stderr says so) waits for the
+  /// report of the rank that failed first before it becomes the job's failure (0: never
+  /// waits, the first failure reported is the job's).
+  std::chrono::milliseconds peer_loss_wait{2000};
 };
 
 /// The context of a real launch, without clock and policy: environ, the working

@@ -40,6 +40,8 @@ void check_one(HostCheck& check, const Target& target, ssh::Connector& connector
   };
   try {
     auto session = connector.connect(target, deadline);
+    const auto logged_in = Clock::now();
+    check.login = std::chrono::duration_cast<std::chrono::milliseconds>(logged_in - start);
     check.address = session->peer_address().empty() ? check.address : session->peer_address();
     const std::string where = target.user + "@" + target.hostname;
     CommandResult result;
@@ -79,6 +81,11 @@ void check_one(HostCheck& check, const Target& target, ssh::Connector& connector
       check.verdict = Verdict::ok;
       check.detail = line + " at " + remote_hvdrun;
       if (!session->note().empty()) check.detail += "; " + session->note();
+      // Where a slow host's time goes: the login is logged by the session; the rest is the
+      // remote shell, whose start-up files run before hvdrun does.
+      check.shell = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - logged_in);
+      spdlog::debug("ssh {}: the remote shell started `hvdrun --version` {} ms after the login",
+                    target.alias, check.shell.count());
       check.session = std::move(session);
       check.agent_channel = std::move(agent);
       finish();

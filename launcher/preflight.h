@@ -32,6 +32,11 @@ struct HostCheck {
   Verdict verdict = Verdict::ok;
   /// Time from the start of this host's check to its verdict.
   std::chrono::milliseconds latency{0};
+  /// Of that, the login: from the start to an authenticated session.
+  std::chrono::milliseconds login{0};
+  /// And the remote command, for ok remote hosts: from the login to hvdrun's answer, the
+  /// user's shell there (and its start-up files) starting `hvdrun --version`.
+  std::chrono::milliseconds shell{0};
   /// What was found ("hvdrun 0.1.0 at /usr/bin/hvdrun", "connection refused", ...).
   std::string detail;
   /// What to do about a bad verdict; empty when ok.
@@ -75,6 +80,10 @@ struct PreflightSettings {
 
 /// The line the preflight's command prints between the version and the agent's stream.
 inline constexpr const char* kAgentMarker = "hvdrun-agent-starting";
+
+/// A remote command slower than this after the login gets a note in the check's table: it
+/// is the user's shell and its start-up files, which every launch pays.
+inline constexpr std::chrono::milliseconds kSlowRemoteShell{250};
 
 /// Checks every host of `plan` whose method is ssh (the others are reported ok without
 /// SSH), with the SSH settings, --start-timeout and --remote-hvdrun of `options` and the

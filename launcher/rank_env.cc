@@ -4,6 +4,7 @@
 #include "common/env_names.h"
 #include "compat/env.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace hvdrun::launcher {
@@ -16,7 +17,8 @@ EnvList EnvList::from_environ(char* const* env) {
 
 void EnvList::set(std::string_view name, std::string_view value) {
   for (auto& e : entries_) {
-    if (e.size() > name.size() && e[name.size()] == '=' && std::string_view(e).substr(0, name.size()) == name) {
+    if (e.size() > name.size() && e[name.size()] == '=' &&
+        std::string_view(e).substr(0, name.size()) == name) {
       e.resize(name.size() + 1);
       e.append(value);
       return;
@@ -37,15 +39,25 @@ bool EnvList::set_entry(std::string_view entry) {
 
 const std::string* EnvList::get(std::string_view name) const {
   for (const auto& e : entries_) {
-    if (e.size() > name.size() && e[name.size()] == '=' && std::string_view(e).substr(0, name.size()) == name) {
+    if (e.size() > name.size() && e[name.size()] == '=' &&
+        std::string_view(e).substr(0, name.size()) == name) {
       return &e;
     }
   }
   return nullptr;
 }
 
+bool names_a_path(std::string_view name) {
+  for (std::string_view n :
+       {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX"}) {
+    if (name == n) return true;
+  }
+  return false;
+}
+
 bool forwarded_by_default(std::string_view name) {
-  for (std::string_view n : {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX"}) {
+  for (std::string_view n :
+       {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX"}) {
     if (name == n) return true;
   }
   for (std::string_view p : {"CUDA_", "NCCL_", "HOROVOD_", "HVDRUN_", "OMP_"}) {
@@ -54,15 +66,38 @@ bool forwarded_by_default(std::string_view name) {
   return false;
 }
 
-EnvList host_base_env(char* const* launcher_env, bool local_host,
+namespace {
+
+std::string_view name_of(std::string_view entry) { return entry.substr(0, entry.find('=')); }
+
+// `name` is `pattern`, or starts with it when the pattern ends in '*'.
+bool matches(std::string_view name, std::string_view pattern) {
+  if (!pattern.empty() && pattern.back() == '*') {
+    pattern.remove_suffix(1);
+    return name.substr(0, pattern.size()) == pattern;
+  }
+  return name == pattern;
+}
+
+}  // namespace
+
+EnvSource env_source(std::string_view method) {
+  if (method == "local") return EnvSource::launcher;
+  if (method == "exec") return EnvSource::container;
+  return EnvSource::login;
+}
+
+EnvList host_base_env(char* const* launcher_env, EnvSource source,
                       const std::vector<std::string>& user_env) {
   EnvList all = EnvList::from_environ(launcher_env);
   EnvList base;
-  if (local_host) {
+  if (source == EnvSource::launcher) {
     base = all;
   } else {
     for (const auto& e : all.entries()) {
-      if (forwarded_by_default(std::string_view(e).substr(0, e.find('=')))) base.set_entry(e);
+      const std::string_view name = name_of(e);
+      if (forwarded_by_default(name) && !(source == EnvSource::container && names_a_path(name)))
+        base.set_entry(e);
     }
   }
   for (const auto& item : user_env) {
@@ -75,9 +110,54 @@ EnvList host_base_env(char* const* launcher_env, bool local_host,
   return base;
 }
 
-EnvList rank_env(const EnvList& base, const hostfile::RankSlot& slot, const std::string& host_name,
-                 const JobEnv& job) {
-  EnvList env = base;
+std::vector<std::string> host_variables(EnvSource source) {
+  switch (source) {
+    case EnvSource::launcher:
+      return {};
+    case EnvSource::login:
+      return {"HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_*"};
+    case EnvSource::container:
+      return {"*"};
+  }
+  return {};
+}
+
+EnvList host_defaults(char* const* launcher_env, EnvSource source) {
+  EnvList out;
+  if (source != EnvSource::login) return out;
+  const EnvList all = EnvList::from_environ(launcher_env);
+  for (const auto& e : all.entries()) {
+    const std::string_view name = name_of(e);
+    if (name == "LANG" || matches(name, "LC_*")) out.set_entry(e);
+  }
+  return out;
+}
+
+EnvList merge_rank_env(char* const* host_environ, const std::vector<std::string>& host_variables,
+                       const std::vector<std::string>& set,
+                       const std::vector<std::string>& defaults) {
+  EnvList env;
+  if (!host_variables.empty()) {
+    const EnvList own = EnvList::from_environ(host_environ);
+    for (const auto& e : own.entries()) {
+      const std::string_view name = name_of(e);
+      if (std::any_of(host_variables.begin(), host_variables.end(),
+                      [&](const std::string& p) { return matches(name, p); }))
+        env.set_entry(e);
+    }
+  }
+  for (const auto& e : set) env.set_entry(e);
+  for (const auto& e : defaults) {
+    if (!env.get(name_of(e))) env.set_entry(e);
+  }
+  return env;
+}
+
+RankEnv rank_env(const EnvList& base, const hostfile::RankSlot& slot, const std::string& host_name,
+                 const JobEnv& job, const EnvList& host_defaults) {
+  RankEnv out;
+  EnvList& env = out.set;
+  env = base;
   const std::string rank = std::to_string(slot.rank);
   const std::string size = std::to_string(job.size);
   const std::string local_rank = std::to_string(slot.local_rank);
@@ -110,15 +190,20 @@ EnvList rank_env(const EnvList& base, const hostfile::RankSlot& slot, const std:
   ends.iface = job.network_interface.empty() ? job.host_interface : job.network_interface;
   compat::CompatEnv compat = compat::compat_env(slot, host_name, job.size, job.num_hosts, ends);
   for (const auto& [name, value] : compat.set) env.set(name, value);
+  // Where the host's own variables (a container's) name these, they win too: the agent
+  // applies them only where nothing else did.
   for (const auto& [name, value] : compat.defaults) {
-    if (!env.get(name)) env.set(name, value);
+    if (!env.get(name)) out.defaults.set(name, value);
+  }
+  for (const auto& e : host_defaults.entries()) {
+    if (!env.get(name_of(e))) out.defaults.set_entry(e);
   }
   if (!job.network_interface.empty()) {
-    // Asked for on this command line: beats whatever the shell had.
+    // Asked for on this command line: beats whatever the shell or the host had.
     env.set("HOROVOD_GLOO_IFACE", job.network_interface);
     env.set("NCCL_SOCKET_IFNAME", job.network_interface);
   }
-  return env;
+  return out;
 }
 
 }  // namespace hvdrun::launcher

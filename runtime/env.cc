@@ -1,6 +1,8 @@
 // Parsing of the HVDRUN_* environment contract (see env.h).
 #include "runtime/env.h"
 
+#include <algorithm>
+#include <array>
 #include <charconv>
 #include <vector>
 
@@ -21,6 +23,7 @@ class Parser {
       if (required) missing_.emplace_back(name);
       return std::nullopt;
     }
+    if (required) present_.emplace_back(name);
     return std::string(v);
   }
 
@@ -42,9 +45,11 @@ class Parser {
 
   void finish() const {
     if (missing_.empty() && garbled_.empty()) return;
-    std::string msg =
-        "hvdrun: this process was not started by hvdrun (or its environment was "
-        "changed):";
+    std::string msg = missing_.empty()
+                          ? "hvdrun: this process's hvdrun environment is invalid:"
+                          : "hvdrun: this process has only part of the environment hvdrun gives "
+                            "a rank (it was not started by hvdrun, or its environment was "
+                            "changed):";
     if (!missing_.empty()) {
       msg += " missing";
       for (std::size_t i = 0; i < missing_.size(); ++i) msg += (i ? ", " : " ") + missing_[i];
@@ -52,30 +57,81 @@ class Parser {
     }
     for (const auto& g : garbled_) msg += " invalid " + g + ";";
     msg += " run it as `hvdrun -np N ... <program>`, which sets these for every rank";
+    // A process with none of them runs as a single process (read_environment).
+    if (!missing_.empty()) {
+      msg += ", or unset";
+      for (std::size_t i = 0; i < present_.size(); ++i) msg += (i ? ", " : " ") + present_[i];
+      msg += " to run it as a single process";
+    }
     throw Error(msg);
   }
 
  private:
   const std::function<const char*(const char*)>& getenv_;
   std::vector<std::string> missing_;
+  std::vector<std::string> present_;  // the required ones that are set
   std::vector<std::string> garbled_;
 };
+
+// The variables that make a process a rank of a job: all of them, or (a program started
+// without hvdrun) none.
+constexpr std::array<const char*, 10> kJobVariables = {
+    env_names::kRank,      env_names::kSize,           env_names::kLocalRank,
+    env_names::kLocalSize, env_names::kCrossRank,      env_names::kCrossSize,
+    env_names::kHostname,  env_names::kRendezvousAddr, env_names::kRendezvousPort,
+    env_names::kSecret};
+
+// Another launcher's sign that this process is one of several it started: each copy
+// running alone would train the same model side by side, without a word. Refused.
+void refuse_other_launchers_job(const std::function<const char*(const char*)>& getenv) {
+  struct Sign {
+    const char* variable;
+    const char* launcher;
+  };
+  static constexpr std::array<Sign, 5> kSigns = {{
+      {"HOROVOD_SIZE", "horovodrun"},
+      {"OMPI_COMM_WORLD_SIZE", "mpirun"},
+      {"PMI_SIZE", "an MPI launcher"},
+      {"SLURM_STEP_NUM_TASKS", "srun"},
+      {"WORLD_SIZE", "torchrun"},
+  }};
+  for (const auto& sign : kSigns) {
+    const char* v = getenv(sign.variable);
+    if (v == nullptr) continue;
+    long long n = 0;
+    const std::string_view text(v);
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (ec != std::errc() || p != text.data() + text.size() || n <= 1) continue;
+    throw Error("hvdrun: this process is one of " + std::to_string(n) + " started by " +
+                sign.launcher + " (" + sign.variable + "=" + std::string(text) +
+                "), not by hvdrun, so it cannot reach its peers: run the program as `hvdrun -np " +
+                std::to_string(n) + " ... <program>` instead (once, not under " + sign.launcher +
+                "), or unset " + sign.variable + " to run it as a single process");
+  }
+}
 
 }  // namespace
 
 Environment read_environment(const std::function<const char*(const char*)>& getenv) {
+  // None of the job's variables: a program started on its own (an IDE, pdb, plain
+  // `python train.py`) runs as a single process, rank 0 of 1, as under Horovod.
+  const bool in_job = std::any_of(kJobVariables.begin(), kJobVariables.end(), [&](const char* n) {
+    const char* v = getenv(n);
+    return v != nullptr && *v != '\0';
+  });
+  if (!in_job) refuse_other_launchers_job(getenv);
   Parser p(getenv);
   Environment e;
-  auto rank = p.number<int>(env_names::kRank, true, 0, env_names::kMaxRanks - 1);
-  auto size = p.number<int>(env_names::kSize, true, 1, env_names::kMaxRanks);
-  auto lrank = p.number<int>(env_names::kLocalRank, true, 0, env_names::kMaxRanks - 1);
-  auto lsize = p.number<int>(env_names::kLocalSize, true, 1, env_names::kMaxRanks);
-  auto crank = p.number<int>(env_names::kCrossRank, true, 0, env_names::kMaxRanks - 1);
-  auto csize = p.number<int>(env_names::kCrossSize, true, 1, env_names::kMaxRanks);
-  auto host = p.text(env_names::kHostname, true);
-  auto addr = p.text(env_names::kRendezvousAddr, true);
-  auto port = p.number<std::uint16_t>(env_names::kRendezvousPort, true, 1, 65535);
-  auto secret = p.text(env_names::kSecret, true);
+  auto rank = p.number<int>(env_names::kRank, in_job, 0, env_names::kMaxRanks - 1);
+  auto size = p.number<int>(env_names::kSize, in_job, 1, env_names::kMaxRanks);
+  auto lrank = p.number<int>(env_names::kLocalRank, in_job, 0, env_names::kMaxRanks - 1);
+  auto lsize = p.number<int>(env_names::kLocalSize, in_job, 1, env_names::kMaxRanks);
+  auto crank = p.number<int>(env_names::kCrossRank, in_job, 0, env_names::kMaxRanks - 1);
+  auto csize = p.number<int>(env_names::kCrossSize, in_job, 1, env_names::kMaxRanks);
+  auto host = p.text(env_names::kHostname, in_job);
+  auto addr = p.text(env_names::kRendezvousAddr, in_job);
+  auto port = p.number<std::uint16_t>(env_names::kRendezvousPort, in_job, 1, 65535);
+  auto secret = p.text(env_names::kSecret, in_job);
   auto start = p.number<int>(env_names::kStartTimeout, false, 1, env_names::kMaxStartTimeoutS);
   auto op = p.number<int>(env_names::kOpTimeout, false, 1, env_names::kMaxOpTimeoutS);
   auto gen = p.number<int>(env_names::kGeneration, false, 0, env_names::kMaxGeneration);
@@ -106,16 +162,21 @@ Environment read_environment(const std::function<const char*(const char*)>& gete
     p.garbled("HVDRUN_CHECKIN='" + *checkin + "' (expected auto, rank or host)");
   p.finish();
 
-  e.rank = *rank;
-  e.size = *size;
-  e.local_rank = *lrank;
-  e.local_size = *lsize;
-  e.cross_rank = *crank;
-  e.cross_size = *csize;
-  e.hostname = *host;
-  e.rendezvous_addr = *addr;
-  e.rendezvous_port = *port;
-  e.secret = *secret;
+  if (in_job) {
+    e.rank = *rank;
+    e.size = *size;
+    e.local_rank = *lrank;
+    e.local_size = *lsize;
+    e.cross_rank = *crank;
+    e.cross_size = *csize;
+    e.hostname = *host;
+    e.rendezvous_addr = *addr;
+    e.rendezvous_port = *port;
+    e.secret = *secret;
+  } else {
+    e.standalone = true;
+    e.hostname = "localhost";
+  }
   if (start) e.start_timeout = std::chrono::seconds(*start);
   if (op) e.op_timeout = std::chrono::seconds(*op);
   if (gen) e.generation = *gen;

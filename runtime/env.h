@@ -28,6 +28,10 @@ struct Environment {
   int generation = 0;                              ///< HVDRUN_GENERATION (default 0)
   std::string host_path = "auto";                  ///< HVDRUN_HOST_PATH: auto | shm | gloo
   std::string checkin = "auto";                    ///< HVDRUN_CHECKIN: auto | rank | host
+  /// None of the job's variables was set: a program started without hvdrun, which runs
+  /// as a single process (rank 0 of 1 on "localhost"); the World then serves its own
+  /// rendezvous, so the rendezvous fields are empty here.
+  bool standalone = false;
   /// How many times this process has called init() before (set by the library, not
   /// the environment): each init checks in afresh under its own key prefix.
   int incarnation = 0;
@@ -39,9 +43,12 @@ struct Environment {
   bool stall_disabled = false;
 };
 
-/// Reads the environment through `getenv` (a parameter so tests can fake it).
-/// Throws hvdrun::Error listing every missing or garbled variable and saying to run the
-/// program under hvdrun.
+/// Reads the environment through `getenv` (a parameter so tests can fake it). With none
+/// of the job's variables (HVDRUN_RANK ... HVDRUN_SECRET) set, returns a standalone
+/// environment, unless another launcher's variables say this process is one of several
+/// (HOROVOD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_STEP_NUM_TASKS, WORLD_SIZE above
+/// 1): that is an error naming the launcher. Otherwise throws hvdrun::Error listing every
+/// missing or garbled variable and saying to run the program under hvdrun.
 Environment read_environment(const std::function<const char*(const char*)>& getenv);
 
 }  // namespace hvdrun::runtime

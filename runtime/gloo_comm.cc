@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "common/peer_loss.h"
 #include "runtime/reduce.h"
 
 namespace hvdrun::runtime {
@@ -249,7 +250,8 @@ class GlooComm::Impl {
       if (missing.empty() || left <= std::chrono::milliseconds(200)) return missing;
       if (auto why = store_.get(failure_key_))
         throw Error("gloo: rank " + std::to_string(rank_) +
-                    " stopped waiting for its peers: a rank failed first: " + *why);
+                    " stopped waiting for its peers: a rank failed first: " + *why + ". " +
+                    std::string(kPeerLossSentence));
     }
   }
 

@@ -26,7 +26,9 @@
 
 #include "common/deadline.h"
 #include "common/log.h"
+#include "common/peer_loss.h"
 #include "common/seconds_text.h"
+#include "rendezvous/server.h"
 
 namespace hvdrun::runtime {
 
@@ -65,6 +67,7 @@ bool checks_in_through_leader(const Environment& env) {
 }
 
 World::World(Environment env) : env_(std::move(env)) {
+  if (env_.standalone) serve_own_rendezvous();
   auto start = Clock::now();
   auto deadline = start + env_.start_timeout;
   // A process that initialises again checks in afresh, under a prefix of its own.
@@ -89,6 +92,21 @@ World::World(Environment env) : env_(std::move(env)) {
   hvdrun::log().debug("hvdrun: {} joined in {} ms via {}; host memory: {}", who(),
                       std::chrono::duration_cast<milliseconds>(Clock::now() - start).count(),
                       local_address(), host_->describe());
+}
+
+void World::serve_own_rendezvous() {
+  env_.secret = rendezvous::generate_secret();
+  env_.rendezvous_addr = "127.0.0.1";
+  own_rendezvous_ = std::make_unique<rendezvous::Server>(env_.secret, env_.rendezvous_addr);
+  own_rendezvous_->start();
+  env_.rendezvous_port = own_rendezvous_->port();
+  // Once per process: init() after shutdown() joins again without repeating it.
+  static std::once_flag said;
+  std::call_once(said, [] {
+    hvdrun::log().info(
+        "hvdrun: not started by hvdrun (no HVDRUN_RANK, HVDRUN_SIZE, ... in the environment): "
+        "running as a single process, rank 0 of 1; run `hvdrun -np N <program>` for N ranks");
+  });
 }
 
 rendezvous::Client& World::store() {
@@ -299,8 +317,8 @@ void World::exchange(const void* mine, void* all, std::size_t bytes, const Reque
 
 Error World::peer_failure(const std::string& what, const std::exception& cause) const {
   return Error("hvdrun: " + what + " failed on rank " + std::to_string(env_.rank) + " of " +
-               std::to_string(env_.size) + " (" + env_.hostname + "): " + cause.what() +
-               ". A peer rank probably exited or lost its connection");
+               std::to_string(env_.size) + " (" + env_.hostname + "): " + cause.what() + ". " +
+               std::string(kPeerLossSentence));
 }
 
 rendezvous::ClientOptions World::client_options(std::chrono::milliseconds connect,

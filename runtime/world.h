@@ -14,6 +14,10 @@
 #include "runtime/nccl_comm.h"
 #include "runtime/negotiation.h"
 
+namespace hvdrun::rendezvous {
+class Server;
+}  // namespace hvdrun::rendezvous
+
 namespace hvdrun::runtime {
 
 /// Joined job state. Construction performs the whole start-up under the start timeout.
@@ -21,7 +25,9 @@ class World {
  public:
   /// Connects, checks in, waits for every rank (naming the missing ones on timeout),
   /// builds the host-memory paths (shared memory inside the host, Gloo across hosts)
-  /// and, when possible, NCCL. Throws Error.
+  /// and, when possible, NCCL. A standalone environment (a program started without
+  /// hvdrun) gets a rendezvous of its own on loopback, so the single rank joins the same
+  /// way a rank of `hvdrun -np 1` does. Throws Error.
   explicit World(Environment env);
   ~World();
 
@@ -72,6 +78,8 @@ class World {
   std::unique_ptr<NcclComm> subset_nccl(const std::string& key, int rank, int size);
 
  private:
+  // Standalone: starts own_rendezvous_ and points env_ at it.
+  void serve_own_rendezvous();
   void check_in(std::chrono::steady_clock::time_point deadline);
   void check_in_host(std::chrono::steady_clock::time_point deadline);
   void await_world(std::chrono::steady_clock::time_point deadline);
@@ -87,6 +95,9 @@ class World {
   std::string who() const;
   // The barrier behind barrier() and join(): returns the rank that arrived last.
   int arrive(std::chrono::milliseconds timeout);
+  // Declared first so it is destroyed last: the rendezvous this World serves itself
+  // when it runs standalone (null in a job).
+  std::unique_ptr<rendezvous::Server> own_rendezvous_;
   // The stall reports' own connection (the engine's may be busy in a round).
   std::unique_ptr<rendezvous::Client> stall_store_;
   std::mutex stall_mu_;

@@ -12,8 +12,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <pwd.h>
+
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -64,6 +67,40 @@ TEST_CASE("remote: a mixed job places ranks and sets their environment per host"
                                       std::to_string(r) + "\n"));
   }
   CHECK(count(h.out, "<stdout>:") == 6);
+}
+
+// Issue #28: a remote rank gets its host's own HOME, USER, LOGNAME, SHELL and locale as a
+// login there does (the loopback sshd sets LC_TIME=C.UTF-8 for its sessions; LANG it does
+// not set, so the launcher's comes along), and the launcher's PATH, so that a virtualenv's
+// `python` resolves on every host as under horovodrun. A local rank gets the launcher's.
+TEST_CASE("remote: a rank gets its host's login variables and the launcher's PATH") {
+  testing::TempDir dir("remote-env");
+  const std::string bin = dir.path() + "/venv/bin";
+  REQUIRE(::mkdir((dir.path() + "/venv").c_str(), 0755) == 0);
+  REQUIRE(::mkdir(bin.c_str(), 0755) == 0);
+  {
+    std::ofstream py(bin + "/python");
+    py << "#!/bin/sh\necho \"venv R=$HVDRUN_RANK HOME=$HOME USER=$USER LOGNAME=$LOGNAME "
+          "SHELL=$SHELL LANG=${LANG:-none} LC_TIME=${LC_TIME:-none}\"\n";
+  }
+  REQUIRE(::chmod((bin + "/python").c_str(), 0755) == 0);
+  const passwd* pw = ::getpwuid(::getuid());
+  REQUIRE(pw != nullptr);
+  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
+  Hvdrun h(with_config({"-H", "localhost:1,node1:1,node2:1", "python"}),
+           {"PATH=" + bin + ":" + path, "HOME=" + dir.path(), "LANG=C.UTF-8", "LC_TIME=C",
+            "LOGNAME=launcher", "SHELL=/bin/launcher-shell"});
+  INFO("stderr: " << h.err);
+  REQUIRE(h.wait() == 0);
+  const std::string who =
+      std::string(" USER=") + pw->pw_name + " LOGNAME=" + pw->pw_name + " SHELL=" + pw->pw_shell;
+  CHECK_THAT(h.out, Catch::Contains("[1]<stdout>:venv R=1 HOME=" + std::string(pw->pw_dir) + who +
+                                    " LANG=C.UTF-8 LC_TIME=C.UTF-8\n"));
+  CHECK_THAT(h.out, Catch::Contains("[2]<stdout>:venv R=2 HOME=" + std::string(pw->pw_dir) + who +
+                                    " LANG=C.UTF-8 LC_TIME=C.UTF-8\n"));
+  CHECK_THAT(h.out, Catch::Contains("[0]<stdout>:venv R=0 HOME=" + dir.path()));
+  CHECK_THAT(h.out, Catch::Contains("LOGNAME=launcher SHELL=/bin/launcher-shell LANG=C.UTF-8 "
+                                    "LC_TIME=C\n"));
 }
 
 TEST_CASE("remote: a remote rank's exit code is hvdrun's, with its host and last stderr") {

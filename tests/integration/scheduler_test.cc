@@ -447,6 +447,42 @@ TEST_CASE("exec: through a command that re-splits its arguments (ssh, or {comman
   CHECK(hosts == std::vector<std::string>{"127.0.0.2", "127.0.0.3"});
 }
 
+// Issue #28: through exec: (a container) a rank keeps the environment the command gave its
+// agent (the container's PATH, LD_LIBRARY_PATH and variables), with the forwarded set
+// (but the launcher's paths) and -x on top. The stand-in container empties the environment
+// and sets its own; the rank program is found on the container's PATH only.
+TEST_CASE(
+    "exec: a container's own environment reaches its ranks, -x and the forwarded set on top") {
+  Scratch s;
+  ::mkdir((s.path + "/ctr").c_str(), 0755);
+  ::mkdir((s.path + "/ctr/bin").c_str(), 0755);
+  s.write("ctr/bin/rankenv",
+          "#!/bin/sh\necho \"R=$HVDRUN_RANK H=$CTR_HOST PATH=$PATH LD=$LD_LIBRARY_PATH "
+          "HOME=$HOME CTR=$CTR_VAR OVERRIDE=$OVERRIDE X=$XVAR OMP=$OMP_NUM_THREADS "
+          "NCCL=$NCCL_DEBUG LANG=${LANG:-none}\"\n",
+          true);
+  const std::string ctr_path = s.path + "/ctr/bin:/usr/bin:/bin";
+  const std::string container =
+      s.write("container",
+              "#!/bin/sh\nhost=$1; shift\nexec env -i PATH=" + ctr_path +
+                  " LD_LIBRARY_PATH=/ctr/lib HOME=/ctr/home CTR_HOST=\"$host\" CTR_VAR=inside "
+                  "OVERRIDE=container OMP_NUM_THREADS=3 \"$@\"\n",
+              true);
+  Hvdrun h({"--launcher", "exec:" + container + " {host}", "-p", "1", "-H",
+            "127.0.0.2:2,127.0.0.3:1", "-x", "OVERRIDE=given", "-x", "XVAR=x", "rankenv"},
+           {"LD_LIBRARY_PATH=/launcher/lib", "NCCL_DEBUG=INFO", "LANG=C.UTF-8"});
+  INFO("stderr: " << h.err);
+  REQUIRE(h.wait(std::chrono::seconds(60)) == 0);
+  auto out = lines(h.out);
+  std::sort(out.begin(), out.end());
+  const std::string rest = " PATH=" + ctr_path +
+                           " LD=/ctr/lib HOME=/ctr/home CTR=inside OVERRIDE=given X=x OMP=3 "
+                           "NCCL=INFO LANG=none";
+  CHECK(out == std::vector<std::string>{"[0]<stdout>:R=0 H=127.0.0.2" + rest,
+                                        "[1]<stdout>:R=1 H=127.0.0.2" + rest,
+                                        "[2]<stdout>:R=2 H=127.0.0.3" + rest});
+}
+
 // Issue #28: exec: host names are the command's (containers), often no DNS names; looked up
 // one after another, 1,024 of them took 90 s. Names that do not resolve start together, and
 // with --network-interface none is looked up at all.

@@ -226,10 +226,11 @@ std::string job_unix_listener(const std::string& marker, const std::string& pref
 }
 
 // A child running as nobody that connects to the ports it is sent (3 bytes: v6 flag, port
-// high, port low), writes some junk, holds the connection, and answers 1 byte (1: connected).
+// high, port low), writes `greeting` and a line end, holds the connection, and answers 1 byte
+// (1: connected).
 class NobodyConnector {
  public:
-  NobodyConnector() {
+  explicit NobodyConnector(std::string greeting) : greeting_(std::move(greeting) + "\r\n") {
     const passwd* pw = ::getpwnam("nobody");
     REQUIRE(pw != nullptr);
     auto [req_r, req_w] = make_pipe();
@@ -239,7 +240,7 @@ class NobodyConnector {
     if (pid_ == 0) {
       req_w.reset();  // or its reads never see the parent's EOF
       ans_r.reset();
-      run(pw->pw_uid, req_r.get(), ans_w.get());
+      run(pw->pw_uid, req_r.get(), ans_w.get(), greeting_);
     }
     req_ = std::move(req_w);
     ans_ = std::move(ans_r);
@@ -261,7 +262,7 @@ class NobodyConnector {
   }
 
  private:
-  [[noreturn]] static void run(uid_t uid, int req, int ans) {
+  [[noreturn]] static void run(uid_t uid, int req, int ans, const std::string& greeting) {
     if (::setgid(uid) != 0 || ::setuid(uid) != 0) ::_exit(1);
     unsigned char m[3];
     while (::read(req, m, 3) == 3) {
@@ -281,13 +282,14 @@ class NobodyConnector {
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
       }
-      if (rc == 0) (void)!::send(fd, "hello\r\n", 7, MSG_NOSIGNAL);  // and keep it open
+      if (rc == 0) (void)!::send(fd, greeting.data(), greeting.size(), MSG_NOSIGNAL);  // kept open
       const unsigned char ok = rc == 0 ? 1 : 0;
       if (::write(ans, &ok, 1) != 1) break;
     }
     ::_exit(0);
   }
 
+  std::string greeting_;
   pid_t pid_ = -1;
   UniqueFd req_, ans_;
 };
@@ -302,10 +304,12 @@ struct AttackResult {
 };
 
 // Runs `command` at -np 4 while every TCP listener of the job's processes is connected to
-// by nobody as soon as it appears.
+// by nobody as soon as it appears; nobody greets each with the job's marker (the value of
+// HVDRUN_TEST_MARKER in the ranks' environment), so that a rank can tell this test's
+// connection from another process's.
 AttackResult attacked_job(const std::vector<std::string>& command) {
-  NobodyConnector nobody;
   const std::string marker = unique_marker();
+  NobodyConnector nobody(marker.substr(marker.find('=') + 1));
   std::vector<std::string> args = {"-np", "4"};
   args.insert(args.end(), command.begin(), command.end());
   Hvdrun h(args, {marker, "HVDRUN_NCCL=off"});
@@ -369,12 +373,24 @@ TEST_CASE("security: another user connecting to every port of single-host jobs b
   }
   CHECK(connected > 0);
   CHECK(ok == 6);
-  // The same scan finds and reaches ranks that do listen (each holds one until somebody
-  // connects, 60 s at most), so it could have found the ranks' listeners above.
+  // The same scan finds and reaches ranks that do listen (each holds one until this test's
+  // connection comes, 60 s at most; connections of other processes on the machine, which
+  // do not greet it with the job's marker, are closed and waited past), so it could have
+  // found the ranks' listeners above.
   auto control =
       attacked_job({"python3", "-c",
-                    "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
-                    "s.settimeout(60); s.accept()"});
+                    "import os, socket\n"
+                    "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); s.settimeout(60)\n"
+                    "want = os.environ['HVDRUN_TEST_MARKER'].encode()\n"
+                    "while True:\n"
+                    "    c, _ = s.accept(); c.settimeout(2)\n"
+                    "    try:\n"
+                    "        got = c.recv(256)\n"
+                    "    except OSError:\n"
+                    "        got = b''\n"
+                    "    c.close()\n"
+                    "    if want in got:\n"
+                    "        break\n"});
   CHECK(control.code == 0);
   CHECK(control.rank_listeners == 4);
   CHECK(control.connected + control.vanished == control.launcher_listeners + 4);
@@ -411,9 +427,11 @@ TEST_CASE("security: 5,000 unauthenticated connections with the launcher at ulim
   const double job_ms = ms_since(t0);
   INFO("stderr: " << h.err);
   CHECK(code == 0);
-  // The launcher's log: a few rate-limited lines, not one per connection.
-  CHECK(lines(h.err).size() <= 4);
+  // The launcher's log: a few rate-limited lines, not one per connection, and nothing but
+  // what the connections caused.
+  CHECK(lines_with(h.err, "unauthenticated") <= 4);
   CHECK(lines_with(h.err, "have not authenticated") >= 1);  // it saw the flood, and said so
+  CHECK(without_outside_connections(h.err).empty());
   CHECK(job_ms < 30000 * kSlowdown);
   CHECK(wait_none_with(marker, 5s));
   char outcome[240];

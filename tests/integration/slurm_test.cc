@@ -40,6 +40,22 @@ std::vector<std::string> in_allocation(std::vector<std::string> hvdrun_args) {
   return argv;
 }
 
+// `err` of a job in the allocation without what any process on the machine can cause:
+// hvdrun's warnings about connections from outside the job, and salloc's and srun's
+// reports of connections to their I/O ports that were not their own (they drop those).
+std::string own_lines(const std::string& err) {
+  std::string kept;
+  for (const auto& line : lines(without_outside_connections(err))) {
+    const bool stray =
+        (line.rfind("salloc: error: ", 0) == 0 || line.rfind("srun: error: ", 0) == 0) &&
+        (line.find("eio_message_socket_accept: slurm_receive_msg") != std::string::npos ||
+         line.find("io_init_msg_read_from_fd: ") != std::string::npos ||
+         line.find("failed reading io init message") != std::string::npos);
+    if (!stray) kept += line + "\n";
+  }
+  return kept;
+}
+
 // Waits until the controller knows no step and no process of a job is left.
 void check_nothing_left(const std::vector<pid_t>& ranks) {
   CHECK(wait_none_alive(ranks, 10s));
@@ -231,6 +247,6 @@ TEST_CASE("collectives across the nodes of an allocation, agents started by srun
   const int code = job.wait(180s);
   INFO("stdout: " << job.out << "\nstderr: " << job.err);
   CHECK(code == 0);
-  CHECK(job.err.empty());
+  CHECK(own_lines(job.err).empty());
   CHECK(cluster().steps().empty());
 }

@@ -65,7 +65,9 @@ TEST_CASE("every message survives a round trip whatever the chunking") {
   spawn.rank = 7;
   spawn.argv = {"python", "train.py", "--lr", "0.1", ""};
   spawn.cwd = "/home/user/dir with spaces";
+  spawn.host_env = {"HOME", "LC_*"};
   spawn.env = {"A=1", "B=two words", "C=line\nbreak", "HVDRUN_SECRET=abc"};
+  spawn.env_defaults = {"LANG=C.UTF-8", "OMP_NUM_THREADS=1"};
   spawn.stderr_tail_lines = 5;
   proto::RankExited exited{3, true, 9, {"Traceback", "ValueError: x"}};
   proto::Hello hello;
@@ -168,7 +170,7 @@ TEST_CASE("a version 1 agent hello (no interface field) is read as a version mis
   auto m = d.next();
   REQUIRE(m);
   CHECK(std::get<proto::AgentHello>(*m).version == 1);
-  CHECK(proto::kVersion == 4);
+  CHECK(proto::kVersion == 5);
 }
 
 TEST_CASE("a message larger than the frame limit cannot be encoded") {

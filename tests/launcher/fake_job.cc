@@ -57,7 +57,10 @@ void FakeAgentLink::exit_rank(int rank, bool signaled, int value) {
   ex.rank = rank;
   ex.signaled = signaled;
   ex.value = value;
-  if (signaled || value != 0) ex.stderr_tail = script_.stderr_tail;
+  if (signaled || value != 0) {
+    const auto it = script_.rank_stderr_tail.find(rank);
+    ex.stderr_tail = it != script_.rank_stderr_tail.end() ? it->second : script_.stderr_tail;
+  }
   proto::encode(ex, to_launcher_);
 }
 
@@ -75,7 +78,8 @@ void FakeAgentLink::on_frame(const proto::Message& m) {
     if (!script_.output.empty()) {
       proto::encode(proto::Output{s->rank, proto::Stream::out, script_.output}, to_launcher_);
     }
-    if (auto it = script_.exit_codes.find(s->rank); it != script_.exit_codes.end()) {
+    if (auto it = script_.exit_codes.find(s->rank);
+        it != script_.exit_codes.end() && !script_.exit_after_heartbeats.count(s->rank)) {
       exit_rank(s->rank, false, it->second);
     }
   } else if (std::holds_alternative<proto::Kill>(m)) {
@@ -86,6 +90,11 @@ void FakeAgentLink::on_frame(const proto::Message& m) {
   } else if (std::holds_alternative<proto::Heartbeat>(m)) {
     ++record_->heartbeats;
     if (script_.answers) proto::encode(proto::Heartbeat{}, to_launcher_);
+    ++heartbeats_;
+    for (const auto& [rank, after] : script_.exit_after_heartbeats) {
+      if (after == heartbeats_ && running_.count(rank))
+        exit_rank(rank, false, script_.exit_codes[rank]);
+    }
   }
 }
 

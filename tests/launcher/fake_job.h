@@ -28,6 +28,11 @@ struct FakeAgentScript {
   std::map<int, int> exit_codes;
   /// What a rank that fails "wrote to stderr" (its tail in the exit report).
   std::vector<std::string> stderr_tail;
+  /// The same for one rank, in place of stderr_tail.
+  std::map<int, std::vector<std::string>> rank_stderr_tail;
+  /// Ranks of exit_codes whose exit is reported only after the agent has received this
+  /// many heartbeats (time passes between them), not right after the start.
+  std::map<int, int> exit_after_heartbeats;
   /// Written to stdout by every rank when it starts.
   std::string output;
 };
@@ -67,6 +72,7 @@ class FakeAgentLink : public launcher::AgentLink {
   launcher::proto::Decoder decoder_;
   launcher::ByteQueue to_launcher_;
   std::map<int, bool> running_;
+  int heartbeats_ = 0;
   bool eof_ = false;
   UniqueFd ready_;  // an eventfd that is always readable
 };

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/fd.h"
+#include "common/peer_loss.h"
 #include "launcher/job.h"
 #include "tests/launcher/fake_job.h"
 
@@ -137,6 +138,78 @@ TEST_CASE("job loop: the first failure stops every agent and decides the exit co
   CHECK_THAT(err, Catch::Contains("    ValueError: bad\n"));
   // The ranks the teardown killed do not replace the first failure.
   CHECK(err.find("SIGTERM") == std::string::npos);
+}
+
+TEST_CASE("job loop: a rank that failed because of a lost peer is not blamed for it") {
+  // Rank 2 (far-node) reports first, saying its collective lost a peer; rank 1 (localhost)
+  // exited 5 before it, but its report comes a heartbeat (1 s) later.
+  const std::vector<std::string> victim = {
+      "allreduce failed: hvdrun: allreduce #0 int32[1] failed on rank 2 of 4 (far-node): "
+      "gloo: connection closed. " +
+      std::string(kPeerLossSentence)};
+  FakeJob job;
+  job.scripts["far-node"].exit_codes = {{2, 1}};
+  job.scripts["far-node"].rank_stderr_tail = {{2, victim}};
+  job.scripts["localhost"].exit_codes = {{1, 5}};
+  job.scripts["localhost"].exit_after_heartbeats = {{1, 1}};
+  job.scripts["localhost"].rank_stderr_tail = {{1, {"bad input in shard 7"}}};
+  CHECK(job.run() == 5);
+  const std::string err = job.stderr_text();
+  CHECK_THAT(err, Catch::StartsWith("hvdrun: rank 1 on host localhost exited with code 5; "
+                                    "stopped the other 2 running ranks\n"));
+  CHECK_THAT(err, Catch::Contains("    bad input in shard 7\n"));
+  CHECK(err.find("rank 2 on host") == std::string::npos);
+  // The teardown started with the culprit's report, not the victim's.
+  CHECK(job.records["localhost"]->kills == 1);
+  CHECK(job.clock.elapsed() >= 1s);
+  CHECK(job.clock.elapsed() < job.ctx.peer_loss_wait);
+
+  SECTION("without the wait, the first report is the job's failure, as before") {
+    FakeJob now;
+    now.ctx.peer_loss_wait = 0ms;
+    now.scripts = job.scripts;
+    CHECK(now.run() == 1);
+    CHECK_THAT(now.stderr_text(), Catch::StartsWith("hvdrun: rank 2 on host far-node exited "
+                                                    "with code 1; stopped the other 3"));
+  }
+}
+
+TEST_CASE("job loop: a peer-loss failure is the job's when nothing else comes in time") {
+  const std::vector<std::string> victim = {"RuntimeError: allreduce failed. " +
+                                           std::string(kPeerLossSentence)};
+  SECTION("the other ranks run on: the wait ends it") {
+    FakeJob job;
+    job.scripts["far-node"].exit_codes = {{3, 1}};
+    job.scripts["far-node"].stderr_tail = victim;
+    CHECK(job.run() == 1);
+    CHECK_THAT(job.stderr_text(), Catch::StartsWith("hvdrun: rank 3 on host far-node exited with "
+                                                    "code 1; stopped the other 3 running ranks"));
+    CHECK(job.clock.elapsed() >= job.ctx.peer_loss_wait);
+    CHECK(job.records["localhost"]->kills == 1);
+  }
+  SECTION("every other rank exits 0: no wait") {
+    FakeJob job;
+    job.ctx.heartbeat_timeout = 0s;
+    job.scripts["localhost"].exit_codes = {{0, 0}, {1, 0}};
+    job.scripts["far-node"].exit_codes = {{2, 0}, {3, 1}};
+    job.scripts["far-node"].stderr_tail = victim;
+    CHECK(job.run() == 1);
+    CHECK_THAT(job.stderr_text(), Catch::StartsWith("hvdrun: rank 3 on host far-node exited with "
+                                                    "code 1\n"));
+    CHECK(job.clock.elapsed() < job.ctx.peer_loss_wait);
+  }
+  SECTION("a lost host explains it") {
+    FakeJob job;
+    job.ctx.heartbeat_timeout = 5s;
+    job.ctx.peer_loss_wait = 10s;
+    job.hosts = {{"localhost", 2}, {"far-node", 1}, {"silent", 1}};
+    job.scripts["far-node"].exit_codes = {{2, 1}};
+    job.scripts["far-node"].stderr_tail = victim;
+    job.scripts["silent"].answers = false;
+    CHECK(job.run() == 255);
+    CHECK_THAT(job.stderr_text(),
+               Catch::StartsWith("hvdrun: the agent on host silent ended unexpectedly"));
+  }
 }
 
 TEST_CASE("job loop: a silent remote agent is lost after the heartbeat timeout, in fake time") {

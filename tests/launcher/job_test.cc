@@ -179,8 +179,12 @@ TEST_CASE(
 }
 
 TEST_CASE("job: remote hosts get the forwarded environment through their link") {
-  LaunchOptions o =
-      options(3, {"sh", "-c", "echo \"$HVDRUN_RANK $HVDRUN_HOSTNAME ${HOME:-unset} $EXTRA\""});
+  // The "remote" agent runs here, so its own environment (its host's) is this process's:
+  // a remote rank takes HOME from it (a login variable) but not LAUNCHER_ONLY, which is
+  // neither a login variable nor forwarded.
+  LaunchOptions o = options(
+      3, {"sh", "-c",
+          "echo \"$HVDRUN_RANK $HVDRUN_HOSTNAME ${HOME:-unset} ${LAUNCHER_ONLY:-unset} $EXTRA\""});
   o.hosts = {{"localhost", 1}, {"far-away-node", 2}};
   o.env = {"EXTRA=with spaces"};
   JobHooks hooks;
@@ -191,10 +195,14 @@ TEST_CASE("job: remote hosts get the forwarded environment through their link") 
     return start_local_agent(kHvdrun);
   };
   ::setenv("HOME", "/root-for-test", 1);
+  ::setenv("LAUNCHER_ONLY", "yes", 1);
   Result r = run(o, hooks);
+  ::unsetenv("LAUNCHER_ONLY");
   CHECK(r.code == 0);
   CHECK(asked == std::vector<std::string>{"far-away-node"});
-  CHECK_THAT(r.out, Catch::Contains("[0]<stdout>:0 localhost /root-for-test with spaces\n"));
-  CHECK_THAT(r.out, Catch::Contains("[1]<stdout>:1 far-away-node unset with spaces\n"));
-  CHECK_THAT(r.out, Catch::Contains("[2]<stdout>:2 far-away-node unset with spaces\n"));
+  CHECK_THAT(r.out, Catch::Contains("[0]<stdout>:0 localhost /root-for-test yes with spaces\n"));
+  CHECK_THAT(r.out,
+             Catch::Contains("[1]<stdout>:1 far-away-node /root-for-test unset with spaces\n"));
+  CHECK_THAT(r.out,
+             Catch::Contains("[2]<stdout>:2 far-away-node /root-for-test unset with spaces\n"));
 }

@@ -3,6 +3,9 @@
 // and the table / JSON rendering.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <thread>
+
 #include "launcher/check.h"
 #include "launcher/preflight.h"
 #include "tests/support/fake_ssh.h"
@@ -154,6 +157,30 @@ TEST_CASE("table and JSON list every host", "[preflight]") {
   CHECK(json.find("\"verdict\": \"refused\"") != std::string::npos);
   CHECK(json.find("\"host\": \"localhost\", \"local\": true") != std::string::npos);
   CHECK(json.find("\"fix\": \"start sshd\"") != std::string::npos);
+}
+
+TEST_CASE("where a slow host's time goes: the login, then the remote shell", "[preflight]") {
+  // The remote command answers 400 ms after the login, as a shell whose start-up files
+  // take that long does.
+  FakeConnector c;
+  FakeHost slow = fake_host_with_version("hvdrun 9.9.9");
+  slow.run = [quick = slow.run](const std::string& command) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    return quick(command);
+  };
+  c.add("slow", slow);
+  c.add("quick", fake_host_with_version("hvdrun 9.9.9"));
+  auto report = preflight(options_for({"slow", "quick"}), SshConfig{}, c, settings());
+  REQUIRE(report.ok());
+  CHECK(report.hosts[0].shell >= std::chrono::milliseconds(400));
+  CHECK(report.hosts[0].login <= report.hosts[0].latency - report.hosts[0].shell);
+  CHECK(report.hosts[0].detail == "hvdrun 9.9.9 at /opt/hvdrun/bin/hvdrun");
+  const std::string table = render_table(report);
+  INFO(table);
+  CHECK(table.find("note: logged in after ") != std::string::npos);
+  CHECK(table.find("ms to start hvdrun (its start-up files, e.g. ~/.bashrc, or a busy host)") !=
+        std::string::npos);
+  CHECK(render_json(report).find("\"shell_ms\": ") != std::string::npos);
 }
 
 TEST_CASE("a huge or non-ASCII host name is cut in the table, never inside a character",

@@ -1,5 +1,6 @@
 // Rank environments: the contract's names, -x handling, the forwarded set for remote
-// hosts, and per-rank values that always beat stale ones from the launching shell.
+// hosts, per-rank values that always beat stale ones from the launching shell, and what a
+// login's or a container's own variables give (the agent's merge).
 #include <catch2/catch.hpp>
 
 #include <map>
@@ -21,6 +22,11 @@ std::map<std::string, std::string> as_map(const EnvList& env) {
   return m;
 }
 
+// What a rank of a local host gets (its agent adds none of its own variables).
+EnvList merged(const RankEnv& r) {
+  return merge_rank_env(nullptr, {}, r.set.entries(), r.defaults.entries());
+}
+
 JobEnv job() {
   JobEnv j;
   j.size = 8;
@@ -40,24 +46,41 @@ JobEnv job() {
 TEST_CASE("every rank gets the native and Horovod and torch names and stale values lose") {
   char* launcher_env[] = {const_cast<char*>("HVDRUN_RANK=99"), const_cast<char*>("RANK=77"),
                           const_cast<char*>("HOROVOD_SIZE=1"), const_cast<char*>("MASTER_PORT=1"),
-                          const_cast<char*>("HOME=/root"), nullptr};
-  EnvList base = host_base_env(launcher_env, /*local_host=*/true, {});
+                          const_cast<char*>("HOME=/root"),     nullptr};
+  EnvList base = host_base_env(launcher_env, EnvSource::launcher, {});
   hvdrun::hostfile::RankSlot slot{5, 1, 1, 4, 1, 2};
-  auto env = as_map(rank_env(base, slot, "node2", job()));
-  std::map<std::string, std::string> want = {
-      {"HVDRUN_RANK", "5"}, {"HVDRUN_SIZE", "8"}, {"HVDRUN_LOCAL_RANK", "1"},
-      {"HVDRUN_LOCAL_SIZE", "4"}, {"HVDRUN_CROSS_RANK", "1"}, {"HVDRUN_CROSS_SIZE", "2"},
-      {"HVDRUN_HOSTNAME", "node2"}, {"HVDRUN_RENDEZVOUS_ADDR", "10.0.0.1"},
-      {"HVDRUN_RENDEZVOUS_PORT", "4242"}, {"HVDRUN_SECRET", "s3cret"},
-      {"HVDRUN_START_TIMEOUT", "45"},
-      {"HOROVOD_HOSTNAME", "node2"}, {"HOROVOD_RANK", "5"}, {"HOROVOD_SIZE", "8"},
-      {"HOROVOD_LOCAL_RANK", "1"}, {"HOROVOD_LOCAL_SIZE", "4"}, {"HOROVOD_CROSS_RANK", "1"},
-      {"HOROVOD_CROSS_SIZE", "2"}, {"HOROVOD_GLOO_RENDEZVOUS_ADDR", "10.0.0.1"},
-      {"HOROVOD_GLOO_RENDEZVOUS_PORT", "4343"}, {"HOROVOD_CONTROLLER", "gloo"},
-      {"HOROVOD_CPU_OPERATIONS", "gloo"},
-      {"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
-      {"GROUP_RANK", "1"}, {"GROUP_WORLD_SIZE", "2"},
-      {"MASTER_ADDR", "10.0.0.2"}, {"MASTER_PORT", "29500"}, {"HOME", "/root"}};
+  auto env = as_map(merged(rank_env(base, slot, "node2", job())));
+  std::map<std::string, std::string> want = {{"HVDRUN_RANK", "5"},
+                                             {"HVDRUN_SIZE", "8"},
+                                             {"HVDRUN_LOCAL_RANK", "1"},
+                                             {"HVDRUN_LOCAL_SIZE", "4"},
+                                             {"HVDRUN_CROSS_RANK", "1"},
+                                             {"HVDRUN_CROSS_SIZE", "2"},
+                                             {"HVDRUN_HOSTNAME", "node2"},
+                                             {"HVDRUN_RENDEZVOUS_ADDR", "10.0.0.1"},
+                                             {"HVDRUN_RENDEZVOUS_PORT", "4242"},
+                                             {"HVDRUN_SECRET", "s3cret"},
+                                             {"HVDRUN_START_TIMEOUT", "45"},
+                                             {"HOROVOD_HOSTNAME", "node2"},
+                                             {"HOROVOD_RANK", "5"},
+                                             {"HOROVOD_SIZE", "8"},
+                                             {"HOROVOD_LOCAL_RANK", "1"},
+                                             {"HOROVOD_LOCAL_SIZE", "4"},
+                                             {"HOROVOD_CROSS_RANK", "1"},
+                                             {"HOROVOD_CROSS_SIZE", "2"},
+                                             {"HOROVOD_GLOO_RENDEZVOUS_ADDR", "10.0.0.1"},
+                                             {"HOROVOD_GLOO_RENDEZVOUS_PORT", "4343"},
+                                             {"HOROVOD_CONTROLLER", "gloo"},
+                                             {"HOROVOD_CPU_OPERATIONS", "gloo"},
+                                             {"RANK", "5"},
+                                             {"WORLD_SIZE", "8"},
+                                             {"LOCAL_RANK", "1"},
+                                             {"LOCAL_WORLD_SIZE", "4"},
+                                             {"GROUP_RANK", "1"},
+                                             {"GROUP_WORLD_SIZE", "2"},
+                                             {"MASTER_ADDR", "10.0.0.2"},
+                                             {"MASTER_PORT", "29500"},
+                                             {"HOME", "/root"}};
   for (const auto& [k, v] : want) {
     INFO(k);
     CHECK(env[k] == v);
@@ -69,7 +92,8 @@ TEST_CASE("every rank gets the native and Horovod and torch names and stale valu
 TEST_CASE("tuning defaults never override the user's values") {
   EnvList base;
   base.set("OMP_NUM_THREADS", "8");
-  auto env = as_map(rank_env(base, hvdrun::hostfile::RankSlot{0, 0, 0, 4, 0, 1}, "h", job()));
+  auto env =
+      as_map(merged(rank_env(base, hvdrun::hostfile::RankSlot{0, 0, 0, 4, 0, 1}, "h", job())));
   CHECK(env["OMP_NUM_THREADS"] == "8");
   CHECK(env["PYTHONUNBUFFERED"] == "1");
 }
@@ -79,7 +103,7 @@ TEST_CASE("network interface option names the interface for Gloo and NCCL") {
   j.network_interface = "eth1";
   EnvList base;
   base.set("NCCL_SOCKET_IFNAME", "stale0");
-  auto env = as_map(rank_env(base, hvdrun::hostfile::RankSlot{}, "h", j));
+  auto env = as_map(merged(rank_env(base, hvdrun::hostfile::RankSlot{}, "h", j)));
   CHECK(env["HOROVOD_GLOO_IFACE"] == "eth1");
   CHECK(env["NCCL_SOCKET_IFNAME"] == "eth1");
   CHECK(env["HVDRUN_NETWORK_INTERFACE"] == "eth1");
@@ -88,46 +112,55 @@ TEST_CASE("network interface option names the interface for Gloo and NCCL") {
 TEST_CASE("each host's own interface names Gloo's and NCCL's unless the user named them") {
   JobEnv j = job();
   j.host_interface = "ens5";
-  auto plain = as_map(rank_env(EnvList{}, hvdrun::hostfile::RankSlot{}, "h", j));
+  auto plain = as_map(merged(rank_env(EnvList{}, hvdrun::hostfile::RankSlot{}, "h", j)));
   CHECK(plain["HOROVOD_GLOO_IFACE"] == "ens5");
   CHECK(plain["NCCL_SOCKET_IFNAME"] == "ens5");
   CHECK(plain.count("HVDRUN_NETWORK_INTERFACE") == 0);
 
   EnvList base;  // from the launching shell or -x: the user's choice wins, name by name
   base.set("NCCL_SOCKET_IFNAME", "=ib0");
-  auto user = as_map(rank_env(base, hvdrun::hostfile::RankSlot{}, "h", j));
+  auto user = as_map(merged(rank_env(base, hvdrun::hostfile::RankSlot{}, "h", j)));
   CHECK(user["NCCL_SOCKET_IFNAME"] == "=ib0");
   CHECK(user["HOROVOD_GLOO_IFACE"] == "ens5");
 
   j.network_interface = "eth1";  // --network-interface beats the agent's finding
-  auto forced = as_map(rank_env(EnvList{}, hvdrun::hostfile::RankSlot{}, "h", j));
+  auto forced = as_map(merged(rank_env(EnvList{}, hvdrun::hostfile::RankSlot{}, "h", j)));
   CHECK(forced["HOROVOD_GLOO_IFACE"] == "eth1");
   CHECK(forced["NCCL_SOCKET_IFNAME"] == "eth1");
 }
 
 TEST_CASE("a local host inherits everything and a remote one the documented set plus -x") {
-  char* launcher_env[] = {const_cast<char*>("PATH=/usr/bin"), const_cast<char*>("HOME=/root"),
+  char* launcher_env[] = {const_cast<char*>("PATH=/usr/bin"),
+                          const_cast<char*>("HOME=/root"),
                           const_cast<char*>("LD_LIBRARY_PATH=/opt/lib"),
-                          const_cast<char*>("PYTHONPATH=/src"), const_cast<char*>("VIRTUAL_ENV=/venv"),
-                          const_cast<char*>("CONDA_PREFIX=/conda"), const_cast<char*>("CUDA_VISIBLE_DEVICES=0,1"),
-                          const_cast<char*>("NCCL_DEBUG=INFO"), const_cast<char*>("HOROVOD_FUSION_THRESHOLD=1"),
-                          const_cast<char*>("OMP_NUM_THREADS=4"), const_cast<char*>("HVDRUN_X=1"),
-                          const_cast<char*>("SECRET_TOKEN=no"), const_cast<char*>("WANTED=yes"),
-                          const_cast<char*>("PATHOLOGICAL=no"), nullptr};
+                          const_cast<char*>("PYTHONPATH=/src"),
+                          const_cast<char*>("VIRTUAL_ENV=/venv"),
+                          const_cast<char*>("CONDA_PREFIX=/conda"),
+                          const_cast<char*>("CUDA_VISIBLE_DEVICES=0,1"),
+                          const_cast<char*>("NCCL_DEBUG=INFO"),
+                          const_cast<char*>("HOROVOD_FUSION_THRESHOLD=1"),
+                          const_cast<char*>("OMP_NUM_THREADS=4"),
+                          const_cast<char*>("HVDRUN_X=1"),
+                          const_cast<char*>("SECRET_TOKEN=no"),
+                          const_cast<char*>("WANTED=yes"),
+                          const_cast<char*>("PATHOLOGICAL=no"),
+                          nullptr};
   std::vector<std::string> x = {"WANTED", "NEW=a value with spaces, 'quotes' and \"more\"",
                                 "UNSET_IN_LAUNCHER", "HOME=/override"};
-  auto local = as_map(host_base_env(launcher_env, true, x));
+  auto local = as_map(host_base_env(launcher_env, EnvSource::launcher, x));
   CHECK(local.size() == 15);
   CHECK(local["SECRET_TOKEN"] == "no");
   CHECK(local["HOME"] == "/override");
   CHECK(local.count("UNSET_IN_LAUNCHER") == 0);
 
-  auto remote = as_map(host_base_env(launcher_env, false, x));
+  auto remote = as_map(host_base_env(launcher_env, EnvSource::login, x));
   std::map<std::string, std::string> want = {
-      {"PATH", "/usr/bin"}, {"LD_LIBRARY_PATH", "/opt/lib"}, {"PYTHONPATH", "/src"},
-      {"VIRTUAL_ENV", "/venv"}, {"CONDA_PREFIX", "/conda"}, {"CUDA_VISIBLE_DEVICES", "0,1"},
-      {"NCCL_DEBUG", "INFO"}, {"HOROVOD_FUSION_THRESHOLD", "1"}, {"OMP_NUM_THREADS", "4"},
-      {"HVDRUN_X", "1"}, {"WANTED", "yes"}, {"NEW", "a value with spaces, 'quotes' and \"more\""},
+      {"PATH", "/usr/bin"},       {"LD_LIBRARY_PATH", "/opt/lib"},
+      {"PYTHONPATH", "/src"},     {"VIRTUAL_ENV", "/venv"},
+      {"CONDA_PREFIX", "/conda"}, {"CUDA_VISIBLE_DEVICES", "0,1"},
+      {"NCCL_DEBUG", "INFO"},     {"HOROVOD_FUSION_THRESHOLD", "1"},
+      {"OMP_NUM_THREADS", "4"},   {"HVDRUN_X", "1"},
+      {"WANTED", "yes"},          {"NEW", "a value with spaces, 'quotes' and \"more\""},
       {"HOME", "/override"}};
   CHECK(remote == want);
 }
@@ -140,4 +173,79 @@ TEST_CASE("values keep newlines and '=' intact") {
   CHECK(env.entries()[0] == "A=again=1");
   CHECK_FALSE(env.set_entry("=nameless"));
   CHECK_FALSE(env.set_entry("NOEQUALS"));
+}
+
+TEST_CASE("a container keeps its paths, the rest of the forwarded set and -x go on top") {
+  char* launcher_env[] = {
+      const_cast<char*>("PATH=/venv/bin:/usr/bin"), const_cast<char*>("LD_LIBRARY_PATH=/opt/lib"),
+      const_cast<char*>("PYTHONPATH=/src"),         const_cast<char*>("NCCL_DEBUG=INFO"),
+      const_cast<char*>("LANG=de_DE.UTF-8"),        nullptr};
+  auto base = as_map(host_base_env(launcher_env, EnvSource::container, {"LD_LIBRARY_PATH=/x"}));
+  CHECK(base ==
+        std::map<std::string, std::string>{{"NCCL_DEBUG", "INFO"}, {"LD_LIBRARY_PATH", "/x"}});
+  CHECK(host_variables(EnvSource::container) == std::vector<std::string>{"*"});
+  CHECK(host_defaults(launcher_env, EnvSource::container).entries().empty());
+  CHECK(host_variables(EnvSource::launcher).empty());
+  CHECK(env_source("exec") == EnvSource::container);
+  CHECK(env_source("ssh") == EnvSource::login);
+  CHECK(env_source("slurm") == EnvSource::login);
+  CHECK(env_source("local") == EnvSource::launcher);
+
+  // The agent in the container: its own PATH, LD_LIBRARY_PATH and variables, the -x value
+  // and the forwarded NCCL_DEBUG over them, its own OMP_NUM_THREADS over hvdrun's default.
+  char* container[] = {
+      const_cast<char*>("PATH=/ctr/bin:/bin"), const_cast<char*>("LD_LIBRARY_PATH=/ctr/lib"),
+      const_cast<char*>("CTR_ONLY=1"),         const_cast<char*>("OMP_NUM_THREADS=6"),
+      const_cast<char*>("NCCL_DEBUG=WARN"),    nullptr};
+  EnvList b = host_base_env(launcher_env, EnvSource::container, {"CTR_ONLY=2"});
+  RankEnv r = rank_env(b, hvdrun::hostfile::RankSlot{1, 1, 1, 2, 0, 1}, "ctr1", job(),
+                       host_defaults(launcher_env, EnvSource::container));
+  auto env = as_map(merge_rank_env(container, host_variables(EnvSource::container), r.set.entries(),
+                                   r.defaults.entries()));
+  CHECK(env["PATH"] == "/ctr/bin:/bin");
+  CHECK(env["LD_LIBRARY_PATH"] == "/ctr/lib");
+  CHECK(env["CTR_ONLY"] == "2");
+  CHECK(env["NCCL_DEBUG"] == "INFO");
+  CHECK(env["OMP_NUM_THREADS"] == "6");
+  CHECK(env["PYTHONUNBUFFERED"] == "1");
+  CHECK(env["HVDRUN_RANK"] == "1");
+  CHECK(env.count("LANG") == 0);
+}
+
+TEST_CASE("a login host's ranks get its HOME, USER, LOGNAME, SHELL, LANG and LC_*") {
+  char* launcher_env[] = {const_cast<char*>("PATH=/venv/bin:/usr/bin"),
+                          const_cast<char*>("HOME=/home/launcher"),
+                          const_cast<char*>("USER=me"),
+                          const_cast<char*>("LANG=de_DE.UTF-8"),
+                          const_cast<char*>("LC_TIME=C"),
+                          const_cast<char*>("LC_PAPER=en_GB.UTF-8"),
+                          nullptr};
+  CHECK(host_variables(EnvSource::login) ==
+        std::vector<std::string>{"HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_*"});
+  EnvList defaults = host_defaults(launcher_env, EnvSource::login);
+  CHECK(as_map(defaults) == std::map<std::string, std::string>{{"LANG", "de_DE.UTF-8"},
+                                                               {"LC_TIME", "C"},
+                                                               {"LC_PAPER", "en_GB.UTF-8"}});
+  char* login[] = {const_cast<char*>("HOME=/home/me"),
+                   const_cast<char*>("USER=me"),
+                   const_cast<char*>("LOGNAME=me"),
+                   const_cast<char*>("SHELL=/bin/zsh"),
+                   const_cast<char*>("LC_TIME=fr_FR"),
+                   const_cast<char*>("PATH=/usr/bin:/bin"),
+                   const_cast<char*>("SSH_CONNECTION=x"),
+                   const_cast<char*>("MAIL=/var/mail/me"),
+                   nullptr};
+  EnvList b = host_base_env(launcher_env, EnvSource::login, {"LC_PAPER=C"});
+  RankEnv r = rank_env(b, hvdrun::hostfile::RankSlot{}, "node1", job(), defaults);
+  auto env = as_map(merge_rank_env(login, host_variables(EnvSource::login), r.set.entries(),
+                                   r.defaults.entries()));
+  CHECK(env["HOME"] == "/home/me");  // the host's, not the launcher's
+  CHECK(env["LOGNAME"] == "me");
+  CHECK(env["SHELL"] == "/bin/zsh");
+  CHECK(env["LC_TIME"] == "fr_FR");            // the host's own
+  CHECK(env["LANG"] == "de_DE.UTF-8");         // the host has none: the launcher's
+  CHECK(env["LC_PAPER"] == "C");               // -x beats both
+  CHECK(env["PATH"] == "/venv/bin:/usr/bin");  // forwarded: the venv's python resolves
+  CHECK(env.count("SSH_CONNECTION") == 0);     // not one of the login variables
+  CHECK(env.count("MAIL") == 0);
 }

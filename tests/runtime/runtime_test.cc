@@ -14,6 +14,7 @@
 #include "runtime/reduce.h"
 #include "runtime/world.h"
 #include "tests/runtime/job_harness.h"
+#include "tests/support/processes.h"
 
 using namespace std::chrono_literals;
 using hvdrun::test::JobSpec;
@@ -102,9 +103,15 @@ TEST_CASE("HVDRUN_CHECKIN: auto checks in through the host's leader from 256 ran
 }
 
 TEST_CASE("missing or garbled environment says to run under hvdrun", "[runtime][env]") {
-  CHECK_THROWS_WITH(parse({}),
-                    Catch::Contains("not started by hvdrun") && Catch::Contains("HVDRUN_RANK") &&
-                        Catch::Contains("HVDRUN_SECRET") && Catch::Contains("hvdrun -np"));
+  // Part of the job's variables: the missing ones named, and the set ones to unset.
+  CHECK_THROWS_WITH(
+      parse({{"HVDRUN_RANK", "0"}, {"HVDRUN_SIZE", "2"}}),
+      Catch::Contains("not started by hvdrun") && Catch::Contains("missing HVDRUN_LOCAL_RANK") &&
+          Catch::Contains("HVDRUN_SECRET;") && Catch::Contains("hvdrun -np") &&
+          Catch::Contains("or unset HVDRUN_RANK, HVDRUN_SIZE to run it as a single process"));
+  auto partial = full_env();
+  partial.erase("HVDRUN_SECRET");
+  CHECK_THROWS_WITH(parse(partial), Catch::Contains("missing HVDRUN_SECRET;"));
   auto env = full_env();
   env["HVDRUN_RANK"] = "4";
   CHECK_THROWS_WITH(parse(env), Catch::Contains("HVDRUN_RANK=4 (not below HVDRUN_SIZE=4)"));
@@ -117,6 +124,55 @@ TEST_CASE("missing or garbled environment says to run under hvdrun", "[runtime][
   env = full_env();
   env["HVDRUN_START_TIMEOUT"] = "0";
   CHECK_THROWS_WITH(parse(env), Catch::Contains("HVDRUN_START_TIMEOUT"));
+}
+
+TEST_CASE("no job variables at all: a single process, unless another launcher started several",
+          "[runtime][env]") {
+  auto e = parse({{"HVDRUN_NCCL", "off"}, {"HVDRUN_OP_TIMEOUT", "7"}, {"WORLD_SIZE", "1"}});
+  CHECK(e.standalone);
+  CHECK(e.rank == 0);
+  CHECK(e.size == 1);
+  CHECK(e.local_size == 1);
+  CHECK(e.cross_size == 1);
+  CHECK(e.hostname == "localhost");
+  CHECK(e.nccl_mode == "off");  // the settings still apply
+  CHECK(e.op_timeout == 7s);
+  CHECK_FALSE(parse(full_env()).standalone);
+  CHECK_THROWS_WITH(parse({{"HVDRUN_NCCL", "maybe"}}), Catch::Contains("HVDRUN_NCCL='maybe'"));
+  CHECK_THROWS_WITH(parse({{"SLURM_STEP_NUM_TASKS", "4"}}),
+                    Catch::Contains("one of 4 started by srun (SLURM_STEP_NUM_TASKS=4)") &&
+                        Catch::Contains("hvdrun -np 4"));
+  CHECK_THROWS_WITH(parse({{"HOROVOD_SIZE", "2"}}), Catch::Contains("started by horovodrun"));
+  CHECK_THROWS_WITH(parse({{"OMPI_COMM_WORLD_SIZE", "3"}}), Catch::Contains("started by mpirun"));
+  CHECK_THROWS_WITH(parse({{"WORLD_SIZE", "8"}}),
+                    Catch::Contains("torchrun") && Catch::Contains("unset WORLD_SIZE"));
+}
+
+TEST_CASE("a C program started without hvdrun runs as rank 0 of 1", "[runtime][job]") {
+  // No HVDRUN_* variables, whatever the environment running the tests holds.
+  std::vector<std::string> argv = {"/usr/bin/env"};
+  for (const char* n :
+       {"HVDRUN_RANK", "HVDRUN_SIZE", "HVDRUN_LOCAL_RANK", "HVDRUN_LOCAL_SIZE", "HVDRUN_CROSS_RANK",
+        "HVDRUN_CROSS_SIZE", "HVDRUN_HOSTNAME", "HVDRUN_RENDEZVOUS_ADDR", "HVDRUN_RENDEZVOUS_PORT",
+        "HVDRUN_SECRET", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS",
+        "WORLD_SIZE"}) {
+    argv.emplace_back("-u");
+    argv.emplace_back(n);
+  }
+  argv.emplace_back("HVDRUN_NCCL=off");
+  argv.emplace_back(HVDRUN_BINARY_DIR "/tests/runtime/runtime_c_worker");
+  for (const std::string mode : {"", "async"}) {
+    auto args = argv;
+    if (!mode.empty()) args.push_back(mode);
+    hvdrun::testing::CapturedProcess p(args);
+    const int code = p.wait(60s);
+    INFO("mode '" << mode << "'\nstdout:\n" << p.out << "\nstderr:\n" << p.err);
+    CHECK(code == 0);
+    if (mode.empty()) CHECK(p.out == "rank 0: ok\n");
+    // One info line, naming what happened and what to run for more ranks.
+    CHECK(hvdrun::testing::count(p.err, "running as a single process, rank 0 of 1") == 1);
+    CHECK_THAT(p.err, Catch::Contains("hvdrun -np N"));
+  }
 }
 
 TEST_CASE("calls before init fail with a clear error", "[runtime]") {

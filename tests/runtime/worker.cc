@@ -307,6 +307,30 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "barrier failed: %s\n", hvdrun_last_error());
       return 4;
     }
+  } else if (scenario == "fail-before-collective") {
+    // After one allreduce, rank argv[2] exits 5 where the others enter a second one; they
+    // fail because it is gone (exit 1). With argv[3] (milliseconds) it first leaves the job,
+    // as a Python rank's exit does, and exits that much later, so the others may fail before
+    // it exits. The launcher must blame it, not one of them.
+    const int me = hvdrun::rank();
+    int warm = 1;  // one collective first: the pairs between hosts are connected
+    if (hvdrun_allreduce(&warm, &warm, 1, HVDRUN_INT32, HVDRUN_SUM) != 0) return 3;
+    if (me == (argc > 2 ? std::strtol(argv[2], nullptr, 10) : 1)) {
+      if (argc > 3) {
+        hvdrun_leave();
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::strtol(argv[3], nullptr, 10)));
+      }
+      std::fprintf(stderr, "rank %d: failing with exit code 5\n", me);
+      std::fflush(stderr);
+      std::_Exit(5);
+    }
+    int x = 1;
+    if (hvdrun_allreduce(&x, &x, 1, HVDRUN_INT32, HVDRUN_SUM) == 0) {
+      std::fprintf(stderr, "allreduce succeeded without the failed rank\n");
+      return 2;
+    }
+    std::fprintf(stderr, "allreduce failed: %s\n", hvdrun_last_error());
+    return 1;
   } else if (scenario == "exit-after-init") {
     // Leaves without taking part in the next collective.
     if (hvdrun::rank() == 1) return 0;

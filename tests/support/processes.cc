@@ -212,6 +212,35 @@ std::vector<std::string> lines(const std::string& s) {
   return v;
 }
 
+std::string without_outside_connections(const std::string& err) {
+  // The launcher's rate-limited warnings about connections that are not the job's
+  // (rendezvous/server.cc, compat/horovod_http_server.cc, common/log_limiter.cc).
+  static const char* const kOutside[] = {
+      "rendezvous: too many connections that have not authenticated",
+      "rendezvous: rejected client ",
+      "Horovod rendezvous: refused a request from ",
+      "Horovod rendezvous: too many connections without a complete request",
+      "Horovod rendezvous: cannot tell who is calling",
+      // The limiter's closing counts, by cause.
+      " more of 'unauthenticated cap' since",
+      " more of 'wrong job secret' since",
+      " more of 'pending cap' since",
+      " more of 'no peer' since",
+      " more of 'unknown caller' since",
+      " more of 'another user' since",
+      " more of 'another host' since",
+  };
+  std::string kept;
+  for (const auto& line : lines(err)) {
+    const bool outside =
+        line.find("[warning] ") != std::string::npos &&
+        std::any_of(std::begin(kOutside), std::end(kOutside),
+                    [&](const char* what) { return line.find(what) != std::string::npos; });
+    if (!outside) kept += line + "\n";
+  }
+  return kept;
+}
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -100,6 +100,11 @@ std::string read_file(const std::string& path);
 int count(const std::string& s, const std::string& what);
 /// `s` split at '\n' (a final partial line counts; no empty last element).
 std::vector<std::string> lines(const std::string& s);
+/// hvdrun's stderr `err` without its warnings about connections from outside the job (to
+/// its rendezvous or Horovod rendezvous: unauthenticated, a wrong secret, refused as not the
+/// job's): any process on the machine can cause those, so a test that expects a quiet job
+/// checks this instead of the whole stderr.
+std::string without_outside_connections(const std::string& err);
 /// Milliseconds since `t0` (steady clock), for the figures the fault tests report.
 double ms_since(std::chrono::steady_clock::time_point t0);
 /// For taking an output line apart: drops `prefix` from the front of `s`; false (and `s`

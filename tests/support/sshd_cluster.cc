@@ -315,7 +315,9 @@ void SshdCluster::start_daemons() {
           // stderr (root's here runs `pyenv init`, whose shim rehash fails with a message
           // when hosts log in at the same moment) and cost 0.4 s per login. Start-up noise
           // is tested on its own, with the scripted SSH layer (preflight_fake_test).
-          << "SetEnv SHLVL=1\n";
+          // LC_TIME: a locale variable that sessions get from the host, as a site's login
+          // sets them (remote_test: a rank takes its host's, not the launcher's).
+          << "SetEnv SHLVL=1 LC_TIME=C.UTF-8\n";
       const std::string cfg_path = write_file("sshd_config." + std::to_string(g), cfg.str(), 0600);
       const std::string log_path = dir_ + "/sshd." + std::to_string(g) + ".log";
       pid_t pid = ::fork();

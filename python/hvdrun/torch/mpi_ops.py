@@ -187,7 +187,9 @@ _atexit_registered = False
 
 def init(comm=None, process_sets=None):
     """Joins the job that `hvdrun` started (reads the HVDRUN_* environment, meets the
-    other ranks at the rendezvous, builds the communicators). Idempotent.
+    other ranks at the rendezvous, builds the communicators). Idempotent. A program
+    started without hvdrun (none of its job variables set) runs as a single process,
+    rank 0 of 1.
 
     Arguments:
         comm: Horovod's MPI communicator or list of ranks; not supported (must be None).

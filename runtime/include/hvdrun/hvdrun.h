@@ -38,7 +38,8 @@ class HVDRUN_API Error : public std::runtime_error {
 /// Joins the job: reads HVDRUN_* from the environment, connects to the rendezvous,
 /// checks in with every other rank within HVDRUN_START_TIMEOUT, builds the Gloo
 /// communicator and, when every rank has a GPU and NCCL is available, the NCCL one.
-/// Idempotent. Throws Error.
+/// With none of hvdrun's job variables set (a program started without hvdrun), runs as a
+/// single process, rank 0 of 1, and logs one info line saying so. Idempotent. Throws Error.
 HVDRUN_API void init();
 /// Leaves the job at once without agreeing with the other ranks, as at process exit:
 /// collectives still queued fail, and the other ranks see this rank gone (its exit, not a

@@ -62,7 +62,8 @@ typedef enum hvdrun_op {
 /** Identifies one submitted asynchronous collective; valid (> 0) until hvdrun_wait. */
 typedef long long hvdrun_handle;
 
-/** Joins the job described by the HVDRUN_* environment (set by hvdrun). Idempotent. */
+/** Joins the job described by the HVDRUN_* environment (set by hvdrun); without any of
+ * its job variables, runs as a single process (rank 0 of 1). Idempotent. */
 HVDRUN_C_API int hvdrun_init(void);
 /** This process's rank in [0, size), or -1 before hvdrun_init. */
 HVDRUN_C_API int hvdrun_rank(void);
