@@ -5,10 +5,7 @@
 // command line. The step ends when its agents do; past the teardown deadline it is
 // cancelled (scancel JOB.STEP), so nothing is left on any node.
 //
-// Connect-back handshake (before the agent protocol): the launcher sends a 32-byte nonce;
-// the agent answers u32 length | "NODE\nJOB.STEP" | HMAC-SHA256(secret, "hvdrun-slurm-agent" |
-// nonce | that text); the launcher checks the tag and the node, then the socket carries the
-// agent's frames as a pipe would.
+// The connect-back port and its handshake: launcher/connect_back.h.
 #pragma once
 
 #include <chrono>
