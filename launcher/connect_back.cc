@@ -3,6 +3,7 @@
 #include "launcher/connect_back.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -17,6 +18,8 @@
 #include <fstream>
 #include <utility>
 
+#include <spdlog/spdlog.h>
+
 #include "common/error.h"
 #include "rendezvous/protocol.h"
 
@@ -28,11 +31,43 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kNonceBytes = 32;
 constexpr std::uint32_t kMaxHelloText = 4096;
-constexpr const char* kTagLabel = "hvdrun-slurm-agent";
 
-std::string tag_of(const rv::Hmac& key, std::string_view nonce, std::string_view text) {
-  auto t = key.tag({kTagLabel, nonce, text});
+// The agent's proof: it holds the secret, answers this launcher nonce, and says which
+// node it is and which address it reached.
+std::string agent_tag(const rv::Hmac& key, std::string_view launcher_nonce,
+                      std::string_view agent_nonce, std::string_view text) {
+  auto t = key.tag({"hvdrun-slurm-agent", launcher_nonce, agent_nonce, text});
   return std::string(reinterpret_cast<const char*>(t.data()), t.size());
+}
+
+// The launcher's proof, over the same values in the other order and under another label:
+// neither proof can be replayed as the other.
+std::string launcher_tag(const rv::Hmac& key, std::string_view launcher_nonce,
+                         std::string_view agent_nonce, std::string_view text) {
+  auto t = key.tag({"hvdrun-slurm-launcher", agent_nonce, launcher_nonce, text});
+  return std::string(reinterpret_cast<const char*>(t.data()), t.size());
+}
+
+bool same_tag(const std::string& a, const std::string& b) {
+  return a.size() == rv::kMacBytes && b.size() == rv::kMacBytes &&
+         rv::tags_equal(reinterpret_cast<const unsigned char*>(a.data()),
+                        reinterpret_cast<const unsigned char*>(b.data()));
+}
+
+std::string ipv4_text(const in_addr& a) {
+  char buf[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &a, buf, sizeof buf);
+  return buf;
+}
+
+// "IP:PORT" of one end of a connected IPv4 socket, or empty.
+std::string end_text(int fd, bool peer) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  const int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
+                      : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  if (rc != 0 || a.sin_family != AF_INET) return {};
+  return ipv4_text(a.sin_addr) + ":" + std::to_string(ntohs(a.sin_port));
 }
 
 std::uint32_t get_u32(const char* p) {
@@ -217,24 +252,40 @@ void ConnectBackPort::advance(std::uint64_t key, std::vector<ConnectedAgent>& do
                                           std::to_string(len) + "-byte hello; closed");
       return drop(key);
     }
-    p.want = 4 + std::size_t{len} + rv::kMacBytes;
+    p.want = 4 + std::size_t{len} + kNonceBytes + rv::kMacBytes;
     return;
   }
-  const std::string text = p.in.substr(4, p.want - 4 - rv::kMacBytes);
-  const std::string tag = p.in.substr(p.want - rv::kMacBytes);
-  const std::string want = tag_of(rv::Hmac(secret_), p.nonce, text);
-  if (!rv::tags_equal(reinterpret_cast<const unsigned char*>(want.data()),
-                      reinterpret_cast<const unsigned char*>(tag.data()))) {
-    gate_.refuse("wrong secret", "Slurm agents' port " + std::to_string(port_) +
-                                     ": a connection from " + p.source +
+  const std::string_view hello(p.in);
+  const std::string text(hello.substr(4, p.want - 4 - kNonceBytes - rv::kMacBytes));
+  const std::string agent_nonce(hello.substr(4 + text.size(), kNonceBytes));
+  const std::string tag(hello.substr(p.want - rv::kMacBytes));
+  const rv::Hmac mac(secret_);
+  const std::string where = "Slurm agents' port " + std::to_string(port_) + ": ";
+  if (!same_tag(tag, agent_tag(mac, p.nonce, agent_nonce, text))) {
+    gate_.refuse("wrong secret", where + "a connection from " + p.source +
                                      " did not prove the step's secret; closed");
     return drop(key);
   }
+  // NODE \n JOB.STEP \n the address the agent connected to. A relay that passes the
+  // handshake along reaches this port from its own connection, so the address the agent
+  // named is not the one this connection arrived at.
+  const auto nl1 = text.find('\n');
+  const auto nl2 = nl1 == std::string::npos ? nl1 : text.find('\n', nl1 + 1);
+  const std::string reached = end_text(p.sock.get(), false);
+  if (nl2 == std::string::npos || text.substr(nl2 + 1) != reached) {
+    gate_.refuse("relayed", where + "an agent's connection from " + p.source + " was meant for " +
+                                (nl2 == std::string::npos ? "?" : text.substr(nl2 + 1)) +
+                                " but arrived at " + reached +
+                                " (passed along by something in between); closed");
+    return drop(key);
+  }
+  const std::string proof = launcher_tag(mac, p.nonce, agent_nonce, text);
+  if (::send(p.sock.get(), proof.data(), proof.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(proof.size()))
+    return drop(key);
   gate_.leave(p.id);
   set_nonblocking(p.sock.get(), false);
-  const auto nl = text.find('\n');
-  done.push_back(
-      {text.substr(0, nl), nl == std::string::npos ? "" : text.substr(nl + 1), std::move(p.sock)});
+  done.push_back({text.substr(0, nl1), text.substr(nl1 + 1, nl2 - nl1 - 1), std::move(p.sock)});
   pending_.erase(key);
 }
 
@@ -245,11 +296,14 @@ void ConnectBackPort::drop(std::uint64_t key) {
   pending_.erase(it);
 }
 
-std::string boot_id() {
+std::string machine_identity() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(in, id);
-  return id;
+  std::string boot;
+  std::getline(in, boot);
+  char net[128] = {};
+  const ssize_t n = ::readlink("/proc/self/ns/net", net, sizeof net - 1);
+  if (boot.empty() || n <= 0) return {};
+  return boot + " " + std::string(net, static_cast<std::size_t>(n));
 }
 
 namespace {
@@ -260,68 +314,143 @@ std::string this_host() {
   return buf;
 }
 
-// Connects to the first of `targets` (ADDR:PORT,...) that answers; loopback first when
-// this is the launcher's own machine.
-UniqueFd connect_any(const std::string& targets, bool same_machine) {
-  std::vector<std::string> list;
+struct Target {
+  std::string text;  // "IP:PORT" as the launcher listed it
+  sockaddr_in addr{};
+};
+
+std::vector<Target> parse_targets(const std::string& targets) {
+  std::vector<Target> out;
   for (std::size_t start = 0; start <= targets.size();) {
     auto comma = targets.find(',', start);
-    list.push_back(
-        targets.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    const std::string t =
+        targets.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const auto colon = t.rfind(':');
+    Target target{t, {}};
+    target.addr.sin_family = AF_INET;
+    std::uint16_t port = 0;
+    if (colon != std::string::npos) {
+      auto [end, ec] = std::from_chars(t.data() + colon + 1, t.data() + t.size(), port);
+      target.addr.sin_port = htons(port);
+      if (ec == std::errc() && end == t.data() + t.size() && port != 0 &&
+          ::inet_pton(AF_INET, t.substr(0, colon).c_str(), &target.addr.sin_addr) == 1)
+        out.push_back(target);
+    }
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
+  return out;
+}
+
+// This node's own IPv4 addresses (every interface, loopback included).
+std::vector<in_addr_t> own_ipv4() {
+  std::vector<in_addr_t> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr != nullptr && i->ifa_addr->sa_family == AF_INET)
+      out.push_back(reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
+  }
+  ::freeifaddrs(list);
+  return out;
+}
+
+bool is_loopback(const in_addr& a) { return (ntohl(a.s_addr) >> 24) == 127; }
+
+// The targets that can only be the launcher's. On the launcher's own machine (same boot
+// and network namespace) every listed address is, loopback first. Elsewhere an address
+// this node also has (loopback, or a docker0-style address present on both) would reach a
+// socket on this node, which anyone here may have bound: such targets are left out, and
+// `skipped` names them.
+std::vector<Target> launcher_targets(std::vector<Target> all, bool same_machine,
+                                     std::string& skipped) {
   if (same_machine) {
-    std::stable_partition(list.begin(), list.end(),
-                          [](const std::string& t) { return t.rfind("127.", 0) == 0; });
+    std::stable_partition(all.begin(), all.end(),
+                          [](const Target& t) { return is_loopback(t.addr.sin_addr); });
+    return all;
   }
-  std::string errors;
-  for (const auto& t : list) {
-    const auto colon = t.rfind(':');
-    if (colon == std::string::npos) continue;
-    std::uint16_t port = 0;
-    auto [end, ec] = std::from_chars(t.data() + colon + 1, t.data() + t.size(), port);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    if (ec != std::errc() || end != t.data() + t.size() ||
-        ::inet_pton(AF_INET, t.substr(0, colon).c_str(), &a.sin_addr) != 1) {
-      continue;
+  const auto mine = own_ipv4();
+  std::vector<Target> out;
+  for (auto& t : all) {
+    if (is_loopback(t.addr.sin_addr) ||
+        std::find(mine.begin(), mine.end(), t.addr.sin_addr.s_addr) != mine.end()) {
+      skipped += (skipped.empty() ? "" : ", ") + t.text;
+    } else {
+      out.push_back(std::move(t));
     }
-    UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    timeval tv{5, 0};
-    ::setsockopt(s.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return s;
-    errors += " " + t + ": " + std::strerror(errno) + ";";
   }
-  throw LaunchError("cannot reach the launcher at any of" + errors +
-                    " use --network-interface to choose the address");
+  return out;
+}
+
+UniqueFd connect_to(const Target& t, std::string& error) {
+  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  timeval tv{5, 0};
+  ::setsockopt(s.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (::connect(s.get(), reinterpret_cast<const sockaddr*>(&t.addr), sizeof t.addr) == 0) return s;
+  error = std::strerror(errno);
+  return {};
+}
+
+// Both proofs over one connection; empty when the launcher answered, else what went wrong.
+// Nothing that arrives on the socket is read beyond the launcher's proof: the agent
+// protocol that follows is run_agent's.
+std::string handshake(int fd, const Target& t, const std::string& secret) {
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  std::string launcher_nonce(kNonceBytes, '\0');
+  if (!read_exact(fd, launcher_nonce.data(), launcher_nonce.size(), deadline))
+    return "no greeting within 10 s";
+  const char* node = std::getenv("SLURMD_NODENAME");
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const char* stepid = std::getenv("SLURM_STEP_ID");
+  const std::string text = (node ? std::string(node) : this_host()) + "\n" + (job ? job : "") +
+                           (job && stepid ? std::string(".") + stepid : "") + "\n" + t.text;
+  const std::string agent_nonce = rv::random_bytes(kNonceBytes);
+  const rv::Hmac key(secret);
+  const auto len = static_cast<std::uint32_t>(text.size());
+  const char len_bytes[4] = {static_cast<char>(len >> 24), static_cast<char>(len >> 16),
+                             static_cast<char>(len >> 8), static_cast<char>(len)};
+  if (!send_all(fd, std::string_view(len_bytes, 4)) || !send_all(fd, text) ||
+      !send_all(fd, agent_nonce) ||
+      !send_all(fd, agent_tag(key, launcher_nonce, agent_nonce, text)))
+    return "the connection broke during the handshake";
+  std::string proof(rv::kMacBytes, '\0');
+  if (!read_exact(fd, proof.data(), proof.size(), deadline))
+    return "it did not prove the step's secret (closed or silent)";
+  if (!same_tag(proof, launcher_tag(key, launcher_nonce, agent_nonce, text)))
+    return "it did not prove the step's secret (a wrong proof)";
+  return {};
 }
 
 }  // namespace
 
 UniqueFd connect_to_launcher(const std::string& targets, const std::string& secret,
-                             const std::string& launcher_boot) {
-  UniqueFd sock = connect_any(targets, !launcher_boot.empty() && launcher_boot == boot_id());
-  const auto deadline = Clock::now() + std::chrono::seconds(30);
-  std::string nonce(kNonceBytes, '\0');
-  if (!read_exact(sock.get(), nonce.data(), nonce.size(), deadline)) {
-    throw LaunchError("the launcher did not greet within 30 s");
+                             const std::string& launcher_identity) {
+  const bool same_machine = !launcher_identity.empty() && launcher_identity == machine_identity();
+  std::string skipped;
+  const auto list = launcher_targets(parse_targets(targets), same_machine, skipped);
+  const std::string left_out =
+      skipped.empty() ? std::string()
+                      : " (left out: " + skipped +
+                            ", which would reach this node itself: the launcher runs on "
+                            "another machine or network namespace)";
+  if (list.empty()) {
+    throw LaunchError("no address of the launcher can be told apart from this node's own in '" +
+                      targets + "'" + left_out +
+                      "; use --network-interface to choose an address only the launcher's "
+                      "machine has");
   }
-  const char* node = std::getenv("SLURMD_NODENAME");
-  const char* job = std::getenv("SLURM_JOB_ID");
-  const char* stepid = std::getenv("SLURM_STEP_ID");
-  std::string text = (node ? std::string(node) : this_host()) + "\n" + (job ? job : "") +
-                     (job && stepid ? std::string(".") + stepid : "");
-  const rv::Hmac key(secret);
-  const std::uint32_t len = static_cast<std::uint32_t>(text.size());
-  const char len_bytes[4] = {static_cast<char>(len >> 24), static_cast<char>(len >> 16),
-                             static_cast<char>(len >> 8), static_cast<char>(len)};
-  if (!send_all(sock.get(), std::string_view(len_bytes, 4)) || !send_all(sock.get(), text) ||
-      !send_all(sock.get(), tag_of(key, nonce, text))) {
-    throw LaunchError("the connection to the launcher broke during the handshake");
+  std::string errors;
+  for (const auto& t : list) {
+    std::string error;
+    UniqueFd s = connect_to(t, error);
+    if (s) error = handshake(s.get(), t, secret);
+    if (error.empty()) return s;
+    // Nothing was acted on and nothing but a proof went out: try the next address.
+    spdlog::warn("the listener at {} is not the launcher: {}", t.text, error);
+    errors += " " + t.text + ": " + error + ";";
   }
-  return sock;
+  throw LaunchError("cannot reach the launcher at any of" + errors + left_out +
+                    " use --network-interface to choose the address");
 }
 
 }  // namespace hvdrun::launcher

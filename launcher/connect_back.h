@@ -4,9 +4,18 @@
 // silent or slow connection holds a place in the cap for a few seconds at most and never
 // delays an agent; a flood closes its own oldest connections, not the agents'.
 //
-// Handshake (docs/agent-protocol.md): the launcher sends a 32-byte nonce; the agent answers
-// u32 length | "NODE\nJOB.STEP" | HMAC-SHA256(secret, "hvdrun-slurm-agent" | nonce | text);
-// the launcher checks the tag, then the socket carries the agent protocol.
+// Handshake (docs/agent-protocol.md), both ways before a frame is acted on:
+//   launcher -> agent   nonce L (32 bytes)
+//   agent -> launcher   u32 length | TEXT | nonce A (32) | HMAC(secret, "hvdrun-slurm-agent" |
+//                       L | A | TEXT), TEXT = "NODE\nJOB.STEP\nIP:PORT" (the address the
+//                       agent connected to)
+//   launcher -> agent   HMAC(secret, "hvdrun-slurm-launcher" | A | L | TEXT)
+// The launcher checks the agent's proof and that IP:PORT is where the connection arrived
+// (a relay in between arrives from its own connection); the agent checks the launcher's
+// proof before it reads a frame, and otherwise tries the launcher's next address. Only
+// then does the socket carry the agent protocol. The agent connects only to addresses
+// that can be the launcher's: on another machine (boot id) or network namespace, none
+// that this node has itself (loopback, or an address such as docker0's present on both).
 #pragma once
 
 #include <chrono>
@@ -68,13 +77,17 @@ class ConnectBackPort {
   std::chrono::milliseconds accept_backoff_{0};
 };
 
-/// This machine's boot id (/proc/sys/kernel/random/boot_id), or empty.
-std::string boot_id();
+/// This machine and network namespace: the boot id and the namespace's id
+/// ("BOOT-ID net:[4026531840]"), or empty when either cannot be read. Two processes with
+/// the same identity reach the same sockets through loopback.
+std::string machine_identity();
 
-/// The agent's side: connects to the launcher at one of `targets` ("ADDR:PORT,..."), and
-/// authenticates with `secret`; `launcher_boot` is the launcher's boot id. Returns the
-/// socket, which carries the agent protocol from here on. Throws LaunchError.
+/// The agent's side: connects to the launcher at one of `targets` ("IP:PORT,..."), those
+/// it can tell are the launcher's (see above; `launcher_identity` is the launcher's
+/// machine_identity()), and runs the handshake both ways with `secret`, trying the next
+/// address when a listener does not prove the secret. Returns the socket, which carries
+/// the agent protocol from here on. Throws LaunchError naming every address tried.
 UniqueFd connect_to_launcher(const std::string& targets, const std::string& secret,
-                             const std::string& launcher_boot);
+                             const std::string& launcher_identity);
 
 }  // namespace hvdrun::launcher

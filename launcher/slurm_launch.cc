@@ -297,7 +297,7 @@ std::map<std::string, std::unique_ptr<AgentLink>> start_slurm_agents(const Slurm
   const std::vector<std::string> env =
       environment_with({std::string(kAgentConnectEnv) + "=" + join(targets, ","),
                         std::string(kAgentSecretEnv) + "=" + secret,
-                        std::string(kAgentBootIdEnv) + "=" + boot_id()});
+                        std::string(kAgentBootIdEnv) + "=" + machine_identity()});
   UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   ChildSpec cs;
   cs.what = "srun";

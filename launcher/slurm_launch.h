@@ -22,7 +22,8 @@ namespace hvdrun::launcher {
 inline constexpr const char* kAgentConnectEnv =
     "HVDRUN_AGENT_CONNECT";                                            ///< ADDR:PORT[,ADDR:PORT...]
 inline constexpr const char* kAgentSecretEnv = "HVDRUN_AGENT_SECRET";  ///< hex secret
-inline constexpr const char* kAgentBootIdEnv = "HVDRUN_AGENT_BOOT_ID";  ///< launcher's boot id
+/// The launcher's machine_identity() (boot id and network namespace).
+inline constexpr const char* kAgentBootIdEnv = "HVDRUN_AGENT_BOOT_ID";
 
 /// How the step is started.
 struct SlurmStepSpec {
