@@ -242,9 +242,9 @@ class Hijacker {
 
 TEST_CASE(
     "slurm launch: a listener without the secret on an address tried first gets a proof "
-    "and runs nothing; the agent goes on to the launcher") {
+    "and runs nothing, and the agent goes on to the launcher") {
   hvdrun::testing::TempDir dir("srun");
-  const std::string d = dir.path();
+  const std::string& d = dir.path();
   // The agent is told to try 127.0.0.2:PORT first, where the hijacker listens.
   const std::string srun =
       fake_srun(dir, "  port=${HVDRUN_AGENT_CONNECT##*:}; echo $port > " + d +
@@ -274,7 +274,7 @@ TEST_CASE(
     "slurm launch: in another network namespace the agent does not use loopback, so a "
     "listener on the launcher's port there gets nothing") {
   hvdrun::testing::TempDir dir("srun");
-  const std::string d = dir.path();
+  const std::string& d = dir.path();
   // The agent runs in a network namespace of its own (another node, as far as its sockets
   // go), where the hijacker listens on 127.0.0.1 and the launcher's port.
   const std::string srun = fake_srun(
@@ -283,7 +283,7 @@ TEST_CASE(
                "  SLURMD_NODENAME=$node unshare --net sh -c 'ip link set lo up; echo $$ > " +
                d + "/ns; for _ in $(seq 1000); do [ -e " + d +
                "/ready ] && break; sleep 0.01; done; exec \"$@\"' sh \"$@\" &\n");
-  if (::system("unshare --net true 2>/dev/null") != 0)
+  if (hvdrun::testing::CapturedProcess({"unshare", "--net", "true"}).wait(10s) != 0)
     HVDRUN_SKIP("cannot make a network namespace here (unshare --net)");
   Hijacker hijacker(d, "127.0.0.1", true);
   auto spec = spec_for(srun, {"n1"});
@@ -370,7 +370,7 @@ TEST_CASE(
     "slurm launch: a relay that passes the handshake along is refused, and the agent "
     "goes on to the launcher itself") {
   hvdrun::testing::TempDir dir("srun");
-  const std::string d = dir.path();
+  const std::string& d = dir.path();
   const std::string srun =
       fake_srun(dir, "  port=${HVDRUN_AGENT_CONNECT##*:}; echo $port > " + d +
                          "/port\n"
