@@ -66,7 +66,7 @@ TEST_CASE("connect-back port: 30 idle connections do not delay an agent's handsh
   REQUIRE(agents.size() == 1);
   CHECK_FALSE(agents[0].node.empty());
   CHECK(ms < 1000ms);  // one round trip; the 30 before it wait on their own deadlines
-  CHECK(port.gate().pending() == 30);
+  CHECK(port.gate().pending() >= 30);  // (another user's connections would add to them)
   // The idle ones are closed at the handshake deadline (5 s), the agent's link is not.
   serve_until(
       port, [&] { return port.gate().pending() == 0; }, Clock::now() + 10s);
