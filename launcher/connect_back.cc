@@ -70,12 +70,6 @@ std::string end_text(int fd, bool peer) {
   return ipv4_text(a.sin_addr) + ":" + std::to_string(ntohs(a.sin_port));
 }
 
-std::uint32_t get_u32(const char* p) {
-  const auto* b = reinterpret_cast<const unsigned char*>(p);
-  return (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) | (std::uint32_t{b[2]} << 8) |
-         std::uint32_t{b[3]};
-}
-
 // Reads exactly `n` bytes before `deadline`; false on EOF, error or timeout.
 bool read_exact(int fd, char* buf, std::size_t n, Clock::time_point deadline) {
   std::size_t got = 0;
@@ -245,7 +239,7 @@ void ConnectBackPort::advance(std::uint64_t key, std::vector<ConnectedAgent>& do
   p.in.append(buf, static_cast<std::size_t>(n));
   if (p.in.size() < p.want) return;
   if (p.want == 4) {
-    const std::uint32_t len = get_u32(p.in.data());
+    const std::uint32_t len = rv::get_u32(p.in.data());
     if (len > kMaxHelloText) {
       gate_.refuse("oversized hello", "Slurm agents' port " + std::to_string(port_) +
                                           ": a connection from " + p.source + " announced a " +
@@ -314,19 +308,19 @@ std::string this_host() {
   return buf;
 }
 
-struct Target {
+struct LauncherAddress {
   std::string text;  // "IP:PORT" as the launcher listed it
   sockaddr_in addr{};
 };
 
-std::vector<Target> parse_targets(const std::string& targets) {
-  std::vector<Target> out;
+std::vector<LauncherAddress> parse_targets(const std::string& targets) {
+  std::vector<LauncherAddress> out;
   for (std::size_t start = 0; start <= targets.size();) {
     auto comma = targets.find(',', start);
     const std::string t =
         targets.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     const auto colon = t.rfind(':');
-    Target target{t, {}};
+    LauncherAddress target{t, {}};
     target.addr.sin_family = AF_INET;
     std::uint16_t port = 0;
     if (colon != std::string::npos) {
@@ -362,15 +356,15 @@ bool is_loopback(const in_addr& a) { return (ntohl(a.s_addr) >> 24) == 127; }
 // this node also has (loopback, or a docker0-style address present on both) would reach a
 // socket on this node, which anyone here may have bound: such targets are left out, and
 // `skipped` names them.
-std::vector<Target> launcher_targets(std::vector<Target> all, bool same_machine,
-                                     std::string& skipped) {
+std::vector<LauncherAddress> launcher_targets(std::vector<LauncherAddress> all, bool same_machine,
+                                              std::string& skipped) {
   if (same_machine) {
     std::stable_partition(all.begin(), all.end(),
-                          [](const Target& t) { return is_loopback(t.addr.sin_addr); });
+                          [](const LauncherAddress& t) { return is_loopback(t.addr.sin_addr); });
     return all;
   }
   const auto mine = own_ipv4();
-  std::vector<Target> out;
+  std::vector<LauncherAddress> out;
   for (auto& t : all) {
     if (is_loopback(t.addr.sin_addr) ||
         std::find(mine.begin(), mine.end(), t.addr.sin_addr.s_addr) != mine.end()) {
@@ -382,7 +376,7 @@ std::vector<Target> launcher_targets(std::vector<Target> all, bool same_machine,
   return out;
 }
 
-UniqueFd connect_to(const Target& t, std::string& error) {
+UniqueFd connect_to(const LauncherAddress& t, std::string& error) {
   UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   timeval tv{5, 0};
   ::setsockopt(s.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
@@ -394,7 +388,7 @@ UniqueFd connect_to(const Target& t, std::string& error) {
 // Both proofs over one connection; empty when the launcher answered, else what went wrong.
 // Nothing that arrives on the socket is read beyond the launcher's proof: the agent
 // protocol that follows is run_agent's.
-std::string handshake(int fd, const Target& t, const std::string& secret) {
+std::string prove_both_ways(int fd, const LauncherAddress& t, const std::string& secret) {
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   std::string launcher_nonce(kNonceBytes, '\0');
   if (!read_exact(fd, launcher_nonce.data(), launcher_nonce.size(), deadline))
@@ -443,7 +437,7 @@ UniqueFd connect_to_launcher(const std::string& targets, const std::string& secr
   for (const auto& t : list) {
     std::string error;
     UniqueFd s = connect_to(t, error);
-    if (s) error = handshake(s.get(), t, secret);
+    if (s) error = prove_both_ways(s.get(), t, secret);
     if (error.empty()) return s;
     // Nothing was acted on and nothing but a proof went out: try the next address.
     spdlog::warn("the listener at {} is not the launcher: {}", t.text, error);
