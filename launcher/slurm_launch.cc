@@ -1,4 +1,5 @@
-// The Slurm launch method: the srun step and its agents' connect-back, on both sides.
+// The Slurm launch method: the srun step, its agents' links, and the agent's entry (the
+// connect-back port and handshake are launcher/connect_back.*).
 #include "launcher/slurm_launch.h"
 
 #include <arpa/inet.h>
@@ -14,10 +15,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 
 #include <spdlog/spdlog.h>
 
