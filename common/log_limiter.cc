@@ -16,7 +16,12 @@ std::string seconds(std::chrono::milliseconds d) {
 
 }  // namespace
 
-LogLimiter::LogLimiter(std::chrono::milliseconds interval) : interval_(interval) {}
+LogLimiter::LogLimiter(std::chrono::milliseconds interval, spdlog::logger* logger)
+    : interval_(interval), logger_(logger) {}
+
+spdlog::logger& LogLimiter::out() const {
+  return logger_ != nullptr ? *logger_ : *spdlog::default_logger_raw();
+}
 
 bool LogLimiter::admit(std::string_view cause, std::uint64_t& held_back, Clock::time_point now) {
   std::lock_guard lock(mu_);
@@ -44,10 +49,10 @@ void LogLimiter::warn(std::string_view cause, const std::string& message) {
   std::uint64_t held = 0;
   if (!admit(cause, held, Clock::now())) return;
   if (held == 0) {
-    spdlog::warn("{}", message);
+    out().warn("{}", message);
   } else {
-    spdlog::warn("{} (and {} more like it in the last {})", message, held,
-                 seconds(std::chrono::duration_cast<std::chrono::milliseconds>(interval_)));
+    out().warn("{} (and {} more like it in the last {})", message, held,
+               seconds(std::chrono::duration_cast<std::chrono::milliseconds>(interval_)));
   }
 }
 
@@ -55,7 +60,7 @@ void LogLimiter::flush(std::string_view what) {
   std::lock_guard lock(mu_);
   for (auto& [cause, e] : causes_) {
     if (e.held == 0) continue;
-    spdlog::warn("{}: {} more of '{}' since the last report", what, e.held, cause);
+    out().warn("{}: {} more of '{}' since the last report", what, e.held, cause);
     e.held = 0;
   }
 }

@@ -1,7 +1,8 @@
 // Rate-limited warnings: a cause that repeats (a client with the wrong secret, accept
 // failing while descriptors are short) is written once per interval, and the next line
 // for it says how many were held back. A server under attack then logs a few lines a
-// minute instead of one per attempt.
+// minute instead of one per attempt. Every warning an outsider can cause goes through one
+// (the ports' through common/preauth_gate.h); python/hvdrun/_preauth.py is its mirror.
 #pragma once
 
 #include <chrono>
@@ -11,6 +12,10 @@
 #include <string_view>
 #include <unordered_map>
 
+namespace spdlog {
+class logger;
+}
+
 namespace hvdrun {
 
 /// Writes warnings through spdlog, at most one line per cause per interval. Thread-safe.
@@ -18,8 +23,10 @@ class LogLimiter {
  public:
   using Clock = std::chrono::steady_clock;
 
-  /// At most one line per cause every `interval`.
-  explicit LogLimiter(std::chrono::milliseconds interval = std::chrono::seconds(10));
+  /// At most one line per cause every `interval`, written to `logger` (spdlog's default
+  /// logger when null; libhvdrun passes its own, common/log.h). `logger` must outlive this.
+  explicit LogLimiter(std::chrono::milliseconds interval = std::chrono::seconds(10),
+                      spdlog::logger* logger = nullptr);
 
   /// Decides for one occurrence of `cause` at `now`: true when a line may be written, and
   /// then `held_back` gets the number of occurrences not written since the last line.
@@ -44,7 +51,10 @@ class LogLimiter {
     std::uint64_t held = 0;
   };
 
+  spdlog::logger& out() const;
+
   const std::chrono::milliseconds interval_;
+  spdlog::logger* logger_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Entry> causes_;
   std::uint64_t total_ = 0;

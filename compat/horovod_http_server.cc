@@ -23,7 +23,7 @@
 
 #include "common/accept_loop.h"
 #include "common/error.h"
-#include "common/log_limiter.h"
+#include "common/preauth_gate.h"
 #include "common/socket_owner.h"
 #include "compat/horovod_http_handler.h"
 
@@ -112,8 +112,8 @@ class HorovodHttpServer::Impl {
        HttpServerLimits limits)
       : limits_(limits),
         store_(placement, limits.max_store_bytes),
-        log_(limits.log_interval),
-        pending_(limits.pending),
+        gate_("Horovod rendezvous", "without a complete request",
+              PreauthPolicy{limits.header_timeout, limits.pending, limits.log_interval}),
         uid_(::geteuid()),
         peer_owner_([](int fd) { return local_peer_owner(fd); }) {
     const std::string where =
@@ -204,7 +204,7 @@ class HorovodHttpServer::Impl {
     if (started_.exchange(true)) throw std::logic_error("HorovodHttpServer::start called twice");
     accept_loop_.emplace(
         acceptor_, "Horovod rendezvous on port " + std::to_string(port_),
-        [this](tcp::socket socket) { on_accept(std::move(socket)); }, log_);
+        [this](tcp::socket socket) { on_accept(std::move(socket)); }, gate_.log());
     accept_loop_->start();
     thread_ = std::thread([this] {
       try {
@@ -248,8 +248,8 @@ class HorovodHttpServer::Impl {
 
   const HttpServerLimits& limits() const { return limits_; }
   HorovodStore& store() { return store_; }
-  LogLimiter& log() { return log_; }
-  PendingCap& pending() { return pending_; }
+  LogLimiter& log() { return gate_.log(); }
+  PreauthGate& gate() { return gate_; }
   void count_forbidden() { ++forbidden_; }
   void count_evicted() {
     ++evicted_;
@@ -276,8 +276,7 @@ class HorovodHttpServer::Impl {
   std::vector<Network> allowed_;
   HorovodStore store_;
   // Declared before io_, like sessions_: sessions still alive when io_ goes use them.
-  LogLimiter log_;
-  PendingCap pending_;
+  PreauthGate gate_;
   uid_t uid_;
   std::function<PeerOwner(int)> peer_owner_;
   std::atomic<std::uint64_t> requests_{0};
@@ -309,7 +308,7 @@ class HorovodHttpServer::Impl::Session : public std::enable_shared_from_this<Ses
         source_(verdict_.source) {}
   ~Session() {
     server_.store().release(reserved_);
-    server_.pending().remove(pending_id_);
+    server_.gate().leave(pending_id_);
     server_.forget(this);
   }
 
@@ -328,18 +327,10 @@ class HorovodHttpServer::Impl::Session : public std::enable_shared_from_this<Ses
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(server_.limits().max_header_bytes));
     parser_->body_limit(server_.limits().max_body_bytes);
-    pending_id_ = server_.pending().add(source_, [w = weak_from_this(), &srv = server_] {
+    pending_id_ = server_.gate().enter(source_, [w = weak_from_this(), &srv = server_] {
       auto self = w.lock();
       if (!self) return;
       srv.count_evicted();
-      srv.log().warn("pending cap",
-                     "Horovod rendezvous: too many connections without a complete request "
-                     "(limits: " +
-                         std::to_string(srv.limits().pending.per_source) + " per source, " +
-                         std::to_string(srv.limits().pending.total) +
-                         " in all); closing the oldest from " + self->source_ +
-                         ". Something other than the job's ranks is connecting "
-                         "(docs/security.md)");
       self->close();
     });
     stream_.expires_after(server_.limits().header_timeout);
@@ -349,7 +340,7 @@ class HorovodHttpServer::Impl::Session : public std::enable_shared_from_this<Ses
   }
 
   void on_header(beast::error_code ec) {
-    server_.pending().remove(std::exchange(pending_id_, 0));
+    server_.gate().leave(std::exchange(pending_id_, 0));
     if (ec) return on_error(ec);
     if (!verdict_.allowed) return refuse();
     auto& req = parser_->get();
@@ -537,7 +528,7 @@ void HorovodHttpServer::Impl::close_all() {
   beast::error_code ignored;
   acceptor_.close(ignored);
   if (accept_loop_) accept_loop_->stop();
-  log_.flush("Horovod rendezvous");
+  gate_.flush();
   // Copy first: closing completes handlers that may destroy sessions.
   std::vector<std::shared_ptr<Session>> live;
   for (auto& [raw, weak] : sessions_) {

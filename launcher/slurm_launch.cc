@@ -1,4 +1,5 @@
-// The Slurm launch method: the srun step and its agents' connect-back, on both sides.
+// The Slurm launch method: the srun step, its agents' links, and the agent's entry (the
+// connect-back port and handshake are launcher/connect_back.*).
 #include "launcher/slurm_launch.h"
 
 #include <arpa/inet.h>
@@ -14,16 +15,15 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
 #include "common/fd.h"
 #include "launcher/agent.h"
+#include "launcher/connect_back.h"
 #include "launcher/subprocess.h"
 #include "rendezvous/protocol.h"
 #include "rendezvous/server.h"
@@ -36,22 +36,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace rv = rendezvous;
 
-constexpr std::size_t kNonceBytes = 32;
-constexpr std::uint32_t kMaxHelloText = 4096;
-constexpr const char* kTagLabel = "hvdrun-slurm-agent";
-
-std::string this_host() {
-  char buf[256] = {};
-  ::gethostname(buf, sizeof buf - 1);
-  return buf;
-}
-
-std::string boot_id() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(in, id);
-  return id;
-}
+// How often the wait for agents looks whether srun has ended.
+constexpr std::chrono::milliseconds kSrunCheck{50};
 
 std::string ip_of(const sockaddr_in& a) {
   char buf[INET_ADDRSTRLEN] = {};
@@ -81,42 +67,6 @@ std::vector<std::string> own_addresses() {
   }
   out.emplace_back("127.0.0.1");
   return out;
-}
-
-// Reads exactly `n` bytes before `deadline`; false on EOF, error or timeout.
-bool read_exact(int fd, char* buf, std::size_t n, Clock::time_point deadline) {
-  std::size_t got = 0;
-  while (got < n) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return false;
-    pollfd p{fd, POLLIN, 0};
-    int rc = ::poll(&p, 1, static_cast<int>(left.count()) + 1);
-    if (rc < 0 && errno != EINTR) return false;
-    if (rc <= 0) continue;
-    ssize_t r = ::recv(fd, buf + got, n - got, 0);
-    if (r == 0) return false;
-    if (r < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return false;
-    }
-    got += static_cast<std::size_t>(r);
-  }
-  return true;
-}
-
-bool write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t w = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    data.remove_prefix(static_cast<std::size_t>(w));
-  }
-  return true;
-}
-
-std::string tag_of(const rv::Hmac& key, std::string_view nonce, std::string_view text) {
-  auto t = key.tag({kTagLabel, nonce, text});
-  return std::string(reinterpret_cast<const char*>(t.data()), t.size());
 }
 
 std::string lower(std::string s) {
@@ -295,66 +245,6 @@ class SlurmAgentLink : public AgentLink {
   std::string host_address_;
 };
 
-UniqueFd listen_on(const std::string& address) {
-  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!s) throw_errno("listening for Slurm agents", "socket");
-  int one = 1;
-  ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  if (::inet_pton(AF_INET, address.c_str(), &a.sin_addr) != 1) {
-    throw LaunchError("listening for Slurm agents: bad address '" + address + "'");
-  }
-  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    throw_errno("listening for Slurm agents on " + address, "bind");
-  }
-  if (::listen(s.get(), 1024) != 0) throw_errno("listening for Slurm agents", "listen");
-  return s;
-}
-
-int port_of(int fd) {
-  sockaddr_in a{};
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  return ntohs(a.sin_port);
-}
-
-struct Accepted {
-  std::string node;
-  std::string step;
-  UniqueFd sock;
-};
-
-// The handshake of one connection: nonce out, node, step and tag back. Returns nullopt
-// (and logs why) for a peer that fails it; such a peer is simply dropped.
-std::optional<Accepted> authenticate(UniqueFd sock, const rv::Hmac& key,
-                                     Clock::time_point deadline) {
-  const std::string nonce = rv::random_bytes(kNonceBytes);
-  const auto until = std::min(deadline, Clock::now() + std::chrono::seconds(10));
-  if (!write_all(sock.get(), nonce)) return std::nullopt;
-  unsigned char len_bytes[4];
-  if (!read_exact(sock.get(), reinterpret_cast<char*>(len_bytes), 4, until)) return std::nullopt;
-  const std::uint32_t len = (std::uint32_t{len_bytes[0]} << 24) |
-                            (std::uint32_t{len_bytes[1]} << 16) |
-                            (std::uint32_t{len_bytes[2]} << 8) | std::uint32_t{len_bytes[3]};
-  if (len > kMaxHelloText) return std::nullopt;
-  std::string text(len, '\0');
-  std::string tag(rv::kMacBytes, '\0');
-  if (!read_exact(sock.get(), text.data(), len, until) ||
-      !read_exact(sock.get(), tag.data(), tag.size(), until)) {
-    return std::nullopt;
-  }
-  const std::string want = tag_of(key, nonce, text);
-  if (!rv::tags_equal(reinterpret_cast<const unsigned char*>(want.data()),
-                      reinterpret_cast<const unsigned char*>(tag.data()))) {
-    spdlog::warn("a connection to the Slurm agents' port failed authentication; dropped");
-    return std::nullopt;
-  }
-  auto nl = text.find('\n');
-  return Accepted{text.substr(0, nl), nl == std::string::npos ? "" : text.substr(nl + 1),
-                  std::move(sock)};
-}
-
 std::vector<std::string> environment_with(const std::vector<std::string>& extra) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -394,20 +284,19 @@ std::vector<std::string> srun_command(const SlurmStepSpec& spec) {
 }
 
 std::map<std::string, std::unique_ptr<AgentLink>> start_slurm_agents(const SlurmStepSpec& spec) {
-  UniqueFd listener = listen_on(spec.bind_address);
-  const int port = port_of(listener.get());
+  const std::string secret = rv::generate_secret();
+  ConnectBackPort listener(spec.bind_address, secret);
+  const int port = listener.port();
   std::vector<std::string> targets;
   for (const auto& a : spec.bind_address == "0.0.0.0"
                            ? own_addresses()
                            : std::vector<std::string>{spec.bind_address}) {
     targets.push_back(a + ":" + std::to_string(port));
   }
-  const std::string secret = rv::generate_secret();
-  const rv::Hmac key(secret);
   const std::vector<std::string> env =
       environment_with({std::string(kAgentConnectEnv) + "=" + join(targets, ","),
                         std::string(kAgentSecretEnv) + "=" + secret,
-                        std::string(kAgentBootIdEnv) + "=" + boot_id()});
+                        std::string(kAgentBootIdEnv) + "=" + machine_identity()});
   UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   ChildSpec cs;
   cs.what = "srun";
@@ -428,26 +317,22 @@ std::map<std::string, std::unique_ptr<AgentLink>> start_slurm_agents(const Slurm
   std::map<std::string, std::string> wanted;  // lower-case -> as planned
   for (const auto& n : spec.nodes) wanted.emplace(lower(n), n);
   bool srun_ended = false;
+  // Handshakes run side by side (connect_back.h): idle or hostile connections to the
+  // port delay no agent.
   while (links.size() < spec.nodes.size() && Clock::now() < spec.deadline && !srun_ended) {
-    pollfd p{listener.get(), POLLIN, 0};
-    ::poll(&p, 1, 50);
+    auto agents = listener.serve(std::min(spec.deadline, Clock::now() + kSrunCheck));
     srun_ended = step->exited();
-    for (;;) {
-      UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (!conn) break;
-      set_nonblocking(conn.get(), false);
-      auto a = authenticate(std::move(conn), key, spec.deadline);
-      if (!a) continue;
-      auto it = wanted.find(lower(a->node));
+    for (auto& a : agents) {
+      auto it = wanted.find(lower(a.node));
       if (it == wanted.end() || links.count(it->second) != 0) {
-        spdlog::warn("an agent reported node '{}', which is not one of {}; dropped", a->node,
+        spdlog::warn("an agent reported node '{}', which is not one of {}; dropped", a.node,
                      join(spec.nodes, ","));
         continue;
       }
-      step->set_step(a->step);
+      step->set_step(a.step);
       int one = 1;
-      ::setsockopt(a->sock.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      links[it->second] = std::make_unique<SlurmAgentLink>(it->second, std::move(a->sock), step);
+      ::setsockopt(a.sock.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      links[it->second] = std::make_unique<SlurmAgentLink>(it->second, std::move(a.sock), step);
     }
   }
   if (links.size() == spec.nodes.size()) return links;
@@ -466,72 +351,6 @@ std::map<std::string, std::unique_ptr<AgentLink>> start_slurm_agents(const Slurm
                     "(--network-interface chooses the address), or use --launcher ssh");
 }
 
-namespace {
-
-// Connects to the first of `targets` (ADDR:PORT,...) that answers; loopback first when
-// this is the launcher's own machine.
-UniqueFd connect_back(const std::string& targets, bool same_machine) {
-  std::vector<std::string> list;
-  for (std::size_t start = 0; start <= targets.size();) {
-    auto comma = targets.find(',', start);
-    list.push_back(
-        targets.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  if (same_machine) {
-    std::stable_partition(list.begin(), list.end(),
-                          [](const std::string& t) { return t.rfind("127.", 0) == 0; });
-  }
-  std::string errors;
-  for (const auto& t : list) {
-    const auto colon = t.rfind(':');
-    if (colon == std::string::npos) continue;
-    std::uint16_t port = 0;
-    auto [end, ec] = std::from_chars(t.data() + colon + 1, t.data() + t.size(), port);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    if (ec != std::errc() || end != t.data() + t.size() ||
-        ::inet_pton(AF_INET, t.substr(0, colon).c_str(), &a.sin_addr) != 1) {
-      continue;
-    }
-    UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    timeval tv{5, 0};
-    ::setsockopt(s.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return s;
-    errors += " " + t + ": " + std::strerror(errno) + ";";
-  }
-  throw LaunchError("cannot reach the launcher at any of" + errors +
-                    " use --network-interface to choose the address");
-}
-
-int run_connected_agent(const std::string& targets, const std::string& secret,
-                        const std::string& launcher_boot) {
-  UniqueFd sock = connect_back(targets, !launcher_boot.empty() && launcher_boot == boot_id());
-  const auto deadline = Clock::now() + std::chrono::seconds(30);
-  std::string nonce(kNonceBytes, '\0');
-  if (!read_exact(sock.get(), nonce.data(), nonce.size(), deadline)) {
-    throw LaunchError("the launcher did not greet within 30 s");
-  }
-  const char* node = std::getenv("SLURMD_NODENAME");
-  const char* job = std::getenv("SLURM_JOB_ID");
-  const char* stepid = std::getenv("SLURM_STEP_ID");
-  std::string text = (node ? std::string(node) : this_host()) + "\n" + (job ? job : "") +
-                     (job && stepid ? std::string(".") + stepid : "");
-  const rv::Hmac key(secret);
-  const std::uint32_t len = static_cast<std::uint32_t>(text.size());
-  const char len_bytes[4] = {static_cast<char>(len >> 24), static_cast<char>(len >> 16),
-                             static_cast<char>(len >> 8), static_cast<char>(len)};
-  if (!write_all(sock.get(), std::string_view(len_bytes, 4)) || !write_all(sock.get(), text) ||
-      !write_all(sock.get(), tag_of(key, nonce, text))) {
-    throw LaunchError("the connection to the launcher broke during the handshake");
-  }
-  return run_agent(sock.get(), sock.get());
-}
-
-}  // namespace
-
 int run_agent_main() {
   const char* targets = std::getenv(kAgentConnectEnv);
   if (targets == nullptr) return run_agent(0, 1);
@@ -546,7 +365,8 @@ int run_agent_main() {
   ::unsetenv(kAgentBootIdEnv);
   if (s.empty())
     throw LaunchError(std::string(kAgentSecretEnv) + " is not set; the agent cannot authenticate");
-  return run_connected_agent(t, s, b);
+  UniqueFd sock = connect_to_launcher(t, s, b);
+  return run_agent(sock.get(), sock.get());
 }
 
 }  // namespace hvdrun::launcher

@@ -5,10 +5,7 @@
 // command line. The step ends when its agents do; past the teardown deadline it is
 // cancelled (scancel JOB.STEP), so nothing is left on any node.
 //
-// Connect-back handshake (before the agent protocol): the launcher sends a 32-byte nonce;
-// the agent answers u32 length | "NODE\nJOB.STEP" | HMAC-SHA256(secret, "hvdrun-slurm-agent" |
-// nonce | that text); the launcher checks the tag and the node, then the socket carries the
-// agent's frames as a pipe would.
+// The connect-back port and its handshake: launcher/connect_back.h.
 #pragma once
 
 #include <chrono>
@@ -25,7 +22,8 @@ namespace hvdrun::launcher {
 inline constexpr const char* kAgentConnectEnv =
     "HVDRUN_AGENT_CONNECT";                                            ///< ADDR:PORT[,ADDR:PORT...]
 inline constexpr const char* kAgentSecretEnv = "HVDRUN_AGENT_SECRET";  ///< hex secret
-inline constexpr const char* kAgentBootIdEnv = "HVDRUN_AGENT_BOOT_ID";  ///< launcher's boot id
+/// The launcher's machine_identity() (boot id and network namespace).
+inline constexpr const char* kAgentBootIdEnv = "HVDRUN_AGENT_BOOT_ID";
 
 /// How the step is started.
 struct SlurmStepSpec {

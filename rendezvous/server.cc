@@ -1,8 +1,9 @@
 // The rendezvous server: one Boost.Asio io_context on one thread, one Session per client
 // connection. All store state lives on that thread; in-process accessors hop onto it.
 // A misbehaving client is closed alone; nothing it sends can stall another session.
-// Before authentication a connection is capped (PendingCap), may send one tiny frame and
-// has a short deadline; after it, its read buffer grows only with bytes that arrive.
+// Before authentication a connection is held by the pre-authentication gate that every
+// port shares (common/preauth_gate.h), may send one tiny frame and has a short deadline;
+// after it, its read buffer grows only with bytes that arrive.
 #include "rendezvous/server.h"
 
 #include <spdlog/spdlog.h>
@@ -24,9 +25,7 @@
 
 #include "common/accept_loop.h"
 #include "common/error.h"
-#include "common/log_limiter.h"
-#include "common/pending_cap.h"
-#include "common/socket_owner.h"
+#include "common/preauth_gate.h"
 #include "rendezvous/protocol.h"
 
 namespace hvdrun::rendezvous {
@@ -72,8 +71,8 @@ class Server::Impl {
       : acceptor_(io_),
         secret_(secret),
         opts_(opts),
-        log_(opts.log_interval),
-        pending_(opts.unauthenticated) {
+        gate_("rendezvous", "that have not authenticated",
+              PreauthPolicy{opts.handshake_timeout, opts.unauthenticated, opts.log_interval}) {
     boost::system::error_code ec;
     auto addr = asio::ip::make_address(bind_address, ec);
     std::string where = "rendezvous server on " + bind_address + ":" + std::to_string(port);
@@ -180,9 +179,9 @@ class Server::Impl {
   ServerStats stats() const {
     return on_io([&] {
       ServerStats st;
-      st.unauthenticated = pending_.size();
-      st.evicted = pending_.evicted();
-      st.rejected = rejected_;
+      st.unauthenticated = gate_.pending();
+      st.evicted = gate_.evicted();
+      st.rejected = gate_.refused();
       st.accept_failures = accept_loop_ ? accept_loop_->failures() : 0;
       st.store_bytes = store_bytes_;
       st.buffer_bytes = buffer_bytes_;
@@ -260,9 +259,7 @@ class Server::Impl {
   std::size_t buffer_bytes_ = 0;  // all sessions' read buffers
   std::uint64_t received_bytes_ = 0;
   std::uint64_t accepted_ = 0;
-  std::uint64_t rejected_ = 0;
-  LogLimiter log_;
-  PendingCap pending_;
+  PreauthGate gate_;
 
  private:
   void accept();
@@ -286,11 +283,7 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
     peer_ = ec ? std::string("unknown peer") : endpoint_string(ep);
     // The unit of the cap: the user of a process on this host (so another local user's
     // flood never pushes out the job's ranks), else the remote address.
-    if (auto uid = local_peer_uid(sock_.native_handle())) {
-      source_ = "uid " + std::to_string(*uid) + " on this host";
-    } else {
-      source_ = ec ? peer_ : ep.address().to_string();
-    }
+    source_ = connection_source(sock_.native_handle());
     sock_.set_option(tcp::no_delay(true), ec);
     srv_.buffer_bytes_ += rbuf_.size();
   }
@@ -298,16 +291,8 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
   void start() {
     // Counted among the unauthenticated until the handshake succeeds; a flood of newer
     // ones closes the oldest of the heaviest source first.
-    pending_id_ = srv_.pending_.add(source_, [&srv = srv_, w = weak_from_this()] {
-      auto s = w.lock();
-      if (!s) return;
-      srv.log_.warn("unauthenticated cap",
-                    "rendezvous: too many connections that have not authenticated (limits: " +
-                        std::to_string(srv.opts_.unauthenticated.per_source) + " per source, " +
-                        std::to_string(srv.opts_.unauthenticated.total) +
-                        " in all); closing the oldest from " + s->source_ +
-                        ". Something other than the job's ranks is connecting (docs/security.md)");
-      s->close("closed to make room: too many unauthenticated connections");
+    pending_id_ = srv_.gate_.enter(source_, [w = weak_from_this()] {
+      if (auto s = w.lock()) s->close("closed to make room: too many unauthenticated connections");
     });
     server_nonce_ = random_bytes(kMacBytes);
     send(plain_frame(std::string(kGreeting) + server_nonce_));
@@ -321,7 +306,7 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
     closed_ = true;
     waiting_ = false;
     spdlog::debug("rendezvous: dropping client {}: {}", peer_, reason);
-    srv_.pending_.remove(pending_id_);
+    srv_.gate_.leave(pending_id_);
     srv_.buffer_bytes_ -= rbuf_.size();
     boost::system::error_code ec;
     deadline_ = kNever;
@@ -500,12 +485,11 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
       close_after_write_ = true;
       send(plain_frame(std::string(1, '\x01') +
                        "authentication failed: the client does not hold this job's secret"));
-      ++srv_.rejected_;
-      srv_.log_.warn("wrong job secret",
-                     "rendezvous: rejected client " + peer_ + ": wrong job secret");
+      srv_.gate_.refuse("wrong job secret",
+                        "rendezvous: rejected client " + peer_ + ": wrong job secret");
       return false;
     }
-    srv_.pending_.remove(std::exchange(pending_id_, 0));
+    srv_.gate_.leave(std::exchange(pending_id_, 0));
     send(plain_frame(std::string(1, '\0') +
                      Handshake::server_proof(srv_.secret_, server_nonce_, client_nonce)));
     codec_.emplace(Handshake::session_key(srv_.secret_, server_nonce_, client_nonce), true);
@@ -706,7 +690,7 @@ void Server::Impl::accept() {
         ++accepted_;
         s->start();
       },
-      log_);
+      gate_.log());
   accept_loop_->start();
 }
 
@@ -739,7 +723,7 @@ void Server::Impl::shutdown() {
   for (auto& s : all) s->shutdown();
   sessions_.clear();
   waiters_.clear();
-  log_.flush("rendezvous");
+  gate_.flush();
   io_.stop();
 }
 

@@ -4,6 +4,12 @@
 // the address is published), then every pair where it is the listening side. Because
 // the first phase cannot block on a peer, the second always completes: no cycle of
 // ranks waiting on each other can form, whatever the order of calls.
+//
+// Gloo's listening end takes the first connection that arrives, whoever makes it. So
+// before a pair carries anything else, both ends prove the job secret over the pair itself
+// (a nonce each way, then an HMAC each way over both nonces, the ranks and the mesh): a
+// pair whose other end is not the peer rank fails with an error naming it, and no
+// algorithm ever reads from it.
 #include "runtime/gloo_comm.h"
 
 #include <netinet/in.h>
@@ -18,6 +24,7 @@
 #include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +34,7 @@
 #include <unordered_map>
 
 #include "common/peer_loss.h"
+#include "rendezvous/protocol.h"
 #include "runtime/reduce.h"
 
 namespace hvdrun::runtime {
@@ -75,6 +83,11 @@ std::string rank_list(const std::vector<int>& ranks) {
   if (ranks.size() > 32) s += " and " + std::to_string(ranks.size() - 32) + " more";
   return s;
 }
+
+// Slots of the pair authentication's buffers: far above those Gloo's algorithms take from
+// the context (counting up from 0), and freed before any algorithm runs.
+constexpr int kNonceSlot = INT_MAX - 1;
+constexpr int kProofSlot = INT_MAX - 2;
 
 // --- reductions ---
 
@@ -171,13 +184,17 @@ void divide(T* buf, std::size_t n, int size) {
 class GlooComm::Impl {
  public:
   Impl(rendezvous::Store& store, std::string prefix, int rank, int size,
-       const std::string& local_ip, std::chrono::milliseconds op_timeout,
+       const std::string& local_ip, const std::string& secret, std::chrono::milliseconds op_timeout,
        std::chrono::milliseconds connect_timeout)
       : store_(store),
         prefix_(std::move(prefix)),
         rank_(rank),
         size_(size),
-        connect_timeout_(connect_timeout) {
+        connect_timeout_(connect_timeout),
+        pair_key_(secret) {
+    if (size_ >= 2 && secret.empty())
+      throw Error("gloo: rank " + std::to_string(rank) +
+                  ": no job secret to authenticate its pairs with (HVDRUN_SECRET)");
     if (size_ < 2) return;
     gloo::transport::tcp::attr attr;
     attr.hostname = local_ip;
@@ -265,10 +282,13 @@ class GlooComm::Impl {
 
     std::vector<std::pair<std::string, std::string>> mine;
     std::vector<std::vector<char>> self_addr;
-    for (int p : fresh) {
-      auto& pair = m.ctx->transport().createPair(p);
+    std::vector<PairAuth> auth(fresh.size());  // sized once: its elements never move
+    for (std::size_t i = 0; i < fresh.size(); ++i) {
+      auto& pair = m.ctx->transport().createPair(fresh[i]);
+      // Registered before the pair connects: whatever arrives first finds its buffer.
+      auth[i].open(*pair);
       auto bytes = pair->address().bytes();
-      mine.emplace_back(key(m, rank_, p), std::string(bytes.begin(), bytes.end()));
+      mine.emplace_back(key(m, rank_, fresh[i]), std::string(bytes.begin(), bytes.end()));
       self_addr.push_back(std::move(bytes));
     }
     store_.multi_set(mine);
@@ -297,15 +317,98 @@ class GlooComm::Impl {
         std::vector<char> peer(values[i]->begin(), values[i]->end());
         if (dials(self_addr[i], peer) != (phase == 0)) continue;
         try {
-          auto& pair = m.ctx->transport().getPair(fresh[i]);
-          pair->connect(peer);
-          if (m.sync) pair->setSync(true, false);
+          m.ctx->transport().getPair(fresh[i])->connect(peer);
         } catch (const std::exception& e) {
           throw Error("gloo: rank " + std::to_string(rank_) + " could not connect to rank " +
                       std::to_string(fresh[i]) + ": " + e.what());
         }
-        m.connected[static_cast<std::size_t>(fresh[i])] = true;
       }
+    }
+    authenticate(m, fresh, auth);
+    for (int p : fresh) {
+      if (m.sync) m.ctx->transport().getPair(p)->setSync(true, false);
+      m.connected[static_cast<std::size_t>(p)] = true;
+    }
+  }
+
+  // One pair's authentication buffers: this end's nonce and proof out, the peer's in.
+  struct PairAuth {
+    using Bytes = std::array<char, rendezvous::kMacBytes>;
+    Bytes my_nonce{}, my_proof{}, their_nonce{}, their_proof{};
+    std::unique_ptr<gloo::transport::Buffer> nonce_in, proof_in, nonce_out, proof_out;
+
+    // The buffers point into this object: it stays where it is until they are gone.
+    PairAuth() {
+      const std::string n = rendezvous::random_bytes(my_nonce.size());
+      std::copy(n.begin(), n.end(), my_nonce.begin());
+    }
+    PairAuth(const PairAuth&) = delete;
+    PairAuth& operator=(const PairAuth&) = delete;
+
+    void open(gloo::transport::Pair& pair) {
+      nonce_in = pair.createRecvBuffer(kNonceSlot, their_nonce.data(), their_nonce.size());
+      proof_in = pair.createRecvBuffer(kProofSlot, their_proof.data(), their_proof.size());
+      nonce_out = pair.createSendBuffer(kNonceSlot, my_nonce.data(), my_nonce.size());
+      proof_out = pair.createSendBuffer(kProofSlot, my_proof.data(), my_proof.size());
+    }
+    static std::string_view view(const Bytes& b) { return {b.data(), b.size()}; }
+  };
+
+  // What `from` proves to `to` on this mesh: it holds the secret and saw both nonces.
+  std::string proof(const Mesh& m, int from, int to, std::string_view from_nonce,
+                    std::string_view to_nonce) const {
+    const auto t = pair_key_.tag({"hvdrun-gloo-pair", prefix_, m.tag, std::to_string(from),
+                                  std::to_string(to), from_nonce, to_nonce});
+    return std::string(reinterpret_cast<const char*>(t.data()), t.size());
+  }
+
+  // Both ends of every fresh pair prove the job secret before the pair is used: nonces
+  // both ways, then proofs both ways. Each step is posted on every pair before any wait,
+  // so no order of ranks can deadlock.
+  void authenticate(const Mesh& m, const std::vector<int>& fresh, std::vector<PairAuth>& auth) {
+    const auto failed = [&](std::size_t i, const std::string& why) {
+      return Error("gloo: rank " + std::to_string(rank_) + "'s connection for rank " +
+                   std::to_string(fresh[i]) + " " + why + ": something other than rank " +
+                   std::to_string(fresh[i]) +
+                   " of this job is at the other end (another process reached its port "
+                   "first?); the pair is not used (docs/security.md)");
+    };
+    try {
+      for (auto& a : auth) a.nonce_out->send();
+      for (std::size_t i = 0; i < auth.size(); ++i) {
+        try {
+          auth[i].nonce_in->waitRecv();
+        } catch (const std::exception& e) {
+          throw failed(i, std::string("sent no nonce (") + e.what() + ")");
+        }
+        auto& a = auth[i];
+        const std::string mine =
+            proof(m, rank_, fresh[i], PairAuth::view(a.my_nonce), PairAuth::view(a.their_nonce));
+        std::copy(mine.begin(), mine.end(), a.my_proof.begin());
+      }
+      for (auto& a : auth) a.proof_out->send();
+      for (std::size_t i = 0; i < auth.size(); ++i) {
+        try {
+          auth[i].proof_in->waitRecv();
+        } catch (const std::exception& e) {
+          throw failed(i, std::string("sent no proof of the job secret (") + e.what() + ")");
+        }
+        const std::string want = proof(m, fresh[i], rank_, PairAuth::view(auth[i].their_nonce),
+                                       PairAuth::view(auth[i].my_nonce));
+        if (!rendezvous::tags_equal(
+                reinterpret_cast<const unsigned char*>(want.data()),
+                reinterpret_cast<const unsigned char*>(auth[i].their_proof.data())))
+          throw failed(i, "did not prove the job secret");
+      }
+      for (auto& a : auth) {
+        a.nonce_out->waitSend();
+        a.proof_out->waitSend();
+      }
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error("gloo: rank " + std::to_string(rank_) +
+                  ": authenticating its pairs: " + e.what());
     }
   }
 
@@ -515,14 +618,15 @@ class GlooComm::Impl {
   Mesh sync_;
   long long built_seq_ = 0;
   std::string failure_key_;
+  rendezvous::Hmac pair_key_;
   std::shared_ptr<gloo::transport::Device> device_;
 };
 
 GlooComm::GlooComm(rendezvous::Store& store, std::string prefix, int rank, int size,
-                   const std::string& local_ip, std::chrono::milliseconds op_timeout,
-                   std::chrono::milliseconds connect_timeout)
-    : impl_(std::make_unique<Impl>(store, std::move(prefix), rank, size, local_ip, op_timeout,
-                                   connect_timeout)) {}
+                   const std::string& local_ip, const std::string& secret,
+                   std::chrono::milliseconds op_timeout, std::chrono::milliseconds connect_timeout)
+    : impl_(std::make_unique<Impl>(store, std::move(prefix), rank, size, local_ip, secret,
+                                   op_timeout, connect_timeout)) {}
 GlooComm::~GlooComm() = default;
 
 void GlooComm::allreduce(void* buf, std::size_t count, DataType dtype, ReduceOp op) {

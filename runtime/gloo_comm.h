@@ -1,7 +1,9 @@
 // The CPU communicator: Gloo's TCP transport, with pairs connected on demand through the
 // rendezvous store. A pair (i, j) is created only when an algorithm needs it; each rank
 // publishes the address of its end for that one peer and reads only the address the
-// peer published for it, so no rank ever reads the N^2 address table.
+// peer published for it, so no rank ever reads the N^2 address table. Both ends of a pair
+// prove the job secret over it before it carries data (its frames carry no MAC after
+// that: docs/security.md).
 #pragma once
 
 #include <chrono>
@@ -23,11 +25,13 @@ class GlooComm {
  public:
   /// `store` is any rendezvous Store (the Client in a job, a MemoryStore in tests);
   /// `prefix` namespaces the store keys (communicator name and generation);
-  /// `local_ip` is the address this rank binds for its traffic; `op_timeout` bounds each
-  /// collective; `connect_timeout` bounds waiting for peers' addresses.
+  /// `local_ip` is the address this rank binds for its traffic; `secret` is the job
+  /// secret, which both ends of every pair prove before the pair carries data;
+  /// `op_timeout` bounds each collective; `connect_timeout` bounds waiting for peers'
+  /// addresses.
   GlooComm(rendezvous::Store& store, std::string prefix, int rank, int size,
-           const std::string& local_ip, std::chrono::milliseconds op_timeout,
-           std::chrono::milliseconds connect_timeout);
+           const std::string& local_ip, const std::string& secret,
+           std::chrono::milliseconds op_timeout, std::chrono::milliseconds connect_timeout);
   ~GlooComm();
   GlooComm(const GlooComm&) = delete;
   GlooComm& operator=(const GlooComm&) = delete;

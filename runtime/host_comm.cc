@@ -104,8 +104,9 @@ class HostComm::Impl {
     if (env_.size == 1) return;
     if (env_.host_path == "gloo") {
       SigpipeBlocked quiet;
-      world_gloo_ = std::make_unique<GlooComm>(*store, prefix + "/gloo/world", env_.rank, env_.size,
-                                               local_ip, env_.op_timeout, env_.op_timeout);
+      world_gloo_ =
+          std::make_unique<GlooComm>(*store, prefix + "/gloo/world", env_.rank, env_.size, local_ip,
+                                     env_.secret, env_.op_timeout, env_.op_timeout);
       return;
     }
     shm_path_ = true;
@@ -161,7 +162,7 @@ class HostComm::Impl {
                   "HVDRUN_CROSS_SIZE of local rank 0 must number the hosts)");
     SigpipeBlocked quiet;
     leaders_ = std::make_unique<GlooComm>(store, prefix + "/gloo/leaders", host_, hosts_, local_ip,
-                                          env_.op_timeout, env_.op_timeout);
+                                          env_.secret, env_.op_timeout, env_.op_timeout);
     leaders_->set_failure_key(prefix + "/failure/first");
   }
 

@@ -61,6 +61,7 @@
 #include "common/error.h"
 #include "common/fd.h"
 #include "common/log.h"
+#include "common/log_limiter.h"
 #include "common/seconds_text.h"
 #include "rendezvous/protocol.h"
 #include "runtime/shm_reduce.h"
@@ -296,6 +297,10 @@ class ShmComm::Impl {
       throw_errno("shared memory: " + who_ + ": local socket @" + name, "bind/listen");
     if (store) store->set(key, name);
     int handed = 0;
+    // Another user sees the socket's name in /proc/net/unix and may connect as often as it
+    // likes: the first refusal is written, then one line per 10 s with a count.
+    LogLimiter refusals(std::chrono::seconds(10), &hvdrun::log());
+    const std::string socket_name = "hvdrun: " + who_ + ": the segment socket";
     // Global rank of each local rank that fetched the segment, -1 while it has not.
     std::vector<int> came(static_cast<std::size_t>(L_), -1);
     came[0] = me_.global_rank;
@@ -305,6 +310,7 @@ class ShmComm::Impl {
         for (int l = 1; l < L_; ++l)
           if (came[static_cast<std::size_t>(l)] < 0)
             absent += (absent.empty() ? "" : ", ") + std::to_string(rank_of(l));
+        refusals.flush(socket_name);
         throw Error("shared memory: " + who_ + ": local rank(s) " + absent +
                     " did not fetch the segment before the start timeout (" +
                     std::to_string(handed) + " of " + std::to_string(L_ - 1) +
@@ -312,10 +318,10 @@ class ShmComm::Impl {
       }
       UniqueFd c(::accept4(srv.get(), nullptr, nullptr, SOCK_CLOEXEC));
       if (!c) continue;
-      if (peer_uid(c.get()) != ::geteuid()) {
-        hvdrun::log().warn(
-            "hvdrun: {}: refused a local connection from uid {} to the segment socket", who_,
-            peer_uid(c.get()));
+      if (const uid_t uid = peer_uid(c.get()); uid != ::geteuid()) {
+        refusals.warn("refused uid " + std::to_string(uid),
+                      "hvdrun: " + who_ + ": refused a local connection from uid " +
+                          std::to_string(uid) + " to the segment socket");
         continue;
       }
       // A local rank says hello at once; anything else (a stray connection from another
@@ -345,6 +351,7 @@ class ShmComm::Impl {
         ++handed;
       }
     }
+    refusals.flush(socket_name);
   }
 
   // Why local rank 0 may never serve this rank (only without a store, where its socket's

@@ -19,15 +19,28 @@ except ImportError:  # pragma: no cover - depends on the machine
     import pickle as _pickle
 
 
-def _connect(addr, port, deadline):
+def _connect(addr, port, token, rank, deadline):
+    """Connects to the caller and authenticates both ways; returns the Channel. A
+    connection closed before the caller proved the token (the caller's pre-authentication
+    cap closes its oldest pending connections when strangers flood the port) is retried
+    with a bounded backoff until `deadline`; a caller with the wrong token is not."""
     delay = 0.05
     while True:
+        sock = None
         try:
-            return socket.create_connection((addr, port), timeout=max(1.0, deadline - time.monotonic()))
-        except OSError as e:
+            sock = socket.create_connection((addr, port),
+                                            timeout=max(1.0, deadline - time.monotonic()))
+            sock.settimeout(max(1.0, deadline - time.monotonic()))
+            chan = _wire.rank_handshake(sock, token, rank)
+            sock.settimeout(None)
+            return chan
+        except (OSError, ConnectionError) as e:
+            if sock is not None:
+                sock.close()
             if time.monotonic() + delay >= deadline:
                 raise ConnectionError(
-                    f"hvdrun.run: rank cannot reach the caller at {addr}:{port}: {e}") from None
+                    f"hvdrun.run: rank {rank} cannot reach the caller at {addr}:{port}: "
+                    f"{e}") from None
             time.sleep(delay)  # bounded backoff before the next connect
             delay = min(delay * 2, 1.0)
 
@@ -38,10 +51,8 @@ def main():
     port = int(os.environ["HVDRUN_RUN_PORT"])
     addr = os.environ.get("HVDRUN_RUN_ADDR") or os.environ["HVDRUN_RENDEZVOUS_ADDR"]
     timeout = float(os.environ.get("HVDRUN_START_TIMEOUT") or 30)
-    sock = _connect(addr, port, time.monotonic() + timeout)
-    sock.settimeout(timeout)
-    chan = _wire.rank_handshake(sock, token, rank)
-    sock.settimeout(None)
+    chan = _connect(addr, port, token, rank, time.monotonic() + timeout)
+    sock = chan.sock
     fn = _pickle.loads(chan.recv())
     try:
         result = fn()

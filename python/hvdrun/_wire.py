@@ -76,17 +76,28 @@ class Channel:
         return body
 
 
+HELLO = 4 + NONCE + MAC  # what a rank sends after the caller's nonce
+
+
+def caller_verify(token, server_nonce, hello):
+    """Checks a rank's hello (HELLO bytes) against the nonce the caller sent; returns
+    (rank, reply to send, rank nonce). Raises AuthError for a peer without the token."""
+    rank_bytes, rank_nonce, tag = hello[:4], hello[4:4 + NONCE], hello[4 + NONCE:]
+    if len(hello) != HELLO or not hmac.compare_digest(
+            tag, mac(token, b"rank", server_nonce, rank_bytes)):
+        raise AuthError("the peer's MAC does not match the run's token")
+    (rank,) = struct.unpack(">I", rank_bytes)
+    return rank, mac(token, b"caller", rank_nonce, rank_bytes), rank_nonce
+
+
 def caller_handshake(sock, token):
-    """The caller's side; returns (rank, Channel). Raises AuthError for a peer without
-    the token."""
+    """The caller's side, blocking; returns (rank, Channel). Raises AuthError for a peer
+    without the token. (The collector of hvdrun.run runs the same steps without
+    blocking: caller_verify.)"""
     server_nonce = os.urandom(NONCE)
     sock.sendall(server_nonce)
-    hello = recv_exact(sock, 4 + NONCE + MAC)
-    rank_bytes, rank_nonce, tag = hello[:4], hello[4:4 + NONCE], hello[4 + NONCE:]
-    if not hmac.compare_digest(tag, mac(token, b"rank", server_nonce, rank_bytes)):
-        raise AuthError("the peer's MAC does not match the run's token")
-    sock.sendall(mac(token, b"caller", rank_nonce, rank_bytes))
-    (rank,) = struct.unpack(">I", rank_bytes)
+    rank, reply, rank_nonce = caller_verify(token, server_nonce, recv_exact(sock, HELLO))
+    sock.sendall(reply)
     return rank, Channel(sock, token, server_nonce, rank_nonce, True)
 
 

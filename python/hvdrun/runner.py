@@ -7,17 +7,21 @@ each rank the port and a random per-run token through the environment (forwarded
 rank fetches the pickled function and returns its pickled result or exception. No
 shared filesystem is needed.
 """
+import json
 import os
 import re
 import secrets
+import selectors
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
+import time
 
-from hvdrun import _wire
+from hvdrun import _preauth, _wire
 
 try:
     import cloudpickle as _pickle
@@ -93,62 +97,223 @@ def _launcher():
         "HVDRUN_LAUNCHER to its path")
 
 
-def _listen():
+def _interface_ipv4(name):
+    """The first IPv4 address of interface `name`, or None."""
+    import fcntl
     try:
-        s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        s.bind(("::", 0))
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            packed = fcntl.ioctl(s.fileno(), 0x8915,  # SIOCGIFADDR
+                                 struct.pack("256s", name.encode()[:15]))
+        return socket.inet_ntoa(packed[20:24])
     except OSError:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind(("0.0.0.0", 0))
-    s.listen(128)
+        return None
+
+
+def _bind_address(cmd, env, network_interface):
+    """Where the collector listens: where the launcher's own rendezvous listens and the
+    ranks connect (HVDRUN_RENDEZVOUS_ADDR): 127.0.0.1 when every host of the plan is this
+    one, the --network-interface address when one is given, else every interface (remote
+    ranks reach this machine by an address only their SSH connections tell). The plan is
+    the launcher's own (--dry-run --json), so hosts, hostfiles and allocations are read
+    the one way they are read for the job; None (every interface) when it cannot be told."""
+    if network_interface:
+        return _interface_ipv4(network_interface)
+    try:
+        out = subprocess.run(cmd[:1] + ["--dry-run", "--json"] + cmd[1:] + ["true"], env=env,
+                             stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
+                             check=False)
+        plan = json.loads(out.stdout) if out.returncode == 0 else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        plan = None
+    if plan and plan.get("hosts") and all(h.get("method") == "local" for h in plan["hosts"]):
+        return "127.0.0.1"
+    return None
+
+
+def _listen(address=None):
+    if address is not None:
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        s = socket.socket(family, socket.SOCK_STREAM)
+        s.bind((address, 0))
+    else:
+        try:
+            s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            s.bind(("::", 0))
+        except OSError:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("0.0.0.0", 0))
+    s.listen(socket.SOMAXCONN)
     return s
 
 
-class _Collector:
-    """Accepts the ranks' connections, serves the payload, collects the results."""
+class _Handshake:
+    """A connection that has not yet proven the run's token."""
 
-    def __init__(self, sock, token, payload, num_proc):
+    def __init__(self, conn, source, deadline):
+        self.conn = conn
+        self.source = source
+        self.deadline = deadline
+        self.nonce = os.urandom(_wire.NONCE)
+        self.hello = bytearray()
+        self.cap_id = 0
+
+
+class _Collector:
+    """Accepts the ranks' connections, serves the payload, collects the results.
+
+    The handshakes of all connections run on one thread without blocking, under the
+    pre-authentication policy of every hvdrun port (hvdrun/_preauth.py): a deadline of a
+    few seconds, a cap per source and in all, and when a cap is reached the oldest pending
+    connection of the busiest source is closed, never the newcomer. A thread is started
+    only for a connection that has proven the token, and at most one per rank."""
+
+    def __init__(self, sock, token, payload, num_proc, where):
         self.sock = sock
         self.token = token
         self.payload = payload
         self.num_proc = num_proc
+        self.where = where
         self.lock = threading.Lock()
         self.results = {}  # rank -> ("R", value) or ("E", (text, exception or None))
         self.claimed = set()
+        self.workers = []
         self.stop = False
-        self.preauth = threading.BoundedSemaphore(self.PREAUTH_LIMIT)
-        self.thread = threading.Thread(target=self._accept, name="hvdrun-run-accept",
+        self.cap = _preauth.PendingCap()
+        self.log = _preauth.LogLimiter()
+        self.pending = set()
+        self.rejected = 0
+        self.accept_paused_until = 0.0
+        sock.setblocking(False)
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(sock, selectors.EVENT_READ, "accept")
+        self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
+        self.thread = threading.Thread(target=self._loop, name="hvdrun-run-accept",
                                        daemon=True)
         self.thread.start()
 
-    # Connections not yet authenticated, at most: more are closed at once, so that
-    # strangers cannot hold up the ranks' own connections.
-    PREAUTH_LIMIT = 64
+    def _loop(self):
+        try:
+            while not self.stop:
+                now = time.monotonic()
+                wait = 0.25
+                if self.pending:
+                    wait = min(wait, max(0.0, min(h.deadline for h in self.pending) - now))
+                if self.accept_paused_until:
+                    wait = min(wait, max(0.0, self.accept_paused_until - now))
+                for key, _ in self.sel.select(wait):
+                    if key.data == "accept":
+                        self._accept()
+                    elif key.data == "wake":
+                        self.wake_r.recv(64)
+                    elif key.data in self.pending:
+                        self._advance(key.data)
+                now = time.monotonic()
+                if self.accept_paused_until and now >= self.accept_paused_until:
+                    self.accept_paused_until = 0.0
+                    self.sel.register(self.sock, selectors.EVENT_READ, "accept")
+                for h in [h for h in self.pending if h.deadline <= now]:
+                    self._drop(h)
+        finally:
+            for h in list(self.pending):
+                self._drop(h)
+            self.sel.close()
 
     def _accept(self):
-        while not self.stop:
+        while True:
             try:
                 conn, _ = self.sock.accept()
-            except OSError:
+            except BlockingIOError:
                 return
-            if not self.preauth.acquire(blocking=False):
+            except OSError as e:
+                # Out of descriptors (or the like): keep serving what is open, try again
+                # shortly instead of spinning on a listener that stays readable.
+                self.log.warn(f"accept {e.errno}",
+                              f"hvdrun.run: accepting on {self.where} failed: {e.strerror}; "
+                              "retrying in 100 ms")
+                self.sel.unregister(self.sock)
+                self.accept_paused_until = time.monotonic() + 0.1
+                return
+            conn.setblocking(False)
+            h = _Handshake(conn, _preauth.peer_source(conn),
+                           time.monotonic() + _preauth.HANDSHAKE_TIMEOUT)
+            try:
+                if conn.send(h.nonce) != len(h.nonce):
+                    raise OSError("short write")
+            except OSError:
                 conn.close()
                 continue
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            self.pending.add(h)
+            self.sel.register(conn, selectors.EVENT_READ, h)
+            h.cap_id = self.cap.add(h.source, lambda h=h: self._evict(h))
 
-    def _serve(self, conn):
+    def _evict(self, h):
+        self.log.warn("pending cap",
+                      f"hvdrun.run: too many connections to the result port ({self.where}) "
+                      f"that have not authenticated (limits: {self.cap.per_source} per source, "
+                      f"{self.cap.total} in all); closing the oldest from {h.source}. "
+                      "Something other than the job's ranks is connecting "
+                      "(docs/security.md)")
+        self._drop(h)
+
+    def _drop(self, h):
+        if h not in self.pending:
+            return
+        self.pending.discard(h)
+        self.cap.remove(h.cap_id)
         try:
-            conn.settimeout(30)
-            try:
-                rank, chan = _wire.caller_handshake(conn, self.token)
-            finally:
-                self.preauth.release()
-            with self.lock:
-                if rank >= self.num_proc or rank in self.claimed:
-                    return
-                self.claimed.add(rank)
-            conn.settimeout(None)
+            self.sel.unregister(h.conn)
+        except (KeyError, ValueError):
+            pass
+        h.conn.close()
+
+    def _advance(self, h):
+        try:
+            data = h.conn.recv(_wire.HELLO - len(h.hello))
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(h)
+            return
+        h.hello += data
+        if len(h.hello) < _wire.HELLO:
+            return
+        conn = h.conn
+        self.pending.discard(h)
+        self.cap.remove(h.cap_id)
+        self.sel.unregister(conn)
+        try:
+            rank, reply, rank_nonce = _wire.caller_verify(self.token, h.nonce, bytes(h.hello))
+            if conn.send(reply) != len(reply):
+                raise OSError("short write")
+        except _wire.AuthError:
+            self.rejected += 1
+            self.log.warn("wrong token",
+                          f"hvdrun.run: rejected a connection from {h.source} to the result "
+                          f"port ({self.where}): it does not hold the run's token")
+            conn.close()
+            return
+        except OSError:
+            conn.close()
+            return
+        conn.setblocking(True)
+        chan = _wire.Channel(conn, self.token, h.nonce, rank_nonce, True)
+        worker = threading.Thread(target=self._serve, args=(conn, rank, chan),
+                                  name=f"hvdrun-run-rank-{rank}", daemon=True)
+        with self.lock:
+            if rank >= self.num_proc or rank in self.claimed:
+                conn.close()
+                return
+            self.claimed.add(rank)
+            self.workers.append(worker)
+        worker.start()
+
+    def _serve(self, conn, rank, chan):
+        try:
             chan.send(self.payload)
             body = chan.recv()
             kind = body[:1]
@@ -167,13 +332,27 @@ class _Collector:
             with self.lock:
                 self.results[rank] = (kind, value)
         except (OSError, EOFError, _wire.AuthError, ValueError):
-            pass  # an unauthenticated or broken connection; the job's exit status decides
+            pass  # a broken connection; the job's exit status decides
         finally:
             conn.close()
 
-    def close(self):
+    def close(self, grace=30.0):
+        """Stops accepting; waits up to `grace` seconds for results still arriving (the
+        ranks have exited: what they sent is in the socket buffers)."""
         self.stop = True
+        try:
+            self.wake_w.send(b"x")
+        except OSError:
+            pass
+        self.thread.join()
         self.sock.close()
+        self.wake_r.close()
+        self.wake_w.close()
+        deadline = time.monotonic() + grace
+        with self.lock:
+            workers = list(self.workers)
+        for w in workers:
+            w.join(max(0.0, deadline - time.monotonic()))
 
 
 def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=None,
@@ -233,8 +412,6 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
 
     payload = _dumps_function(wrapped, func)
     token = secrets.token_bytes(32)
-    listener = _listen()
-    port = listener.getsockname()[1]
 
     cmd = [_launcher(), "-np", str(num_proc)]
     if hosts:
@@ -257,6 +434,9 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
         cmd += ["--verbose"]
     child_env = dict(os.environ)
     child_env.update({k: str(v) for k, v in (env or {}).items()})
+    bind = _bind_address(cmd, child_env, network_interfaces[0] if network_interfaces else None)
+    listener = _listen(bind)
+    port = listener.getsockname()[1]
     child_env["HVDRUN_RUN_PORT"] = str(port)
     child_env["HVDRUN_RUN_TOKEN"] = token.hex()
     forward = ["HVDRUN_RUN_PORT", "HVDRUN_RUN_TOKEN"] + sorted(env or {})
@@ -267,7 +447,8 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
         cmd += ["-x", name]
     cmd += [executable or sys.executable, "-m", "hvdrun._task"]
 
-    collector = _Collector(listener, token, payload, num_proc)
+    where = f"{bind}:{port}" if bind else f"port {port} on every interface"
+    collector = _Collector(listener, token, payload, num_proc, where)
     own_lines = []
     proc = None
     try:

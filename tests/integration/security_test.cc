@@ -225,6 +225,18 @@ std::string job_unix_listener(const std::string& marker, const std::string& pref
   return "";
 }
 
+// The name of the job's segment socket (local rank 0's, "@hvdrun-..."), once it is bound;
+// empty when it did not appear within 20 s.
+std::string wait_segment_socket(const std::string& marker) {
+  std::string name;
+  const auto deadline = Clock::now() + 20s * kSlowdown;
+  while (name.empty() && Clock::now() < deadline) {
+    name = job_unix_listener(marker, "@hvdrun-");
+    if (name.empty()) std::this_thread::sleep_for(2ms);  // a scan costs more than this
+  }
+  return name;
+}
+
 // A child running as nobody that connects to the ports it is sent (3 bytes: v6 flag, port
 // high, port low), writes `greeting` and a line end, holds the connection, and answers 1 byte
 // (1: connected).
@@ -505,12 +517,7 @@ TEST_CASE(
       {"-np", "3", "-x", "HVDRUN_CHECKIN=host", "sh", "-c",
        "if [ \"$HVDRUN_LOCAL_RANK\" = 1 ]; then sleep 2; fi; exec " + kWorker + " collectives"},
       {marker});
-  std::string name;
-  const auto deadline = Clock::now() + 20s * kSlowdown;
-  while (name.empty() && Clock::now() < deadline) {
-    name = job_unix_listener(marker, "@hvdrun-");
-    if (name.empty()) std::this_thread::sleep_for(2ms);  // a scan costs more than this
-  }
+  const std::string name = wait_segment_socket(marker);
   REQUIRE_FALSE(name.empty());
   const std::string attacker =
       "import socket, sys\n"
@@ -538,4 +545,60 @@ TEST_CASE(
   CHECK_THAT(nobody.out, !Catch::Contains(" got 1\n"));  // the segment's one-byte message
   CHECK_THAT(h.out + h.err, Catch::Contains("refused a local connection from uid 65534"));
   CHECK(wait_none_with(marker, 5s));
+}
+
+// Issue #27: each refused connection to the segment socket wrote a warning line; a stranger
+// connecting in a loop while one local rank was late filled the job's stderr (53,239 lines,
+// 8.25 MB in 4 s). Now the first is written and the rest counted.
+TEST_CASE("security: 10,000 refused connections to the segment socket write a few lines",
+          "[fault][security][checkin]") {
+  if (::geteuid() != 0) {
+    WARN("needs root to act as nobody");
+    return;
+  }
+  TempDir tmp("segment-flood");
+  const std::string marker = unique_marker();
+  // Local rank 1 starts once the stranger is done: local rank 0's socket waits until then.
+  Hvdrun h({"--start-timeout", "120", "-np", "2", "-x", "HVDRUN_CHECKIN=host", "sh", "-c",
+            "if [ \"$HVDRUN_LOCAL_RANK\" = 1 ]; then while [ ! -e '" + tmp.path() +
+                "/go' ]; do sleep 0.01; done; fi; exec " + kWorker + " collectives"},
+           {marker});
+  const std::string name = wait_segment_socket(marker);
+  REQUIRE_FALSE(name.empty());
+  const std::string attacker =
+      "import socket, sys\n"
+      "name, n = sys.argv[1], 0\n"
+      "for _ in range(10000):\n"
+      "    s = socket.socket(socket.AF_UNIX)\n"
+      "    try:\n"
+      "        s.connect('\\0' + name[1:]); n += 1\n"
+      "    except OSError:\n"
+      "        pass\n"
+      "    s.close()\n"
+      "print('connected', n, flush=True)\n";
+  const auto t0 = Clock::now();
+  CapturedProcess nobody({"runuser", "-u", "nobody", "--", "python3", "-c", attacker, name});
+  const int attacker_code = nobody.wait(120s);
+  const double flood_ms = ms_since(t0);
+  touch(tmp.path() + "/go");
+  const int code = h.wait(120s);
+  const std::string all = h.out + h.err;
+  INFO("attacker: " << nobody.out << nobody.err
+                    << "\nhvdrun stderr (first 4 KiB): " << h.err.substr(0, 4096));
+  CHECK(attacker_code == 0);
+  CHECK(code == 0);
+  CHECK_THAT(nobody.out, Catch::Contains("connected 10000"));
+  const int lines = lines_with(all, "segment socket");
+  CHECK(lines >= 1);
+  // The first refusal, one line per 10 s of flood with its count, and the count left at the
+  // end: a few lines, not 10,000.
+  CHECK(lines <= 2 + static_cast<int>(flood_ms / 10000));
+  CHECK_THAT(all, Catch::Contains("more of 'refused uid 65534'") ||
+                      Catch::Contains("more like it in the last 10 s"));
+  CHECK(wait_none_with(marker, 5s));
+  char outcome[160];
+  std::snprintf(outcome, sizeof outcome, "job correct; %d warning line(s) for 10,000 refusals",
+                lines);
+  report_fault({"10,000 connections from nobody to a late host's segment socket", outcome, flood_ms,
+                static_cast<int>(processes_with(marker).size()), "nothing"});
 }

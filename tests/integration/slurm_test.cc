@@ -250,3 +250,85 @@ TEST_CASE("collectives across the nodes of an allocation, agents started by srun
   CHECK(own_lines(job.err).empty());
   CHECK(cluster().steps().empty());
 }
+
+namespace {
+
+// Opens N connections to ADDR:PORT, prints "N PID" and holds them without a word: the idle
+// connections of issue #27, run as another user.
+constexpr const char* kIdleFlood = R"(
+import os, socket, sys, time
+host, port = sys.argv[1].rsplit(":", 1)
+held = [socket.create_connection((host, int(port))) for _ in range(int(sys.argv[2]))]
+print(len(held), os.getpid(), flush=True)
+time.sleep(120)
+)";
+
+// An `srun` for PATH that first has `nobody` open `idle` connections to the agents' port
+// (its loopback address in HVDRUN_AGENT_CONNECT), waits until they are open, then notes
+// the time in DIR/srun.start (ns since the epoch) and runs the real srun: the agents
+// connect after every idle connection is queued on the port.
+std::string write_idle_srun(const std::string& dir, int idle) {
+  const std::string real = "/usr/bin/srun";
+  const std::string script = dir + "/srun";
+  std::ofstream(script) << "#!/bin/sh\n"
+                        << "target=$(echo \"$HVDRUN_AGENT_CONNECT\" | tr , '\\n' | grep '^127\\.' "
+                           "| head -n1)\n"
+                        << "runuser -u nobody -- /usr/bin/python3 -c '" << kIdleFlood
+                        << "' \"$target\" " << idle << " | { read line; echo \"$line\" > " << dir
+                        << "/flood.ready; cat >/dev/null; } &\n"
+                        << "i=0; while [ ! -s " << dir
+                        << "/flood.ready ] && [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done\n"
+                        << "date +%s%N > " << dir << "/srun.start\n"
+                        << "exec " << real << " \"$@\"\n";
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  return dir;
+}
+
+}  // namespace
+
+// Issue #27: the port the agents connect back to ran one handshake at a time with a 10 s
+// read deadline, so three idle connections made a job fail after 20 s ("no agent from").
+TEST_CASE("idle connections to the agents' port from another user delay no agent") {
+  INFO("needs slurmctld, slurmd, slurm-client and munge: scripts/install-deps.sh");
+  REQUIRE(SlurmCluster::available());
+  // From the moment the wrapper runs the real srun (the flood is open by then, and its
+  // start-up, slow on a loaded machine, is not counted) to the job's end; the baseline goes
+  // through the same wrapper with no connection.
+  const auto job_ms = [](int idle) {
+    TempDir d("slurm-idle");
+    write_idle_srun(d.path(), idle);
+    std::vector<std::string> env = cluster().env();
+    env.push_back("PATH=" + d.path() + ":" + std::getenv("PATH"));
+    CapturedProcess job(in_allocation({"true"}), env);
+    const int code = job.wait(90s);
+    const auto end = std::chrono::system_clock::now().time_since_epoch();
+    INFO(idle << " idle connections; stderr: " << job.err);
+    CHECK(code == 0);
+    const std::string ready = read_file(d.path() + "/flood.ready");
+    std::string_view rest = ready;
+    int opened = -1, pid = 0;
+    CHECK(take_int(rest, opened));
+    CHECK(opened == idle);  // every idle connection was open before the agents started
+    if (take(rest, " ") && take_int(rest, pid) && pid > 0) ::kill(pid, SIGKILL);
+    const std::string started = read_file(d.path() + "/srun.start");
+    REQUIRE_FALSE(started.empty());
+    return std::chrono::duration<double, std::milli>(end -
+                                                     std::chrono::nanoseconds(std::stoll(started)))
+        .count();
+  };
+  // The best of two runs each: the loopback Slurm's own start varies by a second or more
+  // on a loaded machine.
+  const double base = std::min(job_ms(0), job_ms(0));
+  const double three = std::min(job_ms(3), job_ms(3));
+  const double thirty = std::min(job_ms(30), job_ms(30));
+  INFO("job: " << base << " ms alone, " << three << " ms with 3 idle connections, " << thirty
+               << " ms with 30");
+  CHECK(three < base + 1000 * kSlowdown);
+  CHECK(thirty < base + 1000 * kSlowdown);
+  CHECK(cluster().steps().empty());
+  char outcome[160];
+  std::snprintf(outcome, sizeof outcome, "exit 0 in %.0f ms (%.0f ms without them, %.0f ms with 3)",
+                thirty, base, three);
+  report_fault({"30 idle connections from nobody to the Slurm agents' port (3 nodes)", outcome,
+                thirty - base, static_cast<int>(cluster().job_processes().size()), "nothing"});
+}

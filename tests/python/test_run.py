@@ -1,15 +1,20 @@
 """hvdrun.run() from a plain Python process: results in rank order, closures and
 arguments shipped to the ranks, environment, a rank's exception raised in the caller
 with the launcher's message; the authenticated callback channel refuses a peer without
-the token and a tampered frame; unsupported arguments name themselves."""
+the token and a tampered frame; unsupported arguments name themselves; the collector
+listens on loopback for a local job and returns the results while another user holds 70
+idle connections to it (the pre-authentication policy of hvdrun/_preauth.py)."""
 import os
+import shutil
 import socket
+import subprocess
 import threading
+import time
 
 import pytest
 
 import hvdrun
-from hvdrun import _wire
+from hvdrun import _preauth, _wire, runner
 
 
 def allreduce_rank(scale, offset=0):
@@ -129,3 +134,103 @@ def test_wire_authenticates_both_sides_and_frames():
         chan_c.recv()
     a.close()
     b.close()
+
+
+# Opens N connections to HOST PORT, says how many, and holds them without a word until
+# its stdin closes: the idle flood of issue 27, run as another user.
+IDLE_FLOOD = """
+import socket, sys
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+held = [socket.create_connection((host, port)) for _ in range(n)]
+print(len(held), flush=True)
+sys.stdin.read()
+"""
+
+
+def rank_answer():
+    return 42
+
+
+def test_run_returns_results_under_70_idle_connections_from_another_user(monkeypatch, capfd):
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("needs root and runuser to act as another local user (nobody)")
+    floods = []
+    real_listen = runner._listen
+
+    def listen_then_flood(address=None):
+        listener = real_listen(address)
+        host, port = listener.getsockname()[:2]
+        flood = subprocess.Popen(
+            ["runuser", "-u", "nobody", "--", "/usr/bin/python3", "-c", IDLE_FLOOD, host,
+             str(port), "70"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd="/")
+        floods.append((flood, host))
+        # The 70 connections are queued on the port before the first rank starts.
+        assert flood.stdout.readline().strip() == b"70"
+        return listener
+
+    monkeypatch.setattr(runner, "_listen", listen_then_flood)
+    try:
+        start = time.monotonic()
+        results = hvdrun.run(rank_answer, np=2)
+        took = time.monotonic() - start
+    finally:
+        for flood, _ in floods:
+            flood.stdin.close()
+            flood.wait(10)
+    assert results == [42, 42]
+    assert [host for _, host in floods] == ["127.0.0.1"]  # a local job: loopback only
+    # The ranks never waited out a handshake deadline (5 s) or a connect retry series.
+    assert took < 20, f"hvdrun.run took {took:.1f} s under the flood"
+    err = capfd.readouterr().err
+    # 6 of the stranger's 70 made room for newer ones of its own: one warning line for all.
+    assert err.count("closing the oldest from uid 65534 on this host") == 1, err
+
+
+def test_pending_cap_evicts_the_oldest_of_the_busiest_source_never_the_newcomer():
+    closed = []
+    cap = _preauth.PendingCap(total=3, per_source=3)
+    for i in range(3):
+        cap.add("stranger", lambda i=i: closed.append(("stranger", i)))
+    cap.add("stranger", lambda: closed.append(("stranger", 3)))
+    assert closed == [("stranger", 0)]  # per source: its own oldest
+    rank = cap.add("job", lambda: closed.append(("job", 0)))
+    assert closed == [("stranger", 0), ("stranger", 1)]  # in all: the busiest source's
+    assert cap.from_source("job") == 1 and len(cap) == 3
+    cap.remove(rank)
+    assert cap.from_source("job") == 0 and cap.evicted == 2
+
+
+def test_peer_source_names_the_local_user_behind_a_connection():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        with socket.create_connection(listener.getsockname()) as client:
+            conn, _ = listener.accept()
+            with conn:
+                assert _preauth.peer_source(conn) == f"uid {os.geteuid()} on this host"
+                assert client  # held open while the peer is looked up
+
+
+def test_log_limiter_writes_one_line_per_cause_per_interval_with_the_count():
+    class Sink:
+        def __init__(self):
+            self.text = ""
+
+        def write(self, s):
+            self.text += s
+
+        def flush(self):
+            pass
+
+    sink = Sink()
+    log = _preauth.LogLimiter(interval=0.2, stream=sink)
+    for _ in range(10000):
+        log.warn("bad", "a bad connection")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and log.lines < 2:
+        log.warn("bad", "a bad connection")
+        time.sleep(0.05)
+    assert log.lines == 2
+    lines = sink.text.splitlines()
+    assert lines[0] == "a bad connection"
+    assert lines[1].startswith("a bad connection (and ") and "more like it in the last 0.2 s" in lines[1]

@@ -18,7 +18,6 @@
 #include <thread>
 #include <vector>
 
-#include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "common/fd.h"
@@ -27,12 +26,14 @@
 #include "rendezvous/protocol.h"
 #include "rendezvous/server.h"
 #include "tests/rendezvous/connections.h"
+#include "tests/support/captured_log.h"
 #include "tests/support/processes.h"
 
 using namespace hvdrun::rendezvous;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using hvdrun::rendezvous::testing::raw_connect;
+using hvdrun::testing::CapturedLog;
 
 namespace {
 
@@ -76,48 +77,6 @@ bool handshake(int fd, const std::string& secret) {
 }
 
 long rss_kib() { return hvdrun::testing::rss_kib(::getpid()); }
-
-// A sink that keeps what it is given, readable from another thread than the writer's.
-class StringSink : public spdlog::sinks::base_sink<std::mutex> {
- public:
-  std::string text() {
-    std::lock_guard lock(mutex_);
-    return text_;
-  }
-
- protected:
-  void sink_it_(const spdlog::details::log_msg& msg) override {
-    spdlog::memory_buf_t buf;
-    formatter_->format(msg, buf);
-    text_.append(buf.data(), buf.size());
-  }
-  void flush_() override {}
-
- private:
-  std::string text_;
-};
-
-// Collects what spdlog writes while it lives.
-class CapturedLog {
- public:
-  CapturedLog() : sink_(std::make_shared<StringSink>()), previous_(spdlog::default_logger()) {
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink_));
-  }
-  ~CapturedLog() { spdlog::set_default_logger(previous_); }
-  CapturedLog(const CapturedLog&) = delete;
-  CapturedLog& operator=(const CapturedLog&) = delete;
-  std::string text() const { return sink_->text(); }
-  int lines_with(const std::string& what) const {
-    std::istringstream in(text());
-    int n = 0;
-    for (std::string l; std::getline(in, l);) n += l.find(what) != std::string::npos ? 1 : 0;
-    return n;
-  }
-
- private:
-  std::shared_ptr<StringSink> sink_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
 
 }  // namespace
 

@@ -1,14 +1,27 @@
 """Horovod's helpers built on the collectives (`horovod.torch.functions`): broadcasting a
 model's parameters and an optimizer's state from one rank, and moving arbitrary Python
-objects (pickled with cloudpickle when it is installed, else pickle)."""
+objects (pickled with cloudpickle when it is installed, else pickle).
+
+Objects are unpickled only from authenticated bytes. Between hosts the collectives' bytes
+cross TCP pairs that anyone able to reach them could write into, and unpickling runs code:
+so every pickled object travels behind an HMAC-SHA256 tag under a key derived from the job
+secret (HVDRUN_SECRET), bound to the operation, the job's generation, the call's place in
+the sequence of object collectives, the sending rank and the world size, and a receiver
+checks the tag before a byte is unpickled. A payload that fails (altered on the way,
+replayed from an earlier call, or written by a process without the secret) raises
+ObjectAuthError naming the rank it claims to come from; nothing of it is unpickled."""
 import collections
+import hashlib
+import hmac
 import io
+import os
+import struct
 
 import torch
 
 from hvdrun.torch.mpi_ops import (_check_process_set, allgather, broadcast_,
-                                  broadcast_async_, global_process_set, rank, size,
-                                  synchronize)
+                                  broadcast_async_, generation, global_process_set, rank,
+                                  size, synchronize)
 
 try:
     import cloudpickle as _pickle
@@ -125,6 +138,77 @@ def _dumps(obj):
     return buf.getvalue()
 
 
+class ObjectAuthError(RuntimeError):
+    """An object collective received bytes that do not carry the job's MAC; nothing of
+    them was unpickled."""
+
+
+_TAG = 32
+# Object collectives so far in each generation: every rank makes the same calls in the
+# same order, so the count binds a payload to its call (no replay of an earlier one).
+_calls = collections.Counter()
+_key_cache = {}
+
+
+def _object_key():
+    """The key of object payloads: HMAC-SHA256(job secret, "hvdrun-objects"). Read once,
+    so a program may remove HVDRUN_SECRET from its environment after the first call."""
+    secret = os.environ.get("HVDRUN_SECRET", "")
+    if secret not in _key_cache:
+        if not secret:
+            raise ObjectAuthError(
+                "hvdrun.torch: HVDRUN_SECRET is not in this rank's environment, so objects "
+                "from other ranks cannot be authenticated and are not unpickled; run the "
+                "program under hvdrun, and keep HVDRUN_SECRET in the environment until the "
+                "first object collective")
+        try:
+            raw = bytes.fromhex(secret)
+        except ValueError:
+            raise ObjectAuthError("hvdrun.torch: HVDRUN_SECRET is not the hex string hvdrun "
+                                  "generated") from None
+        _key_cache.clear()
+        _key_cache[secret] = hmac.new(raw, b"hvdrun-objects", hashlib.sha256).digest()
+    return _key_cache[secret]
+
+
+def _next_call():
+    """(generation, this call's number in it), the same on every rank."""
+    gen = generation()
+    _calls[gen] += 1
+    return gen, _calls[gen]
+
+
+def _tag(key, what, call, sender, payload):
+    gen, number = call
+    header = struct.pack(">QQii", gen, number, sender, size())
+    return hmac.new(key, what + b"\0" + header + payload, hashlib.sha256).digest()
+
+
+def _seal(what, call, payload):
+    """`payload` with its tag in front, as rank() sends it."""
+    if size() == 1:
+        return payload  # nothing crosses a process boundary
+    return _tag(_object_key(), what, call, rank(), payload) + payload
+
+
+def _open(what, call, sender, sealed):
+    """The pickled bytes of a sealed payload from `sender`, once its tag checks out."""
+    if size() == 1:
+        return sealed
+    name = what.decode()
+    if len(sealed) < _TAG:
+        raise ObjectAuthError(f"hvdrun.torch.{name}: rank {sender}'s payload is "
+                              f"{len(sealed)} bytes, too short to carry its MAC; not "
+                              "unpickled")
+    tag, payload = sealed[:_TAG], sealed[_TAG:]
+    if not hmac.compare_digest(tag, _tag(_object_key(), what, call, sender, payload)):
+        raise ObjectAuthError(
+            f"hvdrun.torch.{name}: the object from rank {sender} failed its MAC check (its "
+            "bytes were altered on the way, replayed from another call, or written by a "
+            "process without the job secret); it was not unpickled (docs/security.md)")
+    return payload
+
+
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Returns rank `root_rank`'s `obj` on every rank (pickled with cloudpickle, or
     pickle when cloudpickle is missing).
@@ -137,8 +221,10 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
             rank of the job in it.
     """
     _check_process_set(process_set, "broadcast_object")
+    call = _next_call()
     if rank() == root_rank:
-        payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
+        payload = torch.frombuffer(bytearray(_seal(b"broadcast_object", call, _dumps(obj))),
+                                   dtype=torch.uint8)
         length = torch.tensor([payload.numel()], dtype=torch.int64)
         broadcast_(length, root_rank, process_set=process_set)
     else:
@@ -148,7 +234,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     broadcast_(payload, root_rank, process_set=process_set)
     if rank() == root_rank:
         return obj
-    return _pickle.loads(payload.numpy().tobytes())
+    return _pickle.loads(_open(b"broadcast_object", call, root_rank, payload.numpy().tobytes()))
 
 
 def allgather_object(obj, name=None):
@@ -159,12 +245,16 @@ def allgather_object(obj, name=None):
         obj: any picklable object.
         name: accepted for compatibility and ignored.
     """
-    payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
+    call = _next_call()
+    payload = torch.frombuffer(bytearray(_seal(b"allgather_object", call, _dumps(obj))),
+                               dtype=torch.uint8)
     lengths = allgather(torch.tensor([payload.numel()], dtype=torch.int64)).tolist()
     gathered = allgather(payload).numpy()
-    out = []
+    # Every payload is checked before any is unpickled.
+    pickled = []
     offset = 0
     for r in range(size()):
-        out.append(_pickle.loads(gathered[offset: offset + lengths[r]].tobytes()))
+        pickled.append(_open(b"allgather_object", call, r,
+                             gathered[offset: offset + lengths[r]].tobytes()))
         offset += lengths[r]
-    return out
+    return [_pickle.loads(p) for p in pickled]
