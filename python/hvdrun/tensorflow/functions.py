@@ -1,0 +1,79 @@
+"""Variables and Python objects across ranks (horovod.tensorflow.functions):
+broadcast_variables, broadcast_object and allgather_object."""
+import numpy as np
+import tensorflow as tf
+
+from hvdrun import _pickle
+from hvdrun.tensorflow.mpi_ops import (_check_process_set, allgather, broadcast,
+                                       global_process_set)
+
+_broadcast_fns = {}
+
+
+def _broadcast_group(variables, root_rank):
+    # One tf.function per set of variables (as Horovod's): TensorFlow then submits every
+    # broadcast at once and libhvdrun runs them back to back, instead of one eager
+    # round trip per variable.
+    key = (tuple(v.ref() for v in variables), root_rank)
+    fn = _broadcast_fns.get(key)
+    if fn is None:
+        @tf.function(autograph=False)
+        def fn():
+            for v in variables:
+                v.assign(broadcast(v, root_rank))
+        _broadcast_fns[key] = fn
+    fn()
+
+
+def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
+    """Overwrites `variables` on every rank with rank `root_rank`'s values (model weights
+    at the start of training, or after restoring a checkpoint on the root)."""
+    _check_process_set(process_set, "broadcast_variables")
+    variables = list(variables)
+    if not variables:
+        return None
+    if tf.executing_eagerly():
+        return _broadcast_group(variables, root_rank)
+    return tf.group(*[v.assign(broadcast(v, root_rank)) for v in variables])
+
+
+def _numpy(t):
+    return t.numpy() if hasattr(t, "numpy") else np.asarray(t)
+
+
+def broadcast_object(obj, root_rank=0, session=None, name=None,
+                     process_set=global_process_set):
+    """Rank `root_rank`'s `obj` on every rank (pickled; eager mode)."""
+    _check_process_set(process_set, "broadcast_object")
+    if session is not None:
+        raise NotImplementedError("hvdrun.tensorflow.broadcast_object: TF1 sessions are not "
+                                  "supported; call it in eager mode")
+    name = name or type(obj).__name__
+    from hvdrun.tensorflow.mpi_ops import rank
+    if rank() == root_rank:
+        data = np.frombuffer(_pickle.dumps(obj), dtype=np.uint8)
+        sz = np.array([data.size], dtype=np.int64)
+    else:
+        data, sz = None, np.array([0], dtype=np.int64)
+    n = int(_numpy(broadcast(tf.constant(sz), root_rank, name + ".sz"))[0])
+    if data is None:
+        data = np.zeros(n, dtype=np.uint8)
+    out = _numpy(broadcast(tf.constant(data), root_rank, name + ".t"))
+    return _pickle.loads(out.tobytes())
+
+
+def allgather_object(obj, session=None, name=None, process_set=global_process_set):
+    """Every rank's `obj`, as a list in rank order (pickled; eager mode)."""
+    _check_process_set(process_set, "allgather_object")
+    if session is not None:
+        raise NotImplementedError("hvdrun.tensorflow.allgather_object: TF1 sessions are not "
+                                  "supported; call it in eager mode")
+    name = name or type(obj).__name__
+    data = np.frombuffer(_pickle.dumps(obj), dtype=np.uint8)
+    sizes = _numpy(allgather(tf.constant([data.size], dtype=tf.int64), name + ".sz"))
+    gathered = _numpy(allgather(tf.constant(data), name + ".t")).tobytes()
+    out, at = [], 0
+    for s in sizes:
+        out.append(_pickle.loads(gathered[at:at + int(s)]))
+        at += int(s)
+    return out
