@@ -169,14 +169,14 @@ class _DistributedGradientTape:
 
     def register_local_source(self, source):
         """A source whose gradient stays this rank's own (not reduced)."""
-        self._local_sources.add(source.ref())
+        self._local_sources.add(id(source))
 
     def gradient(self, target, sources, output_gradients=None, use_generic_names=False):
         """tf.GradientTape.gradient, with the gradients of every source not registered as
         local reduced over the ranks. Same structure as `sources`."""
         flat = tf.nest.flatten(sources)
         grads = tf.nest.flatten(super().gradient(target, sources, output_gradients))
-        shared = [i for i, s in enumerate(flat) if s.ref() not in self._local_sources]
+        shared = [i for i, s in enumerate(flat) if id(s) not in self._local_sources]
         reduced = self._hvdrun_reducer([grads[i] for i in shared], use_generic_names)
         for i, g in zip(shared, reduced):
             grads[i] = g
@@ -184,7 +184,7 @@ class _DistributedGradientTape:
             n = tf.cast(size(), tf.float32)
             for i, s in enumerate(flat):
                 g = grads[i]
-                if s.ref() in self._local_sources and g is not None:
+                if id(s) in self._local_sources and g is not None:
                     if isinstance(g, tf.IndexedSlices):
                         grads[i] = tf.IndexedSlices(g.values / tf.cast(n, g.values.dtype),
                                                     g.indices, g.dense_shape)
@@ -198,7 +198,7 @@ class _DistributedGradientTape:
         grads = self.gradient(target, sources, output_gradients, use_generic_names)
         local, shared = [], []
         for s, g in zip(sources, grads):
-            (local if s.ref() in self._local_sources else shared).append((s, g))
+            (local if id(s) in self._local_sources else shared).append((s, g))
         return local, shared
 
 

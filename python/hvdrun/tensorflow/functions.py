@@ -14,7 +14,7 @@ def _broadcast_group(variables, root_rank):
     # One tf.function per set of variables (as Horovod's): TensorFlow then submits every
     # broadcast at once and libhvdrun runs them back to back, instead of one eager
     # round trip per variable.
-    key = (tuple(v.ref() for v in variables), root_rank)
+    key = (tuple(id(v) for v in variables), root_rank)  # Keras 3 variables lack ref()
     fn = _broadcast_fns.get(key)
     if fn is None:
         @tf.function(autograph=False)

@@ -8,7 +8,14 @@ that hvdrun._lib loaded, so the job init() joins is the one the ops use.
 Matching across ranks: eager collectives meet by their order (or by name= when given);
 inside a graph every collective is named after its input tensor as Horovod names it
 (`HorovodAllreduce_<tensor>` becomes `HvdrunAllreduce_<tensor>`, made unique in the
-graph), so TensorFlow may run a graph's collectives in any order on each rank.
+graph). TensorFlow may run a graph's independent ops in any order, and libhvdrun agrees
+on the first 8 collectives each rank has queued at a time: two ranks that queued 8
+different ones first would wait for each other for ever. So a graph's collectives without
+a name= of the caller's run in the order the program built them (each after the one
+built before it, through a control dependency), the same order on every rank. Those the
+program names itself are left free, so named collectives still meet in any order, as in
+Horovod. Fusing (grouped_allreduce, DistributedGradientTape, DistributedOptimizer) keeps
+the count of such collectives small.
 """
 import ctypes
 import re
@@ -250,6 +257,22 @@ def _collective_name(kind, tensor_names, name, ignore_name_scope):
     return full.rsplit("/", 1)[-1] if ignore_name_scope else full
 
 
+def _in_build_order(create, named):
+    """Runs create() (which builds one collective op) after the previous unnamed
+    collective built in this graph; eagerly, or for a `named` one, just runs it."""
+    if named or _executing_eagerly():
+        return create()
+    graph = tf.compat.v1.get_default_graph()
+    last = getattr(graph, "_hvdrun_last_collective", None)
+    if last is None:
+        out = create()
+    else:
+        with tf.control_dependencies([last]):
+            out = create()
+    graph._hvdrun_last_collective = (out[0] if isinstance(out, (list, tuple)) else out).op
+    return out
+
+
 def _check_not_xla():
     from tensorflow.python.ops import control_flow_util
     if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
@@ -266,11 +289,11 @@ def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=
     Horovod's _allreduce)."""
     _check_process_set(process_set, "allreduce")
     tensor = tf.convert_to_tensor(tensor)
-    return _lib_ops().hvdrun_allreduce(
+    return _in_build_order(lambda: _lib_ops().hvdrun_allreduce(
         tensor, reduce_op=_C_OP[op], prescale_factor=prescale_factor,
         postscale_factor=postscale_factor,
         tensor_name=_collective_name("Allreduce", [tensor.name] if not _executing_eagerly()
-                                     else [], name, ignore_name_scope))
+                                     else [], name, ignore_name_scope)), name is not None)
 
 
 @_framework_ops.RegisterGradient("HvdrunAllreduce")
@@ -314,10 +337,11 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
         else:
             names = [] if _executing_eagerly() else [members[0].name, members[-1].name]
             tag = None if name is None else f"{name}.{dtype.name}"
-            results = _lib_ops().hvdrun_grouped_allreduce(
+            results = _in_build_order(lambda: _lib_ops().hvdrun_grouped_allreduce(
                 members, reduce_op=_C_OP[op], prescale_factor=prescale_factor,
                 postscale_factor=postscale_factor, fusion_bytes=_fusion_bytes(),
-                tensor_name=_collective_name("GroupedAllreduce", names, tag, ignore_name_scope))
+                tensor_name=_collective_name("GroupedAllreduce", names, tag,
+                                             ignore_name_scope)), tag is not None)
         for i, r in zip(idx, results):
             out[i] = r
     return out
@@ -335,10 +359,10 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
     first dimension may differ between ranks; the others may not. Differentiable."""
     _check_process_set(process_set, "allgather")
     tensor = tf.convert_to_tensor(tensor)
-    return _lib_ops().hvdrun_allgather(
+    return _in_build_order(lambda: _lib_ops().hvdrun_allgather(
         tensor, tensor_name=_collective_name(
             "Allgather", [tensor.name] if not _executing_eagerly() else [], name,
-            ignore_name_scope))
+            ignore_name_scope)), name is not None)
 
 
 @_framework_ops.RegisterGradient("HvdrunAllgather")
@@ -364,10 +388,10 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
     Differentiable as Horovod's: the root gets the averaged gradient, the others zero."""
     _check_process_set(process_set, "broadcast")
     tensor = tf.convert_to_tensor(tensor)
-    return _lib_ops().hvdrun_broadcast(
+    return _in_build_order(lambda: _lib_ops().hvdrun_broadcast(
         tensor, root_rank=root_rank, tensor_name=_collective_name(
             "Broadcast", [tensor.name] if not _executing_eagerly() else [], name,
-            ignore_name_scope))
+            ignore_name_scope)), name is not None)
 
 
 @_framework_ops.RegisterGradient("HvdrunBroadcast")

@@ -76,6 +76,16 @@ int reduce_type(tf::DataType t) {
   }
 }
 
+// The element type as Python spells it (tf.float32.name), for messages about mismatches.
+std::string type_name_of(tf::DataType t) {
+  switch (t) {
+    case tf::DT_FLOAT: return "float32";
+    case tf::DT_DOUBLE: return "float64";
+    case tf::DT_HALF: return "float16";
+    default: return tf::DataTypeString(t);  // int32, bfloat16, bool, ...
+  }
+}
+
 char* bytes_of(const tf::Tensor& t) { return const_cast<char*>(t.tensor_data().data()); }
 
 // Multiplies `n` elements at `p` by `factor` as Horovod does: floating point in its own
@@ -339,7 +349,7 @@ class Allreduce : public Base {
     const bool widen = t == tf::DT_INT8 || t == tf::DT_INT16;
     const int ctype = widen ? HVDRUN_INT32 : reduce_type(t);
     if (ctype < 0)
-      return absl::InvalidArgumentError("hvdrun allreduce: " + tf::DataTypeString(t) +
+      return absl::InvalidArgumentError("hvdrun allreduce: " + type_name_of(t) +
                                         " tensors cannot be reduced");
     const void* send = in.tensor_data().data();
     void* recv = bytes_of(*out);
@@ -370,7 +380,7 @@ class Allreduce : public Base {
       if (post != 1.0) op->finish = [out, n, t, post] { scale(t, bytes_of(*out), n, post); };
     }
     const auto shape = dims_of(in.shape());
-    const std::string type_name = tf::DataTypeString(t);
+    const std::string type_name = type_name_of(t);
     auto c = describe(HVDRUN_KIND_ALLREDUCE, ctype, tensor_name_, shape, type_name);
     c.send = send;
     c.recv = recv;
@@ -413,7 +423,7 @@ class GroupedAllreduce : public Base {
     const tf::DataType t = ctx->input(0).dtype();
     const int ctype = reduce_type(t);
     if (ctype < 0)
-      return absl::InvalidArgumentError("hvdrun grouped_allreduce: " + tf::DataTypeString(t) +
+      return absl::InvalidArgumentError("hvdrun grouped_allreduce: " + type_name_of(t) +
                                         " tensors cannot be reduced");
     std::vector<tf::Tensor*> outs(k);
     for (int i = 0; i < k; ++i) {
@@ -436,7 +446,7 @@ class GroupedAllreduce : public Base {
         }
       }
     };
-    const std::string type_name = tf::DataTypeString(t);
+    const std::string type_name = type_name_of(t);
     for (std::size_t b = 0; b < buckets.size(); ++b) {
       const Bucket& bk = buckets[b];
       void* recv = bk.fused;
@@ -519,7 +529,7 @@ class Broadcast : public Base {
     if (bytes_of(*out) != in.tensor_data().data() && g_abi.query[0]() == root_)
       std::memcpy(bytes_of(*out), in.tensor_data().data(), in.TotalBytes());
     const auto shape = dims_of(in.shape());
-    const std::string type_name = tf::DataTypeString(in.dtype());
+    const std::string type_name = type_name_of(in.dtype());
     auto c = describe(HVDRUN_KIND_BROADCAST, HVDRUN_UINT8, tensor_name_, shape, type_name);
     c.recv = bytes_of(*out);
     c.count = in.TotalBytes();
@@ -555,7 +565,7 @@ class Allgather : public Base {
     *mine = rows;
     auto* firsts = reinterpret_cast<long long*>(op->buffer(sizeof(long long) * n).data());
     const auto shape = dims_of(in.shape());
-    const std::string type_name = tf::DataTypeString(in.dtype());
+    const std::string type_name = type_name_of(in.dtype());
     auto c = describe(HVDRUN_KIND_ALLGATHER, HVDRUN_INT64, tensor_name_, shape, type_name);
     c.send = mine;
     c.recv = firsts;
