@@ -15,6 +15,7 @@ docs/tensorflow.md).
 """
 import tensorflow as tf
 
+from hvdrun.tensorflow import util
 from hvdrun.tensorflow.compression import Compression
 from hvdrun.tensorflow.functions import (allgather_object, broadcast_object,
                                          broadcast_variables)
@@ -30,6 +31,7 @@ from hvdrun.tensorflow.mpi_ops import (Average, HorovodInternalError, Max, Min, 
                                        mpi_enabled, mpi_threads_supported, nccl_built,
                                        process_set_included_op, rank, rank_op, rocm_built,
                                        shutdown, size, size_op)
+from hvdrun.tensorflow.util import _executing_eagerly
 
 _WHAT = "hvdrun.tensorflow"
 
@@ -279,6 +281,17 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
         scale_local_gradients=scale_local_gradients)
 
 
+def broadcast_global_variables(root_rank):
+    """TF1: broadcasts every global variable (tf.compat.v1.global_variables()) from
+    `root_rank`, in graph mode. Eagerly it raises RuntimeError, as Horovod's does: use
+    broadcast_variables(model.variables, root_rank)."""
+    if _executing_eagerly():
+        raise RuntimeError(
+            "hvd.broadcast_global_variables() does not support eager execution. "
+            "Please use `hvd.broadcast_variables(<model/optimizer variables>)` instead.")
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
+
+
 class HorovodFeatureNotSupported(NotImplementedError, AttributeError):
     """A part of Horovod's API that hvdrun.tensorflow does not provide. Also an
     AttributeError, so hasattr() reports the name as missing."""
@@ -297,8 +310,6 @@ _ALTERNATIVES = {
                "restarts in a new generation and the program reloads its own checkpoint",
     "start_timeline": "the TensorFlow profiler (tf.profiler.experimental)",
     "stop_timeline": "the TensorFlow profiler (tf.profiler.experimental)",
-    "broadcast_global_variables": "broadcast_variables(model.variables, root_rank) (TF1 "
-                                  "global variables do not exist in TF2)",
     "BroadcastGlobalVariablesHook": "broadcast_variables after building the model (TF1 "
                                     "session hooks do not exist in TF2)",
     "broadcast_object_fn": "broadcast_object (eager)",
@@ -317,7 +328,8 @@ __all__ = [
     "Average", "Compression", "DistributedGradientTape", "DistributedOptimizer",
     "HorovodFeatureNotSupported", "HorovodInternalError", "Max", "Min",
     "PartialDistributedGradientTape", "Product", "Sum", "allgather", "allgather_object",
-    "allreduce", "broadcast", "broadcast_", "broadcast_object", "broadcast_variables",
+    "allreduce", "broadcast", "broadcast_", "broadcast_global_variables", "broadcast_object",
+    "broadcast_variables",
     "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "global_process_set",
     "gloo_built", "gloo_enabled", "grouped_allgather", "grouped_allreduce", "init",
     "is_homogeneous", "is_initialized", "join", "local_rank", "local_rank_op", "local_size",

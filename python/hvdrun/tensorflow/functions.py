@@ -37,17 +37,22 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     return tf.group(*[v.assign(broadcast(v, root_rank)) for v in variables])
 
 
-def _numpy(t):
-    return t.numpy() if hasattr(t, "numpy") else np.asarray(t)
+def _numpy(t, session):
+    """The value of `t`: eagerly its own; in a TF1-style graph, run in `session` (or the
+    default session), as Horovod's object functions do."""
+    if tf.executing_eagerly():
+        return t.numpy()
+    session = session or tf.compat.v1.get_default_session()
+    if session is None:
+        raise ValueError("hvdrun.tensorflow: in graph mode, pass session= or run under a "
+                         "default session")
+    return session.run(t)
 
 
 def broadcast_object(obj, root_rank=0, session=None, name=None,
                      process_set=global_process_set):
-    """Rank `root_rank`'s `obj` on every rank (pickled; eager mode)."""
+    """Rank `root_rank`'s `obj` on every rank (pickled)."""
     _check_process_set(process_set, "broadcast_object")
-    if session is not None:
-        raise NotImplementedError("hvdrun.tensorflow.broadcast_object: TF1 sessions are not "
-                                  "supported; call it in eager mode")
     name = name or type(obj).__name__
     from hvdrun.tensorflow.mpi_ops import rank
     if rank() == root_rank:
@@ -55,23 +60,20 @@ def broadcast_object(obj, root_rank=0, session=None, name=None,
         sz = np.array([data.size], dtype=np.int64)
     else:
         data, sz = None, np.array([0], dtype=np.int64)
-    n = int(_numpy(broadcast(tf.constant(sz), root_rank, name + ".sz"))[0])
+    n = int(_numpy(broadcast(tf.constant(sz), root_rank, name + ".sz"), session)[0])
     if data is None:
         data = np.zeros(n, dtype=np.uint8)
-    out = _numpy(broadcast(tf.constant(data), root_rank, name + ".t"))
+    out = _numpy(broadcast(tf.constant(data), root_rank, name + ".t"), session)
     return _pickle.loads(out.tobytes())
 
 
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
-    """Every rank's `obj`, as a list in rank order (pickled; eager mode)."""
+    """Every rank's `obj`, as a list in rank order (pickled)."""
     _check_process_set(process_set, "allgather_object")
-    if session is not None:
-        raise NotImplementedError("hvdrun.tensorflow.allgather_object: TF1 sessions are not "
-                                  "supported; call it in eager mode")
     name = name or type(obj).__name__
     data = np.frombuffer(_pickle.dumps(obj), dtype=np.uint8)
-    sizes = _numpy(allgather(tf.constant([data.size], dtype=tf.int64), name + ".sz"))
-    gathered = _numpy(allgather(tf.constant(data), name + ".t")).tobytes()
+    sizes = _numpy(allgather(tf.constant([data.size], dtype=tf.int64), name + ".sz"), session)
+    gathered = _numpy(allgather(tf.constant(data), name + ".t"), session).tobytes()
     out, at = [], 0
     for s in sizes:
         out.append(_pickle.loads(gathered[at:at + int(s)]))

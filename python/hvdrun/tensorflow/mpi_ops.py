@@ -27,6 +27,7 @@ from tensorflow.python.framework import ops as _framework_ops
 from hvdrun import _job, _lib
 from hvdrun._lib import HvdrunError
 from hvdrun._tf_build import library as _library_path
+from hvdrun.tensorflow.util import _executing_eagerly
 
 _WHAT = "hvdrun.tensorflow"
 
@@ -238,10 +239,6 @@ def handle_average_backwards_compatibility(op, average):
 def _normalize_name(name):
     """A tensor name as an op name (Horovod's rule)."""
     return re.sub("[^a-zA-Z0-9_]", "_", name)
-
-
-def _executing_eagerly():
-    return tf.executing_eagerly()
 
 
 def _collective_name(kind, tensor_names, name, ignore_name_scope):
