@@ -25,6 +25,9 @@ import tensorflow as tf
 from tensorflow.python.framework import ops as _framework_ops
 
 from hvdrun import _job, _lib
+from hvdrun._job import (Average, Max, Min, Product, Sum, ccl_built, ddl_built,  # noqa: F401
+                         global_process_set, gloo_built, gloo_enabled, is_homogeneous,
+                         mpi_built, mpi_enabled, rocm_built)
 from hvdrun._lib import HvdrunError
 from hvdrun._tf_build import library as _library_path
 from hvdrun.tensorflow.util import _executing_eagerly
@@ -35,13 +38,6 @@ _WHAT = "hvdrun.tensorflow"
 # collective raises tf.errors.FailedPreconditionError, as Horovod's ops do.
 HorovodInternalError = HvdrunError
 
-# Reduction ops, with Horovod's values (2 is Horovod's Adasum, which hvdrun lacks).
-Average = 0
-Sum = 1
-Min = 3
-Max = 4
-Product = 5
-_OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product"}
 _C_OP = {Average: _lib.AVERAGE, Sum: _lib.SUM, Min: _lib.MIN, Max: _lib.MAX,
          Product: _lib.PRODUCT}
 _FROM_C_OP = {v: k for k, v in _C_OP.items()}
@@ -134,34 +130,9 @@ def cross_size():
     return _job.query(_WHAT, "cross_size")
 
 
-def is_homogeneous():
-    """True when every host runs the same number of ranks."""
-    return size() == local_size() * cross_size()
-
-
-def mpi_built():
-    """False: hvdrun has no MPI."""
-    return False
-
-
-def mpi_enabled():
-    """False: hvdrun has no MPI."""
-    return False
-
-
 def mpi_threads_supported():
     """Horovod raises when MPI is not in use; so does hvdrun, which never uses MPI."""
     raise ValueError(f"{_WHAT}.mpi_threads_supported: hvdrun does not use MPI")
-
-
-def gloo_built():
-    """True: host collectives run on Gloo and shared memory."""
-    return True
-
-
-def gloo_enabled():
-    """True: host collectives run on Gloo and shared memory."""
-    return True
 
 
 def nccl_built():
@@ -174,64 +145,14 @@ def cuda_built():
     return False
 
 
-def rocm_built():
-    """False: hvdrun has no ROCm path."""
-    return False
-
-
-def ddl_built():
-    """False: hvdrun has no IBM DDL path."""
-    return False
-
-
-def ccl_built():
-    """False: hvdrun has no oneCCL path."""
-    return False
-
-
-class _ProcessSet:
-    """The only process set hvdrun offers: every rank of the job."""
-
-    process_set_id = 0
-
-    def size(self):
-        """Number of ranks in the set: all of them."""
-        return size()
-
-    def rank(self):
-        """This process's rank in the set: its rank in the job."""
-        return rank()
-
-    def included(self):
-        """True: every rank belongs to the global set."""
-        return True
-
-    def __repr__(self):
-        return "ProcessSet(process_set_id=0, ranks=all)"
-
-
-global_process_set = _ProcessSet()
-
-
 def _check_process_set(process_set, what):
-    if process_set is not None and process_set is not global_process_set:
-        raise NotImplementedError(
-            f"{_WHAT}.{what}: process sets are not supported; every collective runs over all "
-            "ranks. Drop the process_set argument")
+    _job.check_process_set(process_set, f"{_WHAT}.{what}")
 
 
 def handle_average_backwards_compatibility(op, average):
     """Horovod's resolution of the deprecated `average` flag against `op`: Average by
     default, Sum for average=False; giving both raises."""
-    if op is not None and average is not None:
-        raise ValueError("The op parameter supersedes average. Please provide only one of them.")
-    if op is None:
-        return Average if average is None or average else Sum
-    if op not in _OP_NAMES:
-        raise NotImplementedError(
-            f"{_WHAT}: op {op!r} is not supported; use hvd.Average, hvd.Sum, hvd.Min, hvd.Max "
-            "or hvd.Product (Adasum is not available in hvdrun)")
-    return op
+    return _job.resolve_op(op, average, _WHAT)
 
 
 # ---- names -----------------------------------------------------------------------------
