@@ -84,12 +84,13 @@ class _DistributedMethods:
             totals.append(None if g is None else s + tf.cast(g, s.dtype))
         count = self._hvdrun_count
         count.assign_add(1)
+        apply = super().apply  # the wrapped optimizer's (a closure has no zero-argument super)
 
         def apply_now():
             ready = totals
             if self._hvdrun_average_passes:
                 ready = [None if t is None else t / passes for t in totals]
-            super().apply(self._hvdrun_reduce(ready, variables), variables)
+            apply(self._hvdrun_reduce(ready, variables), variables)
             for s in sums:
                 s.assign(tf.zeros_like(s))
             return tf.constant(True)

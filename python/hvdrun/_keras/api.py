@@ -45,6 +45,32 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients)
 
 
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="",  # noqa: N802
+                                device_sparse="", compression=Compression.none,
+                                sparse_as_dense=False, gradient_predivide_factor=1.0,
+                                op=Average, groups=None, process_set=global_process_set,
+                                local_layers=None, scale_local_gradients=True):
+    """DistributedOptimizer whose `local_layers` (a Keras layer or a list of them) keep
+    their own gradients, divided by size() when scale_local_gradients."""
+    import keras
+
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
+    opt = DistributedOptimizer(optimizer, name=name, compression=compression,
+                               sparse_as_dense=sparse_as_dense,
+                               gradient_predivide_factor=gradient_predivide_factor, op=op,
+                               groups=groups, process_set=process_set,
+                               scale_local_gradients=scale_local_gradients)
+    for layer in local_layers:
+        for var in layer.trainable_weights:
+            opt.register_local_var(var)
+    return opt
+
+
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
               op=None, compression=Compression.none):
     """Reduces a Python or NumPy value over the ranks (Average by default); a tensor."""
@@ -100,7 +126,8 @@ def unsupported(module, name):
 
 
 __all__ = [
-    "Average", "Compression", "DistributedOptimizer", "HorovodInternalError", "Sum",
+    "Average", "Compression", "DistributedOptimizer", "HorovodInternalError",
+    "PartialDistributedOptimizer", "Sum",
     "allgather", "allreduce", "broadcast", "callbacks", "ccl_built", "cross_rank",
     "cross_size", "cuda_built", "ddl_built", "global_process_set", "gloo_built",
     "gloo_enabled", "init", "is_initialized", "load_model", "local_rank", "local_size",

@@ -108,8 +108,31 @@ def check(model, history, ckpt_dir, epochs):
         assert hasattr(restored.optimizer, "_hvdrun_reducer"), "optimizer not distributed"
         for a, b in zip(restored.weights, model.weights):
             assert np.array_equal(a.numpy(), b.numpy()), a.name
+    check_backward_passes()
     print(f"rank {r}: keras loss {loss[0]:.3f} -> {loss[-1]:.3f}; keras checks passed",
           flush=True)
+
+
+def check_backward_passes():
+    """backward_passes_per_step=2: weights move on every second batch only, by the
+    gradients of both batches summed over the passes and averaged over the ranks."""
+    r, n = hvd.rank(), hvd.size()
+    model = tf.keras.Sequential([tf.keras.Input((1,)),
+                                 tf.keras.layers.Dense(1, use_bias=False,
+                                                       kernel_initializer="zeros")])
+    opt = hvd.DistributedOptimizer(tf.optimizers.SGD(1.0), backward_passes_per_step=2)
+    model.compile(loss="mae", optimizer=opt)
+    # loss = |w x - y| with w x < y: gradient -x per sample (the batch's mean).
+    x = np.full((4, 1), float(r + 1), np.float32)
+    y = np.full((4, 1), 1000.0, np.float32)  # far above w x: the gradient stays -x
+    seen = []
+    for _ in range(4):
+        model.train_on_batch(x, y)
+        seen.append(float(model.layers[0].kernel.numpy()[0, 0]))
+    # Each apply: the sum of 2 passes' gradients (-2 (r+1)), averaged over ranks: -(n+1).
+    want = n + 1.0
+    assert seen == [0.0, want, want, 2 * want], seen
+    assert int(opt.iterations.numpy()) == 4, int(opt.iterations.numpy())
 
 
 if __name__ == '__main__':
