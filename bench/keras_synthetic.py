@@ -56,6 +56,8 @@ def main():
     impl = sys.argv[1]
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 60
     batch = int(sys.argv[3]) if len(sys.argv) > 3 else 64
+    # The strategy must exist before any TensorFlow op runs.
+    strategy = tf.distribute.MultiWorkerMirroredStrategy() if impl == "mwms" else None
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     x, y = data(batch)
     if impl.startswith("hvdrun"):
@@ -92,7 +94,6 @@ def main():
             hvd.broadcast_variables(model.variables, root_rank=0)
             seconds = timed(train, steps)
     elif impl == "mwms":
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
         import json
         task = json.loads(os.environ["TF_CONFIG"])["task"]
         rank, n = task["index"], strategy.num_replicas_in_sync
