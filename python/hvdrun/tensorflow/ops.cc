@@ -65,24 +65,36 @@ std::string last_error() {
 // libhvdrun's element type for a TensorFlow type it reduces natively; -1 otherwise.
 int reduce_type(tf::DataType t) {
   switch (t) {
-    case tf::DT_INT32: return HVDRUN_INT32;
-    case tf::DT_INT64: return HVDRUN_INT64;
-    case tf::DT_FLOAT: return HVDRUN_FLOAT32;
-    case tf::DT_DOUBLE: return HVDRUN_FLOAT64;
-    case tf::DT_HALF: return HVDRUN_FLOAT16;
-    case tf::DT_BFLOAT16: return HVDRUN_BFLOAT16;
-    case tf::DT_UINT8: return HVDRUN_UINT8;
-    default: return -1;
+    case tf::DT_INT32:
+      return HVDRUN_INT32;
+    case tf::DT_INT64:
+      return HVDRUN_INT64;
+    case tf::DT_FLOAT:
+      return HVDRUN_FLOAT32;
+    case tf::DT_DOUBLE:
+      return HVDRUN_FLOAT64;
+    case tf::DT_HALF:
+      return HVDRUN_FLOAT16;
+    case tf::DT_BFLOAT16:
+      return HVDRUN_BFLOAT16;
+    case tf::DT_UINT8:
+      return HVDRUN_UINT8;
+    default:
+      return -1;
   }
 }
 
 // The element type as Python spells it (tf.float32.name), for messages about mismatches.
 std::string type_name_of(tf::DataType t) {
   switch (t) {
-    case tf::DT_FLOAT: return "float32";
-    case tf::DT_DOUBLE: return "float64";
-    case tf::DT_HALF: return "float16";
-    default: return tf::DataTypeString(t);  // int32, bfloat16, bool, ...
+    case tf::DT_FLOAT:
+      return "float32";
+    case tf::DT_DOUBLE:
+      return "float64";
+    case tf::DT_HALF:
+      return "float16";
+    default:
+      return tf::DataTypeString(t);  // int32, bfloat16, bool, ...
   }
 }
 
@@ -108,14 +120,22 @@ void scale_as(void* p, std::size_t n, double factor) {
 void scale(tf::DataType t, void* p, std::size_t n, double factor) {
   if (factor == 1.0 || n == 0) return;
   switch (t) {
-    case tf::DT_INT32: return scale_as<std::int32_t>(p, n, factor);
-    case tf::DT_INT64: return scale_as<std::int64_t>(p, n, factor);
-    case tf::DT_FLOAT: return scale_as<float>(p, n, factor);
-    case tf::DT_DOUBLE: return scale_as<double>(p, n, factor);
-    case tf::DT_HALF: return scale_as<Eigen::half>(p, n, factor);
-    case tf::DT_BFLOAT16: return scale_as<Eigen::bfloat16>(p, n, factor);
-    case tf::DT_UINT8: return scale_as<std::uint8_t>(p, n, factor);
-    default: return;
+    case tf::DT_INT32:
+      return scale_as<std::int32_t>(p, n, factor);
+    case tf::DT_INT64:
+      return scale_as<std::int64_t>(p, n, factor);
+    case tf::DT_FLOAT:
+      return scale_as<float>(p, n, factor);
+    case tf::DT_DOUBLE:
+      return scale_as<double>(p, n, factor);
+    case tf::DT_HALF:
+      return scale_as<Eigen::half>(p, n, factor);
+    case tf::DT_BFLOAT16:
+      return scale_as<Eigen::bfloat16>(p, n, factor);
+    case tf::DT_UINT8:
+      return scale_as<std::uint8_t>(p, n, factor);
+    default:
+      return;
   }
 }
 
@@ -190,7 +210,9 @@ class Completions {
   void published() { cv_.notify_one(); }
 
  private:
-  Completions() { std::thread([this] { loop(); }).detach(); }
+  Completions() {
+    std::thread([this] { loop(); }).detach();
+  }
 
   void loop() {
     std::unique_lock lock(mu_);
@@ -666,8 +688,9 @@ absl::Status gathered_shape(tf::shape_inference::InferenceContext* c) {
 }  // namespace hvdrun_tf
 
 // The element types each op accepts (broadcast and allgather move any fixed-size type).
-#define HVDRUN_TF_REDUCIBLE "{uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64}"
-#define HVDRUN_TF_MOVABLE \
+#define HVDRUN_TF_REDUCIBLE \
+  "{uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64}"
+#define HVDRUN_TF_MOVABLE                                                                   \
   "{uint8, int8, uint16, int16, int32, uint32, int64, uint64, float16, bfloat16, float32, " \
   "float64, bool, complex64, complex128}"
 
