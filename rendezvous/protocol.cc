@@ -2,11 +2,11 @@
 // docs/rendezvous-protocol.md).
 #include "rendezvous/protocol.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/rand.h>
+#include <sys/random.h>
 
+#include <cerrno>
 #include <cstring>
+#include <system_error>
 
 namespace hvdrun::rendezvous {
 namespace {
@@ -219,83 +219,56 @@ Response decode_response(std::string_view payload) {
 
 // --- HMAC -------------------------------------------------------------------------
 
-struct Hmac::State {
-  EVP_MD_CTX* inner = nullptr;
-  EVP_MD_CTX* outer = nullptr;
-  EVP_MD_CTX* scratch = nullptr;
-  ~State() {
-    EVP_MD_CTX_free(inner);
-    EVP_MD_CTX_free(outer);
-    EVP_MD_CTX_free(scratch);
-  }
-};
-
-namespace {
-const EVP_MD* sha256() {
-  // Fetched once: an implicit fetch per digest call costs more than the digest itself.
-  static EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
-  if (md == nullptr) throw std::runtime_error("OpenSSL: SHA256 unavailable");
-  return md;
-}
-void check(int ok, const char* what) {
-  if (ok != 1) throw std::runtime_error(std::string("OpenSSL: ") + what + " failed");
-}
-}  // namespace
-
-Hmac::Hmac(std::string_view key) : state_(std::make_unique<State>()) {
-  constexpr std::size_t kBlock = 64;
-  unsigned char k[kBlock] = {};
-  const EVP_MD* md = sha256();
-  if (key.size() > kBlock) {
-    unsigned int n = 0;
-    check(EVP_Digest(key.data(), key.size(), k, &n, md, nullptr), "EVP_Digest");
+Hmac::Hmac(std::string_view key) {
+  std::array<unsigned char, kSha256BlockBytes> k{};
+  if (key.size() > k.size()) {
+    const auto d = Sha256::digest(key);
+    std::memcpy(k.data(), d.data(), d.size());
   } else {
-    std::memcpy(k, key.data(), key.size());
+    std::memcpy(k.data(), key.data(), key.size());
   }
-  unsigned char ipad[kBlock], opad[kBlock];
-  for (std::size_t i = 0; i < kBlock; ++i) {
+  std::array<unsigned char, kSha256BlockBytes> ipad{}, opad{};
+  for (std::size_t i = 0; i < k.size(); ++i) {
     ipad[i] = k[i] ^ 0x36;
     opad[i] = k[i] ^ 0x5c;
   }
-  state_->inner = EVP_MD_CTX_new();
-  state_->outer = EVP_MD_CTX_new();
-  state_->scratch = EVP_MD_CTX_new();
-  if (!state_->inner || !state_->outer || !state_->scratch) throw std::bad_alloc();
-  check(EVP_DigestInit_ex(state_->inner, md, nullptr), "EVP_DigestInit_ex");
-  check(EVP_DigestUpdate(state_->inner, ipad, kBlock), "EVP_DigestUpdate");
-  check(EVP_DigestInit_ex(state_->outer, md, nullptr), "EVP_DigestInit_ex");
-  check(EVP_DigestUpdate(state_->outer, opad, kBlock), "EVP_DigestUpdate");
-  OPENSSL_cleanse(k, sizeof k);
-  OPENSSL_cleanse(ipad, sizeof ipad);
-  OPENSSL_cleanse(opad, sizeof opad);
+  inner_.update(ipad.data(), ipad.size());
+  outer_.update(opad.data(), opad.size());
+  explicit_bzero(k.data(), k.size());
+  explicit_bzero(ipad.data(), ipad.size());
+  explicit_bzero(opad.data(), opad.size());
 }
-
-Hmac::~Hmac() = default;
-Hmac::Hmac(Hmac&&) noexcept = default;
-Hmac& Hmac::operator=(Hmac&&) noexcept = default;
 
 std::array<unsigned char, kMacBytes> Hmac::tag(
     std::initializer_list<std::string_view> parts) const {
-  std::array<unsigned char, kMacBytes> inner_hash{}, out{};
-  unsigned int n = 0;
-  EVP_MD_CTX* s = state_->scratch;
-  check(EVP_MD_CTX_copy_ex(s, state_->inner), "EVP_MD_CTX_copy_ex");
-  for (auto p : parts) check(EVP_DigestUpdate(s, p.data(), p.size()), "EVP_DigestUpdate");
-  check(EVP_DigestFinal_ex(s, inner_hash.data(), &n), "EVP_DigestFinal_ex");
-  check(EVP_MD_CTX_copy_ex(s, state_->outer), "EVP_MD_CTX_copy_ex");
-  check(EVP_DigestUpdate(s, inner_hash.data(), inner_hash.size()), "EVP_DigestUpdate");
-  check(EVP_DigestFinal_ex(s, out.data(), &n), "EVP_DigestFinal_ex");
-  return out;
+  Sha256 inner = inner_;
+  for (auto p : parts) inner.update(p);
+  const auto inner_hash = inner.finish();
+  Sha256 outer = outer_;
+  outer.update(inner_hash.data(), inner_hash.size());
+  return outer.finish();
 }
 
 bool tags_equal(const unsigned char* a, const unsigned char* b) {
-  return CRYPTO_memcmp(a, b, kMacBytes) == 0;
+  // Every byte is compared whatever the earlier ones were: the time does not say where
+  // a forged tag first differs.
+  volatile unsigned char diff = 0;
+  for (std::size_t i = 0; i < kMacBytes; ++i) diff = diff | (a[i] ^ b[i]);
+  return diff == 0;
 }
 
 std::string random_bytes(std::size_t n) {
   std::string out(n, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(n)) != 1)
-    throw std::runtime_error("OpenSSL RAND_bytes failed: no entropy for the rendezvous secret");
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r = getrandom(out.data() + got, n - got, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw std::system_error(errno, std::generic_category(),
+                              "getrandom: no entropy for the rendezvous secret");
+    }
+    got += static_cast<std::size_t>(r);
+  }
   return out;
 }
 

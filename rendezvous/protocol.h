@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "rendezvous/sha256.h"
 
 namespace hvdrun::rendezvous {
 
@@ -82,30 +83,27 @@ std::string encode(const Response& response);
 /// Parses a response payload. Throws ProtocolError.
 Response decode_response(std::string_view payload);
 
-/// HMAC-SHA256 with the key's inner and outer hash states computed once, so each tag
-/// costs two hash continuations instead of a key schedule.
+/// HMAC-SHA256 (RFC 2104) with the key's inner and outer hash states computed once, so
+/// each tag costs two hash continuations instead of a key schedule. The digest is the
+/// library's own (rendezvous/sha256.h): nothing here calls into a crypto library that
+/// another library in the process could interpose.
 class Hmac {
  public:
   /// Prepares the key.
   explicit Hmac(std::string_view key);
-  ~Hmac();
-  Hmac(const Hmac&) = delete;
-  Hmac& operator=(const Hmac&) = delete;
-  Hmac(Hmac&&) noexcept;
-  Hmac& operator=(Hmac&&) noexcept;
 
   /// Tag over the concatenation of `parts`.
   std::array<unsigned char, kMacBytes> tag(std::initializer_list<std::string_view> parts) const;
 
  private:
-  struct State;
-  std::unique_ptr<State> state_;
+  Sha256 inner_;
+  Sha256 outer_;
 };
 
 /// Constant-time comparison of two tags.
 bool tags_equal(const unsigned char* a, const unsigned char* b);
 
-/// Fills `out` with `n` cryptographically random bytes (RAND_bytes). Throws on failure.
+/// `n` cryptographically random bytes from the kernel (getrandom(2)). Throws on failure.
 std::string random_bytes(std::size_t n);
 /// Lower-case hex of `bytes`.
 std::string to_hex(std::string_view bytes);

@@ -25,3 +25,6 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# The TensorFlow tests' virtualenv (tensorflow-cpu from PyPI; Debian packages no TensorFlow).
+"$(dirname "$0")/tf-venv.sh"

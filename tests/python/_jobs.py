@@ -1,16 +1,34 @@
 """Running hvdrun jobs from the tests: the built launcher, python3 ranks, output
 collected, and a deadline on every job (at the deadline the launcher gets SIGINT, which
-stops every rank, and the test fails with what the job printed)."""
+stops every rank, and the test fails with what the job printed); and the loopback SSH
+cluster as a fixture. tests/tensorflow uses this module too."""
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKERS = os.path.join(HERE, "workers")
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def use_build_tree():
+    """Fills in the build tree's paths (HVDRUN_BUILD_DIR, default build/) where the tests
+    run outside ctest, and puts the checkout's python/ on the path."""
+    build = os.environ.get("HVDRUN_BUILD_DIR", os.path.join(REPO, "build"))
+    os.environ.setdefault("HVDRUN_LIBRARY", os.path.join(build, "runtime", "libhvdrun.so"))
+    os.environ.setdefault("HVDRUN_LAUNCHER", os.path.join(build, "cli", "hvdrun"))
+    os.environ.setdefault("HVDRUN_TEST_CLUSTER",
+                          os.path.join(build, "tests", "support", "hvdrun_test_cluster"))
+    if os.path.join(REPO, "python") not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (os.path.join(REPO, "python"), os.environ.get("PYTHONPATH")) if p)
+    sys.path.insert(0, os.path.join(REPO, "python"))
 
 
 @dataclass
@@ -37,8 +55,8 @@ def launcher():
 
 def run_job(np, worker, *args, hosts=None, ssh_config=None, env=None, forward=(),
             timeout=90, launcher_args=()):
-    """Runs `hvdrun -np N [-H hosts] [launcher_args] python3 workers/<worker> args` and
-    returns its Job."""
+    """Runs `hvdrun -np N [-H hosts] [launcher_args] python3 workers/<worker> args` (or the
+    absolute path `worker`) and returns its Job."""
     cmd = [launcher(), "-np", str(np)] + list(launcher_args)
     if hosts:
         cmd += ["-H", hosts]
@@ -70,3 +88,34 @@ def expect_ok(job, np, marker="checks passed"):
     """Asserts the job exited 0 and every rank printed `marker`."""
     assert job.code == 0, job.describe()
     assert job.rank_lines(marker) == set(range(np)), job.describe()
+
+
+@pytest.fixture(scope="module")
+def ssh_config():
+    if os.geteuid() != 0:
+        pytest.skip("the loopback sshd cluster needs root")
+    helper = os.environ["HVDRUN_TEST_CLUSTER"]
+    if not os.path.exists(helper):
+        pytest.fail(f"{helper} is missing: build the hvdrun_test_cluster target")
+    proc = subprocess.Popen([helper, "2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    line = ""
+    while not line.endswith("\n"):
+        left = deadline - time.monotonic()
+        ready, _, _ = select.select([proc.stdout], [], [], max(left, 0))
+        if not ready:
+            proc.kill()
+            pytest.fail("hvdrun_test_cluster printed no ssh_config within 30 s: "
+                        + proc.stderr.read())
+        chunk = proc.stdout.readline()
+        if not chunk:
+            pytest.fail("hvdrun_test_cluster failed: " + proc.stderr.read())
+        line += chunk
+    yield line.strip()
+    proc.stdin.close()  # EOF: the helper stops sshd and removes its directory
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("hvdrun_test_cluster did not stop within 20 s of stdin EOF")

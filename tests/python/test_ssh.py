@@ -3,45 +3,11 @@
 ranks on "remote" hosts run the same hvdrun binary and reach the caller and each other
 over TCP. Needs root (sshd) like the C++ ssh tests."""
 import os
-import select
-import subprocess
-import time
 
 import pytest
 
 import hvdrun
-from _jobs import expect_ok, run_job
-
-
-@pytest.fixture(scope="module")
-def ssh_config():
-    if os.geteuid() != 0:
-        pytest.skip("the loopback sshd cluster needs root")
-    helper = os.environ["HVDRUN_TEST_CLUSTER"]
-    if not os.path.exists(helper):
-        pytest.fail(f"{helper} is missing: build the hvdrun_test_cluster target")
-    proc = subprocess.Popen([helper, "2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    line = ""
-    while not line.endswith("\n"):
-        left = deadline - time.monotonic()
-        ready, _, _ = select.select([proc.stdout], [], [], max(left, 0))
-        if not ready:
-            proc.kill()
-            pytest.fail("hvdrun_test_cluster printed no ssh_config within 30 s: "
-                        + proc.stderr.read())
-        chunk = proc.stdout.readline()
-        if not chunk:
-            pytest.fail("hvdrun_test_cluster failed: " + proc.stderr.read())
-        line += chunk
-    yield line.strip()
-    proc.stdin.close()  # EOF: the helper stops sshd and removes its directory
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("hvdrun_test_cluster did not stop within 20 s of stdin EOF")
+from _jobs import expect_ok, run_job, ssh_config  # noqa: F401 (a fixture)
 
 
 @pytest.mark.parametrize("np,hosts", [(1, "node1:1"), (2, "node1:1,node2:1"),

@@ -1,7 +1,9 @@
 // Unit tests of the rendezvous codec, HMAC and frame sealing: no sockets involved.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "rendezvous/protocol.h"
+#include "tests/skip.h"
 
 using namespace hvdrun::rendezvous;
 
@@ -82,6 +84,63 @@ TEST_CASE("malformed requests are rejected", "[rendezvous][protocol]") {
   CHECK_THROWS_AS(decode_request(encode(big)), ProtocolError);
 }
 
+namespace {
+std::string hex_of(const std::array<unsigned char, kMacBytes>& d) {
+  return to_hex(std::string(reinterpret_cast<const char*>(d.data()), d.size()));
+}
+}  // namespace
+
+TEST_CASE("SHA-256 matches the FIPS 180-4 examples, whole and in pieces",
+          "[rendezvous][protocol]") {
+  CHECK(hex_of(Sha256::digest("")) ==
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(hex_of(Sha256::digest("abc")) ==
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  CHECK(hex_of(Sha256::digest(two_blocks)) ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  // One million 'a', fed in uneven pieces so every buffering path is taken.
+  Sha256 s;
+  const std::string piece(997, 'a');
+  std::size_t left = 1000000;
+  for (std::size_t step = 1; left > 0; step = step % 997 + 7) {
+    const std::size_t n = std::min({step, left, piece.size()});
+    s.update(std::string_view(piece).substr(0, n));
+    left -= n;
+  }
+  CHECK(hex_of(s.finish()) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  // Lengths around the padding boundary (55, 56, 63, 64 bytes) against a fork of the state.
+  for (std::size_t n : {55, 56, 63, 64, 119, 120}) {
+    const std::string m(n, 'x');
+    Sha256 a;
+    a.update(m.substr(0, n / 2));
+    Sha256 b = a;  // a copy continues independently
+    a.update(m.substr(n / 2));
+    b.update(m.substr(n / 2));
+    CHECK(a.finish() == b.finish());
+  }
+  CHECK(hex_of(Sha256::digest(std::string(56, 'x'))) ==
+        "04c26261370ee7541549d16dee320c723e3fd14671e66a099afe0a377c16888e");
+}
+
+TEST_CASE("SHA-256's x86 SHA-extension blocks agree with the portable ones",
+          "[rendezvous][protocol]") {
+  namespace d = hvdrun::rendezvous::sha256_detail;
+#if defined(__x86_64__)
+  if (!d::have_x86_sha()) HVDRUN_SKIP("this CPU has no SHA extensions");
+  std::string data(64 * 37, '\0');
+  std::uint32_t x = 12345;
+  for (auto& c : data) c = static_cast<char>((x = x * 1103515245u + 12345u) >> 24);
+  std::uint32_t a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
+  d::compress_portable(a, p, 37);
+  d::compress_x86_sha(b, p, 37);
+  CHECK(std::equal(a, a + 8, b));
+#else
+  CHECK_FALSE(d::have_x86_sha());
+#endif
+}
+
 TEST_CASE("HMAC-SHA256 matches RFC 4231 test vectors", "[rendezvous][protocol]") {
   Hmac h(std::string(20, '\x0b'));
   auto t = h.tag({"Hi ", "There"});
@@ -92,6 +151,15 @@ TEST_CASE("HMAC-SHA256 matches RFC 4231 test vectors", "[rendezvous][protocol]")
   auto t6 = h6.tag({"Test Using Larger Than Block-Size Key - Hash Key First"});
   CHECK(to_hex(std::string(reinterpret_cast<const char*>(t6.data()), t6.size())) ==
         "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  // Test cases 2, 3 and 7: a short key, data longer than a block, both long.
+  CHECK(hex_of(Hmac("Jefe").tag({"what do ya want ", "for nothing?"})) ==
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  CHECK(hex_of(Hmac(std::string(20, '\xaa')).tag({std::string(50, '\xdd')})) ==
+        "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe");
+  CHECK(hex_of(h6.tag({"This is a test using a larger than block-size key and a larger than "
+                       "block-size data. The key needs to be hashed before being used by the "
+                       "HMAC algorithm."})) ==
+        "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
   // The tag is reusable: same input, same output.
   auto t2 = h.tag({"Hi There"});
   CHECK(tags_equal(t.data(), t2.data()));

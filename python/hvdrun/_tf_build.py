@@ -1,0 +1,126 @@
+"""Builds hvdrun's TensorFlow op library (hvdrun/tensorflow/ops.cc) against the TensorFlow
+installed in this Python, as Horovod builds its own: custom ops must be compiled with the
+installed TensorFlow's headers and C++ ABI, so no prebuilt binary can serve every version.
+
+The library is built once per (source, TensorFlow version, compiler flags) into a cache
+directory and reused: HVDRUN_TF_OPS_CACHE, else $XDG_CACHE_HOME/hvdrun/tf-ops, else
+~/.cache/hvdrun/tf-ops. Ranks that start together wait on a lock while one of them builds.
+HVDRUN_TF_OPS names a library built elsewhere and skips all of this. The compiler is $CXX,
+else c++ (g++ 9 or later, or clang).
+
+    python -m hvdrun._tf_build [--werror] [--cache DIR]   # builds, prints the path
+"""
+import fcntl
+import hashlib
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.join(_HERE, "tensorflow", "ops.cc")
+LIBRARY_NAME = "libhvdrun_tf_ops.so"
+
+
+class BuildError(RuntimeError):
+    """The op library could not be built; the message says why and what to do."""
+
+
+def _header_dir():
+    # Installed package: hvdrun/include (pip installs hvdrun_c.h there); a checkout:
+    # runtime/include beside python/.
+    for d in (os.path.join(_HERE, "include"),
+              os.path.join(os.path.dirname(os.path.dirname(_HERE)), "runtime", "include")):
+        if os.path.exists(os.path.join(d, "hvdrun", "hvdrun_c.h")):
+            return d
+    raise BuildError("hvdrun: hvdrun/hvdrun_c.h not found (neither in the installed package nor "
+                     "in a checkout's runtime/include); reinstall hvdrun")
+
+
+def _command(output, werror):
+    import tensorflow as tf
+
+    cflags, lflags = tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
+    # TensorFlow's headers are system headers to us: their warnings are not ours.
+    cflags = ["-isystem" + f[2:] if f.startswith("-I") else f for f in cflags]
+    warn = ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-deprecated-declarations"]
+    if werror:
+        warn.append("-Werror")
+    cxx = shlex.split(os.environ.get("CXX", "c++"))
+    return (cxx + ["-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-I" + _header_dir()] +
+            cflags + warn + [SOURCE, "-o", output] + lflags), tf.__version__
+
+
+def _cache_dir(cache):
+    if cache:
+        return cache
+    if os.environ.get("HVDRUN_TF_OPS_CACHE"):
+        return os.environ["HVDRUN_TF_OPS_CACHE"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "hvdrun", "tf-ops")
+
+
+def library(cache=None, werror=False, quiet=False):
+    """Path of the op library for this TensorFlow, building it first when needed."""
+    explicit = os.environ.get("HVDRUN_TF_OPS")
+    if explicit:
+        if not os.path.exists(explicit):
+            raise BuildError(f"hvdrun: HVDRUN_TF_OPS={explicit} does not exist; unset it to "
+                             "build the op library on first use")
+        return explicit
+    probe, version = _command("OUT", False)  # -Werror changes no byte of the result
+    key = hashlib.sha256()
+    for part in (open(SOURCE, "rb").read(),
+                 open(os.path.join(_header_dir(), "hvdrun", "hvdrun_c.h"), "rb").read(),
+                 " ".join(probe).encode()):
+        key.update(part)
+    directory = os.path.join(_cache_dir(cache), f"tf{version}-{key.hexdigest()[:16]}")
+    path = os.path.join(directory, LIBRARY_NAME)
+    if os.path.exists(path):
+        return path
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another rank may be building it right now
+        if os.path.exists(path):
+            return path
+        if not quiet:
+            print(f"hvdrun.tensorflow: building the op library for TensorFlow {version} "
+                  f"(once; cached in {directory})", file=sys.stderr, flush=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".so")
+        os.close(fd)
+        cmd, _ = _command(tmp, werror)
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as e:
+            os.unlink(tmp)
+            raise BuildError(f"hvdrun.tensorflow: cannot run the C++ compiler {cmd[0]!r} ({e}) "
+                             "to build the TensorFlow ops; install g++ (or set CXX), or point "
+                             "HVDRUN_TF_OPS at a library built on a like machine") from None
+        if r.returncode != 0:
+            os.unlink(tmp)
+            raise BuildError("hvdrun.tensorflow: building the TensorFlow ops failed:\n  " +
+                             " ".join(shlex.quote(c) for c in cmd) + "\n" + r.stderr[-4000:])
+        os.replace(tmp, path)
+    return path
+
+
+def main(argv):
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m hvdrun._tf_build",
+                                description="Build hvdrun's TensorFlow op library.")
+    p.add_argument("--werror", action="store_true", help="warnings in ops.cc are errors")
+    p.add_argument("--cache", help="cache directory (default: HVDRUN_TF_OPS_CACHE or "
+                   "~/.cache/hvdrun/tf-ops)")
+    a = p.parse_args(argv)
+    try:
+        print(library(a.cache, a.werror, quiet=True))
+    except BuildError as e:
+        print(e, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

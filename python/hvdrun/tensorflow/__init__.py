@@ -1,0 +1,338 @@
+"""A drop-in for `horovod.tensorflow` on TensorFlow 2: a Horovod TensorFlow program runs
+under hvdrun after changing `import horovod.tensorflow as hvd` to
+`import hvdrun.tensorflow as hvd`.
+
+Provided: init, shutdown, is_initialized, rank, size, local_rank, local_size, cross_rank,
+cross_size, the ops Average, Sum, Min, Max, Product, allreduce (pre/postscale, compression,
+tf.IndexedSlices as Horovod handles them), grouped_allreduce, allgather, grouped_allgather,
+broadcast, broadcast_, broadcast_variables, broadcast_object, allgather_object, join,
+DistributedGradientTape, PartialDistributedGradientTape, DistributedOptimizer (Keras
+optimizers), Compression, the *_op queries and the *_built queries. Gradients are
+registered for the collectives. Everything works eagerly and inside tf.function.
+
+Horovod names not provided raise an error naming them and what to use instead (see
+docs/tensorflow.md).
+"""
+import tensorflow as tf
+
+from hvdrun.tensorflow import util
+from hvdrun.tensorflow.compression import Compression
+from hvdrun.tensorflow.functions import (allgather_object, broadcast_object,
+                                         broadcast_variables)
+from hvdrun.tensorflow.mpi_ops import (Average, HorovodInternalError, Max, Min, Product, Sum,
+                                       _allreduce, _check_process_set, _grouped_allreduce,
+                                       allgather, broadcast, broadcast_, ccl_built,
+                                       cross_rank, cross_size, cuda_built, ddl_built,
+                                       global_process_set, gloo_built, gloo_enabled,
+                                       grouped_allgather,
+                                       handle_average_backwards_compatibility, init,
+                                       is_homogeneous, is_initialized, join, local_rank,
+                                       local_rank_op, local_size, local_size_op, mpi_built,
+                                       mpi_enabled, mpi_threads_supported, nccl_built,
+                                       process_set_included_op, rank, rank_op, rocm_built,
+                                       shutdown, size, size_op)
+from hvdrun.tensorflow.util import _executing_eagerly
+
+_WHAT = "hvdrun.tensorflow"
+
+
+def _sparse_allreduce(tensor, op, prescale_factor, postscale_factor, gather):
+    # Horovod's: the values and indices of every rank gathered (an allreduce of the dense
+    # tensor they stand for), the values divided by the size for Average.
+    if op not in (Sum, Average):
+        raise NotImplementedError("Only Sum and Average ops are supported with tf.IndexedSlices")
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        raise NotImplementedError("Pre/postscale_factor are not supported with tf.IndexedSlices")
+    values, indices = gather(tensor.values), gather(tensor.indices)
+    if op == Average:
+        values = values / tf.cast(size(), values.dtype)
+    return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="",
+              compression=Compression.none, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, name=None, process_set=global_process_set,
+              ignore_name_scope=False):
+    """Reduces a tf.Tensor, tf.Variable or tf.IndexedSlices over all ranks (Average by
+    default). An IndexedSlices is gathered instead (values and indices of every rank), as
+    Horovod does. Differentiable.
+
+    Arguments:
+        tensor: what to reduce; its shape must be the same on every rank.
+        average: deprecated Horovod flag (True: Average, False: Sum); use op.
+        device_dense, device_sparse: accepted; the ops run on the CPU.
+        compression: Compression.none or Compression.fp16.
+        op: Average (default), Sum, Min, Max or Product.
+        prescale_factor, postscale_factor: multiply before and after the reduction.
+        name: matches this collective by name on every rank.
+        process_set: only the global process set is supported.
+        ignore_name_scope: leave the name scope out of the collective's name.
+    """
+    _check_process_set(process_set, "allreduce")
+    op = handle_average_backwards_compatibility(op, average)
+    if isinstance(tensor, tf.IndexedSlices):
+        return _sparse_allreduce(tensor, op, prescale_factor, postscale_factor,
+                                 lambda t: allgather(t, ignore_name_scope=ignore_name_scope))
+    compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
+    reduced = _allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
+                         postscale_factor=postscale_factor,
+                         ignore_name_scope=ignore_name_scope)
+    return compression.decompress(reduced, ctx)
+
+
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
+                      compression=Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set,
+                      ignore_name_scope=False, name=None):
+    """Reduces each tensor of a list (tf.IndexedSlices gathered, as allreduce does); dense
+    tensors of one type are fused into few collectives. Returns the list of results."""
+    _check_process_set(process_set, "grouped_allreduce")
+    if not tensors:
+        return tensors
+    op = handle_average_backwards_compatibility(op, average)
+    out = [None] * len(tensors)
+    dense = []
+    for i, t in enumerate(tensors):
+        if isinstance(t, tf.IndexedSlices):
+            out[i] = _sparse_allreduce(
+                t, op, prescale_factor, postscale_factor,
+                lambda x: allgather(x, ignore_name_scope=ignore_name_scope))
+        else:
+            dense.append(i)
+    if dense:
+        compressed = [compression.compress(tf.convert_to_tensor(tensors[i])) for i in dense]
+        reduced = _grouped_allreduce([c for c, _ in compressed], name=name, op=op,
+                                     prescale_factor=prescale_factor,
+                                     postscale_factor=postscale_factor,
+                                     ignore_name_scope=ignore_name_scope)
+        for i, r, (_, ctx) in zip(dense, reduced, compressed):
+            out[i] = compression.decompress(r, ctx)
+    return out
+
+
+# ---- gradients of many variables -------------------------------------------------------
+
+class _GradientReducer:
+    """Averages (or sums) a list of gradients over the ranks, as Horovod's
+    _make_allreduce_grads_fn: dense gradients fused by type, IndexedSlices gathered (or
+    made dense with sparse_as_dense), None kept. Eagerly it runs as one tf.function per
+    list of shapes, so every collective is submitted at once."""
+
+    def __init__(self, name, compression, sparse_as_dense, op, gradient_predivide_factor,
+                 groups):
+        if op not in (Average, Sum):
+            raise NotImplementedError(
+                f"{_WHAT}: gradients are reduced with Average or Sum, not {op!r}")
+        self.name = name
+        self.compression = compression
+        self.sparse_as_dense = sparse_as_dense
+        self.op = op
+        # Horovod splits Average around the sum: 1/f before, f after (and 1/size in the op).
+        self.prescale = 1.0 / gradient_predivide_factor if op == Average else 1.0
+        self.postscale = gradient_predivide_factor if op == Average else 1.0
+        self.groups = groups
+        self._graph_fn = None
+
+    def _reduce(self, grads, use_generic_names=False):
+        with tf.name_scope(self.name + "_Allreduce"):
+            if self.sparse_as_dense:
+                grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+                         for g in grads]
+            present = [i for i, g in enumerate(grads) if g is not None]
+            out = list(grads)
+            if not present or size() == 1:
+                return out
+            reduced = grouped_allreduce(
+                [grads[i] for i in present], compression=self.compression, op=self.op,
+                prescale_factor=self.prescale, postscale_factor=self.postscale,
+                name="grads" if use_generic_names else None,
+                ignore_name_scope=use_generic_names)
+            for i, r in zip(present, reduced):
+                out[i] = r
+            return out
+
+    def __call__(self, grads, use_generic_names=False):
+        if not tf.executing_eagerly():
+            return self._reduce(grads, use_generic_names)
+        if self._graph_fn is None:
+            self._graph_fn = tf.function(self._reduce, autograph=False)
+        return self._graph_fn(grads, use_generic_names)
+
+
+class _DistributedGradientTape:
+    """Mixed into a subclass of the wrapped tape's class: gradient() averages the gradients
+    over the ranks."""
+
+    def _hvdrun_setup(self, reducer, process_set, scale_local_gradients):
+        self._hvdrun_reducer = reducer
+        self.process_set = process_set
+        self.scale_local_gradients = scale_local_gradients
+        self._local_sources = set()
+
+    def register_local_source(self, source):
+        """A source whose gradient stays this rank's own (not reduced)."""
+        self._local_sources.add(id(source))
+
+    def gradient(self, target, sources, output_gradients=None, use_generic_names=False):
+        """tf.GradientTape.gradient, with the gradients of every source not registered as
+        local reduced over the ranks. Same structure as `sources`."""
+        flat = tf.nest.flatten(sources)
+        grads = tf.nest.flatten(super().gradient(target, sources, output_gradients))
+        shared = [i for i, s in enumerate(flat) if id(s) not in self._local_sources]
+        reduced = self._hvdrun_reducer([grads[i] for i in shared], use_generic_names)
+        for i, g in zip(shared, reduced):
+            grads[i] = g
+        if self.scale_local_gradients and self._local_sources:
+            n = tf.cast(size(), tf.float32)
+            for i, s in enumerate(flat):
+                g = grads[i]
+                if id(s) in self._local_sources and g is not None:
+                    if isinstance(g, tf.IndexedSlices):
+                        grads[i] = tf.IndexedSlices(g.values / tf.cast(n, g.values.dtype),
+                                                    g.indices, g.dense_shape)
+                    else:
+                        grads[i] = g / tf.cast(n, g.dtype)
+        return tf.nest.pack_sequence_as(sources, grads)
+
+    def get_local_and_global_gradients(self, target, sources, output_gradients=None,
+                                       use_generic_names=False):
+        """(local, global) lists of (source, gradient) pairs."""
+        grads = self.gradient(target, sources, output_gradients, use_generic_names)
+        local, shared = [], []
+        for s, g in zip(sources, grads):
+            (local if id(s) in self._local_sources else shared).append((s, g))
+        return local, shared
+
+
+def _check_grouping(gradient_predivide_factor, op, num_groups, groups):
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if num_groups != 0 and groups is None:
+        groups = num_groups
+    if groups is not None and not (isinstance(groups, list) or groups > 0):
+        raise ValueError("groups should be a non-negative integer or a list of list of "
+                         "tf.Variable.")
+    # Grouping decides which gradients share a fused buffer; hvdrun fuses every gradient
+    # of one type, which gives the same results.
+    return groups
+
+
+def DistributedGradientTape(gradtape, device_dense="", device_sparse="",  # noqa: N802
+                            compression=Compression.none, sparse_as_dense=False, op=Average,
+                            gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                            process_set=global_process_set, scale_local_gradients=True):
+    """Wraps a tf.GradientTape so that gradient() returns gradients averaged (op) over the
+    ranks; the tape keeps its class (a subclass of it is returned), persistence and
+    watched variables. Arguments as Horovod's."""
+    _check_process_set(process_set, "DistributedGradientTape")
+    groups = _check_grouping(gradient_predivide_factor, op, num_groups, groups)
+    cls = type(gradtape.__class__.__name__, (_DistributedGradientTape, gradtape.__class__), {})
+    tape = cls.__new__(cls)
+    tape.__dict__.update(gradtape.__dict__)  # the recording tape and its watched variables
+    tape._hvdrun_setup(
+        _GradientReducer("DistributedGradientTape", compression, sparse_as_dense, op,
+                         gradient_predivide_factor, groups),
+        process_set, scale_local_gradients)
+    return tape
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",  # noqa: N802
+                                   compression=Compression.none, sparse_as_dense=False,
+                                   op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                                   groups=None, process_set=global_process_set,
+                                   local_layers=None, scale_local_gradients=True):
+    """DistributedGradientTape whose `local_layers` keep their own gradients."""
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
+                                   sparse_as_dense, op, gradient_predivide_factor, num_groups,
+                                   groups, process_set, scale_local_gradients)
+    if local_layers is None:
+        local_layers = []
+    elif not isinstance(local_layers, (list, tuple)):
+        local_layers = [local_layers]
+    for layer in local_layers:
+        for v in layer.trainable_weights:
+            tape.register_local_source(v)
+    return tape
+
+
+def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="",  # noqa: N802
+                         device_sparse="", compression=Compression.none,
+                         sparse_as_dense=False, backward_passes_per_step=1, op=Average,
+                         gradient_predivide_factor=1.0, average_aggregated_gradients=False,
+                         num_groups=0, groups=None, process_set=global_process_set,
+                         scale_local_gradients=True):
+    """Wraps a Keras optimizer (tf.keras.optimizers / keras.optimizers) so that it averages
+    the gradients over the ranks before applying them; see
+    hvdrun.tensorflow.keras.DistributedOptimizer. TF1's tf.compat.v1.train optimizers are
+    not supported."""
+    _check_process_set(process_set, "DistributedOptimizer")
+    if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        raise NotImplementedError(
+            f"{_WHAT}.DistributedOptimizer: TF1 optimizers (tf.compat.v1.train) are not "
+            "supported; use a Keras optimizer (tf.keras.optimizers.SGD, ...) or "
+            "DistributedGradientTape")
+    groups = _check_grouping(gradient_predivide_factor, op, num_groups, groups)
+    from hvdrun import _keras
+    return _keras.create_distributed_optimizer(
+        optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, op=op,
+        backward_passes_per_step=backward_passes_per_step,
+        average_aggregated_gradients=average_aggregated_gradients,
+        scale_local_gradients=scale_local_gradients)
+
+
+def broadcast_global_variables(root_rank):
+    """TF1: broadcasts every global variable (tf.compat.v1.global_variables()) from
+    `root_rank`, in graph mode. Eagerly it raises RuntimeError, as Horovod's does: use
+    broadcast_variables(model.variables, root_rank)."""
+    if _executing_eagerly():
+        raise RuntimeError(
+            "hvd.broadcast_global_variables() does not support eager execution. "
+            "Please use `hvd.broadcast_variables(<model/optimizer variables>)` instead.")
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
+
+
+class HorovodFeatureNotSupported(NotImplementedError, AttributeError):
+    """A part of Horovod's API that hvdrun.tensorflow does not provide. Also an
+    AttributeError, so hasattr() reports the name as missing."""
+
+
+_ALTERNATIVES = {
+    "Adasum": "op=hvd.Average (or hvd.Sum)",
+    "alltoall": "allgather, then take the slices meant for this rank",
+    "reducescatter": "allreduce, then take this rank's slice of the result",
+    "grouped_reducescatter": "grouped_allreduce, then take this rank's slices",
+    "ProcessSet": "collectives over all ranks",
+    "add_process_set": "collectives over all ranks",
+    "remove_process_set": "collectives over all ranks",
+    "SyncBatchNormalization": "tf.keras.layers.BatchNormalization",
+    "elastic": "hvdrun's elastic mode (hvdrun --min-np / --host-discovery-script): the job "
+               "restarts in a new generation and the program reloads its own checkpoint",
+    "start_timeline": "the TensorFlow profiler (tf.profiler.experimental)",
+    "stop_timeline": "the TensorFlow profiler (tf.profiler.experimental)",
+    "BroadcastGlobalVariablesHook": "broadcast_variables after building the model (TF1 "
+                                    "session hooks do not exist in TF2)",
+    "broadcast_object_fn": "broadcast_object (eager)",
+}
+
+
+def __getattr__(name):
+    if name in _ALTERNATIVES:
+        raise HorovodFeatureNotSupported(
+            f"{_WHAT}.{name} (from horovod.tensorflow) is not supported by hvdrun; use "
+            f"{_ALTERNATIVES[name]} instead")
+    raise AttributeError(f"module {_WHAT!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "Average", "Compression", "DistributedGradientTape", "DistributedOptimizer",
+    "HorovodFeatureNotSupported", "HorovodInternalError", "Max", "Min",
+    "PartialDistributedGradientTape", "Product", "Sum", "allgather", "allgather_object",
+    "allreduce", "broadcast", "broadcast_", "broadcast_global_variables", "broadcast_object",
+    "broadcast_variables",
+    "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "global_process_set",
+    "gloo_built", "gloo_enabled", "grouped_allgather", "grouped_allreduce", "init",
+    "is_homogeneous", "is_initialized", "join", "local_rank", "local_rank_op", "local_size",
+    "local_size_op", "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built",
+    "process_set_included_op", "rank", "rank_op", "rocm_built", "shutdown", "size", "size_op",
+]

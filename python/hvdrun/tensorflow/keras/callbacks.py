@@ -1,0 +1,4 @@
+"""Horovod's Keras callbacks (`horovod.tensorflow.keras.callbacks`) for Keras 3."""
+from hvdrun._keras.callbacks import (BroadcastGlobalVariablesCallback,  # noqa: F401
+                                     LearningRateScheduleCallback, LearningRateWarmupCallback,
+                                     MetricAverageCallback)

@@ -1,0 +1,13 @@
+"""Every hvdrun.tensorflow collective against values computed with NumPy, eagerly and in
+tf.function, with gradients, DistributedGradientTape, names matched in any order, a
+mismatch named and survived, join, and init after shutdown (workers/ops_worker.py), on
+1, 2 and 4 local ranks. The ranks import TensorFlow before libhvdrun loads."""
+import pytest
+
+from _jobs import expect_ok
+from _tf_jobs import run_tf_job
+
+
+@pytest.mark.parametrize("np", [1, 2, 4])
+def test_ops(np):
+    expect_ok(run_tf_job(np, "ops_worker.py"), np, marker="tf ops checks passed")
