@@ -51,6 +51,13 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
+// What the ranks of one kind of host (EnvSource) get besides the per-rank contract.
+struct HostEnv {
+  EnvList base;                             // the launcher's forwarded part and -x
+  std::vector<std::string> host_variables;  // of the agent's own, the ones ranks start from
+  EnvList defaults;                         // where nothing else sets them
+};
+
 struct Host {
   int index = 0;
   std::string name;
@@ -66,19 +73,12 @@ struct Host {
   int started = 0;
   Clock::time_point last_rx;
   proto::AgentHello info;
-  const struct HostEnv* env = nullptr;  // Job::host_envs_: one per EnvSource, not per host
+  const HostEnv* env = nullptr;  // Job::host_envs_: one per EnvSource, not per host
   // Bytes asked of the link per read: small for a quiet host (the launcher holds one buffer
   // per host), doubled while reads fill it, up to kMaxReadChunk.
   std::size_t read_chunk = kMinReadChunk;
   static constexpr std::size_t kMinReadChunk = 4u << 10;
   static constexpr std::size_t kMaxReadChunk = 1u << 20;
-};
-
-// What the ranks of one kind of host (EnvSource) get besides the per-rank contract.
-struct HostEnv {
-  EnvList base;                             // the launcher's forwarded part and -x
-  std::vector<std::string> host_variables;  // of the agent's own, the ones ranks start from
-  EnvList defaults;                         // where nothing else sets them
 };
 
 struct RankState {
