@@ -229,6 +229,12 @@ std::string without_outside_connections(const std::string& err) {
       " more of 'unknown caller' since",
       " more of 'another user' since",
       " more of 'another host' since",
+      // The shared pre-authentication gate's causes (common/preauth_gate.cc).
+      " more of 'too many connections ",
+      " more of 'wrong job secret' since",
+      " more of 'wrong secret' since",
+      " more of 'oversized hello' since",
+      " more of 'relayed' since",
   };
   std::string kept;
   for (const auto& line : lines(err)) {
