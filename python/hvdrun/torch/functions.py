@@ -19,7 +19,7 @@ import struct
 
 import torch
 
-from hvdrun.torch.mpi_ops import (_check_process_set, allgather, broadcast_,
+from hvdrun.torch.mpi_ops import (_check_process_set, _set_size, allgather, broadcast_,
                                   broadcast_async_, generation, global_process_set, rank,
                                   size, synchronize)
 
@@ -171,29 +171,30 @@ def _object_key():
     return _key_cache[secret]
 
 
-def _next_call():
-    """(generation, this call's number in it), the same on every rank."""
+def _next_call(ps=0):
+    """(generation, process set, this call's number among that set's object collectives in
+    the generation), the same on every member of the set."""
     gen = generation()
-    _calls[gen] += 1
-    return gen, _calls[gen]
+    _calls[(gen, ps)] += 1
+    return gen, ps, _calls[(gen, ps)]
 
 
 def _tag(key, what, call, sender, payload):
-    gen, number = call
-    header = struct.pack(">QQii", gen, number, sender, size())
+    gen, ps, number = call
+    header = struct.pack(">QQiii", gen, number, ps, sender, _set_size(ps))
     return hmac.new(key, what + b"\0" + header + payload, hashlib.sha256).digest()
 
 
 def _seal(what, call, payload):
     """`payload` with its tag in front, as rank() sends it."""
-    if size() == 1:
+    if _set_size(call[1]) == 1:
         return payload  # nothing crosses a process boundary
     return _tag(_object_key(), what, call, rank(), payload) + payload
 
 
 def _open(what, call, sender, sealed):
     """The pickled bytes of a sealed payload from `sender`, once its tag checks out."""
-    if size() == 1:
+    if _set_size(call[1]) == 1:
         return sealed
     name = what.decode()
     if len(sealed) < _TAG:
@@ -220,8 +221,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
         process_set: the ranks to broadcast among (default: every rank); root_rank is a
             rank of the job in it.
     """
-    _check_process_set(process_set, "broadcast_object")
-    call = _next_call()
+    call = _next_call(_check_process_set(process_set, "broadcast_object"))
     if rank() == root_rank:
         payload = torch.frombuffer(bytearray(_seal(b"broadcast_object", call, _dumps(obj))),
                                    dtype=torch.uint8)

@@ -6,6 +6,7 @@ rank's splits (so each rank sizes its output), then exchanges the rows pairwise;
 reducescatter reduces each rank's slice of the first dimension where it is needed
 (ranks below rows % size get one row more, as in Horovod).
 """
+import collections
 import itertools
 
 import torch
@@ -16,7 +17,8 @@ from hvdrun.torch.compression import Compression
 from hvdrun.torch.mpi_ops import Average, Sum, global_process_set
 
 
-_blocking_calls = itertools.count()  # blocking alltoalls so far: the same count on every rank
+# Blocking alltoalls so far, per process set: the same count on every member of a set.
+_blocking_calls = collections.defaultdict(itertools.count)
 
 
 def _rows_and_rest(src):
@@ -101,7 +103,7 @@ def _alltoall_async(tensor, splits, what, name=None, ps=0, blocking=False):
         # Both steps on this thread, one after the other: no hop to the library's thread.
         _ops._submit(_lib.KIND_ALLGATHER, what, mine.data_ptr(), table.data_ptr(), n,
                      _lib.INT64, name=name, like=src, blocking=True, ps=ps)
-        submit_rows(None, f"b{next(_blocking_calls)}")
+        submit_rows(None, f"b{next(_blocking_calls[ps])}")
         h1 = None
     else:
         then = _lib.THEN(submit_rows)

@@ -55,7 +55,7 @@ else:
 
 # 2. A replay: the genuine sealed payload of call 1, sent again at call 3.
 if r == 0:
-    first = functions._seal(b"broadcast_object", (hvd.generation(), 1),
+    first = functions._seal(b"broadcast_object", (hvd.generation(), 0, 1),
                             functions._dumps({"v": 1}))
     send_broadcast(first)
 else:
