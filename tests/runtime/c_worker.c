@@ -268,14 +268,14 @@ static int scatter_mode(void) {
   c.dtype = HVDRUN_INT32;
   c.splits = splits;
   c.received_splits = received;
-  c.recv_count = (size_t)(size * (rank + 1));
+  c.recv_count = (size_t)size * (size_t)(rank + 1);
   CHECK(hvdrun_run(&c, sizeof c) == 0);
   for (int i = 0; i < size; ++i) {
     CHECK(received[i] == rank + 1);
     for (int r = 0; r <= rank; ++r) CHECK(recv[i * (rank + 1) + r] == i * 100 + rank);
   }
   /* Rank 0's output is one element short: refused on every rank before data moves. */
-  c.recv_count = (size_t)(size * (rank + 1)) - (rank == 0 ? 1 : 0);
+  c.recv_count = (size_t)size * (size_t)(rank + 1) - (rank == 0 ? 1u : 0u);
   CHECK(hvdrun_run(&c, sizeof c) == -1);
   CHECK(strstr(hvdrun_last_error(), "rank 0 is sent") != NULL);
   /* reducescatter of 7 rows of 2: ranks below 7 % size get one row more. */
@@ -295,8 +295,10 @@ static int scatter_mode(void) {
   int first = 0;
   for (int r = 0; r < rank; ++r) first += 7 / size + (r < 7 % size ? 1 : 0);
   int own = 7 / size + (rank < 7 % size ? 1 : 0);
-  for (int i = 0; i < own * 2; ++i)
-    CHECK(mine[i] == (float)((first * 2 + i) * size * (size + 1) / 2));
+  for (int i = 0; i < own * 2; ++i) {
+    const long long expect = (long long)(first * 2 + i) * size * (size + 1) / 2; /* exact */
+    CHECK(mine[i] == (float)expect);
+  }
   /* An ABI 3 caller passes the struct without the fields after postscale. */
   float one = 1.0f;
   memset(&c, 0, sizeof c);
