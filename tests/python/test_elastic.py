@@ -40,6 +40,7 @@ def test_elastic_run_restores_the_last_commit_in_the_same_processes():
     assert job.code == 0, job.describe()
     results = api_results(job, 0)
     assert set(results) == {0, 1}, job.describe()
+    assert "hvdrun.torch.elastic: generation" not in job.err, job.describe()
     for line in results.values():
         # 2 epochs of 96 samples in batches of 4 on 2 ranks: 24 steps, the 2 redone after
         # the restore not counted twice; the weights are the same on every rank.
@@ -50,6 +51,9 @@ def test_a_crashed_rank_of_an_elastic_api_program_is_replaced_by_the_restart_mod
     job = run_job(2, "elastic_api_worker.py", "crash", launcher_args=["--max-restarts", "1"])
     assert job.code == 0, job.describe()
     assert "rank 1 on host localhost exited with code 7" in job.err, job.describe()
+    # Rank 0 of generation 1 says, once, that the state did not come from the last commit.
+    note = "hvdrun.torch.elastic: generation 1: hvdrun restarted every process"
+    assert job.err.count(note) == 1, job.describe()
     assert api_results(job, 0) == {}, job.describe()
     results = api_results(job, 1)
     assert set(results) == {0, 1}, job.describe()
