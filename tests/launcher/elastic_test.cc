@@ -224,7 +224,12 @@ TEST_CASE("generations: a job started at -np below --max-np asks to grow when sl
   o.elastic.min_np = 2;
   o.elastic.max_np = 4;
   o.elastic.discovery_script = script(dir, "echo a:2; echo b:2");
-  ::setenv("HVDRUN_DISCOVERY_INTERVAL", "0.1", 1);
+  struct Interval {  // the environment as it was, however the case ends
+    Interval() { ::setenv("HVDRUN_DISCOVERY_INTERVAL", "0.1", 1); }
+    ~Interval() { ::unsetenv("HVDRUN_DISCOVERY_INTERVAL"); }
+    Interval(const Interval&) = delete;
+    Interval& operator=(const Interval&) = delete;
+  } interval;
   std::vector<int> sizes;
   std::vector<std::string> why;
   const GenerationLaunch launch = [&](const LaunchOptions& g, const JobHooks& hooks) {
@@ -246,9 +251,7 @@ TEST_CASE("generations: a job started at -np below --max-np asks to grow when sl
     *hooks.outcome = std::nullopt;
     return 0;
   };
-  const int code = run_elastic(o, launch);
-  ::unsetenv("HVDRUN_DISCOVERY_INTERVAL");
-  CHECK(code == 0);
+  CHECK(run_elastic(o, launch) == 0);
   CHECK(sizes == std::vector<int>{2, 4});
   REQUIRE(why.size() == 1);
   CHECK_THAT(why[0], Catch::Contains("discovery found 4 usable slots for a job of 2 ranks"));
