@@ -105,7 +105,7 @@ class Elastic {
   std::vector<hostfile::HostSlots> discover();
   std::vector<hostfile::HostSlots> usable(const std::vector<hostfile::HostSlots>& hosts) const;
   static int slots(const std::vector<hostfile::HostSlots>& hosts);
-  int size_for(int available) const;
+  int size_for(int available, int generation) const;
   std::optional<std::string> should_grow(int np);
   std::string excluded_text() const;
   int too_few(int available) const;
@@ -173,9 +173,9 @@ int Elastic::slots(const std::vector<hostfile::HostSlots>& hosts) {
 
 // The first generation starts at -np (fewer if fewer slots are there); later ones take
 // every usable slot up to --max-np.
-int Elastic::size_for(int available) const {
+int Elastic::size_for(int available, int generation) const {
   int np = available;
-  if (generation_ == 0 && opt_.np) np = std::min(np, *opt_.np);
+  if (generation == 0 && opt_.np) np = std::min(np, *opt_.np);
   if (e_.max_np) np = std::min(np, *e_.max_np);
   return np;
 }
@@ -225,7 +225,9 @@ std::optional<std::string> Elastic::should_grow(int np) {
   auto r = discovery_->poll();
   if (!r || r->error) return std::nullopt;
   hosts_ = std::move(r->hosts);
-  const int now_there = size_for(slots(usable(hosts_)));
+  // The size the next generation would have: -np caps the first generation only, so a job
+  // started at -np 2 grows to --max-np like any other.
+  const int now_there = size_for(slots(usable(hosts_)), generation_ + 1);
   if (now_there <= np) return std::nullopt;
   return "elastic: discovery found " + counted(now_there, "usable slot") + " for a job of " +
          counted(np, "rank") + "; stopping generation " + std::to_string(generation_) + " to grow";
@@ -240,7 +242,7 @@ int Elastic::run() {
     if (available < e_.min_np.value_or(1)) return too_few(available);
     LaunchOptions g = opt_;
     g.hosts = hosts;
-    g.np = size_for(available);
+    g.np = size_for(available, generation_);
     g.generation = generation_;
     if (generation_ > 0)
       say("generation " + std::to_string(generation_) + " starts with " + counted(*g.np, "rank") +

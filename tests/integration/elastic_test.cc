@@ -1,9 +1,10 @@
 // Elastic mode end to end on the loopback SSH cluster (sshd on 127.0.0.k, aliases
 // node1..nodeN): a host lost mid-job, excluded for its cooldown and taken back; a rank that
 // always fails, against the reset limit; too few slots for --min-np; hosts added to the
-// discovery output; a discovery script that prints garbage; daemons the discovery script
-// leaves behind (on this machine alone). Every case checks that nothing of any generation
-// is left running. docs/elastic.md describes the behaviour.
+// discovery output (also to a job started at -np, with silent ranks); a discovery script
+// that prints garbage; daemons the discovery script leaves behind (on this machine alone).
+// Every case checks that nothing of any generation is left running. docs/elastic.md
+// describes the behaviour.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -148,6 +149,29 @@ TEST_CASE("elastic: hosts added to the discovery output grow the job at the next
   INFO("stderr: " << h.err);
   CHECK(count(h.out, "up 1 ") == 3);
   CHECK_THAT(h.err, Catch::Contains("discovery found 3 usable slots for a job of 1 rank;"));
+  CHECK(testing::wait_none_with(marker, 5s * kSlow));
+}
+
+// -np sizes the first generation only: a job started at -np 2 below --max-np 4 grows when
+// discovery finds more slots. Its ranks print nothing, so nothing but the launcher's own
+// timers drives its loop (the job used to stay in generation 0: the growth check capped the
+// slots found at -np as if for the first generation).
+TEST_CASE("elastic: a job started at -np below --max-np grows while its ranks are silent") {
+  Discovery d("node1:2\n");
+  const std::string dir = d.dir.path();
+  const std::string marker = testing::unique_marker();
+  const std::string rank = "g=$HVDRUN_GENERATION; echo $$ > " + dir +
+                           "/pid.$g.$HVDRUN_RANK; [ $g = 1 ] && exit 0; exec sleep 60";
+  Hvdrun h(elastic_args(d, {"-np", "2", "--min-np", "2", "--max-np", "4", "-x",
+                            marker.substr(0, marker.find('=')), "sh", "-c", rank}),
+           {marker, "HVDRUN_DISCOVERY_INTERVAL=0.3"});
+  testing::read_pid_files(dir, "pid.0.", 2, 20s * kSlow);
+  d.write_hosts("node1:2\nnode2:2\n");
+  CHECK(h.wait(30s * kSlow) == 0);
+  INFO("stderr: " << h.err);
+  CHECK(testing::read_pid_files(dir, "pid.1.", 4, 1s).size() == 4);
+  CHECK(h.out.empty());
+  CHECK_THAT(h.err, Catch::Contains("discovery found 4 usable slots for a job of 2 ranks;"));
   CHECK(testing::wait_none_with(marker, 5s * kSlow));
 }
 

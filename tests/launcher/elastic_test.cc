@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/error.h"
@@ -209,4 +211,48 @@ TEST_CASE("generations: a failing rank's host stays when leaving it out is below
   CHECK(run_elastic(o, std::ref(fake)) == 0);
   REQUIRE(fake.seen.size() == 3);
   CHECK(names(fake.seen[2].hosts) == "a:2 ");
+}
+
+// -np sizes the first generation only: the growth check must size what it found as the
+// next generation would be (up to --max-np), or a job started at -np 2 --max-np 4 never
+// grows, whatever discovery reports.
+TEST_CASE("generations: a job started at -np below --max-np asks to grow when slots appear") {
+  testing::TempDir dir("elastic");
+  auto o = three_hosts();
+  o.hosts.clear();
+  o.np = 2;
+  o.elastic.min_np = 2;
+  o.elastic.max_np = 4;
+  o.elastic.discovery_script = script(dir, "echo a:2; echo b:2");
+  struct Interval {  // the environment as it was, however the case ends
+    Interval() { ::setenv("HVDRUN_DISCOVERY_INTERVAL", "0.1", 1); }
+    ~Interval() { ::unsetenv("HVDRUN_DISCOVERY_INTERVAL"); }
+    Interval(const Interval&) = delete;
+    Interval& operator=(const Interval&) = delete;
+  } interval;
+  std::vector<int> sizes;
+  std::vector<std::string> why;
+  const GenerationLaunch launch = [&](const LaunchOptions& g, const JobHooks& hooks) {
+    sizes.push_back(*g.np);
+    if (g.generation == 0) {
+      // The job loop's turns, until the growth check asks for a stop (or 20 s pass).
+      const auto give_up = Clock::now() + 20s;
+      while (Clock::now() < give_up) {
+        if (auto w = hooks.should_stop()) {
+          why.push_back(*w);
+          Failure grow{0, "hvdrun: " + *w + "\n", {}};
+          grow.requested = true;
+          *hooks.outcome = grow;
+          return 0;
+        }
+        std::this_thread::sleep_for(10ms);
+      }
+    }
+    *hooks.outcome = std::nullopt;
+    return 0;
+  };
+  CHECK(run_elastic(o, launch) == 0);
+  CHECK(sizes == std::vector<int>{2, 4});
+  REQUIRE(why.size() == 1);
+  CHECK_THAT(why[0], Catch::Contains("discovery found 4 usable slots for a job of 2 ranks"));
 }

@@ -1,7 +1,19 @@
 """hvdrun's elastic mode seen from hvdrun.torch: a rank that fails restarts the job in
 generation 1, where hvd.generation() says so and the program resumes from its
-checkpoint."""
+checkpoint; and Horovod's elastic API (hvd.elastic.run, TorchState, ElasticSampler): a
+failed collective restores the last commit and re-initialises in the same processes, a
+host update interrupts every rank at the same commit, and a program using the API whose
+rank crashes is run again by the restart mode."""
+import re
+
 from _jobs import run_job
+
+# What each rank of elastic_api_worker.py saw: the injected failure at step 5, the restore
+# to the commit at step 3 (its weights too), the host update acted on at the commit at
+# step 9 without a restore, all in the same processes and at the same size.
+API_EVENTS = ("events=['fail at steps=5', "
+              "'reset size=2 steps=3 restored=3 weights_as_committed=True', "
+              "'hosts updated at steps=9', 'reset size=2 steps=9']")
 
 
 def test_a_failed_generation_resumes_from_its_checkpoint(tmp_path):
@@ -11,3 +23,39 @@ def test_a_failed_generation_resumes_from_its_checkpoint(tmp_path):
     assert job.rank_lines("generation 1 resumed at step 42") == {0, 1}, job.describe()
     assert "rank 1 on host localhost exited with code 3" in job.err, job.describe()
     assert "elastic: generation 1 starts with 2 ranks" in job.err, job.describe()
+
+
+def api_results(job, generation):
+    """{rank: line} of the worker's final lines in `generation`."""
+    found = {}
+    for line in job.out.splitlines():
+        m = re.search(r"rank (\d) generation (\d+) (steps=.*)$", line)
+        if m and int(m.group(2)) == generation:
+            found[int(m.group(1))] = m.group(3)
+    return found
+
+
+def test_elastic_run_restores_the_last_commit_in_the_same_processes():
+    job = run_job(2, "elastic_api_worker.py")
+    assert job.code == 0, job.describe()
+    results = api_results(job, 0)
+    assert set(results) == {0, 1}, job.describe()
+    assert "hvdrun.torch.elastic: generation" not in job.err, job.describe()
+    for line in results.values():
+        # 2 epochs of 96 samples in batches of 4 on 2 ranks: 24 steps, the 2 redone after
+        # the restore not counted twice; the weights are the same on every rank.
+        assert line == f"steps=24 identical=True {API_EVENTS}", job.describe()
+
+
+def test_a_crashed_rank_of_an_elastic_api_program_is_replaced_by_the_restart_mode():
+    job = run_job(2, "elastic_api_worker.py", "crash", launcher_args=["--max-restarts", "1"])
+    assert job.code == 0, job.describe()
+    assert "rank 1 on host localhost exited with code 7" in job.err, job.describe()
+    # Rank 0 of generation 1 says, once, that the state did not come from the last commit.
+    note = "hvdrun.torch.elastic: generation 1: hvdrun restarted every process"
+    assert job.err.count(note) == 1, job.describe()
+    assert api_results(job, 0) == {}, job.describe()
+    results = api_results(job, 1)
+    assert set(results) == {0, 1}, job.describe()
+    for line in results.values():
+        assert line == f"steps=24 identical=True {API_EVENTS}", job.describe()

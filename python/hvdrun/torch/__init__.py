@@ -8,7 +8,8 @@ allreduce and allgather, allgather(_async), allgather_object, broadcast(_)(async
 broadcast_object, broadcast_parameters, broadcast_optimizer_state, poll, synchronize,
 join, barrier, alltoall(_async), reducescatter(_async), grouped_reducescatter(_async),
 process sets, DistributedOptimizer, Compression, the *_built queries, SyncBatchNorm,
-sparse_allreduce_async.
+sparse_allreduce_async, and the elastic API (hvd.elastic.run, TorchState, ObjectState,
+ElasticSampler, HostsUpdatedInterrupt; docs/elastic.md).
 
 Horovod names not provided raise an error naming them and what to use instead (see
 docs/python.md). Collectives are matched across ranks by the order they are issued in,
@@ -38,6 +39,7 @@ from hvdrun.torch.scatter_ops import (alltoall, alltoall_async, grouped_reducesc
                                       reducescatter_async)
 from hvdrun.torch.sparse import sparse_allreduce_async
 from hvdrun.torch.sync_batch_norm import SyncBatchNorm
+from hvdrun.torch import elastic  # noqa: E402 (after the names it uses)
 
 
 class HorovodFeatureNotSupported(NotImplementedError, AttributeError):
@@ -47,9 +49,6 @@ class HorovodFeatureNotSupported(NotImplementedError, AttributeError):
 
 _ALTERNATIVES = {
     "Adasum": "op=hvd.Average (or hvd.Sum) with DistributedOptimizer",
-    "elastic": "hvdrun's elastic mode (hvdrun --min-np / --host-discovery-script): the "
-               "job restarts in a new generation and the program reloads its own "
-               "checkpoint when hvd.generation() is above 0",
     "DistributedAdasumOptimizer": "DistributedOptimizer with op=hvd.Average",
 }
 
@@ -71,7 +70,7 @@ __all__ = [
     "allgather_object", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "barrier", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
     "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "ccl_built",
-    "cross_rank", "cross_size", "cuda_built", "ddl_built", "generation",
+    "cross_rank", "cross_size", "cuda_built", "ddl_built", "elastic", "generation",
     "global_process_set", "gloo_built", "gloo_enabled", "grouped_allgather",
     "grouped_allgather_async", "grouped_allreduce", "grouped_allreduce_",
     "grouped_allreduce_async", "grouped_allreduce_async_", "init", "is_homogeneous",

@@ -1,0 +1,153 @@
+"""The framework-neutral part of Horovod's elastic API: the State objects a training loop
+commits and restores, the interrupt that tells every rank the hosts changed, and the retry
+loop behind `hvd.elastic.run`. A framework module supplies the object broadcast, the rank
+query and the reset (shutdown, then init).
+
+What happens in the loop (Horovod's semantics):
+- state.sync() broadcasts rank 0's state to everyone before the function (re)starts;
+- HorovodInternalError (a collective failed): the last committed state is restored, the
+  library is re-initialised, reset callbacks run, the state is synced again;
+- HostsUpdatedInterrupt (raised by commit() or check_host_updates() on every rank at the
+  same step): the library is re-initialised without restoring; the sync is skipped when
+  hosts were only removed.
+"""
+import functools
+import queue
+
+# What a host update did; several combine with |.
+NO_UPDATE = 0
+HOSTS_ADDED = 1
+HOSTS_REMOVED = 2
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """The set of hosts in the job changed: every rank raises it at the same commit() or
+    check_host_updates(), and `hvd.elastic.run` re-initialises without restoring the
+    committed state. `skip_sync` is true when hosts were only removed (the survivors'
+    states are already the same)."""
+
+    def __init__(self, skip_sync):
+        super().__init__("the job's hosts changed" + (" (removed only)" if skip_sync else ""))
+        self.skip_sync = skip_sync
+
+
+class State:
+    """State kept in memory across resets. Subclasses define save(), restore() and sync().
+
+    Arguments:
+        bcast_object: broadcasts a picklable object from rank 0 to every rank.
+        get_rank: returns this process's rank.
+    """
+
+    def __init__(self, bcast_object, get_rank):
+        self._bcast_object = bcast_object
+        self._rank = get_rank
+        self._host_messages = queue.Queue()
+        self._last_updated_timestamp = 0
+        self._reset_callbacks = []
+
+    def register_reset_callbacks(self, callbacks):
+        """Adds functions (no arguments) called after every reset, once the library is
+        initialised again: to rescale a learning rate to the new size, for example."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        """Called by `run` after a reset: drops pending host messages, calls reset(), then
+        the registered callbacks in order."""
+        self._host_messages = queue.Queue()
+        self.reset()
+        for callback in self._reset_callbacks:
+            callback()
+
+    def on_hosts_updated(self, timestamp, update_res):
+        """Records a host update (`timestamp` increasing, `update_res` HOSTS_ADDED and/or
+        HOSTS_REMOVED); the next commit() or check_host_updates() raises
+        HostsUpdatedInterrupt on every rank."""
+        self._host_messages.put((timestamp, update_res))
+
+    def commit(self):
+        """save(), then check_host_updates(). A commit copies the whole state (a model's
+        tensors to host memory), so committing every few batches rather than every one
+        trades lost steps after a failure against time per batch."""
+        self.save()
+        self.check_host_updates()
+
+    def check_host_updates(self):
+        """Raises HostsUpdatedInterrupt on every rank when any rank has recorded a host
+        update newer than the last one acted on. A collective: every rank calls it at the
+        same point (rank 0's view is broadcast, so all ranks decide alike)."""
+        previous = newest = self._last_updated_timestamp
+        what = NO_UPDATE
+        while not self._host_messages.empty():
+            timestamp, update = self._host_messages.get()
+            if timestamp > newest:
+                newest = timestamp
+                what |= update
+        previous, newest, what = self._bcast_object((previous, newest, what))
+        self._last_updated_timestamp = newest
+        if newest > previous:
+            raise HostsUpdatedInterrupt(what == HOSTS_REMOVED)
+
+    def save(self):
+        """Copies the state to host memory (the point restore() goes back to)."""
+        raise NotImplementedError(f"{type(self).__name__}.save()")
+
+    def restore(self):
+        """Goes back to the last saved state, dropping changes made since."""
+        raise NotImplementedError(f"{type(self).__name__}.restore()")
+
+    def sync(self):
+        """Makes every rank's state rank 0's."""
+        raise NotImplementedError(f"{type(self).__name__}.sync()")
+
+    def reset(self):
+        """Hook called at a reset, before the callbacks and the sync."""
+
+
+class ObjectState(State):
+    """State made of picklable Python objects, given as keyword arguments and kept as
+    attributes of the same names (state.epoch, state.batch, ...)."""
+
+    def __init__(self, bcast_object, get_rank, **kwargs):
+        self._saved_state = dict(kwargs)
+        self._set_attrs()
+        super().__init__(bcast_object=bcast_object, get_rank=get_rank)
+
+    def save(self):
+        self._saved_state = {name: getattr(self, name) for name in self._saved_state}
+
+    def restore(self):
+        self._set_attrs()
+
+    def sync(self):
+        if self._saved_state:
+            self._saved_state = self._bcast_object(self._saved_state)
+            self._set_attrs()
+
+    def _set_attrs(self):
+        for name, value in self._saved_state.items():
+            setattr(self, name, value)
+
+
+def run_fn(func, reset, internal_error):
+    """`func(state, ...)` wrapped in the elastic retry loop (see the module's docstring);
+    `reset` re-initialises the library, `internal_error` is the framework's
+    HorovodInternalError."""
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        skip_sync = False
+        while True:
+            try:
+                if not skip_sync:
+                    state.sync()
+                return func(state, *args, **kwargs)
+            except internal_error:
+                state.restore()
+                skip_sync = False
+            except HostsUpdatedInterrupt as e:
+                skip_sync = e.skip_sync
+            reset()
+            state.on_reset()
+
+    return wrapper
