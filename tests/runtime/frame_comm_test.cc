@@ -1,0 +1,198 @@
+// The host leaders' authenticated mesh (runtime/frame_comm.h) over loopback, with threads
+// standing in for ranks on one MemoryStore: every collective against values computed here,
+// a stranger at the listening port refused without holding up the job, and frames written
+// into a connection by something other than the peer rejected with an error naming the
+// peer (never a wrong value).
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <netdb.h>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "common/fd.h"
+#include "rendezvous/memory_store.h"
+#include "runtime/frame_comm.h"
+
+using hvdrun::DataType;
+using hvdrun::ReduceOp;
+using hvdrun::rendezvous::MemoryStore;
+using hvdrun::runtime::FrameComm;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kSecret(64, 's');
+
+std::string ip_of(int rank) { return "127.0.0." + std::to_string(rank + 1); }
+
+// Runs `body` as each of `size` ranks at once; returns what each returned.
+template <typename F>
+auto as_ranks(int size, F body) {
+  using R = decltype(body(0));
+  std::vector<std::future<R>> futures;
+  for (int r = 0; r < size; ++r) futures.push_back(std::async(std::launch::async, body, r));
+  std::vector<R> out;
+  for (auto& f : futures) out.push_back(f.get());
+  return out;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("frame mesh: allreduce, broadcast, allgather and alltoallv agree with the arithmetic",
+          "[frames]") {
+  for (int size : {2, 3, 4}) {
+    MemoryStore store;
+    const auto results = as_ranks(size, [&store, size](int rank) {
+      FrameComm comm(store, "t/frames/" + std::to_string(size), rank, size, ip_of(rank), kSecret,
+                     20s, 20s);
+      std::string failures;
+      const auto expect = [&](bool ok, const std::string& what) {
+        if (!ok) failures += what + "; ";
+      };
+      // Sums across several frames, with a count that does not divide evenly.
+      for (std::size_t count : {1u, 5u, 1000u, 300001u}) {
+        std::vector<float> v(count);
+        for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<float>(rank + 1) * (i % 7);
+        comm.allreduce(v.data(), count, DataType::kFloat32, ReduceOp::kSum);
+        const float ranks_sum = static_cast<float>(size * (size + 1) / 2);
+        bool ok = true;
+        for (std::size_t i = 0; i < count; ++i) ok = ok && v[i] == ranks_sum * (i % 7);
+        expect(ok, "allreduce of " + std::to_string(count));
+      }
+      std::vector<std::int64_t> m = {rank, -rank};
+      comm.allreduce(m.data(), 2, DataType::kInt64, ReduceOp::kMax);
+      expect(m[0] == size - 1 && m[1] == 0, "max");
+      std::vector<double> a = {static_cast<double>(rank)};
+      comm.allreduce(a.data(), 1, DataType::kFloat64, ReduceOp::kAverage);
+      expect(a[0] == (size - 1) / 2.0, "average");
+
+      std::vector<char> b(600000, rank == size - 1 ? 'r' : '.');
+      comm.broadcast(b.data(), b.size(), size - 1);
+      expect(std::all_of(b.begin(), b.end(), [](char c) { return c == 'r'; }), "broadcast");
+
+      std::vector<int> mine(3, rank), all(3 * static_cast<std::size_t>(size), -1);
+      comm.allgather(mine.data(), all.data(), mine.size() * sizeof(int));
+      for (int r = 0; r < size; ++r)
+        expect(all[3 * static_cast<std::size_t>(r)] == r &&
+                   all[3 * static_cast<std::size_t>(r) + 2] == r,
+               "allgather block " + std::to_string(r));
+
+      // Rank i sends (i + j) % 3 bytes of value 10 i + j to rank j.
+      std::vector<std::size_t> sb, rb;
+      std::vector<char> out, in;
+      for (int j = 0; j < size; ++j) {
+        sb.push_back(static_cast<std::size_t>((rank + j) % 3));
+        rb.push_back(static_cast<std::size_t>((j + rank) % 3));
+        out.insert(out.end(), sb.back(), static_cast<char>(10 * rank + j));
+      }
+      in.assign(std::accumulate(rb.begin(), rb.end(), std::size_t{0}), 0);
+      comm.alltoallv(out.data(), sb, in.data(), rb);
+      std::size_t at = 0;
+      for (int j = 0; j < size; ++j)
+        for (std::size_t k = 0; k < rb[static_cast<std::size_t>(j)]; ++k, ++at)
+          expect(in[at] == static_cast<char>(10 * j + rank), "alltoallv from " + std::to_string(j));
+      expect(comm.connected_pairs() == size - 1, "pairs");
+      return failures;
+    });
+    for (int r = 0; r < size; ++r) {
+      INFO(size << " ranks, rank " << r);
+      CHECK(results[static_cast<std::size_t>(r)].empty());
+    }
+  }
+}
+
+TEST_CASE("frame mesh: a peer with another secret is refused; a silent stranger holds up nothing",
+          "[frames][security]") {
+  MemoryStore store;
+  // A stranger connects to rank 0's port as soon as it is published and says nothing.
+  auto stranger = std::async(std::launch::async, [&store] {
+    REQUIRE(store.wait_for({"t/frames/s/addr/0"}, 10s).empty());
+    const std::string v = *store.get("t/frames/s/addr/0");
+    const auto sp = v.find(' ');
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    REQUIRE(::getaddrinfo(v.substr(0, sp).c_str(),
+                          v.substr(sp + 1, v.find(' ', sp + 1) - sp - 1).c_str(), &hints,
+                          &res) == 0);
+    hvdrun::UniqueFd fd(::socket(res->ai_family, SOCK_STREAM, 0));
+    const int rc = ::connect(fd.get(), res->ai_addr, res->ai_addrlen);
+    ::freeaddrinfo(res);
+    return std::make_pair(rc, std::move(fd));
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto errors = as_ranks(3, [&store](int rank) {
+    const std::string secret = rank == 2 ? std::string(64, 'x') : kSecret;
+    FrameComm comm(store, "t/frames/s", rank, 3, ip_of(rank), secret, 5s, 5s);
+    return error_of([&] { comm.connect(); });
+  });
+  const auto held = stranger.get();
+  CHECK(held.first == 0);
+  INFO("rank 0: " << errors[0] << "\nrank 1: " << errors[1] << "\nrank 2: " << errors[2]);
+  // Rank 2 dials 0 and 1 with the wrong secret: both refuse its hello, so it hears no proof.
+  CHECK_THAT(errors[2], Catch::Contains("rank 2 connecting to rank 0"));
+  CHECK_THAT(errors[0], Catch::Contains("rank(s) 2 did not connect and prove the job secret"));
+  CHECK_THAT(errors[1], Catch::Contains("rank(s) 2 did not connect and prove the job secret"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 15s);
+}
+
+TEST_CASE("frame mesh: a frame written into a connection is rejected, never reduced",
+          "[frames][security]") {
+  struct Case {
+    const char* name;
+    std::vector<unsigned char> bytes;
+  };
+  // A well-formed header for a 4-byte frame (what the peer's next frame looks like), then a
+  // payload and a tag the writer had to guess; and plain garbage.
+  std::vector<unsigned char> forged = {'H', 'V', 'F', 'R', 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0};
+  for (int i = 0; i < 8 + 16; ++i) forged.push_back(0x41);
+  const Case cases[] = {{"forged frame", forged},
+                        {"garbage", std::vector<unsigned char>(100, 0xff)}};
+  for (const auto& c : cases) {
+    MemoryStore store;
+    const std::string prefix = std::string("t/frames/inj/") + c.name;
+    const auto results = as_ranks(2, [&](int rank) {
+      FrameComm comm(store, prefix, rank, 2, ip_of(rank), kSecret, 10s, 10s);
+      std::vector<float> v(4, 1.0F);
+      comm.allreduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);  // connects
+      if (rank == 0) {
+        // Bytes that rank 1 reads as if rank 0 had sent them, ahead of rank 0's own frames.
+        const int fd = comm.socket_for_testing(1);
+        REQUIRE(::write(fd, c.bytes.data(), c.bytes.size()) ==
+                static_cast<ssize_t>(c.bytes.size()));
+      }
+      std::vector<float> w(4, 2.0F);
+      const std::string error =
+          error_of([&] { comm.allreduce(w.data(), w.size(), DataType::kFloat32, ReduceOp::kSum); });
+      // After a rejected frame the communicator stays failed with the reason.
+      const std::string again =
+          error_of([&] { comm.allreduce(w.data(), w.size(), DataType::kFloat32, ReduceOp::kSum); });
+      return std::make_tuple(v, error, again);
+    });
+    INFO(c.name << ": rank 0: " << std::get<1>(results[0])
+                << "\nrank 1: " << std::get<1>(results[1]));
+    CHECK(std::get<0>(results[1]) == std::vector<float>(4, 2.0F));  // the honest call worked
+    CHECK_THAT(std::get<1>(results[1]),
+               Catch::Contains("rank 1 rejected frame 0 of a message from rank 0") &&
+                   Catch::Contains("no data from the frame was used"));
+    CHECK_THAT(std::get<2>(results[1]),
+               Catch::Contains("an earlier collective across hosts failed"));
+    // Rank 0 never gets a value either: rank 1 stopped, and its connection closed.
+    CHECK_FALSE(std::get<1>(results[0]).empty());
+  }
+}
