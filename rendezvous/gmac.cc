@@ -20,31 +20,25 @@ constexpr unsigned char xtime(unsigned char x) {
   return static_cast<unsigned char>((x << 1) ^ ((x & 0x80) ? 0x1b : 0));
 }
 
-constexpr unsigned char gf_mul(unsigned char a, unsigned char b) {
-  unsigned char r = 0;
-  for (int i = 0; i < 8; ++i) {
-    if (b & 1) r ^= a;
-    a = xtime(a);
-    b = static_cast<unsigned char>(b >> 1);
-  }
-  return r;
-}
-
 constexpr unsigned char rotl8(unsigned char x, int n) {
   return static_cast<unsigned char>((x << n) | (x >> (8 - n)));
 }
 
-// The S-box from its definition: the inverse in GF(2^8), then the affine map.
+// The S-box from its definition: the inverse in GF(2^8) (through powers of the generator
+// 3, so a compiler evaluates it in a few thousand steps), then the affine map.
 constexpr std::array<unsigned char, 256> make_sbox() {
+  std::array<unsigned char, 256> exp{}, log{};
+  unsigned char x = 1;
+  for (int i = 0; i < 255; ++i) {
+    exp[static_cast<std::size_t>(i)] = x;
+    log[x] = static_cast<unsigned char>(i);
+    x = static_cast<unsigned char>(x ^ xtime(x));  // x * 3
+  }
   std::array<unsigned char, 256> s{};
-  for (int x = 0; x < 256; ++x) {
-    unsigned char inv = 0;
-    for (int y = 1; y < 256 && x != 0; ++y)
-      if (gf_mul(static_cast<unsigned char>(x), static_cast<unsigned char>(y)) == 1) {
-        inv = static_cast<unsigned char>(y);
-        break;
-      }
-    s[static_cast<std::size_t>(x)] = static_cast<unsigned char>(
+  for (int v = 0; v < 256; ++v) {
+    const unsigned char inv =
+        v == 0 ? 0 : exp[static_cast<std::size_t>((255 - log[static_cast<std::size_t>(v)]) % 255)];
+    s[static_cast<std::size_t>(v)] = static_cast<unsigned char>(
         inv ^ rotl8(inv, 1) ^ rotl8(inv, 2) ^ rotl8(inv, 3) ^ rotl8(inv, 4) ^ 0x63);
   }
   return s;

@@ -325,62 +325,68 @@ class FrameComm::Impl {
         ids.push_back(id);
       }
       ::poll(fds.data(), fds.size(), std::min(200, std::max(1, millis_left(deadline))));
-      for (std::size_t i = 1; i < fds.size(); ++i) {
-        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        auto it = pending.find(ids[i - 1]);
-        if (it == pending.end() || *it->second.evicted) continue;
-        Pending& p = it->second;
-        const ssize_t r = ::recv(p.fd.get(), p.hello.data() + p.got, kHelloBytes - p.got, 0);
-        if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-        if (r <= 0) {
-          gate.refuse("closed", "frames: a connection from " + p.source + " to rank " +
-                                    std::to_string(rank_) + " closed before its hello");
-          gate.leave(it->first);
-          pending.erase(it);
-          continue;
-        }
-        p.got += static_cast<std::size_t>(r);
-        if (p.got < kHelloBytes) continue;
-        const int from = static_cast<int>(get32(p.hello.data() + 8));
-        const std::string why = check_hello(p.hello);
-        if (!why.empty()) {
-          gate.refuse("bad hello", "frames: a connection from " + p.source + " to rank " +
-                                       std::to_string(rank_) + " " + why + "; closed");
-          gate.leave(it->first);
-          pending.erase(it);
-          continue;
-        }
-        const std::string their_nonce(reinterpret_cast<const char*>(p.hello.data() + 16),
-                                      kNonceBytes);
-        const std::string answer = proof("hvdrun-frames accept", from, rank_, nonce_, their_nonce);
-        io_exact(
-            p.fd.get(), reinterpret_cast<unsigned char*>(const_cast<char*>(answer.data())),
-            answer.size(), true, deadline,
-            "frames: rank " + std::to_string(rank_) + " answering rank " + std::to_string(from));
-        auto& peer = peers_[static_cast<std::size_t>(from)];
-        set_nodelay(p.fd.get());
-        peer.fd = std::move(p.fd);
-        peer.send_key = frame_key(rank_, from, nonce_, their_nonce);
-        peer.recv_key = frame_key(from, rank_, nonce_, their_nonce);
-        gate.leave(it->first);
-        pending.erase(it);
-        --expected;
-      }
-      if (fds[0].revents & POLLIN) {
-        for (;;) {
-          UniqueFd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-          if (!fd) break;
-          const std::string source = connection_source(fd.get());
-          Pending p;
-          p.fd = std::move(fd);
-          p.deadline = gate.deadline(Clock::now());
-          p.source = source;
-          const PendingCap::Id id = gate.enter(source, [flag = p.evicted]() { *flag = true; });
-          pending.emplace(id, std::move(p));
-        }
-      }
+      for (std::size_t i = 1; i < fds.size(); ++i)
+        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
+          expected -= read_hello(gate, pending, ids[i - 1], deadline) ? 1 : 0;
+      if (fds[0].revents & POLLIN) admit(gate, pending);
     }
     gate.flush();
+  }
+
+  // Reads what a pending connection sent; true when it completed a valid hello and is now
+  // the connection of its rank.
+  bool read_hello(PreauthGate& gate, std::map<PendingCap::Id, Pending>& pending, PendingCap::Id id,
+                  Clock::time_point deadline) {
+    auto it = pending.find(id);
+    if (it == pending.end() || *it->second.evicted) return false;
+    Pending& p = it->second;
+    const ssize_t r = ::recv(p.fd.get(), p.hello.data() + p.got, kHelloBytes - p.got, 0);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR)) return false;
+    if (r <= 0) {
+      gate.refuse("closed", "frames: a connection from " + p.source + " to rank " +
+                                std::to_string(rank_) + " closed before its hello");
+      gate.leave(id);
+      pending.erase(it);
+      return false;
+    }
+    p.got += static_cast<std::size_t>(r);
+    if (p.got < kHelloBytes) return false;
+    const int from = static_cast<int>(get32(p.hello.data() + 8));
+    const std::string why = check_hello(p.hello);
+    if (!why.empty()) {
+      gate.refuse("bad hello", "frames: a connection from " + p.source + " to rank " +
+                                   std::to_string(rank_) + " " + why + "; closed");
+      gate.leave(id);
+      pending.erase(it);
+      return false;
+    }
+    const std::string their_nonce(reinterpret_cast<const char*>(p.hello.data() + 16), kNonceBytes);
+    std::string answer = proof("hvdrun-frames accept", from, rank_, nonce_, their_nonce);
+    io_exact(p.fd.get(), reinterpret_cast<unsigned char*>(answer.data()), answer.size(), true,
+             deadline,
+             "frames: rank " + std::to_string(rank_) + " answering rank " + std::to_string(from));
+    auto& peer = peers_[static_cast<std::size_t>(from)];
+    set_nodelay(p.fd.get());
+    peer.fd = std::move(p.fd);
+    peer.send_key = frame_key(rank_, from, nonce_, their_nonce);
+    peer.recv_key = frame_key(from, rank_, nonce_, their_nonce);
+    gate.leave(id);
+    pending.erase(it);
+    return true;
+  }
+
+  // Takes every connection waiting on the listening socket as pending.
+  void admit(PreauthGate& gate, std::map<PendingCap::Id, Pending>& pending) {
+    for (;;) {
+      UniqueFd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+      if (!fd) return;
+      Pending p;
+      p.source = connection_source(fd.get());
+      p.fd = std::move(fd);
+      p.deadline = gate.deadline(Clock::now());
+      const PendingCap::Id id = gate.enter(p.source, [flag = p.evicted]() { *flag = true; });
+      pending.emplace(id, std::move(p));
+    }
   }
 
   // Why a complete hello is refused, or "" when it comes from a higher rank of this job.
