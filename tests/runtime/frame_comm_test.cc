@@ -3,6 +3,8 @@
 // a stranger at the listening port refused without holding up the job, and frames written
 // into a connection by something other than the peer rejected with an error naming the
 // peer (never a wrong value).
+#include <arpa/inet.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 #include <future>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/fd.h"
@@ -194,5 +197,116 @@ TEST_CASE("frame mesh: a frame written into a connection is rejected, never redu
                Catch::Contains("an earlier collective across hosts failed"));
     // Rank 0 never gets a value either: rank 1 stopped, and its connection closed.
     CHECK_FALSE(std::get<1>(results[0]).empty());
+  }
+}
+
+namespace {
+
+// A relay standing between rank 1 and rank 0 (whose address rank 1 reads from the store):
+// it forwards every byte both ways, except that on the way from rank 0 to rank 1 it sends
+// rank 0's first frame twice (a replay) or flips one bit of its payload (a change).
+class Relay {
+ public:
+  enum class Mode { kReplay, kFlip };
+  Relay(Mode mode, const std::string& host, const std::string& port) : mode_(mode) {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    REQUIRE(::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) == 0);
+    target_ = *reinterpret_cast<sockaddr_in*>(res->ai_addr);
+    ::freeaddrinfo(res);
+    listener_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in me{};
+    me.sin_family = AF_INET;
+    me.sin_addr.s_addr = htonl(0x7f000009);  // 127.0.0.9
+    REQUIRE(::bind(listener_.get(), reinterpret_cast<sockaddr*>(&me), sizeof(me)) == 0);
+    REQUIRE(::listen(listener_.get(), 4) == 0);
+    socklen_t len = sizeof(me);
+    ::getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&me), &len);
+    port_ = ntohs(me.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Relay() { thread_.join(); }
+  Relay(const Relay&) = delete;
+  Relay& operator=(const Relay&) = delete;
+  int port() const { return port_; }
+
+ private:
+  void run() {
+    hvdrun::UniqueFd near(::accept(listener_.get(), nullptr, nullptr));      // rank 1
+    hvdrun::UniqueFd far(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));  // rank 0
+    if (::connect(far.get(), reinterpret_cast<sockaddr*>(&target_), sizeof(target_)) != 0) return;
+    // From rank 0: its 32-byte proof, then frames; the first is 16 + 8 + 16 bytes (half of
+    // a 4-float allreduce).
+    constexpr std::size_t kFirst = 32, kFrame = 40;
+    std::size_t from_far = 0;
+    std::vector<unsigned char> frame;
+    std::array<unsigned char, 65536> buf{};
+    for (;;) {
+      pollfd fds[2] = {{near.get(), POLLIN, 0}, {far.get(), POLLIN, 0}};
+      if (::poll(fds, 2, 20000) <= 0) return;
+      if (fds[0].revents & (POLLIN | POLLHUP)) {
+        const ssize_t r = ::read(near.get(), buf.data(), buf.size());
+        if (r <= 0 || ::write(far.get(), buf.data(), static_cast<std::size_t>(r)) != r) return;
+      }
+      if (fds[1].revents & (POLLIN | POLLHUP)) {
+        const ssize_t r = ::read(far.get(), buf.data(), buf.size());
+        if (r <= 0) return;
+        for (ssize_t i = 0; i < r; ++i, ++from_far) {
+          unsigned char c = buf[static_cast<std::size_t>(i)];
+          if (mode_ == Mode::kFlip && from_far == kFirst + 16 + 3) c ^= 0x04;
+          if (::write(near.get(), &c, 1) != 1) return;
+          if (from_far >= kFirst && from_far < kFirst + kFrame) frame.push_back(c);
+          if (mode_ == Mode::kReplay && from_far + 1 == kFirst + kFrame &&
+              ::write(near.get(), frame.data(), frame.size()) != static_cast<ssize_t>(frame.size()))
+            return;
+        }
+      }
+    }
+  }
+
+  Mode mode_;
+  sockaddr_in target_{};
+  hvdrun::UniqueFd listener_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace
+
+TEST_CASE("frame mesh: a frame replayed or changed in transit is rejected", "[frames][security]") {
+  for (auto mode : {Relay::Mode::kReplay, Relay::Mode::kFlip}) {
+    const bool replay = mode == Relay::Mode::kReplay;
+    MemoryStore store;
+    const std::string prefix = std::string("t/frames/relay/") + (replay ? "replay" : "flip");
+    auto rank0 = std::async(std::launch::async, [&] {
+      FrameComm comm(store, prefix, 0, 2, ip_of(0), kSecret, 10s, 10s);
+      std::vector<float> v(4, 1.0F);
+      return error_of(
+          [&] { comm.allreduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum); });
+    });
+    // Rank 1 is sent to the relay instead of rank 0 (same nonce, other address).
+    REQUIRE(store.wait_for({prefix + "/addr/0"}, 10s).empty());
+    const std::string real = *store.get(prefix + "/addr/0");
+    const auto sp1 = real.find(' '), sp2 = real.rfind(' ');
+    auto relay =
+        std::make_unique<Relay>(mode, real.substr(0, sp1), real.substr(sp1 + 1, sp2 - sp1 - 1));
+    store.set(prefix + "/addr/0", "127.0.0.9 " + std::to_string(relay->port()) + real.substr(sp2));
+    std::vector<float> v(4, 1.0F);
+    std::string e1;
+    {
+      FrameComm comm(store, prefix, 1, 2, ip_of(1), kSecret, 10s, 10s);
+      e1 =
+          error_of([&] { comm.allreduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum); });
+    }
+    const std::string e0 = rank0.get();
+    relay.reset();
+    INFO((replay ? "replay" : "flip") << ": rank 0: " << e0 << "\nrank 1: " << e1);
+    CHECK_THAT(e1, Catch::Contains("rank 1 rejected frame 0 of a message from rank 0: its MAC "
+                                   "does not check (sequence number " +
+                                   std::string(replay ? "1" : "0") + ")"));
+    // Rank 0 may finish this call (nothing it received was touched), or fail once rank 1
+    // stops: the changed frame was rank 1's first, so rank 0 never gets rank 1's part.
+    if (!replay) CHECK_FALSE(e0.empty());
   }
 }
