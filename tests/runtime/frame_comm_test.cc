@@ -119,8 +119,9 @@ TEST_CASE("frame mesh: allreduce, broadcast, allgather and alltoallv agree with 
   }
 }
 
-TEST_CASE("frame mesh: a peer with another secret is refused; a silent stranger holds up nothing",
-          "[frames][security]") {
+TEST_CASE(
+    "frame mesh: a peer with another secret is refused, and a silent stranger holds up nothing",
+    "[frames][security]") {
   MemoryStore store;
   // A stranger connects to rank 0's port as soon as it is published and says nothing.
   auto stranger = std::async(std::launch::async, [&store] {
