@@ -2,7 +2,8 @@
 // leaders run it: Gloo's unauthenticated ring (the path before frames were MAC'd) and the
 // authenticated FrameComm, side by side in one run, alternating rounds so both see the
 // same machine load. Each rank is a thread of this process with its own sockets.
-// Usage: hvdrun_interhost_bench [MiB, default 64] [iterations per round, default 10] [rounds, default 3]
+// Usage: hvdrun_interhost_bench [MiB, default 64] [iterations per round, default 10] [rounds,
+// default 3]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -49,8 +50,8 @@ double run(const std::string& prefix, std::size_t count, int iters) {
 
 int main(int argc, char** argv) {
   const std::size_t mib = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 64;
-  const int iters = argc > 2 ? std::atoi(argv[2]) : 10;
-  const int rounds = argc > 3 ? std::atoi(argv[3]) : 3;
+  const int iters = argc > 2 ? static_cast<int>(std::strtol(argv[2], nullptr, 10)) : 10;
+  const int rounds = argc > 3 ? static_cast<int>(std::strtol(argv[3], nullptr, 10)) : 3;
   const std::size_t count = (mib << 20) / sizeof(float);
   std::vector<double> gloo, frames;
   for (int r = 0; r < rounds; ++r) {

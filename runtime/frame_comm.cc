@@ -212,7 +212,13 @@ class FrameComm::Impl {
     const auto deadline = Clock::now() + connect_timeout_;
     // Dial every lower rank, then accept every higher one: rank 0 only accepts, and a
     // rank accepts once its own dials are answered, so the chain always completes.
-    for (int p = 0; p < rank_; ++p) dial(p, *store_.get(addr_key(p)), deadline);
+    for (int p = 0; p < rank_; ++p) {
+      const auto value = store_.get(addr_key(p));
+      if (!value)
+        throw Error("frames: rank " + std::to_string(rank_) + ": the address of rank " +
+                    std::to_string(p) + " vanished from the rendezvous store");
+      dial(p, *value, deadline);
+    }
     accept_all(deadline);
     listener_.reset();
     connected_ = true;

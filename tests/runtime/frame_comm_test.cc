@@ -72,7 +72,7 @@ TEST_CASE("frame mesh: allreduce, broadcast, allgather and alltoallv agree with 
         std::vector<float> v(count);
         for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<float>(rank + 1) * (i % 7);
         comm.allreduce(v.data(), count, DataType::kFloat32, ReduceOp::kSum);
-        const float ranks_sum = static_cast<float>(size * (size + 1) / 2);
+        const float ranks_sum = static_cast<float>(size) * static_cast<float>(size + 1) / 2.0F;
         bool ok = true;
         for (std::size_t i = 0; i < count; ++i) ok = ok && v[i] == ranks_sum * (i % 7);
         expect(ok, "allreduce of " + std::to_string(count));
