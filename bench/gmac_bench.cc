@@ -1,9 +1,9 @@
 // Speed of the frame MAC (rendezvous/gmac.h) against the rendezvous HMAC-SHA256, on one
-// core, over a buffer the size of an inter-host frame. Prints one line per MAC in GB/s.
+// core, over 1 MiB messages. Prints one line per MAC in GB/s of this thread's CPU time.
 // Usage: hvdrun_gmac_bench [MiB to hash, default 256]
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -12,12 +12,18 @@
 
 namespace {
 
+// This thread's CPU seconds: on a shared machine, wall time would measure the load.
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 template <typename F>
 double gbps(std::size_t total, std::size_t chunk, F&& f) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = cpu_seconds();
   for (std::size_t done = 0; done < total; done += chunk) f();
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return static_cast<double>(total) / s / 1e9;
+  return static_cast<double>(total) / (cpu_seconds() - t0) / 1e9;
 }
 
 }  // namespace

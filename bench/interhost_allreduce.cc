@@ -4,6 +4,8 @@
 // same machine load. Each rank is a thread of this process with its own sockets.
 // Usage: hvdrun_interhost_bench [MiB, default 64] [iterations per round, default 10] [rounds,
 // default 3]
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,9 +25,23 @@ using namespace std::chrono_literals;
 
 const std::string kSecret(64, 'b');
 
-// Seconds per allreduce (median of `iters`) as rank 0 measured them.
+// This process's CPU seconds (both ranks, user and system).
+double process_cpu() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const auto sec = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
+  };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
+}
+
+struct Result {
+  double seconds;  // per allreduce, median of the calls, as rank 0 measured it
+  double cpu;      // CPU seconds per allreduce, both ranks together
+};
+
 template <typename Comm>
-double run(const std::string& prefix, std::size_t count, int iters) {
+Result run(const std::string& prefix, std::size_t count, int iters) {
   hvdrun::rendezvous::MemoryStore store;
   auto body = [&](int rank) {
     Comm comm(store, prefix, rank, 2, "127.0.0." + std::to_string(rank + 1), kSecret, 60s, 60s);
@@ -40,10 +56,11 @@ double run(const std::string& prefix, std::size_t count, int iters) {
     std::sort(times.begin(), times.end());
     return times[times.size() / 2];
   };
+  const double cpu0 = process_cpu();
   auto other = std::async(std::launch::async, body, 1);
   const double t = body(0);
   other.get();
-  return t;
+  return {t, (process_cpu() - cpu0) / (iters + 2)};
 }
 
 }  // namespace
@@ -53,20 +70,28 @@ int main(int argc, char** argv) {
   const int iters = argc > 2 ? static_cast<int>(std::strtol(argv[2], nullptr, 10)) : 10;
   const int rounds = argc > 3 ? static_cast<int>(std::strtol(argv[3], nullptr, 10)) : 3;
   const std::size_t count = (mib << 20) / sizeof(float);
-  std::vector<double> gloo, frames;
+  std::vector<double> gloo, frames, gloo_cpu, frames_cpu;
   for (int r = 0; r < rounds; ++r) {
-    gloo.push_back(run<hvdrun::runtime::GlooComm>("b/gloo/" + std::to_string(r), count, iters));
-    frames.push_back(
-        run<hvdrun::runtime::FrameComm>("b/frames/" + std::to_string(r), count, iters));
+    const auto a = run<hvdrun::runtime::GlooComm>("b/gloo/" + std::to_string(r), count, iters);
+    const auto b = run<hvdrun::runtime::FrameComm>("b/frames/" + std::to_string(r), count, iters);
+    gloo.push_back(a.seconds);
+    gloo_cpu.push_back(a.cpu);
+    frames.push_back(b.seconds);
+    frames_cpu.push_back(b.cpu);
   }
-  std::sort(gloo.begin(), gloo.end());
-  std::sort(frames.begin(), frames.end());
+  const auto median = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   const double bytes = static_cast<double>(count * sizeof(float));
-  const double g = gloo[gloo.size() / 2], f = frames[frames.size() / 2];
+  const double g = median(gloo), f = median(frames);
+  const double gc = median(gloo_cpu), fc = median(frames_cpu);
   std::printf("allreduce %zu MiB, 2 hosts on loopback, median of %d rounds x %d calls\n", mib,
               rounds, iters);
-  std::printf("gloo (no MAC)          %8.1f ms  %6.2f GB/s\n", g * 1e3, bytes / g / 1e9);
-  std::printf("frames (GMAC per frame) %7.1f ms  %6.2f GB/s\n", f * 1e3, bytes / f / 1e9);
+  std::printf("gloo (no MAC)           %7.1f ms  %6.2f GB/s  CPU %6.1f ms per call\n", g * 1e3,
+              bytes / g / 1e9, gc * 1e3);
+  std::printf("frames (GMAC per frame) %7.1f ms  %6.2f GB/s  CPU %6.1f ms per call\n", f * 1e3,
+              bytes / f / 1e9, fc * 1e3);
   std::printf("authenticated / gloo bandwidth: %.1f %%\n", 100.0 * g / f);
   return 0;
 }

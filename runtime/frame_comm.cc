@@ -14,10 +14,13 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <map>
+#include <thread>
 
 #include "common/fd.h"
 #include "common/log.h"
@@ -40,6 +43,8 @@ constexpr std::size_t kHelloBytes = kHelloMagic.size() + 4 + 4 + kNonceBytes + k
 constexpr std::uint32_t kFrameMagic = 0x52465648;  // "HVFR" on the wire
 constexpr std::size_t kHeaderBytes = 16;           // magic, reserved, payload length
 constexpr std::size_t kTagBytes = rendezvous::kGmacTagBytes;
+// Steps that send at least this much send on a thread of their own (see run()).
+constexpr std::size_t kThreadedBytes = 1 << 20;
 
 void put32(unsigned char* p, std::uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
@@ -531,45 +536,84 @@ class FrameComm::Impl {
   }
 
   // Runs every job to completion: per peer and direction in order, all peers at once.
+  // Large steps send on a second thread while this one receives, checks and reduces, so
+  // the two directions' copies and MACs overlap as Gloo's event loop overlaps its reads.
   void run(std::vector<Job>& jobs) {
     const auto deadline = Clock::now() + op_timeout_;
+    std::size_t sent = 0;
+    bool receives = false;
+    for (const auto& j : jobs) {
+      if (j.send) sent += j.bytes;
+      receives = receives || !j.send;
+    }
     try {
-      for (;;) {
-        std::vector<pollfd> fds;
-        std::vector<Job*> active;
-        std::vector<bool> seen(static_cast<std::size_t>(size_) * 2, false);
-        for (auto& j : jobs) {
-          const std::size_t slot = static_cast<std::size_t>(j.peer) * 2 + (j.send ? 1 : 0);
-          if (j.done() || seen[slot]) continue;
-          seen[slot] = true;
-          // Make progress without a poll while the socket keeps taking or giving.
-          for (int k = 0; k < 8 && !j.done() && step(j); ++k) {
-          }
-          if (j.done()) continue;
-          active.push_back(&j);
-          fds.push_back({peers_[static_cast<std::size_t>(j.peer)].fd.get(),
-                         static_cast<short>(j.send ? POLLOUT : POLLIN), 0});
-        }
-        if (active.empty()) {
-          if (std::all_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.done(); })) return;
-          continue;
-        }
-        const int left = millis_left(deadline);
-        if (left == 0 || ::poll(fds.data(), fds.size(), left) == 0) {
-          std::string who;
-          for (const Job* j : active)
-            who += (who.empty() ? "" : ", ") + std::string(j->send ? "to " : "from ") + "rank " +
-                   std::to_string(j->peer);
-          throw Error("frames: rank " + std::to_string(rank_) +
-                      ": a collective across hosts did "
-                      "not complete within " +
-                      std::to_string(op_timeout_.count() / 1000) + " s (waiting " + who + "). " +
-                      std::string(kPeerLossSentence));
-        }
+      if (sent < kThreadedBytes || !receives) {
+        pump(jobs, deadline, true, true, nullptr);
+        return;
       }
+      std::atomic<bool> stop{false};
+      std::exception_ptr send_error;
+      std::thread sender([&] {
+        try {
+          pump(jobs, deadline, true, false, &stop);
+        } catch (...) {
+          send_error = std::current_exception();
+        }
+      });
+      try {
+        pump(jobs, deadline, false, true, nullptr);
+      } catch (...) {
+        stop = true;  // the sender gives up within one poll slice
+        sender.join();
+        throw;
+      }
+      sender.join();
+      if (send_error) std::rethrow_exception(send_error);
     } catch (const std::exception& e) {
       broken_ = e.what();
       throw;
+    }
+  }
+
+  // The jobs of the directions asked for (sends, receives or both), until done, the
+  // deadline, or `stop`. A job's peer state of its direction is touched by one thread only.
+  void pump(std::vector<Job>& jobs, Clock::time_point deadline, bool sends, bool receives,
+            const std::atomic<bool>* stop) {
+    for (;;) {
+      if (stop && *stop) return;
+      std::vector<pollfd> fds;
+      std::vector<Job*> active;
+      std::vector<bool> seen(static_cast<std::size_t>(size_) * 2, false);
+      bool pending = false;
+      for (auto& j : jobs) {
+        if (j.send ? !sends : !receives) continue;
+        const std::size_t slot = static_cast<std::size_t>(j.peer) * 2 + (j.send ? 1 : 0);
+        if (j.done()) continue;
+        pending = true;
+        if (seen[slot]) continue;
+        seen[slot] = true;
+        // Make progress without a poll while the socket keeps taking or giving.
+        for (int k = 0; k < 8 && !j.done() && step(j); ++k) {
+        }
+        if (j.done()) continue;
+        active.push_back(&j);
+        fds.push_back({peers_[static_cast<std::size_t>(j.peer)].fd.get(),
+                       static_cast<short>(j.send ? POLLOUT : POLLIN), 0});
+      }
+      if (!pending) return;
+      if (active.empty()) continue;
+      const int left = millis_left(deadline);
+      if (left == 0 || (::poll(fds.data(), fds.size(), stop ? std::min(left, 100) : left) == 0 &&
+                        millis_left(deadline) == 0)) {
+        std::string who;
+        for (const Job* j : active)
+          who += (who.empty() ? "" : ", ") + std::string(j->send ? "to " : "from ") + "rank " +
+                 std::to_string(j->peer);
+        throw Error("frames: rank " + std::to_string(rank_) +
+                    ": a collective across hosts did not complete within " +
+                    std::to_string(op_timeout_.count() / 1000) + " s (waiting " + who + "). " +
+                    std::string(kPeerLossSentence));
+      }
     }
   }
 

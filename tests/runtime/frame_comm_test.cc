@@ -68,7 +68,7 @@ TEST_CASE("frame mesh: allreduce, broadcast, allgather and alltoallv agree with 
         if (!ok) failures += what + "; ";
       };
       // Sums across several frames, with a count that does not divide evenly.
-      for (std::size_t count : {1u, 5u, 1000u, 300001u}) {
+      for (std::size_t count : {1u, 5u, 1000u, 300001u, 3000001u}) {
         std::vector<float> v(count);
         for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<float>(rank + 1) * (i % 7);
         comm.allreduce(v.data(), count, DataType::kFloat32, ReduceOp::kSum);
@@ -160,13 +160,16 @@ TEST_CASE("frame mesh: a frame written into a connection is rejected, never redu
   struct Case {
     const char* name;
     std::vector<unsigned char> bytes;
+    std::size_t count;  // floats in the allreduce that meets the bytes
   };
   // A well-formed header for a 4-byte frame (what the peer's next frame looks like), then a
   // payload and a tag the writer had to guess; and plain garbage.
   std::vector<unsigned char> forged = {'H', 'V', 'F', 'R', 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0};
   for (int i = 0; i < 8 + 16; ++i) forged.push_back(0x41);
-  const Case cases[] = {{"forged frame", forged},
-                        {"garbage", std::vector<unsigned char>(100, 0xff)}};
+  // The large allreduce sends on a second thread while the first receives (2 MiB steps).
+  const Case cases[] = {{"forged frame", forged, 4},
+                        {"garbage", std::vector<unsigned char>(100, 0xff), 4},
+                        {"forged frame, large allreduce", forged, 1u << 20}};
   for (const auto& c : cases) {
     MemoryStore store;
     const std::string prefix = std::string("t/frames/inj/") + c.name;
@@ -180,7 +183,7 @@ TEST_CASE("frame mesh: a frame written into a connection is rejected, never redu
         REQUIRE(::write(fd, c.bytes.data(), c.bytes.size()) ==
                 static_cast<ssize_t>(c.bytes.size()));
       }
-      std::vector<float> w(4, 2.0F);
+      std::vector<float> w(c.count, 2.0F);
       const std::string error =
           error_of([&] { comm.allreduce(w.data(), w.size(), DataType::kFloat32, ReduceOp::kSum); });
       // After a rejected frame the communicator stays failed with the reason.
