@@ -1,12 +1,13 @@
 // Host-memory collectives (see host_comm.h). Across hosts every collective is three
-// steps: inside each host through its segment, among the host leaders through Gloo, and
-// inside each host again. A leader whose Gloo step fails marks its segment failed first,
-// so the ranks of its host waiting in the third step fail at once with its reason.
+// steps: inside each host through its segment, among the host leaders through their
+// authenticated mesh (frame_comm.h), and inside each host again. A leader whose step fails marks
+// its segment failed first, so the ranks of its host waiting in the third step fail at once with
+// its reason.
 //
 // Keys, under the generation prefix:
 //   shm/<host>/socket      name of local rank 0's socket that hands out the segment
 //   hosts/<h>              "r0,r1,..": the global ranks of host h (leaders only)
-//   gloo/leaders/...       the leaders' Gloo pairs (gloo_comm.cc)
+//   frames/leaders/...     the leaders' authenticated mesh (frame_comm.cc)
 //   leaders/bye/<k>        the leaders' final barrier
 //   failure/count, failure/first   the first failure a rank saw in a collective
 #include "runtime/host_comm.h"
@@ -24,6 +25,7 @@
 #include "common/deadline.h"
 #include "common/seconds_text.h"
 #include "rendezvous/protocol.h"
+#include "runtime/frame_comm.h"
 #include "runtime/shm_exchange.h"
 #include "runtime/shm_reduce.h"
 
@@ -130,7 +132,7 @@ class HostComm::Impl {
     if (!host_checkin) join_hosts(deadline);
   }
 
-  // The leaders' part across hosts: their rank lists and their Gloo mesh.
+  // The leaders' part across hosts: their rank lists and their authenticated mesh.
   void join_hosts(Clock::time_point deadline) {
     if (!leader_ || leaders_) return;
     auto& store = *store_;
@@ -161,14 +163,14 @@ class HostComm::Impl {
                   ": the host leaders' rank lists do not cover every rank (HVDRUN_CROSS_RANK/"
                   "HVDRUN_CROSS_SIZE of local rank 0 must number the hosts)");
     SigpipeBlocked quiet;
-    leaders_ = std::make_unique<GlooComm>(store, prefix + "/gloo/leaders", host_, hosts_, local_ip,
-                                          env_.secret, env_.op_timeout, env_.op_timeout);
+    leaders_ = std::make_unique<FrameComm>(store, prefix + "/frames/leaders", host_, hosts_,
+                                           local_ip, env_.secret, env_.op_timeout, env_.op_timeout);
     leaders_->set_failure_key(prefix + "/failure/first");
   }
 
   // Runs a leader's step across hosts; on failure, the host's segment is marked failed
-  // first so its other ranks stop waiting for this leader. A Gloo error only names an
-  // address, so the message gets the job's first reported failure (see guarded()).
+  // first so its other ranks stop waiting for this leader. An error across hosts names only
+  // the peer, so the message gets the job's first reported failure (see guarded()).
   template <typename Fn>
   void across(Fn fn) {
     if (!leader_) return;
@@ -186,7 +188,7 @@ class HostComm::Impl {
   }
 
   // Runs a collective across hosts; a failure seen first here (a local peer died, say)
-  // is published in the store, so the other hosts' leaders, which only see their Gloo
+  // is published in the store, so the other hosts' leaders, which only see their
   // connection to this host reset, can say what happened.
   template <typename Fn>
   void guarded(Fn fn) {
@@ -288,8 +290,8 @@ class HostComm::Impl {
       return;
     }
     const std::size_t L = static_cast<std::size_t>(env_.local_size);
-    // The host's blocks in local rank order, padded to the largest host for Gloo's
-    // equal-sized allgather, then put in global rank order by the leader.
+    // The host's blocks in local rank order, padded to the largest host for the
+    // leaders' equal-sized allgather, then put in global rank order by the leader.
     std::vector<char> host_block(std::max(static_cast<std::size_t>(max_local_), L) * bytes);
     guarded([&] {
       if (shm_)
@@ -313,7 +315,7 @@ class HostComm::Impl {
 
   // Alltoallv: m[i * n + j] bytes go from rank i to rank j (every rank has the whole
   // matrix). Inside a host the ranks stream through the segment; across hosts each host's
-  // ranks stream to their leader, the leaders exchange pairwise over Gloo, and each leader
+  // ranks stream to their leader, the leaders exchange pairwise over their mesh, and each leader
   // streams every local rank its received blocks.
   // The host's global rank of local rank `l`.
   std::size_t global_of(std::size_t l) const {
@@ -357,7 +359,7 @@ class HostComm::Impl {
   }
 
   // Alltoallv across hosts: the host's ranks stream to their leader, the leaders exchange
-  // pairwise over Gloo, and each leader streams every local rank its blocks.
+  // pairwise over their mesh, and each leader streams every local rank its blocks.
   void alltoallv_across_hosts(const void* send, void* recv, const Traffic& t) {
     const std::size_t n = t.n;
     const auto L = static_cast<std::size_t>(env_.local_size);
@@ -383,7 +385,7 @@ class HostComm::Impl {
       shm_stream(*shm_, send, stream, gathered.data(), pieces, env_.local_rank);
       from_host = gathered.data();
     }
-    // 2. and 3. on the leader: blocks by destination host over Gloo, then the blocks for
+    // 2. and 3. on the leader: blocks by destination host across hosts, then the blocks for
     // each local rank in source rank order, streamed back (rank l's part is its result).
     std::vector<char> out_stream;
     std::vector<std::size_t> back(L, 0), where(L + 1, 0);
@@ -501,7 +503,7 @@ class HostComm::Impl {
   const Environment& env_;
   std::string local_ip_;
   bool shm_path_ = false;
-  bool across_hosts_ = false;  // more than one host: leaders talk Gloo
+  bool across_hosts_ = false;  // more than one host: leaders talk over FrameComm
   bool leader_ = false;        // local rank 0 of a job across hosts
   bool in_rank_order_ = true;  // one host: local rank l is global rank l
   int hosts_ = 1;
@@ -511,7 +513,7 @@ class HostComm::Impl {
   std::vector<int> host_of_;
   std::vector<std::vector<int>> ranks_of_;
   std::unique_ptr<ShmComm> shm_;
-  std::unique_ptr<GlooComm> leaders_;
+  std::unique_ptr<FrameComm> leaders_;
   std::unique_ptr<GlooComm> world_gloo_;
 };
 
@@ -562,7 +564,8 @@ std::string HostComm::describe() const {
   std::string s =
       impl_->shm_ ? "shared memory among " + std::to_string(impl_->env_.local_size) + " local ranks"
                   : "no local peers";
-  if (impl_->leaders_) s += " + Gloo among " + std::to_string(impl_->hosts_) + " host leaders";
+  if (impl_->leaders_)
+    s += " + authenticated frames among " + std::to_string(impl_->hosts_) + " host leaders";
   return s;
 }
 

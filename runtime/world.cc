@@ -9,7 +9,7 @@
 //   checkin/host/<host>   counter; HVDRUN_CHECKIN=host: local rank 0 checks its host in
 //   barrier/rank/<r>, barrier/<k>/count, barrier/<k>/done   per barrier k
 //   gloo/world/addr/<i>/<j>   address of rank i's end of pair (i, j) (HVDRUN_HOST_PATH=gloo)
-//   shm/..., hosts/..., gloo/leaders/..., leaders/...   the host paths (host_comm.cc)
+//   shm/..., hosts/..., frames/leaders/..., leaders/...   the host paths (host_comm.cc)
 //   nccl/world/id             ncclUniqueId (or rank 0's reason for not making one)
 //   nccl/world/id/<i>         id i of ncclCommInitRankScalable (one per 128 ranks)
 #include "runtime/world.h"

@@ -47,8 +47,8 @@ TEST_CASE("collectives are correct for every dtype and op across loopback SSH ho
 }
 
 // The host path across hosts: each host's ranks share a segment, one leader per host runs
-// Gloo (tests/runtime/worker.cc "matrix": every dtype and op at 1, 7, 4097 and 3,000,001
-// elements, broadcast and allgather at the same sizes).
+// the authenticated frame mesh (tests/runtime/worker.cc "matrix": every dtype and op at 1, 7, 4097
+// and 3,000,001 elements, broadcast and allgather at the same sizes).
 TEST_CASE("the host path matrix across loopback SSH hosts, 2 x 2 and 3 x 3",
           "[ssh][runtime][shm]") {
   auto [np, hosts] = GENERATE(std::pair{4, "node1:2,node2:2"},  //

@@ -1,5 +1,5 @@
 """alltoall and reducescatter from hvdrun.torch at np 1 to 4 on one host (the shared
-segment) and over loopback SSH hosts (host leaders relaying over Gloo), against values a
+segment) and over loopback SSH hosts (host leaders relaying over their authenticated mesh), against values a
 single process computes: scatter_worker.py."""
 import pytest
 

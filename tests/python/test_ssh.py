@@ -42,7 +42,7 @@ def test_run_over_ssh(ssh_config):
 @pytest.mark.parametrize("mode", ["mismatch", "join"])
 def test_negotiation_over_ssh(ssh_config, mode, np, hosts):
     """Mismatches raise on every rank naming both sides, and join stands in, when the
-    ranks' rounds cross hosts (the host leaders' Gloo)."""
+    ranks' rounds cross hosts (the host leaders' authenticated mesh)."""
     job = run_job(np, "negotiation_worker.py", mode, hosts=hosts, ssh_config=ssh_config,
                   timeout=120)
     expect_ok(job, np, marker="negotiation checks passed")

@@ -1,0 +1,97 @@
+// 64 MiB allreduce between two "hosts" on loopback (127.0.0.1 and 127.0.0.2), the way host
+// leaders run it: Gloo's unauthenticated ring (the path before frames were MAC'd) and the
+// authenticated FrameComm, side by side in one run, alternating rounds so both see the
+// same machine load. Each rank is a thread of this process with its own sockets.
+// Usage: hvdrun_interhost_bench [MiB, default 64] [iterations per round, default 10] [rounds,
+// default 3]
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "rendezvous/memory_store.h"
+#include "runtime/frame_comm.h"
+#include "runtime/gloo_comm.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+const std::string kSecret(64, 'b');
+
+// This process's CPU seconds (both ranks, user and system).
+double process_cpu() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const auto sec = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
+  };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
+}
+
+struct Result {
+  double seconds;  // per allreduce, median of the calls, as rank 0 measured it
+  double cpu;      // CPU seconds per allreduce, both ranks together
+};
+
+template <typename Comm>
+Result run(const std::string& prefix, std::size_t count, int iters) {
+  hvdrun::rendezvous::MemoryStore store;
+  auto body = [&](int rank) {
+    Comm comm(store, prefix, rank, 2, "127.0.0." + std::to_string(rank + 1), kSecret, 60s, 60s);
+    std::vector<float> v(count, 1.0F);
+    std::vector<double> times;
+    for (int i = -2; i < iters; ++i) {  // two warm-up calls connect and fault pages in
+      const auto t0 = Clock::now();
+      comm.allreduce(v.data(), count, hvdrun::DataType::kFloat32, hvdrun::ReduceOp::kSum);
+      if (i >= 0) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    if (v[count / 2] != static_cast<float>(1 << (iters + 2))) std::abort();  // doubled each call
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  };
+  const double cpu0 = process_cpu();
+  auto other = std::async(std::launch::async, body, 1);
+  const double t = body(0);
+  other.get();
+  return {t, (process_cpu() - cpu0) / (iters + 2)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::size_t mib = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 64;
+  const int iters = argc > 2 ? static_cast<int>(std::strtol(argv[2], nullptr, 10)) : 10;
+  const int rounds = argc > 3 ? static_cast<int>(std::strtol(argv[3], nullptr, 10)) : 3;
+  const std::size_t count = (mib << 20) / sizeof(float);
+  std::vector<double> gloo, frames, gloo_cpu, frames_cpu;
+  for (int r = 0; r < rounds; ++r) {
+    const auto a = run<hvdrun::runtime::GlooComm>("b/gloo/" + std::to_string(r), count, iters);
+    const auto b = run<hvdrun::runtime::FrameComm>("b/frames/" + std::to_string(r), count, iters);
+    gloo.push_back(a.seconds);
+    gloo_cpu.push_back(a.cpu);
+    frames.push_back(b.seconds);
+    frames_cpu.push_back(b.cpu);
+  }
+  const auto median = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double bytes = static_cast<double>(count * sizeof(float));
+  const double g = median(gloo), f = median(frames);
+  const double gc = median(gloo_cpu), fc = median(frames_cpu);
+  std::printf("allreduce %zu MiB, 2 hosts on loopback, median of %d rounds x %d calls\n", mib,
+              rounds, iters);
+  std::printf("gloo (no MAC)           %7.1f ms  %6.2f GB/s  CPU %6.1f ms per call\n", g * 1e3,
+              bytes / g / 1e9, gc * 1e3);
+  std::printf("frames (GMAC per frame) %7.1f ms  %6.2f GB/s  CPU %6.1f ms per call\n", f * 1e3,
+              bytes / f / 1e9, fc * 1e3);
+  std::printf("authenticated / gloo bandwidth: %.1f %%\n", 100.0 * g / f);
+  return 0;
+}

@@ -1,0 +1,65 @@
+// The host leaders' communicator across hosts: a TCP mesh of its own whose every frame is
+// authenticated. Gloo's TCP pairs carry no MAC after they connect and offer no hook on
+// their sockets, so data between hosts travels here instead.
+//
+// Each pair proves the job secret when it connects (the dialling rank answers a nonce the
+// listening rank published in the store; the listener answers back), and both ends derive
+// one GMAC key per direction from the secret and both nonces. Every frame (a header with
+// its length, the payload, a 16-byte tag) is MAC'd under that key with its sequence number
+// in the pair and direction as the IV: a frame injected, replayed, reordered, cut short or
+// changed fails its tag, and the collective it belongs to ends with an error naming the
+// peer. Received bytes are used (reduced, returned) only after their frame's tag checks.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hvdrun/hvdrun.h"
+#include "rendezvous/store.h"
+#include "runtime/gloo_comm.h"
+
+namespace hvdrun::runtime {
+
+/// Largest payload of one frame; messages are cut into frames of this size.
+inline constexpr std::size_t kFrameBytes = 256 * 1024;
+
+/// An authenticated communicator over ranks [0, size); the same collectives and calling
+/// rules as GlooComm (every rank makes the same calls in the same order).
+class FrameComm {
+ public:
+  /// As GlooComm's: `secret` keys the handshakes and the frames' MACs; `op_timeout`
+  /// bounds each collective, `connect_timeout` the connection of the mesh.
+  FrameComm(rendezvous::Store& store, std::string prefix, int rank, int size,
+            const std::string& local_ip, const std::string& secret,
+            std::chrono::milliseconds op_timeout, std::chrono::milliseconds connect_timeout);
+  ~FrameComm();
+  FrameComm(const FrameComm&) = delete;
+  FrameComm& operator=(const FrameComm&) = delete;
+
+  /// In-place allreduce of `count` elements at `buf` (a ring).
+  void allreduce(void* buf, std::size_t count, DataType dtype, ReduceOp op);
+  /// Broadcast of `bytes` bytes at `buf` from `root`.
+  void broadcast(void* buf, std::size_t bytes, int root);
+  /// Allgather of `bytes` bytes per rank into `recv` (size * bytes), in rank order.
+  void allgather(const void* send, void* recv, std::size_t bytes);
+  /// Alltoallv in bytes, as GlooComm::alltoallv.
+  void alltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
+                 const std::vector<std::size_t>& recv_bytes);
+  /// Connects the mesh (every pair; collective). The topology is accepted for GlooComm's
+  /// interface: every collective here connects the whole mesh once.
+  void connect(Topology topology = Topology::kFullMesh, int root = 0);
+  /// As GlooComm::set_failure_key.
+  void set_failure_key(std::string key);
+  /// Number of pairs connected so far.
+  int connected_pairs() const;
+  /// The connected socket to `peer`, or -1 (tests write into it to check rejection).
+  int socket_for_testing(int peer) const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hvdrun::runtime
