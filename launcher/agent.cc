@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/exit_status.h"
 #include "common/fd.h"
 #include "common/fd_limit.h"
 #include "launcher/agent_protocol.h"
@@ -788,7 +789,7 @@ int run_agent(int in_fd, int out_fd) {
     if (!agent.report_fatal(std::string("agent on ") + host_name() + ": " + e.what())) {
       spdlog::error("{}", e.what());
     }
-    return 1;  // ~Agent kills every rank group
+    return exit_status::kAgentFailed;  // ~Agent kills every rank group
   }
 }
 
