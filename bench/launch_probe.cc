@@ -130,10 +130,10 @@ int measure(int argc, char** argv) {
   int status = 0;
   ::waitpid(pid, &status, 0);
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::printf("wall_ms=%lld user_ms=%ld sys_ms=%ld hwm_kib=%ld fds=%ld code=%d\n",
-              static_cast<long long>(
-                  std::chrono::duration_cast<std::chrono::milliseconds>(wall).count()),
-              user, sys, hwm, fds, code);
+  std::printf(
+      "wall_ms=%lld user_ms=%ld sys_ms=%ld hwm_kib=%ld fds=%ld code=%d\n",
+      static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(wall).count()),
+      user, sys, hwm, fds, code);
   return 0;
 }
 

@@ -18,8 +18,8 @@
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cstdio>
-#include <exception>
 #include <cstdlib>
+#include <exception>
 #include <string>
 #include <thread>
 #include <vector>

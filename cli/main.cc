@@ -14,6 +14,7 @@
 
 #include "cli/options.h"
 #include "common/error.h"
+#include "common/exit_status.h"
 #include "common/fd_limit.h"
 #include "compat/check_build.h"
 #include "launcher/agent.h"
@@ -48,7 +49,7 @@ void setup_logging(const hvdrun::launcher::LaunchOptions& o, const char* pattern
 
 int usage_error(const std::string& what) {
   std::fprintf(stderr, "hvdrun: error: %s\nTry 'hvdrun --help'.\n", what.c_str());
-  return 2;
+  return hvdrun::exit_status::kUsage;
 }
 
 }  // namespace
@@ -71,17 +72,17 @@ int main(int argc, char** argv) {
     // once, in one voice (task 0's), before anything starts.
     if (auto refusal = hvdrun::launcher::srun_task_refusal(
             [](const char* name) -> const char* { return std::getenv(name); })) {
-      return refusal->print ? usage_error(refusal->message) : 2;
+      return refusal->print ? usage_error(refusal->message) : hvdrun::exit_status::kUsage;
     }
   }
   switch (cmd.action) {
     case Action::help:
     case Action::version:
       std::fputs(cmd.help_text.c_str(), stdout);
-      return 0;
+      return hvdrun::exit_status::kOk;
     case Action::check_build:
       std::fputs(hvdrun::compat::check_build_report().c_str(), stdout);
-      return 0;
+      return hvdrun::exit_status::kOk;
     case Action::check:
       setup_logging(cmd.options, "hvdrun: [%l] %v");
       try {
@@ -90,7 +91,7 @@ int main(int argc, char** argv) {
         return usage_error(e.what());
       } catch (const std::exception& e) {
         std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
-        return 255;
+        return hvdrun::exit_status::kLaunchFailed;
       }
     case Action::agent:
       setup_logging(cmd.options, "hvdrun agent: [%l] %v");
@@ -98,7 +99,7 @@ int main(int argc, char** argv) {
         return hvdrun::launcher::run_agent_main();
       } catch (const std::exception& e) {
         std::fprintf(stderr, "hvdrun agent: error: %s\n", e.what());
-        return 1;
+        return hvdrun::exit_status::kAgentFailed;
       }
     case Action::run:
       break;
@@ -112,6 +113,6 @@ int main(int argc, char** argv) {
     return usage_error(e.what());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
-    return 255;
+    return hvdrun::exit_status::kLaunchFailed;
   }
 }

@@ -10,7 +10,6 @@
 #include <array>
 #include <cctype>
 #include <cstring>
-#include <map>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -21,6 +20,8 @@
 #include "common/error.h"
 #include "common/quote.h"
 #include "common/version.h"
+#include "common/whole_number.h"
+#include "compat/horovod_flags.h"
 #include "hostfile/hosts.h"
 #include "hostfile/placement.h"
 #include "launcher/launch_method.h"
@@ -58,7 +59,9 @@ struct OptSpec {
 constexpr int kMaxNp = env_names::kMaxRanks;
 constexpr int kMaxStartTimeout = env_names::kMaxStartTimeoutS;
 
-const std::array kOptions = {
+// hvdrun's own options; options() adds horovodrun's tuning flags (compat/horovod_flags.h)
+// before the "Other" group.
+const std::array kOwnOptions = {
     OptSpec{"num-proc", 0, true, "N", "Job", "number of ranks (default: all slots)", kRun | kCheck},
     OptSpec{"hosts", 'H', false, "HOST[:SLOTS],...", "Job",
             "hosts with slots, e.g. node1:4,[fe80::1]:2", kRun | kCheck},
@@ -110,117 +113,30 @@ const std::array kOptions = {
             kRun | kCheck},
     OptSpec{"log-level", 0, false, "LEVEL", "Output", "trace|debug|info|warning|error|critical|off",
             kAll},
-    // horovodrun's tuning flags, so its command lines run unchanged: each becomes a
-    // HOROVOD_* variable in every rank (see kHorovodKnobs), exactly as horovodrun sets it.
-    OptSpec{"gloo", 0, false, nullptr, "Horovod", "accepted: ranks always use Horovod's gloo mode",
-            kRun},
-    OptSpec{"disable-cache", 0, false, nullptr, "Horovod", "accepted: hvdrun keeps no check cache",
-            kRun},
-    OptSpec{"fusion-threshold-mb", 0, false, "MB", "Horovod", "HOROVOD_FUSION_THRESHOLD (in MiB)",
-            kRun},
-    OptSpec{"cycle-time-ms", 0, false, "MS", "Horovod", "HOROVOD_CYCLE_TIME", kRun},
-    OptSpec{"cache-capacity", 0, false, "N", "Horovod", "HOROVOD_CACHE_CAPACITY", kRun},
-    OptSpec{"hierarchical-allreduce", 0, false, nullptr, "Horovod",
-            "HOROVOD_HIERARCHICAL_ALLREDUCE=1", kRun},
-    OptSpec{"no-hierarchical-allreduce", 0, false, nullptr, "Horovod",
-            "HOROVOD_HIERARCHICAL_ALLREDUCE=0", kRun},
-    OptSpec{"hierarchical-allgather", 0, false, nullptr, "Horovod",
-            "HOROVOD_HIERARCHICAL_ALLGATHER=1", kRun},
-    OptSpec{"no-hierarchical-allgather", 0, false, nullptr, "Horovod",
-            "HOROVOD_HIERARCHICAL_ALLGATHER=0", kRun},
-    OptSpec{"autotune", 0, false, nullptr, "Horovod", "HOROVOD_AUTOTUNE=1", kRun},
-    OptSpec{"autotune-log-file", 0, false, "FILE", "Horovod", "HOROVOD_AUTOTUNE_LOG", kRun},
-    OptSpec{"autotune-warmup-samples", 0, false, "N", "Horovod", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES",
-            kRun},
-    OptSpec{"autotune-steps-per-sample", 0, false, "N", "Horovod",
-            "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", kRun},
-    OptSpec{"autotune-bayes-opt-max-samples", 0, false, "N", "Horovod",
-            "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", kRun},
-    OptSpec{"autotune-gaussian-process-noise", 0, false, "X", "Horovod",
-            "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE, 0..1", kRun},
-    OptSpec{"timeline-filename", 0, false, "FILE", "Horovod", "HOROVOD_TIMELINE", kRun},
-    OptSpec{"timeline-mark-cycles", 0, false, nullptr, "Horovod", "HOROVOD_TIMELINE_MARK_CYCLES=1",
-            kRun},
-    OptSpec{"no-stall-check", 0, false, nullptr, "Horovod", "HOROVOD_STALL_CHECK_DISABLE=1", kRun},
-    OptSpec{"stall-check-warning-time-seconds", 0, false, "SEC", "Horovod",
-            "HOROVOD_STALL_CHECK_TIME_SECONDS", kRun},
-    OptSpec{"stall-check-shutdown-time-seconds", 0, false, "SEC", "Horovod",
-            "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", kRun},
-    OptSpec{"num-nccl-streams", 0, false, "N", "Horovod", "HOROVOD_NUM_NCCL_STREAMS", kRun},
-    OptSpec{"thread-affinity", 0, false, "N", "Horovod", "HOROVOD_THREAD_AFFINITY", kRun},
-    OptSpec{"gloo-timeout-seconds", 0, false, "SEC", "Horovod", "HOROVOD_GLOO_TIMEOUT_SECONDS",
-            kRun},
-    OptSpec{"tcp", 0, false, nullptr, "Horovod", "NCCL_IB_DISABLE=1 (TCP only)", kRun},
-    OptSpec{"log-without-timestamp", 0, false, nullptr, "Horovod", "HOROVOD_LOG_HIDE_TIME=1", kRun},
     OptSpec{"check-build", 0, false, nullptr, "Other", "show build features (Gloo, NCCL) and exit",
             kRun},
     OptSpec{"version", 0, false, nullptr, "Other", "print the version and exit", kAll},
     OptSpec{"help", 'h', false, nullptr, "Other", "print this help and exit", kAll},
 };
 
-// How a horovodrun tuning flag's value becomes its variable's value.
-enum class Knob {
-  accepted,   // switch with no effect under hvdrun
-  one,        // switch: VARIABLE=1
-  zero,       // switch: VARIABLE=0
-  whole,      // whole number >= 0, passed as written
-  megabytes,  // whole number of MiB >= 0, passed in bytes
-  decimal,    // decimal number >= 0 (e.g. 2.5), passed as written
-  fraction,   // decimal number from 0 to 1
-  text,       // any non-empty text (a file name)
-};
-
-struct HorovodKnob {
-  const char* option;
-  const char* variable;
-  Knob kind;
-};
-
-// The variables horovodrun's launcher sets from these flags (its config_parser), so a
-// program sees the same environment under either launcher.
-const std::array kHorovodKnobs = {
-    HorovodKnob{"gloo", nullptr, Knob::accepted},
-    HorovodKnob{"disable-cache", nullptr, Knob::accepted},
-    HorovodKnob{"fusion-threshold-mb", "HOROVOD_FUSION_THRESHOLD", Knob::megabytes},
-    HorovodKnob{"cycle-time-ms", "HOROVOD_CYCLE_TIME", Knob::decimal},
-    HorovodKnob{"cache-capacity", "HOROVOD_CACHE_CAPACITY", Knob::whole},
-    HorovodKnob{"hierarchical-allreduce", "HOROVOD_HIERARCHICAL_ALLREDUCE", Knob::one},
-    HorovodKnob{"no-hierarchical-allreduce", "HOROVOD_HIERARCHICAL_ALLREDUCE", Knob::zero},
-    HorovodKnob{"hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER", Knob::one},
-    HorovodKnob{"no-hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER", Knob::zero},
-    HorovodKnob{"autotune", "HOROVOD_AUTOTUNE", Knob::one},
-    HorovodKnob{"autotune-log-file", "HOROVOD_AUTOTUNE_LOG", Knob::text},
-    HorovodKnob{"autotune-warmup-samples", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", Knob::whole},
-    HorovodKnob{"autotune-steps-per-sample", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", Knob::whole},
-    HorovodKnob{"autotune-bayes-opt-max-samples", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
-                Knob::whole},
-    HorovodKnob{"autotune-gaussian-process-noise", "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
-                Knob::fraction},
-    HorovodKnob{"timeline-filename", "HOROVOD_TIMELINE", Knob::text},
-    HorovodKnob{"timeline-mark-cycles", "HOROVOD_TIMELINE_MARK_CYCLES", Knob::one},
-    HorovodKnob{"no-stall-check", "HOROVOD_STALL_CHECK_DISABLE", Knob::one},
-    HorovodKnob{"stall-check-warning-time-seconds", "HOROVOD_STALL_CHECK_TIME_SECONDS",
-                Knob::whole},
-    HorovodKnob{"stall-check-shutdown-time-seconds", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
-                Knob::whole},
-    HorovodKnob{"num-nccl-streams", "HOROVOD_NUM_NCCL_STREAMS", Knob::whole},
-    HorovodKnob{"thread-affinity", "HOROVOD_THREAD_AFFINITY", Knob::whole},
-    HorovodKnob{"gloo-timeout-seconds", "HOROVOD_GLOO_TIMEOUT_SECONDS", Knob::whole},
-    HorovodKnob{"tcp", "NCCL_IB_DISABLE", Knob::one},
-    HorovodKnob{"log-without-timestamp", "HOROVOD_LOG_HIDE_TIME", Knob::one},
-};
-
-// horovodrun flags hvdrun does not take, with what to do instead.
-const std::array<std::pair<std::string_view, std::string_view>, 7> kHorovodRefused = {{
-    {"--mpi", "hvdrun has no MPI controller; drop --mpi (Horovod programs run in gloo mode)"},
-    {"--jsrun", "hvdrun has no jsrun mode; drop --jsrun and give the hosts with -H"},
-    {"--mpi-args", "hvdrun does not use mpirun; drop --mpi-args"},
-    {"--binding-args", "hvdrun does not use mpirun; drop --binding-args"},
-    {"--mpi-threads-disable", "hvdrun does not use MPI; drop --mpi-threads-disable"},
-    {"--config-file",
-     "hvdrun reads no YAML config; give its settings as flags (e.g. --fusion-threshold-mb)"},
-    {"--network-interfaces", "hvdrun takes one interface; use --network-interface IF"},
-}};
+// Every option, in the order of the table; built once.
+const std::vector<OptSpec>& options() {
+  static const std::vector<OptSpec> all = [] {
+    std::vector<OptSpec> out;
+    bool knobs_added = false;
+    for (const auto& s : kOwnOptions) {
+      if (!knobs_added && std::strcmp(s.group, "Other") == 0) {
+        for (const auto& k : compat::horovod_knobs()) {
+          out.push_back(OptSpec{k.option, 0, false, k.arg, "Horovod", k.help, kRun});
+        }
+        knobs_added = true;
+      }
+      out.push_back(s);
+    }
+    return out;
+  }();
+  return all;
+}
 
 // mpirun's flags that users bring along, with what to do instead. --oversubscribe is refused
 // rather than taken: hvdrun runs one rank per slot, so the slots are where more ranks go.
@@ -241,7 +157,7 @@ const std::array<std::pair<std::string_view, std::string_view>, 3> kSingleDashAl
 }};
 
 const OptSpec& spec_named(std::string_view name) {
-  for (const auto& s : kOptions) {
+  for (const auto& s : options()) {
     if (name == s.name) return s;
   }
   throw std::logic_error("no option " + std::string(name));
@@ -283,11 +199,9 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 
 [[noreturn]] void unknown_option(std::string_view written) {
   std::string_view name = written.substr(0, written.find('='));
-  for (const auto& [flag, advice] : kHorovodRefused) {
-    if (name == flag) {
-      throw UsageError("horovodrun's " + std::string(flag) +
-                       " is not supported: " + std::string(advice));
-    }
+  if (auto advice = compat::horovod_refused_advice(name); !advice.empty()) {
+    throw UsageError("horovodrun's " + std::string(name) +
+                     " is not supported: " + std::string(advice));
   }
   for (const auto& [flag, advice] : kMpirunRefused) {
     if (name == flag) {
@@ -297,7 +211,7 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   }
   std::string best;
   size_t best_d = 3;
-  for (const auto& s : kOptions) {
+  for (const auto& s : options()) {
     std::vector<std::string> forms = {std::string("--") + s.name};
     if (s.single_dash) forms.emplace_back("-np");
     for (const auto& f : forms) {
@@ -316,21 +230,9 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   throw UsageError("unknown option " + quote(name) + "; see hvdrun --help for the options");
 }
 
-// Strict whole number in [lo, hi]: digits only, no sign, no spaces, no suffix.
-std::optional<long> parse_number(std::string_view text, long lo, long hi) {
-  if (text.empty() || text.size() > 9) return std::nullopt;
-  long v = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  if (v < lo || v > hi) return std::nullopt;
-  return v;
-}
-
 int number_option(const OptSpec& s, const std::string& text, long lo, long hi, const char* what,
                   const char* example) {
-  auto v = parse_number(text, lo, hi);
+  auto v = parse_whole_number(text, lo, hi);
   if (!v) {
     throw UsageError("bad value " + quote(text) + " for " + shown(s) + "; expected " + what +
                      " from " + std::to_string(lo) + " to " + std::to_string(hi) + ", as in " +
@@ -376,76 +278,6 @@ struct Found {
   std::optional<std::string> value;
 };
 
-// A non-negative decimal number as horovodrun's float flags take it: digits with at most
-// one '.', e.g. "5", "0.8", "2.5".
-std::optional<double> parse_decimal(std::string_view text) {
-  if (text.empty() || text.size() > 20 || text.front() == '.' || text.back() == '.') {
-    return std::nullopt;
-  }
-  if (std::count(text.begin(), text.end(), '.') > 1) return std::nullopt;
-  if (!std::all_of(text.begin(), text.end(),
-                   [](char c) { return c == '.' || (c >= '0' && c <= '9'); })) {
-    return std::nullopt;
-  }
-  return std::stod(std::string(text));
-}
-
-// The NAME=VALUE entries the horovodrun tuning flags among `found` stand for, in the
-// order given; -x entries come after them, so an explicit -x wins.
-std::vector<std::string> horovod_knob_env(const std::vector<Found>& found) {
-  std::vector<std::string> env;
-  std::map<std::string_view, std::string_view> switch_by_variable;
-  for (const auto& f : found) {
-    const auto* knob = std::find_if(
-        kHorovodKnobs.begin(), kHorovodKnobs.end(),
-        [&](const HorovodKnob& k) { return k.option == std::string_view(f.spec->name); });
-    if (knob == kHorovodKnobs.end() || knob->kind == Knob::accepted) continue;
-    const std::string flag = "--" + std::string(knob->option);
-    const std::string value = f.value.value_or("");
-    std::string out;
-    switch (knob->kind) {
-      case Knob::one:
-      case Knob::zero: {
-        auto [it, fresh] = switch_by_variable.emplace(knob->variable, knob->option);
-        if (!fresh && it->second != knob->option) {
-          throw UsageError("--" + std::string(it->second) + " and " + flag +
-                           " cannot be used together; give one of them");
-        }
-        out = knob->kind == Knob::one ? "1" : "0";
-        break;
-      }
-      case Knob::whole:
-      case Knob::megabytes: {
-        auto v = parse_number(value, 0, 999999999);
-        if (!v) {
-          throw UsageError("bad value " + quote(value) + " for " + flag +
-                           "; expected a whole number from 0, as in " + flag + " 64");
-        }
-        out = knob->kind == Knob::megabytes ? std::to_string(static_cast<long long>(*v) << 20)
-                                            : std::to_string(*v);
-        break;
-      }
-      case Knob::decimal:
-      case Knob::fraction: {
-        auto v = parse_decimal(value);
-        if (!v || (knob->kind == Knob::fraction && *v > 1.0)) {
-          throw UsageError("bad value " + quote(value) + " for " + flag + "; expected a number " +
-                           (knob->kind == Knob::fraction ? "from 0 to 1, as in " + flag + " 0.8"
-                                                         : "from 0, as in " + flag + " 2.5"));
-        }
-        out = value;
-        break;
-      }
-      case Knob::text:
-      case Knob::accepted:
-        out = value;
-        break;
-    }
-    env.push_back(std::string(knob->variable) + "=" + out);
-  }
-  return env;
-}
-
 }  // namespace
 
 std::string help_text() {
@@ -476,7 +308,7 @@ std::string help_text() {
     } else {
       out += std::string("\n") + group + " options:\n";
     }
-    for (const auto& s : kOptions) {
+    for (const auto& s : options()) {
       if (std::strcmp(s.group, group) != 0) continue;
       std::string col = column(s);
       if (col.size() > kColumn) {
@@ -534,7 +366,7 @@ std::optional<Token> option_token(const std::string& a) {
   if (a.size() > 2 && a.compare(0, 2, "--") == 0) {
     size_t eq = a.find('=');
     std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    for (const auto& s : kOptions) {
+    for (const auto& s : options()) {
       if (name == s.name) t.spec = &s;
     }
     if (!t.spec) unknown_option(a);
@@ -554,7 +386,7 @@ std::optional<Token> option_token(const std::string& a) {
     if (a.size() > 3) t.value = a.substr(4);
     t.written = "-np";
   } else if (a.size() >= 2 && a[0] == '-' && a[1] != '-') {
-    for (const auto& s : kOptions) {
+    for (const auto& s : options()) {
       if (s.short_name == a[1]) t.spec = &s;
     }
     if (!t.spec || (!t.spec->arg && a.size() > 2)) unknown_option(a);
@@ -602,7 +434,7 @@ Walk walk(const std::vector<std::string>& args, size_t i, unsigned mode) {
       // horovodrun's --blacklist-cooldown-range takes its two numbers as two words.
       if (std::strcmp(spec.name, "blacklist-cooldown-range") == 0 && i + 1 < args.size() &&
           t->value->find_first_of(" ,") == std::string::npos &&
-          parse_number(args[i + 1], 0, 999999999)) {
+          parse_whole_number(args[i + 1], 0, 999999999)) {
         *t->value += " " + args[++i];
       }
     } else if (!spec.arg && t->value) {
@@ -630,7 +462,7 @@ Walk walk(const std::vector<std::string>& args, size_t i, unsigned mode) {
 // like an option (`-np -1`) reaches our own checks instead of confusing Boost.
 po::variables_map store_strictly(const std::vector<Found>& found, unsigned mode) {
   po::options_description desc;
-  for (const auto& s : kOptions) {
+  for (const auto& s : options()) {
     if (!(s.modes & mode)) continue;
     if (!s.arg) {
       desc.add_options()(s.name, po::bool_switch());
@@ -757,7 +589,14 @@ void apply_run_options(const Values& v, const std::vector<Found>& found,
   }
   if (v.given("output-filename")) o.output_filename = v.nonempty("output-filename");
   o.prefix_timestamp = v.given("prefix-output-with-timestamp");
-  o.env = horovod_knob_env(found);
+  // The tuning flags' variables come first: -x entries after them, so an explicit -x wins.
+  std::vector<std::pair<std::string, std::string>> knobs;
+  for (const auto& f : found) {
+    if (std::strcmp(f.spec->group, "Horovod") == 0) {
+      knobs.emplace_back(f.spec->name, f.value.value_or(""));
+    }
+  }
+  o.env = compat::horovod_knob_env(knobs);
   for (const auto& e : v.list("env")) {
     std::string_view name = std::string_view(e).substr(0, e.find('='));
     if (!valid_env_name(name)) {
@@ -793,9 +632,9 @@ void apply_elastic(const Values& v, launcher::LaunchOptions& o) {
   if (v.given("blacklist-cooldown-range")) {
     const std::string text = v.str("blacklist-cooldown-range");
     const auto sep = text.find_first_of(" ,");
-    auto lo = parse_number(text.substr(0, sep), 0, 86400 * 7);
-    auto hi =
-        sep == std::string::npos ? std::nullopt : parse_number(text.substr(sep + 1), 0, 86400 * 7);
+    auto lo = parse_whole_number(text.substr(0, sep), 0, 86400 * 7);
+    auto hi = sep == std::string::npos ? std::nullopt
+                                       : parse_whole_number(text.substr(sep + 1), 0, 86400 * 7);
     if (!lo || !hi || *lo > *hi)
       throw UsageError("bad value " + quote(text) +
                        " for --blacklist-cooldown-range; expected two whole numbers of seconds, "

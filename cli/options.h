@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/options.h"
+#include "launcher/launch_options.h"
 
 namespace hvdrun::cli {
 

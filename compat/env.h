@@ -1,8 +1,8 @@
 // The environment that lets unmodified Horovod (gloo mode) and torch.distributed
 // (`init_method="env://"`) programs run under hvdrun: the variables horovodrun and
 // torchrun would set for a rank, computed from the placement and the addresses the
-// launcher chose. Pure functions, plus two small host queries (a free port, the
-// interface owning an address) that the agent on each host runs.
+// launcher chose. Pure functions; the host queries that feed them (a free port, the
+// interface toward the launcher) are launcher/local_host.h's.
 #pragma once
 
 #include <cstdint>
@@ -60,27 +60,5 @@ CompatEnv compat_env(const hostfile::Placement& placement, int rank, const HostE
 /// `hostname` as the user wrote it, `size` ranks in the job on `num_hosts` hosts.
 CompatEnv compat_env(const hostfile::RankSlot& slot, const std::string& hostname, int size,
                      int num_hosts, const HostEndpoints& host);
-
-/// A TCP port free on this host right now: binds port 0 on the wildcard address
-/// (IPv6 dual-stack when available, else IPv4), reads the port, closes. Another process
-/// may take it before it is used; torchrun accepts the same race. Throws SystemError.
-std::uint16_t pick_free_port();
-
-/// The name of the network interface of this host that owns `ip` (an IPv4 or IPv6
-/// literal): the interface with exactly that address, else one whose subnet contains it
-/// (127.0.0.2 -> "lo"). Empty when none does or `ip` is not an address. Throws
-/// SystemError when the interface list cannot be read.
-std::string interface_for_address(const std::string& ip);
-
-/// This host's own address on the route toward `remote_ip` (a UDP socket "connected" to
-/// it, no packet sent, then getsockname). Throws SystemError naming `remote_ip` when
-/// there is no route or it is not an address.
-std::string local_address_toward(const std::string& remote_ip);
-
-/// The interface this host uses to reach `remote_ip`: what HOROVOD_GLOO_IFACE and
-/// NCCL_SOCKET_IFNAME should name on this host when `remote_ip` is the launcher's address
-/// (each host finds its own, so hosts with different interface names just work). Empty
-/// when it cannot be told. Throws like local_address_toward().
-std::string interface_toward(const std::string& remote_ip);
 
 }  // namespace hvdrun::compat

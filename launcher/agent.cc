@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/exit_status.h"
 #include "common/fd.h"
 #include "common/fd_limit.h"
-#include "compat/env.h"
 #include "launcher/agent_protocol.h"
 #include "launcher/group_guard.h"
 #include "launcher/job_cgroup.h"
@@ -72,18 +72,6 @@ struct Rank {
   LineTail tail;
   Clock::time_point defer[2] = {};  // stdout, stderr: not polled before these times
 };
-
-std::uint16_t find_free_port() {
-  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!s) return 0;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  socklen_t len = sizeof a;
-  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return 0;
-  if (::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) return 0;
-  return ntohs(a.sin_port);
-}
 
 std::string host_name() {
   char buf[256] = {};
@@ -287,7 +275,12 @@ void Agent::send_hello() {
   proto::AgentHello hello;
   hello.pid = static_cast<std::uint32_t>(::getpid());
   hello.hostname = host_name();
-  hello.free_port = find_free_port();
+  try {
+    hello.free_port = pick_free_port();
+  } catch (const std::exception& e) {
+    // 0: this host offers no port; the job goes on, and only MASTER_PORT users notice.
+    spdlog::warn("no free TCP port for MASTER_PORT on this host: {}", e.what());
+  }
   if (!hello_.network_interface.empty()) {
     // The Horovod rendezvous admits this host's ranks by these addresses.
     try {
@@ -300,7 +293,7 @@ void Agent::send_hello() {
     // This host's own interface toward the launcher: hosts whose interfaces have different
     // names each get their own.
     try {
-      hello.iface = compat::interface_toward(hello_.launcher_addr);
+      hello.iface = interface_toward(hello_.launcher_addr);
     } catch (const std::exception& e) {
       spdlog::debug("no interface toward {}: {}", hello_.launcher_addr, e.what());
     }
@@ -796,7 +789,7 @@ int run_agent(int in_fd, int out_fd) {
     if (!agent.report_fatal(std::string("agent on ") + host_name() + ": " + e.what())) {
       spdlog::error("{}", e.what());
     }
-    return 1;  // ~Agent kills every rank group
+    return exit_status::kAgentFailed;  // ~Agent kills every rank group
   }
 }
 

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "common/exit_status.h"
 #include "common/quote.h"
 #include "common/version.h"
 #include "launcher/start_window.h"
@@ -124,7 +125,7 @@ int run_check(const LaunchOptions& options, const std::string& expected_version)
   settings.max_parallel = static_cast<int>(launch_concurrency(std::getenv(kLaunchConcurrencyVar)));
   PreflightReport report = preflight(options, connector, settings);
   std::cout << (options.json ? render_json(report) : render_table(report)) << std::flush;
-  return report.ok() ? 0 : 255;
+  return report.ok() ? exit_status::kOk : exit_status::kLaunchFailed;
 }
 
 }  // namespace hvdrun::launcher

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "launcher/options.h"
+#include "launcher/launch_options.h"
 #include "launcher/preflight.h"
 
 namespace hvdrun::launcher {

@@ -3,7 +3,6 @@
 #include "launcher/connect_back.h"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -21,6 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
+#include "launcher/local_host.h"
 #include "rendezvous/protocol.h"
 
 namespace hvdrun::launcher {
@@ -339,13 +339,10 @@ std::vector<LauncherAddress> parse_targets(const std::string& targets) {
 // This node's own IPv4 addresses (every interface, loopback included).
 std::vector<in_addr_t> own_ipv4() {
   std::vector<in_addr_t> out;
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return out;
-  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr != nullptr && i->ifa_addr->sa_family == AF_INET)
-      out.push_back(reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
+  for (const std::string& ip : local_addresses()) {
+    in_addr v4{};
+    if (::inet_pton(AF_INET, ip.c_str(), &v4) == 1) out.push_back(v4.s_addr);
   }
-  ::freeifaddrs(list);
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "common/exit_status.h"
 #include "common/plural.h"
 #include "common/quote.h"
 #include "common/seconds_text.h"
@@ -191,7 +192,7 @@ std::string Elastic::excluded_text() const {
 int Elastic::too_few(int available) const {
   say("only " + counted(available, "usable slot") + " left, fewer than --min-np " +
       std::to_string(*e_.min_np) + "; ending the job. Excluded hosts: " + excluded_text());
-  return last_ ? last_->exit_code : 255;
+  return last_ ? last_->exit_code : exit_status::kLaunchFailed;
 }
 
 // Excludes the hosts a failure blames. A rank's failure leaves its host in use when

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "launcher/job.h"
-#include "launcher/options.h"
+#include "launcher/launch_options.h"
 
 namespace hvdrun::launcher {
 

@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "launcher/agent_link.h"
 #include "launcher/launch_method.h"
+#include "launcher/local_host.h"
 #include "launcher/preflight.h"
 #include "launcher/subprocess.h"
 #include "ssh/session.h"
@@ -27,23 +28,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// This machine's address on the route toward `ip` (a UDP connect sends nothing).
+// This machine's address on the route toward `ip`; 127.0.0.1 when `ip` is not an IPv4
+// address or there is no route to it.
 std::string source_address_toward(const std::string& ip) {
-  if (ip.empty()) return "127.0.0.1";
-  UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(9);
-  if (!s || ::inet_pton(AF_INET, ip.c_str(), &to.sin_addr) != 1 ||
-      ::connect(s.get(), reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+  in_addr v4{};
+  if (::inet_pton(AF_INET, ip.c_str(), &v4) != 1) return "127.0.0.1";
+  try {
+    return local_address_toward(ip);
+  } catch (const SystemError&) {
     return "127.0.0.1";
   }
-  sockaddr_in local{};
-  socklen_t len = sizeof local;
-  if (::getsockname(s.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0) return "127.0.0.1";
-  char buf[INET_ADDRSTRLEN] = {};
-  ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf);
-  return buf;
 }
 
 std::string first_line(std::string_view text) {

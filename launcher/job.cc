@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/exit_status.h"
 #include "common/fd.h"
 #include "common/peer_loss.h"
 #include "common/plural.h"
@@ -431,7 +432,9 @@ bool Job::handle_interrupt() {
     return false;
   }
   decide_held_failure();  // it came first
-  Failure f{128 + sig, "hvdrun: interrupted by " + signal_text(sig) + "; stopped all ranks\n", {}};
+  Failure f{exit_status::for_signal(sig),
+            "hvdrun: interrupted by " + signal_text(sig) + "; stopped all ranks\n",
+            {}};
   f.interrupted = true;
   if (ctx_.policy->on_failure(f)) begin_teardown();
   return true;
@@ -489,10 +492,11 @@ void Job::check_frozen() {
   std::snprintf(secs, sizeof secs, "%.1f s, longer than the heartbeat timeout of %g s",
                 std::chrono::duration<double>(late).count(),
                 static_cast<double>(ctx_.heartbeat_timeout.count()) / 1000);
-  fail(255, std::string("hvdrun: hvdrun itself was stopped (SIGSTOP) or frozen for ") + secs +
-                " (HVDRUN_HEARTBEAT_TIMEOUT), so every agent stopped its ranks; the job is over. "
-                "To pause a job, use Ctrl-Z or SIGTSTP: hvdrun then stops every rank and "
-                "resumes them with it\n");
+  fail(exit_status::kLaunchFailed,
+       std::string("hvdrun: hvdrun itself was stopped (SIGSTOP) or frozen for ") + secs +
+           " (HVDRUN_HEARTBEAT_TIMEOUT), so every agent stopped its ranks; the job is over. "
+           "To pause a job, use Ctrl-Z or SIGTSTP: hvdrun then stops every rank and "
+           "resumes them with it\n");
 }
 
 void Job::watch(std::string what, const ThreadFailure& failure) {
@@ -503,8 +507,8 @@ void Job::check_servers() {
   for (Watched& w : watched_) {
     if (w.reported || !w.failure->failed()) continue;
     w.reported = true;  // and its descriptor is no longer polled
-    fail(255, "hvdrun: the " + w.what + " failed: " + describe(w.failure->get()) +
-                  "; stopped the job\n");
+    fail(exit_status::kLaunchFailed, "hvdrun: the " + w.what + " failed: " +
+                                         describe(w.failure->get()) + "; stopped the job\n");
   }
 }
 
@@ -596,7 +600,7 @@ void Job::host_closed(Host& h, const std::string& why) {
   }
   for (int r : lost) rank_done(r);
   if (!stopping()) {
-    fail(255,
+    fail(exit_status::kLaunchFailed,
          "hvdrun: the agent on host " + h.name + " ended unexpectedly (" + how + ") while rank" +
              (lost.size() > 1 ? "s " : " ") + rank_list(lost) +
              (lost.size() > 1 ? " were" : " was") + " running; stopped the job\n",
@@ -741,7 +745,7 @@ Failure Job::rank_failure(const Host& h, const proto::RankExited& ex, int others
     msg += "hvdrun: last lines rank " + std::to_string(ex.rank) + " wrote to stderr:\n";
     for (const auto& line : tail) msg += "    " + line + "\n";
   }
-  Failure f{ex.signaled ? 128 + ex.value : ex.value, std::move(msg), {h.name}};
+  Failure f{ex.signaled ? exit_status::for_signal(ex.value) : ex.value, std::move(msg), {h.name}};
   f.rank_failed = true;
   return f;
 }
@@ -781,7 +785,7 @@ void Job::on_fatal(Host& h, const proto::Fatal& f) {
     rank_done(f.rank);
   }
   if (!stopping()) {
-    fail(255, "hvdrun: host " + h.name + ": " + f.message + "\n", {h.name});
+    fail(exit_status::kLaunchFailed, "hvdrun: host " + h.name + ": " + f.message + "\n", {h.name});
   } else {
     spdlog::warn("host {}: {}", h.name, f.message);
   }
@@ -872,7 +876,7 @@ void Job::check_start_deadline(Clock::time_point t) {
                (h.hello ? std::to_string(h.started) + " of " + counted(want, "rank") + " started"
                         : std::string("its agent did not answer"));
     }
-    fail(255,
+    fail(exit_status::kLaunchFailed,
          "hvdrun: the ranks did not all start within --start-timeout " +
              std::to_string(opt_.start_timeout_s) + " s; stopped the job:" + where + "\n",
          std::move(late));
@@ -896,7 +900,7 @@ int Job::finish() {
     write_all(ctx_.stderr_fd, f->message.data(), f->message.size());
     return f->exit_code;
   }
-  return 0;
+  return exit_status::kOk;
 }
 
 }  // namespace

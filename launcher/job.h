@@ -14,8 +14,8 @@
 
 #include "launcher/agent_link.h"
 #include "launcher/job_context.h"
+#include "launcher/launch_options.h"
 #include "launcher/launch_plan.h"
-#include "launcher/options.h"
 
 namespace hvdrun::rendezvous {
 class Server;

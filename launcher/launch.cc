@@ -19,6 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
+#include "common/exit_status.h"
 #include "common/fd_limit.h"
 #include "common/plural.h"
 #include "common/version.h"
@@ -194,7 +195,7 @@ int report_failures(const std::vector<std::string>& failures, std::size_t skippe
                  skipped > 1 ? "s were" : " was");
   }
   std::fflush(stderr);
-  return 255;
+  return exit_status::kLaunchFailed;
 }
 
 }  // namespace
@@ -206,7 +207,7 @@ int launch(const LaunchOptions& options, JobHooks hooks) {
   if (options.dry_run) {
     std::fputs((options.json ? render_dry_run_json(plan) : render_dry_run(plan)).c_str(), stdout);
     std::fflush(stdout);
-    return 0;
+    return exit_status::kOk;
   }
   check_fd_budget(plan);
   // Whatever local ranks leave behind, even past a killed agent, ends with the launch.
@@ -255,13 +256,13 @@ int launch(const LaunchOptions& options, JobHooks hooks) {
                    report.failures(), report.failures() > 1 ? "s" : "", table.c_str());
       std::fflush(stderr);
       if (hooks.outcome != nullptr) {
-        Failure f{255, "hvdrun: the preflight failed\n", {}};
+        Failure f{exit_status::kLaunchFailed, "hvdrun: the preflight failed\n", {}};
         for (const auto& check : report.hosts) {
           if (check.verdict != Verdict::ok) f.hosts.push_back(check.host);
         }
         *hooks.outcome = std::move(f);
       }
-      return 255;
+      return exit_status::kLaunchFailed;
     }
   }
   hooks.launch_start = start;

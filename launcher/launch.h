@@ -3,7 +3,7 @@
 #pragma once
 
 #include "launcher/job.h"
-#include "launcher/options.h"
+#include "launcher/launch_options.h"
 
 namespace hvdrun::launcher {
 

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "launcher/options.h"
+#include "launcher/launch_options.h"
 
 namespace hvdrun::launcher {
 

@@ -13,7 +13,7 @@
 
 #include "hostfile/placement.h"
 #include "hostfile/scheduler.h"
-#include "launcher/options.h"
+#include "launcher/launch_options.h"
 
 namespace hvdrun::launcher {
 

@@ -1,5 +1,5 @@
-// Local-host detection (the one rule the launch plan applies) and interface addresses from
-// getifaddrs().
+// What this host is and has: local-host detection (the one rule the launch plan applies),
+// interface addresses from getifaddrs(), the route toward an address, and a free port.
 #include "launcher/local_host.h"
 
 #include <arpa/inet.h>
@@ -7,14 +7,18 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "common/error.h"
+#include "common/fd.h"
 
 namespace hvdrun::launcher {
 namespace {
@@ -40,7 +44,7 @@ std::string canonical_address(std::string_view text) {
 }
 
 struct IfaddrsDeleter {
-  void operator()(ifaddrs* p) const { freeifaddrs(p); }
+  void operator()(ifaddrs* p) const noexcept { ::freeifaddrs(p); }
 };
 
 std::unique_ptr<ifaddrs, IfaddrsDeleter> interfaces() {
@@ -57,6 +61,26 @@ std::string address_text(const sockaddr* sa) {
     ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
   }
   return buf;
+}
+
+// The address bytes of `sa`, an address of `family` (AF_INET or AF_INET6).
+const unsigned char* address_bytes(const sockaddr* sa, int family) {
+  if (family == AF_INET)
+    return reinterpret_cast<const unsigned char*>(
+        &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr);
+  return reinterpret_cast<const unsigned char*>(
+      &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr);
+}
+
+/// True when `a` and `b` agree on the bits set in `mask` (all `n` bytes long).
+bool same_subnet(const unsigned char* a, const unsigned char* b, const unsigned char* mask,
+                 std::size_t n) {
+  bool any_mask = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (mask[i]) any_mask = true;
+    if ((a[i] & mask[i]) != (b[i] & mask[i])) return false;
+  }
+  return any_mask;
 }
 
 }  // namespace
@@ -137,6 +161,123 @@ std::vector<std::string> interface_addresses(const std::string& ifname) {
     if (family == AF_INET || family == AF_INET6) out.push_back(address_text(i->ifa_addr));
   }
   return out;
+}
+
+std::uint16_t pick_free_port() {
+  // Dual-stack first so the port is free for both families; IPv4 where IPv6 is off.
+  UniqueFd fd(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd) {
+    int off = 0;
+    ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+    sockaddr_in6 addr{};
+    addr.sin6_family = AF_INET6;
+    addr.sin6_addr = in6addr_any;
+    addr.sin6_port = 0;
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      socklen_t len = sizeof(addr);
+      if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) < 0) {
+        throw_errno("picking a free TCP port on [::]", "getsockname");
+      }
+      return ntohs(addr.sin6_port);
+    }
+  }
+  fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw_errno("picking a free TCP port", "socket");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0) {
+    throw_errno("picking a free TCP port on 0.0.0.0", "bind");
+  }
+  socklen_t len = sizeof(addr);
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) < 0) {
+    throw_errno("picking a free TCP port on 0.0.0.0", "getsockname");
+  }
+  return ntohs(addr.sin_port);
+}
+
+std::string interface_for_address(const std::string& ip) {
+  in_addr v4{};
+  in6_addr v6{};
+  int family = AF_UNSPEC;
+  std::string literal = ip;
+  if (literal.size() > 2 && literal.front() == '[' && literal.back() == ']') {
+    literal = literal.substr(1, literal.size() - 2);
+  }
+  if (::inet_pton(AF_INET, literal.c_str(), &v4) == 1) {
+    family = AF_INET;
+  } else if (::inet_pton(AF_INET6, literal.c_str(), &v6) == 1) {
+    family = AF_INET6;
+  } else {
+    return {};
+  }
+  const auto* want = family == AF_INET ? reinterpret_cast<const unsigned char*>(&v4)
+                                       : reinterpret_cast<const unsigned char*>(&v6);
+  const std::size_t n = family == AF_INET ? sizeof(in_addr) : sizeof(in6_addr);
+  auto list = interfaces();
+  if (!list) throw_errno("finding the interface that owns " + ip, "getifaddrs");
+
+  std::string subnet_match;
+  for (ifaddrs* it = list.get(); it != nullptr; it = it->ifa_next) {
+    if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != family) continue;
+    const unsigned char* have = address_bytes(it->ifa_addr, family);
+    const unsigned char* mask =
+        it->ifa_netmask != nullptr ? address_bytes(it->ifa_netmask, family) : nullptr;
+    if (std::memcmp(have, want, n) == 0) return it->ifa_name;
+    if (subnet_match.empty() && mask != nullptr && same_subnet(have, want, mask, n)) {
+      subnet_match = it->ifa_name;
+    }
+  }
+  return subnet_match;
+}
+
+std::string local_address_toward(const std::string& remote_ip) {
+  std::string literal = remote_ip;
+  if (literal.size() > 2 && literal.front() == '[' && literal.back() == ']') {
+    literal = literal.substr(1, literal.size() - 2);
+  }
+  sockaddr_storage remote{};
+  socklen_t remote_len = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&remote);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&remote);
+  if (::inet_pton(AF_INET, literal.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(9);  // any port: a UDP connect sends nothing
+    remote_len = sizeof(sockaddr_in);
+  } else if (::inet_pton(AF_INET6, literal.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(9);
+    remote_len = sizeof(sockaddr_in6);
+  } else {
+    throw SystemError(
+        "finding the local address toward '" + remote_ip + "' (not an IPv4/IPv6 address)",
+        "inet_pton", EINVAL);
+  }
+  const std::string context = "finding the local address toward " + remote_ip;
+  UniqueFd fd(::socket(remote.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw_errno(context, "socket");
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&remote), remote_len) < 0) {
+    throw_errno(context, "connect");
+  }
+  sockaddr_storage local{};
+  socklen_t local_len = sizeof(local);
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &local_len) < 0) {
+    throw_errno(context, "getsockname");
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* addr =
+      local.ss_family == AF_INET
+          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+  if (::inet_ntop(local.ss_family, addr, text, sizeof(text)) == nullptr) {
+    throw_errno(context, "inet_ntop");
+  }
+  return text;
+}
+
+std::string interface_toward(const std::string& remote_ip) {
+  return interface_for_address(local_address_toward(remote_ip));
 }
 
 }  // namespace hvdrun::launcher

@@ -1,8 +1,11 @@
-// Whether a host named in -H or a hostfile is this machine. Only `localhost`, the machine's
-// own name and the addresses of its interfaces count: no name resolution, so an ssh_config
-// alias such as `node1 -> 127.0.0.2` stays a remote host.
+// What this host is and has, the one home of such queries: whether a host named in -H or a
+// hostfile is this machine (only `localhost`, the machine's own name and the addresses of
+// its interfaces count: no name resolution, so an ssh_config alias such as
+// `node1 -> 127.0.0.2` stays a remote host), its interfaces and their addresses, its
+// address and interface toward another host, and a free TCP port.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,5 +28,27 @@ std::string interface_address(const std::string& ifname);
 /// Every address of interface `ifname` ("10.0.0.5", "fe80::1"), IPv4 and IPv6; empty when
 /// it has none or does not exist. Throws SystemError when the interfaces cannot be listed.
 std::vector<std::string> interface_addresses(const std::string& ifname);
+
+/// A TCP port free on this host right now: binds port 0 on the wildcard address
+/// (IPv6 dual-stack when available, else IPv4), reads the port, closes. Another process
+/// may take it before it is used; torchrun accepts the same race. Throws SystemError.
+std::uint16_t pick_free_port();
+
+/// The name of the network interface of this host that owns `ip` (an IPv4 or IPv6
+/// literal): the interface with exactly that address, else one whose subnet contains it
+/// (127.0.0.2 -> "lo"). Empty when none does or `ip` is not an address. Throws
+/// SystemError when the interface list cannot be read.
+std::string interface_for_address(const std::string& ip);
+
+/// This host's own address on the route toward `remote_ip` (a UDP socket "connected" to
+/// it, no packet sent, then getsockname). Throws SystemError naming `remote_ip` when
+/// there is no route or it is not an address.
+std::string local_address_toward(const std::string& remote_ip);
+
+/// The interface this host uses to reach `remote_ip`: what HOROVOD_GLOO_IFACE and
+/// NCCL_SOCKET_IFNAME should name on this host when `remote_ip` is the launcher's address
+/// (each host finds its own, so hosts with different interface names just work). Empty
+/// when it cannot be told. Throws like local_address_toward().
+std::string interface_toward(const std::string& remote_ip);
 
 }  // namespace hvdrun::launcher

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/exit_status.h"
 #include "launcher/output_files.h"
 
 namespace hvdrun::launcher {
@@ -30,7 +31,7 @@ namespace {
   sigaddset(&pipe, SIGPIPE);
   ::pthread_sigmask(SIG_UNBLOCK, &pipe, nullptr);
   ::raise(SIGPIPE);
-  ::_exit(128 + SIGPIPE);  // not reached
+  ::_exit(exit_status::for_signal(SIGPIPE));  // not reached
 }
 
 }  // namespace

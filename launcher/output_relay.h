@@ -144,7 +144,7 @@ class OutputRelay {
   std::time_t stamp_time_ = 0;
   std::string stamp_;
   bool has_files_ = false;  // --output-filename: flush() visits every rank's files
-  std::thread writer_;  // last: started once everything above exists
+  std::thread writer_;      // last: started once everything above exists
 };
 
 }  // namespace hvdrun::launcher

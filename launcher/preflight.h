@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "launcher/launch_options.h"
 #include "launcher/launch_plan.h"
-#include "launcher/options.h"
 #include "ssh/config.h"
 #include "ssh/session.h"
 

@@ -4,7 +4,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -24,6 +23,7 @@
 #include "common/fd.h"
 #include "launcher/agent.h"
 #include "launcher/connect_back.h"
+#include "launcher/local_host.h"
 #include "launcher/subprocess.h"
 #include "rendezvous/protocol.h"
 #include "rendezvous/server.h"
@@ -56,14 +56,9 @@ std::string sock_ip(int fd, bool peer) {
 // This machine's IPv4 addresses, loopback last: where agents on other nodes may reach it.
 std::vector<std::string> own_addresses() {
   std::vector<std::string> out;
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) == 0) {
-    for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-      std::string ip = ip_of(*reinterpret_cast<const sockaddr_in*>(i->ifa_addr));
-      if (ip.rfind("127.", 0) != 0) out.push_back(ip);
-    }
-    ::freeifaddrs(list);
+  for (const std::string& ip : local_addresses()) {
+    in_addr v4{};
+    if (::inet_pton(AF_INET, ip.c_str(), &v4) == 1 && ip.rfind("127.", 0) != 0) out.push_back(ip);
   }
   out.emplace_back("127.0.0.1");
   return out;

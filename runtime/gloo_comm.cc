@@ -36,6 +36,7 @@
 #include "common/peer_loss.h"
 #include "rendezvous/protocol.h"
 #include "runtime/reduce.h"
+#include "runtime/shm_reduce.h"
 
 namespace hvdrun::runtime {
 
@@ -165,18 +166,6 @@ const gloo::ReductionFunction<T>* reduction(ReduceOp op) {
     return pick_reduction(op, sum, prod, mn, mx);
   }
   return nullptr;
-}
-
-template <typename T>
-void divide(T* buf, std::size_t n, int size) {
-  for (std::size_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<T, Half>)
-      buf[i] = to_half(to_float(buf[i]) / static_cast<float>(size));
-    else if constexpr (std::is_same_v<T, BFloat16>)
-      buf[i] = to_bfloat16(to_float(buf[i]) / static_cast<float>(size));
-    else
-      buf[i] = static_cast<T>(buf[i] / static_cast<T>(size));
-  }
 }
 
 }  // namespace
@@ -518,7 +507,7 @@ class GlooComm::Impl {
         }
       }
     }
-    if (op == ReduceOp::kAverage) divide(buf, count, size_);
+    finish_average(buf, count, dtype, op, size_);
   }
 
   void allreduce(void* buf, std::size_t count, DataType dtype, ReduceOp op) {

@@ -229,7 +229,7 @@ class HostComm::Impl {
         shm_->allreduce(send, recv, count, dtype, op, env_.size);
       } else {
         if (send != recv && count > 0) std::memmove(recv, send, count * dtype_size(dtype));
-        if (op == ReduceOp::kAverage && env_.size > 1) divide_by(recv, count, dtype, env_.size);
+        finish_average(recv, count, dtype, op, env_.size);
       }
       return;
     }
@@ -242,7 +242,7 @@ class HostComm::Impl {
       across([&] { leaders_->allreduce(recv, count, dtype, sum_op); });
       if (shm_) shm_->broadcast(recv, count * dtype_size(dtype), 0);
     });
-    if (op == ReduceOp::kAverage) divide_by(recv, count, dtype, env_.size);
+    finish_average(recv, count, dtype, op, env_.size);
   }
 
   int local_index(int rank) const {

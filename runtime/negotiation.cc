@@ -278,7 +278,7 @@ void reduce_inline(const Ready& ready, void* recv, std::size_t count, DataType d
       reduce_into(recv, in, count, dtype, op);
     first = false;
   }
-  if (op == ReduceOp::kAverage) divide_by(recv, count, dtype, ready.ranks);
+  finish_average(recv, count, dtype, op, ready.ranks);
 }
 
 namespace {

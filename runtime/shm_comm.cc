@@ -659,12 +659,11 @@ class ShmComm::Impl {
     const std::size_t es = dtype_size(dtype);
     const std::size_t bytes = count * es;
     if (divisor <= 0) divisor = L_;
-    const bool average = op == ReduceOp::kAverage;
     auto* out = static_cast<char*>(recv);
     const auto* in = static_cast<const char*>(send);
     if (L_ == 1 || count == 0) {
       if (send != recv && bytes > 0) std::memmove(recv, send, bytes);
-      if (average && divisor > 1) divide_by(recv, count, dtype, divisor);
+      finish_average(recv, count, dtype, op, divisor);
       return;
     }
     check_healthy();
@@ -676,7 +675,7 @@ class ShmComm::Impl {
       // Every rank reduces every slot, in local rank order: the same result everywhere.
       std::memcpy(out, slot(p, 0), bytes);
       for (int l = 1; l < L_; ++l) reduce_into(out, slot(p, l), count, dtype, op);
-      if (average) divide_by(out, count, dtype, divisor);
+      finish_average(out, count, dtype, op, divisor);
       return;
     }
     const std::size_t per_chunk = chunk_ / es;  // elements per rank per phase
@@ -709,7 +708,7 @@ class ShmComm::Impl {
           for (int l = 0; l < L_; ++l)
             if (l != me_.local_rank)
               reduce_into(acc, slot(p - 1, l) + first * es, last - first, dtype, op);
-          if (average) divide_by(acc, last - first, dtype, divisor);
+          finish_average(acc, last - first, dtype, op, divisor);
         }
       }
       if (i >= 2) copy_out(i - 2, p - 2);

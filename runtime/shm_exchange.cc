@@ -67,7 +67,7 @@ void shm_reducescatter(ShmComm& shm, const void* send, void* recv,
                std::memcpy(acc, region + at, n * es);
                for (std::size_t l = 1; l < L; ++l)
                  reduce_into(acc, region + l * chunk + at, n, dtype, op);
-               if (op == ReduceOp::kAverage && divisor > 1) divide_by(acc, n, dtype, divisor);
+               finish_average(acc, n, dtype, op, divisor);
              });
 }
 

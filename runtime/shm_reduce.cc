@@ -228,6 +228,10 @@ void reduce_into(void* dst, const void* src, std::size_t n, DataType dtype, Redu
 
 bool reduce_uses_avx2() { return g_reduce != &reduce_baseline; }
 
+void finish_average(void* buf, std::size_t n, DataType dtype, ReduceOp op, int divisor) {
+  if (op == ReduceOp::kAverage && divisor > 1) divide_by(buf, n, dtype, divisor);
+}
+
 void divide_by(void* buf, std::size_t n, DataType dtype, int divisor) {
   switch (dtype) {
     case DataType::kInt32:

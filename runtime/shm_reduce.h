@@ -17,8 +17,13 @@ namespace hvdrun::runtime {
 void reduce_into(void* dst, const void* src, std::size_t n, DataType dtype, ReduceOp op);
 
 /// buf[i] /= divisor: integer division for integers, float division (rounded once) for
-/// 16-bit floats, as the Gloo path finishes kAverage.
+/// 16-bit floats.
 void divide_by(void* buf, std::size_t n, DataType dtype, int divisor);
+
+/// Finishes a reduction of `n` elements whose sum is in `buf`: for kAverage, divide_by
+/// `divisor` (nothing when it is 1); any other op is final already. Every host-memory
+/// path (shared memory, Gloo, the negotiated join) ends kAverage here.
+void finish_average(void* buf, std::size_t n, DataType dtype, ReduceOp op, int divisor);
 
 /// True when reduce_into runs its AVX2 build on this CPU.
 bool reduce_uses_avx2();

@@ -10,8 +10,8 @@ pkgs=(
   # cloudpickle for hvdrun.run.
   python3-torchvision python3-pytest python3-venv python3-pip python3-cloudpickle
   # scripts/test.sh's fuzz and tidy stages: clang-14 with libFuzzer and its sanitizer
-  # runtimes, llvm-symbolizer for readable fuzzer stacks, and clang-tidy-14.
-  clang-14 libclang-rt-14-dev llvm-14 clang-tidy-14
+  # runtimes, llvm-symbolizer for readable fuzzer stacks, clang-tidy-14 and clang-format-14.
+  clang-14 libclang-rt-14-dev llvm-14 clang-tidy-14 clang-format-14
   # The loopback Slurm of the scheduler tests (tests/support/slurm_cluster.h).
   slurmctld slurmd slurm-client munge
 )

@@ -7,9 +7,11 @@
 #          FUZZ_SECONDS (default 15)                            (<prefix>-fuzz)
 #   tidy   clang-tidy-14 (.clang-tidy) over every source and the project headers it
 #          includes, with the plain build's compile_commands.json, and fuzz/ with the fuzz
-#          build's; TIDY_CHANGED=1 checks only what changed against main (a fast run
-#          while developing; CI's clean clone has nothing "changed", so CI checks all)
-#          (configures <prefix> and <prefix>-fuzz if needed, builds nothing)
+#          build's; clang-format-14 (.clang-format) over every C/C++ source
+#          (scripts/format.sh); no Python function over 100 lines
+#          (scripts/py_function_size.py); TIDY_CHANGED=1 checks only what changed against
+#          main (a fast run while developing; CI's clean clone has nothing "changed", so CI
+#          checks all) (configures <prefix> and <prefix>-fuzz if needed, builds nothing)
 # Every stage runs even when an earlier one failed, so one run reports all of them; the
 # script exits non-zero when any failed and ends with a table of results and times.
 #
@@ -157,10 +159,13 @@ stage_tidy() {
   if [[ ${TIDY_CHANGED:-0} == 1 ]]; then
     JOBS=$jobs run scripts/tidy.sh "$prefix" --changed || failed=1
     JOBS=$jobs TIDY_UNDER=fuzz/ run scripts/tidy.sh "$prefix-fuzz" --changed || failed=1
+    run scripts/format.sh --changed || failed=1
   else
     JOBS=$jobs run scripts/tidy.sh "$prefix" || failed=1
     JOBS=$jobs run scripts/tidy.sh "$prefix-fuzz" fuzz/*.cc || failed=1
+    run scripts/format.sh || failed=1
   fi
+  run python3 scripts/py_function_size.py || failed=1
   return "$failed"
 }
 

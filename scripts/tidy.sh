@@ -19,13 +19,7 @@ shift
 db=$build/compile_commands.json
 [[ -f $db ]] || { echo "tidy: no $db; configure $build first" >&2; exit 2; }
 if [[ ${1:-} == --changed ]]; then
-  base=${2:-}
-  if [[ -z $base ]]; then
-    for ref in origin/main main HEAD~1; do
-      base=$(git merge-base HEAD "$ref" 2>/dev/null) && break
-    done
-  fi
-  [[ -n $base ]] || { echo "tidy: --changed: no base to compare with" >&2; exit 2; }
+  base=$(scripts/changed_base.sh "${2:-}") || exit 2
   mapfile -t changed < <(git diff --name-only --diff-filter=d "$base" -- '*.cc' '*.c' '*.h')
   selected=()
   for f in "${changed[@]}"; do

@@ -19,8 +19,4 @@ class Libssh2Connector : public Connector {
   std::unique_ptr<Session> connect(const Target& target, Deadline deadline) override;
 };
 
-/// True when the private key file at `path` is protected by a passphrase (OpenSSH or
-/// PEM format). Sets `readable` to false when the file cannot be read.
-bool key_is_encrypted(const std::string& path, bool& readable);
-
 }  // namespace hvdrun::ssh

@@ -384,10 +384,52 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
         JobFailed: a rank failed; the message is the launcher's (rank, host, exit code,
             the rank's last stderr lines), chained to the rank's exception.
     """
-    given = dict(min_num_proc=min_num_proc, max_num_proc=max_num_proc, slots=slots,
-                 reset_limit=reset_limit, cooldown_range=cooldown_range,
-                 host_discovery_script=host_discovery_script, mpi_args=mpi_args,
-                 min_np=min_np, max_np=max_np)
+    num_proc, network_interfaces = _check_arguments(
+        num_proc, np, use_mpi, network_interface, network_interfaces,
+        dict(min_num_proc=min_num_proc, max_num_proc=max_num_proc, slots=slots,
+             reset_limit=reset_limit, cooldown_range=cooldown_range,
+             host_discovery_script=host_discovery_script, mpi_args=mpi_args,
+             min_np=min_np, max_np=max_np))
+    kwargs = kwargs or {}
+
+    def wrapped():
+        return func(*args, **kwargs)
+
+    payload = _dumps_function(wrapped, func)
+    token = secrets.token_bytes(32)
+
+    cmd = _launcher_command(num_proc, hosts=hosts, hostfile=hostfile,
+                            start_timeout=start_timeout, ssh_port=ssh_port,
+                            ssh_identity_file=ssh_identity_file, ssh_config=ssh_config,
+                            output_filename=output_filename,
+                            network_interfaces=network_interfaces, verbose=verbose)
+    child_env = dict(os.environ)
+    child_env.update({k: str(v) for k, v in (env or {}).items()})
+    bind = _bind_address(cmd, child_env, network_interfaces[0] if network_interfaces else None)
+    listener = _listen(bind)
+    port = listener.getsockname()[1]
+    child_env["HVDRUN_RUN_PORT"] = str(port)
+    child_env["HVDRUN_RUN_TOKEN"] = token.hex()
+    forward = ["HVDRUN_RUN_PORT", "HVDRUN_RUN_TOKEN"] + sorted(env or {})
+    for name in ("PYTHONPATH", "HVDRUN_LIBRARY"):
+        if name in child_env and name not in forward:
+            forward.append(name)
+    for name in forward:
+        cmd += ["-x", name]
+    cmd += [executable or sys.executable, "-m", "hvdrun._task"]
+
+    where = f"{bind}:{port}" if bind else f"port {port} on every interface"
+    collector = _Collector(listener, token, payload, num_proc, where)
+    try:
+        code, own_lines = _run_launcher(cmd, child_env)
+    finally:
+        collector.close()
+    return _outcome(collector, code, own_lines, num_proc)
+
+
+def _check_arguments(num_proc, np, use_mpi, network_interface, network_interfaces, given):
+    """run()'s checks of horovod.run arguments hvdrun does not take; returns the number of
+    ranks and the network interface list."""
     for name, value in given.items():
         if value is not None:
             raise NotImplementedError(
@@ -405,14 +447,13 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
         raise NotImplementedError(
             "hvdrun.run: hvdrun takes one network interface per job "
             f"(got {network_interfaces}); pass one")
-    kwargs = kwargs or {}
+    return num_proc, network_interfaces
 
-    def wrapped():
-        return func(*args, **kwargs)
 
-    payload = _dumps_function(wrapped, func)
-    token = secrets.token_bytes(32)
-
+def _launcher_command(num_proc, hosts, hostfile, start_timeout, ssh_port, ssh_identity_file,
+                      ssh_config, output_filename, network_interfaces, verbose):
+    """The hvdrun command line for run()'s launcher arguments (the rank command and -x
+    come after)."""
     cmd = [_launcher(), "-np", str(num_proc)]
     if hosts:
         cmd += ["-H", hosts]
@@ -432,29 +473,17 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
         cmd += ["--network-interface", network_interfaces[0]]
     if verbose:
         cmd += ["--verbose"]
-    child_env = dict(os.environ)
-    child_env.update({k: str(v) for k, v in (env or {}).items()})
-    bind = _bind_address(cmd, child_env, network_interfaces[0] if network_interfaces else None)
-    listener = _listen(bind)
-    port = listener.getsockname()[1]
-    child_env["HVDRUN_RUN_PORT"] = str(port)
-    child_env["HVDRUN_RUN_TOKEN"] = token.hex()
-    forward = ["HVDRUN_RUN_PORT", "HVDRUN_RUN_TOKEN"] + sorted(env or {})
-    for name in ("PYTHONPATH", "HVDRUN_LIBRARY"):
-        if name in child_env and name not in forward:
-            forward.append(name)
-    for name in forward:
-        cmd += ["-x", name]
-    cmd += [executable or sys.executable, "-m", "hvdrun._task"]
+    return cmd
 
-    where = f"{bind}:{port}" if bind else f"port {port} on every interface"
-    collector = _Collector(listener, token, payload, num_proc, where)
+
+def _run_launcher(cmd, child_env):
+    """Runs the launcher to its end, relaying its stderr as it comes; returns its exit
+    status and its own (untagged) stderr lines, the last 60."""
     own_lines = []
     proc = None
     try:
         proc = subprocess.Popen(cmd, env=child_env, stdin=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE)
-        # Relay the launcher's stderr as it comes, keeping its own (untagged) lines.
         for raw in proc.stderr:
             sys.stderr.write(raw.decode(errors="replace"))
             line = raw.decode(errors="replace").rstrip("\n")
@@ -462,7 +491,7 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
                 own_lines.append(line)
                 del own_lines[:-60]
         sys.stderr.flush()
-        code = proc.wait()
+        return proc.wait(), own_lines
     except BaseException:
         # Interrupted (Ctrl-C in the caller): hvdrun stops every rank on SIGINT.
         if proc is not None and proc.poll() is None:
@@ -473,9 +502,11 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
                 proc.kill()
                 proc.wait()
         raise
-    finally:
-        collector.close()
 
+
+def _outcome(collector, code, own_lines, num_proc):
+    """run()'s answer: every rank's result by rank, or JobFailed with the launcher's
+    message, chained to the first failed rank's exception."""
     with collector.lock:
         results = dict(collector.results)
     failures = sorted((r, v) for r, (k, v) in results.items() if k == b"E")

@@ -1,6 +1,7 @@
 // Keeps `hvdrun --help` and man/hvdrun.1 in step: the long options listed by --help must
-// be exactly the options the man page documents with a .TP entry, and groff must accept
-// the page without warnings.
+// be exactly the options the man page documents with a .TP entry, the page's EXIT STATUS
+// must list every status of common/exit_status.h, and groff must accept the page without
+// warnings.
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "cli/options.h"
+#include "common/exit_status.h"
 #include "tests/support/processes.h"
 
 namespace {
@@ -102,6 +104,23 @@ TEST_CASE("help text and the man page list the same options") {
   CHECK(help.count("-np") == 1);
   CHECK(help.size() >= 18);
   CHECK(help == man);
+}
+
+TEST_CASE("the man page's EXIT STATUS lists every status of the exit-status table") {
+  std::ifstream in(HVDRUN_SOURCE_DIR "/man/hvdrun.1");
+  REQUIRE(in);
+  std::set<std::string> listed;  // the ".B N" lines after ".TP" in EXIT STATUS
+  std::string line, previous;
+  bool in_section = false;
+  while (std::getline(in, line)) {
+    if (line.rfind(".SH ", 0) == 0) in_section = line == ".SH EXIT STATUS";
+    if (in_section && previous == ".TP" && line.rfind(".B ", 0) == 0) listed.insert(line.substr(3));
+    previous = line;
+  }
+  REQUIRE(!listed.empty());
+  std::set<std::string> table;
+  for (int status : hvdrun::exit_status::kDocumented) table.insert(std::to_string(status));
+  CHECK(listed == table);
 }
 
 TEST_CASE("the man page passes groff without warnings") {

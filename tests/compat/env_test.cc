@@ -1,14 +1,8 @@
-// Every compatibility variable at every rank of an uneven placement, the free-port probe
-// and the address-to-interface lookup.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
+// Every compatibility variable at every rank of an uneven placement.
 #include <catch2/catch.hpp>
 #include <map>
 #include <string>
 
-#include "common/fd.h"
 #include "compat/env.h"
 #include "hostfile/placement.h"
 
@@ -118,26 +112,6 @@ TEST_CASE("compat_env follows -np below the slot count and optional settings") {
   CHECK_THROWS_AS(compat_env(placement, -1, host), std::out_of_range);
 }
 
-TEST_CASE("pick_free_port returns a port that can be bound right away") {
-  auto port = pick_free_port();
-  REQUIRE(port > 0);
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  REQUIRE(fd);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = htons(port);
-  CHECK(::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  CHECK(pick_free_port() != port);  // ours is held now
-}
-
-TEST_CASE("interface_for_address finds the interface owning an address or its subnet") {
-  CHECK(interface_for_address("127.0.0.1") == "lo");
-  CHECK(interface_for_address("127.0.0.7") == "lo");  // loopback /8, as the test cluster uses
-  CHECK(interface_for_address("not an address").empty());
-  CHECK(interface_for_address("203.0.113.77").empty());  // TEST-NET-3: nobody's subnet
-}
-
 TEST_CASE("compat_env for a slot equals compat_env for the placement's rank") {
   auto placement = hostfile::place({{"a", 3}, {"b", 1}, {"c", 2}}, 6);
   for (int rank = 0; rank < 6; ++rank) {
@@ -148,13 +122,6 @@ TEST_CASE("compat_env for a slot equals compat_env for the placement's rank") {
     CHECK(by_slot.set == by_rank.set);
     CHECK(by_slot.defaults == by_rank.defaults);
   }
-}
-
-TEST_CASE("interface_toward names the interface on the route to an address") {
-  CHECK(local_address_toward("127.0.0.1") == "127.0.0.1");
-  CHECK(interface_toward("127.0.0.1") == "lo");
-  CHECK(interface_toward("127.0.0.9") == "lo");
-  CHECK_THROWS_WITH(local_address_toward("node1"), Catch::Contains("node1"));
 }
 
 }  // namespace hvdrun::compat

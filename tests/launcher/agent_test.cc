@@ -14,7 +14,6 @@
 #include <string>
 
 #include "common/fd.h"
-#include "compat/env.h"
 #include "launcher/agent.h"
 #include "launcher/agent_protocol.h"
 #include "launcher/local_host.h"
@@ -145,7 +144,7 @@ TEST_CASE("agent: its hello names this host's interface toward the launcher's ad
     AgentProcess a(addr);
     std::string iface = a.expect<proto::AgentHello>().iface;
     INFO(addr);
-    CHECK(iface == compat::interface_for_address(addr));
+    CHECK(iface == launcher::interface_for_address(addr));
     CHECK(iface != "lo");
     break;
   }
@@ -233,7 +232,7 @@ TEST_CASE("agent: a rank that cannot start is reported with the reason") {
   auto f = a.expect<proto::Fatal>();
   CHECK(f.rank == 2);
   CHECK_THAT(f.message, Catch::Contains("cannot change to directory '/no/such/dir'") &&
-                           Catch::Contains("which must exist on every host"));
+                            Catch::Contains("which must exist on every host"));
   proto::Spawn t = shell(4, "true");
   t.argv = {"no-such-program-anywhere"};
   a.send(t);

@@ -104,8 +104,8 @@ TEST_CASE("a line longer than the limit is streamed whole while others wait behi
   relay.end_rank(0);
   relay.end_rank(1);
   relay.drain();
-  CHECK(fx.out.contents() == "[0]<stdout>:" + long_line + "\n[1]<stdout>:short\n[1]<stdout>:more\n" +
-                                 "[0]<stdout>:next\n");
+  CHECK(fx.out.contents() == "[0]<stdout>:" + long_line +
+                                 "\n[1]<stdout>:short\n[1]<stdout>:more\n" + "[0]<stdout>:next\n");
 }
 
 TEST_CASE("a rank that ends while another's long line is open still gets its output out") {
@@ -117,7 +117,8 @@ TEST_CASE("a rank that ends while another's long line is open still gets its out
   relay.add(0, Stream::out, "b\n");
   relay.end_rank(0);
   relay.drain();
-  CHECK(fx.out.contents() == "[0]<stdout>:" + std::string(20, 'a') + "b\n[1]<stdout>:tail-without-newline\n");
+  CHECK(fx.out.contents() ==
+        "[0]<stdout>:" + std::string(20, 'a') + "b\n[1]<stdout>:tail-without-newline\n");
 }
 
 TEST_CASE("timestamps prefix every line like horovodrun's") {
@@ -177,11 +178,13 @@ TEST_CASE("big chunks of many lines are tagged exactly") {
   OutputRelay relay(fx.options(), 1);
   std::string input, expected;
   for (int i = 0; i < 50000; ++i) {
-    std::string l = "line " + std::to_string(i) + std::string(static_cast<std::size_t>(i % 97), 'x') + "\n";
+    std::string l =
+        "line " + std::to_string(i) + std::string(static_cast<std::size_t>(i % 97), 'x') + "\n";
     input += l;
     expected += "[0]<stdout>:" + l;
   }
-  for (std::size_t i = 0; i < input.size(); i += 65521) relay.add(0, Stream::out, std::string_view(input).substr(i, 65521));
+  for (std::size_t i = 0; i < input.size(); i += 65521)
+    relay.add(0, Stream::out, std::string_view(input).substr(i, 65521));
   relay.drain();
   CHECK(fx.out.contents() == expected);
 }

@@ -55,14 +55,37 @@ std::string fake_srun(const hvdrun::testing::TempDir& dir, const std::string& pe
   return path;
 }
 
-SlurmStepSpec spec_for(const std::string& srun, std::vector<std::string> nodes) {
-  SlurmStepSpec s;
-  s.nodes = std::move(nodes);
-  s.remote_hvdrun = hvdrun::testing::hvdrun_binary();
-  s.srun = srun;
-  s.bind_address = "127.0.0.1";
-  s.deadline = std::chrono::steady_clock::now() + 5s;
-  return s;
+// One case's stand-in step: a temporary directory `d` for the stand-in srun (written by
+// per_node()) and what the case shares with it, and the spec that starts the built hvdrun's
+// agents through that srun on `nodes`, bound to 127.0.0.1, within `timeout`.
+struct StandInStep {
+  explicit StandInStep(std::vector<std::string> nodes, std::chrono::seconds timeout = 5s) {
+    spec.nodes = std::move(nodes);
+    spec.remote_hvdrun = hvdrun::testing::hvdrun_binary();
+    spec.srun = d + "/srun";
+    spec.bind_address = "127.0.0.1";
+    spec.deadline = std::chrono::steady_clock::now() + timeout;
+  }
+
+  // Writes the stand-in srun with `body` run per node (see fake_srun).
+  void per_node(const std::string& body) { fake_srun(dir, body); }
+
+  hvdrun::testing::TempDir dir{"srun"};
+  const std::string& d = dir.path();
+  SlurmStepSpec spec;
+};
+
+// A per-node srun body that writes the launcher's port to D/port, waits for D/ready (the
+// test's listener, up on 127.0.0.2 and that port), and has the agent try 127.0.0.2:PORT
+// before the launcher's own address.
+std::string try_127_0_0_2_first(const std::string& d) {
+  return "  port=${HVDRUN_AGENT_CONNECT##*:}; echo $port > " + d +
+         "/port\n"
+         "  for _ in $(seq 1000); do [[ -e " +
+         d +
+         "/ready ]] && break; sleep 0.01; done\n"
+         "  HVDRUN_AGENT_CONNECT=127.0.0.2:$port,$HVDRUN_AGENT_CONNECT "
+         "SLURMD_NODENAME=$node \"$@\" &\n";
 }
 
 std::string launch_error(const SlurmStepSpec& spec) {
@@ -77,10 +100,9 @@ std::string launch_error(const SlurmStepSpec& spec) {
 }  // namespace
 
 TEST_CASE("slurm launch: every node's agent connects back and is linked to its node") {
-  hvdrun::testing::TempDir dir("srun");
-  const std::string srun =
-      fake_srun(dir, "  SLURMD_NODENAME=$node SLURM_JOB_ID=9 SLURM_STEP_ID=0 \"$@\" &\n");
-  auto links = start_slurm_agents(spec_for(srun, {"n1", "n2", "n3"}));
+  StandInStep step({"n1", "n2", "n3"});
+  step.per_node("  SLURMD_NODENAME=$node SLURM_JOB_ID=9 SLURM_STEP_ID=0 \"$@\" &\n");
+  auto links = start_slurm_agents(step.spec);
   REQUIRE(links.size() == 3);
   for (const auto& [node, link] : links) {
     CHECK(link->describe() == "agent on " + node + " (srun step 9.0)");
@@ -93,35 +115,32 @@ TEST_CASE("slurm launch: every node's agent connects back and is linked to its n
 }
 
 TEST_CASE("slurm launch: a peer without the secret is turned away and its node named") {
-  hvdrun::testing::TempDir dir("srun");
+  StandInStep step({"n1", "n2"}, 2s);
   // n2's "agent" holds another secret.
-  const std::string srun = fake_srun(
-      dir,
+  step.per_node(
       "  if [[ $node == n2 ]]; then HVDRUN_AGENT_SECRET=00ff SLURMD_NODENAME=$node \"$@\" &\n"
       "  else SLURMD_NODENAME=$node \"$@\" & fi\n");
-  auto spec = spec_for(srun, {"n1", "n2"});
-  spec.deadline = std::chrono::steady_clock::now() + 2s;
-  const std::string err = launch_error(spec);
+  const std::string err = launch_error(step.spec);
   CHECK(err.rfind("--launcher slurm: no agent from n2 (", 0) == 0);
 }
 
 TEST_CASE("slurm launch: an agent reporting a node outside the step is turned away") {
-  hvdrun::testing::TempDir dir("srun");
-  const std::string srun = fake_srun(dir, "  SLURMD_NODENAME=other$i \"$@\" &\n");
-  auto spec = spec_for(srun, {"n1"});
-  spec.deadline = std::chrono::steady_clock::now() + 2s;
-  CHECK(launch_error(spec).rfind("--launcher slurm: no agent from n1 (", 0) == 0);
+  StandInStep step({"n1"}, 2s);
+  step.per_node("  SLURMD_NODENAME=other$i \"$@\" &\n");
+  CHECK(launch_error(step.spec).rfind("--launcher slurm: no agent from n1 (", 0) == 0);
 }
 
 TEST_CASE("slurm launch: srun that fails is reported with its exit") {
-  hvdrun::testing::TempDir dir("srun");
-  const std::string srun = dir.path() + "/srun";
-  std::ofstream(srun) << "#!/bin/sh\necho 'srun: error: Unable to create step' >&2\nexit 1\n";
-  ::chmod(srun.c_str(), 0755);
-  CHECK(launch_error(spec_for(srun, {"n1", "n2"}))
-            .rfind("--launcher slurm: no agent from n1, n2 (srun exited with code 1;", 0) == 0);
-  CHECK(launch_error(spec_for(dir.path() + "/missing-srun", {"n1"})) ==
-        "--launcher slurm: cannot run " + dir.path() +
+  StandInStep step({"n1", "n2"});
+  std::ofstream(step.spec.srun)
+      << "#!/bin/sh\necho 'srun: error: Unable to create step' >&2\nexit 1\n";
+  ::chmod(step.spec.srun.c_str(), 0755);
+  CHECK(launch_error(step.spec).rfind(
+            "--launcher slurm: no agent from n1, n2 (srun exited with code 1;", 0) == 0);
+  step.spec.nodes = {"n1"};
+  step.spec.srun = step.d + "/missing-srun";
+  CHECK(launch_error(step.spec) ==
+        "--launcher slurm: cannot run " + step.d +
             "/missing-srun: No such file or directory; check that Slurm's srun is on PATH");
 }
 
@@ -243,21 +262,12 @@ class Hijacker {
 TEST_CASE(
     "slurm launch: a listener without the secret on an address tried first gets a proof "
     "and runs nothing, and the agent goes on to the launcher") {
-  hvdrun::testing::TempDir dir("srun");
-  const std::string& d = dir.path();
+  StandInStep step({"n1"}, 15s);
+  const std::string& d = step.d;
   // The agent is told to try 127.0.0.2:PORT first, where the hijacker listens.
-  const std::string srun =
-      fake_srun(dir, "  port=${HVDRUN_AGENT_CONNECT##*:}; echo $port > " + d +
-                         "/port\n"
-                         "  for _ in $(seq 1000); do [[ -e " +
-                         d +
-                         "/ready ]] && break; sleep 0.01; done\n"
-                         "  HVDRUN_AGENT_CONNECT=127.0.0.2:$port,$HVDRUN_AGENT_CONNECT "
-                         "SLURMD_NODENAME=$node \"$@\" &\n");
+  step.per_node(try_127_0_0_2_first(d));
   Hijacker hijacker(d, "127.0.0.2", false);
-  auto spec = spec_for(srun, {"n1"});
-  spec.deadline = Clock::now() + 15s;
-  auto links = start_slurm_agents(spec);
+  auto links = start_slurm_agents(step.spec);
   hijacker.finish();
   REQUIRE(hijacker.error.empty());
   CHECK(links.size() == 1);  // the agent went on to the real launcher
@@ -273,22 +283,19 @@ TEST_CASE(
 TEST_CASE(
     "slurm launch: in another network namespace the agent does not use loopback, so a "
     "listener on the launcher's port there gets nothing") {
-  hvdrun::testing::TempDir dir("srun");
-  const std::string& d = dir.path();
+  StandInStep step({"n1"}, 15s);
+  const std::string& d = step.d;
   // The agent runs in a network namespace of its own (another node, as far as its sockets
   // go), where the hijacker listens on 127.0.0.1 and the launcher's port.
-  const std::string srun = fake_srun(
-      dir, "  port=${HVDRUN_AGENT_CONNECT##*:}; echo $port > " + d +
-               "/port\n"
-               "  SLURMD_NODENAME=$node unshare --net sh -c 'ip link set lo up; echo $$ > " +
-               d + "/ns; for _ in $(seq 1000); do [ -e " + d +
-               "/ready ] && break; sleep 0.01; done; exec \"$@\"' sh \"$@\" &\n");
+  step.per_node("  port=${HVDRUN_AGENT_CONNECT##*:}; echo $port > " + d +
+                "/port\n"
+                "  SLURMD_NODENAME=$node unshare --net sh -c 'ip link set lo up; echo $$ > " +
+                d + "/ns; for _ in $(seq 1000); do [ -e " + d +
+                "/ready ] && break; sleep 0.01; done; exec \"$@\"' sh \"$@\" &\n");
   if (hvdrun::testing::CapturedProcess({"unshare", "--net", "true"}).wait(10s) != 0)
     HVDRUN_SKIP("cannot make a network namespace here (unshare --net)");
   Hijacker hijacker(d, "127.0.0.1", true);
-  auto spec = spec_for(srun, {"n1"});
-  spec.deadline = Clock::now() + 15s;
-  const std::string err = launch_error(spec);
+  const std::string err = launch_error(step.spec);
   hijacker.finish();
   REQUIRE(hijacker.error.empty());
   CHECK(err.rfind("--launcher slurm: no agent from n1 (srun exited", 0) == 0);
@@ -369,20 +376,10 @@ class Relay {
 TEST_CASE(
     "slurm launch: a relay that passes the handshake along is refused, and the agent "
     "goes on to the launcher itself") {
-  hvdrun::testing::TempDir dir("srun");
-  const std::string& d = dir.path();
-  const std::string srun =
-      fake_srun(dir, "  port=${HVDRUN_AGENT_CONNECT##*:}; echo $port > " + d +
-                         "/port\n"
-                         "  for _ in $(seq 1000); do [[ -e " +
-                         d +
-                         "/ready ]] && break; sleep 0.01; done\n"
-                         "  HVDRUN_AGENT_CONNECT=127.0.0.2:$port,$HVDRUN_AGENT_CONNECT "
-                         "SLURMD_NODENAME=$node \"$@\" &\n");
-  Relay relay(d);
-  auto spec = spec_for(srun, {"n1"});
-  spec.deadline = Clock::now() + 15s;
-  auto links = start_slurm_agents(spec);
+  StandInStep step({"n1"}, 15s);
+  step.per_node(try_127_0_0_2_first(step.d));
+  Relay relay(step.d);
+  auto links = start_slurm_agents(step.spec);
   relay.finish();
   REQUIRE(relay.error.empty());
   CHECK(links.size() == 1);

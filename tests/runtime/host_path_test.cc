@@ -12,8 +12,8 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -374,7 +374,8 @@ TEST_CASE("shm: a local rank whose connection local rank 0 closes unserved is to
   hvdrun::UniqueFd srv(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   REQUIRE(::bind(srv.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0);
   REQUIRE(::listen(srv.get(), 4) == 0);
-  std::thread leader([&] { hvdrun::UniqueFd c(::accept4(srv.get(), nullptr, nullptr, SOCK_CLOEXEC)); });
+  std::thread leader(
+      [&] { hvdrun::UniqueFd c(::accept4(srv.get(), nullptr, nullptr, SOCK_CLOEXEC)); });
   hvdrun::runtime::ShmMember me;
   me.local_rank = 1;
   me.local_size = 2;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/fd.h"
-#include "launcher/options.h"
+#include "launcher/launch_options.h"
 
 namespace hvdrun::testing {
 

@@ -1,0 +1,160 @@
+// horovodrun's tuning flags and the variables they set, as its launcher's config parser
+// sets them, so a program sees the same environment under either launcher.
+#include "compat/horovod_flags.h"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <optional>
+
+#include "common/error.h"
+#include "common/quote.h"
+#include "common/whole_number.h"
+
+namespace hvdrun::compat {
+namespace {
+
+const std::array kKnobs = {
+    HorovodKnob{"gloo", nullptr, "accepted: ranks always use Horovod's gloo mode", nullptr,
+                Knob::accepted},
+    HorovodKnob{"disable-cache", nullptr, "accepted: hvdrun keeps no check cache", nullptr,
+                Knob::accepted},
+    HorovodKnob{"fusion-threshold-mb", "MB", "HOROVOD_FUSION_THRESHOLD (in MiB)",
+                "HOROVOD_FUSION_THRESHOLD", Knob::megabytes},
+    HorovodKnob{"cycle-time-ms", "MS", "HOROVOD_CYCLE_TIME", "HOROVOD_CYCLE_TIME", Knob::decimal},
+    HorovodKnob{"cache-capacity", "N", "HOROVOD_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY",
+                Knob::whole},
+    HorovodKnob{"hierarchical-allreduce", nullptr, "HOROVOD_HIERARCHICAL_ALLREDUCE=1",
+                "HOROVOD_HIERARCHICAL_ALLREDUCE", Knob::one},
+    HorovodKnob{"no-hierarchical-allreduce", nullptr, "HOROVOD_HIERARCHICAL_ALLREDUCE=0",
+                "HOROVOD_HIERARCHICAL_ALLREDUCE", Knob::zero},
+    HorovodKnob{"hierarchical-allgather", nullptr, "HOROVOD_HIERARCHICAL_ALLGATHER=1",
+                "HOROVOD_HIERARCHICAL_ALLGATHER", Knob::one},
+    HorovodKnob{"no-hierarchical-allgather", nullptr, "HOROVOD_HIERARCHICAL_ALLGATHER=0",
+                "HOROVOD_HIERARCHICAL_ALLGATHER", Knob::zero},
+    HorovodKnob{"autotune", nullptr, "HOROVOD_AUTOTUNE=1", "HOROVOD_AUTOTUNE", Knob::one},
+    HorovodKnob{"autotune-log-file", "FILE", "HOROVOD_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG",
+                Knob::text},
+    HorovodKnob{"autotune-warmup-samples", "N", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES",
+                "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", Knob::whole},
+    HorovodKnob{"autotune-steps-per-sample", "N", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE",
+                "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", Knob::whole},
+    HorovodKnob{"autotune-bayes-opt-max-samples", "N", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+                "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", Knob::whole},
+    HorovodKnob{"autotune-gaussian-process-noise", "X",
+                "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE, 0..1",
+                "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", Knob::fraction},
+    HorovodKnob{"timeline-filename", "FILE", "HOROVOD_TIMELINE", "HOROVOD_TIMELINE", Knob::text},
+    HorovodKnob{"timeline-mark-cycles", nullptr, "HOROVOD_TIMELINE_MARK_CYCLES=1",
+                "HOROVOD_TIMELINE_MARK_CYCLES", Knob::one},
+    HorovodKnob{"no-stall-check", nullptr, "HOROVOD_STALL_CHECK_DISABLE=1",
+                "HOROVOD_STALL_CHECK_DISABLE", Knob::one},
+    HorovodKnob{"stall-check-warning-time-seconds", "SEC", "HOROVOD_STALL_CHECK_TIME_SECONDS",
+                "HOROVOD_STALL_CHECK_TIME_SECONDS", Knob::whole},
+    HorovodKnob{"stall-check-shutdown-time-seconds", "SEC", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
+                "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", Knob::whole},
+    HorovodKnob{"num-nccl-streams", "N", "HOROVOD_NUM_NCCL_STREAMS", "HOROVOD_NUM_NCCL_STREAMS",
+                Knob::whole},
+    HorovodKnob{"thread-affinity", "N", "HOROVOD_THREAD_AFFINITY", "HOROVOD_THREAD_AFFINITY",
+                Knob::whole},
+    HorovodKnob{"gloo-timeout-seconds", "SEC", "HOROVOD_GLOO_TIMEOUT_SECONDS",
+                "HOROVOD_GLOO_TIMEOUT_SECONDS", Knob::whole},
+    HorovodKnob{"tcp", nullptr, "NCCL_IB_DISABLE=1 (TCP only)", "NCCL_IB_DISABLE", Knob::one},
+    HorovodKnob{"log-without-timestamp", nullptr, "HOROVOD_LOG_HIDE_TIME=1",
+                "HOROVOD_LOG_HIDE_TIME", Knob::one},
+};
+
+// horovodrun flags hvdrun does not take, with what to do instead.
+const std::array<std::pair<std::string_view, std::string_view>, 7> kRefused = {{
+    {"--mpi", "hvdrun has no MPI controller; drop --mpi (Horovod programs run in gloo mode)"},
+    {"--jsrun", "hvdrun has no jsrun mode; drop --jsrun and give the hosts with -H"},
+    {"--mpi-args", "hvdrun does not use mpirun; drop --mpi-args"},
+    {"--binding-args", "hvdrun does not use mpirun; drop --binding-args"},
+    {"--mpi-threads-disable", "hvdrun does not use MPI; drop --mpi-threads-disable"},
+    {"--config-file",
+     "hvdrun reads no YAML config; give its settings as flags (e.g. --fusion-threshold-mb)"},
+    {"--network-interfaces", "hvdrun takes one interface; use --network-interface IF"},
+}};
+
+// A non-negative decimal number as horovodrun's float flags take it: digits with at most
+// one '.', e.g. "5", "0.8", "2.5".
+std::optional<double> parse_decimal(std::string_view text) {
+  if (text.empty() || text.size() > 20 || text.front() == '.' || text.back() == '.') {
+    return std::nullopt;
+  }
+  if (std::count(text.begin(), text.end(), '.') > 1) return std::nullopt;
+  if (!std::all_of(text.begin(), text.end(),
+                   [](char c) { return c == '.' || (c >= '0' && c <= '9'); })) {
+    return std::nullopt;
+  }
+  return std::stod(std::string(text));
+}
+
+}  // namespace
+
+std::span<const HorovodKnob> horovod_knobs() { return kKnobs; }
+
+std::string_view horovod_refused_advice(std::string_view flag) {
+  for (const auto& [name, advice] : kRefused) {
+    if (name == flag) return advice;
+  }
+  return {};
+}
+
+std::vector<std::string> horovod_knob_env(
+    const std::vector<std::pair<std::string, std::string>>& given) {
+  std::vector<std::string> env;
+  std::map<std::string_view, std::string_view> switch_by_variable;
+  for (const auto& entry : given) {
+    // Named references, not a structured binding: the lambda below captures the name.
+    const std::string& name = entry.first;
+    const std::string& value = entry.second;
+    const auto* knob = std::find_if(kKnobs.begin(), kKnobs.end(),
+                                    [&](const HorovodKnob& k) { return k.option == name; });
+    if (knob == kKnobs.end() || knob->kind == Knob::accepted) continue;
+    const std::string flag = "--" + std::string(knob->option);
+    std::string out;
+    switch (knob->kind) {
+      case Knob::one:
+      case Knob::zero: {
+        auto [it, fresh] = switch_by_variable.emplace(knob->variable, knob->option);
+        if (!fresh && it->second != knob->option) {
+          throw UsageError("--" + std::string(it->second) + " and " + flag +
+                           " cannot be used together; give one of them");
+        }
+        out = knob->kind == Knob::one ? "1" : "0";
+        break;
+      }
+      case Knob::whole:
+      case Knob::megabytes: {
+        auto v = parse_whole_number(value, 0, 999999999);
+        if (!v) {
+          throw UsageError("bad value " + quote(value) + " for " + flag +
+                           "; expected a whole number from 0, as in " + flag + " 64");
+        }
+        out = knob->kind == Knob::megabytes ? std::to_string(static_cast<long long>(*v) << 20)
+                                            : std::to_string(*v);
+        break;
+      }
+      case Knob::decimal:
+      case Knob::fraction: {
+        auto v = parse_decimal(value);
+        if (!v || (knob->kind == Knob::fraction && *v > 1.0)) {
+          throw UsageError("bad value " + quote(value) + " for " + flag + "; expected a number " +
+                           (knob->kind == Knob::fraction ? "from 0 to 1, as in " + flag + " 0.8"
+                                                         : "from 0, as in " + flag + " 2.5"));
+        }
+        out = value;
+        break;
+      }
+      case Knob::text:
+      case Knob::accepted:
+        out = value;
+        break;
+    }
+    env.push_back(std::string(knob->variable) + "=" + out);
+  }
+  return env;
+}
+
+}  // namespace hvdrun::compat
