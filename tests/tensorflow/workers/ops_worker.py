@@ -1,5 +1,6 @@
 """One rank of a job checking every hvdrun.tensorflow collective against values computed
-here with NumPy, eagerly and inside tf.function, with their gradients. TensorFlow is
+here with NumPy, eagerly and inside tf.function, with their gradients (alltoall,
+reducescatter and process sets in scatter_checks.py). TensorFlow is
 imported before hvdrun loads libhvdrun (its BoringSSL must not take over libhvdrun's
 crypto). Prints "tf ops checks passed" when all held."""
 import numpy as np
@@ -216,11 +217,9 @@ check(got[1], [10.0 * n], "named b")
 def many_independent():
     # More independent collectives than libhvdrun's negotiation window (8), whose inputs
     # are ready in opposite orders on even and odd ranks (a chain of matrix products of
-    # rank-dependent length before each): TensorFlow would submit them in those orders,
-    # and ranks whose first 8 differ would wait for each other for ever. hvdrun runs a
-    # graph's unnamed collectives in build order.
-    # The graph is the same on every rank (collectives are named after their inputs);
-    # only the loops' trip counts differ.
+    # rank-dependent length before each): TensorFlow submits them in those orders, and
+    # they must meet all the same. The graph is the same on every rank (collectives are
+    # named after their inputs); only the loops' trip counts differ.
     m = tf.eye(32) * 1.0001
     out = []
     for k in range(20):
@@ -249,4 +248,8 @@ hvd.shutdown()
 assert not hvd.is_initialized()
 hvd.init()  # again, as Horovod's test suite does between tests
 check(hvd.allreduce(tf.constant([1.0]), op=hvd.Sum).numpy(), [float(n)], "after re-init")
+
+# alltoall, reducescatter, process sets; every kind of collective in flight at once.
+import scatter_checks  # noqa: E402 (workers/scatter_checks.py, beside this file)
+scatter_checks.run(hvd)
 print(f"rank {r}: tf ops checks passed", flush=True)
