@@ -225,7 +225,7 @@ def check_process_set(process_set, what):
     return process_set.process_set_id
 
 
-def add_process_set(process_set, what):
+def add_process_set(process_set, what="hvdrun"):
     """Registers a process set (a ProcessSet or a list of ranks) on this rank; every rank
     must call it with the same ranks, in the same order of calls. Needs
     HOROVOD_DYNAMIC_PROCESS_SETS=1, as in Horovod (init(process_sets=...) does not).
@@ -254,7 +254,7 @@ def _add_process_set(process_set, what):
     return process_set
 
 
-def remove_process_set(process_set, what):
+def remove_process_set(process_set, what="hvdrun"):
     """Removes a process set on every rank (a collective call); True when it existed."""
     ps = process_set.process_set_id
     if ps is None or ps == 0:

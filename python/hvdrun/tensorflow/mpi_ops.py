@@ -21,8 +21,9 @@ from tensorflow.python.framework import ops as _framework_ops
 
 from hvdrun import _job, _lib
 from hvdrun._job import (Average, Max, Min, ProcessSet, Product, Sum,  # noqa: F401
-                         ccl_built, ddl_built, global_process_set, gloo_built, gloo_enabled,
-                         is_homogeneous, mpi_built, mpi_enabled, rocm_built)
+                         add_process_set, ccl_built, ddl_built, global_process_set, gloo_built,
+                         gloo_enabled, is_homogeneous, mpi_built, mpi_enabled,
+                         remove_process_set, rocm_built)
 from hvdrun._lib import HvdrunError
 from hvdrun._tf_build import library as _library_path
 from hvdrun.tensorflow.util import _executing_eagerly
@@ -146,19 +147,6 @@ def _check_process_set(process_set, what):
     return _job.check_process_set(process_set, f"{_WHAT}.{what}")
 
 
-def add_process_set(process_set):
-    """Registers a process set (a ProcessSet or a list of ranks) on this rank; every rank
-    must call it with the same ranks, in the same order of calls. Needs
-    HOROVOD_DYNAMIC_PROCESS_SETS=1, as in Horovod (init(process_sets=...) does not).
-    Returns the ProcessSet, now with its id."""
-    return _job.add_process_set(process_set, _WHAT)
-
-
-def remove_process_set(process_set):
-    """Removes a process set on every rank (a collective call); True when it existed."""
-    return _job.remove_process_set(process_set, _WHAT)
-
-
 def _process_set_of(op):
     """The process set an op of this library was built for (for its gradient)."""
     return _job.process_set_by_id(op.get_attr("process_set_id"))
@@ -224,13 +212,20 @@ def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=
                ignore_name_scope=False, process_set=global_process_set):
     """The raw allreduce op of `tensor` (dense) with Horovod's `op` (Sum by default, as
     Horovod's _allreduce)."""
-    ps = _check_process_set(process_set, "allreduce")
+    return _reducing_op("Allreduce", tensor, name, op, prescale_factor, postscale_factor,
+                        ignore_name_scope, process_set)
+
+
+def _reducing_op(kind, tensor, name, op, prescale_factor, postscale_factor, ignore_name_scope,
+                 process_set):
+    """The op Hvdrun<kind> (Allreduce or Reducescatter) of `tensor`."""
+    ps = _check_process_set(process_set, kind.lower())
     tensor = tf.convert_to_tensor(tensor)
-    return _lib_ops().hvdrun_allreduce(
-        tensor, reduce_op=_C_OP[op], prescale_factor=prescale_factor,
-        postscale_factor=postscale_factor, process_set_id=ps,
-        tensor_name=_collective_name("Allreduce", _tensor_names([tensor]), name,
-                                     ignore_name_scope))
+    build = getattr(_lib_ops(), f"hvdrun_{kind.lower()}")
+    return build(tensor, reduce_op=_C_OP[op], prescale_factor=prescale_factor,
+                 postscale_factor=postscale_factor, process_set_id=ps,
+                 tensor_name=_collective_name(kind, _tensor_names([tensor]), name,
+                                              ignore_name_scope))
 
 
 @_framework_ops.RegisterGradient("HvdrunAllreduce")
@@ -382,17 +377,12 @@ def _reducescatter(tensor, name=None, op=Sum, ignore_name_scope=False,
                    process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """The raw reducescatter op: `tensor` reduced over the process set, this rank's slice
     of the first dimension returned (ranks below rows % size get one row more)."""
-    ps = _check_process_set(process_set, "reducescatter")
     if op not in _REDUCESCATTER_OPS:
         raise NotImplementedError(
             f"{_WHAT}.reducescatter: op=hvd.Sum and hvd.Average are supported (as Horovod), "
             f"not {_job.OP_NAMES.get(op, op)}")
-    tensor = tf.convert_to_tensor(tensor)
-    return _lib_ops().hvdrun_reducescatter(
-        tensor, reduce_op=_C_OP[op], prescale_factor=prescale_factor,
-        postscale_factor=postscale_factor, process_set_id=ps,
-        tensor_name=_collective_name("Reducescatter", _tensor_names([tensor]), name,
-                                     ignore_name_scope))
+    return _reducing_op("Reducescatter", tensor, name, op, prescale_factor, postscale_factor,
+                        ignore_name_scope, process_set)
 
 
 @_framework_ops.RegisterGradient("HvdrunReducescatter")

@@ -359,6 +359,21 @@ std::string step_name(const std::string& base, const char* kind, int ps, long lo
   return std::string(kind) + "." + std::to_string(ps) + "." + std::to_string(seq);
 }
 
+// The second step of a composite collective: raw bytes, named `name` (which must live
+// until it is submitted), in process set `ps`.
+hvdrun_collective bytes_step(int kind, const void* send, void* recv, std::size_t count,
+                             const std::string& name, int ps) {
+  hvdrun_collective c{};
+  c.kind = kind;
+  c.dtype = HVDRUN_UINT8;
+  c.send = send;
+  c.recv = recv;
+  c.count = count;
+  c.name = name.c_str();
+  c.process_set = ps;
+  return c;
+}
+
 std::vector<long long> dims_of(const tf::TensorShape& s) {
   std::vector<long long> d;
   for (int i = 0; i < s.dims(); ++i) d.push_back(s.dim_size(i));
@@ -395,15 +410,39 @@ class Base : public tf::AsyncOpKernel {
   int ps_ = 0;  // process set: 0 is every rank
 };
 
-// Allreduce (attrs reduce_op: libhvdrun's op, prescale/postscale factors). int8/int16 are
-// reduced as int32 and narrowed back.
-class Allreduce : public Base {
+// A kernel that reduces: attrs reduce_op (libhvdrun's op) and the prescale/postscale
+// factors.
+class Reducing : public Base {
  public:
-  explicit Allreduce(tf::OpKernelConstruction* c) : Base(c) {
+  explicit Reducing(tf::OpKernelConstruction* c) : Base(c) {
     OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op_));
     OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
     OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
   }
+
+ protected:
+  int op_ = HVDRUN_SUM;
+  float prescale_ = 1.0F;
+  float postscale_ = 1.0F;
+};
+
+// The tensor's bytes per row of its first dimension, after checking it has one; `what`
+// and `verb` name the op in the error ("alltoall", "splits").
+absl::Status first_dim(const tf::Tensor& in, const char* what, const char* verb,
+                       std::size_t* rowbytes) {
+  if (in.dims() == 0)
+    return absl::InvalidArgumentError(std::string("hvdrun ") + what +
+                                      ": the tensor needs at least one dimension (" + what +
+                                      " " + verb + " the first); reshape it to [1]");
+  *rowbytes = tf::DataTypeSize(in.dtype());
+  for (int i = 1; i < in.dims(); ++i) *rowbytes *= in.dim_size(i);
+  return absl::OkStatus();
+}
+
+// Allreduce. int8/int16 are reduced as int32 and narrowed back.
+class Allreduce : public Reducing {
+ public:
+  explicit Allreduce(tf::OpKernelConstruction* c) : Reducing(c) {}
 
  private:
   absl::Status start(Op* op) override {
@@ -458,21 +497,14 @@ class Allreduce : public Base {
     submit(op, c);
     return absl::OkStatus();
   }
-
-  int op_ = HVDRUN_SUM;
-  float prescale_ = 1.0F;
-  float postscale_ = 1.0F;
 };
 
 // Grouped allreduce: the tensors (one element type) are packed into fusion buffers of at most
 // `fusion_bytes` each (a bigger tensor alone, reduced in place), one collective per buffer,
 // and copied out after.
-class GroupedAllreduce : public Base {
+class GroupedAllreduce : public Reducing {
  public:
-  explicit GroupedAllreduce(tf::OpKernelConstruction* c) : Base(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op_));
-    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
-    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+  explicit GroupedAllreduce(tf::OpKernelConstruction* c) : Reducing(c) {
     OP_REQUIRES_OK(c, c->GetAttr("fusion_bytes", &fusion_bytes_));
   }
 
@@ -573,9 +605,6 @@ class GroupedAllreduce : public Base {
     return buckets;
   }
 
-  int op_ = HVDRUN_SUM;
-  float prescale_ = 1.0F;
-  float postscale_ = 1.0F;
   int fusion_bytes_ = 16 << 20;
 };
 
@@ -620,14 +649,10 @@ class Allgather : public Base {
   absl::Status start(Op* op) override {
     tf::OpKernelContext* ctx = op->ctx;
     const tf::Tensor& in = ctx->input(0);
-    if (in.dims() == 0)
-      return absl::InvalidArgumentError(
-          "hvdrun allgather: the tensor needs at least one dimension (allgather concatenates "
-          "along the first); reshape it to [1]");
+    std::size_t rowbytes = 0;
+    TF_RETURN_IF_ERROR(first_dim(in, "allgather", "concatenates along", &rowbytes));
     int me = 0, n = 0;
     TF_RETURN_IF_ERROR(place_in(ps_, &me, &n, "allgather"));
-    std::size_t rowbytes = tf::DataTypeSize(in.dtype());
-    for (int i = 1; i < in.dims(); ++i) rowbytes *= in.dim_size(i);
     const long long rows = in.dim_size(0);
     auto* mine = reinterpret_cast<long long*>(op->buffer(sizeof(long long)).data());
     *mine = rows;
@@ -680,15 +705,7 @@ class Allgather : public Base {
         }
       };
     }
-    hvdrun_collective d{};
-    d.kind = HVDRUN_KIND_ALLGATHER;
-    d.dtype = HVDRUN_UINT8;
-    d.send = send;
-    d.recv = recv;
-    d.count = slot;
-    d.name = name.c_str();
-    d.process_set = ps;
-    submit(op, d);
+    submit(op, bytes_step(HVDRUN_KIND_ALLGATHER, send, recv, slot, name, ps));
     return absl::OkStatus();
   }
 };
@@ -707,10 +724,8 @@ class Alltoall : public Base {
     tf::OpKernelContext* ctx = op->ctx;
     const tf::Tensor& in = ctx->input(0);
     const tf::Tensor& splits = ctx->input(1);
-    if (in.dims() == 0)
-      return absl::InvalidArgumentError(
-          "hvdrun alltoall: the tensor needs at least one dimension (alltoall splits the "
-          "first); reshape it to [1]");
+    std::size_t rowbytes = 0;
+    TF_RETURN_IF_ERROR(first_dim(in, "alltoall", "splits", &rowbytes));
     int me = 0, n = 0;
     TF_RETURN_IF_ERROR(place_in(ps_, &me, &n, "alltoall"));
     const long long rows = in.dim_size(0);
@@ -749,8 +764,8 @@ class Alltoall : public Base {
     c.count = n;
     const std::string base = tensor_name_;
     const int ps = ps_;
-    submit(op, c, [op, send_rows, table, me, n, base, ps](long long seq) {
-      return exchange(op, send_rows, table, me, n, ps,
+    submit(op, c, [op, send_rows, table, me, n, rowbytes, base, ps](long long seq) {
+      return exchange(op, send_rows, table, me, n, rowbytes, ps,
                       step_name(base, "alltoall", ps, seq) + ".rows");
     });
     return absl::OkStatus();
@@ -758,11 +773,9 @@ class Alltoall : public Base {
 
   // The second step, on libhvdrun's thread once every rank's splits are known.
   static absl::Status exchange(Op* op, const long long* send_rows, const long long* table, int me,
-                               int n, int ps, const std::string& name) {
+                               int n, std::size_t rowbytes, int ps, const std::string& name) {
     tf::OpKernelContext* ctx = op->ctx;
     const tf::Tensor& src = ctx->input(0);
-    std::size_t rowbytes = tf::DataTypeSize(src.dtype());
-    for (int i = 1; i < src.dims(); ++i) rowbytes *= src.dim_size(i);
     long long total = 0, moving = 0;
     tf::Tensor* received = nullptr;
     TF_RETURN_IF_ERROR(ctx->allocate_output(1, tf::TensorShape({n}), &received));
@@ -784,17 +797,11 @@ class Alltoall : public Base {
       bytes[r] = send_rows[r] * static_cast<long long>(rowbytes);
       sent += bytes[r];
     }
-    hvdrun_collective d{};
-    d.kind = HVDRUN_KIND_ALLTOALL;
-    d.dtype = HVDRUN_UINT8;
-    d.send = src.tensor_data().data();
-    d.recv = bytes_of(*out);
-    d.count = static_cast<std::size_t>(sent);
+    auto d = bytes_step(HVDRUN_KIND_ALLTOALL, src.tensor_data().data(), bytes_of(*out),
+                        static_cast<std::size_t>(sent), name, ps);
     d.splits = bytes;
     d.received_splits = got;
     d.recv_count = out->TotalBytes();
-    d.name = name.c_str();
-    d.process_set = ps;
     submit(op, d);
     return absl::OkStatus();
   }
@@ -804,23 +811,17 @@ class Alltoall : public Base {
 // keeping its slice (ranks below rows % n get one row more, as in Horovod). Scale
 // factors are applied here (libhvdrun only agrees on them), Average's division by
 // libhvdrun.
-class Reducescatter : public Base {
+class Reducescatter : public Reducing {
  public:
-  explicit Reducescatter(tf::OpKernelConstruction* c) : Base(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op_));
-    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
-    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
-  }
+  explicit Reducescatter(tf::OpKernelConstruction* c) : Reducing(c) {}
 
  private:
   absl::Status start(Op* op) override {
     tf::OpKernelContext* ctx = op->ctx;
     const tf::Tensor& in = ctx->input(0);
     const tf::DataType t = in.dtype();
-    if (in.dims() == 0)
-      return absl::InvalidArgumentError(
-          "hvdrun reducescatter: the tensor needs at least one dimension (reducescatter "
-          "splits the first); reshape it to [1]");
+    std::size_t rowbytes = 0;
+    TF_RETURN_IF_ERROR(first_dim(in, "reducescatter", "splits", &rowbytes));
     const int ctype = reduce_type(t);
     if (ctype < 0)
       return absl::InvalidArgumentError("hvdrun reducescatter: " + type_name_of(t) +
@@ -860,10 +861,6 @@ class Reducescatter : public Base {
     submit(op, c);
     return absl::OkStatus();
   }
-
-  int op_ = HVDRUN_SUM;
-  float prescale_ = 1.0F;
-  float postscale_ = 1.0F;
 };
 
 // rank(), size() and the like at graph execution time.

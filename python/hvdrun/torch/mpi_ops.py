@@ -22,9 +22,10 @@ import torch
 
 from hvdrun import _job, _lib
 from hvdrun._job import (OP_NAMES as _OP_NAMES, Average, Max, Min,  # noqa: F401
-                         ProcessSet, Product, Sum, ccl_built, ddl_built, global_process_set,
-                         gloo_built, gloo_enabled, is_homogeneous, is_initialized, mpi_built,
-                         mpi_enabled, rocm_built)
+                         ProcessSet, Product, Sum, add_process_set, ccl_built, ddl_built,
+                         global_process_set, gloo_built, gloo_enabled, is_homogeneous,
+                         is_initialized, mpi_built, mpi_enabled, remove_process_set,
+                         rocm_built)
 from hvdrun._lib import HvdrunError
 from hvdrun.torch.compression import Compression
 
@@ -56,19 +57,6 @@ def _check_process_set(process_set, what):
 
 _set_size = _job.set_size
 _set_rank = _job.set_rank
-
-
-def add_process_set(process_set):
-    """Registers a process set (a ProcessSet or a list of ranks) on this rank; every rank
-    must call it with the same ranks, in the same order of calls. Needs
-    HOROVOD_DYNAMIC_PROCESS_SETS=1, as in Horovod (init(process_sets=...) does not).
-    Returns the ProcessSet, now with its id."""
-    return _job.add_process_set(process_set, _WHAT)
-
-
-def remove_process_set(process_set):
-    """Removes a process set on every rank (a collective call); True when it existed."""
-    return _job.remove_process_set(process_set, _WHAT)
 
 
 # ---- job -----------------------------------------------------------------------------

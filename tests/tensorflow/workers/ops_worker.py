@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 import hvdrun.tensorflow as hvd
+from _checks import both, check
 
 # Enough threads that the graph below runs its 20 loops side by side.
 tf.config.threading.set_inter_op_parallelism_threads(24)
@@ -29,19 +30,6 @@ def expected(op, shape, dtype):
     if dtype.is_integer:
         out = np.trunc(out)
     return out
-
-
-def check(got, want, what, tol=0.0):
-    got = np.asarray(got, dtype=np.float64)
-    assert got.shape == np.shape(want), (what, got.shape, np.shape(want))
-    assert np.allclose(got, want, rtol=tol, atol=tol), (what, got, want)
-
-
-def both(fn):
-    """fn run eagerly and as a tf.function (results as NumPy)."""
-    eager = tf.nest.map_structure(lambda t: t.numpy(), fn())
-    graph = tf.nest.map_structure(lambda t: t.numpy(), tf.function(fn, autograph=False)())
-    return [("eager", eager), ("graph", graph)]
 
 
 # ---- allreduce: every op and type, scale factors, compression -------------------------

@@ -6,18 +6,7 @@ raises AssertionError on the first value that differs."""
 import numpy as np
 import tensorflow as tf
 
-
-def _check(got, want, what, tol=1e-6):
-    got = np.asarray(got, dtype=np.float64)
-    assert got.shape == np.shape(want), (what, got.shape, np.shape(want))
-    assert np.allclose(got, want, rtol=tol, atol=tol), (what, got, want)
-
-
-def _both(fn):
-    """fn run eagerly and as a tf.function (results as NumPy)."""
-    eager = tf.nest.map_structure(lambda t: t.numpy(), fn())
-    graph = tf.nest.map_structure(lambda t: t.numpy(), tf.function(fn, autograph=False)())
-    return [("eager", eager), ("graph", graph)]
+from _checks import both as _both, check as _check
 
 
 def _slices(rows, n):
