@@ -432,8 +432,8 @@ absl::Status first_dim(const tf::Tensor& in, const char* what, const char* verb,
                        std::size_t* rowbytes) {
   if (in.dims() == 0)
     return absl::InvalidArgumentError(std::string("hvdrun ") + what +
-                                      ": the tensor needs at least one dimension (" + what +
-                                      " " + verb + " the first); reshape it to [1]");
+                                      ": the tensor needs at least one dimension (" + what + " " +
+                                      verb + " the first); reshape it to [1]");
   *rowbytes = tf::DataTypeSize(in.dtype());
   for (int i = 1; i < in.dims(); ++i) *rowbytes *= in.dim_size(i);
   return absl::OkStatus();
@@ -732,17 +732,16 @@ class Alltoall : public Base {
     auto* send_rows = reinterpret_cast<long long*>(op->buffer(sizeof(long long) * n).data());
     if (splits.NumElements() == 0) {
       if (rows % n != 0)
-        return absl::InvalidArgumentError(
-            "hvdrun alltoall: the first dimension (" + std::to_string(rows) +
-            ") cannot be split equally among " + std::to_string(n) +
-            " ranks; pass splits (rows for each rank)");
+        return absl::InvalidArgumentError("hvdrun alltoall: the first dimension (" +
+                                          std::to_string(rows) +
+                                          ") cannot be split equally among " + std::to_string(n) +
+                                          " ranks; pass splits (rows for each rank)");
       for (int r = 0; r < n; ++r) send_rows[r] = rows / n;
     } else {
       if (splits.dims() != 1 || splits.NumElements() != n)
-        return absl::InvalidArgumentError("hvdrun alltoall: splits has " +
-                                          splits.shape().DebugString() +
-                                          " entries; give one per rank (" +
-                                          std::to_string(n) + ")");
+        return absl::InvalidArgumentError(
+            "hvdrun alltoall: splits has " + splits.shape().DebugString() +
+            " entries; give one per rank (" + std::to_string(n) + ")");
       long long sum = 0;
       for (int r = 0; r < n; ++r) {
         send_rows[r] = splits.flat<std::int32_t>()(r);
@@ -886,8 +885,8 @@ class Query : public tf::OpKernel {
       else
         v = static_cast<int>(m.size());
       OP_REQUIRES(ctx, which_ == 6 || v > 0,
-                  absl::InvalidArgumentError("hvdrun size_op: process set " +
-                                             std::to_string(ps_) + " does not exist"));
+                  absl::InvalidArgumentError("hvdrun size_op: process set " + std::to_string(ps_) +
+                                             " does not exist"));
     }
     tf::Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tf::TensorShape({}), &out));
