@@ -1,14 +1,16 @@
 """The job as every framework binding sees it: joining and leaving (init, shutdown), the
 rank and size queries, what a rank does at exit, and the parts of Horovod's API that do
-not depend on the framework (reduction ops, the global process set, the *_built
-queries). Framework-neutral (no torch, no TensorFlow); `what` names the calling module in
-messages ("hvdrun.tensorflow").
+not depend on the framework (reduction ops, process sets, the *_built queries).
+Framework-neutral (no torch, no TensorFlow); `what` names the calling module in messages
+("hvdrun.tensorflow").
 
 A rank that dies of an uncaught exception leaves at once (its traceback on stderr is what
 the launcher quotes); at a normal exit it leaves without agreeing with the others, bounded
 to 30 s, so a peer that already exited cannot keep it alive.
 """
 import atexit
+import ctypes
+import os
 import sys
 import threading
 
@@ -20,18 +22,21 @@ _failing = False
 
 
 def init(what, comm=None, process_sets=None):
-    """Joins the job hvdrun started (idempotent). `comm` and `process_sets` are Horovod's
-    arguments, refused unless None."""
+    """Joins the job hvdrun started (idempotent) and adds `process_sets` (ProcessSet objects
+    or rank lists, in this order, on every rank; "dynamic" is accepted: see
+    add_process_set). `comm` is Horovod's MPI communicator, refused unless None."""
     if comm is not None:
         raise NotImplementedError(
             f"{what}.init(comm=...): MPI communicators and rank subsets are not supported; "
             "call init() with no arguments inside a job started by hvdrun")
-    if process_sets is not None:
-        raise NotImplementedError(
-            f"{what}.init(process_sets=...): process sets are not supported; call init() "
-            "without process_sets (every collective runs over all ranks)")
     lib = _lib.lib()
     _lib.check(lib.hvdrun_init(), f"{what}.init")
+    _set_members.clear()
+    _sets.clear()
+    global_process_set.ranks = list(range(query(what, "size")))
+    if process_sets is not None and process_sets != "dynamic":
+        for ps in process_sets:
+            _add_process_set(ps, what)
     _install_hooks()
 
 
@@ -45,7 +50,8 @@ def is_initialized():
     return bool(_lib.lib().hvdrun_is_initialized())
 
 
-_QUERIES = ("rank", "size", "local_rank", "local_size", "cross_rank", "cross_size")
+_QUERIES = ("rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
+            "generation")
 
 
 def query(what, name):
@@ -113,36 +119,153 @@ def resolve_op(op, average, what):
     return op
 
 
-class _ProcessSet:
-    """The only process set hvdrun offers: every rank of the job."""
+class ProcessSet:
+    """A subset of the job's ranks whose collectives run among its members only (pass it
+    as `process_set=`). Register it on every rank with add_process_set(), or with
+    init(process_sets=[...]). One class for every framework binding, as Horovod's."""
 
-    process_set_id = 0
+    def __init__(self, ranks_or_comm):
+        self.process_set_id = None
+        self.mpi_comm = None
+        try:
+            ranks = sorted(int(r) for r in ranks_or_comm)
+        except TypeError:
+            raise ValueError(f"hvdrun ProcessSet: expected a list of ranks, got "
+                             f"{type(ranks_or_comm).__name__} (MPI communicators are not "
+                             "supported)") from None
+        if len(set(ranks)) != len(ranks):
+            raise ValueError(f"hvdrun ProcessSet: ranks {ranks} repeat a rank")
+        self.ranks = ranks
+
+    def _invalidate(self):
+        self.process_set_id = None
 
     def size(self):
-        """Number of ranks in the set: all of them."""
-        return query("hvdrun", "size")
+        """Number of ranks in the set (None before it is added)."""
+        return None if self.process_set_id is None else set_size(self.process_set_id)
 
     def rank(self):
-        """This process's rank in the set: its rank in the job."""
-        return query("hvdrun", "rank")
+        """This process's rank within the set, -1 outside it (None before it is added)."""
+        if self.process_set_id is None:
+            return None
+        members = set_ranks(self.process_set_id)
+        me = query("hvdrun", "rank")
+        return members.index(me) if me in members else -1
 
     def included(self):
-        """True: every rank belongs to the global set."""
-        return True
+        """True when this process belongs to the set (None before it is added)."""
+        if self.process_set_id is None:
+            return None
+        return query("hvdrun", "rank") in set_ranks(self.process_set_id)
 
-    def __repr__(self):
-        return "ProcessSet(process_set_id=0, ranks=all)"
+    def __str__(self):
+        return (f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, "
+                f"mpi_comm=None)")
+
+    __repr__ = __str__
 
 
-global_process_set = _ProcessSet()
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = 0
+_set_members = {}  # process set id -> its ranks (a set's ranks never change)
+_sets = {}  # process set id -> the ProcessSet registered with it
+
+
+def process_set_by_id(ps):
+    """The ProcessSet registered with id `ps` (a new one naming the set's ranks when this
+    process holds none, as for a set added through another binding)."""
+    if ps == 0:
+        return global_process_set
+    found = _sets.get(ps)
+    if found is None:
+        found = ProcessSet(set_ranks(ps))
+        found.process_set_id = ps
+        _sets[ps] = found
+    return found
+
+
+def set_ranks(ps):
+    """The job ranks of process set `ps` (0: every rank), ascending."""
+    if ps == 0:
+        return list(range(query("hvdrun", "size")))
+    members = _set_members.get(ps)
+    if members is None:
+        lib = _lib.lib()
+        n = lib.hvdrun_process_set_ranks(ps, None, 0)
+        if n < 0:
+            raise ValueError(f"hvdrun: {_lib.last_error()}")
+        buf = (ctypes.c_int * max(n, 1))()
+        lib.hvdrun_process_set_ranks(ps, buf, n)
+        members = _set_members[ps] = list(buf[:n])
+    return members
+
+
+def set_size(ps):
+    """Number of ranks in process set `ps`."""
+    return query("hvdrun", "size") if ps == 0 else len(set_ranks(ps))
+
+
+def set_rank(ps):
+    """This rank's rank within process set `ps` (ValueError outside it)."""
+    me = query("hvdrun", "rank")
+    return me if ps == 0 else set_ranks(ps).index(me)
 
 
 def check_process_set(process_set, what):
-    """Refuses a process set other than the global one, naming `what`."""
-    if process_set is not None and process_set is not global_process_set:
-        raise NotImplementedError(
-            f"{what}: process sets are not supported; every collective runs over all ranks. "
-            "Drop the process_set argument")
+    """The id of `process_set` for the C calls (0: every rank); `what` names the caller in
+    errors ("hvdrun.torch.allreduce")."""
+    if process_set is None or process_set is global_process_set:
+        return 0
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError(f"{what}: process_set must be a ProcessSet, not "
+                        f"{type(process_set).__name__}")
+    if process_set.process_set_id is None:
+        raise ValueError(f"{what}: {process_set} is not registered: add it on every rank "
+                         "with hvd.add_process_set() (or init(process_sets=...))")
+    return process_set.process_set_id
+
+
+def add_process_set(process_set, what="hvdrun"):
+    """Registers a process set (a ProcessSet or a list of ranks) on this rank; every rank
+    must call it with the same ranks, in the same order of calls. Needs
+    HOROVOD_DYNAMIC_PROCESS_SETS=1, as in Horovod (init(process_sets=...) does not).
+    Returns the ProcessSet, now with its id."""
+    if os.environ.get("HOROVOD_DYNAMIC_PROCESS_SETS", "0") in ("", "0", "false", "False"):
+        raise ValueError(f"{what}.add_process_set: set HOROVOD_DYNAMIC_PROCESS_SETS=1 "
+                         "(hvdrun -x HOROVOD_DYNAMIC_PROCESS_SETS=1) to add process sets after "
+                         "init(), or pass them to init(process_sets=[...])")
+    return _add_process_set(process_set, what)
+
+
+def _add_process_set(process_set, what):
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    ranks = process_set.ranks
+    arr = (ctypes.c_int * max(len(ranks), 1))(*ranks)
+    r = _lib.lib().hvdrun_add_process_set(arr, len(ranks))
+    if r == _lib.DUPLICATE_SET:
+        raise ValueError(f"{what}.add_process_set: attempted to add a duplicate process "
+                         f"set: {_lib.last_error()}")
+    if r < 0:
+        raise _lib.HvdrunError(f"{what}.add_process_set: {_lib.last_error()}")
+    process_set.process_set_id = r
+    _set_members[r] = list(ranks)
+    _sets[r] = process_set
+    return process_set
+
+
+def remove_process_set(process_set, what="hvdrun"):
+    """Removes a process set on every rank (a collective call); True when it existed."""
+    ps = process_set.process_set_id
+    if ps is None or ps == 0:
+        return False
+    r = _lib.lib().hvdrun_remove_process_set(ps)
+    if r < 0:
+        raise _lib.HvdrunError(f"{what}.remove_process_set: {_lib.last_error()}")
+    _set_members.pop(ps, None)
+    _sets.pop(ps, None)
+    process_set._invalidate()
+    return r == 1
 
 
 def is_homogeneous():

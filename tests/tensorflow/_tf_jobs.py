@@ -6,7 +6,8 @@ import os
 from _jobs import run_job
 
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers")
-FORWARD = ("TF_CPP_MIN_LOG_LEVEL", "HVDRUN_TF_OPS_CACHE", "HVDRUN_TF_OPS")
+FORWARD = ("TF_CPP_MIN_LOG_LEVEL", "HVDRUN_TF_OPS_CACHE", "HVDRUN_TF_OPS",
+           "HOROVOD_DYNAMIC_PROCESS_SETS")
 
 
 def run_tf_job(np, worker, *args, timeout=240, **kw):

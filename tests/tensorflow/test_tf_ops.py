@@ -1,7 +1,9 @@
 """Every hvdrun.tensorflow collective against values computed with NumPy, eagerly and in
 tf.function, with gradients, DistributedGradientTape, names matched in any order, a
-mismatch named and survived, join, and init after shutdown (workers/ops_worker.py), on
-1, 2 and 4 local ranks. The ranks import TensorFlow before libhvdrun loads."""
+mismatch named and survived, join, and init after shutdown (workers/ops_worker.py), then
+alltoall, reducescatter, process sets and many collectives in flight in rank-dependent
+orders (workers/scatter_checks.py), on 1, 2 and 4 local ranks. The ranks import
+TensorFlow before libhvdrun loads."""
 import pytest
 
 from _jobs import expect_ok
@@ -10,4 +12,5 @@ from _tf_jobs import run_tf_job
 
 @pytest.mark.parametrize("np", [1, 2, 4])
 def test_ops(np):
-    expect_ok(run_tf_job(np, "ops_worker.py"), np, marker="tf ops checks passed")
+    job = run_tf_job(np, "ops_worker.py", env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"})
+    expect_ok(job, np, marker="tf ops checks passed")

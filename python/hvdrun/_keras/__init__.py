@@ -68,7 +68,7 @@ class _DistributedMethods:
         for i, g in zip(shared, reduced):
             out[i] = g
         if self._hvdrun_scale_local and self._hvdrun_local:
-            n = _hvd.size()
+            n = self._hvdrun_reducer.process_set.size()
             for i, v in enumerate(variables):
                 if id(v) in self._hvdrun_local and out[i] is not None:
                     out[i] = out[i] / tf.cast(n, out[i].dtype)
@@ -110,7 +110,7 @@ class _DistributedMethods:
 def create_distributed_optimizer(optimizer, name=None, compression=None, sparse_as_dense=False,
                                  gradient_predivide_factor=1.0, op=None,
                                  backward_passes_per_step=1, average_aggregated_gradients=False,
-                                 scale_local_gradients=True):
+                                 scale_local_gradients=True, process_set=None):
     """A new optimizer of `optimizer`'s class and configuration (as Horovod builds it) that
     reduces gradients over the ranks before applying them. Its class has the wrapped
     class's name and module, so a model saved with it loads without hvdrun."""
@@ -125,7 +125,8 @@ def create_distributed_optimizer(optimizer, name=None, compression=None, sparse_
     opt._hvdrun_reducer = _hvd._GradientReducer(
         name or f"Distributed{base.__name__}",
         compression if compression is not None else _hvd.Compression.none, sparse_as_dense,
-        op if op is not None else _hvd.Average, gradient_predivide_factor, None)
+        op if op is not None else _hvd.Average, gradient_predivide_factor, None,
+        process_set if process_set is not None else _hvd.global_process_set)
     opt._hvdrun_passes = backward_passes_per_step
     opt._hvdrun_average_passes = average_aggregated_gradients
     opt._hvdrun_scale_local = scale_local_gradients
@@ -172,3 +173,8 @@ def allgather(value, name):
 def broadcast(value, root_rank, name):
     """hvd.broadcast of a Python or NumPy value, as a tensor."""
     return _hvd.broadcast(tf.constant(value), root_rank, name=name)
+
+
+def reducescatter(value, name, op):
+    """hvd.reducescatter of a Python or NumPy value, as a tensor."""
+    return _hvd.reducescatter(tf.constant(value), name=name, op=op)

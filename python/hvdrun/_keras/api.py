@@ -3,12 +3,12 @@ horovod.keras and horovod.tensorflow.keras, on Keras 3 with the TensorFlow backe
 import everything from here."""
 from hvdrun import _keras as _impl
 from hvdrun._keras import callbacks
-from hvdrun.tensorflow import (Average, Compression, HorovodInternalError, Sum, ccl_built,
-                               cross_rank, cross_size, cuda_built, ddl_built,
-                               global_process_set, gloo_built, gloo_enabled, init,
+from hvdrun.tensorflow import (Average, Compression, HorovodInternalError, ProcessSet, Sum,
+                               add_process_set, ccl_built, cross_rank, cross_size, cuda_built,
+                               ddl_built, global_process_set, gloo_built, gloo_enabled, init,
                                is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
-                               mpi_threads_supported, nccl_built, rank, rocm_built, shutdown,
-                               size)
+                               mpi_threads_supported, nccl_built, rank, remove_process_set,
+                               rocm_built, shutdown, size)
 from hvdrun.tensorflow import DistributedOptimizer as _tf_distributed_optimizer
 
 
@@ -31,7 +31,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         backward_passes_per_step: apply every N calls, on the sum of the N gradients.
         average_aggregated_gradients: divide that sum by N.
         num_groups, groups: accepted (hvdrun fuses every gradient of one type).
-        process_set: only the global process set.
+        process_set: the ranks to average over (default: every rank).
         scale_local_gradients: divide the gradients of register_local_var() variables by
             size().
     """
@@ -88,6 +88,12 @@ def broadcast(value, root_rank, name=None):
     return _impl.broadcast(value, root_rank, name)
 
 
+def reducescatter(value, name=None, op=Average):
+    """A Python or NumPy value reduced over the ranks (Average by default), this rank's
+    slice of the first dimension; a tensor."""
+    return _impl.reducescatter(value, name, op)
+
+
 def load_model(filepath, custom_optimizers=None, custom_objects=None,
                compression=Compression.none, legacy_opts=False):
     """Loads a Keras model saved with a DistributedOptimizer (or any optimizer), with its
@@ -105,11 +111,7 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None,
 _ALTERNATIVES = {
     "broadcast_global_variables": "callbacks.BroadcastGlobalVariablesCallback(root_rank), or "
                                   "hvdrun.tensorflow.broadcast_variables(model.variables, 0)",
-    "reducescatter": "allreduce, then take this rank's slice",
     "elastic": "hvdrun's elastic mode (hvdrun --min-np / --host-discovery-script)",
-    "ProcessSet": "collectives over all ranks",
-    "add_process_set": "collectives over all ranks",
-    "remove_process_set": "collectives over all ranks",
     "start_timeline": "the TensorFlow profiler",
     "stop_timeline": "the TensorFlow profiler",
 }
@@ -127,10 +129,10 @@ def unsupported(module, name):
 
 __all__ = [
     "Average", "Compression", "DistributedOptimizer", "HorovodInternalError",
-    "PartialDistributedOptimizer", "Sum",
+    "PartialDistributedOptimizer", "ProcessSet", "Sum", "add_process_set",
     "allgather", "allreduce", "broadcast", "callbacks", "ccl_built", "cross_rank",
     "cross_size", "cuda_built", "ddl_built", "global_process_set", "gloo_built",
     "gloo_enabled", "init", "is_initialized", "load_model", "local_rank", "local_size",
-    "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built", "rank", "rocm_built",
-    "shutdown", "size",
+    "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built", "rank", "reducescatter",
+    "remove_process_set", "rocm_built", "shutdown", "size",
 ]

@@ -5,7 +5,9 @@ under hvdrun after changing `import horovod.tensorflow as hvd` to
 Provided: init, shutdown, is_initialized, rank, size, local_rank, local_size, cross_rank,
 cross_size, the ops Average, Sum, Min, Max, Product, allreduce (pre/postscale, compression,
 tf.IndexedSlices as Horovod handles them), grouped_allreduce, allgather, grouped_allgather,
-broadcast, broadcast_, broadcast_variables, broadcast_object, allgather_object, join,
+broadcast, broadcast_, alltoall, reducescatter, grouped_reducescatter, process sets
+(ProcessSet, add_process_set, remove_process_set, process_set= on the collectives),
+broadcast_variables, broadcast_object, allgather_object, join,
 DistributedGradientTape, PartialDistributedGradientTape, DistributedOptimizer (Keras
 optimizers), Compression, the *_op queries and the *_built queries. Gradients are
 registered for the collectives. Everything works eagerly and inside tf.function.
@@ -19,9 +21,11 @@ from hvdrun.tensorflow import util
 from hvdrun.tensorflow.compression import Compression
 from hvdrun.tensorflow.functions import (allgather_object, broadcast_object,
                                          broadcast_variables)
-from hvdrun.tensorflow.mpi_ops import (Average, HorovodInternalError, Max, Min, Product, Sum,
-                                       _allreduce, _check_process_set, _grouped_allreduce,
-                                       allgather, broadcast, broadcast_, ccl_built,
+from hvdrun.tensorflow.mpi_ops import (Average, HorovodInternalError, Max, Min, ProcessSet,
+                                       Product, Sum, _allreduce, _check_process_set,
+                                       _grouped_allreduce, _grouped_reducescatter,
+                                       _reducescatter, add_process_set, allgather, alltoall,
+                                       broadcast, broadcast_, ccl_built,
                                        cross_rank, cross_size, cuda_built, ddl_built,
                                        global_process_set, gloo_built, gloo_enabled,
                                        grouped_allgather,
@@ -29,14 +33,15 @@ from hvdrun.tensorflow.mpi_ops import (Average, HorovodInternalError, Max, Min, 
                                        is_homogeneous, is_initialized, join, local_rank,
                                        local_rank_op, local_size, local_size_op, mpi_built,
                                        mpi_enabled, mpi_threads_supported, nccl_built,
-                                       process_set_included_op, rank, rank_op, rocm_built,
-                                       shutdown, size, size_op)
+                                       process_set_included_op, rank, rank_op,
+                                       remove_process_set, rocm_built, shutdown, size,
+                                       size_op)
 from hvdrun.tensorflow.util import _executing_eagerly
 
 _WHAT = "hvdrun.tensorflow"
 
 
-def _sparse_allreduce(tensor, op, prescale_factor, postscale_factor, gather):
+def _sparse_allreduce(tensor, op, prescale_factor, postscale_factor, gather, process_set):
     # Horovod's: the values and indices of every rank gathered (an allreduce of the dense
     # tensor they stand for), the values divided by the size for Average.
     if op not in (Sum, Average):
@@ -45,7 +50,7 @@ def _sparse_allreduce(tensor, op, prescale_factor, postscale_factor, gather):
         raise NotImplementedError("Pre/postscale_factor are not supported with tf.IndexedSlices")
     values, indices = gather(tensor.values), gather(tensor.indices)
     if op == Average:
-        values = values / tf.cast(size(), values.dtype)
+        values = values / tf.cast(process_set.size(), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
 
 
@@ -65,18 +70,19 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
         op: Average (default), Sum, Min, Max or Product.
         prescale_factor, postscale_factor: multiply before and after the reduction.
         name: matches this collective by name on every rank.
-        process_set: only the global process set is supported.
+        process_set: the ranks to reduce among (default: every rank).
         ignore_name_scope: leave the name scope out of the collective's name.
     """
     _check_process_set(process_set, "allreduce")
     op = handle_average_backwards_compatibility(op, average)
     if isinstance(tensor, tf.IndexedSlices):
         return _sparse_allreduce(tensor, op, prescale_factor, postscale_factor,
-                                 lambda t: allgather(t, ignore_name_scope=ignore_name_scope))
+                                 lambda t: allgather(t, ignore_name_scope=ignore_name_scope,
+                                                     process_set=process_set), process_set)
     compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
     reduced = _allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
                          postscale_factor=postscale_factor,
-                         ignore_name_scope=ignore_name_scope)
+                         ignore_name_scope=ignore_name_scope, process_set=process_set)
     return compression.decompress(reduced, ctx)
 
 
@@ -96,7 +102,8 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
         if isinstance(t, tf.IndexedSlices):
             out[i] = _sparse_allreduce(
                 t, op, prescale_factor, postscale_factor,
-                lambda x: allgather(x, ignore_name_scope=ignore_name_scope))
+                lambda x: allgather(x, ignore_name_scope=ignore_name_scope,
+                                    process_set=process_set), process_set)
         else:
             dense.append(i)
     if dense:
@@ -104,10 +111,39 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
         reduced = _grouped_allreduce([c for c, _ in compressed], name=name, op=op,
                                      prescale_factor=prescale_factor,
                                      postscale_factor=postscale_factor,
-                                     ignore_name_scope=ignore_name_scope)
+                                     ignore_name_scope=ignore_name_scope,
+                                     process_set=process_set)
         for i, r, (_, ctx) in zip(dense, reduced, compressed):
             out[i] = compression.decompress(r, ctx)
     return out
+
+
+def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average,
+                  name=None, process_set=global_process_set, ignore_name_scope=False,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces `tensor` over the ranks of the process set (Average by default) and returns
+    this rank's slice of the first dimension (ranks below rows % size get one row more).
+    The shape must be the same on every rank. Differentiable (Horovod's gradient: an
+    allgather)."""
+    compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
+    reduced = _reducescatter(compressed, name=name, op=op, ignore_name_scope=ignore_name_scope,
+                             process_set=process_set, prescale_factor=prescale_factor,
+                             postscale_factor=postscale_factor)
+    return compression.decompress(reduced, ctx)
+
+
+def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """reducescatter of each tensor of a list; returns the list of slices."""
+    if not tensors:
+        return tensors
+    compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
+    reduced = _grouped_reducescatter([c for c, _ in compressed], op=op,
+                                     process_set=process_set,
+                                     prescale_factor=prescale_factor,
+                                     postscale_factor=postscale_factor)
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
 
 
 # ---- gradients of many variables -------------------------------------------------------
@@ -119,7 +155,7 @@ class _GradientReducer:
     list of shapes, so every collective is submitted at once."""
 
     def __init__(self, name, compression, sparse_as_dense, op, gradient_predivide_factor,
-                 groups):
+                 groups, process_set=global_process_set):
         if op not in (Average, Sum):
             raise NotImplementedError(
                 f"{_WHAT}: gradients are reduced with Average or Sum, not {op!r}")
@@ -131,6 +167,7 @@ class _GradientReducer:
         self.prescale = 1.0 / gradient_predivide_factor if op == Average else 1.0
         self.postscale = gradient_predivide_factor if op == Average else 1.0
         self.groups = groups
+        self.process_set = process_set
         self._graph_fn = None
 
     def _reduce(self, grads, use_generic_names=False):
@@ -140,11 +177,12 @@ class _GradientReducer:
                          for g in grads]
             present = [i for i, g in enumerate(grads) if g is not None]
             out = list(grads)
-            if not present or size() == 1:
+            if not present or self.process_set.size() == 1:
                 return out
             reduced = grouped_allreduce(
                 [grads[i] for i in present], compression=self.compression, op=self.op,
                 prescale_factor=self.prescale, postscale_factor=self.postscale,
+                process_set=self.process_set,
                 name="grads" if use_generic_names else None,
                 ignore_name_scope=use_generic_names)
             for i, r in zip(present, reduced):
@@ -183,7 +221,7 @@ class _DistributedGradientTape:
         for i, g in zip(shared, reduced):
             grads[i] = g
         if self.scale_local_gradients and self._local_sources:
-            n = tf.cast(size(), tf.float32)
+            n = tf.cast(self.process_set.size(), tf.float32)
             for i, s in enumerate(flat):
                 g = grads[i]
                 if id(s) in self._local_sources and g is not None:
@@ -231,7 +269,7 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",  # noqa
     tape.__dict__.update(gradtape.__dict__)  # the recording tape and its watched variables
     tape._hvdrun_setup(
         _GradientReducer("DistributedGradientTape", compression, sparse_as_dense, op,
-                         gradient_predivide_factor, groups),
+                         gradient_predivide_factor, groups, process_set),
         process_set, scale_local_gradients)
     return tape
 
@@ -278,7 +316,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
         gradient_predivide_factor=gradient_predivide_factor, op=op,
         backward_passes_per_step=backward_passes_per_step,
         average_aggregated_gradients=average_aggregated_gradients,
-        scale_local_gradients=scale_local_gradients)
+        scale_local_gradients=scale_local_gradients, process_set=process_set)
 
 
 def broadcast_global_variables(root_rank):
@@ -299,12 +337,6 @@ class HorovodFeatureNotSupported(NotImplementedError, AttributeError):
 
 _ALTERNATIVES = {
     "Adasum": "op=hvd.Average (or hvd.Sum)",
-    "alltoall": "allgather, then take the slices meant for this rank",
-    "reducescatter": "allreduce, then take this rank's slice of the result",
-    "grouped_reducescatter": "grouped_allreduce, then take this rank's slices",
-    "ProcessSet": "collectives over all ranks",
-    "add_process_set": "collectives over all ranks",
-    "remove_process_set": "collectives over all ranks",
     "SyncBatchNormalization": "tf.keras.layers.BatchNormalization",
     "elastic": "hvdrun's elastic mode (hvdrun --min-np / --host-discovery-script): the job "
                "restarts in a new generation and the program reloads its own checkpoint",
@@ -327,12 +359,14 @@ def __getattr__(name):
 __all__ = [
     "Average", "Compression", "DistributedGradientTape", "DistributedOptimizer",
     "HorovodFeatureNotSupported", "HorovodInternalError", "Max", "Min",
-    "PartialDistributedGradientTape", "Product", "Sum", "allgather", "allgather_object",
-    "allreduce", "broadcast", "broadcast_", "broadcast_global_variables", "broadcast_object",
-    "broadcast_variables",
+    "PartialDistributedGradientTape", "ProcessSet", "Product", "Sum", "add_process_set",
+    "allgather", "allgather_object", "allreduce", "alltoall", "broadcast", "broadcast_",
+    "broadcast_global_variables", "broadcast_object", "broadcast_variables",
     "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "global_process_set",
-    "gloo_built", "gloo_enabled", "grouped_allgather", "grouped_allreduce", "init",
+    "gloo_built", "gloo_enabled", "grouped_allgather", "grouped_allreduce",
+    "grouped_reducescatter", "init",
     "is_homogeneous", "is_initialized", "join", "local_rank", "local_rank_op", "local_size",
     "local_size_op", "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built",
-    "process_set_included_op", "rank", "rank_op", "rocm_built", "shutdown", "size", "size_op",
+    "process_set_included_op", "rank", "rank_op", "reducescatter", "remove_process_set",
+    "rocm_built", "shutdown", "size", "size_op",
 ]

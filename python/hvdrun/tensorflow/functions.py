@@ -10,17 +10,18 @@ from hvdrun.tensorflow.mpi_ops import (_check_process_set, allgather, broadcast,
 _broadcast_fns = {}
 
 
-def _broadcast_group(variables, root_rank):
+def _broadcast_group(variables, root_rank, process_set):
     # One tf.function per set of variables (as Horovod's): TensorFlow then submits every
     # broadcast at once and libhvdrun runs them back to back, instead of one eager
     # round trip per variable.
-    key = (tuple(id(v) for v in variables), root_rank)  # Keras 3 variables lack ref()
+    key = (tuple(id(v) for v in variables), root_rank,  # Keras 3 variables lack ref()
+           process_set.process_set_id)
     fn = _broadcast_fns.get(key)
     if fn is None:
         @tf.function(autograph=False)
         def fn():
             for v in variables:
-                v.assign(broadcast(v, root_rank))
+                v.assign(broadcast(v, root_rank, process_set=process_set))
         _broadcast_fns[key] = fn
     fn()
 
@@ -33,8 +34,9 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     if not variables:
         return None
     if tf.executing_eagerly():
-        return _broadcast_group(variables, root_rank)
-    return tf.group(*[v.assign(broadcast(v, root_rank)) for v in variables])
+        return _broadcast_group(variables, root_rank, process_set)
+    return tf.group(*[v.assign(broadcast(v, root_rank, process_set=process_set))
+                      for v in variables])
 
 
 def _numpy(t, session):
@@ -49,31 +51,41 @@ def _numpy(t, session):
     return session.run(t)
 
 
+def _object_name(name, ps):
+    """An object collective's name; within a process set other than every rank's it
+    carries the set's id, so sets that overlap do not share names in flight."""
+    return name if ps == 0 else f"{name}@{ps}"
+
+
 def broadcast_object(obj, root_rank=0, session=None, name=None,
                      process_set=global_process_set):
     """Rank `root_rank`'s `obj` on every rank (pickled)."""
-    _check_process_set(process_set, "broadcast_object")
-    name = name or type(obj).__name__
+    ps = _check_process_set(process_set, "broadcast_object")
+    name = _object_name(name or type(obj).__name__, ps)
     from hvdrun.tensorflow.mpi_ops import rank
     if rank() == root_rank:
         data = np.frombuffer(_pickle.dumps(obj), dtype=np.uint8)
         sz = np.array([data.size], dtype=np.int64)
     else:
         data, sz = None, np.array([0], dtype=np.int64)
-    n = int(_numpy(broadcast(tf.constant(sz), root_rank, name + ".sz"), session)[0])
+    n = int(_numpy(broadcast(tf.constant(sz), root_rank, name + ".sz",
+                             process_set=process_set), session)[0])
     if data is None:
         data = np.zeros(n, dtype=np.uint8)
-    out = _numpy(broadcast(tf.constant(data), root_rank, name + ".t"), session)
+    out = _numpy(broadcast(tf.constant(data), root_rank, name + ".t",
+                           process_set=process_set), session)
     return _pickle.loads(out.tobytes())
 
 
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
     """Every rank's `obj`, as a list in rank order (pickled)."""
-    _check_process_set(process_set, "allgather_object")
-    name = name or type(obj).__name__
+    ps = _check_process_set(process_set, "allgather_object")
+    name = _object_name(name or type(obj).__name__, ps)
     data = np.frombuffer(_pickle.dumps(obj), dtype=np.uint8)
-    sizes = _numpy(allgather(tf.constant([data.size], dtype=tf.int64), name + ".sz"), session)
-    gathered = _numpy(allgather(tf.constant(data), name + ".t"), session).tobytes()
+    sizes = _numpy(allgather(tf.constant([data.size], dtype=tf.int64), name + ".sz",
+                             process_set=process_set), session)
+    gathered = _numpy(allgather(tf.constant(data), name + ".t", process_set=process_set),
+                      session).tobytes()
     out, at = [], 0
     for s in sizes:
         out.append(_pickle.loads(gathered[at:at + int(s)]))

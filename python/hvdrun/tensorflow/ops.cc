@@ -11,6 +11,7 @@
 // out of a fusion or padding buffer) and calls TensorFlow's `done`. A failed collective
 // never calls `then`: the completion thread polls the handles still out every 2 ms and
 // fails their ops with libhvdrun's message.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -45,6 +46,7 @@ struct Abi {
   int (*poll)(hvdrun_handle) = nullptr;
   const char* (*last_error)() = nullptr;
   int (*query[6])() = {};  // rank, size, local_rank, local_size, cross_rank, cross_size
+  int (*process_set_ranks)(int, int*, int) = nullptr;
 };
 Abi g_abi;
 std::atomic<bool> g_bound{false};
@@ -58,6 +60,38 @@ absl::Status not_bound() {
 std::string last_error() {
   const char* e = g_abi.last_error();
   return e != nullptr && *e != '\0' ? e : "unknown error";
+}
+
+// The job ranks of process set `ps` (0: every rank), ascending; empty for an unknown set.
+std::vector<int> members(int ps) {
+  if (ps == 0) {
+    std::vector<int> all(std::max(g_abi.query[1](), 0));
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+    return all;
+  }
+  const int n = g_abi.process_set_ranks(ps, nullptr, 0);
+  if (n < 0) return {};
+  std::vector<int> out(n);
+  g_abi.process_set_ranks(ps, out.data(), n);
+  return out;
+}
+
+// This rank's position in process set `ps` and the set's size; an error when the set is
+// unknown or this rank is not in it.
+absl::Status place_in(int ps, int* me, int* n, const char* what) {
+  const std::vector<int> m = members(ps);
+  const int rank = g_abi.query[0]();
+  const auto it = std::find(m.begin(), m.end(), rank);
+  if (m.empty() || it == m.end())
+    return absl::FailedPreconditionError(
+        std::string("hvdrun ") + what + ": rank " + std::to_string(rank) +
+        (m.empty() ? " names process set " + std::to_string(ps) + ", which does not exist"
+                   : " is not a member of process set " + std::to_string(ps)) +
+        "; add the set on every rank with hvd.add_process_set() and pass it only on its "
+        "members");
+  *me = static_cast<int>(it - m.begin());
+  *n = static_cast<int>(m.size());
+  return absl::OkStatus();
 }
 
 // ---- element types ----------------------------------------------------------------------
@@ -305,14 +339,38 @@ void submit(Op* op, const hvdrun_collective& c,
 // The collective's description; `name`, `shape` and `type_name` must live until it is
 // submitted (libhvdrun copies them then).
 hvdrun_collective describe(int kind, int dtype, const std::string& name,
-                           const std::vector<long long>& shape, const std::string& type_name) {
+                           const std::vector<long long>& shape, const std::string& type_name,
+                           int process_set) {
   hvdrun_collective c{};
   c.kind = kind;
+  c.process_set = process_set;
   c.dtype = dtype;
   c.name = name.empty() ? nullptr : name.c_str();  // copied by libhvdrun at submission
   c.shape = shape.data();
   c.ndim = static_cast<int>(shape.size());
   c.type_name = type_name.c_str();
+  return c;
+}
+
+// The name of a composite collective's second step: after the first step's name, or after
+// its agreed position among the unnamed collectives of its process set.
+std::string step_name(const std::string& base, const char* kind, int ps, long long seq) {
+  if (!base.empty()) return base;
+  return std::string(kind) + "." + std::to_string(ps) + "." + std::to_string(seq);
+}
+
+// The second step of a composite collective: raw bytes, named `name` (which must live
+// until it is submitted), in process set `ps`.
+hvdrun_collective bytes_step(int kind, const void* send, void* recv, std::size_t count,
+                             const std::string& name, int ps) {
+  hvdrun_collective c{};
+  c.kind = kind;
+  c.dtype = HVDRUN_UINT8;
+  c.send = send;
+  c.recv = recv;
+  c.count = count;
+  c.name = name.c_str();
+  c.process_set = ps;
   return c;
 }
 
@@ -328,6 +386,7 @@ class Base : public tf::AsyncOpKernel {
  public:
   explicit Base(tf::OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &ps_));
   }
 
   void ComputeAsync(tf::OpKernelContext* ctx, DoneCallback done) final {
@@ -348,17 +407,42 @@ class Base : public tf::AsyncOpKernel {
   virtual absl::Status start(Op* op) = 0;
 
   std::string tensor_name_;
+  int ps_ = 0;  // process set: 0 is every rank
 };
 
-// Allreduce (attrs reduce_op: libhvdrun's op, prescale/postscale factors). int8/int16 are
-// reduced as int32 and narrowed back.
-class Allreduce : public Base {
+// A kernel that reduces: attrs reduce_op (libhvdrun's op) and the prescale/postscale
+// factors.
+class Reducing : public Base {
  public:
-  explicit Allreduce(tf::OpKernelConstruction* c) : Base(c) {
+  explicit Reducing(tf::OpKernelConstruction* c) : Base(c) {
     OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op_));
     OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
     OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
   }
+
+ protected:
+  int op_ = HVDRUN_SUM;
+  float prescale_ = 1.0F;
+  float postscale_ = 1.0F;
+};
+
+// The tensor's bytes per row of its first dimension, after checking it has one; `what`
+// and `verb` name the op in the error ("alltoall", "splits").
+absl::Status first_dim(const tf::Tensor& in, const char* what, const char* verb,
+                       std::size_t* rowbytes) {
+  if (in.dims() == 0)
+    return absl::InvalidArgumentError(std::string("hvdrun ") + what +
+                                      ": the tensor needs at least one dimension (" + what + " " +
+                                      verb + " the first); reshape it to [1]");
+  *rowbytes = tf::DataTypeSize(in.dtype());
+  for (int i = 1; i < in.dims(); ++i) *rowbytes *= in.dim_size(i);
+  return absl::OkStatus();
+}
+
+// Allreduce. int8/int16 are reduced as int32 and narrowed back.
+class Allreduce : public Reducing {
+ public:
+  explicit Allreduce(tf::OpKernelConstruction* c) : Reducing(c) {}
 
  private:
   absl::Status start(Op* op) override {
@@ -403,7 +487,7 @@ class Allreduce : public Base {
     }
     const auto shape = dims_of(in.shape());
     const std::string type_name = type_name_of(t);
-    auto c = describe(HVDRUN_KIND_ALLREDUCE, ctype, tensor_name_, shape, type_name);
+    auto c = describe(HVDRUN_KIND_ALLREDUCE, ctype, tensor_name_, shape, type_name, ps_);
     c.send = send;
     c.recv = recv;
     c.count = n;
@@ -413,21 +497,14 @@ class Allreduce : public Base {
     submit(op, c);
     return absl::OkStatus();
   }
-
-  int op_ = HVDRUN_SUM;
-  float prescale_ = 1.0F;
-  float postscale_ = 1.0F;
 };
 
 // Grouped allreduce: the tensors (one element type) are packed into fusion buffers of at most
 // `fusion_bytes` each (a bigger tensor alone, reduced in place), one collective per buffer,
 // and copied out after.
-class GroupedAllreduce : public Base {
+class GroupedAllreduce : public Reducing {
  public:
-  explicit GroupedAllreduce(tf::OpKernelConstruction* c) : Base(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op_));
-    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
-    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+  explicit GroupedAllreduce(tf::OpKernelConstruction* c) : Reducing(c) {
     OP_REQUIRES_OK(c, c->GetAttr("fusion_bytes", &fusion_bytes_));
   }
 
@@ -485,7 +562,7 @@ class GroupedAllreduce : public Base {
       const std::string name =
           tensor_name_.empty() ? std::string() : tensor_name_ + "." + std::to_string(b);
       const std::vector<long long> shape = {static_cast<long long>(bk.count)};
-      auto c = describe(HVDRUN_KIND_ALLREDUCE, ctype, name, shape, type_name);
+      auto c = describe(HVDRUN_KIND_ALLREDUCE, ctype, name, shape, type_name, ps_);
       c.send = send;
       c.recv = recv;
       c.count = bk.count;
@@ -528,9 +605,6 @@ class GroupedAllreduce : public Base {
     return buckets;
   }
 
-  int op_ = HVDRUN_SUM;
-  float prescale_ = 1.0F;
-  float postscale_ = 1.0F;
   int fusion_bytes_ = 16 << 20;
 };
 
@@ -552,7 +626,7 @@ class Broadcast : public Base {
       std::memcpy(bytes_of(*out), in.tensor_data().data(), in.TotalBytes());
     const auto shape = dims_of(in.shape());
     const std::string type_name = type_name_of(in.dtype());
-    auto c = describe(HVDRUN_KIND_BROADCAST, HVDRUN_UINT8, tensor_name_, shape, type_name);
+    auto c = describe(HVDRUN_KIND_BROADCAST, HVDRUN_UINT8, tensor_name_, shape, type_name, ps_);
     c.recv = bytes_of(*out);
     c.count = in.TotalBytes();
     c.root = root_;
@@ -575,34 +649,32 @@ class Allgather : public Base {
   absl::Status start(Op* op) override {
     tf::OpKernelContext* ctx = op->ctx;
     const tf::Tensor& in = ctx->input(0);
-    if (in.dims() == 0)
-      return absl::InvalidArgumentError(
-          "hvdrun allgather: the tensor needs at least one dimension (allgather concatenates "
-          "along the first); reshape it to [1]");
-    const int n = g_abi.query[1]();
-    std::size_t rowbytes = tf::DataTypeSize(in.dtype());
-    for (int i = 1; i < in.dims(); ++i) rowbytes *= in.dim_size(i);
+    std::size_t rowbytes = 0;
+    TF_RETURN_IF_ERROR(first_dim(in, "allgather", "concatenates along", &rowbytes));
+    int me = 0, n = 0;
+    TF_RETURN_IF_ERROR(place_in(ps_, &me, &n, "allgather"));
     const long long rows = in.dim_size(0);
     auto* mine = reinterpret_cast<long long*>(op->buffer(sizeof(long long)).data());
     *mine = rows;
     auto* firsts = reinterpret_cast<long long*>(op->buffer(sizeof(long long) * n).data());
     const auto shape = dims_of(in.shape());
     const std::string type_name = type_name_of(in.dtype());
-    auto c = describe(HVDRUN_KIND_ALLGATHER, HVDRUN_INT64, tensor_name_, shape, type_name);
+    auto c = describe(HVDRUN_KIND_ALLGATHER, HVDRUN_INT64, tensor_name_, shape, type_name, ps_);
     c.send = mine;
     c.recv = firsts;
     c.count = 1;
     const std::string base = tensor_name_;
-    submit(op, c, [op, firsts, n, rowbytes, base](long long seq) {
-      return gather_rows(op, firsts, n, rowbytes,
-                         (base.empty() ? "allgather." + std::to_string(seq) : base) + ".data");
+    const int ps = ps_;
+    submit(op, c, [op, firsts, n, rowbytes, base, ps](long long seq) {
+      return gather_rows(op, firsts, n, rowbytes, ps,
+                         step_name(base, "allgather", ps, seq) + ".data");
     });
     return absl::OkStatus();
   }
 
   // The second step, on libhvdrun's thread once every rank's first dimension is known.
   static absl::Status gather_rows(Op* op, const long long* firsts, int n, std::size_t rowbytes,
-                                  const std::string& name) {
+                                  int ps, const std::string& name) {
     tf::OpKernelContext* ctx = op->ctx;
     const tf::Tensor& src = ctx->input(0);
     long long total = 0, biggest = 0;
@@ -633,31 +705,189 @@ class Allgather : public Base {
         }
       };
     }
-    hvdrun_collective d{};
-    d.kind = HVDRUN_KIND_ALLGATHER;
-    d.dtype = HVDRUN_UINT8;
-    d.send = send;
-    d.recv = recv;
-    d.count = slot;
-    d.name = name.c_str();
+    submit(op, bytes_step(HVDRUN_KIND_ALLGATHER, send, recv, slot, name, ps));
+    return absl::OkStatus();
+  }
+};
+
+// Alltoall along the first dimension: every rank's splits first (an allgather of n rows
+// counts, on which the ranks also agree about the other dimensions and the type), then
+// the rows, submitted from the first step's `then` so that each rank can size its output
+// (hvdrun.torch's alltoall does the same). Outputs: the rows received, in rank order, and
+// how many came from each rank.
+class Alltoall : public Base {
+ public:
+  explicit Alltoall(tf::OpKernelConstruction* c) : Base(c) {}
+
+ private:
+  absl::Status start(Op* op) override {
+    tf::OpKernelContext* ctx = op->ctx;
+    const tf::Tensor& in = ctx->input(0);
+    const tf::Tensor& splits = ctx->input(1);
+    std::size_t rowbytes = 0;
+    TF_RETURN_IF_ERROR(first_dim(in, "alltoall", "splits", &rowbytes));
+    int me = 0, n = 0;
+    TF_RETURN_IF_ERROR(place_in(ps_, &me, &n, "alltoall"));
+    const long long rows = in.dim_size(0);
+    auto* send_rows = reinterpret_cast<long long*>(op->buffer(sizeof(long long) * n).data());
+    if (splits.NumElements() == 0) {
+      if (rows % n != 0)
+        return absl::InvalidArgumentError("hvdrun alltoall: the first dimension (" +
+                                          std::to_string(rows) +
+                                          ") cannot be split equally among " + std::to_string(n) +
+                                          " ranks; pass splits (rows for each rank)");
+      for (int r = 0; r < n; ++r) send_rows[r] = rows / n;
+    } else {
+      if (splits.dims() != 1 || splits.NumElements() != n)
+        return absl::InvalidArgumentError(
+            "hvdrun alltoall: splits has " + splits.shape().DebugString() +
+            " entries; give one per rank (" + std::to_string(n) + ")");
+      long long sum = 0;
+      for (int r = 0; r < n; ++r) {
+        send_rows[r] = splits.flat<std::int32_t>()(r);
+        if (send_rows[r] < 0)
+          return absl::InvalidArgumentError("hvdrun alltoall: splits has a negative entry");
+        sum += send_rows[r];
+      }
+      if (sum > rows)
+        return absl::InvalidArgumentError(
+            "hvdrun alltoall: splits add up to " + std::to_string(sum) +
+            " rows but the tensor's first dimension is " + std::to_string(rows));
+    }
+    auto* table = reinterpret_cast<long long*>(op->buffer(sizeof(long long) * n * n).data());
+    const auto shape = dims_of(in.shape());
+    const std::string type_name = type_name_of(in.dtype());
+    auto c = describe(HVDRUN_KIND_ALLGATHER, HVDRUN_INT64, tensor_name_, shape, type_name, ps_);
+    c.send = send_rows;
+    c.recv = table;
+    c.count = n;
+    const std::string base = tensor_name_;
+    const int ps = ps_;
+    submit(op, c, [op, send_rows, table, me, n, rowbytes, base, ps](long long seq) {
+      return exchange(op, send_rows, table, me, n, rowbytes, ps,
+                      step_name(base, "alltoall", ps, seq) + ".rows");
+    });
+    return absl::OkStatus();
+  }
+
+  // The second step, on libhvdrun's thread once every rank's splits are known.
+  static absl::Status exchange(Op* op, const long long* send_rows, const long long* table, int me,
+                               int n, std::size_t rowbytes, int ps, const std::string& name) {
+    tf::OpKernelContext* ctx = op->ctx;
+    const tf::Tensor& src = ctx->input(0);
+    long long total = 0, moving = 0;
+    tf::Tensor* received = nullptr;
+    TF_RETURN_IF_ERROR(ctx->allocate_output(1, tf::TensorShape({n}), &received));
+    for (int r = 0; r < n; ++r) {
+      const long long from = table[static_cast<std::size_t>(r) * n + me];
+      received->flat<std::int32_t>()(r) = static_cast<std::int32_t>(from);
+      total += from;
+    }
+    for (int i = 0; i < n * n; ++i) moving += table[i];
+    tf::TensorShape shape = src.shape();
+    shape.set_dim(0, total);
+    tf::Tensor* out = nullptr;
+    TF_RETURN_IF_ERROR(ctx->allocate_output(0, shape, &out));
+    if (rowbytes == 0 || moving == 0) return absl::OkStatus();  // every rank skips alike
+    auto* bytes = reinterpret_cast<long long*>(op->buffer(sizeof(long long) * n).data());
+    auto* got = reinterpret_cast<long long*>(op->buffer(sizeof(long long) * n).data());
+    long long sent = 0;
+    for (int r = 0; r < n; ++r) {
+      bytes[r] = send_rows[r] * static_cast<long long>(rowbytes);
+      sent += bytes[r];
+    }
+    auto d = bytes_step(HVDRUN_KIND_ALLTOALL, src.tensor_data().data(), bytes_of(*out),
+                        static_cast<std::size_t>(sent), name, ps);
+    d.splits = bytes;
+    d.received_splits = got;
+    d.recv_count = out->TotalBytes();
     submit(op, d);
     return absl::OkStatus();
   }
 };
 
+// Reducescatter along the first dimension: the tensor reduced over the ranks, each rank
+// keeping its slice (ranks below rows % n get one row more, as in Horovod). Scale
+// factors are applied here (libhvdrun only agrees on them), Average's division by
+// libhvdrun.
+class Reducescatter : public Reducing {
+ public:
+  explicit Reducescatter(tf::OpKernelConstruction* c) : Reducing(c) {}
+
+ private:
+  absl::Status start(Op* op) override {
+    tf::OpKernelContext* ctx = op->ctx;
+    const tf::Tensor& in = ctx->input(0);
+    const tf::DataType t = in.dtype();
+    std::size_t rowbytes = 0;
+    TF_RETURN_IF_ERROR(first_dim(in, "reducescatter", "splits", &rowbytes));
+    const int ctype = reduce_type(t);
+    if (ctype < 0)
+      return absl::InvalidArgumentError("hvdrun reducescatter: " + type_name_of(t) +
+                                        " tensors cannot be reduced");
+    int me = 0, n = 0;
+    TF_RETURN_IF_ERROR(place_in(ps_, &me, &n, "reducescatter"));
+    const long long rows = in.dim_size(0);
+    tf::TensorShape shape = in.shape();
+    shape.set_dim(0, rows / n + (me < rows % n ? 1 : 0));
+    tf::Tensor* out = nullptr;
+    TF_RETURN_IF_ERROR(ctx->allocate_output(0, shape, &out));
+    const auto count = static_cast<std::size_t>(in.NumElements());
+    const void* send = in.tensor_data().data();
+    if (prescale_ != 1.0F && count > 0) {
+      char* scaled = op->buffer(in.TotalBytes()).data();
+      std::memcpy(scaled, send, in.TotalBytes());
+      scale(t, scaled, count, prescale_);
+      send = scaled;
+    }
+    const double post = postscale_;
+    const auto mine = static_cast<std::size_t>(out->NumElements());
+    if (post != 1.0) op->finish = [out, mine, t, post] { scale(t, bytes_of(*out), mine, post); };
+    // libhvdrun reads the shape again when it splits the result (after submission), so
+    // it lives as long as the op.
+    auto& dims_buf = op->buffer(sizeof(long long) * std::max(in.dims(), 1));
+    std::vector<long long> dims = dims_of(in.shape());
+    std::memcpy(dims_buf.data(), dims.data(), sizeof(long long) * dims.size());
+    const std::string type_name = type_name_of(t);
+    auto c = describe(HVDRUN_KIND_REDUCESCATTER, ctype, tensor_name_, dims, type_name, ps_);
+    c.shape = reinterpret_cast<const long long*>(dims_buf.data());
+    c.send = send;
+    c.recv = bytes_of(*out);
+    c.count = count;
+    c.op = op_;
+    c.prescale = prescale_;
+    c.postscale = postscale_;
+    submit(op, c);
+    return absl::OkStatus();
+  }
+};
+
 // rank(), size() and the like at graph execution time.
+// rank(), size() and the like at graph execution time (`which`: 0-5 as Abi::query, 6: whether
+// this rank is in process set `process_set_id`). size and inclusion read the process set.
 class Query : public tf::OpKernel {
  public:
   explicit Query(tf::OpKernelConstruction* c) : OpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("which", &which_));
-    OP_REQUIRES(c, which_ >= 0 && which_ < 6, absl::InvalidArgumentError("bad query"));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &ps_));
+    OP_REQUIRES(c, which_ >= 0 && which_ <= 6, absl::InvalidArgumentError("bad query"));
   }
   void Compute(tf::OpKernelContext* ctx) override {
     OP_REQUIRES(ctx, g_bound.load(), not_bound());
-    const int v = g_abi.query[which_]();
+    int v = g_abi.query[which_ == 6 ? 0 : which_]();
     OP_REQUIRES(ctx, v >= 0,
                 absl::FailedPreconditionError(
                     "hvdrun: rank/size queried before hvd.init(): call hvd.init() first"));
+    if (which_ == 1 || which_ == 6) {
+      const std::vector<int> m = members(ps_);
+      if (which_ == 6)  // Horovod's answer for an unknown set: -3
+        v = m.empty() ? -3 : (std::find(m.begin(), m.end(), v) != m.end() ? 1 : 0);
+      else
+        v = static_cast<int>(m.size());
+      OP_REQUIRES(ctx, which_ == 6 || v > 0,
+                  absl::InvalidArgumentError("hvdrun size_op: process set " + std::to_string(ps_) +
+                                             " does not exist"));
+    }
     tf::Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tf::TensorShape({}), &out));
     out->scalar<std::int32_t>()() = v;
@@ -665,6 +895,7 @@ class Query : public tf::OpKernel {
 
  private:
   int which_ = 0;
+  int ps_ = 0;
 };
 
 absl::Status same_shape(tf::shape_inference::InferenceContext* c) {
@@ -674,6 +905,14 @@ absl::Status same_shape(tf::shape_inference::InferenceContext* c) {
 
 absl::Status scalar_shape(tf::shape_inference::InferenceContext* c) {
   c->set_output(0, c->Scalar());
+  return absl::OkStatus();
+}
+
+absl::Status alltoall_shape(tf::shape_inference::InferenceContext* c) {
+  tf::shape_inference::ShapeHandle out;
+  TF_RETURN_IF_ERROR(c->ReplaceDim(c->input(0), 0, c->UnknownDim(), &out));
+  c->set_output(0, out);
+  c->set_output(1, c->Vector(c->UnknownDim()));
   return absl::OkStatus();
 }
 
@@ -700,6 +939,7 @@ REGISTER_OP("HvdrunAllreduce")
     .Attr("prescale_factor: float = 1.0")
     .Attr("postscale_factor: float = 1.0")
     .Attr("tensor_name: string = ''")
+    .Attr("process_set_id: int = 0")
     .Input("tensor: T")
     .Output("reduced: T")
     .SetShapeFn(hvdrun_tf::same_shape);
@@ -714,6 +954,7 @@ REGISTER_OP("HvdrunGroupedAllreduce")
     .Attr("postscale_factor: float = 1.0")
     .Attr("fusion_bytes: int = 16777216")
     .Attr("tensor_name: string = ''")
+    .Attr("process_set_id: int = 0")
     .Input("tensors: num_tensors * T")
     .Output("reduced: num_tensors * T")
     .SetShapeFn(hvdrun_tf::same_shape);
@@ -724,6 +965,7 @@ REGISTER_OP("HvdrunBroadcast")
     .Attr("T: " HVDRUN_TF_MOVABLE)
     .Attr("root_rank: int")
     .Attr("tensor_name: string = ''")
+    .Attr("process_set_id: int = 0")
     .Input("tensor: T")
     .Output("broadcast: T")
     .SetShapeFn(hvdrun_tf::same_shape);
@@ -733,14 +975,41 @@ REGISTER_KERNEL_BUILDER(Name("HvdrunBroadcast").Device(::tensorflow::DEVICE_CPU)
 REGISTER_OP("HvdrunAllgather")
     .Attr("T: " HVDRUN_TF_MOVABLE)
     .Attr("tensor_name: string = ''")
+    .Attr("process_set_id: int = 0")
     .Input("tensor: T")
     .Output("gathered: T")
     .SetShapeFn(hvdrun_tf::gathered_shape);
 REGISTER_KERNEL_BUILDER(Name("HvdrunAllgather").Device(::tensorflow::DEVICE_CPU),
                         hvdrun_tf::Allgather);
 
+REGISTER_OP("HvdrunAlltoall")
+    .Attr("T: " HVDRUN_TF_MOVABLE)
+    .Attr("tensor_name: string = ''")
+    .Attr("process_set_id: int = 0")
+    .Input("tensor: T")
+    .Input("splits: int32")
+    .Output("output: T")
+    .Output("received_splits: int32")
+    .SetShapeFn(hvdrun_tf::alltoall_shape);
+REGISTER_KERNEL_BUILDER(Name("HvdrunAlltoall").Device(::tensorflow::DEVICE_CPU),
+                        hvdrun_tf::Alltoall);
+
+REGISTER_OP("HvdrunReducescatter")
+    .Attr("T: {uint8, int32, int64, float16, bfloat16, float32, float64}")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string = ''")
+    .Attr("process_set_id: int = 0")
+    .Input("tensor: T")
+    .Output("output: T")
+    .SetShapeFn(hvdrun_tf::gathered_shape);
+REGISTER_KERNEL_BUILDER(Name("HvdrunReducescatter").Device(::tensorflow::DEVICE_CPU),
+                        hvdrun_tf::Reducescatter);
+
 REGISTER_OP("HvdrunQuery")
     .Attr("which: int")
+    .Attr("process_set_id: int = 0")
     .Output("value: int32")
     .SetIsStateful()
     .SetShapeFn(hvdrun_tf::scalar_shape);
@@ -750,12 +1019,13 @@ REGISTER_KERNEL_BUILDER(Name("HvdrunQuery").Device(::tensorflow::DEVICE_CPU), hv
 // libhvdrun it loaded. Returns 0.
 extern "C" __attribute__((visibility("default"))) int hvdrun_tf_bind(void** fns, int count) {
   using hvdrun_tf::g_abi;
-  if (count != 10) return -1;
+  if (count != 11) return -1;
   g_abi.submit_then = reinterpret_cast<decltype(g_abi.submit_then)>(fns[0]);
   g_abi.wait = reinterpret_cast<decltype(g_abi.wait)>(fns[1]);
   g_abi.poll = reinterpret_cast<decltype(g_abi.poll)>(fns[2]);
   g_abi.last_error = reinterpret_cast<decltype(g_abi.last_error)>(fns[3]);
   for (int i = 0; i < 6; ++i) g_abi.query[i] = reinterpret_cast<int (*)()>(fns[4 + i]);
+  g_abi.process_set_ranks = reinterpret_cast<decltype(g_abi.process_set_ranks)>(fns[10]);
   hvdrun_tf::g_bound.store(true);
   return 0;
 }

@@ -14,30 +14,25 @@ Host (CPU) tensors go through Gloo; CUDA tensors through NCCL, enqueued on the t
 device's current stream (the handle completes once enqueued: later work on that stream
 sees the result, as with Horovod's synchronize()).
 """
-import atexit
 import ctypes
 import itertools
-import os
-import sys
 import threading
-import zlib
 
 import torch
 
-from hvdrun import _lib
+from hvdrun import _job, _lib
+from hvdrun._job import (OP_NAMES as _OP_NAMES, Average, Max, Min,  # noqa: F401
+                         ProcessSet, Product, Sum, add_process_set, ccl_built, ddl_built,
+                         global_process_set, gloo_built, gloo_enabled, is_homogeneous,
+                         is_initialized, mpi_built, mpi_enabled, remove_process_set,
+                         rocm_built)
 from hvdrun._lib import HvdrunError
 from hvdrun.torch.compression import Compression
 
 # Horovod's name for a failed collective; a RuntimeError like Horovod's.
 HorovodInternalError = HvdrunError
 
-# Reduction ops, with Horovod's values (2 is Horovod's Adasum, which hvdrun lacks).
-Average = 0
-Sum = 1
-Min = 3
-Max = 4
-Product = 5
-_OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product"}
+_WHAT = "hvdrun.torch"
 _C_OP = {Average: _lib.AVERAGE, Sum: _lib.SUM, Min: _lib.MIN, Max: _lib.MAX,
          Product: _lib.PRODUCT}
 
@@ -55,135 +50,16 @@ _WIDENED = {torch.int8, torch.int16}
 _COMPLEX = {torch.complex64, torch.complex128}
 
 
-class ProcessSet:
-    """A subset of the job's ranks whose collectives run among its members only (pass it
-    as `process_set=`). Register it on every rank with add_process_set(), or with
-    init(process_sets=[...])."""
-
-    def __init__(self, ranks_or_comm):
-        self.process_set_id = None
-        self.mpi_comm = None
-        try:
-            ranks = sorted(int(r) for r in ranks_or_comm)
-        except TypeError:
-            raise ValueError(f"hvdrun.torch.ProcessSet: expected a list of ranks, got "
-                             f"{type(ranks_or_comm).__name__} (MPI communicators are not "
-                             "supported)") from None
-        if len(set(ranks)) != len(ranks):
-            raise ValueError(f"hvdrun.torch.ProcessSet: ranks {ranks} repeat a rank")
-        self.ranks = ranks
-
-    def _invalidate(self):
-        self.process_set_id = None
-
-    def size(self):
-        """Number of ranks in the set (None before it is added)."""
-        return None if self.process_set_id is None else len(_set_ranks(self.process_set_id))
-
-    def rank(self):
-        """This process's rank within the set, -1 outside it (None before it is added)."""
-        if self.process_set_id is None:
-            return None
-        members = _set_ranks(self.process_set_id)
-        me = rank()
-        return members.index(me) if me in members else -1
-
-    def included(self):
-        """True when this process belongs to the set (None before it is added)."""
-        return None if self.process_set_id is None else rank() in _set_ranks(self.process_set_id)
-
-    def __str__(self):
-        return (f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, "
-                f"mpi_comm=None)")
-
-    __repr__ = __str__
-
-
-global_process_set = ProcessSet([])
-global_process_set.process_set_id = 0
-_set_members = {}  # process set id -> its ranks (a set's ranks never change)
-
-
-def _set_ranks(ps):
-    members = _set_members.get(ps)
-    if members is None:
-        lib = _lib.lib()
-        n = lib.hvdrun_process_set_ranks(ps, None, 0)
-        if n < 0:
-            raise ValueError(f"hvdrun.torch: {_lib.last_error()}")
-        buf = (ctypes.c_int * max(n, 1))()
-        lib.hvdrun_process_set_ranks(ps, buf, n)
-        members = _set_members[ps] = list(buf[:n])
-    return members
-
-
 def _check_process_set(process_set, what):
     """The id of `process_set` for the C calls (0: every rank)."""
-    if process_set is None or process_set is global_process_set:
-        return 0
-    if not isinstance(process_set, ProcessSet):
-        raise TypeError(f"hvdrun.torch.{what}: process_set must be a ProcessSet, not "
-                        f"{type(process_set).__name__}")
-    if process_set.process_set_id is None:
-        raise ValueError(f"hvdrun.torch.{what}: {process_set} is not registered: add it on "
-                         "every rank with hvd.add_process_set() (or init(process_sets=...))")
-    return process_set.process_set_id
+    return _job.check_process_set(process_set, f"{_WHAT}.{what}")
 
 
-def _set_size(ps):
-    return size() if ps == 0 else len(_set_ranks(ps))
-
-
-def _set_rank(ps):
-    return rank() if ps == 0 else _set_ranks(ps).index(rank())
-
-
-def add_process_set(process_set):
-    """Registers a process set (a ProcessSet or a list of ranks) on this rank; every rank
-    must call it with the same ranks, in the same order of calls. Needs
-    HOROVOD_DYNAMIC_PROCESS_SETS=1, as in Horovod (init(process_sets=...) does not).
-    Returns the ProcessSet, now with its id."""
-    if os.environ.get("HOROVOD_DYNAMIC_PROCESS_SETS", "0") in ("", "0", "false", "False"):
-        raise ValueError("hvdrun.torch.add_process_set: set HOROVOD_DYNAMIC_PROCESS_SETS=1 "
-                         "(hvdrun -x HOROVOD_DYNAMIC_PROCESS_SETS=1) to add process sets after "
-                         "init(), or pass them to init(process_sets=[...])")
-    return _add_process_set(process_set)
-
-
-def _add_process_set(process_set):
-    if not isinstance(process_set, ProcessSet):
-        process_set = ProcessSet(process_set)
-    ranks = process_set.ranks
-    arr = (ctypes.c_int * max(len(ranks), 1))(*ranks)
-    r = _lib.lib().hvdrun_add_process_set(arr, len(ranks))
-    if r == _lib.DUPLICATE_SET:
-        raise ValueError(f"hvdrun.torch.add_process_set: attempted to add a duplicate process "
-                         f"set: {_lib.last_error()}")
-    if r < 0:
-        raise HorovodInternalError(f"hvdrun.torch.add_process_set: {_lib.last_error()}")
-    process_set.process_set_id = r
-    _set_members[r] = list(ranks)
-    return process_set
-
-
-def remove_process_set(process_set):
-    """Removes a process set on every rank (a collective call); True when it existed."""
-    ps = process_set.process_set_id
-    if ps is None or ps == 0:
-        return False
-    r = _lib.lib().hvdrun_remove_process_set(ps)
-    if r < 0:
-        raise HorovodInternalError(f"hvdrun.torch.remove_process_set: {_lib.last_error()}")
-    _set_members.pop(ps, None)
-    process_set._invalidate()
-    return r == 1
+_set_size = _job.set_size
+_set_rank = _job.set_rank
 
 
 # ---- job -----------------------------------------------------------------------------
-
-_state_lock = threading.Lock()
-_atexit_registered = False
-
 
 def init(comm=None, process_sets=None):
     """Joins the job that `hvdrun` started (reads the HVDRUN_* environment, meets the
@@ -196,88 +72,25 @@ def init(comm=None, process_sets=None):
         process_sets: process sets (ProcessSet objects or rank lists) to add on every
             rank, in this order; "dynamic" is accepted (see add_process_set).
     """
-    global _atexit_registered
-    if comm is not None:
-        raise NotImplementedError(
-            "hvdrun.torch.init(comm=...): MPI communicators and rank subsets are not "
-            "supported; call init() with no arguments inside a job started by hvdrun")
-    lib = _lib.lib()
-    _lib.check(lib.hvdrun_init(), "hvdrun.torch.init")
-    _set_members.clear()
-    global_process_set.ranks = list(range(size()))
-    if process_sets is not None and process_sets != "dynamic":
-        for ps in process_sets:
-            _add_process_set(ps)
-    with _state_lock:
-        if not _atexit_registered:
-            atexit.register(_shutdown_at_exit)
-            _install_excepthook()
-            _atexit_registered = True
+    _job.init(_WHAT, comm, process_sets)
 
 
 def shutdown():
     """Leaves the job and releases the communicators. Collectives still pending are
     waited for first. Idempotent."""
-    lib = _lib.lib()
-    _lib.check(lib.hvdrun_shutdown(), "hvdrun.torch.shutdown")
+    _job.shutdown(_WHAT)
     with _pending_lock:
         _pending.clear()
 
 
-_failing = False
-
-
-def _install_excepthook():
-    # A rank dying of an uncaught exception must exit at once: a clean shutdown could wait
-    # for peers that are themselves waiting for this rank.
-    previous = sys.excepthook
-
-    def hook(*args):
-        global _failing
-        _failing = True
-        previous(*args)
-
-    sys.excepthook = hook
-
-
-def _shutdown_at_exit():
-    if _failing or _lib._lib is None:
-        return
-    lib = _lib.lib()
-    if not lib.hvdrun_is_initialized():
-        return
-    # At exit the rank leaves without agreeing with the others (hvd.shutdown() agrees):
-    # a rank that exits early, with an error status say, is then seen gone by its peers,
-    # and its own exit is what the launcher reports. Bounded so a dead peer cannot keep
-    # the process alive (the thread is a daemon: the interpreter exits without it).
-    t = threading.Thread(target=lib.hvdrun_leave, name="hvdrun-shutdown", daemon=True)
-    t.start()
-    t.join(30.0)
-    if t.is_alive():
-        print("hvdrun.torch: shutdown did not finish within 30 s at exit (a peer rank "
-              "probably exited); leaving without it", file=sys.stderr)
-
-
-def is_initialized():
-    """True between init() and shutdown()."""
-    return bool(_lib.lib().hvdrun_is_initialized())
-
-
-def _query(fn, name):
-    v = fn()
-    if v < 0:
-        raise ValueError(f"hvdrun.torch.{name}() called before init(): call hvd.init() first")
-    return v
-
-
 def rank():
     """This process's rank in [0, size())."""
-    return _query(_lib.lib().hvdrun_rank, "rank")
+    return _job.query(_WHAT, "rank")
 
 
 def size():
     """Number of ranks in the job."""
-    return _query(_lib.lib().hvdrun_size, "size")
+    return _job.query(_WHAT, "size")
 
 
 def generation():
@@ -285,57 +98,32 @@ def generation():
     --host-discovery-script, --reset-limit) the number of restarts so far. A program
     above 0 resumes from its own checkpoint (an hvdrun extension: Horovod has no such
     call)."""
-    return _query(_lib.lib().hvdrun_generation, "generation")
+    return _job.query(_WHAT, "generation")
 
 
 def local_rank():
     """Rank among the ranks on this host (use it to pick a GPU)."""
-    return _query(_lib.lib().hvdrun_local_rank, "local_rank")
+    return _job.query(_WHAT, "local_rank")
 
 
 def local_size():
     """Number of ranks on this host."""
-    return _query(_lib.lib().hvdrun_local_size, "local_size")
+    return _job.query(_WHAT, "local_size")
 
 
 def cross_rank():
     """Index of this host among the hosts."""
-    return _query(_lib.lib().hvdrun_cross_rank, "cross_rank")
+    return _job.query(_WHAT, "cross_rank")
 
 
 def cross_size():
     """Number of hosts with a rank of this local_rank."""
-    return _query(_lib.lib().hvdrun_cross_size, "cross_size")
-
-
-def is_homogeneous():
-    """True when every host runs the same number of ranks."""
-    return size() == local_size() * cross_size()
-
-
-def mpi_built():
-    """False: hvdrun has no MPI."""
-    return False
-
-
-def mpi_enabled():
-    """False: hvdrun has no MPI."""
-    return False
+    return _job.query(_WHAT, "cross_size")
 
 
 def mpi_threads_supported():
     """Horovod raises when MPI is not in use; so does hvdrun, which never uses MPI."""
-    raise ValueError("hvdrun.torch.mpi_threads_supported: hvdrun does not use MPI")
-
-
-def gloo_built():
-    """True: host collectives run on Gloo."""
-    return True
-
-
-def gloo_enabled():
-    """True: host collectives run on Gloo."""
-    return True
+    raise ValueError(f"{_WHAT}.mpi_threads_supported: hvdrun does not use MPI")
 
 
 def nccl_built():
@@ -354,21 +142,6 @@ def nccl_built():
 def cuda_built():
     """True when torch sees a CUDA device (hvdrun loads CUDA and NCCL at run time)."""
     return torch.cuda.is_available()
-
-
-def rocm_built():
-    """False: hvdrun has no ROCm path."""
-    return False
-
-
-def ddl_built():
-    """False: hvdrun has no IBM DDL path."""
-    return False
-
-
-def ccl_built():
-    """False: hvdrun has no oneCCL path."""
-    return False
 
 
 # ---- handles -------------------------------------------------------------------------
@@ -589,16 +362,7 @@ def _submit_bytes(kind, a, b, root, what, name=None, like=None, ps=0):
 
 
 def _resolve_op(op, average, what):
-    if op is not None and average is not None:
-        raise ValueError(f"hvdrun.torch.{what}: the op parameter supersedes average; "
-                         "give only op")
-    if op is None:
-        return Average if average is None or average else Sum
-    if op not in _OP_NAMES:
-        raise NotImplementedError(
-            f"hvdrun.torch.{what}: op {op!r} is not supported; use hvd.Average, hvd.Sum, "
-            "hvd.Min, hvd.Max or hvd.Product (Adasum is not available in hvdrun)")
-    return op
+    return _job.resolve_op(op, average, f"{_WHAT}.{what}")
 
 
 def _scale(t, factor):

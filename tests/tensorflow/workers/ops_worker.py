@@ -1,11 +1,13 @@
 """One rank of a job checking every hvdrun.tensorflow collective against values computed
-here with NumPy, eagerly and inside tf.function, with their gradients. TensorFlow is
+here with NumPy, eagerly and inside tf.function, with their gradients (alltoall,
+reducescatter and process sets in scatter_checks.py). TensorFlow is
 imported before hvdrun loads libhvdrun (its BoringSSL must not take over libhvdrun's
 crypto). Prints "tf ops checks passed" when all held."""
 import numpy as np
 import tensorflow as tf
 
 import hvdrun.tensorflow as hvd
+from _checks import both, check
 
 # Enough threads that the graph below runs its 20 loops side by side.
 tf.config.threading.set_inter_op_parallelism_threads(24)
@@ -28,19 +30,6 @@ def expected(op, shape, dtype):
     if dtype.is_integer:
         out = np.trunc(out)
     return out
-
-
-def check(got, want, what, tol=0.0):
-    got = np.asarray(got, dtype=np.float64)
-    assert got.shape == np.shape(want), (what, got.shape, np.shape(want))
-    assert np.allclose(got, want, rtol=tol, atol=tol), (what, got, want)
-
-
-def both(fn):
-    """fn run eagerly and as a tf.function (results as NumPy)."""
-    eager = tf.nest.map_structure(lambda t: t.numpy(), fn())
-    graph = tf.nest.map_structure(lambda t: t.numpy(), tf.function(fn, autograph=False)())
-    return [("eager", eager), ("graph", graph)]
 
 
 # ---- allreduce: every op and type, scale factors, compression -------------------------
@@ -216,11 +205,9 @@ check(got[1], [10.0 * n], "named b")
 def many_independent():
     # More independent collectives than libhvdrun's negotiation window (8), whose inputs
     # are ready in opposite orders on even and odd ranks (a chain of matrix products of
-    # rank-dependent length before each): TensorFlow would submit them in those orders,
-    # and ranks whose first 8 differ would wait for each other for ever. hvdrun runs a
-    # graph's unnamed collectives in build order.
-    # The graph is the same on every rank (collectives are named after their inputs);
-    # only the loops' trip counts differ.
+    # rank-dependent length before each): TensorFlow submits them in those orders, and
+    # they must meet all the same. The graph is the same on every rank (collectives are
+    # named after their inputs); only the loops' trip counts differ.
     m = tf.eye(32) * 1.0001
     out = []
     for k in range(20):
@@ -249,4 +236,8 @@ hvd.shutdown()
 assert not hvd.is_initialized()
 hvd.init()  # again, as Horovod's test suite does between tests
 check(hvd.allreduce(tf.constant([1.0]), op=hvd.Sum).numpy(), [float(n)], "after re-init")
+
+# alltoall, reducescatter, process sets; every kind of collective in flight at once.
+import scatter_checks  # noqa: E402 (workers/scatter_checks.py, beside this file)
+scatter_checks.run(hvd)
 print(f"rank {r}: tf ops checks passed", flush=True)
