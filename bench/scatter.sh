@@ -50,7 +50,7 @@ for _ in $(seq "$rounds"); do
       case $peer in
         torch) run "$np" "$py" bench/scatter.py torch $sizes 2>&1 ;;
         # PYTHONPATH is cleared: Horovod's own Python, none of this tree.
-        horovod) PYTHONPATH= "$(dirname "$hvd_py")/horovodrun" --gloo -np "$np" -H "localhost:$np" \
+        horovod) PYTHONPATH='' "$(dirname "$hvd_py")/horovodrun" --gloo -np "$np" -H "localhost:$np" \
           "$hvd_py" bench/scatter.py horovod $sizes 2>&1 ;;
         mpi) mpirun --oversubscribe --bind-to none -np "$np" "$build/bench/scatter_mpi" $sizes 2>&1 ;;
       esac | sed -n 's/.*\(result .*\|skipped .*\)/\1/p' >>"$out/r"
