@@ -1,9 +1,11 @@
-"""One side of bench/scatter.sh: alltoall and reducescatter from Python, started by
-hvdrun. `hvdrun` times hvdrun.torch's alltoall and reducescatter (Sum) and, for a process
-set of every rank, its allreduce against the whole job's; `torch` times torch.distributed's
-gloo all_to_all_single and its reduce_scatter where the backend has one. Rank 0 prints
-"result impl=... op=... bytes=... us=..." per size: the median of 5 timed batches.
-Usage: hvdrun -np N python3 bench/scatter.py hvdrun|torch BYTES...
+"""One side of bench/scatter.sh: alltoall and reducescatter from Python. `hvdrun` (started
+by hvdrun) times hvdrun.torch's alltoall and reducescatter (Sum) and, for a process set of
+every rank, its allreduce against the whole job's; `horovod` (started by `horovodrun
+--gloo`) times Horovod's alltoall and reducescatter (Sum); `torch` times
+torch.distributed's gloo all_to_all_single and its reduce_scatter where the backend has
+one. Rank 0 prints "result impl=... op=... bytes=... us=..." per size: the median of 5
+timed batches.
+Usage: hvdrun -np N python3 bench/scatter.py hvdrun|horovod|torch BYTES...
 """
 import os
 import statistics
@@ -32,20 +34,24 @@ def timed(fn, barrier, agree):
 
 def main():
     impl, sizes = sys.argv[1], [int(a) for a in sys.argv[2:]]
-    if impl == "hvdrun":
-        import hvdrun.torch as hvd
+    if impl in ("hvdrun", "horovod"):
+        if impl == "hvdrun":
+            import hvdrun.torch as hvd
+        else:
+            import horovod.torch as hvd
         hvd.init()
         rank, n = hvd.rank(), hvd.size()
         everyone = hvd.add_process_set(list(range(n))) if n > 1 and os.environ.get(
-            "HOROVOD_DYNAMIC_PROCESS_SETS") else None
+            "HOROVOD_DYNAMIC_PROCESS_SETS") and impl == "hvdrun" else None
         barrier = hvd.barrier
 
         def agree(v):
             return hvd.allreduce(torch.tensor([float(v)]), op=hvd.Max).item()
         ops = {"alltoall": lambda t: hvd.alltoall(t),
-               "reducescatter": lambda t: hvd.reducescatter(t, op=hvd.Sum),
-               "allreduce": lambda t: hvd.allreduce(t, op=hvd.Sum)}
-        if everyone is not None:
+               "reducescatter": lambda t: hvd.reducescatter(t, op=hvd.Sum)}
+        if impl == "hvdrun":
+            ops["allreduce"] = lambda t: hvd.allreduce(t, op=hvd.Sum)
+        if impl == "hvdrun" and everyone is not None:
             ops["allreduce_in_set"] = lambda t: hvd.allreduce(t, op=hvd.Sum, process_set=everyone)
     elif impl == "torch":
         import torch.distributed as dist
@@ -69,7 +75,7 @@ def main():
             return out
         ops = {"alltoall": a2a, "reducescatter": rs}
     else:
-        sys.exit(f"scatter.py: unknown implementation {impl!r} (hvdrun or torch)")
+        sys.exit(f"scatter.py: unknown implementation {impl!r} (hvdrun, horovod or torch)")
     for nbytes in sizes:
         t = torch.ones(max(nbytes // 4 // n, 1) * n)
         for name, fn in ops.items():

@@ -19,6 +19,7 @@
 #include "runtime/device_watchdog.h"
 #include "runtime/engine.h"
 #include "runtime/process_set.h"
+#include "runtime/timeline.h"
 #include "runtime/world.h"
 
 namespace hvdrun {
@@ -381,7 +382,10 @@ void alltoall(const Group& g, const Collective& a) {
   for (std::size_t j = 0; j < N; ++j)
     mine[j] = a.splits != nullptr ? a.splits[j] : static_cast<std::int64_t>(a.count / N);
   mine[N] = static_cast<std::int64_t>(a.recv_count);
-  g.host().allgather(mine.data(), all.data(), mine.size() * sizeof(std::int64_t));
+  {
+    const runtime::TimelineActivity splits("ALLTOALL_SPLITS");
+    g.host().allgather(mine.data(), all.data(), mine.size() * sizeof(std::int64_t));
+  }
   auto at = [&](std::size_t i, std::size_t j) { return all[i * (N + 1) + j]; };
   for (std::size_t j = 0; j < N; ++j) {
     std::int64_t in = 0;
@@ -401,10 +405,12 @@ void alltoall(const Group& g, const Collective& a) {
     in[k] = static_cast<std::size_t>(at(k, static_cast<std::size_t>(me)));
     if (a.received_splits != nullptr) a.received_splits[k] = static_cast<std::int64_t>(in[k]);
   }
-  if (a.device)
+  if (a.device) {
+    const runtime::TimelineActivity nccl("NCCL_ALLTOALL");
     g.nccl().alltoallv(a.send, out, a.recv, in, a.dtype, a.cuda_stream);
-  else
+  } else {
     g.host().alltoallv(a.send, a.recv, matrix);
+  }
 }
 
 Prepared prepare(const Collective& c) {
@@ -516,19 +522,26 @@ void move_data(const Group& g, const Collective& a, const runtime::Ready& rd) {
       alltoall(g, a);
     } else if (a.kind == CollectiveKind::kReducescatter) {
       const auto counts = slices(a, g.size);
-      if (a.device)
+      if (a.device) {
+        const runtime::TimelineActivity nccl("NCCL_REDUCESCATTER");
         g.nccl().reducescatter(a.send, a.recv, counts, a.dtype, a.op, a.cuda_stream);
-      else
+      } else {
         g.host().reducescatter(a.send, a.recv, counts, a.dtype, a.op);
+      }
     } else if (a.device) {
       auto& dev = g.nccl();
-      if (a.kind == CollectiveKind::kAllreduce)
+      if (a.kind == CollectiveKind::kAllreduce) {
+        const runtime::TimelineActivity nccl("NCCL_ALLREDUCE");
         dev.allreduce(a.send, a.recv, a.count, a.dtype, a.op, a.cuda_stream);
-      else if (a.kind == CollectiveKind::kBroadcast)
+      } else if (a.kind == CollectiveKind::kBroadcast) {
+        const runtime::TimelineActivity nccl("NCCL_BCAST");
         dev.broadcast(a.recv, a.count, a.dtype, rd.request.root, a.cuda_stream);
-      else
+      } else {
+        const runtime::TimelineActivity nccl("NCCL_ALLGATHER");
         dev.allgather(a.send, a.recv, a.count, a.dtype, a.cuda_stream);
+      }
     } else if (a.kind == CollectiveKind::kAllreduce && rd.inline_data) {
+      const runtime::TimelineActivity inline_reduce("INLINE_ALLREDUCE");
       runtime::reduce_inline(rd, a.recv, a.count, a.dtype, a.op);
     } else if (a.kind == CollectiveKind::kAllreduce) {
       g.host().allreduce(a.send, a.recv, a.count, a.dtype, a.op);

@@ -246,6 +246,8 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
     lock.unlock();
     bool fatal = false;
     try {
+      // The transports mark their phases on this collective's row (timeline.h).
+      const TimelineRow current(tl, mine->row);
       if (mine->body) mine->body(rd);
     } catch (const Refused&) {
       mine->error = std::current_exception();

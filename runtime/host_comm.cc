@@ -28,6 +28,7 @@
 #include "runtime/frame_comm.h"
 #include "runtime/shm_exchange.h"
 #include "runtime/shm_reduce.h"
+#include "runtime/timeline.h"
 
 namespace hvdrun::runtime {
 
@@ -221,11 +222,13 @@ class HostComm::Impl {
     if (world_gloo_) {
       if (send != recv && count > 0) std::memmove(recv, send, count * dtype_size(dtype));
       SigpipeBlocked quiet;
+      const TimelineActivity a("GLOO_ALLREDUCE");
       world_gloo_->allreduce(recv, count, dtype, op);
       return;
     }
     if (!across_hosts_) {  // one host (or one rank)
       if (shm_) {
+        const TimelineActivity a("SHM_ALLREDUCE");
         shm_->allreduce(send, recv, count, dtype, op, env_.size);
       } else {
         if (send != recv && count > 0) std::memmove(recv, send, count * dtype_size(dtype));
@@ -235,12 +238,20 @@ class HostComm::Impl {
     }
     const ReduceOp sum_op = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
     guarded([&] {
-      if (shm_)
+      if (shm_) {
+        const TimelineActivity a("SHM_ALLREDUCE");
         shm_->allreduce(send, recv, count, dtype, sum_op);
-      else if (send != recv && count > 0)
+      } else if (send != recv && count > 0) {
         std::memmove(recv, send, count * dtype_size(dtype));
-      across([&] { leaders_->allreduce(recv, count, dtype, sum_op); });
-      if (shm_) shm_->broadcast(recv, count * dtype_size(dtype), 0);
+      }
+      across([&] {
+        const TimelineActivity a("GLOO_ALLREDUCE");
+        leaders_->allreduce(recv, count, dtype, sum_op);
+      });
+      if (shm_) {
+        const TimelineActivity a("SHM_BCAST");
+        shm_->broadcast(recv, count * dtype_size(dtype), 0);
+      }
     });
     finish_average(recv, count, dtype, op, env_.size);
   }
@@ -255,26 +266,37 @@ class HostComm::Impl {
   void broadcast(void* buf, std::size_t bytes, int root) {
     if (world_gloo_) {
       SigpipeBlocked quiet;
+      const TimelineActivity a("GLOO_BCAST");
       return world_gloo_->broadcast(buf, bytes, root);
     }
     if (!across_hosts_) {
+      const TimelineActivity a("SHM_BCAST");
       if (shm_) shm_->broadcast(buf, bytes, local_index(root));
       return;
     }
     const int root_local = local_index(root);
+    auto local = [&](int from) {
+      const TimelineActivity a("SHM_BCAST");
+      shm_->broadcast(buf, bytes, from);
+    };
     guarded([&] {
-      if (root_local >= 0 && shm_) shm_->broadcast(buf, bytes, root_local);
-      across([&] { leaders_->broadcast(buf, bytes, host_of_[static_cast<std::size_t>(root)]); });
-      if (root_local < 0 && shm_) shm_->broadcast(buf, bytes, 0);
+      if (root_local >= 0 && shm_) local(root_local);
+      across([&] {
+        const TimelineActivity a("GLOO_BCAST");
+        leaders_->broadcast(buf, bytes, host_of_[static_cast<std::size_t>(root)]);
+      });
+      if (root_local < 0 && shm_) local(0);
     });
   }
 
   void allgather(const void* send, void* recv, std::size_t bytes) {
     if (world_gloo_) {
       SigpipeBlocked quiet;
+      const TimelineActivity a("GLOO_ALLGATHER");
       return world_gloo_->allgather(send, recv, bytes);
     }
     if (!across_hosts_) {
+      const TimelineActivity a("SHM_ALLGATHER");
       if (!shm_) {
         if (bytes > 0 && send != recv) std::memmove(recv, send, bytes);
       } else if (in_rank_order_) {
@@ -294,11 +316,14 @@ class HostComm::Impl {
     // leaders' equal-sized allgather, then put in global rank order by the leader.
     std::vector<char> host_block(std::max(static_cast<std::size_t>(max_local_), L) * bytes);
     guarded([&] {
-      if (shm_)
+      if (shm_) {
+        const TimelineActivity a("SHM_ALLGATHER");
         shm_->allgather(send, host_block.data(), bytes);
-      else if (bytes > 0)
+      } else if (bytes > 0) {
         std::memcpy(host_block.data(), send, bytes);
+      }
       across([&] {
+        const TimelineActivity a("GLOO_ALLGATHER");
         const std::size_t block = static_cast<std::size_t>(max_local_) * bytes;
         std::vector<char> all(block * static_cast<std::size_t>(hosts_));
         leaders_->allgather(host_block.data(), all.data(), block);
@@ -309,7 +334,10 @@ class HostComm::Impl {
                         all.data() + static_cast<std::size_t>(h) * block + l * bytes, bytes);
         }
       });
-      if (shm_) shm_->broadcast(recv, bytes * static_cast<std::size_t>(env_.size), 0);
+      if (shm_) {
+        const TimelineActivity a("SHM_BCAST");
+        shm_->broadcast(recv, bytes * static_cast<std::size_t>(env_.size), 0);
+      }
     });
   }
 
@@ -333,6 +361,7 @@ class HostComm::Impl {
         col[k] = t.at(k, me);
       }
       SigpipeBlocked quiet;
+      const TimelineActivity a("GLOO_ALLTOALL");
       return world_gloo_->alltoallv(send, row, recv, col);
     }
     if (!shm_ && !across_hosts_) {
@@ -355,6 +384,7 @@ class HostComm::Impl {
       for (std::size_t i = 0; i < g; ++i) dest += t.at(i, me);
       if (t.at(g, me) > 0) pieces.push_back({static_cast<int>(l), offset, t.at(g, me), dest});
     }
+    const TimelineActivity a("SHM_ALLTOALL");
     shm_stream(*shm_, send, stream, recv, pieces, env_.local_rank);
   }
 
@@ -382,6 +412,7 @@ class HostComm::Impl {
         for (std::size_t l = 0; l < L; ++l)
           if (stream[l] > 0) pieces.push_back({static_cast<int>(l), 0, stream[l], first[l]});
       }
+      const TimelineActivity a("SHM_GATHER");
       shm_stream(*shm_, send, stream, gathered.data(), pieces, env_.local_rank);
       from_host = gathered.data();
     }
@@ -419,7 +450,10 @@ class HostComm::Impl {
       }
       std::vector<char> incoming(
           std::accumulate(from_hosts.begin(), from_hosts.end(), std::size_t{0}));
-      leaders_->alltoallv(outgoing.data(), to_host, incoming.data(), from_hosts);
+      {
+        const TimelineActivity a("GLOO_ALLTOALL");
+        leaders_->alltoallv(outgoing.data(), to_host, incoming.data(), from_hosts);
+      }
       // incoming: per source host h, per source i of h, per local destination j.
       std::vector<std::size_t> block_at(n * L, 0);
       std::size_t o = 0;
@@ -448,6 +482,7 @@ class HostComm::Impl {
     const auto l = static_cast<std::size_t>(env_.local_rank);
     std::vector<StreamPiece> pieces;
     if (back[l] > 0) pieces.push_back({0, where[l], back[l], 0});
+    const TimelineActivity a("SHM_SCATTER");
     shm_stream(*shm_, out_stream.data(), streams, recv, pieces, env_.local_rank);
   }
 
@@ -467,6 +502,7 @@ class HostComm::Impl {
     auto* out = static_cast<char*>(recv);
     const bool overlap = out < in + total * es && in < out + counts[me] * es;
     if (!world_gloo_ && !across_hosts_ && shm_ && in_rank_order_ && !overlap) {
+      const TimelineActivity a("SHM_REDUCESCATTER");
       shm_reducescatter(*shm_, send, recv, counts, dtype, op, env_.size, env_.local_rank);
       return;
     }

@@ -23,7 +23,10 @@ struct StreamPiece {
 
 /// Every local rank streams its `send` (stream_bytes[l] bytes for local rank l: the same
 /// vector on every rank) through the segment; the calling rank copies `pieces` of the
-/// streams into `recv`. Every local rank must call it.
+/// streams into `recv`. Every local rank must call it. The pieces a rank takes from its
+/// own stream are copied directly and never enter the segment, so no other rank may take
+/// those bytes. Streams are rotated (each starts at its rank's share of it) so that in an
+/// alltoall every rank copies out one chunk per step.
 void shm_stream(ShmComm& shm, const void* send, const std::vector<std::size_t>& stream_bytes,
                 void* recv, const std::vector<StreamPiece>& pieces, int me);
 

@@ -195,6 +195,55 @@ class TimelineScope {
   std::string name_;
 };
 
+/// The collective whose data moves on this thread now: the engine names it around a
+/// collective's body while the timeline writes (TimelineRow), so that the transports mark
+/// their own phases inside it (TimelineActivity: SHM_ALLREDUCE, GLOO_ALLREDUCE,
+/// NCCL_ALLREDUCE, ...) without being told which collective they serve.
+struct TimelineCurrent {
+  Timeline* timeline = nullptr;
+  std::string_view row;
+};
+
+/// This thread's current collective; null when none, or when the timeline is stopped.
+inline thread_local const TimelineCurrent* timeline_current = nullptr;
+
+/// Names `row` of `timeline` as this thread's current collective for the scope, when the
+/// timeline is writing (`timeline` may be null: nothing).
+class TimelineRow {
+ public:
+  TimelineRow(Timeline* timeline, std::string_view row) : previous_(timeline_current) {
+    if (timeline != nullptr && timeline->enabled()) {
+      here_ = {timeline, row};
+      timeline_current = &here_;
+    }
+  }
+  ~TimelineRow() { timeline_current = previous_; }
+  TimelineRow(const TimelineRow&) = delete;
+  TimelineRow& operator=(const TimelineRow&) = delete;
+
+ private:
+  const TimelineCurrent* previous_;
+  TimelineCurrent here_;
+};
+
+/// A phase of the data movement (`phase`: a string literal) on this thread's current
+/// collective, from construction to the end of the scope. With no current collective (the
+/// timeline stopped) it costs one thread-local load.
+class TimelineActivity {
+ public:
+  explicit TimelineActivity(const char* phase) : current_(timeline_current) {
+    if (current_ != nullptr) current_->timeline->begin(current_->row, phase);
+  }
+  ~TimelineActivity() {
+    if (current_ != nullptr) current_->timeline->end(current_->row);
+  }
+  TimelineActivity(const TimelineActivity&) = delete;
+  TimelineActivity& operator=(const TimelineActivity&) = delete;
+
+ private:
+  const TimelineCurrent* current_;
+};
+
 /// `text` as the inside of a JSON string: quotes, backslashes and control characters
 /// escaped; bytes that are not UTF-8 are written as the code points of the same value.
 std::string json_escape(std::string_view text);
