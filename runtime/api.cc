@@ -360,15 +360,15 @@ void check_splits(const Collective& c, int n) {
                 ") adding up to the tensor's size");
 }
 
-// This rank's slices of a reduce-scatter, in elements per rank: the first dimension
-// split as Horovod does (ranks below rows % n get one row more).
-std::vector<std::size_t> slices(const Collective& a, int n) {
-  const auto rows =
-      static_cast<std::size_t>(a.ndim > 0 ? a.shape[0] : static_cast<std::int64_t>(a.count));
-  const std::size_t row = rows == 0 ? 0 : a.count / rows;
+// The slices of a reduce-scatter, in elements per rank: the first dimension split as
+// Horovod does (ranks below rows % n get one row more). From the round's agreed request,
+// which holds its own copy of the shape (the caller's may be gone by the time data moves).
+std::vector<std::size_t> slices(const runtime::Request& r, int n) {
+  const auto rows = static_cast<std::size_t>(r.shape[0]);
+  const std::size_t row = rows == 0 ? 0 : r.count / rows;
   const auto N = static_cast<std::size_t>(n);
   std::vector<std::size_t> out(N);
-  for (std::size_t r = 0; r < N; ++r) out[r] = (rows / N + (r < rows % N ? 1 : 0)) * row;
+  for (std::size_t k = 0; k < N; ++k) out[k] = (rows / N + (k < rows % N ? 1 : 0)) * row;
   return out;
 }
 
@@ -506,12 +506,14 @@ void prefer_huge_pages(void* buf, std::size_t bytes) {
 // Moves a ready collective's data among `g`: `a`'s buffers, the round's agreed view `rd`.
 void move_data(const Group& g, const Collective& a, const runtime::Ready& rd) {
   collective(*g.world, rd.request, [&] {
+    const auto counts = a.kind == CollectiveKind::kReducescatter ? slices(rd.request, g.size)
+                                                                 : std::vector<std::size_t>{};
     if (!a.device) {
       const std::size_t es = dtype_size(a.dtype);
       if (a.kind == CollectiveKind::kAlltoall)
         prefer_huge_pages(a.recv, a.recv_count * es);
       else if (a.kind == CollectiveKind::kReducescatter)
-        prefer_huge_pages(a.recv, slices(a, g.size)[static_cast<std::size_t>(g.rank)] * es);
+        prefer_huge_pages(a.recv, counts[static_cast<std::size_t>(g.rank)] * es);
       else
         prefer_huge_pages(
             a.recv,
@@ -521,7 +523,6 @@ void move_data(const Group& g, const Collective& a, const runtime::Ready& rd) {
     if (a.kind == CollectiveKind::kAlltoall) {
       alltoall(g, a);
     } else if (a.kind == CollectiveKind::kReducescatter) {
-      const auto counts = slices(a, g.size);
       if (a.device) {
         const runtime::TimelineActivity nccl("NCCL_REDUCESCATTER");
         g.nccl().reducescatter(a.send, a.recv, counts, a.dtype, a.op, a.cuda_stream);

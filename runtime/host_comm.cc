@@ -245,7 +245,7 @@ class HostComm::Impl {
         std::memmove(recv, send, count * dtype_size(dtype));
       }
       across([&] {
-        const TimelineActivity a("GLOO_ALLREDUCE");
+        const TimelineActivity a("TCP_ALLREDUCE");
         leaders_->allreduce(recv, count, dtype, sum_op);
       });
       if (shm_) {
@@ -282,7 +282,7 @@ class HostComm::Impl {
     guarded([&] {
       if (root_local >= 0 && shm_) local(root_local);
       across([&] {
-        const TimelineActivity a("GLOO_BCAST");
+        const TimelineActivity a("TCP_BCAST");
         leaders_->broadcast(buf, bytes, host_of_[static_cast<std::size_t>(root)]);
       });
       if (root_local < 0 && shm_) local(0);
@@ -323,7 +323,7 @@ class HostComm::Impl {
         std::memcpy(host_block.data(), send, bytes);
       }
       across([&] {
-        const TimelineActivity a("GLOO_ALLGATHER");
+        const TimelineActivity a("TCP_ALLGATHER");
         const std::size_t block = static_cast<std::size_t>(max_local_) * bytes;
         std::vector<char> all(block * static_cast<std::size_t>(hosts_));
         leaders_->allgather(host_block.data(), all.data(), block);
@@ -451,7 +451,7 @@ class HostComm::Impl {
       std::vector<char> incoming(
           std::accumulate(from_hosts.begin(), from_hosts.end(), std::size_t{0}));
       {
-        const TimelineActivity a("GLOO_ALLTOALL");
+        const TimelineActivity a("TCP_ALLTOALL");
         leaders_->alltoallv(outgoing.data(), to_host, incoming.data(), from_hosts);
       }
       // incoming: per source host h, per source i of h, per local destination j.

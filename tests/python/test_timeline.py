@@ -12,7 +12,7 @@ from test_ssh import ssh_config  # noqa: F401 - the loopback sshd fixture
 # several ranks per host, rank 0 (a host leader) reduces in its segment, relays over Gloo
 # and hands the result back; with one rank per host, Gloo alone.
 ONE_HOST = ("SHM_ALLREDUCE", "SHM_ALLTOALL")
-RELAYED = ("SHM_ALLREDUCE,GLOO_ALLREDUCE,SHM_BCAST", "SHM_GATHER,GLOO_ALLTOALL,SHM_SCATTER")
+RELAYED = ("SHM_ALLREDUCE,TCP_ALLREDUCE,SHM_BCAST", "SHM_GATHER,TCP_ALLTOALL,SHM_SCATTER")
 
 
 @pytest.mark.parametrize("np,expected", [(1, ("", "")), (2, ONE_HOST), (3, ONE_HOST)])
@@ -27,7 +27,7 @@ def test_timeline_records_every_collective(tmp_path, np, expected):
 
 @pytest.mark.parametrize("np,hosts,expected", [
     (4, "node1:2,node2:2", RELAYED),
-    (2, "node1:1,node2:1", ("GLOO_ALLREDUCE", "GLOO_ALLTOALL"))])
+    (2, "node1:1,node2:1", ("TCP_ALLREDUCE", "TCP_ALLTOALL"))])
 def test_timeline_activities_across_hosts(tmp_path, ssh_config, np, hosts,  # noqa: F811
                                           expected):
     first, second = tmp_path / "timeline.json", tmp_path / "again.json"

@@ -153,7 +153,7 @@ struct Collective {
   /// Matched by this name on every rank when set (at most one collective of a name in
   /// flight per rank); unnamed collectives match by order.
   const char* name = nullptr;
-  const std::int64_t* shape = nullptr;  ///< the caller's tensor shape (default [count])
+  const std::int64_t* shape = nullptr;  ///< the shape ([count] if null), copied
   int ndim = 0;                         ///< entries in `shape`
   const char* type_name = nullptr;      ///< the caller's element type ("int8"), for checks
   double prescale = 1.0;                ///< checked for agreement only: the caller applies it

@@ -188,7 +188,7 @@ typedef struct hvdrun_collective {
   int device;             /**< 1: CUDA device memory through NCCL */
   void* cuda_stream;      /**< device: cudaStream_t to enqueue on (NULL: default) */
   const char* name;       /**< NULL: matched by order among unnamed collectives */
-  const long long* shape; /**< the caller's shape (NULL: [count]) */
+  const long long* shape; /**< the caller's shape (NULL: [count]); copied at submission */
   int ndim;               /**< entries in shape */
   const char* type_name;  /**< the caller's element type ("int8"); NULL: dtype's name */
   double prescale;        /**< agreed only (the caller applies it); 0 is taken as 1 */

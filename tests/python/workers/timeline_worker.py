@@ -41,7 +41,7 @@ def rows(evs):
 
 
 # The activities that move an alltoall's data (the splits' exchange has its own).
-ALLTOALL_DATA = ("SHM_ALLTOALL", "SHM_GATHER", "GLOO_ALLTOALL", "SHM_SCATTER")
+ALLTOALL_DATA = ("SHM_ALLTOALL", "SHM_GATHER", "GLOO_ALLTOALL", "TCP_ALLTOALL", "SHM_SCATTER")
 
 
 def activities(evs, row):
