@@ -18,6 +18,7 @@
 #include "hvdrun/hvdrun.h"
 #include "runtime/device_watchdog.h"
 #include "runtime/engine.h"
+#include "runtime/generation_end.h"
 #include "runtime/process_set.h"
 #include "runtime/timeline.h"
 #include "runtime/world.h"
@@ -182,6 +183,8 @@ void init() {
   if (g_joined) return;
   auto env = runtime::read_environment([](const char* n) { return std::getenv(n); });
   env.incarnation = g_incarnation;
+  // A new generation starts unended (runtime/generation_end.h).
+  runtime::generation_end().rearm();
   auto j = std::make_shared<Joined>();
   j->world = std::make_unique<runtime::World>(std::move(env));
   ++g_incarnation;

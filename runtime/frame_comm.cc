@@ -28,6 +28,7 @@
 #include "common/preauth_gate.h"
 #include "rendezvous/gmac.h"
 #include "rendezvous/protocol.h"
+#include "runtime/generation_end.h"
 #include "runtime/shm_reduce.h"
 
 namespace hvdrun::runtime {
@@ -329,6 +330,7 @@ class FrameComm::Impl {
                       " stopped waiting for its peers: a rank failed first: " + *why + ". " +
                       std::string(kPeerLossSentence));
       }
+      generation_end().check();  // checked every 200 ms at most
       std::vector<pollfd> fds{{listener_.get(), POLLIN, 0}};
       std::vector<PendingCap::Id> ids;
       for (auto& [id, p] : pending) {
@@ -602,6 +604,8 @@ class FrameComm::Impl {
       }
       if (!pending) return;
       if (active.empty()) continue;
+      // The generation's end (runtime/generation_end.h) wakes the poll at once.
+      fds.push_back({generation_end().fd(), POLLIN, 0});
       const int left = millis_left(deadline);
       if (left == 0 || (::poll(fds.data(), fds.size(), stop ? std::min(left, 100) : left) == 0 &&
                         millis_left(deadline) == 0)) {
@@ -614,6 +618,7 @@ class FrameComm::Impl {
                     std::to_string(op_timeout_.count() / 1000) + " s (waiting " + who + "). " +
                     std::string(kPeerLossSentence));
       }
+      generation_end().check();
     }
   }
 

@@ -64,6 +64,7 @@
 #include "common/log_limiter.h"
 #include "common/seconds_text.h"
 #include "rendezvous/protocol.h"
+#include "runtime/generation_end.h"
 #include "runtime/shm_reduce.h"
 
 #if defined(__x86_64__)
@@ -235,9 +236,13 @@ class ShmComm::Impl {
         me_.local_rank == 0 ? create(store, key, deadline) : fetch(store, key, deadline);
     map(memfd.get());
     attach(deadline);
+    // The generation's end (runtime/generation_end.h) marks the segment failed, which
+    // wakes this host's sleeping waiters, those of other processes included.
+    end_waker_ = std::make_unique<EndWaker>([this](const std::string& why) { abort(why); });
   }
 
   ~Impl() {
+    end_waker_.reset();  // before the segment it writes to goes
     if (base_ != nullptr) ::munmap(base_, mapped_);
   }
 
@@ -561,6 +566,7 @@ class ShmComm::Impl {
         }
         cpu_relax();
         if ((i & 63) == 0) {
+          generation_end().check();
           if (header_->abort_rank.load(std::memory_order_relaxed) != 0) failed_elsewhere();
           if (Clock::now() > spin_until) break;
         }
@@ -577,6 +583,7 @@ class ShmComm::Impl {
     }
     const std::uint32_t target = phase_ * static_cast<std::uint32_t>(L_);
     for (;;) {
+      generation_end().check();
       if (header_->abort_rank.load(std::memory_order_acquire) != 0) failed_elsewhere();
       const auto now = Clock::now();
       if (now >= deadline) timed_out(phase_, what);
@@ -637,6 +644,7 @@ class ShmComm::Impl {
   }
 
   void check_healthy() {
+    generation_end().check();
     if (header_->abort_rank.load(std::memory_order_acquire) != 0) failed_elsewhere();
   }
 
@@ -828,6 +836,7 @@ class ShmComm::Impl {
   std::vector<int> ranks_;
   std::vector<pid_t> pids_;
   std::vector<UniqueFd> pidfds_;
+  std::unique_ptr<EndWaker> end_waker_;
 };
 
 ShmComm::ShmComm(rendezvous::Client* store, const std::string& key, ShmMember me,
