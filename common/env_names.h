@@ -34,6 +34,9 @@ inline constexpr const char kNetworkInterface[] = "HVDRUN_NETWORK_INTERFACE";
 inline constexpr const char kOpTimeout[] = "HVDRUN_OP_TIMEOUT";
 /// The generation of an elastic job.
 inline constexpr const char kGeneration[] = "HVDRUN_GENERATION";
+/// The rank's end of the control channel from its agent (in-process elastic recovery;
+/// set only by an agent that runs it).
+inline constexpr const char kControlFd[] = "HVDRUN_CONTROL_FD";
 /// auto | require | off: the runtime's NCCL path.
 inline constexpr const char kNccl[] = "HVDRUN_NCCL";
 /// Ranks served by one NCCL unique id under the scalable init (default 128); a smaller

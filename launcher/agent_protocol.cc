@@ -89,6 +89,7 @@ class Reader {
     for (std::uint32_t i = 0; i < n; ++i) v.push_back(str());
     return v;
   }
+  std::size_t left() const { return p_.size(); }
   void done() {
     if (!p_.empty()) fail(std::to_string(p_.size()) + " unexpected trailing bytes");
   }
@@ -133,6 +134,12 @@ const char* name_of(Type t) {
       return "resume";
     case Type::rank_stopped:
       return "rank-stopped";
+    case Type::rank_elastic:
+      return "rank-elastic";
+    case Type::regenerate:
+      return "regenerate";
+    case Type::rank_left:
+      return "rank-left";
   }
   return "unknown";
 }
@@ -226,6 +233,32 @@ RankExited decode_rank_exited(Reader& r) {
   return m;
 }
 
+Regenerate decode_regenerate(Reader& r) {
+  Regenerate m;
+  m.generation = r.i32();
+  m.reason = r.str();
+  const std::uint8_t flags = r.u8();
+  if (flags > 7) r.fail("flags " + std::to_string(flags));
+  m.failure = (flags & 1) != 0;
+  m.hosts_added = (flags & 2) != 0;
+  m.hosts_removed = (flags & 4) != 0;
+  m.size = r.i32();
+  m.rendezvous_addr = r.str();
+  m.rendezvous_port = r.u16();
+  m.secret = r.str();
+  const std::uint32_t n = r.u32();
+  constexpr std::size_t kPlacementBytes = 6 * 4;
+  if (n > r.left() / kPlacementBytes)
+    r.fail("list of " + std::to_string(n) + " placements overruns the frame");
+  m.ranks.resize(n);
+  for (auto& p : m.ranks)
+    for (std::int32_t* v :
+         {&p.old_rank, &p.rank, &p.local_rank, &p.local_size, &p.cross_rank, &p.cross_size})
+      *v = r.i32();
+  r.done();
+  return m;
+}
+
 Message decode_payload(Type type, std::string_view payload) {
   Reader r(payload, name_of(type));
   switch (type) {
@@ -268,6 +301,22 @@ Message decode_payload(Type type, std::string_view payload) {
       r.done();
       return m;
     }
+    case Type::rank_elastic: {
+      RankElastic m;
+      m.rank = r.i32();
+      m.generation = r.i32();
+      r.done();
+      return m;
+    }
+    case Type::rank_left: {
+      RankLeft m;
+      m.rank = r.i32();
+      m.generation = r.i32();
+      r.done();
+      return m;
+    }
+    case Type::regenerate:
+      return decode_regenerate(r);
     case Type::fatal: {
       Fatal m;
       m.rank = r.i32();
@@ -354,6 +403,35 @@ struct EncodeVisitor {
     w.i32(m.signal);
     w.finish(Type::rank_stopped, out);
   }
+  void operator()(const RankElastic& m) {
+    Writer w;
+    w.i32(m.rank);
+    w.i32(m.generation);
+    w.finish(Type::rank_elastic, out);
+  }
+  void operator()(const RankLeft& m) {
+    Writer w;
+    w.i32(m.rank);
+    w.i32(m.generation);
+    w.finish(Type::rank_left, out);
+  }
+  void operator()(const Regenerate& m) {
+    Writer w;
+    w.i32(m.generation);
+    w.str(m.reason);
+    w.u8(static_cast<std::uint8_t>((m.failure ? 1 : 0) | (m.hosts_added ? 2 : 0) |
+                                   (m.hosts_removed ? 4 : 0)));
+    w.i32(m.size);
+    w.str(m.rendezvous_addr);
+    w.u16(m.rendezvous_port);
+    w.str(m.secret);
+    w.u32(static_cast<std::uint32_t>(m.ranks.size()));
+    for (const auto& p : m.ranks)
+      for (std::int32_t v :
+           {p.old_rank, p.rank, p.local_rank, p.local_size, p.cross_rank, p.cross_size})
+        w.i32(v);
+    w.finish(Type::regenerate, out);
+  }
   void operator()(const Fatal& m) {
     Writer w;
     w.i32(m.rank);
@@ -408,7 +486,8 @@ const char* type_name(const Message& msg) {
   static constexpr Type kTypes[] = {Type::hello,        Type::agent_hello, Type::spawn,
                                     Type::rank_started, Type::output,      Type::rank_exited,
                                     Type::kill,         Type::heartbeat,   Type::fatal,
-                                    Type::suspend,      Type::resume,      Type::rank_stopped};
+                                    Type::suspend,      Type::resume,      Type::rank_stopped,
+                                    Type::rank_elastic, Type::regenerate,  Type::rank_left};
   return name_of(kTypes[msg.index()]);
 }
 

@@ -31,8 +31,9 @@ inline constexpr std::uint32_t kMagic = 0x48564441;
 /// name of each host's job cgroup) and --network-interface, the agent's hello that
 /// interface's addresses on its host (the Horovod rendezvous admits exactly those).
 /// 5: a spawn names which of the agent's own variables its rank starts from, and defaults
-/// (launcher/rank_env.h).
-inline constexpr std::uint32_t kVersion = 5;
+/// (launcher/rank_env.h). 6: rank-elastic, regenerate and rank-left (in-process elastic
+/// recovery, docs/elastic.md; the launcher does not send regenerate yet).
+inline constexpr std::uint32_t kVersion = 6;
 /// Largest frame accepted (type byte + payload).
 inline constexpr std::uint32_t kMaxFrameBytes = 16u << 20;
 /// Largest output chunk an agent puts in one frame.
@@ -58,6 +59,9 @@ enum class Type : std::uint8_t {
   suspend = 10,       ///< launcher -> agent
   resume = 11,        ///< launcher -> agent
   rank_stopped = 12,  ///< agent -> launcher
+  rank_elastic = 13,  ///< agent -> launcher
+  regenerate = 14,    ///< launcher -> agent
+  rank_left = 15,     ///< agent -> launcher
 };
 
 /// Which output stream of a rank.
@@ -185,9 +189,51 @@ struct RankStopped {
   std::int32_t signal = 0;
   bool operator==(const RankStopped&) const = default;
 };
+/// A rank declared (through its control channel) that it runs under hvd.elastic.run.
+struct RankElastic {
+  std::int32_t rank = 0;
+  std::int32_t generation = 0;
+  bool operator==(const RankElastic&) const = default;
+};
+
+/// Where one surviving rank of the host is in the next generation.
+struct RankPlacement {
+  std::int32_t old_rank = 0;  ///< its rank in the ending generation (the agent's key)
+  std::int32_t rank = 0;
+  std::int32_t local_rank = 0;
+  std::int32_t local_size = 1;
+  std::int32_t cross_rank = 0;
+  std::int32_t cross_size = 1;
+  bool operator==(const RankPlacement&) const = default;
+};
+
+/// The job moves to `generation` in process: the agent tells each listed rank its place
+/// (ending the current generation first when `failure`) and stops the host's other ranks.
+struct Regenerate {
+  std::int32_t generation = 0;
+  std::string reason;
+  bool failure = false;  ///< a failure: collectives in flight end now; else at a commit
+  bool hosts_added = false;
+  bool hosts_removed = false;
+  std::int32_t size = 1;
+  std::string rendezvous_addr;
+  std::uint16_t rendezvous_port = 0;
+  std::string secret;
+  std::vector<RankPlacement> ranks;
+  bool operator==(const Regenerate&) const = default;
+};
+
+/// A rank has shut down `generation` and waits for its place in the next.
+struct RankLeft {
+  std::int32_t rank = 0;
+  std::int32_t generation = 0;
+  bool operator==(const RankLeft&) const = default;
+};
+
 /// Any decoded message.
-using Message = std::variant<Hello, AgentHello, Spawn, RankStarted, Output, RankExited, Kill,
-                             Heartbeat, Fatal, Suspend, Resume, RankStopped>;
+using Message =
+    std::variant<Hello, AgentHello, Spawn, RankStarted, Output, RankExited, Kill, Heartbeat, Fatal,
+                 Suspend, Resume, RankStopped, RankElastic, Regenerate, RankLeft>;
 
 /// Appends the frame for `msg` to `out`. Throws ProtocolError when it would exceed
 /// kMaxFrameBytes (for instance a spawn with a gigantic environment).

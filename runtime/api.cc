@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -12,10 +13,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
+#include "common/control_protocol.h"
+#include "common/fd.h"
 #include "common/log.h"
 #include "hvdrun/hvdrun.h"
+#include "runtime/control_link.h"
 #include "runtime/device_watchdog.h"
 #include "runtime/engine.h"
 #include "runtime/generation_end.h"
@@ -132,6 +137,37 @@ namespace {
 
 int g_incarnation = 0;  // init() calls so far in this process (guarded by g_mu)
 
+// The control channel from this rank's agent (HVDRUN_CONTROL_FD; in-process elastic
+// recovery, docs/elastic.md), opened by the first init() that finds the variable; never
+// closed, as its reader must hear the agent between a shutdown() and the next init().
+// Guarded by g_mu, as is the placement this process last moved to.
+runtime::ControlLink* g_control = nullptr;
+std::optional<control::Placement> g_placement;
+
+// The environment of the generation this init() joins: the process's own, unless the
+// agent has moved the rank (the generation ended, or hosts were added): then the
+// placement the agent sent, waited for up to the start timeout. g_mu held.
+runtime::Environment place(runtime::Environment env) {
+  if (env.control_fd >= 0 && g_control == nullptr)
+    g_control = new runtime::ControlLink(UniqueFd(env.control_fd));
+  if (g_control == nullptr) return env;
+  if (g_placement) env = runtime::placed(std::move(env), *g_placement);
+  const int current = env.generation;
+  if (!runtime::generation_end().ended() && !g_control->placement_pending(current)) return env;
+  g_control->left(current);
+  auto next =
+      g_control->wait_placement(current, std::chrono::steady_clock::now() + env.start_timeout);
+  if (!next)
+    throw Error("hvdrun::init(): generation " + std::to_string(current) +
+                " ended and this host's agent gave rank " + std::to_string(env.rank) +
+                " no place in the next one within the start timeout (" +
+                std::to_string(env.start_timeout.count() / 1000) +
+                " s, HVDRUN_START_TIMEOUT): the job has ended or left this rank out; exit the "
+                "process");
+  g_placement = *next;
+  return runtime::placed(std::move(env), *next);
+}
+
 // The timeline (HOROVOD_TIMELINE, start_timeline()): one per process, written on rank 0
 // as Horovod's; never destroyed (its writer is stopped by shutdown()).
 runtime::Timeline& timeline() {
@@ -181,7 +217,7 @@ void init() {
   std::lock_guard lock(g_mu);
   retire_if_closed();
   if (g_joined) return;
-  auto env = runtime::read_environment([](const char* n) { return std::getenv(n); });
+  auto env = place(runtime::read_environment([](const char* n) { return std::getenv(n); }));
   env.incarnation = g_incarnation;
   // A new generation starts unended (runtime/generation_end.h).
   runtime::generation_end().rearm();

@@ -135,6 +135,7 @@ Environment read_environment(const std::function<const char*(const char*)>& gete
   auto start = p.number<int>(env_names::kStartTimeout, false, 1, env_names::kMaxStartTimeoutS);
   auto op = p.number<int>(env_names::kOpTimeout, false, 1, env_names::kMaxOpTimeoutS);
   auto gen = p.number<int>(env_names::kGeneration, false, 0, env_names::kMaxGeneration);
+  auto control = p.number<int>(env_names::kControlFd, false, 3, 1 << 20);
   auto nccl = p.text(env_names::kNccl, false);
   auto host_path = p.text(env_names::kHostPath, false);
   auto checkin = p.text(env_names::kCheckin, false);
@@ -180,6 +181,7 @@ Environment read_environment(const std::function<const char*(const char*)>& gete
   if (start) e.start_timeout = std::chrono::seconds(*start);
   if (op) e.op_timeout = std::chrono::seconds(*op);
   if (gen) e.generation = *gen;
+  if (control) e.control_fd = *control;
   if (nccl) e.nccl_mode = *nccl;
   if (host_path) e.host_path = *host_path;
   if (checkin) e.checkin = *checkin;
@@ -188,6 +190,20 @@ Environment read_environment(const std::function<const char*(const char*)>& gete
   e.stall_disabled = stall_disable && !stall_disable->empty() && *stall_disable != "0" &&
                      *stall_disable != "false";
   return e;
+}
+
+Environment placed(Environment env, const control::Placement& placement) {
+  env.generation = placement.generation;
+  env.rank = placement.rank;
+  env.size = placement.size;
+  env.local_rank = placement.local_rank;
+  env.local_size = placement.local_size;
+  env.cross_rank = placement.cross_rank;
+  env.cross_size = placement.cross_size;
+  env.rendezvous_addr = placement.rendezvous_addr;
+  env.rendezvous_port = placement.rendezvous_port;
+  env.secret = placement.secret;
+  return env;
 }
 
 }  // namespace hvdrun::runtime

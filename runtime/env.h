@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "common/control_protocol.h"
+
 namespace hvdrun::runtime {
 
 /// Everything a rank learns from its environment.
@@ -26,6 +28,7 @@ struct Environment {
   std::chrono::milliseconds op_timeout{600000};    ///< HVDRUN_OP_TIMEOUT (s, default 600)
   std::string nccl_mode = "auto";                  ///< HVDRUN_NCCL: auto | require | off
   int generation = 0;                              ///< HVDRUN_GENERATION (default 0)
+  int control_fd = -1;                             ///< HVDRUN_CONTROL_FD (default none)
   std::string host_path = "auto";                  ///< HVDRUN_HOST_PATH: auto | shm | gloo
   std::string checkin = "auto";                    ///< HVDRUN_CHECKIN: auto | rank | host
   /// None of the job's variables was set: a program started without hvdrun, which runs
@@ -50,5 +53,9 @@ struct Environment {
 /// 1): that is an error naming the launcher. Otherwise throws hvdrun::Error listing every
 /// missing or garbled variable and saying to run the program under hvdrun.
 Environment read_environment(const std::function<const char*(const char*)>& getenv);
+
+/// `env` moved to the generation `placement` describes (in-process elastic recovery): rank,
+/// sizes, rendezvous and secret from the placement; host, timeouts and paths kept.
+Environment placed(Environment env, const control::Placement& placement);
 
 }  // namespace hvdrun::runtime

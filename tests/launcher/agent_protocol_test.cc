@@ -70,6 +70,16 @@ TEST_CASE("every message survives a round trip whatever the chunking") {
   spawn.env_defaults = {"LANG=C.UTF-8", "OMP_NUM_THREADS=1"};
   spawn.stderr_tail_lines = 5;
   proto::RankExited exited{3, true, 9, {"Traceback", "ValueError: x"}};
+  proto::Regenerate regenerate;
+  regenerate.generation = 3;
+  regenerate.reason = "rank 5 on host node3 exited with code 1";
+  regenerate.failure = true;
+  regenerate.hosts_removed = true;
+  regenerate.size = 4;
+  regenerate.rendezvous_addr = "10.0.0.1";
+  regenerate.rendezvous_port = 41000;
+  regenerate.secret = std::string(64, 'e');
+  regenerate.ranks = {{0, 0, 0, 2, 0, 2}, {1, 1, 1, 2, 0, 2}};
   proto::Hello hello;
   hello.launcher_addr = "10.0.0.1";
   hello.job_id = "4711";
@@ -87,7 +97,11 @@ TEST_CASE("every message survives a round trip whatever the chunking") {
       proto::Suspend{},
       proto::Resume{},
       proto::RankStopped{4, 19},
-      proto::RankStopped{4, 0}};
+      proto::RankStopped{4, 0},
+      proto::RankElastic{4, 2},
+      regenerate,
+      proto::Regenerate{},
+      proto::RankLeft{4, 2}};
   std::string all;
   for (const auto& m : msgs) all += encoded(m);
   for (std::size_t chunk : {std::size_t{1}, std::size_t{3}, std::size_t{7}, all.size()}) {
@@ -170,7 +184,7 @@ TEST_CASE("a version 1 agent hello (no interface field) is read as a version mis
   auto m = d.next();
   REQUIRE(m);
   CHECK(std::get<proto::AgentHello>(*m).version == 1);
-  CHECK(proto::kVersion == 5);
+  CHECK(proto::kVersion == 6);
 }
 
 TEST_CASE("a message larger than the frame limit cannot be encoded") {
@@ -179,4 +193,18 @@ TEST_CASE("a message larger than the frame limit cannot be encoded") {
   s.env.assign(20, std::string(1u << 20, 'v'));
   ByteQueue q;
   CHECK_THROWS_AS(proto::encode(s, q), proto::ProtocolError);
+}
+
+TEST_CASE("a regenerate frame whose placement count overruns the frame is refused") {
+  proto::Regenerate m;
+  m.ranks = {{1, 0, 0, 1, 0, 1}};
+  std::string bytes = encoded(m);
+  // The count sits just before the one placement's 24 bytes: claim 1000 placements.
+  const std::size_t count_at = bytes.size() - 24 - 4;
+  bytes[count_at + 2] = '\x03';
+  bytes[count_at + 3] = '\xe8';
+  bytes = encoded(proto::Hello{}) + bytes;  // a stream starts with a hello
+  CHECK_THROWS_WITH(decode_all(bytes, bytes.size()),
+                    Catch::Contains("bad regenerate frame") &&
+                        Catch::Contains("list of 1000 placements overruns the frame"));
 }
