@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "common/control_protocol.h"
+#include "common/env_names.h"
 #include "common/error.h"
 #include "common/exit_status.h"
 #include "common/fd.h"
@@ -61,6 +63,8 @@ struct Rank {
   UniqueFd out;
   UniqueFd err;
   UniqueFd exec_status;  // EOF = exec succeeded; bytes = {stage, errno}
+  UniqueFd control;      // the agent's end of the rank's control channel, when asked for
+  control::Decoder control_in;
   bool reaped = false;
   bool reported = false;
   // Order among this host's exits, as reaped: reports go out in it (the launcher's failure
@@ -103,6 +107,8 @@ class Agent {
   void handle(proto::Message& m);
   void send_hello();
   void spawn(const proto::Spawn& s);
+  void read_control(Rank& r);
+  void regenerate(const proto::Regenerate& g);
   void read_stdin();
   std::size_t read_rank(Rank& r, proto::Stream stream, std::size_t limit);
   void check_exec_status(Rank& r, bool blocking);
@@ -321,7 +327,7 @@ void Agent::spawn(const proto::Spawn& s) {
   r.tail = LineTail(s.stderr_tail_lines);
 
   ensure_cgroup();
-  UniqueFd out_r, out_w, err_r, err_w;
+  UniqueFd out_r, out_w, err_r, err_w, control_mine, control_rank;
   Child child;
   try {
     std::tie(out_r, out_w) = make_pipe();
@@ -334,8 +340,19 @@ void Agent::spawn(const proto::Spawn& s) {
     spec.argv = s.argv;
     // The host's own variables that the launcher asked for (a login's HOME, a container's
     // whole environment), under what it sets.
-    const std::vector<std::string> env =
+    std::vector<std::string> env =
         merge_rank_env(environ, s.host_env, s.env, s.env_defaults).entries();
+    if (s.control) {
+      int sv[2];
+      if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+        throw_errno("the control channel of rank " + std::to_string(s.rank), "socketpair");
+      control_mine.reset(sv[0]);
+      control_rank.reset(sv[1]);
+      spec.keep_fd = sv[1];
+      const std::string name = std::string(env_names::kControlFd) + "=";
+      std::erase_if(env, [&](const std::string& e) { return e.rfind(name, 0) == 0; });
+      env.push_back(name + std::to_string(sv[1]));
+    }
     spec.env = &env;
     spec.cwd = s.cwd;
     spec.stdin_fd = dev_null_.get();
@@ -361,7 +378,88 @@ void Agent::spawn(const proto::Spawn& s) {
   r.out = std::move(out_r);
   r.err = std::move(err_r);
   r.exec_status = std::move(child.exec_status);
+  if (control_mine) {
+    set_nonblocking(control_mine.get());
+    r.control = std::move(control_mine);
+  }
   spdlog::debug("rank {} forked as pid {}", s.rank, pid);
+}
+
+// What a rank says on its control channel goes to the launcher; its end (the rank exiting)
+// closes the channel; a malformed frame is the rank's error, reported, and the channel
+// closed (the rank then sees its generation end).
+void Agent::read_control(Rank& r) {
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(r.control.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    if (n <= 0) {
+      r.control.reset();
+      return;
+    }
+    try {
+      r.control_in.feed(std::string_view(buf, static_cast<std::size_t>(n)));
+      while (auto m = r.control_in.next()) {
+        if (auto* e = std::get_if<control::Elastic>(&*m)) {
+          send(proto::RankElastic{r.rank, e->generation});
+        } else if (auto* l = std::get_if<control::Left>(&*m)) {
+          send(proto::RankLeft{r.rank, l->generation});
+        } else {
+          throw control::ProtocolError(
+              "control channel: the rank sent a message only an agent "
+              "sends");
+        }
+      }
+    } catch (const control::ProtocolError& e) {
+      spdlog::warn("rank {}: {}; its control channel is closed", r.rank, e.what());
+      r.control.reset();
+      return;
+    }
+  }
+}
+
+// The job moves on in process: each listed rank hears its place (after the end of its
+// generation, for a failure); the host's other ranks are stopped.
+void Agent::regenerate(const proto::Regenerate& g) {
+  std::map<int, const proto::RankPlacement*> placed;
+  for (const auto& p : g.ranks) placed[p.old_rank] = &p;
+  for (auto& [n, r] : ranks_) {
+    if (r.reaped || r.pid <= 0) continue;
+    auto it = placed.find(n);
+    if (it == placed.end() || !r.control) {
+      ::kill(-r.pid, SIGTERM);
+      ::kill(-r.pid, SIGCONT);
+      continue;
+    }
+    const proto::RankPlacement& p = *it->second;
+    control::Placement m;
+    m.generation = g.generation;
+    m.rank = p.rank;
+    m.size = g.size;
+    m.local_rank = p.local_rank;
+    m.local_size = p.local_size;
+    m.cross_rank = p.cross_rank;
+    m.cross_size = p.cross_size;
+    m.rendezvous_addr = g.rendezvous_addr;
+    m.rendezvous_port = g.rendezvous_port;
+    m.secret = g.secret;
+    m.hosts_added = g.hosts_added;
+    m.hosts_removed = g.hosts_removed;
+    m.failure = g.failure;
+    std::string frames;
+    if (g.failure) frames = control::encode(control::EndGeneration{g.generation - 1, g.reason});
+    frames += control::encode(m);
+    // A few hundred bytes into an empty socket buffer: a rank that cannot take them is
+    // not reading its channel at all, and is stopped as unplaceable.
+    const ssize_t w = ::send(r.control.get(), frames.data(), frames.size(), MSG_NOSIGNAL);
+    if (w != static_cast<ssize_t>(frames.size())) {
+      spdlog::warn("rank {}: its control channel did not take its placement ({}); stopping it", n,
+                   w < 0 ? std::strerror(errno) : "short write");
+      ::kill(-r.pid, SIGTERM);
+      ::kill(-r.pid, SIGCONT);
+    }
+  }
 }
 
 namespace {
@@ -547,6 +645,8 @@ void Agent::handle(proto::Message& m) {
     job_control(true);
   } else if (std::holds_alternative<proto::Resume>(m)) {
     job_control(false);
+  } else if (auto* g = std::get_if<proto::Regenerate>(&m)) {
+    regenerate(*g);
   } else if (auto* f = std::get_if<proto::Fatal>(&m)) {
     spdlog::error("launcher reported: {}", f->message);
     begin_kill(hello_.kill_grace_ms, "launcher failed");
@@ -741,6 +841,7 @@ Clock::time_point Agent::collect_pollfds(Clock::time_point now) {
       }
     }
     if (r.exec_status) add(r.exec_status.get(), POLLIN, &r, 2);
+    if (r.control) add(r.control.get(), POLLIN, &r, 3);
   }
   if (kill_at_) wake = std::min(wake, *kill_at_);
   if (have_hello_ && !in_eof_ && !suspended_ && hello_.heartbeat_timeout_ms > 0) {
@@ -760,6 +861,8 @@ void Agent::dispatch() {
       if (s.what == 1) flush_queue();
     } else if (s.what == 2) {
       check_exec_status(*s.rank, false);
+    } else if (s.what == 3) {
+      read_control(*s.rank);
     } else {
       // Output means the rank has exec'd (or failed to): report that first, so that its
       // output never precedes its start report when both are ready in one turn. The status

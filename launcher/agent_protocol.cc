@@ -204,6 +204,9 @@ Spawn decode_spawn(Reader& r) {
   m.env = r.strs();
   m.env_defaults = r.strs();
   m.stderr_tail_lines = r.u32();
+  const std::uint8_t control = r.u8();
+  if (control > 1) r.fail("control flag " + std::to_string(control));
+  m.control = control == 1;
   r.done();
   if (m.rank < 0) r.fail("negative rank");
   if (m.argv.empty()) r.fail("empty argv");
@@ -364,6 +367,7 @@ struct EncodeVisitor {
     w.strs(m.env);
     w.strs(m.env_defaults);
     w.u32(m.stderr_tail_lines);
+    w.u8(m.control ? 1 : 0);
     w.finish(Type::spawn, out);
   }
   void operator()(const RankStarted& m) {

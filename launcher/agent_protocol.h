@@ -123,6 +123,8 @@ struct Spawn {
   std::vector<std::string> env_defaults;
   /// How many of the rank's last stderr lines to send back with its exit report.
   std::uint32_t stderr_tail_lines = 10;
+  /// Give the rank a control channel (HVDRUN_CONTROL_FD; in-process elastic recovery).
+  bool control = false;
   bool operator==(const Spawn&) const = default;
 };
 

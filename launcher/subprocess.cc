@@ -2,6 +2,7 @@
 // before exec: everything it needs (argv, envp) is built before the fork.
 #include "launcher/subprocess.h"
 
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -56,6 +57,10 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
   if (spec.stdin_fd >= 0) ::dup2(spec.stdin_fd, 0);
   if (spec.stdout_fd >= 0) ::dup2(spec.stdout_fd, 1);
   if (spec.stderr_fd >= 0) ::dup2(spec.stderr_fd, 2);
+  if (spec.keep_fd >= 0) {
+    const int flags = ::fcntl(spec.keep_fd, F_GETFD);
+    if (flags >= 0) ::fcntl(spec.keep_fd, F_SETFD, flags & ~FD_CLOEXEC);
+  }
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGQUIT, SIGTSTP})

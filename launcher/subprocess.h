@@ -51,6 +51,9 @@ struct ChildSpec {
   /// that it and all it starts belong to that cgroup from before exec; -1: none. A failed
   /// write leaves the child where it was.
   int cgroup_procs_fd = -1;
+  /// A descriptor the child keeps across exec under its own number (its close-on-exec
+  /// flag cleared in the child only); -1: none.
+  int keep_fd = -1;
 };
 
 /// A started child.

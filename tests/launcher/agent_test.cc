@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "common/control_protocol.h"
 #include "common/fd.h"
 #include "launcher/agent.h"
 #include "launcher/agent_protocol.h"
@@ -255,4 +256,89 @@ TEST_CASE("agent: an invalid frame from the launcher is fatal and no rank surviv
   CHECK_THAT(fatal.message, Catch::Contains("negative rank"));
   CHECK(a.wait_exit() == 1);
   CHECK(wait_none_alive({started.pid}, std::chrono::milliseconds(2000)));
+}
+
+TEST_CASE("agent: a rank's control channel carries its declarations out and its place in") {
+  AgentProcess a;
+  a.expect<proto::AgentHello>();
+  proto::Regenerate g;
+  g.generation = 3;
+  g.reason = "generation 2 ended: host node2 was lost";
+  g.failure = true;
+  g.hosts_removed = true;
+  g.size = 2;
+  g.rendezvous_addr = "127.0.0.1";
+  g.rendezvous_port = 40000;
+  g.secret = std::string(64, 'c');
+  g.ranks = {{5, 1, 0, 1, 1, 2}};  // rank 5 becomes rank 1; rank 6 is not placed
+  control::Placement p;
+  p.generation = 3;
+  p.rank = 1;
+  p.size = 2;
+  p.local_rank = 0;
+  p.local_size = 1;
+  p.cross_rank = 1;
+  p.cross_size = 2;
+  p.rendezvous_addr = g.rendezvous_addr;
+  p.rendezvous_port = g.rendezvous_port;
+  p.secret = g.secret;
+  p.hosts_removed = true;
+  p.failure = true;
+  const std::string want =
+      control::encode(control::EndGeneration{2, g.reason}) + control::encode(p);
+  std::string want_hex;
+  for (unsigned char c : want) {
+    char b[3];
+    std::snprintf(b, sizeof b, "%02x", c);
+    want_hex += b;
+  }
+  // Rank 5 declares itself elastic in generation 2, says it left it, then prints what the
+  // agent sends it, in hex. Rank 6 has a channel too but no place in generation 3.
+  auto s5 = shell(5,
+                  "printf '\\000\\000\\000\\005\\001\\000\\000\\000\\002' >&$HVDRUN_CONTROL_FD && "
+                  "printf '\\000\\000\\000\\005\\002\\000\\000\\000\\002' >&$HVDRUN_CONTROL_FD && "
+                  "head -c " +
+                      std::to_string(want.size()) +
+                      " <&$HVDRUN_CONTROL_FD | od -An -v -tx1 | tr -d ' \\n'");
+  s5.argv[0] = "bash";  // dash takes only one-digit descriptors after >&
+  s5.control = true;
+  auto s6 = shell(6, "test -n \"$HVDRUN_CONTROL_FD\" && exec sleep 30");
+  s6.control = true;
+  a.send(s5);
+  a.send(s6);
+  int started = 0;
+  bool elastic = false;
+  bool left = false;
+  bool sent = false;
+  std::string out5;
+  std::optional<proto::RankExited> exit5, exit6;
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (!(exit5 && exit6)) {
+    REQUIRE(Clock::now() < deadline);
+    INFO("started " << started << ", elastic " << elastic << ", left " << left << ", sent " << sent
+                    << ", rank 5 printed '" << out5 << "'");
+    auto got = a.next();
+    REQUIRE(got);
+    if (std::holds_alternative<proto::RankStarted>(got->msg)) ++started;
+    if (auto* e = std::get_if<proto::RankElastic>(&got->msg)) {
+      CHECK(*e == proto::RankElastic{5, 2});
+      elastic = true;
+    }
+    if (auto* l = std::get_if<proto::RankLeft>(&got->msg)) {
+      CHECK(*l == proto::RankLeft{5, 2});
+      left = true;
+    }
+    if (auto* o = std::get_if<proto::Output>(&got->msg); o && o->rank == 5) out5 += got->data;
+    if (auto* x = std::get_if<proto::RankExited>(&got->msg)) (x->rank == 5 ? exit5 : exit6) = *x;
+    if (elastic && left && started == 2 && !sent) {
+      a.send(g);
+      sent = true;
+    }
+  }
+  CHECK(sent);
+  CHECK(out5 == want_hex);
+  CHECK(exit5->value == 0);
+  CHECK_FALSE(exit5->signaled);
+  CHECK(exit6->signaled);  // stopped: no place in the next generation
+  CHECK(exit6->value == SIGTERM);
 }
