@@ -20,6 +20,7 @@
 #include "common/fd.h"
 #include "common/log.h"
 #include "hvdrun/hvdrun.h"
+#include "hvdrun/hvdrun_c.h"
 #include "runtime/control_link.h"
 #include "runtime/device_watchdog.h"
 #include "runtime/engine.h"
@@ -284,6 +285,28 @@ int local_size() { return env_of("local_size").local_size; }
 int cross_rank() { return env_of("cross_rank").cross_rank; }
 int cross_size() { return env_of("cross_size").cross_size; }
 int generation() { return env_of("generation").generation; }
+
+int runtime::declare_elastic() {
+  const int current = env_of("hvdrun_elastic_declare").generation;
+  std::lock_guard lock(g_mu);
+  if (g_control == nullptr) return 0;
+  g_control->declare_elastic(current);
+  return 1;
+}
+
+int runtime::pending_host_update() {
+  std::optional<control::Placement> next;
+  {
+    std::lock_guard lock(g_mu);
+    if (g_control == nullptr) return 0;
+    const int current =
+        g_joined ? g_joined->world->env().generation : (g_placement ? g_placement->generation : -1);
+    next = g_control->pending(current);
+  }
+  if (!next) return 0;
+  return (next->hosts_added ? HVDRUN_HOSTS_ADDED : 0) |
+         (next->hosts_removed ? HVDRUN_HOSTS_REMOVED : 0);
+}
 
 namespace {
 

@@ -9,6 +9,7 @@
 
 #include "hvdrun/hvdrun.h"
 #include "hvdrun/hvdrun_c.h"
+#include "runtime/control_link.h"
 #include "runtime/engine.h"
 
 namespace {
@@ -158,6 +159,12 @@ const char* hvdrun_version(void) { return hvdrun::version(); }
 int hvdrun_is_initialized(void) { return hvdrun::is_initialized() ? 1 : 0; }
 int hvdrun_generation(void) {
   return query([] { return hvdrun::generation(); });
+}
+int hvdrun_elastic_declare(void) {
+  return query([] { return hvdrun::runtime::declare_elastic(); });
+}
+int hvdrun_hosts_updated(void) {
+  return query([] { return hvdrun::runtime::pending_host_update(); });
 }
 int hvdrun_nccl_available(void) {
   if (!hvdrun::is_initialized()) {

@@ -118,6 +118,12 @@ bool ControlLink::placement_pending(int after) const {
   return placement_ && placement_->generation > after;
 }
 
+std::optional<control::Placement> ControlLink::pending(int after) const {
+  std::lock_guard lock(mu_);
+  if (placement_ && placement_->generation > after) return placement_;
+  return std::nullopt;
+}
+
 bool ControlLink::closed() const {
   std::lock_guard lock(mu_);
   return closed_;

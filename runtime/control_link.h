@@ -39,6 +39,8 @@ class ControlLink {
   /// True when a placement for a generation above `after` is held (without a failure it
   /// means hosts were added: the next commit() raises HostsUpdatedInterrupt).
   bool placement_pending(int after) const;
+  /// The placement for a generation above `after`, if one is held (no wait).
+  std::optional<control::Placement> pending(int after) const;
   /// True once the channel reached end of file or failed.
   bool closed() const;
 
@@ -55,5 +57,11 @@ class ControlLink {
   std::mutex send_mu_;
   std::thread reader_;
 };
+
+/// hvdrun_elastic_declare (runtime/api.cc): 1 when the agent was told, 0 without a channel.
+/// Throws Error before init() or when the agent is gone.
+int declare_elastic();
+/// hvdrun_hosts_updated (runtime/api.cc): the host-change bits of a pending placement.
+int pending_host_update();
 
 }  // namespace hvdrun::runtime

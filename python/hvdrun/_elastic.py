@@ -74,9 +74,14 @@ class State:
 
     def check_host_updates(self):
         """Raises HostsUpdatedInterrupt on every rank when any rank has recorded a host
-        update newer than the last one acted on. A collective: every rank calls it at the
-        same point (rank 0's view is broadcast, so all ranks decide alike)."""
+        update newer than the last one acted on, or when hvdrun's agent has placed this
+        rank in a next generation (in-process elastic recovery, docs/elastic.md). A
+        collective: every rank calls it at the same point (rank 0's view is broadcast, so
+        all ranks decide alike)."""
         previous = newest = self._last_updated_timestamp
+        placed = agent_host_update()
+        if placed:
+            self._host_messages.put((previous + 1, placed))
         what = NO_UPDATE
         while not self._host_messages.empty():
             timestamp, update = self._host_messages.get()
@@ -127,6 +132,22 @@ class ObjectState(State):
     def _set_attrs(self):
         for name, value in self._saved_state.items():
             setattr(self, name, value)
+
+
+def agent_host_update():
+    """The host changes (HOSTS_ADDED | HOSTS_REMOVED) of a next generation hvdrun's agent
+    has placed this rank in, or NO_UPDATE; NO_UPDATE too without a control channel."""
+    from hvdrun import _lib
+    if _lib._lib is None:  # the library was never loaded: no init(), so no channel
+        return NO_UPDATE
+    return _lib.check(_lib.lib().hvdrun_hosts_updated(), "hvdrun_hosts_updated")
+
+
+def declare_elastic():
+    """Tells hvdrun's agent that this rank runs under the elastic retry loop, so that a
+    failure elsewhere may keep this process (nothing without a control channel)."""
+    from hvdrun import _lib
+    _lib.check(_lib.lib().hvdrun_elastic_declare(), "hvdrun_elastic_declare")
 
 
 def run_fn(func, reset, internal_error):

@@ -8,7 +8,7 @@ import ctypes
 import os
 import threading
 
-ABI_REQUIRED = 4
+ABI_REQUIRED = 5
 
 # Element types and reductions of runtime/include/hvdrun/hvdrun_c.h; the values are stable.
 INT32, INT64, FLOAT32, FLOAT64, FLOAT16, BFLOAT16, UINT8 = range(7)
@@ -17,6 +17,9 @@ SUM, AVERAGE, MIN, MAX, PRODUCT = range(5)
 KIND_ALLREDUCE, KIND_BROADCAST, KIND_ALLGATHER, KIND_ALLTOALL, KIND_REDUCESCATTER = range(5)
 DUPLICATE_NAME = -2
 DUPLICATE_SET = -3
+# hvdrun_hosts_updated's bits.
+HOSTS_ADDED = 1
+HOSTS_REMOVED = 2
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _lock = threading.Lock()
@@ -77,6 +80,8 @@ _SIGNATURES = {
     "hvdrun_version": (ctypes.c_char_p, []),
     "hvdrun_is_initialized": (_c_int, []),
     "hvdrun_generation": (_c_int, []),
+    "hvdrun_elastic_declare": (_c_int, []),
+    "hvdrun_hosts_updated": (_c_int, []),
     "hvdrun_nccl_available": (_c_int, []),
     "hvdrun_nccl_status": (ctypes.c_char_p, []),
     "hvdrun_allreduce_async": (_handle, [_vp, _vp, _c_size, _c_int, _c_int]),

@@ -57,7 +57,7 @@ typedef enum hvdrun_op {
 } hvdrun_op;
 
 /** The ABI version this library implements (HVDRUN_ABI_VERSION of its build). */
-#define HVDRUN_ABI_VERSION 4
+#define HVDRUN_ABI_VERSION 5
 
 /** Identifies one submitted asynchronous collective; valid (> 0) until hvdrun_wait. */
 typedef long long hvdrun_handle;
@@ -247,6 +247,22 @@ HVDRUN_C_API int hvdrun_run(const hvdrun_collective* c, size_t size);
 /** The position of the unnamed collective behind `handle` among this rank's unnamed
  *  collectives (the same on every rank), -1 when it is named, -2 on failure. */
 HVDRUN_C_API long long hvdrun_sequence(hvdrun_handle handle);
+
+/* ---- ABI version 5 ---------------------------------------------------------------- */
+
+/** hvdrun_hosts_updated's bits. */
+#define HVDRUN_HOSTS_ADDED 1
+#define HVDRUN_HOSTS_REMOVED 2
+
+/** In-process elastic recovery (docs/elastic.md): tells this rank's agent that the program
+ *  runs under an elastic retry loop (hvd.elastic.run), so that a failure elsewhere may keep
+ *  this process. 1 when told; 0 when the rank has no control channel from its agent (the
+ *  job then replaces processes); -1 before hvdrun_init or when the agent is gone. */
+HVDRUN_C_API int hvdrun_elastic_declare(void);
+/** Whether the agent has placed this rank in a next generation it has not joined yet: 0
+ *  when not, else the host changes (HVDRUN_HOSTS_ADDED, HVDRUN_HOSTS_REMOVED, or both);
+ *  hvdrun_shutdown() then hvdrun_init() joins it. Callable at any time. */
+HVDRUN_C_API int hvdrun_hosts_updated(void);
 
 /** Message of the last failure on this thread ("" when none). Valid until the next call. */
 HVDRUN_C_API const char* hvdrun_last_error(void);

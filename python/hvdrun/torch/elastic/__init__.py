@@ -5,7 +5,7 @@ of hvdrun's elastic modes."""
 import functools
 import sys
 
-from hvdrun._elastic import HostsUpdatedInterrupt, State, run_fn
+from hvdrun._elastic import HostsUpdatedInterrupt, State, declare_elastic, run_fn
 from hvdrun._elastic import ObjectState as _ObjectState
 from hvdrun.torch.elastic.sampler import ElasticSampler
 from hvdrun.torch.elastic.state import TorchState
@@ -26,6 +26,7 @@ class ObjectState(_ObjectState):
 def _reset():
     shutdown()
     init()
+    declare_elastic()
 
 
 def run(func):
@@ -44,6 +45,8 @@ def run(func):
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         _note_restart()
+        if is_initialized():
+            declare_elastic()
         return looped(state, *args, **kwargs)
 
     return wrapper
