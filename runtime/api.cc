@@ -153,20 +153,26 @@ runtime::Environment place(runtime::Environment env) {
     g_control = new runtime::ControlLink(UniqueFd(env.control_fd));
   if (g_control == nullptr) return env;
   if (g_placement) env = runtime::placed(std::move(env), *g_placement);
-  const int current = env.generation;
-  if (!runtime::generation_end().ended() && !g_control->placement_pending(current)) return env;
-  g_control->left(current);
-  auto next =
-      g_control->wait_placement(current, std::chrono::steady_clock::now() + env.start_timeout);
-  if (!next)
-    throw Error("hvdrun::init(): generation " + std::to_string(current) +
-                " ended and this host's agent gave rank " + std::to_string(env.rank) +
-                " no place in the next one within the start timeout (" +
-                std::to_string(env.start_timeout.count() / 1000) +
-                " s, HVDRUN_START_TIMEOUT): the job has ended or left this rank out; exit the "
-                "process");
-  g_placement = *next;
-  return runtime::placed(std::move(env), *next);
+  // Until the generation to join is one the agent has not ended already (a survivor may
+  // have died while the job re-formed).
+  for (;;) {
+    const int current = env.generation;
+    const bool over = runtime::generation_end().ended() &&
+                      runtime::generation_end().ended_generation() >= current;
+    if (!over && !g_control->placement_pending(current)) return env;
+    g_control->left(current);
+    auto next =
+        g_control->wait_placement(current, std::chrono::steady_clock::now() + env.start_timeout);
+    if (!next)
+      throw Error("hvdrun::init(): generation " + std::to_string(current) +
+                  " ended and this host's agent gave rank " + std::to_string(env.rank) +
+                  " no place in the next one within the start timeout (" +
+                  std::to_string(env.start_timeout.count() / 1000) +
+                  " s, HVDRUN_START_TIMEOUT): the job has ended or left this rank out; exit "
+                  "the process");
+    g_placement = *next;
+    env = runtime::placed(std::move(env), *next);
+  }
 }
 
 // The timeline (HOROVOD_TIMELINE, start_timeline()): one per process, written on rank 0
@@ -220,8 +226,11 @@ void init() {
   if (g_joined) return;
   auto env = place(runtime::read_environment([](const char* n) { return std::getenv(n); }));
   env.incarnation = g_incarnation;
-  // A new generation starts unended (runtime/generation_end.h).
-  runtime::generation_end().rearm();
+  // A new generation starts unended (runtime/generation_end.h), unless the agent has
+  // already ended the one being joined (or the agent is gone): its first collective then
+  // fails, and the next init() takes the placement after it.
+  if (runtime::generation_end().ended_generation() < env.generation)
+    runtime::generation_end().rearm();
   auto j = std::make_shared<Joined>();
   j->world = std::make_unique<runtime::World>(std::move(env));
   ++g_incarnation;

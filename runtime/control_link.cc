@@ -55,7 +55,7 @@ void ControlLink::read_loop() {
       decoder.feed(std::string_view(buf.data(), static_cast<std::size_t>(n)));
       while (auto m = decoder.next()) {
         if (auto* end = std::get_if<control::EndGeneration>(&*m)) {
-          generation_end().end(end->reason);
+          generation_end().end(end->reason, end->generation);
         } else if (auto* p = std::get_if<control::Placement>(&*m)) {
           std::lock_guard lock(mu_);
           if (!placement_ || placement_->generation < p->generation) placement_ = *p;

@@ -16,9 +16,10 @@ GenerationEnd::GenerationEnd() {
   if (!event_) throw_errno("libhvdrun: the generation's end mark", "eventfd");
 }
 
-void GenerationEnd::end(const std::string& why) noexcept {
+void GenerationEnd::end(const std::string& why, int generation) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
-  if (ended_.load(std::memory_order_relaxed)) return;
+  if (ended_.load(std::memory_order_relaxed) && generation <= generation_) return;
+  generation_ = generation;
   try {
     why_ = why.empty() ? "the job's generation ended" : why;
   } catch (...) {
@@ -43,12 +44,18 @@ std::string GenerationEnd::reason() const {
   return ended_.load(std::memory_order_relaxed) ? why_ : std::string();
 }
 
+int GenerationEnd::ended_generation() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ended_.load(std::memory_order_relaxed) ? generation_ : kEveryGeneration;
+}
+
 void GenerationEnd::rearm() noexcept {
   std::lock_guard<std::mutex> lock(mu_);
   std::uint64_t count = 0;
   while (::read(event_.get(), &count, sizeof(count)) < 0 && errno == EINTR) {
   }
   why_.clear();
+  generation_ = kEveryGeneration;
   ended_.store(false, std::memory_order_release);
 }
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -22,9 +23,14 @@ class GenerationEnd {
   GenerationEnd(const GenerationEnd&) = delete;
   GenerationEnd& operator=(const GenerationEnd&) = delete;
 
-  /// Ends the generation with `why` (the first reason wins until rearm()): the mark is
-  /// set, fd() becomes readable and every registered waker runs. Never throws.
-  void end(const std::string& why) noexcept;
+  /// Every generation: what an end without a number (the agent gone) reaches.
+  static constexpr int kEveryGeneration = std::numeric_limits<int>::max();
+  /// Ends generation `generation` with `why`: the mark is set, fd() becomes readable and
+  /// every registered waker runs. While ended, only an end of a later generation counts
+  /// (it replaces the reason); an equal or earlier one is ignored. Never throws.
+  void end(const std::string& why, int generation = kEveryGeneration) noexcept;
+  /// The generation the mark ended (kEveryGeneration when not ended).
+  int ended_generation() const;
   /// True once end() was called (since the last rearm()).
   bool ended() const noexcept { return ended_.load(std::memory_order_acquire); }
   /// Throws Error with the reason when the generation has ended.
@@ -47,6 +53,7 @@ class GenerationEnd {
   std::atomic<bool> ended_{false};
   mutable std::mutex mu_;  // guards why_, wakers_, next_ and the wakers' runs
   std::string why_;
+  int generation_ = kEveryGeneration;
   std::map<std::uint64_t, std::function<void(const std::string&)>> wakers_;
   std::uint64_t next_ = 1;
   UniqueFd event_;

@@ -190,3 +190,21 @@ TEST_CASE("generation end: wakers run once per end, and at once when registered 
   generation_end().rearm();
   CHECK(generation_end().reason().empty());
 }
+
+TEST_CASE("generation end: a later generation's end replaces an earlier one's", "[runtime]") {
+  generation_end().rearm();
+  generation_end().end("generation 1 ended", 1);
+  CHECK(generation_end().ended_generation() == 1);
+  generation_end().end("generation 1 ended again", 1);  // the same generation: ignored
+  CHECK(generation_end().reason() == "generation 1 ended");
+  generation_end().end("generation 2 ended", 2);  // ended while re-forming: counts
+  CHECK(generation_end().ended_generation() == 2);
+  CHECK(generation_end().reason() == "generation 2 ended");
+  generation_end().end("generation 1, late", 1);
+  CHECK(generation_end().ended_generation() == 2);
+  generation_end().end("the agent is gone");  // every generation
+  CHECK(generation_end().ended_generation() == hvdrun::runtime::GenerationEnd::kEveryGeneration);
+  generation_end().rearm();
+  CHECK_FALSE(generation_end().ended());
+  CHECK(generation_end().ended_generation() == hvdrun::runtime::GenerationEnd::kEveryGeneration);
+}
