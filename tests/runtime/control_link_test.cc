@@ -100,7 +100,7 @@ TEST_CASE("control link: end of generation, placement, declarations", "[runtime]
   generation_end().rearm();
 }
 
-TEST_CASE("control link: the agent's end ends the generation; a garbled frame too",
+TEST_CASE("control link: the agent's end or a garbled frame ends the generation",
           "[runtime][control]") {
   generation_end().rearm();
   {
