@@ -13,33 +13,9 @@ host_counts=${2:-"4 16"}
 rounds=${3:-3}
 cmake --build "$build" --target hvdrun hvdrun_test_cluster >/dev/null
 hvdrun=$PWD/$build/cli/hvdrun
-work=$(mktemp -d)
-# The cluster helper stops when its stdin reaches EOF.
-stop_cluster() {
-  [[ -n ${CLUSTER_PID:-} ]] || return 0
-  eval "exec ${CLUSTER[1]}>&-"
-  wait "$CLUSTER_PID" 2>/dev/null || true
-  unset CLUSTER_PID
-}
-cleanup() {
-  stop_cluster
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-now_ns() { date +%s%N; }
-
-# wait_files PATTERN N [SECONDS=10]: until N files match.
-wait_files() {
-  local i
-  for ((i = 0; i < ${3:-10} * 100; i++)); do
-    # shellcheck disable=SC2086  # the pattern expands on purpose
-    (($(ls $1 2>/dev/null | wc -l) >= $2)) && return 0
-    sleep 0.01
-  done
-  echo "elastic bench: timed out waiting for $2 of $1" >&2
-  return 1
-}
+bench="elastic bench"
+# shellcheck source=bench/elastic_lib.sh
+source "$PWD/bench/elastic_lib.sh"
 
 echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for n in $host_counts; do

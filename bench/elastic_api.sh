@@ -17,32 +17,9 @@ targets=(hvdrun hvdrun_test_cluster)
 [[ -n ${HVDRUN_LIBRARY:-} ]] || targets+=(hvdrun_runtime)
 cmake --build "$build" --target "${targets[@]}" >/dev/null
 hvdrun=$PWD/$build/cli/hvdrun
-work=$(mktemp -d)
-stop_cluster() {
-  [[ -n ${CLUSTER_PID:-} ]] || return 0
-  eval "exec ${CLUSTER[1]}>&-"
-  wait "$CLUSTER_PID" 2>/dev/null || true
-  unset CLUSTER_PID
-}
-cleanup() {
-  stop_cluster
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-now_ns() { date +%s%N; }
-
-# wait_files PATTERN N [SECONDS=60]: until N files match.
-wait_files() {
-  local i
-  for ((i = 0; i < ${3:-60} * 100; i++)); do
-    # shellcheck disable=SC2086  # the pattern expands on purpose
-    (($(ls $1 2>/dev/null | wc -l) >= $2)) && return 0
-    sleep 0.01
-  done
-  echo "elastic_api bench: timed out waiting for $2 of $1" >&2
-  return 1
-}
+bench="elastic_api bench"
+# shellcheck source=bench/elastic_lib.sh
+source "$PWD/bench/elastic_lib.sh"
 
 cat >"$work/train.py" <<PY
 import os, sys, time
@@ -93,12 +70,12 @@ for ((r = 1; r <= rounds; r++)); do
     "$hvdrun" --ssh-config "$config" --host-discovery-script "$work/discover.sh" --min-np 2 \
     -x HVDRUN_LIBRARY -x PYTHONPATH /usr/bin/python3 "$work/train.py" >/dev/null 2>"$work/err" &
   job=$!
-  wait_files "$work/step.0.6.*" 6
+  wait_files "$work/step.0.6.*" 6 60
   first=$(cat "$work"/step.0.6.* | sort -n | tail -1)
   victim=$(cat "$work/agent.0.5")
   t0=$(now_ns)
   kill -KILL "$victim"
-  wait_files "$work/step.1.4.*" 4
+  wait_files "$work/step.1.4.*" 4 60
   wait "$job" || { cat "$work/err" >&2; exit 1; }
   last=$(cat "$work"/step.1.4.* | sort -n | tail -1)
   ms=$(((last - t0) / 1000000))

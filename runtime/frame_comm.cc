@@ -42,7 +42,7 @@ constexpr std::size_t kNonceBytes = 16;
 // A dialling rank's hello: magic, its rank, the rank it dials, its nonce, its proof.
 constexpr std::size_t kHelloBytes = kHelloMagic.size() + 4 + 4 + kNonceBytes + kMacBytes;
 constexpr std::uint32_t kFrameMagic = 0x52465648;  // "HVFR" on the wire
-constexpr std::size_t kHeaderBytes = 16;           // magic, reserved, payload length
+constexpr std::size_t kFrameHeaderBytes = 16;      // magic, reserved, payload length
 constexpr std::size_t kTagBytes = rendezvous::kGmacTagBytes;
 // Steps that send at least this much send on a thread of their own (see run()).
 constexpr std::size_t kThreadedBytes = 1 << 20;
@@ -440,7 +440,7 @@ class FrameComm::Impl {
     std::size_t frame_len = 0;                               // payload of the frame in flight
     std::size_t moved = 0;  // bytes of the frame in flight moved so far
     bool started = false;
-    std::array<unsigned char, kHeaderBytes> header{};
+    std::array<unsigned char, kFrameHeaderBytes> header{};
     std::array<unsigned char, kTagBytes> tag{};
     bool done() const { return frame == frames_of(bytes); }
   };
@@ -461,7 +461,7 @@ class FrameComm::Impl {
     put32(j.header.data() + 4, 0);
     put64(j.header.data() + 8, j.frame_len);
     rendezvous::GmacStream mac(*peer.send_key);
-    mac.update(j.header.data(), kHeaderBytes);
+    mac.update(j.header.data(), kFrameHeaderBytes);
     mac.update(j.data + j.frame * kFrameBytes, j.frame_len);
     j.tag = mac.finish(iv_of(peer.send_seq++).data());
   }
@@ -479,7 +479,7 @@ class FrameComm::Impl {
     Peer& peer = peers_[static_cast<std::size_t>(j.peer)];
     unsigned char* payload = j.data + j.frame * kFrameBytes;
     rendezvous::GmacStream mac(*peer.recv_key);
-    mac.update(j.header.data(), kHeaderBytes);
+    mac.update(j.header.data(), kFrameHeaderBytes);
     mac.update(payload, j.frame_len);
     const auto want = mac.finish(iv_of(peer.recv_seq).data());
     if (!rendezvous::gmac_tags_equal(want.data(), j.tag.data())) {
@@ -497,7 +497,7 @@ class FrameComm::Impl {
   bool step(Job& j) {
     if (!j.started) start_frame(j);
     const int fd = peers_[static_cast<std::size_t>(j.peer)].fd.get();
-    const std::size_t total = kHeaderBytes + j.frame_len + kTagBytes;
+    const std::size_t total = kFrameHeaderBytes + j.frame_len + kTagBytes;
     unsigned char* payload = j.data + j.frame * kFrameBytes;
     std::array<iovec, 3> iov{};
     int n = 0;
@@ -506,7 +506,7 @@ class FrameComm::Impl {
       if (at < len) iov[static_cast<std::size_t>(n++)] = {base + at, len - at};
       at = at > len ? at - len : 0;
     };
-    add(j.header.data(), kHeaderBytes);
+    add(j.header.data(), kFrameHeaderBytes);
     add(payload, j.frame_len);
     add(j.tag.data(), kTagBytes);
     ssize_t r;

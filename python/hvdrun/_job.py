@@ -307,3 +307,23 @@ def ddl_built():
 def ccl_built():
     """False: hvdrun has no oneCCL path."""
     return False
+
+
+class HorovodFeatureNotSupported(NotImplementedError, AttributeError):
+    """A part of Horovod's API that hvdrun does not provide. Also an AttributeError, so
+    hasattr() reports the name as missing."""
+
+
+def missing_attribute(module, origin, alternatives):
+    """A module-level __getattr__ for `module` (standing in for Horovod's `origin`): a name
+    in `alternatives` raises HorovodFeatureNotSupported saying what to use instead, any
+    other name the usual AttributeError."""
+
+    def __getattr__(name):
+        if name in alternatives:
+            raise HorovodFeatureNotSupported(
+                f"{module}.{name} (from {origin}) is not supported by hvdrun; use "
+                f"{alternatives[name]} instead")
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__

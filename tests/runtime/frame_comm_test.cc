@@ -180,7 +180,7 @@ TEST_CASE("frame mesh: a frame written into a connection is rejected, never redu
       if (rank == 0) {
         // Bytes that rank 1 reads as if rank 0 had sent them, ahead of rank 0's own frames.
         const int fd = comm.socket_for_testing(1);
-        REQUIRE(::write(fd, c.bytes.data(), c.bytes.size()) ==
+        REQUIRE(::send(fd, c.bytes.data(), c.bytes.size(), MSG_NOSIGNAL) ==
                 static_cast<ssize_t>(c.bytes.size()));
       }
       std::vector<float> w(c.count, 2.0F);
@@ -251,7 +251,8 @@ class Relay {
       if (::poll(fds, 2, 20000) <= 0) return;
       if (fds[0].revents & (POLLIN | POLLHUP)) {
         const ssize_t r = ::read(near.get(), buf.data(), buf.size());
-        if (r <= 0 || ::write(far.get(), buf.data(), static_cast<std::size_t>(r)) != r) return;
+        if (r <= 0 || ::send(far.get(), buf.data(), static_cast<std::size_t>(r), MSG_NOSIGNAL) != r)
+          return;
       }
       if (fds[1].revents & (POLLIN | POLLHUP)) {
         const ssize_t r = ::read(far.get(), buf.data(), buf.size());
@@ -259,10 +260,11 @@ class Relay {
         for (ssize_t i = 0; i < r; ++i, ++from_far) {
           unsigned char c = buf[static_cast<std::size_t>(i)];
           if (mode_ == Mode::kFlip && from_far == kFirst + 16 + 3) c ^= 0x04;
-          if (::write(near.get(), &c, 1) != 1) return;
+          if (::send(near.get(), &c, 1, MSG_NOSIGNAL) != 1) return;
           if (from_far >= kFirst && from_far < kFirst + kFrame) frame.push_back(c);
           if (mode_ == Mode::kReplay && from_far + 1 == kFirst + kFrame &&
-              ::write(near.get(), frame.data(), frame.size()) != static_cast<ssize_t>(frame.size()))
+              ::send(near.get(), frame.data(), frame.size(), MSG_NOSIGNAL) !=
+                  static_cast<ssize_t>(frame.size()))
             return;
         }
       }

@@ -18,6 +18,8 @@ docs/tensorflow.md).
 import tensorflow as tf
 
 from hvdrun.tensorflow import util
+from hvdrun import _job
+from hvdrun._job import HorovodFeatureNotSupported
 from hvdrun.tensorflow.compression import Compression
 from hvdrun.tensorflow.functions import (allgather_object, broadcast_object,
                                          broadcast_variables)
@@ -330,11 +332,6 @@ def broadcast_global_variables(root_rank):
     return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
 
 
-class HorovodFeatureNotSupported(NotImplementedError, AttributeError):
-    """A part of Horovod's API that hvdrun.tensorflow does not provide. Also an
-    AttributeError, so hasattr() reports the name as missing."""
-
-
 _ALTERNATIVES = {
     "Adasum": "op=hvd.Average (or hvd.Sum)",
     "SyncBatchNormalization": "tf.keras.layers.BatchNormalization",
@@ -348,12 +345,7 @@ _ALTERNATIVES = {
 }
 
 
-def __getattr__(name):
-    if name in _ALTERNATIVES:
-        raise HorovodFeatureNotSupported(
-            f"{_WHAT}.{name} (from horovod.tensorflow) is not supported by hvdrun; use "
-            f"{_ALTERNATIVES[name]} instead")
-    raise AttributeError(f"module {_WHAT!r} has no attribute {name!r}")
+__getattr__ = _job.missing_attribute(_WHAT, "horovod.tensorflow", _ALTERNATIVES)
 
 
 __all__ = [

@@ -15,6 +15,8 @@ Horovod names not provided raise an error naming them and what to use instead (s
 docs/python.md). Collectives are matched across ranks by the order they are issued in,
 not by name: every rank issues the same collectives in the same order.
 """
+from hvdrun import _job
+from hvdrun._job import HorovodFeatureNotSupported
 from hvdrun.torch.compression import Compression
 from hvdrun.torch.functions import (allgather_object, broadcast_object,
                                     broadcast_optimizer_state, broadcast_parameters)
@@ -42,23 +44,13 @@ from hvdrun.torch.sync_batch_norm import SyncBatchNorm
 from hvdrun.torch import elastic  # noqa: E402 (after the names it uses)
 
 
-class HorovodFeatureNotSupported(NotImplementedError, AttributeError):
-    """A part of Horovod's API that hvdrun.torch does not provide. Also an
-    AttributeError, so hasattr() reports the name as missing."""
-
-
 _ALTERNATIVES = {
     "Adasum": "op=hvd.Average (or hvd.Sum) with DistributedOptimizer",
     "DistributedAdasumOptimizer": "DistributedOptimizer with op=hvd.Average",
 }
 
 
-def __getattr__(name):
-    if name in _ALTERNATIVES:
-        raise HorovodFeatureNotSupported(
-            f"hvdrun.torch.{name} (from horovod.torch) is not supported by hvdrun; use "
-            f"{_ALTERNATIVES[name]} instead")
-    raise AttributeError(f"module 'hvdrun.torch' has no attribute {name!r}")
+__getattr__ = _job.missing_attribute("hvdrun.torch", "horovod.torch", _ALTERNATIVES)
 
 
 __all__ = [
