@@ -208,7 +208,7 @@ class Server::Impl {
   std::unique_ptr<asio::steady_timer> sweep_timer_;
 };
 
-class Server::Impl::Session : public std::enable_shared_from_this<Session>, public KeyWaiter {
+class Server::Impl::Session final : public std::enable_shared_from_this<Session>, public KeyWaiter {
  public:
   Session(Impl& srv, tcp::socket sock) : srv_(srv), sock_(std::move(sock)), wait_timer_(srv.io_) {
     boost::system::error_code ec;
