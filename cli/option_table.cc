@@ -2,10 +2,12 @@
 #include "cli/option_table.h"
 
 #include <array>
+#include <csignal>
 #include <cstring>
 #include <stdexcept>
 
 #include "cli/options.h"
+#include "common/exit_status.h"
 #include "compat/horovod_flags.h"
 
 namespace hvdrun::cli {
@@ -171,12 +173,17 @@ std::string help_text() {
       }
     }
   }
-  out +=
-      "\n"
-      "Exit status: 0 when every rank succeeds; else the first failing rank's code\n"
-      "(128+signal if killed); 130 after Ctrl-C; 143 after SIGTERM; 141 when the reader\n"
-      "of the output goes away; 2 for bad usage; 255 when preflight or launch fails.\n"
-      "See hvdrun(1) for hosts, environment, SSH configuration and output details.\n";
+  // The statuses by their names in common/exit_status.h (hvdrun(1) has the full table).
+  const auto n = [](int status) { return std::to_string(status); };
+  out += "\nExit status: " + n(exit_status::kOk) +
+         " when every rank succeeds; else the first failing rank's code\n(128+signal if "
+         "killed); " +
+         n(exit_status::for_signal(SIGINT)) + " after Ctrl-C; " +
+         n(exit_status::for_signal(SIGTERM)) + " after SIGTERM; " +
+         n(exit_status::for_signal(SIGPIPE)) + " when the reader\nof the output goes away; " +
+         n(exit_status::kUsage) + " for bad usage; " + n(exit_status::kLaunchFailed) +
+         " when preflight or launch fails.\n"
+         "See hvdrun(1) for hosts, environment, SSH configuration and output details.\n";
   return out;
 }
 
