@@ -1,21 +1,21 @@
-// Command-line parsing for `hvdrun`. One table describes every option (names, argument,
-// help line, which subcommands take it); the --help text is generated from it, so the
-// parser and --help cannot disagree. argv is first walked with that table to find where
-// the options end and the user's command begins (`hvdrun -np 2 python train.py --lr 1`
+// Command-line parsing for `hvdrun`. One table describes every option (cli/option_table.h,
+// which also makes the --help text from it). argv is first walked with that table to find
+// where the options end and the user's command begins (`hvdrun -np 2 python train.py --lr 1`
 // passes `--lr 1` to the command), then the option part goes through Boost.Program_options
 // for strict storage (unknown and repeated options), and finally every value is checked.
 #include "cli/options.h"
 
 #include <algorithm>
-#include <array>
 #include <cctype>
 #include <cstring>
 #include <optional>
 #include <set>
 #include <string_view>
+#include <tuple>
 
 #include <boost/program_options.hpp>
 
+#include "cli/option_table.h"
 #include "common/env_names.h"
 #include "common/error.h"
 #include "common/quote.h"
@@ -31,158 +31,8 @@ namespace {
 
 namespace po = boost::program_options;
 
-// Which command line an option belongs to.
-enum Mode : unsigned {
-  kRun = 1,    // hvdrun [run] ...
-  kCheck = 2,  // hvdrun check ...
-  kAgent = 4,  // hvdrun agent ...
-  kAll = kRun | kCheck | kAgent,
-};
-
-struct OptSpec {
-  /// Long name without dashes; Boost's key.
-  const char* name;
-  /// Short option letter, or 0.
-  char short_name;
-  /// Whether the documented form is single-dash long (`-np`).
-  bool single_dash;
-  /// Argument placeholder, or nullptr for a switch.
-  const char* arg;
-  /// Section in --help.
-  const char* group;
-  /// One-line description for --help.
-  const char* help;
-  /// Modes that accept it.
-  unsigned modes;
-};
-
 constexpr int kMaxNp = env_names::kMaxRanks;
 constexpr int kMaxStartTimeout = env_names::kMaxStartTimeoutS;
-
-// hvdrun's own options; options() adds horovodrun's tuning flags (compat/horovod_flags.h)
-// before the "Other" group.
-const std::array kOwnOptions = {
-    OptSpec{"num-proc", 0, true, "N", "Job", "number of ranks (default: all slots)", kRun | kCheck},
-    OptSpec{"hosts", 'H', false, "HOST[:SLOTS],...", "Job",
-            "hosts with slots, e.g. node1:4,[fe80::1]:2", kRun | kCheck},
-    OptSpec{"hostfile", 0, false, "FILE", "Job", "read hosts from FILE ('host slots=N' lines)",
-            kRun | kCheck},
-    OptSpec{"env", 'x', false, "NAME[=VALUE]", "Job", "set NAME in every rank (repeatable)", kRun},
-    OptSpec{"start-timeout", 0, false, "SEC", "Job", "start deadline in seconds (default 30)",
-            kRun | kCheck},
-    OptSpec{"network-interface", 0, false, "IF", "Job", "interface whose address the ranks use",
-            kRun},
-    OptSpec{"launcher", 0, false, "METHOD", "Job",
-            "auto|ssh|slurm|exec:COMMAND (how agents reach hosts; default auto)", kRun | kCheck},
-    OptSpec{"dry-run", 0, false, nullptr, "Job",
-            "print the launch method and RANK HOST LOCAL_RANK per rank; start nothing", kRun},
-    OptSpec{"min-np", 0, false, "N", "Elastic",
-            "elastic mode: fewest ranks; fewer usable slots end the job", kRun},
-    OptSpec{"max-np", 0, false, "N", "Elastic", "elastic mode: most ranks (default: all slots)",
-            kRun},
-    OptSpec{"host-discovery-script", 0, false, "PATH", "Elastic",
-            "elastic mode: prints 'host' or 'host:slots' lines; run at start, after each "
-            "failure and every HVDRUN_DISCOVERY_INTERVAL seconds (3)",
-            kRun},
-    OptSpec{"slots-per-host", 0, false, "N", "Elastic",
-            "slots of a discovered host printed without any (default 1)", kRun},
-    OptSpec{"reset-limit", 0, false, "N", "Elastic",
-            "restarts the whole job may make (default: no limit)", kRun},
-    OptSpec{"max-restarts", 0, false, "N", "Elastic", "torchrun's name for --reset-limit", kRun},
-    OptSpec{"blacklist-cooldown-range", 0, false, "MIN MAX", "Elastic",
-            "seconds a failed host is excluded: MIN, doubling per failure up to MAX "
-            "(default 10 300)",
-            kRun},
-    OptSpec{"elastic-timeout", 0, false, "SEC", "Elastic",
-            "how long discovery may fail before the job ends (default 600)", kRun},
-    OptSpec{"ssh-port", 'p', false, "PORT", "SSH", "SSH port for every host (overrides config)",
-            kRun | kCheck},
-    OptSpec{"ssh-identity-file", 'i', false, "FILE", "SSH",
-            "key tried before the config's IdentityFile", kRun | kCheck},
-    OptSpec{"ssh-config", 0, false, "FILE", "SSH", "ssh config instead of ~/.ssh/config",
-            kRun | kCheck},
-    OptSpec{"remote-hvdrun", 0, false, "PATH", "SSH", "remote hvdrun (default: this binary's path)",
-            kRun | kCheck},
-    OptSpec{"output-filename", 0, false, "DIR", "Output", "also write DIR/rank.N/stdout and stderr",
-            kRun},
-    OptSpec{"prefix-output-with-timestamp", 0, false, nullptr, "Output",
-            "prefix each output line with the time", kRun},
-    OptSpec{"json", 0, false, nullptr, "Output", "print the check report or --dry-run as JSON",
-            kRun | kCheck},
-    OptSpec{"verbose", 0, false, nullptr, "Output", "log launch progress (like --log-level info)",
-            kRun | kCheck},
-    OptSpec{"log-level", 0, false, "LEVEL", "Output", "trace|debug|info|warning|error|critical|off",
-            kAll},
-    OptSpec{"check-build", 0, false, nullptr, "Other", "show build features (Gloo, NCCL) and exit",
-            kRun},
-    OptSpec{"version", 0, false, nullptr, "Other", "print the version and exit", kAll},
-    OptSpec{"help", 'h', false, nullptr, "Other", "print this help and exit", kAll},
-};
-
-// Every option, in the order of the table; built once.
-const std::vector<OptSpec>& options() {
-  static const std::vector<OptSpec> all = [] {
-    std::vector<OptSpec> out;
-    bool knobs_added = false;
-    for (const auto& s : kOwnOptions) {
-      if (!knobs_added && std::strcmp(s.group, "Other") == 0) {
-        for (const auto& k : compat::horovod_knobs()) {
-          out.push_back(OptSpec{k.option, 0, false, k.arg, "Horovod", k.help, kRun});
-        }
-        knobs_added = true;
-      }
-      out.push_back(s);
-    }
-    return out;
-  }();
-  return all;
-}
-
-// mpirun's flags that users bring along, with what to do instead. --oversubscribe is refused
-// rather than taken: hvdrun runs one rank per slot, so the slots are where more ranks go.
-const std::array<std::pair<std::string_view, std::string_view>, 2> kMpirunRefused = {{
-    {"--oversubscribe",
-     "hvdrun runs one rank per slot; give the hosts more slots (-H node1:8, or 'node1 slots=8' "
-     "in the hostfile) to run more ranks on them"},
-    {"-oversubscribe",
-     "hvdrun runs one rank per slot; give the hosts more slots (-H node1:8, or 'node1 slots=8' "
-     "in the hostfile) to run more ranks on them"},
-}};
-
-// horovodrun's single-dash spellings.
-const std::array<std::pair<std::string_view, std::string_view>, 3> kSingleDashAliases = {{
-    {"-hostfile", "hostfile"},
-    {"-cb", "check-build"},
-    {"-prefix-timestamp", "prefix-output-with-timestamp"},
-}};
-
-const OptSpec& spec_named(std::string_view name) {
-  for (const auto& s : options()) {
-    if (name == s.name) return s;
-  }
-  throw std::logic_error("no option " + std::string(name));
-}
-
-// How the option is named to the user in messages: its documented primary form.
-std::string shown(const OptSpec& s) {
-  if (s.single_dash) return "-np";
-  if (s.short_name) return std::string("-") + s.short_name + "/--" + s.name;
-  return std::string("--") + s.name;
-}
-
-// The option column of --help, e.g. "-H, --hosts HOST[:SLOTS],...".
-std::string column(const OptSpec& s) {
-  std::string out;
-  if (s.single_dash) {
-    out = "-np, --" + std::string(s.name);
-  } else if (s.short_name) {
-    out = std::string("-") + s.short_name + ", --" + s.name;
-  } else {
-    out = std::string("--") + s.name;
-  }
-  if (s.arg) out += std::string(" ") + s.arg;
-  return out;
-}
 
 size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -199,15 +49,8 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 
 [[noreturn]] void unknown_option(std::string_view written) {
   std::string_view name = written.substr(0, written.find('='));
-  if (auto advice = compat::horovod_refused_advice(name); !advice.empty()) {
-    throw UsageError("horovodrun's " + std::string(name) +
-                     " is not supported: " + std::string(advice));
-  }
-  for (const auto& [flag, advice] : kMpirunRefused) {
-    if (name == flag) {
-      throw UsageError("mpirun's " + std::string(flag) +
-                       " is not supported: " + std::string(advice));
-    }
+  if (std::string refused = compat::refused_flag_message(name); !refused.empty()) {
+    throw UsageError(refused);
   }
   std::string best;
   size_t best_d = 3;
@@ -278,70 +121,6 @@ struct Found {
   std::optional<std::string> value;
 };
 
-}  // namespace
-
-std::string help_text() {
-  std::string out =
-      "Usage:\n"
-      "  hvdrun [run] [options] [--] command [args...]\n"
-      "  hvdrun check [options]\n"
-      "  hvdrun --check-build | --version | --help\n"
-      "\n"
-      "Runs command as one process (rank) per slot on the given hosts, starting remote\n"
-      "ranks over SSH, and tears the whole job down when any rank fails.\n"
-      "The command starts at the first word that is not an option, or after --.\n"
-      "\n"
-      "Subcommands:\n"
-      "  run      launch the job (the default)\n"
-      "  check    check SSH, host key, login and remote hvdrun on every host\n"
-      "  agent    internal: started on each host by the launcher over SSH\n";
-  // Descriptions start in one column; an option wider than it gets its description on
-  // the next line, as argparse does.
-  constexpr size_t kColumn = 30;
-  constexpr size_t kIndent = kColumn + 4;
-  constexpr size_t kRoom = 80 - kIndent;
-  for (const char* group : {"Job", "Elastic", "SSH", "Output", "Horovod", "Other"}) {
-    if (std::strcmp(group, "Horovod") == 0) {
-      out += "\nHorovod options (horovodrun's; each sets its variable in every rank):\n";
-    } else if (std::strcmp(group, "Elastic") == 0) {
-      out += "\nElastic options (on with --min-np, --host-discovery-script or --reset-limit):\n";
-    } else {
-      out += std::string("\n") + group + " options:\n";
-    }
-    for (const auto& s : options()) {
-      if (std::strcmp(s.group, group) != 0) continue;
-      std::string col = column(s);
-      if (col.size() > kColumn) {
-        out += "  " + col + "\n" + std::string(kIndent, ' ');
-      } else {
-        out += "  " + col + std::string(kColumn - col.size() + 2, ' ');
-      }
-      // Wrap the description at 80 columns, continuation lines under its first word.
-      std::string_view rest = s.help;
-      while (!rest.empty()) {
-        size_t take = rest.size();
-        if (take > kRoom) {
-          take = rest.rfind(' ', kRoom);
-          if (take == std::string_view::npos || take == 0) take = kRoom;
-        }
-        out += std::string(rest.substr(0, take)) + "\n";
-        rest.remove_prefix(take);
-        while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
-        if (!rest.empty()) out += std::string(kIndent, ' ');
-      }
-    }
-  }
-  out +=
-      "\n"
-      "Exit status: 0 when every rank succeeds; else the first failing rank's code\n"
-      "(128+signal if killed); 130 after Ctrl-C; 143 after SIGTERM; 141 when the reader\n"
-      "of the output goes away; 2 for bad usage; 255 when preflight or launch fails.\n"
-      "See hvdrun(1) for hosts, environment, SSH configuration and output details.\n";
-  return out;
-}
-
-namespace {
-
 // The subcommand (run when none is named), and where its options start.
 unsigned subcommand(const std::vector<std::string>& args, size_t& first) {
   first = 0;
@@ -372,15 +151,11 @@ std::optional<Token> option_token(const std::string& a) {
     if (!t.spec) unknown_option(a);
     if (eq != std::string::npos) t.value = a.substr(eq + 1);
     t.written = "--" + name;
-  } else if (auto alias = std::find_if(kSingleDashAliases.begin(), kSingleDashAliases.end(),
-                                       [&](const auto& p) {
-                                         return std::string_view(a).substr(0, a.find('=')) ==
-                                                p.first;
-                                       });
-             alias != kSingleDashAliases.end()) {
-    t.spec = &spec_named(alias->second);
+  } else if (std::string_view alias = compat::horovod_single_dash_alias(a.substr(0, a.find('=')));
+             !alias.empty()) {
+    t.spec = &spec_named(alias);
     if (a.find('=') != std::string::npos) t.value = a.substr(a.find('=') + 1);
-    t.written = std::string(alias->first);
+    t.written = a.substr(0, a.find('='));
   } else if (a == "-np" || a.compare(0, 4, "-np=") == 0) {
     t.spec = &spec_named("num-proc");
     if (a.size() > 3) t.value = a.substr(4);
@@ -630,17 +405,8 @@ void apply_elastic(const Values& v, launcher::LaunchOptions& o) {
   if (v.given("elastic-timeout"))
     e.elastic_timeout_s = whole(v, "elastic-timeout", 1, kMaxStartTimeout, "--elastic-timeout 600");
   if (v.given("blacklist-cooldown-range")) {
-    const std::string text = v.str("blacklist-cooldown-range");
-    const auto sep = text.find_first_of(" ,");
-    auto lo = parse_whole_number(text.substr(0, sep), 0, 86400 * 7);
-    auto hi = sep == std::string::npos ? std::nullopt
-                                       : parse_whole_number(text.substr(sep + 1), 0, 86400 * 7);
-    if (!lo || !hi || *lo > *hi)
-      throw UsageError("bad value " + quote(text) +
-                       " for --blacklist-cooldown-range; expected two whole numbers of seconds, "
-                       "MIN then MAX (MIN <= MAX), as in --blacklist-cooldown-range 10 300");
-    e.cooldown_min_s = static_cast<int>(*lo);
-    e.cooldown_max_s = static_cast<int>(*hi);
+    std::tie(e.cooldown_min_s, e.cooldown_max_s) =
+        compat::horovod_cooldown_range(v.str("blacklist-cooldown-range"));
   }
   const bool any = v.given("max-np") || v.given("slots-per-host") ||
                    v.given("blacklist-cooldown-range") || v.given("elastic-timeout");

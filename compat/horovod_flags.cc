@@ -76,6 +76,20 @@ const std::array<std::pair<std::string_view, std::string_view>, 7> kRefused = {{
     {"--network-interfaces", "hvdrun takes one interface; use --network-interface IF"},
 }};
 
+// mpirun's flags that users bring along, with what to do instead. --oversubscribe is refused
+// rather than taken: hvdrun runs one rank per slot, so the slots are where more ranks go.
+constexpr std::string_view kOversubscribeAdvice =
+    "hvdrun runs one rank per slot; give the hosts more slots (-H node1:8, or 'node1 slots=8' "
+    "in the hostfile) to run more ranks on them";
+const std::array<std::string_view, 2> kMpirunRefused = {"--oversubscribe", "-oversubscribe"};
+
+// horovodrun's single-dash spellings.
+const std::array<std::pair<std::string_view, std::string_view>, 3> kSingleDashAliases = {{
+    {"-hostfile", "hostfile"},
+    {"-cb", "check-build"},
+    {"-prefix-timestamp", "prefix-output-with-timestamp"},
+}};
+
 // A non-negative decimal number as horovodrun's float flags take it: digits with at most
 // one '.', e.g. "5", "0.8", "2.5".
 std::optional<double> parse_decimal(std::string_view text) {
@@ -99,6 +113,38 @@ std::string_view horovod_refused_advice(std::string_view flag) {
     if (name == flag) return advice;
   }
   return {};
+}
+
+std::string refused_flag_message(std::string_view flag) {
+  if (auto advice = horovod_refused_advice(flag); !advice.empty()) {
+    return "horovodrun's " + std::string(flag) + " is not supported: " + std::string(advice);
+  }
+  if (std::find(kMpirunRefused.begin(), kMpirunRefused.end(), flag) != kMpirunRefused.end()) {
+    return "mpirun's " + std::string(flag) +
+           " is not supported: " + std::string(kOversubscribeAdvice);
+  }
+  return {};
+}
+
+std::string_view horovod_single_dash_alias(std::string_view word) {
+  for (const auto& [alias, option] : kSingleDashAliases) {
+    if (alias == word) return option;
+  }
+  return {};
+}
+
+std::pair<int, int> horovod_cooldown_range(const std::string& text) {
+  constexpr long kWeek = 86400L * 7;
+  const auto sep = text.find_first_of(" ,");
+  auto lo = parse_whole_number(text.substr(0, sep), 0, kWeek);
+  auto hi =
+      sep == std::string::npos ? std::nullopt : parse_whole_number(text.substr(sep + 1), 0, kWeek);
+  if (!lo || !hi || *lo > *hi) {
+    throw UsageError("bad value " + quote(text) +
+                     " for --blacklist-cooldown-range; expected two whole numbers of seconds, "
+                     "MIN then MAX (MIN <= MAX), as in --blacklist-cooldown-range 10 300");
+  }
+  return {static_cast<int>(*lo), static_cast<int>(*hi)};
 }
 
 std::vector<std::string> horovod_knob_env(

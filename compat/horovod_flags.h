@@ -1,8 +1,9 @@
 // horovodrun's tuning flags (--fusion-threshold-mb, --autotune, ...), which hvdrun takes
 // so that horovodrun command lines run unchanged: each sets the HOROVOD_* variable that
-// horovodrun's launcher sets from it, in every rank. Also the horovodrun flags hvdrun
-// refuses, with what to do instead. The command-line parser (cli/) lists these flags from
-// here.
+// horovodrun's launcher sets from it, in every rank. Also horovodrun's single-dash
+// spellings and its --blacklist-cooldown-range value, and the horovodrun and mpirun flags
+// hvdrun refuses, with what to do instead. The command-line parser (cli/) lists these
+// flags from here.
 #pragma once
 
 #include <span>
@@ -45,6 +46,18 @@ std::span<const HorovodKnob> horovod_knobs();
 /// What to do instead of horovodrun's `flag` ("--mpi", ...) that hvdrun does not take;
 /// empty when hvdrun does not refuse it.
 std::string_view horovod_refused_advice(std::string_view flag);
+
+/// The message for a flag of horovodrun or mpirun that hvdrun refuses ("horovodrun's --mpi
+/// is not supported: ..."), with what to do instead; empty for any other flag.
+std::string refused_flag_message(std::string_view flag);
+
+/// The long option (without dashes) that horovodrun's single-dash spelling `word`
+/// ("-hostfile", "-cb", "-prefix-timestamp") stands for; empty for any other word.
+std::string_view horovod_single_dash_alias(std::string_view word);
+
+/// --blacklist-cooldown-range's value, "MIN MAX" or "MIN,MAX" in seconds, as (MIN, MAX).
+/// Throws UsageError unless both are whole numbers of at most a week and MIN <= MAX.
+std::pair<int, int> horovod_cooldown_range(const std::string& text);
 
 /// The NAME=VALUE entries that the tuning flags in `given` (name without dashes, value;
 /// "" for a switch) stand for, in the order given; other names are skipped. Throws

@@ -3,7 +3,8 @@
 // A misbehaving client is closed alone; nothing it sends can stall another session.
 // Before authentication a connection is held by the pre-authentication gate that every
 // port shares (common/preauth_gate.h), may send one tiny frame and has a short deadline;
-// after it, its read buffer grows only with bytes that arrive.
+// after it, its read buffer grows only with bytes that arrive (read_buffer.h). The keys,
+// their budget and the answer to each request: server_store.h.
 #include "rendezvous/server.h"
 
 #include <spdlog/spdlog.h>
@@ -11,15 +12,12 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
-#include <charconv>
-#include <cstring>
 #include <deque>
 #include <fstream>
 #include <functional>
 #include <future>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
@@ -27,6 +25,8 @@
 #include "common/error.h"
 #include "common/preauth_gate.h"
 #include "rendezvous/protocol.h"
+#include "rendezvous/read_buffer.h"
+#include "rendezvous/server_store.h"
 
 namespace hvdrun::rendezvous {
 
@@ -51,15 +51,6 @@ std::string endpoint_string(const tcp::endpoint& ep) {
   return a.to_string() + ":" + std::to_string(ep.port());
 }
 
-// Read buffer sizes: a connection that has not authenticated gets room for the one frame
-// it may send (4 + 64 bytes); after that reads go in chunks, and the buffer doubles only
-// when data that arrived fills it. The first chunk fits a rank's requests (tens to a few
-// hundred bytes): at 16,384 connections 16 KiB each held 256 MiB of buffers that were
-// almost all empty (bench/rendezvous_load.cc), 1 KiB holds 16 MiB.
-constexpr std::size_t kHandshakeBuffer = 128;
-constexpr std::size_t kReadChunk = 1024;
-constexpr std::size_t kIdleBufferCap = 65536;
-
 }  // namespace
 
 class Server::Impl {
@@ -71,6 +62,7 @@ class Server::Impl {
       : acceptor_(io_),
         secret_(secret),
         opts_(opts),
+        store_(opts.max_store_bytes),
         gate_("rendezvous", "that have not authenticated",
               PreauthPolicy{opts.handshake_timeout, opts.unauthenticated, opts.log_interval}) {
     boost::system::error_code ec;
@@ -154,22 +146,18 @@ class Server::Impl {
   const ThreadFailure& failure() const { return failure_; }
 
   std::optional<std::string> get(const std::string& key) const {
-    return on_io([&]() -> std::optional<std::string> {
-      auto it = store_.find(key);
-      if (it == store_.end()) return std::nullopt;
-      return it->second;
-    });
+    return on_io([&] { return store_.get(key); });
   }
 
   void set(const std::string& key, const std::string& value) {
-    on_io([&] { store_set(key, value); });
+    on_io([&] { store_.set(key, value); });
   }
 
   std::vector<std::string> missing(const std::vector<std::string>& keys) const {
     return on_io([&] {
       std::vector<std::string> out;
       for (const auto& k : keys)
-        if (!store_.count(k)) out.push_back(k);
+        if (!store_.contains(k)) out.push_back(k);
       return out;
     });
   }
@@ -183,7 +171,7 @@ class Server::Impl {
       st.evicted = gate_.evicted();
       st.rejected = gate_.refused();
       st.accept_failures = accept_loop_ ? accept_loop_->failures() : 0;
-      st.store_bytes = store_bytes_;
+      st.store_bytes = store_.bytes();
       st.buffer_bytes = buffer_bytes_;
       st.received_bytes = received_bytes_;
       st.accepted = accepted_;
@@ -191,71 +179,16 @@ class Server::Impl {
     });
   }
 
-  // --- store operations (io thread) ---
-
-  // Sets `key`; wakes waiters only when the key is new (waiters register on absent keys).
-  void store_set(const std::string& key, std::string value) {
-    if (store_put(key, std::move(value))) notify(key);
-  }
-
-  // Sets `key` without waking anyone; true when the key is new.
-  bool store_put(const std::string& key, std::string value) {
-    auto it = store_.find(key);
-    if (it != store_.end()) {
-      store_bytes_ = store_bytes_ - it->second.size() + value.size();
-      it->second = std::move(value);
-      return false;
-    }
-    store_bytes_ += cost(key, value);
-    store_.emplace(key, std::move(value));
-    return true;
-  }
-
-  void store_erase(const std::string& key, std::int64_t& existed) {
-    auto it = store_.find(key);
-    existed = it == store_.end() ? 0 : 1;
-    if (it == store_.end()) return;
-    store_bytes_ -= cost(it->first, it->second);
-    store_.erase(it);
-  }
-
-  static std::size_t cost(const std::string& key, const std::string& value) {
-    return key.size() + value.size() + kStoreEntryOverhead;
-  }
-
-  // Bytes the store would hold after setting keys[i] = values[i] for all i.
-  std::size_t bytes_after(const std::vector<std::string>& keys,
-                          const std::vector<std::string>& values) const {
-    std::size_t total = store_bytes_;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      auto it = store_.find(keys[i]);
-      if (it == store_.end()) {
-        total += cost(keys[i], values[i]);
-      } else {
-        total = total - it->second.size() + values[i].size();
-      }
-    }
-    return total;
-  }
-
-  void notify(const std::string& key);
-
   asio::io_context io_;
   tcp::acceptor acceptor_;
   Hmac secret_;
   ServerOptions opts_;
   std::uint16_t port_ = 0;
 
-  std::unordered_map<std::string, std::string> store_;
-  struct Waiter {
-    std::weak_ptr<Session> session;
-    std::uint64_t wait_id;
-  };
-  std::unordered_map<std::string, std::vector<Waiter>> waiters_;
+  ServerStore store_;
   std::unordered_set<std::shared_ptr<Session>> sessions_;
   std::atomic<std::size_t> connections_{0};
   bool shutting_down_ = false;
-  std::size_t store_bytes_ = 0;
   std::size_t buffer_bytes_ = 0;  // all sessions' read buffers
   std::uint64_t received_bytes_ = 0;
   std::uint64_t accepted_ = 0;
@@ -275,7 +208,7 @@ class Server::Impl {
   std::unique_ptr<asio::steady_timer> sweep_timer_;
 };
 
-class Server::Impl::Session : public std::enable_shared_from_this<Session> {
+class Server::Impl::Session final : public std::enable_shared_from_this<Session>, public KeyWaiter {
  public:
   Session(Impl& srv, tcp::socket sock) : srv_(srv), sock_(std::move(sock)), wait_timer_(srv.io_) {
     boost::system::error_code ec;
@@ -285,7 +218,6 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
     // flood never pushes out the job's ranks), else the remote address.
     source_ = connection_source(sock_.native_handle());
     sock_.set_option(tcp::no_delay(true), ec);
-    srv_.buffer_bytes_ += rbuf_.size();
   }
 
   void start() {
@@ -307,7 +239,7 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
     waiting_ = false;
     spdlog::debug("rendezvous: dropping client {}: {}", peer_, reason);
     srv_.gate_.leave(pending_id_);
-    srv_.buffer_bytes_ -= rbuf_.size();
+    rbuf_.release();
     boost::system::error_code ec;
     deadline_ = kNever;
     wait_timer_.cancel();
@@ -332,7 +264,7 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
   }
 
   // A key this session waits for appeared.
-  void key_arrived(std::uint64_t wait_id) {
+  void key_arrived(std::uint64_t wait_id) override {
     if (closed_ || !waiting_ || wait_id != wait_id_) return;
     if (--wait_missing_ == 0) check_wait();
   }
@@ -368,7 +300,7 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
     processing_ = false;
     if (!keep || closed_) return;
     if (codec_) {
-      if (rend_ > rstart_) {
+      if (rbuf_.available() > 0) {
         if (!partial_armed_) arm(srv_.opts_.frame_timeout, "sent a partial frame and stalled");
         partial_armed_ = true;
       } else if (waiting_) {
@@ -383,9 +315,9 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
   // Handles every complete frame in the buffer. False when the session must stop reading.
   bool parse_frames() {
     for (;;) {
-      std::size_t avail = rend_ - rstart_;
+      std::size_t avail = rbuf_.available();
       if (avail < 4) return true;
-      auto len = get_u32(rbuf_.data() + rstart_);
+      auto len = get_u32(rbuf_.data());
       // The only handshake message a client sends is nonce + proof.
       std::uint32_t cap = codec_ ? srv_.opts_.max_frame_bytes : 2 * kMacBytes;
       if (len > cap || len < (codec_ ? kMacBytes : 2 * kMacBytes)) {
@@ -394,55 +326,19 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
         return false;
       }
       if (avail < 4 + std::size_t{len}) return true;  // read_more() makes room as bytes come
-      std::string_view body(rbuf_.data() + rstart_ + 4, len);
-      rstart_ += 4 + std::size_t{len};
+      std::string_view body(rbuf_.data() + 4, len);
+      rbuf_.consume(4 + std::size_t{len});
       partial_armed_ = false;
       if (!on_frame(body) || closed_ || close_after_write_) return false;
     }
   }
 
-  // Moves the unparsed bytes to the front of the buffer.
-  void compact() {
-    if (rstart_ == 0) return;
-    std::memmove(rbuf_.data(), rbuf_.data() + rstart_, rend_ - rstart_);
-    rend_ -= rstart_;
-    rstart_ = 0;
-  }
-
-  void resize_buffer(std::size_t n) {
-    srv_.buffer_bytes_ = srv_.buffer_bytes_ - rbuf_.size() + n;
-    if (n < rbuf_.size()) {
-      std::vector<char>(rbuf_.begin(), rbuf_.begin() + static_cast<std::ptrdiff_t>(n)).swap(rbuf_);
-    } else {
-      rbuf_.resize(n);
-    }
-  }
-
-  // Room for the next read. The buffer doubles only when bytes that arrived fill it, and
-  // never beyond the frame in progress: a length prefix alone allocates nothing.
-  void make_room() {
-    const std::size_t min_free = codec_ ? 256 : 1;
-    if (rstart_ == rend_) {
-      rstart_ = rend_ = 0;
-      if (rbuf_.size() > kIdleBufferCap) resize_buffer(kReadChunk);  // a large frame is done
-    }
-    if (rbuf_.size() - rend_ >= min_free) return;
-    compact();
-    if (rbuf_.size() - rend_ >= min_free) return;
-    std::size_t next = std::max(rbuf_.size() * 2, codec_ ? kReadChunk : kHandshakeBuffer);
-    if (rend_ >= 4) {
-      const std::size_t frame = 4 + std::size_t{get_u32(rbuf_.data())};
-      next = std::min(next, std::max(frame, rbuf_.size() + min_free));
-    }
-    resize_buffer(next);
-  }
-
   void read_more() {
     if (reading_ || closed_) return;
-    make_room();
+    const auto [room, room_size] = rbuf_.room(codec_.has_value());
     reading_ = true;
     sock_.async_read_some(
-        asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_),
+        asio::buffer(room, room_size),
         [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
           self->reading_ = false;
           if (self->closed_) return;
@@ -450,7 +346,7 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
             self->close(ec == asio::error::eof ? "disconnected" : "read: " + ec.message());
             return;
           }
-          self->rend_ += n;
+          self->rbuf_.received(n);
           self->srv_.received_bytes_ += n;
           self->process();
         });
@@ -500,81 +396,11 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
   void respond(const Response& r) { send(codec_->seal(encode(r))); }
 
   void handle(Request& req) {
-    auto& store = srv_.store_;
-    Response r;
-    switch (req.op) {
-      case Op::kSet:
-        if (!within_budget(req.keys, req.values, r)) break;
-        srv_.store_set(req.keys[0], std::move(req.values[0]));
-        break;
-      case Op::kMultiSet: {
-        if (!within_budget(req.keys, req.values, r)) break;
-        std::vector<std::string> fresh;
-        for (std::size_t i = 0; i < req.keys.size(); ++i) {
-          if (srv_.store_put(req.keys[i], std::move(req.values[i]))) fresh.push_back(req.keys[i]);
-        }
-        for (const auto& k : fresh) srv_.notify(k);
-        break;
-      }
-      case Op::kGet: {
-        auto it = store.find(req.keys[0]);
-        if (it == store.end())
-          r.status = Status::kNotFound;
-        else
-          r.values.emplace_back(it->second);
-        break;
-      }
-      case Op::kMultiGet:
-        for (const auto& k : req.keys) {
-          auto it = store.find(k);
-          if (it == store.end())
-            r.values.emplace_back(std::nullopt);
-          else
-            r.values.emplace_back(it->second);
-        }
-        break;
-      case Op::kAdd: {
-        std::int64_t cur = 0;
-        auto it = store.find(req.keys[0]);
-        if (it != store.end()) {
-          const auto& s = it->second;
-          auto [p, e] = std::from_chars(s.data(), s.data() + s.size(), cur);
-          if (e != std::errc() || p != s.data() + s.size()) {
-            r.status = Status::kBadRequest;
-            r.message = "add: value of '" + req.keys[0] + "' is not an integer";
-            break;
-          }
-        }
-        cur += req.delta;
-        std::vector<std::string> value = {std::to_string(cur)};
-        if (!within_budget(req.keys, value, r)) break;
-        r.number = cur;
-        srv_.store_set(req.keys[0], std::move(value[0]));
-        break;
-      }
-      case Op::kDelete:
-        srv_.store_erase(req.keys[0], r.number);
-        break;
-      case Op::kPing:
-        break;
-      case Op::kWait:
-        begin_wait(req);
-        return;
+    if (req.op == Op::kWait) {
+      begin_wait(req);
+      return;
     }
-    respond(r);
-  }
-
-  // False (with `r` saying why) when the store would outgrow its budget.
-  bool within_budget(const std::vector<std::string>& keys, const std::vector<std::string>& values,
-                     Response& r) const {
-    const std::size_t after = srv_.bytes_after(keys, values);
-    if (after <= srv_.opts_.max_store_bytes) return true;
-    r.status = Status::kBadRequest;
-    r.message = "rendezvous store full: this write would make it " + std::to_string(after) +
-                " bytes, over its budget of " + std::to_string(srv_.opts_.max_store_bytes) +
-                " bytes (keys + values + " + std::to_string(kStoreEntryOverhead) +
-                " per key; docs/rendezvous-protocol.md)";
-    return false;
+    respond(srv_.store_.apply(req));
   }
 
   void begin_wait(Request& req) {
@@ -597,9 +423,9 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
   void check_wait() {
     std::size_t absent = 0;
     for (const auto& k : wait_keys_) {
-      if (srv_.store_.count(k)) continue;
+      if (srv_.store_.contains(k)) continue;
       ++absent;
-      srv_.waiters_[k].push_back({weak_from_this(), wait_id_});
+      srv_.store_.wait_for(k, weak_from_this(), wait_id_);
     }
     wait_missing_ = absent;
     if (absent == 0) finish_wait(false);
@@ -612,7 +438,7 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
     if (timed_out) {
       r.status = Status::kTimeout;
       for (std::uint32_t i = 0; i < wait_keys_.size(); ++i)
-        if (!srv_.store_.count(wait_keys_[i])) r.missing.push_back(i);
+        if (!srv_.store_.contains(wait_keys_[i])) r.missing.push_back(i);
       if (r.missing.empty()) r.status = Status::kOk;  // arrived in the same instant
     }
     wait_keys_.clear();
@@ -654,9 +480,7 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
   PendingCap::Id pending_id_ = 0;
   std::string server_nonce_;
   std::optional<FrameCodec> codec_;
-  std::vector<char> rbuf_ = std::vector<char>(kHandshakeBuffer);
-  std::size_t rstart_ = 0;  // first unparsed byte
-  std::size_t rend_ = 0;    // end of received data
+  ReadBuffer rbuf_{srv_.buffer_bytes_};
   bool processing_ = false;
   bool partial_armed_ = false;
   std::deque<std::string> outq_;
@@ -669,15 +493,6 @@ class Server::Impl::Session : public std::enable_shared_from_this<Session> {
   std::size_t wait_missing_ = 0;
   std::vector<std::string> wait_keys_;
 };
-
-void Server::Impl::notify(const std::string& key) {
-  auto it = waiters_.find(key);
-  if (it == waiters_.end()) return;
-  auto list = std::move(it->second);
-  waiters_.erase(it);
-  for (auto& w : list)
-    if (auto s = w.session.lock()) s->key_arrived(w.wait_id);
-}
 
 void Server::Impl::accept() {
   accept_loop_.emplace(
@@ -722,7 +537,7 @@ void Server::Impl::shutdown() {
   auto all = sessions_;
   for (auto& s : all) s->shutdown();
   sessions_.clear();
-  waiters_.clear();
+  store_.clear_waiters();
   gate_.flush();
   io_.stop();
 }

@@ -1,0 +1,190 @@
+// hvdrun's option table and the --help text made from it.
+#include "cli/option_table.h"
+
+#include <array>
+#include <csignal>
+#include <cstring>
+#include <stdexcept>
+
+#include "cli/options.h"
+#include "common/exit_status.h"
+#include "compat/horovod_flags.h"
+
+namespace hvdrun::cli {
+namespace {
+
+// hvdrun's own options; options() adds horovodrun's tuning flags (compat/horovod_flags.h)
+// before the "Other" group.
+const std::array kOwnOptions = {
+    OptSpec{"num-proc", 0, true, "N", "Job", "number of ranks (default: all slots)", kRun | kCheck},
+    OptSpec{"hosts", 'H', false, "HOST[:SLOTS],...", "Job",
+            "hosts with slots, e.g. node1:4,[fe80::1]:2", kRun | kCheck},
+    OptSpec{"hostfile", 0, false, "FILE", "Job", "read hosts from FILE ('host slots=N' lines)",
+            kRun | kCheck},
+    OptSpec{"env", 'x', false, "NAME[=VALUE]", "Job", "set NAME in every rank (repeatable)", kRun},
+    OptSpec{"start-timeout", 0, false, "SEC", "Job", "start deadline in seconds (default 30)",
+            kRun | kCheck},
+    OptSpec{"network-interface", 0, false, "IF", "Job", "interface whose address the ranks use",
+            kRun},
+    OptSpec{"launcher", 0, false, "METHOD", "Job",
+            "auto|ssh|slurm|exec:COMMAND (how agents reach hosts; default auto)", kRun | kCheck},
+    OptSpec{"dry-run", 0, false, nullptr, "Job",
+            "print the launch method and RANK HOST LOCAL_RANK per rank; start nothing", kRun},
+    OptSpec{"min-np", 0, false, "N", "Elastic",
+            "elastic mode: fewest ranks; fewer usable slots end the job", kRun},
+    OptSpec{"max-np", 0, false, "N", "Elastic", "elastic mode: most ranks (default: all slots)",
+            kRun},
+    OptSpec{"host-discovery-script", 0, false, "PATH", "Elastic",
+            "elastic mode: prints 'host' or 'host:slots' lines; run at start, after each "
+            "failure and every HVDRUN_DISCOVERY_INTERVAL seconds (3)",
+            kRun},
+    OptSpec{"slots-per-host", 0, false, "N", "Elastic",
+            "slots of a discovered host printed without any (default 1)", kRun},
+    OptSpec{"reset-limit", 0, false, "N", "Elastic",
+            "restarts the whole job may make (default: no limit)", kRun},
+    OptSpec{"max-restarts", 0, false, "N", "Elastic", "torchrun's name for --reset-limit", kRun},
+    OptSpec{"blacklist-cooldown-range", 0, false, "MIN MAX", "Elastic",
+            "seconds a failed host is excluded: MIN, doubling per failure up to MAX "
+            "(default 10 300)",
+            kRun},
+    OptSpec{"elastic-timeout", 0, false, "SEC", "Elastic",
+            "how long discovery may fail before the job ends (default 600)", kRun},
+    OptSpec{"ssh-port", 'p', false, "PORT", "SSH", "SSH port for every host (overrides config)",
+            kRun | kCheck},
+    OptSpec{"ssh-identity-file", 'i', false, "FILE", "SSH",
+            "key tried before the config's IdentityFile", kRun | kCheck},
+    OptSpec{"ssh-config", 0, false, "FILE", "SSH", "ssh config instead of ~/.ssh/config",
+            kRun | kCheck},
+    OptSpec{"remote-hvdrun", 0, false, "PATH", "SSH", "remote hvdrun (default: this binary's path)",
+            kRun | kCheck},
+    OptSpec{"output-filename", 0, false, "DIR", "Output", "also write DIR/rank.N/stdout and stderr",
+            kRun},
+    OptSpec{"prefix-output-with-timestamp", 0, false, nullptr, "Output",
+            "prefix each output line with the time", kRun},
+    OptSpec{"json", 0, false, nullptr, "Output", "print the check report or --dry-run as JSON",
+            kRun | kCheck},
+    OptSpec{"verbose", 0, false, nullptr, "Output", "log launch progress (like --log-level info)",
+            kRun | kCheck},
+    OptSpec{"log-level", 0, false, "LEVEL", "Output", "trace|debug|info|warning|error|critical|off",
+            kAll},
+    OptSpec{"check-build", 0, false, nullptr, "Other", "show build features (Gloo, NCCL) and exit",
+            kRun},
+    OptSpec{"version", 0, false, nullptr, "Other", "print the version and exit", kAll},
+    OptSpec{"help", 'h', false, nullptr, "Other", "print this help and exit", kAll},
+};
+
+// The option column of --help, e.g. "-H, --hosts HOST[:SLOTS],...".
+std::string column(const OptSpec& s) {
+  std::string out;
+  if (s.single_dash) {
+    out = "-np, --" + std::string(s.name);
+  } else if (s.short_name) {
+    out = std::string("-") + s.short_name + ", --" + s.name;
+  } else {
+    out = std::string("--") + s.name;
+  }
+  if (s.arg) out += std::string(" ") + s.arg;
+  return out;
+}
+
+}  // namespace
+
+// Every option, in the order of the table; built once.
+const std::vector<OptSpec>& options() {
+  static const std::vector<OptSpec> all = [] {
+    std::vector<OptSpec> out;
+    bool knobs_added = false;
+    for (const auto& s : kOwnOptions) {
+      if (!knobs_added && std::strcmp(s.group, "Other") == 0) {
+        for (const auto& k : compat::horovod_knobs()) {
+          out.push_back(OptSpec{k.option, 0, false, k.arg, "Horovod", k.help, kRun});
+        }
+        knobs_added = true;
+      }
+      out.push_back(s);
+    }
+    return out;
+  }();
+  return all;
+}
+
+const OptSpec& spec_named(std::string_view name) {
+  for (const auto& s : options()) {
+    if (name == s.name) return s;
+  }
+  throw std::logic_error("no option " + std::string(name));
+}
+
+// How the option is named to the user in messages: its documented primary form.
+std::string shown(const OptSpec& s) {
+  if (s.single_dash) return "-np";
+  if (s.short_name) return std::string("-") + s.short_name + "/--" + s.name;
+  return std::string("--") + s.name;
+}
+
+std::string help_text() {
+  std::string out =
+      "Usage:\n"
+      "  hvdrun [run] [options] [--] command [args...]\n"
+      "  hvdrun check [options]\n"
+      "  hvdrun --check-build | --version | --help\n"
+      "\n"
+      "Runs command as one process (rank) per slot on the given hosts, starting remote\n"
+      "ranks over SSH, and tears the whole job down when any rank fails.\n"
+      "The command starts at the first word that is not an option, or after --.\n"
+      "\n"
+      "Subcommands:\n"
+      "  run      launch the job (the default)\n"
+      "  check    check SSH, host key, login and remote hvdrun on every host\n"
+      "  agent    internal: started on each host by the launcher over SSH\n";
+  // Descriptions start in one column; an option wider than it gets its description on
+  // the next line, as argparse does.
+  constexpr size_t kColumn = 30;
+  constexpr size_t kIndent = kColumn + 4;
+  constexpr size_t kRoom = 80 - kIndent;
+  for (const char* group : {"Job", "Elastic", "SSH", "Output", "Horovod", "Other"}) {
+    if (std::strcmp(group, "Horovod") == 0) {
+      out += "\nHorovod options (horovodrun's; each sets its variable in every rank):\n";
+    } else if (std::strcmp(group, "Elastic") == 0) {
+      out += "\nElastic options (on with --min-np, --host-discovery-script or --reset-limit):\n";
+    } else {
+      out += std::string("\n") + group + " options:\n";
+    }
+    for (const auto& s : options()) {
+      if (std::strcmp(s.group, group) != 0) continue;
+      std::string col = column(s);
+      if (col.size() > kColumn) {
+        out += "  " + col + "\n" + std::string(kIndent, ' ');
+      } else {
+        out += "  " + col + std::string(kColumn - col.size() + 2, ' ');
+      }
+      // Wrap the description at 80 columns, continuation lines under its first word.
+      std::string_view rest = s.help;
+      while (!rest.empty()) {
+        size_t take = rest.size();
+        if (take > kRoom) {
+          take = rest.rfind(' ', kRoom);
+          if (take == std::string_view::npos || take == 0) take = kRoom;
+        }
+        out += std::string(rest.substr(0, take)) + "\n";
+        rest.remove_prefix(take);
+        while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+        if (!rest.empty()) out += std::string(kIndent, ' ');
+      }
+    }
+  }
+  // The statuses by their names in common/exit_status.h (hvdrun(1) has the full table).
+  const auto n = [](int status) { return std::to_string(status); };
+  out += "\nExit status: " + n(exit_status::kOk) +
+         " when every rank succeeds; else the first failing rank's code\n(128+signal if "
+         "killed); " +
+         n(exit_status::for_signal(SIGINT)) + " after Ctrl-C; " +
+         n(exit_status::for_signal(SIGTERM)) + " after SIGTERM; " +
+         n(exit_status::for_signal(SIGPIPE)) + " when the reader\nof the output goes away; " +
+         n(exit_status::kUsage) + " for bad usage; " + n(exit_status::kLaunchFailed) +
+         " when preflight or launch fails.\n"
+         "See hvdrun(1) for hosts, environment, SSH configuration and output details.\n";
+  return out;
+}
+
+}  // namespace hvdrun::cli

@@ -1,0 +1,47 @@
+// The ssh method: the preflight logs in to every host in parallel, checks its hvdrun and
+// starts its agent in the same remote shell; each good host's session and agent channel
+// become its link.
+#include "launcher/host_start.h"
+
+#include <cstdlib>
+
+#include "common/version.h"
+#include "launcher/ssh_agent_link.h"
+#include "launcher/start_window.h"
+#include "ssh/libssh2_session.h"
+
+namespace hvdrun::launcher {
+
+namespace {
+
+class SshStarter final : public HostStarter {
+ public:
+  void start(const StartContext& context, const std::vector<const PlannedHost*>& /*hosts*/,
+             StartTable& table) override {
+    ssh::Libssh2Connector connector;
+    PreflightSettings settings;
+    settings.expected_version = kVersionLine;
+    settings.max_parallel =
+        static_cast<int>(launch_concurrency(std::getenv(kLaunchConcurrencyVar)));
+    // Every host's agent starts in the shell that reports its version: one remote shell
+    // per host per job, all in parallel.
+    settings.start_agent = true;
+    PreflightReport report =
+        preflight(context.plan, context.options,
+                  ssh::SshConfig::load_for(context.options.ssh_config), connector, settings);
+    if (report.ok()) {
+      for (HostCheck& check : report.hosts) {
+        if (!check.session || !check.agent_channel || table.links.count(check.host) != 0) continue;
+        table.links[check.host] = make_ssh_agent_link(check.host, std::move(check.session),
+                                                      std::move(check.agent_channel));
+      }
+    }
+    table.preflight = std::move(report);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<HostStarter> make_ssh_starter() { return std::make_unique<SshStarter>(); }
+
+}  // namespace hvdrun::launcher
