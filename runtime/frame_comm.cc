@@ -99,9 +99,12 @@ void io_exact(int fd, unsigned char* p, std::size_t n, bool out, Clock::time_poi
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK)
       throw Error(what + ": " + (out ? "send" : "recv") + ": " + std::strerror(errno));
-    pollfd pfd{fd, static_cast<short>(out ? POLLOUT : POLLIN), 0};
+    // The generation's end (runtime/generation_end.h) ends the wait at once.
+    std::array<pollfd, 2> pfd{
+        {{fd, static_cast<short>(out ? POLLOUT : POLLIN), 0}, {generation_end().fd(), POLLIN, 0}}};
     const int left = millis_left(deadline);
-    if (left == 0 || ::poll(&pfd, 1, left) == 0) throw Error(what + ": timed out");
+    if (left == 0 || ::poll(pfd.data(), pfd.size(), left) == 0) throw Error(what + ": timed out");
+    generation_end().check();
   }
 }
 
@@ -189,26 +192,47 @@ class FrameComm::Impl {
     }
   }
 
-  void ensure_connected() {
+  // Connects the pairs to `needed` that are not connected yet (every rank of the call
+  // passes its side of the same pairs: a pair is opened by the collective that first needs
+  // it, on both of its ends). The higher rank of a pair dials, the lower one accepts, so two
+  // ranks never open two connections to each other; a rank dials its lower peers first
+  // (in rank order), then accepts its higher ones, so rank 0 only accepts and every chain
+  // of dials ends at a rank that is accepting.
+  void ensure_peers(const std::vector<int>& needed) {
     if (!broken_.empty())
       throw Error("frames: rank " + std::to_string(rank_) +
                   ": an earlier collective across hosts failed, so its connections are out of "
                   "step: " +
                   broken_);
-    if (connected_ || size_ < 2) return;
+    if (size_ < 2) return;
+    std::vector<int> lower, higher;
+    for (int p : needed)
+      if (p != rank_ && !peers_[static_cast<std::size_t>(p)].fd)
+        (p < rank_ ? lower : higher).push_back(p);
+    if (lower.empty() && higher.empty()) return;
+    std::sort(lower.begin(), lower.end());
+    lower.erase(std::unique(lower.begin(), lower.end()), lower.end());
+    std::sort(higher.begin(), higher.end());
+    higher.erase(std::unique(higher.begin(), higher.end()), higher.end());
     try {
-      connect_all();
+      connect_pairs(lower, higher);
     } catch (const std::exception& e) {
       broken_ = e.what();
       throw;
     }
   }
 
-  void connect_all() {
-    std::vector<std::string> keys;
+  std::vector<int> all_peers() const {
+    std::vector<int> v;
     for (int p = 0; p < size_; ++p)
-      if (p != rank_) keys.push_back(addr_key(p));
-    auto missing = wait_for(keys);
+      if (p != rank_) v.push_back(p);
+    return v;
+  }
+
+  void connect_pairs(const std::vector<int>& lower, const std::vector<int>& higher) {
+    std::vector<std::string> keys;
+    for (int p : lower) keys.push_back(addr_key(p));
+    auto missing = keys.empty() ? keys : wait_for(keys);
     if (!missing.empty())
       throw Error("frames: rank " + std::to_string(rank_) + ": " + std::to_string(missing.size()) +
                   " peer(s) did not publish their addresses within " +
@@ -216,18 +240,18 @@ class FrameComm::Impl {
                   " s (they may have crashed, or be stuck before this collective), first " +
                   missing.front());
     const auto deadline = Clock::now() + connect_timeout_;
-    // Dial every lower rank, then accept every higher one: rank 0 only accepts, and a
-    // rank accepts once its own dials are answered, so the chain always completes.
-    for (int p = 0; p < rank_; ++p) {
+    for (int p : lower) {
       const auto value = store_.get(addr_key(p));
       if (!value)
         throw Error("frames: rank " + std::to_string(rank_) + ": the address of rank " +
                     std::to_string(p) + " vanished from the rendezvous store");
       dial(p, *value, deadline);
     }
-    accept_all(deadline);
-    listener_.reset();
-    connected_ = true;
+    accept_from(higher, deadline);
+    // Every higher rank is connected: nothing more can dial this rank.
+    bool all = true;
+    for (int p = rank_ + 1; p < size_; ++p) all = all && peers_[static_cast<std::size_t>(p)].fd;
+    if (all) listener_.reset();
   }
 
   void dial(int p, const std::string& value, Clock::time_point deadline) {
@@ -293,14 +317,22 @@ class FrameComm::Impl {
     std::shared_ptr<bool> evicted = std::make_shared<bool>(false);  // closed by the gate
   };
 
-  void accept_all(Clock::time_point deadline) {
-    int expected = size_ - 1 - rank_;
-    if (expected == 0) return;
+  // Accepts connections until every rank of `expected` (higher ranks) has dialled and
+  // proved the job secret. Another higher rank of this job that dials now (it needs the
+  // pair for a later collective) is connected as well; strangers are refused.
+  void accept_from(const std::vector<int>& expected, Clock::time_point deadline) {
+    const auto waiting = [&] {
+      std::vector<int> late;
+      for (int p : expected)
+        if (!peers_[static_cast<std::size_t>(p)].fd) late.push_back(p);
+      return late;
+    };
+    if (waiting().empty()) return;
     PreauthGate gate("host leaders' frame port of rank " + std::to_string(rank_),
                      "that have not proved the job secret", PreauthPolicy{});
     std::map<PendingCap::Id, Pending> pending;
     auto last_failure_check = Clock::now();
-    while (expected > 0) {
+    while (!waiting().empty()) {
       for (auto it = pending.begin(); it != pending.end();) {
         if (*it->second.evicted || Clock::now() >= it->second.deadline) {
           if (!*it->second.evicted)
@@ -313,11 +345,8 @@ class FrameComm::Impl {
         }
       }
       if (Clock::now() >= deadline) {
-        std::vector<int> late;
-        for (int p = rank_ + 1; p < size_; ++p)
-          if (!peers_[static_cast<std::size_t>(p)].fd) late.push_back(p);
         std::string list;
-        for (int p : late) list += (list.empty() ? "" : ", ") + std::to_string(p);
+        for (int p : waiting()) list += (list.empty() ? "" : ", ") + std::to_string(p);
         throw Error("frames: rank " + std::to_string(rank_) + ": rank(s) " + list +
                     " did not connect and prove the job secret within " +
                     std::to_string(connect_timeout_.count() / 1000) + " s");
@@ -340,7 +369,7 @@ class FrameComm::Impl {
       ::poll(fds.data(), fds.size(), std::min(200, std::max(1, millis_left(deadline))));
       for (std::size_t i = 1; i < fds.size(); ++i)
         if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
-          expected -= read_hello(gate, pending, ids[i - 1], deadline) ? 1 : 0;
+          read_hello(gate, pending, ids[i - 1], deadline);
       if (fds[0].revents & POLLIN) admit(gate, pending);
     }
     gate.flush();
@@ -645,14 +674,14 @@ class FrameComm::Impl {
 
   void allreduce(void* buf, std::size_t count, DataType dtype, ReduceOp op) {
     if (size_ > 1 && count > 0) {
-      ensure_connected();
+      const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
+      ensure_peers({left, right});
       const std::size_t es = dtype_size(dtype);
       const auto n = static_cast<std::size_t>(size_);
       std::vector<std::size_t> off(n + 1, 0);
       for (std::size_t i = 0; i < n; ++i)
         off[i + 1] = off[i] + (count / n + (i < count % n ? 1 : 0)) * es;
       auto* base = static_cast<unsigned char*>(buf);
-      const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
       scratch_.resize(off[1]);
       const auto seg = [&](int s) { return static_cast<std::size_t>((s % size_ + size_) % size_); };
       for (int s = 0; s < size_ - 1; ++s) {  // reduce-scatter
@@ -677,17 +706,52 @@ class FrameComm::Impl {
     if (op == ReduceOp::kAverage) divide_by(buf, count, dtype, size_);
   }
 
+  // A binomial tree rooted at `root`: this rank's parent (-1 at the root) and children.
+  std::pair<int, std::vector<int>> tree(int root) const {
+    const int vr = (rank_ - root + size_) % size_;
+    int parent = -1, mask = 1;
+    for (; mask < size_; mask <<= 1)
+      if (vr & mask) {
+        parent = (vr - mask + root) % size_;
+        break;
+      }
+    std::vector<int> children;
+    for (mask >>= 1; mask > 0; mask >>= 1)
+      if (vr + mask < size_) children.push_back((vr + mask + root) % size_);
+    return {parent, children};
+  }
+
+  // The pairs a collective of `topology` needs on this rank (connect()).
+  std::vector<int> peers_of(Topology topology, int root) const {
+    if (size_ < 2) return {};
+    switch (topology) {
+      case Topology::kRing:
+        return {(rank_ + size_ - 1) % size_, (rank_ + 1) % size_};
+      case Topology::kStar:
+        return rank_ == root ? all_peers() : std::vector<int>{root};
+      case Topology::kFullMesh:
+        break;
+    }
+    return all_peers();
+  }
+
+  // Down a binomial tree: each rank receives the whole message from its parent, then sends
+  // it to all its children at once (log2(size) steps; the root sends at most log2(size)
+  // copies where a star sent size - 1).
   void broadcast(void* buf, std::size_t bytes, int root) {
     if (size_ < 2 || bytes == 0) return;
-    ensure_connected();
-    std::vector<Job> jobs;
-    if (rank_ == root) {
-      for (int p = 0; p < size_; ++p)
-        if (p != rank_) jobs.push_back(send_job(p, buf, bytes));
-    } else {
-      jobs.push_back(recv_job(root, buf, bytes));
+    auto [parent, children] = tree(root);
+    std::vector<int> needed = children;
+    if (parent >= 0) needed.push_back(parent);
+    ensure_peers(needed);
+    if (parent >= 0) {
+      std::vector<Job> jobs;
+      jobs.push_back(recv_job(parent, buf, bytes));
+      run(jobs);
     }
-    run(jobs);
+    std::vector<Job> jobs;
+    for (int c : children) jobs.push_back(send_job(c, buf, bytes));
+    if (!jobs.empty()) run(jobs);
   }
 
   void allgather(const void* send, void* recv, std::size_t bytes) {
@@ -695,8 +759,8 @@ class FrameComm::Impl {
     unsigned char* own = out + bytes * static_cast<std::size_t>(rank_);
     if (send != own) std::memmove(own, send, bytes);
     if (size_ < 2 || bytes == 0) return;
-    ensure_connected();
     const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
+    ensure_peers({left, right});
     const auto blk = [&](int s) {
       return out + bytes * static_cast<std::size_t>((s % size_ + size_) % size_);
     };
@@ -727,7 +791,7 @@ class FrameComm::Impl {
       ro += recv_bytes[i];
     }
     if (size_ < 2) return;
-    ensure_connected();
+    ensure_peers(all_peers());
     run(jobs);
   }
 
@@ -741,7 +805,6 @@ class FrameComm::Impl {
   std::string nonce_;
   UniqueFd listener_;
   std::vector<Peer> peers_;
-  bool connected_ = false;
   std::string broken_;
   std::string failure_key_;
   std::vector<unsigned char> scratch_;
@@ -768,7 +831,9 @@ void FrameComm::alltoallv(const void* send, const std::vector<std::size_t>& send
                           const std::vector<std::size_t>& recv_bytes) {
   impl_->alltoallv(send, send_bytes, recv, recv_bytes);
 }
-void FrameComm::connect(Topology, int) { impl_->ensure_connected(); }
+void FrameComm::connect(Topology topology, int root) {
+  impl_->ensure_peers(impl_->peers_of(topology, root));
+}
 void FrameComm::set_failure_key(std::string key) { impl_->failure_key_ = std::move(key); }
 int FrameComm::connected_pairs() const {
   int n = 0;

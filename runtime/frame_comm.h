@@ -47,8 +47,11 @@ class FrameComm {
   /// Alltoallv in bytes, as GlooComm::alltoallv.
   void alltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
                  const std::vector<std::size_t>& recv_bytes);
-  /// Connects the mesh (every pair; collective). The topology is accepted for GlooComm's
-  /// interface: every collective here connects the whole mesh once.
+  /// Connects the pairs a collective of this shape needs (collective). The collectives
+  /// connect on demand: a pair is opened by the first collective that needs it (ring
+  /// neighbours for allreduce and allgather, the binomial tree from the root for
+  /// broadcast, every pair for alltoallv), so a job that never runs an alltoallv never
+  /// opens the whole mesh.
   void connect(Topology topology = Topology::kFullMesh, int root = 0);
   /// As GlooComm::set_failure_key.
   void set_failure_key(std::string key);

@@ -316,3 +316,73 @@ TEST_CASE("frame mesh: a frame replayed or changed in transit is rejected", "[fr
     if (!replay) CHECK_FALSE(e0.empty());
   }
 }
+
+TEST_CASE("frame mesh: pairs are connected when a collective first needs them", "[frames]") {
+  constexpr int kSize = 8;
+  MemoryStore store;
+  // A stranger connects to rank 0's port as soon as it is published and says nothing.
+  auto stranger = std::async(std::launch::async, [&store] {
+    REQUIRE(store.wait_for({"t/frames/lazy/addr/0"}, 10s).empty());
+    const std::string v = *store.get("t/frames/lazy/addr/0");
+    const auto sp = v.find(' ');
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    REQUIRE(::getaddrinfo(v.substr(0, sp).c_str(),
+                          v.substr(sp + 1, v.find(' ', sp + 1) - sp - 1).c_str(), &hints,
+                          &res) == 0);
+    hvdrun::UniqueFd fd(::socket(res->ai_family, SOCK_STREAM, 0));
+    const int rc = ::connect(fd.get(), res->ai_addr, res->ai_addrlen);
+    ::freeaddrinfo(res);
+    return std::make_pair(rc, std::move(fd));
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto pairs = as_ranks(kSize, [&store](int rank) {
+    FrameComm comm(store, "t/frames/lazy", rank, kSize, ip_of(rank), kSecret, 20s, 20s);
+    std::vector<int> seen;
+    seen.push_back(comm.connected_pairs());
+    // Larger than the small-message path: the ring, which needs the two neighbours only.
+    std::vector<float> v(100000, static_cast<float>(rank));
+    comm.allreduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+    seen.push_back(v[99999] == 28.0F ? comm.connected_pairs() : -1);
+    // Again: nothing new to connect.
+    comm.allreduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kMax);
+    seen.push_back(v[0] == 28.0F ? comm.connected_pairs() : -1);
+    // Broadcast from rank 3 down a binomial tree: its edges join the ring's.
+    std::vector<char> b(1000, rank == 3 ? 'b' : '.');
+    comm.broadcast(b.data(), b.size(), 3);
+    seen.push_back(std::all_of(b.begin(), b.end(), [](char c) { return c == 'b'; })
+                       ? comm.connected_pairs()
+                       : -1);
+    // An alltoall needs every pair.
+    std::vector<std::size_t> sizes(kSize, 4);
+    std::vector<int> out(kSize, rank), in(kSize, -1);
+    comm.alltoallv(out.data(), sizes, in.data(), sizes);
+    bool ok = true;
+    for (int j = 0; j < kSize; ++j) ok = ok && in[static_cast<std::size_t>(j)] == j;
+    seen.push_back(ok ? comm.connected_pairs() : -1);
+    return seen;
+  });
+  const auto held = stranger.get();
+  CHECK(held.first == 0);
+  CHECK(std::chrono::steady_clock::now() - t0 < 15s);
+  const auto total = [&](std::size_t at) {
+    int n = 0;
+    for (const auto& s : pairs) n += s[at];
+    return n / 2;  // each pair counted at both ends
+  };
+  for (int r = 0; r < kSize; ++r) {
+    INFO("rank " << r);
+    const auto& s = pairs[static_cast<std::size_t>(r)];
+    CHECK(s[0] == 0);
+    CHECK(s[1] == 2);
+    CHECK(s[2] == 2);
+    CHECK(s[3] >= 2);
+    CHECK(s[4] == kSize - 1);
+  }
+  CHECK(total(1) == kSize);
+  // The tree from rank 3 over 8 ranks has the edges 3-4, 3-5, 3-7, 5-6, 7-0, 7-1, 1-2
+  // (relative ranks 0-1, 0-2, 0-4, 2-3, 4-5, 4-6, 6-7); four are ring pairs, 3 are new.
+  CHECK(total(3) == kSize + 3);
+  CHECK(total(4) == kSize * (kSize - 1) / 2);
+}
