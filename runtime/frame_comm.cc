@@ -673,7 +673,9 @@ class FrameComm::Impl {
   // --- collectives ---
 
   void allreduce(void* buf, std::size_t count, DataType dtype, ReduceOp op) {
-    if (size_ > 1 && count > 0) {
+    if (size_ > 1 && count > 0 && count * dtype_size(dtype) <= kSmallAllreduceBytes) {
+      allreduce_small(static_cast<unsigned char*>(buf), count, dtype, op);
+    } else if (size_ > 1 && count > 0) {
       const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
       ensure_peers({left, right});
       const std::size_t es = dtype_size(dtype);
@@ -704,6 +706,58 @@ class FrameComm::Impl {
       }
     }
     if (op == ReduceOp::kAverage) divide_by(buf, count, dtype, size_);
+  }
+
+  // Recursive doubling for small messages (latency: log2(size) exchanges of the whole
+  // message, where the ring takes 2 (size - 1) steps). A world that is not a power of two
+  // first folds: of ranks 0 .. 2 rem - 1 (rem = size - the largest power of two below it),
+  // each even rank hands its data to the odd rank above it and gets the result back at the
+  // end. Every combination is computed as (lower group's value) op (higher group's value),
+  // the order both partners use, so every rank ends with the same bits (for floats, and
+  // for NaN under min and max, whatever the op's own symmetry).
+  void allreduce_small(unsigned char* buf, std::size_t count, DataType dtype, ReduceOp op) {
+    const std::size_t bytes = count * dtype_size(dtype);
+    int p2 = 1;
+    while (p2 * 2 <= size_) p2 *= 2;
+    const int rem = size_ - p2;
+    const bool folded = rank_ < 2 * rem && rank_ % 2 == 0;  // sits out the doubling
+    const int vr = rank_ < 2 * rem ? rank_ / 2 : rank_ - rem;
+    const auto real = [rem](int v) { return v < rem ? 2 * v + 1 : v + rem; };
+    std::vector<int> needed;
+    if (rank_ < 2 * rem) needed.push_back(rank_ ^ 1);
+    if (!folded)
+      for (int mask = 1; mask < p2; mask <<= 1) needed.push_back(real(vr ^ mask));
+    ensure_peers(needed);
+    scratch_.resize(bytes);
+    // Combines the partner's value (in scratch_) with this rank's, lower group first.
+    const auto combine = [&](bool theirs_lower) {
+      if (theirs_lower) {
+        reduce_into(scratch_.data(), buf, count, dtype, op);
+        std::memcpy(buf, scratch_.data(), bytes);
+      } else {
+        reduce_into(buf, scratch_.data(), count, dtype, op);
+      }
+    };
+    const auto exchange = [&](int peer, bool send, bool recv, void* into) {
+      std::vector<Job> jobs;
+      if (send) jobs.push_back(send_job(peer, buf, bytes));
+      if (recv) jobs.push_back(recv_job(peer, into, bytes));
+      run(jobs);
+    };
+    if (folded) {
+      exchange(rank_ + 1, true, false, nullptr);
+      exchange(rank_ + 1, false, true, buf);
+      return;
+    }
+    if (rank_ < 2 * rem) {
+      exchange(rank_ - 1, false, true, scratch_.data());
+      combine(true);
+    }
+    for (int mask = 1; mask < p2; mask <<= 1) {
+      exchange(real(vr ^ mask), true, true, scratch_.data());
+      combine((vr ^ mask) < vr);
+    }
+    if (rank_ < 2 * rem) exchange(rank_ - 1, true, false, nullptr);
   }
 
   // A binomial tree rooted at `root`: this rank's parent (-1 at the root) and children.
