@@ -29,6 +29,7 @@
 #include "rendezvous/gmac.h"
 #include "rendezvous/protocol.h"
 #include "runtime/generation_end.h"
+#include "runtime/gloo_comm.h"  // kSmallAllreduceBytes
 #include "runtime/shm_reduce.h"
 
 namespace hvdrun::runtime {

@@ -147,7 +147,7 @@ TEST_CASE(
   const auto errors = as_ranks(3, [&store](int rank) {
     const std::string secret = rank == 2 ? std::string(64, 'x') : kSecret;
     FrameComm comm(store, "t/frames/s", rank, 3, ip_of(rank), secret, 5s, 5s);
-    return error_of([&] { comm.connect(); });
+    return error_of([&] { comm.connect(hvdrun::runtime::Topology::kFullMesh, 0); });
   });
   const auto held = stranger.get();
   CHECK(held.first == 0);
