@@ -4,6 +4,8 @@
 // same machine load. Each rank is a thread of this process with its own sockets.
 // Usage: hvdrun_interhost_bench [MiB, default 64] [iterations per round, default 10] [rounds,
 // default 3]
+//        hvdrun_interhost_bench latency [hosts, default 4] [calls per round, default 200]
+//                               [rounds, default 5]: 8-byte and 4 KiB allreduce latency
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -63,9 +65,67 @@ Result run(const std::string& prefix, std::size_t count, int iters) {
   return {t, (process_cpu() - cpu0) / (iters + 2)};
 }
 
+// Latency of a small allreduce among `hosts` ranks: the median of `iters` calls on rank 0
+// (each on fresh ones, checked afterwards), after two warm-up calls that connect.
+template <typename Comm>
+double latency(const std::string& prefix, int hosts, std::size_t count, int iters) {
+  hvdrun::rendezvous::MemoryStore store;
+  auto body = [&](int rank) {
+    Comm comm(store, prefix, rank, hosts, "127.0.0." + std::to_string(rank + 1), kSecret, 60s, 60s);
+    std::vector<float> v(count);
+    std::vector<double> times;
+    for (int i = -2; i < iters; ++i) {
+      std::fill(v.begin(), v.end(), 1.0F);
+      const auto t0 = Clock::now();
+      comm.allreduce(v.data(), count, hvdrun::DataType::kFloat32, hvdrun::ReduceOp::kSum);
+      if (i >= 0) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      if (v[count - 1] != static_cast<float>(hosts)) std::abort();
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  };
+  std::vector<std::future<double>> others;
+  for (int r = 1; r < hosts; ++r) others.push_back(std::async(std::launch::async, body, r));
+  const double t = body(0);
+  for (auto& o : others) o.get();
+  return t;
+}
+
+// `latency [hosts] [calls] [rounds]`: 8-byte and 4 KiB allreduce latency over Gloo and
+// frames, alternating rounds; prints the median round of each.
+int latency_main(int argc, char** argv) {
+  const int hosts = argc > 2 ? static_cast<int>(std::strtol(argv[2], nullptr, 10)) : 4;
+  const int iters = argc > 3 ? static_cast<int>(std::strtol(argv[3], nullptr, 10)) : 200;
+  const int rounds = argc > 4 ? static_cast<int>(std::strtol(argv[4], nullptr, 10)) : 5;
+  if (hosts < 2 || hosts > 200 || iters < 1 || rounds < 1) {
+    std::fprintf(stderr, "hvdrun_interhost_bench latency: hosts 2..200, calls and rounds >= 1\n");
+    return 2;
+  }
+  const auto median = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("allreduce latency, %d hosts on loopback, median of %d rounds x %d calls\n", hosts,
+              rounds, iters);
+  for (std::size_t bytes : {std::size_t{8}, std::size_t{4096}}) {
+    std::vector<double> gloo, frames;
+    for (int r = 0; r < rounds; ++r) {
+      const std::string tag = std::to_string(bytes) + "/" + std::to_string(r);
+      gloo.push_back(
+          latency<hvdrun::runtime::GlooComm>("l/gloo/" + tag, hosts, bytes / sizeof(float), iters));
+      frames.push_back(latency<hvdrun::runtime::FrameComm>("l/frames/" + tag, hosts,
+                                                           bytes / sizeof(float), iters));
+    }
+    std::printf("%5zu bytes: gloo (no MAC) %8.1f us   frames (GMAC per frame) %8.1f us\n", bytes,
+                median(gloo) * 1e6, median(frames) * 1e6);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "latency") return latency_main(argc, argv);
   const std::size_t mib = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 64;
   const int iters = argc > 2 ? static_cast<int>(std::strtol(argv[2], nullptr, 10)) : 10;
   const int rounds = argc > 3 ? static_cast<int>(std::strtol(argv[3], nullptr, 10)) : 3;

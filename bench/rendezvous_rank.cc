@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
       world.barrier();
       auto t1 = Clock::now();
       if (mode == "mesh") {
-        world.host().world_gloo()->connect(hvdrun::runtime::Topology::kFullMesh);
+        world.host().world_gloo()->connect(hvdrun::runtime::Topology::kFullMesh, 0);
       } else {
         // Gloo's own path: a rendezvous::Context over a prefixed view of our store.
         hvdrun::rendezvous::ClientOptions o;

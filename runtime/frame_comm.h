@@ -18,7 +18,7 @@
 
 #include "hvdrun/hvdrun.h"
 #include "rendezvous/store.h"
-#include "runtime/gloo_comm.h"
+#include "runtime/inter_host_comm.h"
 
 namespace hvdrun::runtime {
 
@@ -27,33 +27,37 @@ inline constexpr std::size_t kFrameBytes = 256 * 1024;
 
 /// An authenticated communicator over ranks [0, size); the same collectives and calling
 /// rules as GlooComm (every rank makes the same calls in the same order).
-class FrameComm {
+class FrameComm final : public InterHostComm {
  public:
   /// As GlooComm's: `secret` keys the handshakes and the frames' MACs; `op_timeout`
   /// bounds each collective, `connect_timeout` the connection of the mesh.
   FrameComm(rendezvous::Store& store, std::string prefix, int rank, int size,
             const std::string& local_ip, const std::string& secret,
             std::chrono::milliseconds op_timeout, std::chrono::milliseconds connect_timeout);
-  ~FrameComm();
+  ~FrameComm() override;
   FrameComm(const FrameComm&) = delete;
   FrameComm& operator=(const FrameComm&) = delete;
 
-  /// In-place allreduce of `count` elements at `buf` (a ring).
-  void allreduce(void* buf, std::size_t count, DataType dtype, ReduceOp op);
+  /// In-place allreduce of `count` elements at `buf`: recursive doubling up to
+  /// kSmallAllreduceBytes (runtime/gloo_comm.h), a ring above.
+  void allreduce(void* buf, std::size_t count, DataType dtype, ReduceOp op) override;
   /// Broadcast of `bytes` bytes at `buf` from `root`.
-  void broadcast(void* buf, std::size_t bytes, int root);
+  void broadcast(void* buf, std::size_t bytes, int root) override;
   /// Allgather of `bytes` bytes per rank into `recv` (size * bytes), in rank order.
-  void allgather(const void* send, void* recv, std::size_t bytes);
+  void allgather(const void* send, void* recv, std::size_t bytes) override;
   /// Alltoallv in bytes, as GlooComm::alltoallv.
   void alltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
-                 const std::vector<std::size_t>& recv_bytes);
-  /// Connects the mesh (every pair; collective). The topology is accepted for GlooComm's
-  /// interface: every collective here connects the whole mesh once.
-  void connect(Topology topology = Topology::kFullMesh, int root = 0);
+                 const std::vector<std::size_t>& recv_bytes) override;
+  /// Connects the pairs a collective of this shape needs (collective). The collectives
+  /// connect on demand: a pair is opened by the first collective that needs it (ring
+  /// neighbours for allreduce and allgather, the binomial tree from the root for
+  /// broadcast, every pair for alltoallv), so a job that never runs an alltoallv never
+  /// opens the whole mesh.
+  void connect(Topology topology, int root) override;
   /// As GlooComm::set_failure_key.
-  void set_failure_key(std::string key);
+  void set_failure_key(std::string key) override;
   /// Number of pairs connected so far.
-  int connected_pairs() const;
+  int connected_pairs() const override;
   /// The connected socket to `peer`, or -1 (tests write into it to check rejection).
   int socket_for_testing(int peer) const;
 

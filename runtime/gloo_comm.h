@@ -13,15 +13,12 @@
 
 #include "hvdrun/hvdrun.h"
 #include "rendezvous/store.h"
+#include "runtime/inter_host_comm.h"
 
 namespace hvdrun::runtime {
 
-/// Which pairs an algorithm needs; every rank passes the same shape for the same call.
-enum class Topology { kRing, kStar, kFullMesh };
-
-/// A Gloo communicator over ranks [0, size). Collective calls must be made by every rank
-/// in the same order with the same arguments (as with MPI).
-class GlooComm {
+/// A Gloo communicator over ranks [0, size) (the calling rules of InterHostComm).
+class GlooComm final : public InterHostComm {
  public:
   /// `store` is any rendezvous Store (the Client in a job, a MemoryStore in tests);
   /// `prefix` namespaces the store keys (communicator name and generation);
@@ -32,28 +29,28 @@ class GlooComm {
   GlooComm(rendezvous::Store& store, std::string prefix, int rank, int size,
            const std::string& local_ip, const std::string& secret,
            std::chrono::milliseconds op_timeout, std::chrono::milliseconds connect_timeout);
-  ~GlooComm();
+  ~GlooComm() override;
   GlooComm(const GlooComm&) = delete;
   GlooComm& operator=(const GlooComm&) = delete;
 
   /// In-place allreduce of `count` elements at `buf`.
-  void allreduce(void* buf, std::size_t count, DataType dtype, ReduceOp op);
+  void allreduce(void* buf, std::size_t count, DataType dtype, ReduceOp op) override;
   /// Broadcast of `bytes` bytes at `buf` from `root`.
-  void broadcast(void* buf, std::size_t bytes, int root);
+  void broadcast(void* buf, std::size_t bytes, int root) override;
   /// Allgather of `bytes` bytes per rank into `recv` (size * bytes).
-  void allgather(const void* send, void* recv, std::size_t bytes);
+  void allgather(const void* send, void* recv, std::size_t bytes) override;
   /// Alltoallv in bytes: `send` holds send_bytes[j] bytes for each rank j in rank order;
   /// `recv` receives recv_bytes[i] bytes from each rank i in rank order (pairwise exchange
   /// over the full mesh).
   void alltoallv(const void* send, const std::vector<std::size_t>& send_bytes, void* recv,
-                 const std::vector<std::size_t>& recv_bytes);
+                 const std::vector<std::size_t>& recv_bytes) override;
   /// Connects every pair an algorithm of this shape needs (collective).
-  void connect(Topology topology, int root = 0);
+  void connect(Topology topology, int root) override;
   /// A store key under which a failing rank publishes why; while it is set, waits for
   /// peers in the store end early, with that reason, once it appears.
-  void set_failure_key(std::string key);
+  void set_failure_key(std::string key) override;
   /// Number of pairs this rank has connected so far.
-  int connected_pairs() const;
+  int connected_pairs() const override;
 
  private:
   class Impl;

@@ -549,7 +549,7 @@ class HostComm::Impl {
   std::vector<int> host_of_;
   std::vector<std::vector<int>> ranks_of_;
   std::unique_ptr<ShmComm> shm_;
-  std::unique_ptr<FrameComm> leaders_;
+  std::unique_ptr<InterHostComm> leaders_;  // a FrameComm
   std::unique_ptr<GlooComm> world_gloo_;
 };
 

@@ -29,7 +29,7 @@ const std::string kSecret(64, 'a');
 // What GlooComm::connect threw, or empty when it returned.
 std::string connect_error(hvdrun::runtime::GlooComm& comm) {
   try {
-    comm.connect(hvdrun::runtime::Topology::kRing);
+    comm.connect(hvdrun::runtime::Topology::kRing, 0);
   } catch (const std::exception& e) {
     return e.what();
   }
