@@ -354,7 +354,7 @@ struct Group {
   runtime::NcclComm& nccl() const {
     if (set == nullptr) return *world->nccl();
     if (!set->nccl)
-      set->nccl = world->subset_nccl(set->prefix + "/nccl/id", set->rank,
+      set->nccl = world->subset_nccl(rendezvous::Key(set->prefix) / "nccl" / "id", set->rank,
                                      static_cast<int>(set->ranks.size()));
     return *set->nccl;
   }
@@ -846,7 +846,7 @@ int add_process_set(const std::vector<int>& ranks_in) {
     std::vector<std::uint64_t> hosts;
     for (const auto& e : all) hosts.push_back(e.host);
     set->env = runtime::set_environment(env, ranks, hosts);
-    set->prefix = j->world->prefix() + "/ps/" + std::to_string(set->id);
+    set->prefix = (rendezvous::Key(j->world->prefix()) / "ps" / set->id).str();
     set->host = j->world->subset_host(set->env, set->prefix);
     set->engine =
         std::make_unique<runtime::Engine>(set_hooks(set.get()), set->env.size, stall_policy(env));

@@ -207,7 +207,7 @@ int online_cpus() {
 
 class ShmComm::Impl {
  public:
-  Impl(rendezvous::Client* store, const std::string& key, ShmMember me, Clock::time_point deadline,
+  Impl(rendezvous::Store* store, const std::string& key, ShmMember me, Clock::time_point deadline,
        milliseconds op_timeout)
       : me_(std::move(me)), L_(me_.local_size), op_timeout_(op_timeout) {
     who_ = "rank " + std::to_string(me_.global_rank) + " of " + std::to_string(me_.global_size) +
@@ -248,7 +248,7 @@ class ShmComm::Impl {
 
   // --- segment set-up ---
 
-  UniqueFd create(rendezvous::Client* store, const std::string& key, Clock::time_point deadline) {
+  UniqueFd create(rendezvous::Store* store, const std::string& key, Clock::time_point deadline) {
     std::size_t chunk = kDefaultChunk;
     if (const char* v = std::getenv("HVDRUN_SHM_CHUNK_BYTES"))
       chunk = std::max<std::size_t>(4096, std::strtoull(v, nullptr, 10));
@@ -285,7 +285,7 @@ class ShmComm::Impl {
   // Hands the memfd to the other local ranks. The socket's name is random and travels
   // only through the authenticated store, or (without a store) is `key`, derived from
   // the job secret; both ends check the other's uid.
-  void hand_out(const UniqueFd& fd, rendezvous::Client* store, const std::string& key,
+  void hand_out(const UniqueFd& fd, rendezvous::Store* store, const std::string& key,
                 Clock::time_point deadline) {
     const std::string name = store ? "hvdrun-" + hex(rendezvous::random_bytes(16)) : key;
     UniqueFd srv(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -374,7 +374,7 @@ class ShmComm::Impl {
 
   // Connects to local rank 0's socket: the name from the store, or (no store) `key`
   // itself, retried until local rank 0 has bound it or the deadline passes.
-  UniqueFd connect_leader(rendezvous::Client* store, const std::string& key,
+  UniqueFd connect_leader(rendezvous::Store* store, const std::string& key,
                           Clock::time_point deadline) {
     std::optional<std::string> name = key;
     if (store) {
@@ -405,7 +405,7 @@ class ShmComm::Impl {
     }
   }
 
-  UniqueFd fetch(rendezvous::Client* store, const std::string& key, Clock::time_point deadline) {
+  UniqueFd fetch(rendezvous::Store* store, const std::string& key, Clock::time_point deadline) {
     UniqueFd c = connect_leader(store, key, deadline);
     const std::string name = store ? "local rank 0's socket" : "@" + key;
     if (peer_uid(c.get()) != ::geteuid())
@@ -839,7 +839,7 @@ class ShmComm::Impl {
   std::unique_ptr<EndWaker> end_waker_;
 };
 
-ShmComm::ShmComm(rendezvous::Client* store, const std::string& key, ShmMember me,
+ShmComm::ShmComm(rendezvous::Store* store, const std::string& key, ShmMember me,
                  std::chrono::steady_clock::time_point deadline,
                  std::chrono::milliseconds op_timeout)
     : impl_(std::make_unique<Impl>(store, key, std::move(me), deadline, op_timeout)) {}
