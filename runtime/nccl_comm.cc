@@ -3,10 +3,7 @@
 // build time.
 #include "runtime/nccl_comm.h"
 
-#include <arpa/inet.h>
 #include <dlfcn.h>
-#include <ifaddrs.h>
-#include <netinet/in.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -23,6 +20,7 @@
 #include "common/env_names.h"
 #include "common/seconds_text.h"
 #include "runtime/abort_on_end.h"
+#include "runtime/cuda_lib.h"
 #include "runtime/generation_end.h"
 
 #ifdef HVDRUN_HAVE_NCCL
@@ -32,114 +30,6 @@
 namespace hvdrun::runtime {
 
 using Clock = std::chrono::steady_clock;
-
-std::string interface_of(const std::string& ip) {
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return {};
-  std::string name;
-  for (auto* i = list; i && name.empty(); i = i->ifa_next) {
-    if (!i->ifa_addr) continue;
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (i->ifa_addr->sa_family == AF_INET)
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
-    else if (i->ifa_addr->sa_family == AF_INET6)
-      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, buf,
-                sizeof buf);
-    else
-      continue;
-    if (ip == buf) name = i->ifa_name;
-  }
-  ::freeifaddrs(list);
-  return name;
-}
-
-namespace {
-
-void* open_first(std::initializer_list<const char*> names, std::string* why) {
-  std::string errs;
-  for (const char* n : names) {
-    if (void* h = ::dlopen(n, RTLD_NOW | RTLD_LOCAL)) return h;
-    errs += std::string(errs.empty() ? "" : "; ") + ::dlerror();
-  }
-  if (why) *why = errs;
-  return nullptr;
-}
-
-// The few CUDA runtime entry points needed, resolved once.
-struct Cuda {
-  using CountFn = int (*)(int*);
-  using SetFn = int (*)(int);
-  using ErrFn = const char* (*)(int);
-  using EventCreateFn = int (*)(void**, unsigned);
-  using EventRecordFn = int (*)(void*, void*);
-  using EventFn = int (*)(void*);
-  CountFn get_device_count = nullptr;
-  SetFn set_device = nullptr;
-  ErrFn error_string = nullptr;
-  // For the device watchdog: an event recorded after each collective.
-  EventCreateFn event_create = nullptr;
-  EventRecordFn event_record = nullptr;
-  EventFn event_query = nullptr;
-  EventFn event_destroy = nullptr;
-  // For a joined rank's stand-in (optional: without them it cannot stand in on a GPU).
-  using MallocFn = int (*)(void**, std::size_t);
-  using FreeFn = int (*)(void*);
-  using MemcpyFn = int (*)(void*, const void*, std::size_t, int);
-  using SyncFn = int (*)(void*);
-  MallocFn malloc = nullptr;
-  FreeFn free = nullptr;
-  MemcpyFn memcpy = nullptr;
-  SyncFn stream_synchronize = nullptr;
-  std::string why;
-
-  static const Cuda& get() {
-    static Cuda c = [] {
-      Cuda x;
-      void* h = open_first(
-          {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"}, &x.why);
-      if (!h) {
-        x.why = "CUDA runtime not found (" + x.why + ")";
-        return x;
-      }
-      x.get_device_count = reinterpret_cast<CountFn>(::dlsym(h, "cudaGetDeviceCount"));
-      x.set_device = reinterpret_cast<SetFn>(::dlsym(h, "cudaSetDevice"));
-      x.error_string = reinterpret_cast<ErrFn>(::dlsym(h, "cudaGetErrorString"));
-      x.event_create = reinterpret_cast<EventCreateFn>(::dlsym(h, "cudaEventCreateWithFlags"));
-      x.event_record = reinterpret_cast<EventRecordFn>(::dlsym(h, "cudaEventRecord"));
-      x.event_query = reinterpret_cast<EventFn>(::dlsym(h, "cudaEventQuery"));
-      x.event_destroy = reinterpret_cast<EventFn>(::dlsym(h, "cudaEventDestroy"));
-      x.malloc = reinterpret_cast<MallocFn>(::dlsym(h, "cudaMalloc"));
-      x.free = reinterpret_cast<FreeFn>(::dlsym(h, "cudaFree"));
-      x.memcpy = reinterpret_cast<MemcpyFn>(::dlsym(h, "cudaMemcpy"));
-      x.stream_synchronize = reinterpret_cast<SyncFn>(::dlsym(h, "cudaStreamSynchronize"));
-      if (!x.get_device_count || !x.set_device || !x.error_string || !x.event_create ||
-          !x.event_record || !x.event_query || !x.event_destroy) {
-        x.get_device_count = nullptr;
-        x.why = "the CUDA runtime found lacks cudaGetDeviceCount, cudaSetDevice or the event API";
-      }
-      return x;
-    }();
-    return c;
-  }
-};
-
-}  // namespace
-
-int cuda_device_count(std::string* why) {
-  const auto& c = Cuda::get();
-  if (!c.get_device_count) {
-    if (why) *why = c.why;
-    return -1;
-  }
-  int n = 0;
-  int rc = c.get_device_count(&n);
-  if (rc != 0) {
-    if (why) *why = std::string("cudaGetDeviceCount: ") + c.error_string(rc);
-    return -1;
-  }
-  if (n == 0 && why) *why = "no CUDA device is visible";
-  return n;
-}
 
 #ifdef HVDRUN_HAVE_NCCL
 

@@ -13,8 +13,8 @@
 
 #include "hvdrun/hvdrun.h"
 #include "rendezvous/store.h"
-#include "runtime/nccl_bootstrap.h"
 #include "runtime/device_watchdog.h"
+#include "runtime/nccl_bootstrap.h"
 
 namespace hvdrun::runtime {
 
@@ -24,9 +24,6 @@ int cuda_device_count(std::string* why);
 /// The loaded NCCL's version code (22803 for 2.28.3), or 0 when none loads or the build
 /// has no NCCL path.
 int nccl_version();
-
-/// Name of the network interface that owns `ip`, or "" when none does.
-std::string interface_of(const std::string& ip);
 
 /// An NCCL communicator over all ranks.
 class NcclComm {
