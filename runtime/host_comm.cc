@@ -49,7 +49,10 @@ std::vector<int> parse_ranks(const std::string& s) {
   return out;
 }
 
-// An alltoallv's matrix: at(i, j) bytes go from rank i to rank j.
+}  // namespace
+
+// An alltoallv's matrix: at(i, j) bytes go from rank i to rank j. Outside the anonymous
+// namespace: HostComm::Impl's members capture it.
 struct Traffic {
   const std::vector<std::size_t>& m;
   std::size_t n;
@@ -65,8 +68,6 @@ struct Traffic {
     return total;
   }
 };
-
-}  // namespace
 
 class HostComm::Impl {
  public:

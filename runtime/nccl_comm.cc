@@ -269,6 +269,35 @@ struct NcclComm::State {
     watchdog->track(ev, kind, count, root);
   }
 
+  // Once initialised: the device watchdog over every collective, and the watcher that
+  // aborts the communicator when its generation ends.
+  void start_watching(int size) {
+    State* st = this;
+    DeviceWatchdog::Hooks hooks;
+    // An aborted communicator's work is over: the watchdog lets it go.
+    hooks.done = [st](void* ev) {
+      return st->aborted.load() || Cuda::get().event_query(ev) != kCudaNotReady;
+    };
+    hooks.release = [st](void* ev) {
+      std::lock_guard lock(st->pool_mu);
+      st->free_events.push_back(ev);
+    };
+    hooks.async_error = [st]() -> std::string {
+      // Skipped while a collective is being enqueued (it polls the same state), and after
+      // the abort, which freed the communicator.
+      std::unique_lock lock(st->comm_mu, std::try_to_lock);
+      if (!lock.owns_lock() || st->aborted.load()) return {};
+      ncclResult_t async = ncclSuccess;
+      if (Nccl::get().get_async_error(st->comm, &async) != ncclSuccess) return {};
+      if (async == ncclSuccess || async == ncclInProgress) return {};
+      return Nccl::get().error_string(async);
+    };
+    watchdog = std::make_unique<DeviceWatchdog>(
+        std::move(hooks), op_timeout,
+        "rank " + std::to_string(rank) + " of " + std::to_string(size));
+    ender = std::make_unique<AbortOnEnd>([st](const std::string& reason) { st->abort(reason); });
+  }
+
   ~State() {
     ender.reset();     // joins its thread: no abort from here on
     watchdog.reset();  // joins its thread and gives every event back
@@ -358,29 +387,7 @@ NcclComm::NcclComm(rendezvous::Store& store, const std::string& key, int rank, i
   }
   s_->op_timeout = op_timeout;
 
-  State* st = s_.get();
-  DeviceWatchdog::Hooks hooks;
-  // An aborted communicator's work is over: the watchdog lets it go.
-  hooks.done = [st](void* ev) {
-    return st->aborted.load() || Cuda::get().event_query(ev) != kCudaNotReady;
-  };
-  hooks.release = [st](void* ev) {
-    std::lock_guard lock(st->pool_mu);
-    st->free_events.push_back(ev);
-  };
-  hooks.async_error = [st]() -> std::string {
-    // Skipped while a collective is being enqueued (it polls the same state), and after
-    // the abort, which freed the communicator.
-    std::unique_lock lock(st->comm_mu, std::try_to_lock);
-    if (!lock.owns_lock() || st->aborted.load()) return {};
-    ncclResult_t async = ncclSuccess;
-    if (Nccl::get().get_async_error(st->comm, &async) != ncclSuccess) return {};
-    if (async == ncclSuccess || async == ncclInProgress) return {};
-    return Nccl::get().error_string(async);
-  };
-  s_->watchdog = std::make_unique<DeviceWatchdog>(
-      std::move(hooks), op_timeout, "rank " + std::to_string(rank) + " of " + std::to_string(size));
-  s_->ender = std::make_unique<AbortOnEnd>([st](const std::string& reason) { st->abort(reason); });
+  s_->start_watching(size);
 }
 
 NcclComm::~NcclComm() = default;

@@ -101,7 +101,8 @@ void check_results(const std::vector<Seen>& seen) {
     const auto& s = seen[static_cast<std::size_t>(r)];
     REQUIRE(s.error.empty());
     for (std::size_t i = 0; i < s.sum.size(); i += 97)
-      CHECK(s.sum[i] == static_cast<float>(n * static_cast<int>(i) + n * (n - 1) / 2));
+      CHECK(s.sum[i] ==
+            static_cast<float>(n) * static_cast<float>(i) + static_cast<float>(n * (n - 1)) / 2.0F);
     CHECK(s.average == Approx((n - 1) / 2.0));
     CHECK(s.broadcast == std::vector<char>(64, 'b'));
     CHECK(s.gathered == all);
