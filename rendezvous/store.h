@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -61,6 +62,38 @@ class Store {
   /// As wait_for, but throws TimeoutError naming `what` and the missing keys on timeout.
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
                     const std::string& what = {}) = 0;
+};
+
+/// A store key built from parts, so that a namespace is spelled once and its keys are
+/// joined one way: `Key("hvdrun/g0") / "hosts" / 3` is "hvdrun/g0/hosts/3". Passes as
+/// the key string itself to every Store call.
+class Key {
+ public:
+  /// The key (or namespace) `path`, as given.
+  explicit Key(std::string path) : path_(std::move(path)) {}
+  /// `path/part`.
+  Key operator/(std::string_view part) const {
+    std::string p = path_;
+    p += '/';
+    p += part;
+    return Key(std::move(p));
+  }
+  /// `path/index`, the index in decimal.
+  Key operator/(int index) const { return *this / std::string_view(std::to_string(index)); }
+  /// `path/0` ... `path/(n-1)`: one key per rank or host under this namespace.
+  std::vector<std::string> range(int n) const {
+    std::vector<std::string> keys;
+    keys.reserve(n > 0 ? static_cast<std::size_t>(n) : 0);
+    for (int i = 0; i < n; ++i) keys.push_back((*this / i).str());
+    return keys;
+  }
+  /// The key text.
+  const std::string& str() const { return path_; }
+  // Implicit, so that a Key is passed wherever a Store takes a key.
+  operator const std::string&() const { return path_; }  // NOLINT(google-explicit-constructor)
+
+ private:
+  std::string path_;
 };
 
 /// "'a', 'b' and 3 more": at most 16 keys, for timeout messages.

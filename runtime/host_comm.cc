@@ -12,8 +12,6 @@
 //   failure/count, failure/first   the first failure a rank saw in a collective
 #include "runtime/host_comm.h"
 
-#include <pthread.h>
-#include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -28,6 +26,7 @@
 #include "runtime/frame_comm.h"
 #include "runtime/shm_exchange.h"
 #include "runtime/shm_reduce.h"
+#include "runtime/sigpipe_blocked.h"
 #include "runtime/timeline.h"
 
 namespace hvdrun::runtime {
@@ -36,36 +35,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-// Gloo writes to its sockets without MSG_NOSIGNAL, so a peer that died makes the write
-// raise SIGPIPE, which would end this process before it could say which peer. While a
-// Gloo call runs on this thread SIGPIPE is blocked (the write fails with EPIPE and Gloo
-// throws), and a SIGPIPE left pending by it is taken before the mask is restored. Gloo's
-// own event-loop thread inherits the blocked mask from the thread that creates the
-// communicator, so the communicators are created under this guard too.
-class SigpipeBlocked {
- public:
-  SigpipeBlocked() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    ::pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-  }
-  ~SigpipeBlocked() {
-    sigset_t pending;
-    sigemptyset(&pending);
-    if (::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
-      timespec zero{};
-      ::sigtimedwait(&pipe_, nullptr, &zero);
-    }
-    ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  SigpipeBlocked(const SigpipeBlocked&) = delete;
-  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
-
- private:
-  sigset_t pipe_{};
-  sigset_t old_{};
-};
 
 std::vector<int> parse_ranks(const std::string& s) {
   std::vector<int> out;
@@ -80,7 +49,10 @@ std::vector<int> parse_ranks(const std::string& s) {
   return out;
 }
 
-// An alltoallv's matrix: at(i, j) bytes go from rank i to rank j.
+}  // namespace
+
+// An alltoallv's matrix: at(i, j) bytes go from rank i to rank j. Outside the anonymous
+// namespace: HostComm::Impl's members capture it.
 struct Traffic {
   const std::vector<std::size_t>& m;
   std::size_t n;
@@ -97,18 +69,16 @@ struct Traffic {
   }
 };
 
-}  // namespace
-
 class HostComm::Impl {
  public:
-  Impl(rendezvous::Client* store, const std::string& prefix, const Environment& env,
+  Impl(rendezvous::Store* store, const std::string& prefix, const Environment& env,
        const std::string& local_ip, Clock::time_point deadline, bool host_checkin)
-      : store_(store), prefix_(prefix), env_(env), local_ip_(local_ip) {
+      : store_(store), ns_(prefix), env_(env), local_ip_(local_ip) {
     if (env_.size == 1) return;
     if (env_.host_path == "gloo") {
       SigpipeBlocked quiet;
       world_gloo_ =
-          std::make_unique<GlooComm>(*store, prefix + "/gloo/world", env_.rank, env_.size, local_ip,
+          std::make_unique<GlooComm>(*store, ns_ / "gloo" / "world", env_.rank, env_.size, local_ip,
                                      env_.secret, env_.op_timeout, env_.op_timeout);
       return;
     }
@@ -117,11 +87,10 @@ class HostComm::Impl {
       ShmMember me{env_.local_rank, env_.local_size, env_.rank, env_.size, env_.hostname};
       // Checking in through the leader, the other local ranks have no store yet: the
       // socket's name comes from the job secret instead of the store.
-      shm_ = host_checkin
-                 ? std::make_unique<ShmComm>(nullptr, shm_socket_name(env_, prefix), me, deadline,
-                                             env_.op_timeout)
-                 : std::make_unique<ShmComm>(store, prefix + "/shm/" + env_.hostname + "/socket",
-                                             me, deadline, env_.op_timeout);
+      shm_ = host_checkin ? std::make_unique<ShmComm>(nullptr, shm_socket_name(env_, prefix), me,
+                                                      deadline, env_.op_timeout)
+                          : std::make_unique<ShmComm>(store, ns_ / "shm" / env_.hostname / "socket",
+                                                      me, deadline, env_.op_timeout);
     }
     if (env_.local_size == env_.size) {  // one host: nothing leaves it
       for (int l = 0; shm_ && l < env_.local_size; ++l)
@@ -137,16 +106,14 @@ class HostComm::Impl {
   void join_hosts(Clock::time_point deadline) {
     if (!leader_ || leaders_) return;
     auto& store = *store_;
-    const auto& prefix = prefix_;
     const auto& local_ip = local_ip_;
     hosts_ = env_.cross_size;
     host_ = env_.cross_rank;
     std::string mine;
     for (int l = 0; l < env_.local_size; ++l)
       mine += (l ? "," : "") + std::to_string(shm_ ? shm_->global_rank(l) : env_.rank);
-    store.set(prefix + "/hosts/" + std::to_string(host_), mine);
-    std::vector<std::string> keys;
-    for (int h = 0; h < hosts_; ++h) keys.push_back(prefix + "/hosts/" + std::to_string(h));
+    store.set(ns_ / "hosts" / host_, mine);
+    const std::vector<std::string> keys = (ns_ / "hosts").range(hosts_);
     store.wait(keys, time_left(deadline),
                "rank " + std::to_string(env_.rank) + " on " + env_.hostname +
                    ": waiting for the other hosts' leaders (local rank 0 of each host)");
@@ -164,9 +131,9 @@ class HostComm::Impl {
                   ": the host leaders' rank lists do not cover every rank (HVDRUN_CROSS_RANK/"
                   "HVDRUN_CROSS_SIZE of local rank 0 must number the hosts)");
     SigpipeBlocked quiet;
-    leaders_ = std::make_unique<FrameComm>(store, prefix + "/frames/leaders", host_, hosts_,
+    leaders_ = std::make_unique<FrameComm>(store, ns_ / "frames" / "leaders", host_, hosts_,
                                            local_ip, env_.secret, env_.op_timeout, env_.op_timeout);
-    leaders_->set_failure_key(prefix + "/failure/first");
+    leaders_->set_failure_key(ns_ / "failure" / "first");
   }
 
   // Runs a leader's step across hosts; on failure, the host's segment is marked failed
@@ -197,9 +164,9 @@ class HostComm::Impl {
       fn();
     } catch (const std::exception& e) {
       try {
-        if (store_ && store_->add(prefix_ + "/failure/count", 1) == 1)
-          store_->set(prefix_ + "/failure/first", "rank " + std::to_string(env_.rank) + " on " +
-                                                      env_.hostname + ": " + e.what());
+        if (store_ && store_->add(ns_ / "failure" / "count", 1) == 1)
+          store_->set(ns_ / "failure" / "first", "rank " + std::to_string(env_.rank) + " on " +
+                                                     env_.hostname + ": " + e.what());
       } catch (const std::exception&) {  // the store is gone too: nothing more to say
       }
       throw;
@@ -208,7 +175,7 @@ class HostComm::Impl {
 
   std::string first_failure() {
     try {
-      const std::string key = prefix_ + "/failure/first";
+      const rendezvous::Key key = ns_ / "failure" / "first";
       // The failing host's leader publishes before it exits, which is what reset the
       // connection; a short wait covers the other order.
       if (store_ && store_->wait_for({key}, milliseconds(500)).empty())
@@ -236,7 +203,7 @@ class HostComm::Impl {
       }
       return;
     }
-    const ReduceOp sum_op = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+    const ReduceOp sum_op = summing(op);
     guarded([&] {
       if (shm_) {
         const TimelineActivity a("SHM_ALLREDUCE");
@@ -529,13 +496,13 @@ class HostComm::Impl {
   void farewell(milliseconds timeout) {
     if (!leaders_ || leaders_->connected_pairs() == 0) return;
     const long long k = ++farewell_seq_;
-    const std::string base = prefix_ + "/leaders/bye/" + std::to_string(k);
-    if (store_->add(base, 1) == hosts_) store_->set(base + "/done", "1");
-    store_->wait({base + "/done"}, timeout, "the other host leaders' final barrier");
+    const rendezvous::Key base = ns_ / "leaders" / "bye" / std::to_string(k);
+    if (store_->add(base, 1) == hosts_) store_->set(base / "done", "1");
+    store_->wait({base / "done"}, timeout, "the other host leaders' final barrier");
   }
 
-  rendezvous::Client* store_;  // null on a rank that checked in through its host's leader
-  std::string prefix_;
+  rendezvous::Store* store_;  // null on a rank that checked in through its host's leader
+  rendezvous::Key ns_;        // the generation's key prefix
   const Environment& env_;
   std::string local_ip_;
   bool shm_path_ = false;
@@ -553,7 +520,7 @@ class HostComm::Impl {
   std::unique_ptr<GlooComm> world_gloo_;
 };
 
-HostComm::HostComm(rendezvous::Client* store, const std::string& prefix, const Environment& env,
+HostComm::HostComm(rendezvous::Store* store, const std::string& prefix, const Environment& env,
                    const std::string& local_ip, std::chrono::steady_clock::time_point deadline,
                    bool host_checkin)
     : impl_(std::make_unique<Impl>(store, prefix, env, local_ip, deadline, host_checkin)) {}

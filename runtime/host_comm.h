@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "hvdrun/hvdrun.h"
-#include "rendezvous/client.h"
+#include "rendezvous/store.h"
 #include "runtime/env.h"
 #include "runtime/gloo_comm.h"
 #include "runtime/shm_comm.h"
@@ -28,7 +28,7 @@ class HostComm {
   /// segment's socket is named from the job secret, `store` may be null on ranks other
   /// than local rank 0, and the leaders' part across hosts waits for join_hosts().
   /// Throws Error.
-  HostComm(rendezvous::Client* store, const std::string& prefix, const Environment& env,
+  HostComm(rendezvous::Store* store, const std::string& prefix, const Environment& env,
            const std::string& local_ip, std::chrono::steady_clock::time_point deadline,
            bool host_checkin = false);
   ~HostComm();

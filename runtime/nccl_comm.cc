@@ -1,24 +1,27 @@
-// NCCL bootstrap and collectives (see nccl_comm.h). NCCL and the CUDA runtime are
-// resolved with dlopen; nccl.h supplies only types and constants at build time.
+// NCCL collectives (see nccl_comm.h; the unique-id exchange is nccl_bootstrap.cc). NCCL
+// and the CUDA runtime are resolved with dlopen; nccl.h supplies only types and constants at
+// build time.
 #include "runtime/nccl_comm.h"
 
-#include <arpa/inet.h>
 #include <dlfcn.h>
-#include <ifaddrs.h>
-#include <netinet/in.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <thread>
 #include <vector>
 
 #include "common/env_names.h"
 #include "common/seconds_text.h"
+#include "runtime/abort_on_end.h"
+#include "runtime/cuda_lib.h"
+#include "runtime/generation_end.h"
 
 #ifdef HVDRUN_HAVE_NCCL
 #include <nccl.h>
@@ -27,211 +30,6 @@
 namespace hvdrun::runtime {
 
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-// What an id's creator publishes: "id:<id>", or "error:<why>" with `failure` set to why.
-std::string id_value(const std::function<std::string()>& make_id, std::string& failure) {
-  try {
-    return "id:" + make_id();
-  } catch (const std::exception& e) {
-    failure = e.what();
-    return "error:" + failure;
-  }
-}
-
-// The id in a published value; `creator_failed` opens the error when its creator failed.
-std::string id_from(const std::optional<std::string>& v, const std::string& key,
-                    const std::string& creator_failed) {
-  if (!v) throw Error("nccl: key '" + key + "' vanished from the rendezvous store");
-  if (v->rfind("error:", 0) == 0) throw Error("nccl: " + creator_failed + ": " + v->substr(6));
-  if (v->rfind("id:", 0) != 0) throw Error("nccl: malformed unique id under '" + key + "'");
-  return v->substr(3);
-}
-
-}  // namespace
-
-std::string exchange_unique_id(rendezvous::Client& store, const std::string& key, int rank,
-                               const std::function<std::string()>& make_id,
-                               std::chrono::milliseconds timeout) {
-  if (rank == 0) {
-    std::string failure;
-    const std::string value = id_value(make_id, failure);
-    store.set(key, value);
-    if (!failure.empty())
-      throw Error("nccl: rank 0 could not create the NCCL unique id: " + failure);
-    return value.substr(3);
-  }
-  auto missing = store.wait_for({key}, timeout);
-  if (!missing.empty())
-    throw Error("nccl: rank " + std::to_string(rank) + " waited " +
-                std::to_string(timeout.count() / 1000) +
-                " s for rank 0 to publish the NCCL unique id under '" + key +
-                "'; rank 0 did not (it may have crashed or be stuck)");
-  return id_from(store.get(key), key, "rank 0 could not create the NCCL unique id");
-}
-
-int nccl_id_count(int size, int ranks_per_id) {
-  const long long n = std::max(size, 1);
-  const long long per = std::max(ranks_per_id, 1);
-  return static_cast<int>((n + per - 1) / per);
-}
-
-int nccl_id_owner(int index, int size, int count) {
-  return static_cast<int>(static_cast<long long>(index) * std::max(size, 1) / std::max(count, 1));
-}
-
-int nccl_id_index(int rank, int size, int count) {
-  const long long n = std::max(size, 1);
-  const long long c = std::max(count, 1);
-  // The smallest index whose owner is at or after `rank`; it is this rank's when equal.
-  const long long i = (static_cast<long long>(rank) * c + n - 1) / n;
-  if (i >= c || nccl_id_owner(static_cast<int>(i), size, count) != rank) return -1;
-  return static_cast<int>(i);
-}
-
-std::string nccl_id_key(const std::string& key, int index) {
-  return index == 0 ? key : key + "/" + std::to_string(index);
-}
-
-std::vector<std::string> exchange_unique_ids(rendezvous::Client& store, const std::string& key,
-                                             int rank, int size, int count,
-                                             const std::function<std::string()>& make_id,
-                                             std::chrono::milliseconds timeout) {
-  if (count <= 1) return {exchange_unique_id(store, key, rank, make_id, timeout)};
-  std::string own_failure;
-  if (const int mine = nccl_id_index(rank, size, count); mine >= 0)
-    store.set(nccl_id_key(key, mine), id_value(make_id, own_failure));
-  if (!own_failure.empty())
-    throw Error("nccl: rank " + std::to_string(rank) +
-                " could not create its NCCL unique id: " + own_failure);
-  std::vector<std::string> keys;
-  for (int i = 0; i < count; ++i) keys.push_back(nccl_id_key(key, i));
-  auto missing = store.wait_for(keys, timeout);
-  if (!missing.empty())
-    throw Error("nccl: rank " + std::to_string(rank) + " waited " +
-                std::to_string(timeout.count() / 1000) + " s for the NCCL unique ids; " +
-                rendezvous::key_list(missing) +
-                " never appeared (their owners, ranks floor(i * size / ids), may have crashed "
-                "or be stuck)");
-  auto values = store.multi_get(keys);
-  std::vector<std::string> ids;
-  for (int i = 0; i < count; ++i) {
-    const auto at = static_cast<std::size_t>(i);
-    ids.push_back(id_from(values[at], keys[at],
-                          "rank " + std::to_string(nccl_id_owner(i, size, count)) +
-                              " could not create NCCL unique id " + std::to_string(i)));
-  }
-  return ids;
-}
-
-std::string interface_of(const std::string& ip) {
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return {};
-  std::string name;
-  for (auto* i = list; i && name.empty(); i = i->ifa_next) {
-    if (!i->ifa_addr) continue;
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (i->ifa_addr->sa_family == AF_INET)
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
-    else if (i->ifa_addr->sa_family == AF_INET6)
-      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, buf,
-                sizeof buf);
-    else
-      continue;
-    if (ip == buf) name = i->ifa_name;
-  }
-  ::freeifaddrs(list);
-  return name;
-}
-
-namespace {
-
-void* open_first(std::initializer_list<const char*> names, std::string* why) {
-  std::string errs;
-  for (const char* n : names) {
-    if (void* h = ::dlopen(n, RTLD_NOW | RTLD_LOCAL)) return h;
-    errs += std::string(errs.empty() ? "" : "; ") + ::dlerror();
-  }
-  if (why) *why = errs;
-  return nullptr;
-}
-
-// The few CUDA runtime entry points needed, resolved once.
-struct Cuda {
-  using CountFn = int (*)(int*);
-  using SetFn = int (*)(int);
-  using ErrFn = const char* (*)(int);
-  using EventCreateFn = int (*)(void**, unsigned);
-  using EventRecordFn = int (*)(void*, void*);
-  using EventFn = int (*)(void*);
-  CountFn get_device_count = nullptr;
-  SetFn set_device = nullptr;
-  ErrFn error_string = nullptr;
-  // For the device watchdog: an event recorded after each collective.
-  EventCreateFn event_create = nullptr;
-  EventRecordFn event_record = nullptr;
-  EventFn event_query = nullptr;
-  EventFn event_destroy = nullptr;
-  // For a joined rank's stand-in (optional: without them it cannot stand in on a GPU).
-  using MallocFn = int (*)(void**, std::size_t);
-  using FreeFn = int (*)(void*);
-  using MemcpyFn = int (*)(void*, const void*, std::size_t, int);
-  using SyncFn = int (*)(void*);
-  MallocFn malloc = nullptr;
-  FreeFn free = nullptr;
-  MemcpyFn memcpy = nullptr;
-  SyncFn stream_synchronize = nullptr;
-  std::string why;
-
-  static const Cuda& get() {
-    static Cuda c = [] {
-      Cuda x;
-      void* h = open_first(
-          {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"}, &x.why);
-      if (!h) {
-        x.why = "CUDA runtime not found (" + x.why + ")";
-        return x;
-      }
-      x.get_device_count = reinterpret_cast<CountFn>(::dlsym(h, "cudaGetDeviceCount"));
-      x.set_device = reinterpret_cast<SetFn>(::dlsym(h, "cudaSetDevice"));
-      x.error_string = reinterpret_cast<ErrFn>(::dlsym(h, "cudaGetErrorString"));
-      x.event_create = reinterpret_cast<EventCreateFn>(::dlsym(h, "cudaEventCreateWithFlags"));
-      x.event_record = reinterpret_cast<EventRecordFn>(::dlsym(h, "cudaEventRecord"));
-      x.event_query = reinterpret_cast<EventFn>(::dlsym(h, "cudaEventQuery"));
-      x.event_destroy = reinterpret_cast<EventFn>(::dlsym(h, "cudaEventDestroy"));
-      x.malloc = reinterpret_cast<MallocFn>(::dlsym(h, "cudaMalloc"));
-      x.free = reinterpret_cast<FreeFn>(::dlsym(h, "cudaFree"));
-      x.memcpy = reinterpret_cast<MemcpyFn>(::dlsym(h, "cudaMemcpy"));
-      x.stream_synchronize = reinterpret_cast<SyncFn>(::dlsym(h, "cudaStreamSynchronize"));
-      if (!x.get_device_count || !x.set_device || !x.error_string || !x.event_create ||
-          !x.event_record || !x.event_query || !x.event_destroy) {
-        x.get_device_count = nullptr;
-        x.why = "the CUDA runtime found lacks cudaGetDeviceCount, cudaSetDevice or the event API";
-      }
-      return x;
-    }();
-    return c;
-  }
-};
-
-}  // namespace
-
-int cuda_device_count(std::string* why) {
-  const auto& c = Cuda::get();
-  if (!c.get_device_count) {
-    if (why) *why = c.why;
-    return -1;
-  }
-  int n = 0;
-  int rc = c.get_device_count(&n);
-  if (rc != 0) {
-    if (why) *why = std::string("cudaGetDeviceCount: ") + c.error_string(rc);
-    return -1;
-  }
-  if (n == 0 && why) *why = "no CUDA device is visible";
-  return n;
-}
 
 #ifdef HVDRUN_HAVE_NCCL
 
@@ -362,11 +160,12 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 // A non-blocking communicator answers ncclInProgress while an operation (its own init, or
 // enqueueing a collective) is under way, and NCCL asks that ncclCommGetAsyncError be polled
 // until it leaves that state before the next call. Returns the state it settles in, or
-// ncclInProgress when `deadline` passes first. `pause` between polls: zero yields.
+// ncclInProgress when `deadline` passes or the generation ends (runtime/generation_end.h)
+// first. `pause` between polls: zero yields.
 ncclResult_t settle(ncclComm_t comm, ncclResult_t rc, Clock::time_point deadline,
                     std::chrono::microseconds pause) {
   while (rc == ncclInProgress) {
-    if (Clock::now() >= deadline) return ncclInProgress;
+    if (Clock::now() >= deadline || generation_end().ended()) return ncclInProgress;
     if (pause.count() > 0)
       std::this_thread::sleep_for(pause);
     else
@@ -392,9 +191,13 @@ struct NcclComm::State {
   std::mutex pool_mu;
   std::vector<void*> free_events;
   std::unique_ptr<DeviceWatchdog> watchdog;
+  // The communicator is used under comm_mu (by a collective's enqueueing and the
+  // watchdog's error check) until the generation's end aborts it, which frees it.
+  std::mutex comm_mu;
+  std::atomic<bool> aborted{false};
+  std::string abort_reason;  // under comm_mu
+  std::unique_ptr<AbortOnEnd> ender;
 
-  // After a collective call: waits out ncclInProgress (under HVDRUN_OP_TIMEOUT), throws
-  // on an error, and has the watchdog watch the collective.
   // Collectives run on the library's engine thread, whose current CUDA device is its own:
   // make it this communicator's before NCCL and the watchdog's event touch the stream.
   void on_device() const {
@@ -406,9 +209,35 @@ struct NcclComm::State {
     current = device;
   }
 
-  void enqueued(ncclResult_t rc, const char* call, void* stream, const char* kind,
-                std::size_t count, int root = -1) {
+  // The generation ended: aborts the communicator (on the watcher's thread), so the work
+  // in flight on the GPU fails at once. The watchdog's checks stop with it.
+  void abort(const std::string& why) {
+    std::lock_guard lock(comm_mu);
+    if (aborted.load() || comm == nullptr) return;
+    abort_reason = why;
+    aborted.store(true);
+    Nccl::get().abort(comm);
+  }
+
+  // Runs `nccl_call` (which enqueues one collective on `stream`), waits out ncclInProgress
+  // (under HVDRUN_OP_TIMEOUT, and no longer than the generation lasts), throws on an error,
+  // and has the watchdog watch the collective.
+  template <typename Call>
+  void enqueue(const char* call, void* stream, const char* kind, std::size_t count, int root,
+               Call nccl_call) {
+    on_device();
+    std::unique_lock lock(comm_mu);
+    if (aborted.load()) {
+      const std::string why = abort_reason;
+      lock.unlock();
+      generation_end().check();  // the mark's own message while the generation is over
+      throw Error("nccl: " + std::string(call) + " on rank " + std::to_string(rank) +
+                  ": the communicator was aborted when its generation ended: " + why);
+    }
+    ncclResult_t rc = nccl_call();
     if (rc == ncclInProgress) rc = settle(comm, rc, Clock::now() + op_timeout, {});
+    lock.unlock();
+    if (rc == ncclInProgress) generation_end().check();
     if (rc == ncclInProgress)
       throw Error(std::string("nccl: ") + call + " on rank " + std::to_string(rank) +
                   " was still being enqueued after " + seconds_text(op_timeout) +
@@ -440,14 +269,44 @@ struct NcclComm::State {
     watchdog->track(ev, kind, count, root);
   }
 
+  // Once initialised: the device watchdog over every collective, and the watcher that
+  // aborts the communicator when its generation ends.
+  void start_watching(int size) {
+    State* st = this;
+    DeviceWatchdog::Hooks hooks;
+    // An aborted communicator's work is over: the watchdog lets it go.
+    hooks.done = [st](void* ev) {
+      return st->aborted.load() || Cuda::get().event_query(ev) != kCudaNotReady;
+    };
+    hooks.release = [st](void* ev) {
+      std::lock_guard lock(st->pool_mu);
+      st->free_events.push_back(ev);
+    };
+    hooks.async_error = [st]() -> std::string {
+      // Skipped while a collective is being enqueued (it polls the same state), and after
+      // the abort, which freed the communicator.
+      std::unique_lock lock(st->comm_mu, std::try_to_lock);
+      if (!lock.owns_lock() || st->aborted.load()) return {};
+      ncclResult_t async = ncclSuccess;
+      if (Nccl::get().get_async_error(st->comm, &async) != ncclSuccess) return {};
+      if (async == ncclSuccess || async == ncclInProgress) return {};
+      return Nccl::get().error_string(async);
+    };
+    watchdog = std::make_unique<DeviceWatchdog>(
+        std::move(hooks), op_timeout,
+        "rank " + std::to_string(rank) + " of " + std::to_string(size));
+    ender = std::make_unique<AbortOnEnd>([st](const std::string& reason) { st->abort(reason); });
+  }
+
   ~State() {
+    ender.reset();     // joins its thread: no abort from here on
     watchdog.reset();  // joins its thread and gives every event back
     for (void* ev : free_events) Cuda::get().event_destroy(ev);
-    if (comm) Nccl::get().destroy(comm);
+    if (comm && !aborted.load()) Nccl::get().destroy(comm);
   }
 };
 
-NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, int size,
+NcclComm::NcclComm(rendezvous::Store& store, const std::string& key, int rank, int size,
                    int local_rank, int local_size, Clock::time_point deadline,
                    std::chrono::milliseconds op_timeout)
     : s_(std::make_unique<State>()) {
@@ -505,6 +364,11 @@ NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, 
                                           ids.data(), &config)
                 : nccl.init_rank_config(&s_->comm, size, ids[0], rank, &config);
   auto state = settle(s_->comm, rc, deadline, std::chrono::milliseconds(1));
+  if (state == ncclInProgress && generation_end().ended()) {
+    nccl.abort(s_->comm);
+    s_->comm = nullptr;
+    generation_end().check();
+  }
   if (state == ncclInProgress)
     fail(
         "NCCL init did not finish before the start timeout (a rank may be missing or "
@@ -523,21 +387,7 @@ NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, 
   }
   s_->op_timeout = op_timeout;
 
-  State* st = s_.get();
-  DeviceWatchdog::Hooks hooks;
-  hooks.done = [](void* ev) { return Cuda::get().event_query(ev) != kCudaNotReady; };
-  hooks.release = [st](void* ev) {
-    std::lock_guard lock(st->pool_mu);
-    st->free_events.push_back(ev);
-  };
-  hooks.async_error = [st]() -> std::string {
-    ncclResult_t async = ncclSuccess;
-    if (Nccl::get().get_async_error(st->comm, &async) != ncclSuccess) return {};
-    if (async == ncclSuccess || async == ncclInProgress) return {};
-    return Nccl::get().error_string(async);
-  };
-  s_->watchdog = std::make_unique<DeviceWatchdog>(
-      std::move(hooks), op_timeout, "rank " + std::to_string(rank) + " of " + std::to_string(size));
+  s_->start_watching(size);
 }
 
 NcclComm::~NcclComm() = default;
@@ -546,23 +396,23 @@ int nccl_version() { return Nccl::get().version; }
 
 void NcclComm::allreduce(const void* send, void* recv, std::size_t count, DataType dtype,
                          ReduceOp op, void* stream) {
-  s_->on_device();
-  s_->enqueued(Nccl::get().all_reduce(send, recv, count, nccl_type(dtype), nccl_op(op), s_->comm,
-                                      static_cast<cudaStream_t>(stream)),
-               "ncclAllReduce", stream, "allreduce", count);
+  s_->enqueue("ncclAllReduce", stream, "allreduce", count, -1, [&] {
+    return Nccl::get().all_reduce(send, recv, count, nccl_type(dtype), nccl_op(op), s_->comm,
+                                  static_cast<cudaStream_t>(stream));
+  });
 }
 void NcclComm::broadcast(void* buf, std::size_t count, DataType dtype, int root, void* stream) {
-  s_->on_device();
-  s_->enqueued(Nccl::get().broadcast(buf, buf, count, nccl_type(dtype), root, s_->comm,
-                                     static_cast<cudaStream_t>(stream)),
-               "ncclBroadcast", stream, "broadcast", count, root);
+  s_->enqueue("ncclBroadcast", stream, "broadcast", count, root, [&] {
+    return Nccl::get().broadcast(buf, buf, count, nccl_type(dtype), root, s_->comm,
+                                 static_cast<cudaStream_t>(stream));
+  });
 }
 void NcclComm::allgather(const void* send, void* recv, std::size_t count, DataType dtype,
                          void* stream) {
-  s_->on_device();
-  s_->enqueued(Nccl::get().all_gather(send, recv, count, nccl_type(dtype), s_->comm,
-                                      static_cast<cudaStream_t>(stream)),
-               "ncclAllGather", stream, "allgather", count);
+  s_->enqueue("ncclAllGather", stream, "allgather", count, -1, [&] {
+    return Nccl::get().all_gather(send, recv, count, nccl_type(dtype), s_->comm,
+                                  static_cast<cudaStream_t>(stream));
+  });
 }
 
 namespace {
@@ -584,55 +434,55 @@ ncclResult_t grouped(const Nccl& nccl, Fn calls) {
 void NcclComm::alltoallv(const void* send, const std::vector<std::size_t>& send_counts, void* recv,
                          const std::vector<std::size_t>& recv_counts, DataType dtype,
                          void* stream) {
-  s_->on_device();
   const auto& nccl = Nccl::get();
   const std::size_t es = dtype_size(dtype);
   auto* st = static_cast<cudaStream_t>(stream);
-  std::size_t total = 0;
-  const ncclResult_t rc = grouped(nccl, [&] {
-    std::size_t out = 0, in = 0;
-    for (std::size_t peer = 0; peer < send_counts.size(); ++peer) {
-      const int p = static_cast<int>(peer);
-      if (send_counts[peer] > 0) {
-        auto r = nccl.send(static_cast<const char*>(send) + out * es, send_counts[peer],
-                           nccl_type(dtype), p, s_->comm, st);
-        if (r != ncclSuccess) return r;
+  const std::size_t total = std::accumulate(send_counts.begin(), send_counts.end(), std::size_t{0});
+  s_->enqueue("ncclSend/ncclRecv", stream, "alltoall", total, -1, [&] {
+    return grouped(nccl, [&] {
+      std::size_t out = 0, in = 0;
+      for (std::size_t peer = 0; peer < send_counts.size(); ++peer) {
+        const int p = static_cast<int>(peer);
+        if (send_counts[peer] > 0) {
+          auto r = nccl.send(static_cast<const char*>(send) + out * es, send_counts[peer],
+                             nccl_type(dtype), p, s_->comm, st);
+          if (r != ncclSuccess) return r;
+        }
+        if (recv_counts[peer] > 0) {
+          auto r = nccl.recv(static_cast<char*>(recv) + in * es, recv_counts[peer],
+                             nccl_type(dtype), p, s_->comm, st);
+          if (r != ncclSuccess) return r;
+        }
+        out += send_counts[peer];
+        in += recv_counts[peer];
       }
-      if (recv_counts[peer] > 0) {
-        auto r = nccl.recv(static_cast<char*>(recv) + in * es, recv_counts[peer], nccl_type(dtype),
-                           p, s_->comm, st);
-        if (r != ncclSuccess) return r;
-      }
-      out += send_counts[peer];
-      in += recv_counts[peer];
-      total += send_counts[peer];
-    }
-    return ncclSuccess;
+      return ncclSuccess;
+    });
   });
-  s_->enqueued(rc, "ncclSend/ncclRecv", stream, "alltoall", total);
 }
 
 void NcclComm::reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
                              DataType dtype, ReduceOp op, void* stream) {
-  s_->on_device();
   const auto& nccl = Nccl::get();
   const std::size_t es = dtype_size(dtype);
   // One reduce per slice, rooted at its rank, in one group: slices may differ in size
   // (Horovod's rule for an uneven first dimension), which ncclReduceScatter does not allow.
-  const ncclResult_t rc = grouped(nccl, [&] {
-    std::size_t first = 0;
-    for (std::size_t r = 0; r < counts.size(); ++r) {
-      if (counts[r] > 0) {
-        auto rr = nccl.reduce(static_cast<const char*>(send) + first * es, recv, counts[r],
-                              nccl_type(dtype), nccl_op(op), static_cast<int>(r), s_->comm,
-                              static_cast<cudaStream_t>(stream));
-        if (rr != ncclSuccess) return rr;
+  const std::size_t first_count = counts.empty() ? 0 : counts[0];
+  s_->enqueue("ncclReduce", stream, "reducescatter", first_count, -1, [&] {
+    return grouped(nccl, [&] {
+      std::size_t first = 0;
+      for (std::size_t r = 0; r < counts.size(); ++r) {
+        if (counts[r] > 0) {
+          auto rr = nccl.reduce(static_cast<const char*>(send) + first * es, recv, counts[r],
+                                nccl_type(dtype), nccl_op(op), static_cast<int>(r), s_->comm,
+                                static_cast<cudaStream_t>(stream));
+          if (rr != ncclSuccess) return rr;
+        }
+        first += counts[r];
       }
-      first += counts[r];
-    }
-    return ncclSuccess;
+      return ncclSuccess;
+    });
   });
-  s_->enqueued(rc, "ncclReduce", stream, "reducescatter", counts.empty() ? 0 : counts[0]);
 }
 
 void NcclComm::allreduce_from_host(const void* host, std::size_t count, DataType dtype,
@@ -667,7 +517,7 @@ void NcclComm::allreduce_from_host(const void* host, std::size_t count, DataType
 
 struct NcclComm::State {};
 
-NcclComm::NcclComm(rendezvous::Client& store, const std::string& key, int rank, int, int, int,
+NcclComm::NcclComm(rendezvous::Store& store, const std::string& key, int rank, int, int, int,
                    Clock::time_point deadline, std::chrono::milliseconds) {
   const std::string why = "this libhvdrun was built without NCCL (configure with nccl.h found)";
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());

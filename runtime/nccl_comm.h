@@ -12,47 +12,11 @@
 #include <vector>
 
 #include "hvdrun/hvdrun.h"
-#include "rendezvous/client.h"
+#include "rendezvous/store.h"
 #include "runtime/device_watchdog.h"
+#include "runtime/nccl_bootstrap.h"
 
 namespace hvdrun::runtime {
-
-/// Rank 0 runs `make_id` (which may throw) and publishes its result under `key`; every
-/// other rank waits up to `timeout` for it. Returns the id bytes on every rank, or throws
-/// Error on every rank with rank 0's reason or the timeout. Independent of CUDA, so it
-/// is tested without a GPU.
-std::string exchange_unique_id(rendezvous::Client& store, const std::string& key, int rank,
-                               const std::function<std::string()>& make_id,
-                               std::chrono::milliseconds timeout);
-
-/// Ranks served by one NCCL unique id under ncclCommInitRankScalable (NCCL >= 2.23):
-/// each id's owner runs one bootstrap root, so no single rank answers every other one.
-inline constexpr int kNcclRanksPerId = 128;
-
-/// How many unique ids a communicator of `size` ranks uses: one per `ranks_per_id`
-/// ranks, rounded up, at least one (size <= 0 counts as one rank).
-int nccl_id_count(int size, int ranks_per_id = kNcclRanksPerId);
-
-/// The rank that generates id `index` of `count` for a communicator of `size` ranks:
-/// floor(index * size / count), so the owners are spread evenly over the ranks and, as
-/// ranks fill hosts in order, over the hosts (distinct hosts while hosts >= count).
-int nccl_id_owner(int index, int size, int count);
-
-/// Which id `rank` generates (the inverse of nccl_id_owner), or -1 when it makes none.
-int nccl_id_index(int rank, int size, int count);
-
-/// Key of id `index` under `key`: `key` itself for id 0 (what exchange_unique_id uses),
-/// `key/<index>` for the others.
-std::string nccl_id_key(const std::string& key, int index);
-
-/// The multi-id exchange: each owner (nccl_id_owner) runs `make_id` and publishes the
-/// result or its failure under nccl_id_key(key, i); every rank waits up to `timeout` for
-/// all `count` of them. Returns the ids in order on every rank, or throws Error naming
-/// the owner that failed or did not publish. With count == 1 this is exchange_unique_id.
-std::vector<std::string> exchange_unique_ids(rendezvous::Client& store, const std::string& key,
-                                             int rank, int size, int count,
-                                             const std::function<std::string()>& make_id,
-                                             std::chrono::milliseconds timeout);
 
 /// Number of CUDA devices visible, or -1 with `why` set when CUDA is unusable here.
 int cuda_device_count(std::string* why);
@@ -60,9 +24,6 @@ int cuda_device_count(std::string* why);
 /// The loaded NCCL's version code (22803 for 2.28.3), or 0 when none loads or the build
 /// has no NCCL path.
 int nccl_version();
-
-/// Name of the network interface that owns `ip`, or "" when none does.
-std::string interface_of(const std::string& ip);
 
 /// An NCCL communicator over all ranks.
 class NcclComm {
@@ -75,7 +36,7 @@ class NcclComm {
   /// share fewer GPUs). Then watches every collective (DeviceWatchdog): one that has not
   /// completed `op_timeout` after it was enqueued, or an asynchronous NCCL error, ends
   /// the process with a message.
-  NcclComm(rendezvous::Client& store, const std::string& key, int rank, int size, int local_rank,
+  NcclComm(rendezvous::Store& store, const std::string& key, int rank, int size, int local_rank,
            int local_size, std::chrono::steady_clock::time_point deadline,
            std::chrono::milliseconds op_timeout);
   ~NcclComm();

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "hvdrun/hvdrun.h"
-#include "rendezvous/client.h"
+#include "rendezvous/store.h"
 
 namespace hvdrun::runtime {
 
@@ -41,7 +41,7 @@ class ShmComm {
   /// store (`store` null) `key` is the socket's name itself, which the caller derives
   /// from the job secret (shm_socket_name), and the others retry until it is bound.
   /// Throws Error when that does not complete by `deadline`.
-  ShmComm(rendezvous::Client* store, const std::string& key, ShmMember me,
+  ShmComm(rendezvous::Store* store, const std::string& key, ShmMember me,
           std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds op_timeout);
   ~ShmComm();
   ShmComm(const ShmComm&) = delete;

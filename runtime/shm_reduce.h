@@ -20,6 +20,10 @@ void reduce_into(void* dst, const void* src, std::size_t n, DataType dtype, Redu
 /// 16-bit floats.
 void divide_by(void* buf, std::size_t n, DataType dtype, int divisor);
 
+/// The op a reduction runs before finish_average: kAverage sums (divided at the end),
+/// every other op is itself.
+constexpr ReduceOp summing(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
+
 /// Finishes a reduction of `n` elements whose sum is in `buf`: for kAverage, divide_by
 /// `divisor` (nothing when it is 1); any other op is final already. Every host-memory
 /// path (shared memory, Gloo, the negotiated join) ends kAverage here.

@@ -71,8 +71,9 @@ World::World(Environment env) : env_(std::move(env)) {
   auto start = Clock::now();
   auto deadline = start + env_.start_timeout;
   // A process that initialises again checks in afresh, under a prefix of its own.
-  prefix_ = "hvdrun/g" + std::to_string(env_.generation);
-  if (env_.incarnation > 0) prefix_ += "/i" + std::to_string(env_.incarnation);
+  rendezvous::Key ns = rendezvous::Key("hvdrun") / ("g" + std::to_string(env_.generation));
+  if (env_.incarnation > 0) ns = ns / ("i" + std::to_string(env_.incarnation));
+  prefix_ = ns.str();
 
   if (checks_in_through_leader(env_)) {
     // Only local rank 0 opens a connection now; the others check in through it, over
@@ -144,17 +145,17 @@ void World::leave(bool farewell) {
 void World::check_in(Clock::time_point deadline) {
   const auto r = std::to_string(env_.rank);
   store();
-  if (store_->add(prefix_ + "/checkin/" + r, 1) > 1)
+  if (store_->add(key("checkin") / r, 1) > 1)
     throw Error("rendezvous: rank " + r +
                 " has already checked in: two processes were started "
                 "with HVDRUN_RANK=" +
                 r + " for the same job (on " + env_.hostname + ")");
-  store_->set(prefix_ + "/info/" + r, "host=" + env_.hostname + " addr=" + store_->local_address() +
-                                          " size=" + std::to_string(env_.size) +
-                                          " pid=" + std::to_string(::getpid()));
-  if (has_gpu()) store_->add(prefix_ + "/gpus", 1);
-  auto n = store_->add(prefix_ + "/arrived/" + std::to_string(env_.size), 1);
-  if (n == env_.size) store_->set(prefix_ + "/ready", "1");
+  store_->set(key("info") / r, "host=" + env_.hostname + " addr=" + store_->local_address() +
+                                   " size=" + std::to_string(env_.size) +
+                                   " pid=" + std::to_string(::getpid()));
+  if (has_gpu()) store_->add(key("gpus"), 1);
+  auto n = store_->add(key("arrived") / env_.size, 1);
+  if (n == env_.size) store_->set(key("ready"), "1");
   await_world(deadline);
 }
 
@@ -167,16 +168,14 @@ bool World::has_gpu() const {
 // Waits for the last check-in; on timeout names who is missing, and anyone who
 // disagrees about the world size.
 void World::await_world(Clock::time_point deadline) {
-  auto missing = store_->wait_for({prefix_ + "/ready"}, time_left(deadline));
+  auto missing = store_->wait_for({key("ready")}, time_left(deadline));
   if (missing.empty()) {
-    auto gpus_v = store_->get(prefix_ + "/gpus");
+    auto gpus_v = store_->get(key("gpus"));
     gpus_ = gpus_v ? std::strtol(gpus_v->c_str(), nullptr, 10) : 0;
     return;
   }
 
-  std::vector<std::string> keys;
-  for (int i = 0; i < env_.size; ++i) keys.push_back(prefix_ + "/info/" + std::to_string(i));
-  auto info = store_->multi_get(keys);
+  auto info = store_->multi_get(key("info").range(env_.size));
   std::vector<int> absent;
   std::string mismatch;
   const std::string my_size = "size=" + std::to_string(env_.size) + " ";
@@ -221,7 +220,7 @@ void World::check_in_host(Clock::time_point deadline) {
   Slot reply;
   shm.gather_then_reply(&mine, all.data(), &reply, sizeof(Slot), deadline, [&] {
     const std::string host = env_.hostname;
-    if (store_->add(prefix_ + "/checkin/host/" + host, 1) > 1)
+    if (store_->add(key("checkin") / "host" / host, 1) > 1)
       throw Error("rendezvous: host " + host +
                   " has already checked in: two processes were started as local rank 0 "
                   "(HVDRUN_LOCAL_RANK=0) of host " +
@@ -229,16 +228,16 @@ void World::check_in_host(Clock::time_point deadline) {
     std::vector<std::pair<std::string, std::string>> records;
     std::int64_t gpus = 0;
     for (int l = 0; l < L; ++l) {
-      records.emplace_back(prefix_ + "/info/" + std::to_string(shm.global_rank(l)),
+      records.emplace_back(key("info") / shm.global_rank(l),
                            "host=" + host + " addr=" + store_->local_address() +
                                " size=" + std::to_string(env_.size) +
                                " pid=" + std::to_string(shm.pid_of(l)) + " via=local-rank-0");
       gpus += all[static_cast<std::size_t>(l)].gpus;
     }
     store_->multi_set(records);
-    if (gpus > 0) store_->add(prefix_ + "/gpus", gpus);
-    auto n = store_->add(prefix_ + "/arrived/" + std::to_string(env_.size), L);
-    if (n == env_.size) store_->set(prefix_ + "/ready", "1");
+    if (gpus > 0) store_->add(key("gpus"), gpus);
+    auto n = store_->add(key("arrived") / env_.size, L);
+    if (n == env_.size) store_->set(key("ready"), "1");
     await_world(deadline);
     reply.gpus = static_cast<std::int32_t>(gpus_);
     std::strncpy(reply.address, store_->local_address().c_str(), sizeof(reply.address) - 1);
@@ -268,7 +267,7 @@ void World::build_nccl(Clock::time_point deadline) {
     if (!ifname.empty()) ::setenv("NCCL_SOCKET_IFNAME", ("=" + ifname).c_str(), 0);
   }
   try {
-    nccl_ = std::make_unique<NcclComm>(store(), prefix_ + "/nccl/world/id", env_.rank, env_.size,
+    nccl_ = std::make_unique<NcclComm>(store(), key("nccl") / "world" / "id", env_.rank, env_.size,
                                        env_.local_rank, env_.local_size, deadline, env_.op_timeout);
   } catch (const Error& e) {
     if (require) throw;
@@ -396,7 +395,7 @@ void World::stall_arrived(long long round) noexcept {
       stall_store_ = std::make_unique<rendezvous::Client>(
           client_options(std::chrono::seconds(5), std::chrono::seconds(5), " (stall report)"));
     }
-    stall_store_->set(prefix_ + "/stall/" + std::to_string(env_.rank), std::to_string(round));
+    stall_store_->set(key("stall") / env_.rank, std::to_string(round));
   } catch (const std::exception& e) {
     hvdrun::log().debug("hvdrun: {}: stall report: {}", who(), e.what());
   }
@@ -407,9 +406,7 @@ std::vector<int> World::stall_missing(long long round) noexcept {
   try {
     std::lock_guard lock(stall_mu_);
     if (!stall_store_) return missing;
-    std::vector<std::string> keys;
-    for (int r = 0; r < env_.size; ++r) keys.push_back(prefix_ + "/stall/" + std::to_string(r));
-    auto seen = stall_store_->multi_get(keys);
+    auto seen = stall_store_->multi_get(key("stall").range(env_.size));
     for (int r = 0; r < env_.size; ++r) {
       const auto& v = seen[static_cast<std::size_t>(r)];
       if (!v || std::strtoll(v->c_str(), nullptr, 10) != round) missing.push_back(r);
@@ -424,27 +421,27 @@ std::vector<int> World::stall_missing(long long round) noexcept {
 int World::arrive(std::chrono::milliseconds timeout) {
   if (env_.size == 1) return env_.rank;
   const long long k = ++barrier_seq_;
-  const std::string base = prefix_ + "/barrier/";
+  const rendezvous::Key base = key("barrier");
   const std::string ks = std::to_string(k);
+  const rendezvous::Key round = base / ks;
   store();
-  store_->set(base + "rank/" + std::to_string(env_.rank), ks);
-  if (store_->add(base + ks + "/count", 1) == env_.size) {
-    store_->set(base + ks + "/done", std::to_string(env_.rank));
+  store_->set(base / "rank" / env_.rank, ks);
+  if (store_->add(round / "count", 1) == env_.size) {
+    store_->set(round / "done", std::to_string(env_.rank));
     // Everyone has left barrier k-1 (they all arrived here), so its keys can go.
     if (k > 1) {
-      store_->erase(base + std::to_string(k - 1) + "/count");
-      store_->erase(base + std::to_string(k - 1) + "/done");
+      const rendezvous::Key previous = base / std::to_string(k - 1);
+      store_->erase(previous / "count");
+      store_->erase(previous / "done");
     }
   }
-  auto missing = store_->wait_for({base + ks + "/done"}, timeout);
+  auto missing = store_->wait_for({round / "done"}, timeout);
   if (missing.empty()) {
     // Barrier k's keys go only when barrier k+1 completes, which needs this rank.
-    auto last = store_->get(base + ks + "/done");
+    auto last = store_->get(round / "done");
     return last ? static_cast<int>(std::strtol(last->c_str(), nullptr, 10)) : -1;
   }
-  std::vector<std::string> keys;
-  for (int i = 0; i < env_.size; ++i) keys.push_back(base + "rank/" + std::to_string(i));
-  auto seen = store_->multi_get(keys);
+  auto seen = store_->multi_get((base / "rank").range(env_.size));
   std::vector<int> late;
   for (int i = 0; i < env_.size; ++i) {
     const auto& v = seen[static_cast<std::size_t>(i)];

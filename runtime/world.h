@@ -106,6 +106,8 @@ class World {
 
   Environment env_;
   std::string prefix_;
+  // Keys under prefix_.
+  rendezvous::Key key(std::string_view part) const { return rendezvous::Key(prefix_) / part; }
   std::unique_ptr<rendezvous::Client> store_;
   std::unique_ptr<HostComm> host_;
   std::unique_ptr<NcclComm> nccl_;
