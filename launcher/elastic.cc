@@ -277,10 +277,15 @@ int Elastic::run() {
     np_ = *g.np;
     hooks.should_stop = [this] { return should_grow(np_); };
     hooks.reform = [this](const Failure& f) { return reform(f); };
+    hooks.grow = [this](int size) -> std::optional<std::vector<hostfile::HostSlots>> {
+      if (!should_grow(size)) return std::nullopt;
+      return usable(hosts_);
+    };
     hooks.reformed = [this](int generation, int size, int kept, int started,
                             const std::string& why) {
       reform_failed_ = false;
-      say("generation " + std::to_string(generation_) + " ended: " + why + "; generation " +
+      say("generation " + std::to_string(generation_) +
+          (started > 0 && kept == np_ ? " grows: " : " ended: ") + why + "; generation " +
           std::to_string(generation) + " runs in process with " + counted(size, "rank") + " (" +
           std::to_string(kept) + " kept, " + std::to_string(started) +
           " started anew); excluded: " + excluded_text());

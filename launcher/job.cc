@@ -150,6 +150,14 @@ class Job {
   void start_generation_server();
   void spawn_rank(Host& h, int worker, const JobEnv& env);
   JobEnv host_job_env(const Host& h) const;
+  bool grow(const std::vector<hostfile::HostSlots>& hosts);
+  std::vector<int> growth_processes(const std::vector<hostfile::HostSlots>& hosts, int want,
+                                    std::vector<std::string>& to_open) const;
+  std::vector<std::string> reopen_hosts(const std::vector<std::string>& names);
+  proto::Regenerate next_generation(std::string reason) const;
+  void send_regenerate(const proto::Regenerate& g);
+  void start_fresh(const std::vector<int>& fresh, const std::string& why);
+  void send_hello(Host& h);
   void host_closed(Host& h, const std::string& why);
   void fail(int exit_code, std::string message, std::vector<std::string> hosts = {});
   void begin_teardown();
@@ -211,6 +219,7 @@ class Job {
   std::vector<pollfd> fds_;
   std::vector<int> fd_host_;  // fds_[i] belongs to hosts_[fd_host_[i]], or -1
   std::string bind_addr_;
+  std::string outward_;  // this machine as the other hosts reach it
   // Declared last, so destroyed first: the servers stop before the links end the agents.
   // One rendezvous server per generation (the current one last).
   std::vector<std::unique_ptr<rendezvous::Server>> servers_;
@@ -304,12 +313,6 @@ std::unique_ptr<AgentLink> Job::open_link(const Host& h) {
 }
 
 void Job::start_agents() {
-  proto::Hello hello;
-  hello.heartbeat_interval_ms = static_cast<std::uint32_t>(ctx_.heartbeat_interval.count());
-  hello.kill_grace_ms = static_cast<std::uint32_t>(ctx_.kill_grace.count());
-  hello.log_level = opt_.verbose ? "debug" : opt_.log_level;
-  hello.job_id = std::to_string(::getpid());
-  hello.network_interface = opt_.network_interface;
   for (Host& h : hosts_) {
     h.link = open_link(h);
     h.last_rx = now();
@@ -317,24 +320,31 @@ void Job::start_agents() {
   }
   // This machine as the other hosts reach it: the interface of its ranks in a job with
   // remote hosts (not loopback, which the others cannot reach).
-  std::string outward = "127.0.0.1";
+  outward_ = "127.0.0.1";
   for (const Host& h : hosts_) {
     if (!h.local) {
-      outward = h.link->launcher_address();
+      outward_ = h.link->launcher_address();
       break;
     }
   }
-  for (Host& h : hosts_) {
-    // Every agent must notice a launcher that is gone but whose connection is not, and a
-    // local one a launcher stopped by SIGSTOP: no host goes on running half a job.
-    hello.heartbeat_timeout_ms = static_cast<std::uint32_t>(ctx_.heartbeat_timeout.count());
-    // Each agent names its own host's interface toward the launcher, unless the user chose
-    // one with --network-interface.
-    hello.launcher_addr.clear();
-    if (opt_.network_interface.empty())
-      hello.launcher_addr = h.local ? outward : h.link->launcher_address();
-    send(h, hello);
-  }
+  for (Host& h : hosts_) send_hello(h);
+}
+
+void Job::send_hello(Host& h) {
+  proto::Hello hello;
+  hello.heartbeat_interval_ms = static_cast<std::uint32_t>(ctx_.heartbeat_interval.count());
+  hello.kill_grace_ms = static_cast<std::uint32_t>(ctx_.kill_grace.count());
+  hello.log_level = opt_.verbose ? "debug" : opt_.log_level;
+  hello.job_id = std::to_string(::getpid());
+  hello.network_interface = opt_.network_interface;
+  // Every agent must notice a launcher that is gone but whose connection is not, and a
+  // local one a launcher stopped by SIGSTOP: no host goes on running half a job.
+  hello.heartbeat_timeout_ms = static_cast<std::uint32_t>(ctx_.heartbeat_timeout.count());
+  // Each agent names its own host's interface toward the launcher, unless the user chose
+  // one with --network-interface.
+  if (opt_.network_interface.empty())
+    hello.launcher_addr = h.local ? outward_ : h.link->launcher_address();
+  send(h, hello);
 }
 
 void Job::start_relay() {
@@ -549,7 +559,10 @@ void Job::send(Host& h, const proto::Message& m) {
 void Job::send_spawns(Host& h) {
   h.spawned = true;
   const JobEnv env = host_job_env(h);
-  for (int w : h.ranks) spawn_rank(h, w, env);
+  for (int w : h.ranks) {
+    const RankState& rs = ranks_[static_cast<std::size_t>(w)];
+    if (rs.rank >= 0 && !rs.done) spawn_rank(h, w, env);
+  }
 }
 
 // The job-wide environment as host h's ranks see it.
@@ -719,16 +732,31 @@ bool Job::reform(const JobHooks::Reform& how, const Failure& f, bool blamed) {
   start_generation_server();
   // The survivors hear their places through their agents; every other process of the old
   // generation is stopped by its agent.
-  proto::Regenerate g;
-  g.generation = generation_;
-  g.reason = why.rfind("hvdrun: ", 0) == 0 ? why.substr(8) : why;
+  proto::Regenerate g = next_generation(why.rfind("hvdrun: ", 0) == 0 ? why.substr(8) : why);
   g.failure = true;
   g.hosts_removed = members.size() < static_cast<std::size_t>(kept) + fresh.size() || blamed;
+  send_regenerate(g);
+  start_fresh(fresh, g.reason);
+  return true;
+}
+
+// The regenerate frame of the generation just placed (the same for every host, but for the
+// rendezvous address and the placements send_regenerate adds).
+proto::Regenerate Job::next_generation(std::string reason) const {
+  proto::Regenerate g;
+  g.generation = generation_;
+  g.reason = std::move(reason);
   g.size = placement_.size();
   g.secret = job_env_.secret;
   g.rendezvous_port = static_cast<std::uint16_t>(job_env_.rendezvous_port);
+  return g;
+}
+
+// To every agent up: the places of its running processes in the new generation (the agent
+// stops its other processes).
+void Job::send_regenerate(const proto::Regenerate& g) {
   for (Host& h : hosts_) {
-    if (h.closed) continue;
+    if (h.closed || !h.hello) continue;
     proto::Regenerate mine = g;
     mine.rendezvous_addr = host_job_env(h).rendezvous_addr;
     if (mine.rendezvous_addr.empty()) mine.rendezvous_addr = job_env_.rendezvous_addr;
@@ -741,26 +769,119 @@ bool Job::reform(const JobHooks::Reform& how, const Failure& f, bool blamed) {
     }
     send(h, mine);
   }
+}
+
+// Starts new processes under the numbers `fresh` of processes that ended (now placed in
+// the new generation): at once where the host's agent is up, else at its hello.
+void Job::start_fresh(const std::vector<int>& fresh, const std::string& why) {
   for (int w : fresh) {
     RankState& rs = ranks_[static_cast<std::size_t>(w)];
     Host& h = hosts_[static_cast<std::size_t>(rs.host)];
     rs.done = false;
     --done_ranks_;
-    rs.started = false;
-    --started_ranks_;
-    --h.started;
+    if (std::exchange(rs.started, false)) {
+      --started_ranks_;
+      --h.started;
+    }
     rs.declared = -1;
     rs.stop_signal = 0;
     relay_->reopen_rank(w);
-    spawn_rank(h, w, host_job_env(h));
+    if (h.hello && !h.closed) spawn_rank(h, w, host_job_env(h));
   }
   if (!fresh.empty()) start_deadline_ = now() + std::chrono::seconds(opt_.start_timeout_s);
+  const int kept = placement_.size() - static_cast<int>(fresh.size());
   spdlog::debug("generation {}: {} ranks ({} kept, {} started anew)", generation_,
-                placement_.size(), members.size() - fresh.size(), fresh.size());
+                placement_.size(), kept, fresh.size());
   if (hooks_.reformed)
-    hooks_.reformed(generation_, placement_.size(), static_cast<int>(members.size() - fresh.size()),
-                    static_cast<int>(fresh.size()), g.reason);
+    hooks_.reformed(generation_, placement_.size(), kept, static_cast<int>(fresh.size()), why);
+}
+
+// Discovery found more usable slots (`hosts`, the usable ones) while the job runs in
+// process: the processes that ended on hosts of this job start again there (a host whose
+// agent was lost gets a new one, after a preflight), and the running ranks move to the
+// next generation at their next commit (HostsUpdatedInterrupt). False when the growth
+// needs slots of hosts this job never had, or more than their processes: the job then
+// restarts to grow.
+bool Job::grow(const std::vector<hostfile::HostSlots>& hosts) {
+  int want = 0;
+  for (const auto& hs : hosts) want += hs.slots;
+  if (opt_.elastic.max_np) want = std::min(want, *opt_.elastic.max_np);
+  want -= placement_.size();
+  if (want <= 0) return true;
+  std::vector<std::string> to_open;
+  std::vector<int> fresh = growth_processes(hosts, want, to_open);
+  if (static_cast<int>(fresh.size()) < want) return false;
+  const std::vector<std::string> failed = reopen_hosts(to_open);
+  std::erase_if(fresh, [&](int w) {
+    const Host& h = hosts_[static_cast<std::size_t>(ranks_[static_cast<std::size_t>(w)].host)];
+    return std::find(failed.begin(), failed.end(), h.name) != failed.end();
+  });
+  if (fresh.empty()) return true;
+  std::vector<int> members = worker_of_;
+  members.insert(members.end(), fresh.begin(), fresh.end());
+  ++generation_;
+  place_members(members);
+  start_generation_server();
+  proto::Regenerate g = next_generation("discovery found " +
+                                        counted(static_cast<long long>(fresh.size()), "more slot"));
+  g.hosts_added = true;
+  send_regenerate(g);
+  start_fresh(fresh, g.reason);
   return true;
+}
+
+// Up to `want` processes of this job that ended on `hosts` (within each host's slots), and
+// in `to_open` the hosts among them whose agents are gone.
+std::vector<int> Job::growth_processes(const std::vector<hostfile::HostSlots>& hosts, int want,
+                                       std::vector<std::string>& to_open) const {
+  std::vector<int> fresh;
+  for (const auto& hs : hosts) {
+    auto it = std::find_if(hosts_.begin(), hosts_.end(),
+                           [&](const Host& h) { return h.name == hs.name; });
+    if (it == hosts_.end()) continue;
+    int members = 0;
+    for (int w : worker_of_) members += ranks_[static_cast<std::size_t>(w)].host == it->index;
+    int room = std::min(hs.slots, static_cast<int>(it->ranks.size())) - members;
+    const std::size_t before = fresh.size();
+    for (int w : it->ranks) {
+      if (room <= 0 || static_cast<int>(fresh.size()) >= want) break;
+      const RankState& rs = ranks_[static_cast<std::size_t>(w)];
+      if (!rs.done || rs.rank >= 0) continue;
+      fresh.push_back(w);
+      --room;
+    }
+    if (fresh.size() > before && it->closed) to_open.push_back(it->name);
+  }
+  return fresh;
+}
+
+// New agents for the hosts whose agents were lost (the preflight blocks this loop for the
+// length of an SSH login; the running ranks go on meanwhile). Returns the hosts that
+// could not be reached.
+std::vector<std::string> Job::reopen_hosts(const std::vector<std::string>& names) {
+  std::vector<std::string> failed;
+  if (names.empty()) return failed;
+  for (auto& opened : hooks_.open_hosts(names)) {
+    auto it = std::find_if(hosts_.begin(), hosts_.end(),
+                           [&](const Host& x) { return x.name == opened.host; });
+    if (it == hosts_.end()) continue;
+    Host& h = *it;
+    if (!opened.link) {
+      spdlog::warn("host {}: {}; it takes no rank now", h.name, opened.error);
+      failed.push_back(h.name);
+      continue;
+    }
+    h.link = std::move(opened.link);
+    h.closed = false;
+    h.hello = false;
+    h.spawned = false;
+    h.decoder = proto::Decoder();
+    h.outq.clear();
+    h.read_chunk = Host::kMinReadChunk;
+    h.last_rx = now();
+    send_hello(h);
+  }
+  return failed;
 }
 
 // The current generation's placement: members[i] (a process) becomes rank i. Local ranks
@@ -1090,7 +1211,16 @@ void Job::check_timers(Clock::time_point t) {
     }
   }
   check_start_deadline(t);
-  if (hooks_.should_stop && !stopping()) {
+  if (in_process_ && hooks_.grow && hooks_.open_hosts && !stopping()) {
+    if (auto hosts = hooks_.grow(placement_.size()); hosts && !grow(*hosts)) {
+      Failure f{0,
+                "hvdrun: elastic: discovery found more usable slots; stopping generation " +
+                    std::to_string(generation_) + " to grow\n",
+                {}};
+      f.requested = true;
+      if (ctx_.policy->on_failure(f)) begin_teardown();
+    }
+  } else if (hooks_.should_stop && !stopping()) {
     if (auto why = hooks_.should_stop()) {
       Failure f{0, "hvdrun: " + *why + "\n", {}};
       f.requested = true;

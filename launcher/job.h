@@ -73,6 +73,19 @@ struct JobHooks {
   /// ranks started anew. Unset: nothing.
   std::function<void(int generation, int size, int kept, int started, const std::string& why)>
       reformed;
+  /// Asked every turn while a generation runs in process, instead of should_stop: the
+  /// usable hosts when discovery found more slots than the generation has (below
+  /// --max-np), else nullopt. Unset: growth goes through should_stop.
+  std::function<std::optional<std::vector<hostfile::HostSlots>>(int size)> grow;
+  /// Opens agent links to `hosts` (reached over SSH; checked by a preflight first) for a
+  /// job that grows in process: one entry per host, the link or nullptr, and what went
+  /// wrong. Unset: growth restarts the job.
+  struct OpenedHost {
+    std::string host;
+    std::unique_ptr<AgentLink> link;
+    std::string error;
+  };
+  std::function<std::vector<OpenedHost>(const std::vector<std::string>& hosts)> open_hosts;
 };
 
 /// Runs the job `options` describes and returns hvdrun's exit code: 0 when every rank

@@ -86,7 +86,7 @@ def _wait_for(what, test, proc, deadline_s=180):
         select.select([], [], [], 0.05)
 
 
-def _start(out_dir, np, launcher_args, extra=(), ssh_config=None):
+def _start(out_dir, np, launcher_args, extra=(), ssh_config=None, env=None):
     cmd = [launcher(), "-np", str(np)] + list(launcher_args)
     if ssh_config:
         cmd += ["--ssh-config", ssh_config]
@@ -95,7 +95,7 @@ def _start(out_dir, np, launcher_args, extra=(), ssh_config=None):
             cmd += ["-x", name]
     cmd += [sys.executable, os.path.join(WORKERS, "elastic_inprocess_worker.py"), str(out_dir)]
     return subprocess.Popen(cmd + list(extra), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})))
 
 
 def _finish(proc, out_dir):
@@ -165,10 +165,14 @@ def three_hosts():
     yield from loopback_cluster(3)
 
 
-def test_a_lost_host_keeps_the_surviving_processes(tmp_path, three_hosts):
-    proc = _start(tmp_path, 6, ["-H", "node1:2,node2:2,node3:2", "--min-np", "4",
-                                "--blacklist-cooldown-range", "600", "600"],
-                  ssh_config=three_hosts)
+def test_a_lost_host_keeps_the_surviving_processes_and_comes_back(tmp_path, three_hosts):
+    discover = tmp_path / "discover.sh"
+    discover.write_text("#!/bin/sh\necho node1:2; echo node2:2; echo node3:2\n")
+    discover.chmod(0o755)
+    # node3 is left out for 4 s after its agent is lost, then discovery offers it again.
+    proc = _start(tmp_path, 6, ["--host-discovery-script", str(discover), "--min-np", "4",
+                                "--max-np", "6", "--blacklist-cooldown-range", "4", "4"],
+                  ssh_config=three_hosts, env={"HVDRUN_DISCOVERY_INTERVAL": "0.5"})
     try:
         def all_training():
             recs = _records(tmp_path)
@@ -187,6 +191,12 @@ def test_a_lost_host_keeps_the_surviving_processes(tmp_path, three_hosts):
             starts = [_first(recs[pid], "start", 1) for pid in survivors]
             return recs if all(starts) else None
         recs = _wait_for("the survivors in generation 1", resumed, proc)
+
+        def grown():
+            recs = _records(tmp_path)
+            starts = [_first(r, "start", 2) for r in recs.values()]
+            return recs if sum(1 for x in starts if x) == 6 else None
+        recs = _wait_for("six ranks in generation 2", grown, proc)
         code, out, err = _finish(proc, tmp_path)
     finally:
         if proc.poll() is None:
@@ -194,7 +204,8 @@ def test_a_lost_host_keeps_the_surviving_processes(tmp_path, three_hosts):
             proc.communicate()
     assert code == 0, out + err
     recs = _records(tmp_path)
-    assert set(recs) == survivors | lost, recs  # no process was started anew
+    joined = set(recs) - survivors - lost
+    assert len(joined) == 2, recs  # node3's two new processes, nothing else started anew
     last_commit = max(r[5] for r in recs[by_rank[0]] if r[0] == "step" and r[2] == 0)
     for pid in survivors:
         start = _first(recs[pid], "start", 1)
@@ -202,13 +213,23 @@ def test_a_lost_host_keeps_the_surviving_processes(tmp_path, three_hosts):
         # From the last commit (rank 0's, synced), not from step 0: the commit being made
         # when the host went may have been saved before its step line was written.
         assert start[5] in (last_commit, last_commit + 3) and start[5] > 0, (last_commit, recs)
-        final = _first(recs[pid], "final")
-        assert final and final[4] == 4 and final[6] == 1, recs[pid]
     assert sorted(_first(recs[pid], "start", 1)[3] for pid in survivors) == [0, 1, 2, 3], recs
     assert _first(recs[by_rank[0]], "start", 1)[3] == 0, recs  # rank 0 holds the state
     assert "generation 1 runs in process with 4 ranks (4 kept, 0 started anew)" in err, err
+    # Size 4 -> 6: the survivors moved at a commit, in their processes; the new ranks
+    # started from rank 0's state (their first steps are the survivors').
+    moved_at = _first(recs[by_rank[0]], "start", 2)[5]
+    assert moved_at > 0, recs
+    for pid in survivors | joined:
+        start = _first(recs[pid], "start", 2)
+        assert start[4] == 6 and start[5] == moved_at, (pid, recs)
+        final = _first(recs[pid], "final")
+        assert final and final[2] == 2 and final[4] == 6 and final[6] == 1, recs[pid]
+    assert sorted(_first(recs[pid], "start", 2)[3] for pid in survivors) == [0, 1, 2, 3], recs
+    assert "generation 2 runs in process with 6 ranks (4 kept, 2 started anew)" in err, err
     assert not any(_alive(pid) for pid in recs), recs
     assert not _alive(lost_agent)
+    assert not any(_alive(r[1]) for pid in joined for r in recs[pid]), recs  # node3's new agent
 
 
 # A Horovod elastic program that hvdrun's agent moves in process (the agent played by the
