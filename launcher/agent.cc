@@ -309,6 +309,11 @@ void Agent::send_hello() {
 }
 
 void Agent::spawn(const proto::Spawn& s) {
+  // In-process elastic recovery starts a new process under the number of one that ended
+  // and was reported.
+  if (auto old = ranks_.find(s.rank); old != ranks_.end() && old->second.reaped &&
+                                      old->second.reported && !old->second.out && !old->second.err)
+    ranks_.erase(old);
   if (ranks_.count(s.rank)) {
     send(proto::Fatal{s.rank, "rank " + std::to_string(s.rank) + " was asked to start twice"});
     return;

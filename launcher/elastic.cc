@@ -108,6 +108,7 @@ class Elastic {
   static int slots(const std::vector<hostfile::HostSlots>& hosts);
   int size_for(int available, int generation) const;
   std::optional<std::string> should_grow(int np);
+  std::optional<JobHooks::Reform> reform(const Failure& failure);
   std::string excluded_text() const;
   int too_few(int available) const;
   void exclude(const Failure& failure);
@@ -122,6 +123,9 @@ class Elastic {
   Clock::time_point next_discovery_{};
   std::optional<Failure> last_;
   int generation_ = 0;
+  int resets_ = 0;
+  int np_ = 0;                  // the running generation's size
+  bool reform_failed_ = false;  // an in-process re-formation was refused: the job ends
 };
 
 // The hosts there are now. A failing script is reported and asked again every interval
@@ -234,9 +238,28 @@ std::optional<std::string> Elastic::should_grow(int np) {
          counted(np, "rank") + "; stopping generation " + std::to_string(generation_) + " to grow";
 }
 
+// Asked by the job when a generation running in process loses ranks: counts the reset,
+// blames the hosts as a restart would, and says which hosts the next generation may use.
+std::optional<JobHooks::Reform> Elastic::reform(const Failure& failure) {
+  last_ = failure;
+  reform_failed_ = true;  // until the job says it re-formed
+  if (e_.reset_limit && ++resets_ > *e_.reset_limit) {
+    say("the reset limit (" + e_.reset_limit_flag + " " + std::to_string(*e_.reset_limit) +
+        ") is used up; ending with the last failure's exit code " +
+        std::to_string(failure.exit_code));
+    return std::nullopt;
+  }
+  exclude(failure);
+  JobHooks::Reform how;
+  for (const auto& [host, until] : blacklist_.active(Clock::now())) how.excluded.push_back(host);
+  how.min_np = e_.min_np.value_or(1);
+  how.max_np = e_.max_np;
+  return how;
+}
+
 int Elastic::run() {
   hosts_ = discover();
-  int resets = 0;
+  int& resets = resets_;
   for (;; ++generation_) {
     const auto hosts = usable(hosts_);
     const int available = slots(hosts);
@@ -251,8 +274,24 @@ int Elastic::run() {
     std::optional<Failure> outcome;
     JobHooks hooks;
     hooks.outcome = &outcome;
-    const int np = *g.np;
-    hooks.should_stop = [this, np] { return should_grow(np); };
+    np_ = *g.np;
+    hooks.should_stop = [this] { return should_grow(np_); };
+    hooks.reform = [this](const Failure& f) { return reform(f); };
+    hooks.grow = [this](int size) -> std::optional<std::vector<hostfile::HostSlots>> {
+      if (!should_grow(size)) return std::nullopt;
+      return usable(hosts_);
+    };
+    hooks.reformed = [this](int generation, int size, int kept, int started,
+                            const std::string& why) {
+      reform_failed_ = false;
+      say("generation " + std::to_string(generation_) +
+          (started > 0 && kept == np_ ? " grows: " : " ended: ") + why + "; generation " +
+          std::to_string(generation) + " runs in process with " + counted(size, "rank") + " (" +
+          std::to_string(kept) + " kept, " + std::to_string(started) +
+          " started anew); excluded: " + excluded_text());
+      generation_ = generation;
+      np_ = size;
+    };
     // A discovery run still going when the generation ends is this loop's, not the job's.
     hooks.own_children = [this] {
       return discovery_ && discovery_->running() ? std::vector<pid_t>{discovery_->pid()}
@@ -260,7 +299,7 @@ int Elastic::run() {
     };
     next_discovery_ = Clock::now() + interval_;
     const int code = launch_(g, hooks);
-    if (!outcome || outcome->interrupted) return code;
+    if (!outcome || outcome->interrupted || reform_failed_) return code;
     if (outcome->requested) continue;  // growing costs no restart
     last_ = outcome;
     if (e_.reset_limit && ++resets > *e_.reset_limit) {

@@ -82,8 +82,14 @@ struct Host {
   static constexpr std::size_t kMaxReadChunk = 1u << 20;
 };
 
+// One process the agents run for the job, by the number its agent knows it by (its rank in
+// the generation it was started in). In process, a process keeps its number while its rank
+// changes with the generations; a replacement reuses the number of a process that ended on
+// the same host.
 struct RankState {
   int host = 0;
+  int rank = -1;      // its rank in the current generation; -1: not in it (being stopped)
+  int declared = -1;  // the newest generation it declared the elastic API in
   bool started = false;
   bool done = false;
   int stop_signal = 0;  // stopped by this signal (not by a suspend), or 0
@@ -134,6 +140,24 @@ class Job {
   void on_rank_stopped(Host& h, const proto::RankStopped& stop);
   Host* owner_of(Host& h, int rank, const char* what);
   void rank_done(int rank);
+  // In-process elastic recovery (docs/elastic.md).
+  void on_rank_elastic(Host& h, const proto::RankElastic& e);
+  void on_rank_left(Host& h, const proto::RankLeft& l);
+  void job_failure(const Failure& f);
+  bool recover(const Failure& f);
+  bool reform(const JobHooks::Reform& how, const Failure& f, bool blamed);
+  void place_members(const std::vector<int>& members);
+  void start_generation_server();
+  void spawn_rank(Host& h, int worker, const JobEnv& env);
+  JobEnv host_job_env(const Host& h) const;
+  bool grow(const std::vector<hostfile::HostSlots>& hosts);
+  std::vector<int> growth_processes(const std::vector<hostfile::HostSlots>& hosts, int want,
+                                    std::vector<std::string>& to_open) const;
+  std::vector<std::string> reopen_hosts(const std::vector<std::string>& names);
+  proto::Regenerate next_generation(std::string reason) const;
+  void send_regenerate(const proto::Regenerate& g);
+  void start_fresh(const std::vector<int>& fresh, const std::string& why);
+  void send_hello(Host& h);
   void host_closed(Host& h, const std::string& why);
   void fail(int exit_code, std::string message, std::vector<std::string> hosts = {});
   void begin_teardown();
@@ -143,7 +167,8 @@ class Job {
   void watch(std::string what, const ThreadFailure& failure);
   void check_servers();
   int running_ranks() const;
-  bool all_done() const { return done_ranks_ == placement_.size(); }
+  int workers() const { return static_cast<int>(ranks_.size()); }
+  bool all_done() const { return done_ranks_ == workers(); }
   Clock::time_point now() const { return ctx_.clock->now(); }
   // hvdrun's own stdout/stderr cannot keep up: stop reading agents (ranks then block on
   // their pipes) until it drains.
@@ -154,7 +179,8 @@ class Job {
   const JobHooks& hooks_;
   JobContext& ctx_;
   const LaunchPlan& plan_;
-  const hostfile::Placement& placement_;
+  hostfile::Placement placement_;  // the current generation's, indexed by rank
+  std::vector<int> worker_of_;     // the process (ranks_ index) of each current rank
   std::vector<Host> hosts_;
   HostEnv host_envs_[3];  // by EnvSource
   std::vector<RankState> ranks_;
@@ -175,6 +201,12 @@ class Job {
   };
   std::optional<HeldFailure> held_;
   bool interrupted_ = false;
+  int generation_ = 0;
+  bool in_process_ = false;  // every rank declared the elastic API: failures re-form
+  // A rank left the current generation with no failure known to this process: a re-form
+  // at the same size once this passes, unless the failure behind it arrives first.
+  std::optional<Clock::time_point> left_hold_;
+  static constexpr milliseconds kLeftHold{500};
   int started_ranks_ = 0;
   int done_ranks_ = 0;
   // The servers' I/O threads: an error there ends the job with its cause.
@@ -186,8 +218,11 @@ class Job {
   std::vector<Watched> watched_;
   std::vector<pollfd> fds_;
   std::vector<int> fd_host_;  // fds_[i] belongs to hosts_[fd_host_[i]], or -1
+  std::string bind_addr_;
+  std::string outward_;  // this machine as the other hosts reach it
   // Declared last, so destroyed first: the servers stop before the links end the agents.
-  std::optional<rendezvous::Server> server_;
+  // One rendezvous server per generation (the current one last).
+  std::vector<std::unique_ptr<rendezvous::Server>> servers_;
   std::optional<compat::HorovodHttpServer> horovod_;
 };
 
@@ -215,6 +250,11 @@ void Job::check_command() const {
 // Hosts and ranks as the plan placed them, and each host's base environment.
 void Job::lay_out_hosts() {
   ranks_.resize(static_cast<std::size_t>(placement_.size()));
+  generation_ = opt_.generation;
+  for (int r = 0; r < placement_.size(); ++r) {
+    ranks_[static_cast<std::size_t>(r)].rank = r;
+    worker_of_.push_back(r);
+  }
   hosts_.reserve(plan_.hosts.size());
   auto source_of = [](const PlannedHost& p) {
     return p.local ? EnvSource::launcher : env_source(to_string(p.method));
@@ -273,12 +313,6 @@ std::unique_ptr<AgentLink> Job::open_link(const Host& h) {
 }
 
 void Job::start_agents() {
-  proto::Hello hello;
-  hello.heartbeat_interval_ms = static_cast<std::uint32_t>(ctx_.heartbeat_interval.count());
-  hello.kill_grace_ms = static_cast<std::uint32_t>(ctx_.kill_grace.count());
-  hello.log_level = opt_.verbose ? "debug" : opt_.log_level;
-  hello.job_id = std::to_string(::getpid());
-  hello.network_interface = opt_.network_interface;
   for (Host& h : hosts_) {
     h.link = open_link(h);
     h.last_rx = now();
@@ -286,24 +320,31 @@ void Job::start_agents() {
   }
   // This machine as the other hosts reach it: the interface of its ranks in a job with
   // remote hosts (not loopback, which the others cannot reach).
-  std::string outward = "127.0.0.1";
+  outward_ = "127.0.0.1";
   for (const Host& h : hosts_) {
     if (!h.local) {
-      outward = h.link->launcher_address();
+      outward_ = h.link->launcher_address();
       break;
     }
   }
-  for (Host& h : hosts_) {
-    // Every agent must notice a launcher that is gone but whose connection is not, and a
-    // local one a launcher stopped by SIGSTOP: no host goes on running half a job.
-    hello.heartbeat_timeout_ms = static_cast<std::uint32_t>(ctx_.heartbeat_timeout.count());
-    // Each agent names its own host's interface toward the launcher, unless the user chose
-    // one with --network-interface.
-    hello.launcher_addr.clear();
-    if (opt_.network_interface.empty())
-      hello.launcher_addr = h.local ? outward : h.link->launcher_address();
-    send(h, hello);
-  }
+  for (Host& h : hosts_) send_hello(h);
+}
+
+void Job::send_hello(Host& h) {
+  proto::Hello hello;
+  hello.heartbeat_interval_ms = static_cast<std::uint32_t>(ctx_.heartbeat_interval.count());
+  hello.kill_grace_ms = static_cast<std::uint32_t>(ctx_.kill_grace.count());
+  hello.log_level = opt_.verbose ? "debug" : opt_.log_level;
+  hello.job_id = std::to_string(::getpid());
+  hello.network_interface = opt_.network_interface;
+  // Every agent must notice a launcher that is gone but whose connection is not, and a
+  // local one a launcher stopped by SIGSTOP: no host goes on running half a job.
+  hello.heartbeat_timeout_ms = static_cast<std::uint32_t>(ctx_.heartbeat_timeout.count());
+  // Each agent names its own host's interface toward the launcher, unless the user chose
+  // one with --network-interface.
+  if (opt_.network_interface.empty())
+    hello.launcher_addr = h.local ? outward_ : h.link->launcher_address();
+  send(h, hello);
 }
 
 void Job::start_relay() {
@@ -322,12 +363,8 @@ void Job::start_relay() {
 // interface's addresses on each host, through which their ranks reach this one, as each
 // agent reports them in its hello (never the interface's whole network: docs/security.md).
 void Job::start_servers(const std::string& bind_addr) {
-  job_env_.secret = rendezvous::generate_secret();
-  server_.emplace(job_env_.secret, bind_addr, 0);
-  server_->start();
-  job_env_.rendezvous_port = server_->port();
-  watch("rendezvous server", server_->failure());
-  if (hooks_.on_rendezvous) hooks_.on_rendezvous(*server_);
+  bind_addr_ = bind_addr;
+  start_generation_server();
   horovod_.emplace(placement_, bind_addr, 0);
   if (hooks_.horovod_peers) horovod_->judge_peers_with(hooks_.horovod_peers);
   std::vector<std::string> allowed;
@@ -464,9 +501,10 @@ void Job::wait_for_events(Clock::time_point t) {
   fd_host_.resize(fds_.size(), -1);
   auto wake = next_heartbeat_;
   if (paused) wake = std::min(wake, t + milliseconds(5));
-  if (!stopping() && started_ranks_ < placement_.size()) wake = std::min(wake, start_deadline_);
+  if (!stopping() && started_ranks_ < workers()) wake = std::min(wake, start_deadline_);
   if (teardown_deadline_) wake = std::min(wake, *teardown_deadline_);
   if (held_) wake = std::min(wake, held_->until);
+  if (left_hold_) wake = std::min(wake, *left_hold_);
   const int ready = ctx_.clock->wait(fds_, wake);
   check_frozen();
   if (ready > 0) {
@@ -520,6 +558,15 @@ void Job::send(Host& h, const proto::Message& m) {
 // (its free port, MASTER_PORT) have said hello.
 void Job::send_spawns(Host& h) {
   h.spawned = true;
+  const JobEnv env = host_job_env(h);
+  for (int w : h.ranks) {
+    const RankState& rs = ranks_[static_cast<std::size_t>(w)];
+    if (rs.rank >= 0 && !rs.done) spawn_rank(h, w, env);
+  }
+}
+
+// The job-wide environment as host h's ranks see it.
+JobEnv Job::host_job_env(const Host& h) const {
   const Host& first = hosts_[static_cast<std::size_t>(placement_.ranks[0].host_index)];
   JobEnv env = job_env_;
   env.master_port = first.info.free_port;
@@ -528,23 +575,27 @@ void Job::send_spawns(Host& h) {
   // Rank 0's host as this host reaches it.
   env.master_addr = first.local ? (h.local ? "127.0.0.1" : h.link->launcher_address())
                                 : first.link->host_address();
-  for (int r : h.ranks) {
-    proto::Spawn s;
-    s.rank = r;
-    s.argv = opt_.command;
-    s.cwd = ctx_.cwd;
-    RankEnv re = rank_env(h.env->base, placement_.ranks[static_cast<std::size_t>(r)], h.name, env,
-                          h.env->defaults);
-    s.host_env = h.env->host_variables;
-    s.env = re.set.entries();
-    s.env_defaults = re.defaults.entries();
-    send(h, s);
-  }
+  return env;
+}
+
+// Process `worker` of host h, at its rank in the current generation.
+void Job::spawn_rank(Host& h, int worker, const JobEnv& env) {
+  const RankState& rs = ranks_[static_cast<std::size_t>(worker)];
+  proto::Spawn s;
+  s.rank = worker;
+  s.argv = opt_.command;
+  s.cwd = ctx_.cwd;
+  RankEnv re = rank_env(h.env->base, placement_.ranks[static_cast<std::size_t>(rs.rank)], h.name,
+                        env, h.env->defaults);
+  s.host_env = h.env->host_variables;
+  s.env = re.set.entries();
+  s.env_defaults = re.defaults.entries();
+  s.control = static_cast<bool>(hooks_.reform);
+  send(h, s);
 }
 
 Host* Job::owner_of(Host& h, int rank, const char* what) {
-  if (rank < 0 || rank >= placement_.size() ||
-      ranks_[static_cast<std::size_t>(rank)].host != h.index) {
+  if (rank < 0 || rank >= workers() || ranks_[static_cast<std::size_t>(rank)].host != h.index) {
     throw proto::ProtocolError(std::string("agent protocol: ") + what + " for rank " +
                                std::to_string(rank) + ", which does not run on this host");
   }
@@ -559,13 +610,19 @@ void Job::rank_done(int rank) {
   relay_->end_rank(rank);
 }
 
-int Job::running_ranks() const { return placement_.size() - done_ranks_; }
+int Job::running_ranks() const { return workers() - done_ranks_; }
 
 void Job::fail(int exit_code, std::string message, std::vector<std::string> hosts) {
   // A lost host, a rank that could not start, a server that stopped: the likely reason why a
   // held rank lost its peer, so this failure is the job's.
   held_.reset();
   Failure f{exit_code, std::move(message), std::move(hosts)};
+  if (ctx_.policy->on_failure(f)) begin_teardown();
+}
+
+// A failure that a generation running in process may survive.
+void Job::job_failure(const Failure& f) {
+  if (recover(f)) return;
   if (ctx_.policy->on_failure(f)) begin_teardown();
 }
 
@@ -581,6 +638,288 @@ void Job::begin_teardown() {
     for (int r : h.ranks) rank_done(r);  // none of its ranks was ever started
   }
   for (Host& h : hosts_) send(h, proto::Kill{static_cast<std::uint32_t>(ctx_.kill_grace.count())});
+}
+
+// Generation generation_'s rendezvous server. The secret is the job's, kept by the
+// generations that follow in process: the surviving processes authenticate objects with the
+// secret they started with (HVDRUN_SECRET in hvdrun.torch).
+void Job::start_generation_server() {
+  if (job_env_.secret.empty()) job_env_.secret = rendezvous::generate_secret();
+  auto& server =
+      servers_.emplace_back(std::make_unique<rendezvous::Server>(job_env_.secret, bind_addr_, 0));
+  server->start();
+  job_env_.rendezvous_port = server->port();
+  watch("rendezvous server", server->failure());
+  if (hooks_.on_rendezvous) hooks_.on_rendezvous(*server);
+}
+
+void Job::on_rank_elastic(Host& h, const proto::RankElastic& e) {
+  owner_of(h, e.rank, "rank-elastic");
+  RankState& declared = ranks_[static_cast<std::size_t>(e.rank)];
+  declared.declared = std::max(declared.declared, e.generation);
+  if (in_process_) return;
+  for (int w : worker_of_) {
+    if (ranks_[static_cast<std::size_t>(w)].declared < generation_) return;
+  }
+  in_process_ = true;
+  spdlog::info(
+      "every rank of generation {} runs under hvd.elastic.run: a failure keeps the surviving "
+      "processes",
+      generation_);
+}
+
+// A rank shut the current generation down on its own (its collective failed): the failure
+// behind it usually reaches this process within moments; if none does, the ranks are
+// moved to a next generation as they are.
+void Job::on_rank_left(Host& h, const proto::RankLeft& l) {
+  owner_of(h, l.rank, "rank-left");
+  if (l.generation != generation_ || !in_process_ || stopping() || left_hold_) return;
+  left_hold_ = now() + kLeftHold;
+}
+
+// In a generation running in process: re-forms the job around the surviving processes
+// instead of stopping them. False when the failure must end the generation.
+bool Job::recover(const Failure& f) {
+  if (!in_process_ || !hooks_.reform || stopping() || f.interrupted || f.requested) return false;
+  left_hold_.reset();
+  auto how = hooks_.reform(f);
+  if (!how) return false;
+  return reform(*how, f, /*blamed=*/true);
+}
+
+// Moves the job to generation generation_+1 in the same processes: the surviving ranks
+// first, in their old order (rank 0 then holds the committed state), then processes
+// started anew where ranks ended on hosts still usable. False when fewer than the
+// minimum would be left.
+bool Job::reform(const JobHooks::Reform& how, const Failure& f, bool blamed) {
+  auto excluded = [&](const Host& h) {
+    return h.closed ||
+           std::find(how.excluded.begin(), how.excluded.end(), h.name) != how.excluded.end();
+  };
+  std::vector<int> members;
+  for (int w : worker_of_) {
+    const RankState& rs = ranks_[static_cast<std::size_t>(w)];
+    if (!rs.done && !excluded(hosts_[static_cast<std::size_t>(rs.host)])) members.push_back(w);
+  }
+  const int kept = static_cast<int>(members.size());
+  if (how.max_np && kept > *how.max_np) members.resize(static_cast<std::size_t>(*how.max_np));
+  std::vector<int> fresh;
+  for (const Host& h : hosts_) {
+    if (excluded(h) || !h.hello) continue;
+    for (int w : h.ranks) {
+      if (how.max_np && static_cast<int>(members.size()) >= *how.max_np) break;
+      const RankState& rs = ranks_[static_cast<std::size_t>(w)];
+      if (rs.done && rs.started) {
+        members.push_back(w);
+        fresh.push_back(w);
+      }
+    }
+  }
+  const std::string why = f.message.substr(0, f.message.find('\n'));
+  if (static_cast<int>(members.size()) < how.min_np) {
+    write_all(ctx_.stderr_fd, f.message.data(), f.message.size());
+    const std::string msg =
+        "hvdrun: elastic: only " + counted(static_cast<long long>(members.size()), "rank") +
+        " left for generation " + std::to_string(generation_ + 1) + ", fewer than --min-np " +
+        std::to_string(how.min_np) + "; ending the job\n";
+    write_all(ctx_.stderr_fd, msg.data(), msg.size());
+    return false;
+  }
+  if (blamed) write_all(ctx_.stderr_fd, f.message.data(), f.message.size());
+  held_.reset();
+  ++generation_;
+  place_members(members);
+  start_generation_server();
+  // The survivors hear their places through their agents; every other process of the old
+  // generation is stopped by its agent.
+  proto::Regenerate g = next_generation(why.rfind("hvdrun: ", 0) == 0 ? why.substr(8) : why);
+  g.failure = true;
+  g.hosts_removed = members.size() < static_cast<std::size_t>(kept) + fresh.size() || blamed;
+  send_regenerate(g);
+  start_fresh(fresh, g.reason);
+  return true;
+}
+
+// The regenerate frame of the generation just placed (the same for every host, but for the
+// rendezvous address and the placements send_regenerate adds).
+proto::Regenerate Job::next_generation(std::string reason) const {
+  proto::Regenerate g;
+  g.generation = generation_;
+  g.reason = std::move(reason);
+  g.size = placement_.size();
+  g.secret = job_env_.secret;
+  g.rendezvous_port = static_cast<std::uint16_t>(job_env_.rendezvous_port);
+  return g;
+}
+
+// To every agent up: the places of its running processes in the new generation (the agent
+// stops its other processes).
+void Job::send_regenerate(const proto::Regenerate& g) {
+  for (Host& h : hosts_) {
+    if (h.closed || !h.hello) continue;
+    proto::Regenerate mine = g;
+    mine.rendezvous_addr = host_job_env(h).rendezvous_addr;
+    if (mine.rendezvous_addr.empty()) mine.rendezvous_addr = job_env_.rendezvous_addr;
+    for (int w : h.ranks) {
+      const RankState& rs = ranks_[static_cast<std::size_t>(w)];
+      if (rs.rank < 0 || rs.done) continue;
+      const hostfile::RankSlot& slot = placement_.ranks[static_cast<std::size_t>(rs.rank)];
+      mine.ranks.push_back(proto::RankPlacement{w, slot.rank, slot.local_rank, slot.local_size,
+                                                slot.cross_rank, slot.cross_size});
+    }
+    send(h, mine);
+  }
+}
+
+// Starts new processes under the numbers `fresh` of processes that ended (now placed in
+// the new generation): at once where the host's agent is up, else at its hello.
+void Job::start_fresh(const std::vector<int>& fresh, const std::string& why) {
+  for (int w : fresh) {
+    RankState& rs = ranks_[static_cast<std::size_t>(w)];
+    Host& h = hosts_[static_cast<std::size_t>(rs.host)];
+    rs.done = false;
+    --done_ranks_;
+    if (std::exchange(rs.started, false)) {
+      --started_ranks_;
+      --h.started;
+    }
+    rs.declared = -1;
+    rs.stop_signal = 0;
+    relay_->reopen_rank(w);
+    if (h.hello && !h.closed) spawn_rank(h, w, host_job_env(h));
+  }
+  if (!fresh.empty()) start_deadline_ = now() + std::chrono::seconds(opt_.start_timeout_s);
+  const int kept = placement_.size() - static_cast<int>(fresh.size());
+  spdlog::debug("generation {}: {} ranks ({} kept, {} started anew)", generation_,
+                placement_.size(), kept, fresh.size());
+  if (hooks_.reformed)
+    hooks_.reformed(generation_, placement_.size(), kept, static_cast<int>(fresh.size()), why);
+}
+
+// Discovery found more usable slots (`hosts`, the usable ones) while the job runs in
+// process: the processes that ended on hosts of this job start again there (a host whose
+// agent was lost gets a new one, after a preflight), and the running ranks move to the
+// next generation at their next commit (HostsUpdatedInterrupt). False when the growth
+// needs slots of hosts this job never had, or more than their processes: the job then
+// restarts to grow.
+bool Job::grow(const std::vector<hostfile::HostSlots>& hosts) {
+  int want = 0;
+  for (const auto& hs : hosts) want += hs.slots;
+  if (opt_.elastic.max_np) want = std::min(want, *opt_.elastic.max_np);
+  want -= placement_.size();
+  if (want <= 0) return true;
+  std::vector<std::string> to_open;
+  std::vector<int> fresh = growth_processes(hosts, want, to_open);
+  if (static_cast<int>(fresh.size()) < want) return false;
+  const std::vector<std::string> failed = reopen_hosts(to_open);
+  std::erase_if(fresh, [&](int w) {
+    const Host& h = hosts_[static_cast<std::size_t>(ranks_[static_cast<std::size_t>(w)].host)];
+    return std::find(failed.begin(), failed.end(), h.name) != failed.end();
+  });
+  if (fresh.empty()) return true;
+  std::vector<int> members = worker_of_;
+  members.insert(members.end(), fresh.begin(), fresh.end());
+  ++generation_;
+  place_members(members);
+  start_generation_server();
+  proto::Regenerate g = next_generation("discovery found " +
+                                        counted(static_cast<long long>(fresh.size()), "more slot"));
+  g.hosts_added = true;
+  send_regenerate(g);
+  start_fresh(fresh, g.reason);
+  return true;
+}
+
+// Up to `want` processes of this job that ended on `hosts` (within each host's slots), and
+// in `to_open` the hosts among them whose agents are gone.
+std::vector<int> Job::growth_processes(const std::vector<hostfile::HostSlots>& hosts, int want,
+                                       std::vector<std::string>& to_open) const {
+  std::vector<int> fresh;
+  for (const auto& hs : hosts) {
+    auto it = std::find_if(hosts_.begin(), hosts_.end(),
+                           [&](const Host& h) { return h.name == hs.name; });
+    if (it == hosts_.end()) continue;
+    int members = 0;
+    for (int w : worker_of_) members += ranks_[static_cast<std::size_t>(w)].host == it->index;
+    int room = std::min(hs.slots, static_cast<int>(it->ranks.size())) - members;
+    const std::size_t before = fresh.size();
+    for (int w : it->ranks) {
+      if (room <= 0 || static_cast<int>(fresh.size()) >= want) break;
+      const RankState& rs = ranks_[static_cast<std::size_t>(w)];
+      if (!rs.done || rs.rank >= 0) continue;
+      fresh.push_back(w);
+      --room;
+    }
+    if (fresh.size() > before && it->closed) to_open.push_back(it->name);
+  }
+  return fresh;
+}
+
+// New agents for the hosts whose agents were lost (the preflight blocks this loop for the
+// length of an SSH login; the running ranks go on meanwhile). Returns the hosts that
+// could not be reached.
+std::vector<std::string> Job::reopen_hosts(const std::vector<std::string>& names) {
+  std::vector<std::string> failed;
+  if (names.empty()) return failed;
+  for (auto& opened : hooks_.open_hosts(names)) {
+    auto it = std::find_if(hosts_.begin(), hosts_.end(),
+                           [&](const Host& x) { return x.name == opened.host; });
+    if (it == hosts_.end()) continue;
+    Host& h = *it;
+    if (!opened.link) {
+      spdlog::warn("host {}: {}; it takes no rank now", h.name, opened.error);
+      failed.push_back(h.name);
+      continue;
+    }
+    h.link = std::move(opened.link);
+    h.closed = false;
+    h.hello = false;
+    h.spawned = false;
+    h.decoder = proto::Decoder();
+    h.outq.clear();
+    h.read_chunk = Host::kMinReadChunk;
+    h.last_rx = now();
+    send_hello(h);
+  }
+  return failed;
+}
+
+// The current generation's placement: members[i] (a process) becomes rank i. Local ranks
+// count on each host in rank order; a rank's cross rank is its host's index among the
+// hosts that have its local rank, in the order the hosts first appear.
+void Job::place_members(const std::vector<int>& members) {
+  for (RankState& rs : ranks_) rs.rank = -1;
+  worker_of_ = members;
+  hostfile::Placement p;
+  std::vector<int> host_order;
+  std::vector<int> count(hosts_.size(), 0);
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    RankState& rs = ranks_[static_cast<std::size_t>(members[i])];
+    rs.rank = static_cast<int>(i);
+    hostfile::RankSlot slot;
+    slot.rank = static_cast<int>(i);
+    slot.host_index = rs.host;
+    if (count[static_cast<std::size_t>(rs.host)] == 0) host_order.push_back(rs.host);
+    slot.local_rank = count[static_cast<std::size_t>(rs.host)]++;
+    p.ranks.push_back(slot);
+  }
+  for (hostfile::RankSlot& slot : p.ranks) {
+    slot.local_size = count[static_cast<std::size_t>(slot.host_index)];
+    slot.cross_rank = 0;
+    slot.cross_size = 0;
+    for (int h : host_order) {
+      if (count[static_cast<std::size_t>(h)] <= slot.local_rank) continue;
+      if (h == slot.host_index) slot.cross_rank = slot.cross_size;
+      ++slot.cross_size;
+    }
+  }
+  for (int h : host_order)
+    p.hosts.push_back(hostfile::HostSlots{hosts_[static_cast<std::size_t>(h)].name,
+                                          count[static_cast<std::size_t>(h)]});
+  placement_ = std::move(p);
+  job_env_.size = placement_.size();
+  job_env_.generation = generation_;
+  job_env_.num_hosts = static_cast<int>(host_order.size());
 }
 
 void Job::host_closed(Host& h, const std::string& why) {
@@ -600,11 +939,12 @@ void Job::host_closed(Host& h, const std::string& why) {
   }
   for (int r : lost) rank_done(r);
   if (!stopping()) {
-    fail(exit_status::kLaunchFailed,
-         "hvdrun: the agent on host " + h.name + " ended unexpectedly (" + how + ") while rank" +
-             (lost.size() > 1 ? "s " : " ") + rank_list(lost) +
-             (lost.size() > 1 ? " were" : " was") + " running; stopped the job\n",
-         {h.name});
+    held_.reset();
+    job_failure(Failure{exit_status::kLaunchFailed,
+                        "hvdrun: the agent on host " + h.name + " ended unexpectedly (" + how +
+                            ") while rank" + (lost.size() > 1 ? "s " : " ") + rank_list(lost) +
+                            (lost.size() > 1 ? " were" : " was") + " running; stopped the job\n",
+                        {h.name}});
   }
 }
 
@@ -623,6 +963,10 @@ void Job::handle(Host& h, proto::Message& m) {
     on_fatal(h, *f);
   } else if (auto* stop = std::get_if<proto::RankStopped>(&m)) {
     on_rank_stopped(h, *stop);
+  } else if (auto* e = std::get_if<proto::RankElastic>(&m)) {
+    on_rank_elastic(h, *e);
+  } else if (auto* l = std::get_if<proto::RankLeft>(&m)) {
+    on_rank_left(h, *l);
   } else {
     throw proto::ProtocolError(std::string("agent protocol: unexpected ") + proto::type_name(m) +
                                " frame from the agent");
@@ -677,7 +1021,7 @@ void Job::on_rank_started(Host& h, const proto::RankStarted& st) {
   if (rs.started) return;
   rs.started = true;
   ++h.started;
-  if (++started_ranks_ == placement_.size()) {
+  if (++started_ranks_ == workers()) {
     spdlog::info("{} started in {} ms",
                  started_ranks_ == 1
                      ? std::string("the job's only rank")
@@ -696,6 +1040,13 @@ void Job::on_rank_exited(Host& h, const proto::RankExited& ex) {
   owner_of(h, ex.rank, "rank-exited");
   if (ranks_[static_cast<std::size_t>(ex.rank)].done) return;
   rank_done(ex.rank);
+  if (ranks_[static_cast<std::size_t>(ex.rank)].rank < 0) {
+    // Left out of the current generation (its host is excluded): stopped as asked.
+    spdlog::debug("process {} on host {}, left out of generation {}, ended", ex.rank, h.name,
+                  generation_);
+    if (all_done()) decide_held_failure();
+    return;
+  }
   if ((!ex.signaled && ex.value == 0) || stopping()) {
     if (all_done()) decide_held_failure();
     return;
@@ -714,8 +1065,8 @@ void Job::on_rank_exited(Host& h, const proto::RankExited& ex) {
     return;
   }
   held_.reset();  // this one came first: the held rank failed because of it
-  Failure f = rank_failure(h, ex, running_ranks());
-  if (ctx_.policy->on_failure(f)) begin_teardown();
+  // In process the others are not stopped (unless the re-formation is refused).
+  job_failure(rank_failure(h, ex, in_process_ ? 0 : running_ranks()));
 }
 
 // The held failure becomes the job's: nothing else came.
@@ -723,8 +1074,8 @@ void Job::decide_held_failure() {
   if (!held_) return;
   const HeldFailure held = std::move(*held_);
   held_.reset();
-  Failure f = rank_failure(hosts_[static_cast<std::size_t>(held.host)], held.exit, running_ranks());
-  if (ctx_.policy->on_failure(f)) begin_teardown();
+  job_failure(rank_failure(hosts_[static_cast<std::size_t>(held.host)], held.exit,
+                           in_process_ ? 0 : running_ranks()));
 }
 
 // The failure of rank `ex.rank`, with `others` ranks still running.
@@ -831,6 +1182,17 @@ void Job::service(Host& h, bool read) {
 
 void Job::check_timers(Clock::time_point t) {
   if (held_ && t >= held_->until) decide_held_failure();
+  if (left_hold_ && t >= *left_hold_) {
+    left_hold_.reset();
+    if (in_process_ && !stopping() && hooks_.reform) {
+      // Every rank's collective failed (a mismatch, say) and nothing else did: the same
+      // ranks move to a next generation, with no blame and no reset counted.
+      JobHooks::Reform same;
+      same.min_np = 1;
+      reform(same, Failure{0, "a rank left generation " + std::to_string(generation_) + "\n", {}},
+             /*blamed=*/false);
+    }
+  }
   if (t >= next_heartbeat_) {
     for (Host& h : hosts_) send(h, proto::Heartbeat{});
     next_heartbeat_ = t + ctx_.heartbeat_interval;
@@ -849,7 +1211,16 @@ void Job::check_timers(Clock::time_point t) {
     }
   }
   check_start_deadline(t);
-  if (hooks_.should_stop && !stopping()) {
+  if (in_process_ && hooks_.grow && hooks_.open_hosts && !stopping()) {
+    if (auto hosts = hooks_.grow(placement_.size()); hosts && !grow(*hosts)) {
+      Failure f{0,
+                "hvdrun: elastic: discovery found more usable slots; stopping generation " +
+                    std::to_string(generation_) + " to grow\n",
+                {}};
+      f.requested = true;
+      if (ctx_.policy->on_failure(f)) begin_teardown();
+    }
+  } else if (hooks_.should_stop && !stopping()) {
     if (auto why = hooks_.should_stop()) {
       Failure f{0, "hvdrun: " + *why + "\n", {}};
       f.requested = true;
@@ -859,7 +1230,7 @@ void Job::check_timers(Clock::time_point t) {
 }
 
 void Job::check_start_deadline(Clock::time_point t) {
-  if (!stopping() && started_ranks_ < placement_.size() && t >= start_deadline_) {
+  if (!stopping() && started_ranks_ < workers() && t >= start_deadline_) {
     std::string where;
     std::vector<std::string> late;
     for (Host& h : hosts_) {
@@ -885,7 +1256,7 @@ void Job::check_start_deadline(Clock::time_point t) {
 
 int Job::finish() {
   decide_held_failure();
-  for (int r = 0; r < placement_.size(); ++r) relay_->end_rank(r);
+  for (int r = 0; r < workers(); ++r) relay_->end_rank(r);
   relay_->drain();
   for (Host& h : hosts_) {
     if (h.link) h.link->close_write();

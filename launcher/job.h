@@ -54,6 +54,38 @@ struct JobHooks {
   /// still running): the sweep of this process's children at its end leaves them alone.
   /// Unset: none.
   std::function<std::vector<pid_t>()> own_children;
+
+  /// In-process elastic recovery (docs/elastic.md): what the elastic loop says when a
+  /// generation whose every rank declared the elastic API loses ranks.
+  struct Reform {
+    /// Hosts that take no rank of the next generation (the blacklist after the failure).
+    std::vector<std::string> excluded;
+    int min_np = 1;
+    std::optional<int> max_np;
+  };
+  /// Asked on a failure (a rank failed, a host or its agent was lost) in a generation
+  /// running in process: counts the reset and blames the hosts, then returns how to
+  /// re-form, or nullopt to end the job with that failure (the reset limit is used up).
+  /// Set: ranks get a control channel (HVDRUN_CONTROL_FD). Unset: every failure ends the
+  /// job.
+  std::function<std::optional<Reform>(const Failure&)> reform;
+  /// Told when the job moved to `generation` in process: its size, the ranks kept and the
+  /// ranks started anew. Unset: nothing.
+  std::function<void(int generation, int size, int kept, int started, const std::string& why)>
+      reformed;
+  /// Asked every turn while a generation runs in process, instead of should_stop: the
+  /// usable hosts when discovery found more slots than the generation has (below
+  /// --max-np), else nullopt. Unset: growth goes through should_stop.
+  std::function<std::optional<std::vector<hostfile::HostSlots>>(int size)> grow;
+  /// Opens agent links to `hosts` (reached over SSH; checked by a preflight first) for a
+  /// job that grows in process: one entry per host, the link or nullptr, and what went
+  /// wrong. Unset: growth restarts the job.
+  struct OpenedHost {
+    std::string host;
+    std::unique_ptr<AgentLink> link;
+    std::string error;
+  };
+  std::function<std::vector<OpenedHost>(const std::vector<std::string>& hosts)> open_hosts;
 };
 
 /// Runs the job `options` describes and returns hvdrun's exit code: 0 when every rank

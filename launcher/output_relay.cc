@@ -268,6 +268,11 @@ void OutputRelay::end_rank(int rank) {
   }
 }
 
+void OutputRelay::reopen_rank(int rank) {
+  if (rank < 0 || rank >= size_) return;
+  for (auto s : {proto::Stream::out, proto::Stream::err}) state(rank, s).ended = false;
+}
+
 void OutputRelay::write_file(RankStream& rs) {
   if (rs.file && !rs.file_buf.empty()) {
     if (!write_all(rs.file.get(), rs.file_buf.data(), rs.file_buf.size())) rs.file.reset();

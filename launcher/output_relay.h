@@ -69,6 +69,9 @@ class OutputRelay {
   /// The rank ended: its unterminated last lines are emitted (with a newline added on the
   /// tagged streams; the per-rank files stay byte-exact).
   void end_rank(int rank);
+  /// A new process of `rank` started after it ended (in-process elastic recovery): its
+  /// output is relayed again.
+  void reopen_rank(int rank);
 
   /// Hands everything buffered to the writer thread, which writes it to stdout/stderr, so
   /// that a slow reader of hvdrun's output (a pager, a terminal) never stalls the

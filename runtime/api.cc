@@ -109,7 +109,12 @@ std::size_t dtype_size(DataType dtype) {
 
 namespace {
 
-int g_incarnation = 0;  // init() calls so far in this process (guarded by g_mu)
+// init() calls so far in this process in generation g_incarnation_generation (guarded by
+// g_mu): a process joining its generation again checks in under a prefix of its own; one
+// moved to a next generation (in-process elastic recovery) checks in as its first time
+// there, as the ranks started for that generation do.
+int g_incarnation = 0;
+int g_incarnation_generation = -1;
 
 // The control channel from this rank's agent (HVDRUN_CONTROL_FD; in-process elastic
 // recovery, docs/elastic.md), opened by the first init() that finds the variable; never
@@ -117,6 +122,9 @@ int g_incarnation = 0;  // init() calls so far in this process (guarded by g_mu)
 // Guarded by g_mu, as is the placement this process last moved to.
 runtime::ControlLink* g_control = nullptr;
 std::optional<control::Placement> g_placement;
+// The newest generation this process left after a failed collective (guarded by g_mu):
+// under a control channel it is over for this process, which waits for its next place.
+int g_failed_generation = -1;
 
 // The environment of the generation this init() joins: the process's own, unless the
 // agent has moved the rank (the generation ended, or hosts were added): then the
@@ -130,8 +138,9 @@ runtime::Environment place(runtime::Environment env) {
   // have died while the job re-formed).
   for (;;) {
     const int current = env.generation;
-    const bool over = runtime::generation_end().ended() &&
-                      runtime::generation_end().ended_generation() >= current;
+    const bool over = (runtime::generation_end().ended() &&
+                       runtime::generation_end().ended_generation() >= current) ||
+                      g_failed_generation >= current;
     if (!over && !g_control->placement_pending(current)) return env;
     g_control->left(current);
     auto next =
@@ -204,6 +213,10 @@ void init() {
   retire_if_closed();
   if (g_joined) return;
   auto env = place(runtime::read_environment([](const char* n) { return std::getenv(n); }));
+  if (env.generation != g_incarnation_generation) {
+    g_incarnation_generation = env.generation;
+    g_incarnation = 0;
+  }
   env.incarnation = g_incarnation;
   // A new generation starts unended (runtime/generation_end.h), unless the agent has
   // already ended the one being joined (or the agent is gone): its first collective then
@@ -240,6 +253,10 @@ void shutdown() {
   // then never complete fails, and everyone leaves together. After a failed collective
   // the job is over: leave without waiting for peers that are gone.
   const bool healthy = j->engine->shutdown();
+  if (!healthy) {
+    std::lock_guard lock(g_mu);
+    g_failed_generation = std::max(g_failed_generation, j->world->env().generation);
+  }
   timeline().stop();
   close_sets(*j, healthy);
   j->engine->stop();

@@ -92,12 +92,19 @@ def expect_ok(job, np, marker="checks passed"):
 
 @pytest.fixture(scope="module")
 def ssh_config():
+    """The ssh_config of a loopback cluster of node1 and node2."""
+    yield from loopback_cluster(2)
+
+
+def loopback_cluster(hosts):
+    """Starts a loopback sshd cluster of node1..node`hosts`, yields its ssh_config path and
+    stops it (a fixture's body)."""
     if os.geteuid() != 0:
         pytest.skip("the loopback sshd cluster needs root")
     helper = os.environ["HVDRUN_TEST_CLUSTER"]
     if not os.path.exists(helper):
         pytest.fail(f"{helper} is missing: build the hvdrun_test_cluster target")
-    proc = subprocess.Popen([helper, "2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([helper, str(hosts)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     line = ""

@@ -8,10 +8,7 @@ are), with two events injected at fixed steps:
   HostsUpdatedInterrupt on every rank, and run re-initialises without restoring.
 
 Each rank's model starts from its own seed, so only the sync makes them equal. At the
-end every rank prints what it saw, and the weights must be the same on every rank.
-Usage: elastic_api_worker.py [crash]: with `crash`, rank 1 exits with code 7 at step
-CRASH_AT of generation 0 (the job's restart mode replaces it)."""
-import sys
+end every rank prints what it saw, and the weights must be the same on every rank."""
 import time
 
 import torch
@@ -22,12 +19,10 @@ from hvdrun import _elastic
 COMMIT_EVERY = 3
 FAIL_AT = 5
 HOSTS_AT = 8
-CRASH_AT = 4
 EPOCHS = 2
 BATCH = 4
 
 hvd.init()
-crash = sys.argv[1:] == ["crash"]
 torch.manual_seed(100 + hvd.rank())
 model = torch.nn.Linear(4, 1)
 data = torch.utils.data.TensorDataset(torch.arange(384.0).reshape(96, 4) / 384,
@@ -69,8 +64,6 @@ def train(state):
             optimizer.step()
             state.steps += 1
             sampler.record_batch(0, BATCH)
-            if crash and hvd.generation() == 0 and hvd.rank() == 1 and state.steps == CRASH_AT:
-                sys.exit(7)
             if state.steps == FAIL_AT and not failed:
                 failed = True
                 events.append(f"fail at steps={state.steps}")

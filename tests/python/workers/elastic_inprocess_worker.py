@@ -1,0 +1,70 @@
+"""A Horovod elastic training program (hvd.elastic.run, TorchState, a commit every
+COMMIT_EVERY steps) that reports what hvdrun's in-process recovery does to it.
+
+Usage: elastic_inprocess_worker.py DIR [raise]
+
+Each process appends lines to DIR/pid-<pid> (one file per process, so a test reads which
+processes lived through which generations):
+    start PID AGENT GEN RANK SIZE STEPS   when the training function (re)starts, after the sync
+    step PID AGENT GEN RANK SIZE STEPS    after each commit
+    final PID AGENT GEN RANK SIZE STEPS IDENTICAL   at the end (IDENTICAL: 1 when the weights
+                                          are the same on every rank)
+AGENT is the parent process (the host's hvdrun agent). Training goes on until the file
+DIR/stop exists at a commit (rank 0 decides, every rank stops at the same step). With
+`raise`, rank 1 of generation 0 raises RuntimeError at step RAISE_AT: its process ends
+(and hvdrun replaces it) while the others recover in process."""
+import os
+import sys
+import time
+
+import torch
+
+import hvdrun.torch as hvd
+
+COMMIT_EVERY = 3
+RAISE_AT = 7
+PACE_S = 0.02  # between steps: the program's own pace, so six ranks share two cores
+
+out_dir = sys.argv[1]
+raise_mode = sys.argv[2:] == ["raise"]
+log = open(os.path.join(out_dir, f"pid-{os.getpid()}"), "a", buffering=1)
+
+hvd.init()
+torch.manual_seed(100 + hvd.rank())
+model = torch.nn.Linear(8, 1)
+optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                     named_parameters=model.named_parameters())
+state = hvd.elastic.TorchState(model=model, optimizer=optimizer, steps=0)
+
+
+def say(kind, *extra):
+    fields = [kind, os.getpid(), os.getppid(), hvd.generation(), hvd.rank(), hvd.size(),
+              state.steps] + list(extra)
+    log.write(" ".join(str(f) for f in fields) + "\n")
+
+
+@hvd.elastic.run
+def train(state):
+    say("start")
+    x = torch.arange(8.0).reshape(1, 8) / 8
+    while True:
+        optimizer.zero_grad()
+        model(x * (1 + state.steps % 5)).sum().backward()
+        optimizer.step()
+        state.steps += 1
+        if raise_mode and hvd.generation() == 0 and hvd.rank() == 1 and state.steps == RAISE_AT:
+            raise RuntimeError("injected failure in the training loop")
+        if state.steps % COMMIT_EVERY == 0:
+            state.commit()
+            say("step")
+            stop = hvd.broadcast_object(os.path.exists(os.path.join(out_dir, "stop")))
+            if stop:
+                return
+        time.sleep(PACE_S)
+
+
+train(state)
+final = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).reshape(1, -1)
+identical = all(torch.equal(final[0], w) for w in hvd.allgather(final))
+say("final", int(identical))
+hvd.shutdown()
