@@ -13,12 +13,16 @@
 #include "common/exit_status.h"
 #include "common/fd_limit.h"
 #include "common/plural.h"
+#include "common/version.h"
 #include "launcher/dry_run.h"
 #include "launcher/host_start.h"
 #include "launcher/job.h"
 #include "launcher/launch_plan.h"
+#include "launcher/preflight.h"
 #include "launcher/reaper.h"
+#include "launcher/ssh_agent_link.h"
 #include "launcher/start_window.h"
+#include "ssh/libssh2_session.h"
 
 namespace hvdrun::launcher {
 
@@ -71,7 +75,9 @@ std::vector<JobHooks::OpenedHost> open_ssh_hosts(const LaunchOptions& options,
     if (h.method != LaunchMethod::ssh || h.local)
       out.push_back({h.name, nullptr, "not reached over SSH: the job grows by a restart"});
   }
-  if (!any_host(plan, LaunchMethod::ssh)) return out;
+  if (std::none_of(plan.hosts.begin(), plan.hosts.end(),
+                   [](const PlannedHost& h) { return h.method == LaunchMethod::ssh; }))
+    return out;
   ssh::Libssh2Connector connector;
   PreflightSettings settings;
   settings.expected_version = kVersionLine;
