@@ -64,7 +64,7 @@ void FrameComm::Impl::allreduce(void* buf, std::size_t count, DataType dtype, Re
       run(jobs);
     }
   }
-  if (op == ReduceOp::kAverage) divide_by(buf, count, dtype, size_);
+  finish_average(buf, count, dtype, op, size_);
 }
 
 void FrameComm::Impl::allreduce_small(unsigned char* buf, std::size_t count, DataType dtype,

@@ -109,7 +109,7 @@ class FrameComm::Impl {
 
   // --- connection (frame_handshake.cc) ---
 
-  std::string addr_key(int r) const { return prefix_ + "/addr/" + std::to_string(r); }
+  std::string addr_key(int r) const { return (rendezvous::Key(prefix_) / "addr" / r).str(); }
 
   void listen_on(const std::string& local_ip);
 

@@ -141,23 +141,23 @@ class GlooComm::Impl {
   };
 
   std::string key(const Mesh& m, int from, int to) const {
-    return prefix_ + "/addr/" + m.tag + "/" + std::to_string(from) + "/" + std::to_string(to);
+    return (rendezvous::Key(prefix_) / "addr" / m.tag / from / to).str();
   }
 
   // Every rank has built its buffers for the algorithm just constructed (sync mesh).
   void built_barrier() {
     const long long k = ++built_seq_;
-    const std::string base = prefix_ + "/built/";
-    const std::string key = base + std::to_string(k);
+    const rendezvous::Key base = rendezvous::Key(prefix_) / "built";
+    const rendezvous::Key key = base / std::to_string(k);
     if (store_.add(key, 1) == size_) {
-      store_.set(key + "/done", "1");
+      store_.set(key / "done", "1");
       // Every rank has passed barrier k-1 (they all arrived here): drop its keys.
       if (k > 1) {
-        store_.erase(base + std::to_string(k - 1));
-        store_.erase(base + std::to_string(k - 1) + "/done");
+        store_.erase(base / std::to_string(k - 1));
+        store_.erase(base / std::to_string(k - 1) / "done");
       }
     }
-    auto missing = wait_for({key + "/done"});
+    auto missing = wait_for({(key / "done").str()});
     if (!missing.empty())
       throw Error("gloo: rank " + std::to_string(rank_) +
                   ": waiting for every rank to set up a collective: not all arrived within " +
@@ -412,13 +412,12 @@ class GlooComm::Impl {
     const std::size_t bytes = count * sizeof(T);
     if (size_ > 1 && count > 0) {
       if (bytes <= kCacheMaxBytes) {
-        auto& e = cached(
-            "ar/" + std::to_string(static_cast<int>(dtype)) + "/" +
-                std::to_string(static_cast<int>(op == ReduceOp::kAverage ? ReduceOp::kSum : op)) +
-                "/" + std::to_string(count),
-            bytes, 0, [&](Entry& en) {
-              return make_allreduce(reinterpret_cast<T*>(en.buf.data()), count, op);
-            });
+        auto& e =
+            cached("ar/" + std::to_string(static_cast<int>(dtype)) + "/" +
+                       std::to_string(static_cast<int>(summing(op))) + "/" + std::to_string(count),
+                   bytes, 0, [&](Entry& en) {
+                     return make_allreduce(reinterpret_cast<T*>(en.buf.data()), count, op);
+                   });
         std::memcpy(e.buf.data(), buf, bytes);
         e.algo->run();
         std::memcpy(buf, e.buf.data(), bytes);
