@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/cma.h"
 #include "runtime/shm_reduce.h"
 
 namespace hvdrun::runtime {
@@ -33,11 +34,15 @@ struct Span {
 
 }  // namespace
 
-void shm_stream(ShmComm& shm, const void* send, const std::vector<std::size_t>& stream_bytes,
-                void* recv, const std::vector<StreamPiece>& pieces, int me) {
+bool shm_stream(ShmComm& shm, const void* send, const std::vector<std::size_t>& stream_bytes,
+                void* recv, const std::vector<StreamPiece>& pieces, int me, StreamPath path) {
   const std::size_t chunk = shm.chunk_bytes();
   const std::size_t L = stream_bytes.size();
   const std::size_t longest = *std::max_element(stream_bytes.begin(), stream_bytes.end());
+  // Decided from what every local rank holds alike, so all take the same path.
+  const bool cross = L > 1 && (path == StreamPath::kCrossMemory ||
+                               (path == StreamPath::kAuto && longest >= kCmaMinBytes));
+  if (cross && cma_stream(shm, send, stream_bytes, recv, pieces, me)) return true;
   const auto w = static_cast<std::size_t>(me);
   const std::size_t mine = stream_bytes[w];
   const std::size_t turn = rotation(mine, w, L);
@@ -93,6 +98,7 @@ void shm_stream(ShmComm& shm, const void* send, const std::vector<std::size_t>& 
                                b - a);
                }
              });
+  return false;
 }
 
 void shm_reducescatter(ShmComm& shm, const void* send, void* recv,
