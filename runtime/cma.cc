@@ -75,23 +75,24 @@ bool read_pieces(const std::vector<CmaOffer>& offers, const void* send, void* re
 
 }  // namespace
 
-bool cma_allowed_by_environment() {
+CmaSetting cma_setting() {
   const char* v = std::getenv("HVDRUN_CMA");
-  if (v == nullptr) return true;
-  const std::string_view s(v);
-  return !(s == "0" || s == "off" || s == "false" || s == "no");
+  const std::string_view s = v == nullptr ? "" : v;
+  if (s == "1" || s == "on" || s == "true" || s == "yes") return CmaSetting::kOn;
+  if (s == "0" || s == "off" || s == "false" || s == "no") return CmaSetting::kOff;
+  return CmaSetting::kDefault;
 }
 
 bool cma_stream(ShmComm& shm, const void* send, const std::vector<std::size_t>& stream_bytes,
-                void* recv, const std::vector<StreamPiece>& pieces, int me) {
+                void* recv, const std::vector<StreamPiece>& pieces, int me, bool willing) {
   const std::size_t L = stream_bytes.size();
   std::uint64_t token = 0;
   CmaOffer mine;
   mine.pid = static_cast<std::uint64_t>(::getpid());
   mine.send = reinterpret_cast<std::uintptr_t>(send);
   mine.token_at = reinterpret_cast<std::uintptr_t>(&token);
-  mine.willing = cma_allowed_by_environment() && ::getrandom(&token, sizeof token, GRND_NONBLOCK) ==
-                                                     static_cast<ssize_t>(sizeof token);
+  mine.willing = willing && ::getrandom(&token, sizeof token, GRND_NONBLOCK) ==
+                                static_cast<ssize_t>(sizeof token);
   mine.token = token;
   std::vector<CmaOffer> offers(L);
   bool all_willing = true;

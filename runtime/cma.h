@@ -18,17 +18,19 @@
 
 namespace hvdrun::runtime {
 
-/// Whether HVDRUN_CMA leaves the cross-memory path on for this process (unset, or any value
-/// but 0, off, false, no). A rank with it off reports itself refused, so all fall back.
-bool cma_allowed_by_environment();
+/// HVDRUN_CMA as this process reads it: unset (or `auto`) leaves the choice to the caller,
+/// 1 (on, true, yes) turns the cross-memory path on, 0 (off, false, no) off.
+enum class CmaSetting { kDefault, kOn, kOff };
+CmaSetting cma_setting();
 
 /// The stream exchange of shm_stream() over cross-memory attach. Every local rank must
-/// call it with the same `stream_bytes`. Returns true when every local rank read its pieces
-/// (recv holds them); false, on every local rank alike, when any rank was refused or turned
-/// it off, after which the caller must run the segment's exchange (recv may hold part of
-/// the pieces, which that overwrites). No rank returns before every rank's reads of its
-/// `send` are done. Throws Error only as the segment's phases do (a peer died or stopped).
+/// call it with the same `stream_bytes`; `willing` is this rank's own choice, published to
+/// the others. Returns true when every local rank was willing and read its pieces (recv
+/// holds them); false, on every local rank alike, when any rank was unwilling or refused a
+/// read, after which the caller must run the segment's exchange (recv may hold part of the
+/// pieces, which that overwrites). No rank returns before every rank's reads of its `send`
+/// are done. Throws Error only as the segment's phases do (a peer died or stopped).
 bool cma_stream(ShmComm& shm, const void* send, const std::vector<std::size_t>& stream_bytes,
-                void* recv, const std::vector<StreamPiece>& pieces, int me);
+                void* recv, const std::vector<StreamPiece>& pieces, int me, bool willing);
 
 }  // namespace hvdrun::runtime

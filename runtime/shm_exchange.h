@@ -22,14 +22,16 @@ struct StreamPiece {
   std::size_t dest = 0;    ///< byte offset in the receive buffer
 };
 
-/// How shm_stream() moves the bytes: kAuto takes cross-memory attach (runtime/cma.h) when
-/// the longest stream reaches kCmaMinBytes and the segment below it; the others force one
-/// (kCrossMemory still falls back to the segment, on every rank alike, where refused).
+/// How shm_stream() moves the bytes: kAuto takes the segment, or cross-memory attach
+/// (runtime/cma.h) from kCmaMinBytes where HVDRUN_CMA=1; kSegment forces the segment;
+/// kCrossMemory tries cross-memory attach at any size unless HVDRUN_CMA=0. Where any local
+/// rank is refused or unwilling, every rank falls back to the segment alike.
 enum class StreamPath { kAuto, kSegment, kCrossMemory };
 
-/// The longest stream from which kAuto reads the peers' buffers directly: below it the
-/// pipeline through the segment is as fast, and its two extra syncs cost nothing.
-inline constexpr std::size_t kCmaMinBytes = std::size_t{1} << 20;
+/// The longest stream from which kAuto may read the peers' buffers directly (HVDRUN_CMA=1).
+/// Below it the pipeline through the segment is faster: its chunks stay in the cache, so
+/// the second copy costs little, and the direct reads add two syncs.
+inline constexpr std::size_t kCmaMinBytes = std::size_t{4} << 20;
 
 /// Every local rank streams its `send` (stream_bytes[l] bytes for local rank l: the same
 /// vector on every rank) through the segment; the calling rank copies `pieces` of the

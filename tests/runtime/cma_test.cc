@@ -9,7 +9,6 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <poll.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -170,9 +169,12 @@ std::string both_paths(ShmComm& shm, int me, const std::vector<std::vector<std::
   }
   std::string e = alltoallv(shm, me, m, StreamPath::kSegment, false);
   if (e.empty()) e = alltoallv(shm, me, m, StreamPath::kCrossMemory, want_cross);
+  // kAuto reads directly only where HVDRUN_CMA=1 (every rank's, in these tests).
+  const char* on = std::getenv("HVDRUN_CMA");
   if (e.empty())
     e = alltoallv(shm, me, m, StreamPath::kAuto,
-                  want_cross && longest >= hvdrun::runtime::kCmaMinBytes);
+                  want_cross && on != nullptr && std::string(on) == "1" &&
+                      longest >= hvdrun::runtime::kCmaMinBytes);
   return e;
 }
 
@@ -205,12 +207,17 @@ bool drop_ptrace_capability() {
 TEST_CASE("shm stream: both paths give the same bytes for uneven and empty pieces",
           "[runtime][shm][cma]") {
   check_all(run_ranks(3, [](ShmComm& shm, int me) { return both_paths(shm, me, kUneven, true); }));
-  // An equal alltoall above the threshold at 2 and 4 ranks.
+  // An equal alltoall above the threshold at 2 and 4 ranks, with HVDRUN_CMA=1 (kAuto reads
+  // directly) and without.
   for (int L : {2, 4}) {
     const std::vector<std::vector<std::size_t>> equal(
         static_cast<std::size_t>(L),
-        std::vector<std::size_t>(static_cast<std::size_t>(L), (std::size_t{3} << 20) / 4 + 1));
-    check_all(run_ranks(L, [&](ShmComm& shm, int me) { return both_paths(shm, me, equal, true); }));
+        std::vector<std::size_t>(static_cast<std::size_t>(L), (std::size_t{2} << 20) + 1));
+    for (bool on : {true, false})
+      check_all(run_ranks(L, [&](ShmComm& shm, int me) {
+        if (on) ::setenv("HVDRUN_CMA", "1", 1);
+        return both_paths(shm, me, equal, true);
+      }));
   }
 }
 
@@ -239,6 +246,13 @@ TEST_CASE("shm stream: a rank refused cross-memory reads brings every rank to th
       return both_paths(shm, me, kUneven, false);
     }));
   }
+  SECTION("HVDRUN_CMA=1 on one rank only: kAuto stays on the segment") {
+    check_all(run_ranks(3, [](ShmComm& shm, int me) {
+      if (me == 0) ::setenv("HVDRUN_CMA", "1", 1);
+      const std::vector<std::vector<std::size_t>> big(3, std::vector<std::size_t>(3, 5 << 20));
+      return alltoallv(shm, me, big, StreamPath::kAuto, false);
+    }));
+  }
   SECTION("HVDRUN_CMA=0 on one rank") {
     check_all(run_ranks(3, [](ShmComm& shm, int me) {
       if (me == 0) ::setenv("HVDRUN_CMA", "0", 1);
@@ -248,7 +262,8 @@ TEST_CASE("shm stream: a rank refused cross-memory reads brings every rank to th
 }
 
 // Not run by ctest (hidden tag): the median time of an equal alltoall on each path, by
-// size, to place kCmaMinBytes. `runtime_shm_cma_test "[.bench]"`.
+// size, to place kCmaMinBytes. `runtime_shm_cma_test "[.bench]"`; with CMA_BENCH_FRESH set,
+// each call receives into freshly allocated memory, as a torch result does.
 TEST_CASE("shm stream: time of each path by size", "[.bench]") {
   for (int L : {2, 4}) {
     check_all(run_ranks(L, [L](ShmComm& shm, int me) -> std::string {
@@ -271,11 +286,6 @@ TEST_CASE("shm stream: time of each path by size", "[.bench]") {
           if (std::getenv("CMA_BENCH_FRESH") != nullptr) {
             fresh.reset(new char[bytes]);
             into = fresh.get();
-            if (std::getenv("CMA_BENCH_HUGE") != nullptr) {
-              const auto a = (reinterpret_cast<std::uintptr_t>(into) + (2u << 20) - 1) & ~std::uintptr_t{(2u << 20) - 1};
-              const auto e = (reinterpret_cast<std::uintptr_t>(into) + bytes) & ~std::uintptr_t{(2u << 20) - 1};
-              if (e > a) ::madvise(reinterpret_cast<void*>(a), e - a, MADV_HUGEPAGE);
-            }
           }
           hvdrun::runtime::shm_stream(shm, send.data(), stream, into, pieces, me,
                                       p == 0 ? StreamPath::kSegment : StreamPath::kCrossMemory);
