@@ -35,16 +35,14 @@ struct Span {
   std::size_t dest = 0;
 };
 
-// A large output is most often fresh memory (torch allocates each result anew), whose
-// first touch faults in every 4 KiB page: half the time of a 64 MiB alltoall at np 2 here.
-// Transparent huge pages are usually on only where asked for (`madvise` mode), so the
-// 2 MiB-aligned interior of the output is asked for them: 512 times fewer faults. It is a
-// hint on the caller's pages, which this call fills entirely; memory already in place
-// keeps its pages.
-void advise_huge_pages(void* recv, const std::vector<StreamPiece>& pieces) {
+// A large output (of an exchange or a reduce-scatter) is most often fresh memory (torch allocates
+// each result anew), whose first touch faults in every 4 KiB page: half the time of a 64 MiB
+// alltoall at np 2 here. Transparent huge pages are usually on only where asked for (`madvise`
+// mode), so the 2 MiB-aligned interior of the output is asked for them: 512 times fewer faults. It
+// is a hint on the caller's pages, which this call fills entirely; memory already in place keeps
+// its pages.
+void advise_huge_pages(void* recv, std::size_t end) {
   constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
-  std::size_t end = 0;
-  for (const auto& p : pieces) end = std::max(end, p.dest + p.bytes);
   if (end < 2 * kHuge) return;
   const auto at = reinterpret_cast<std::uintptr_t>(recv);
   const std::uintptr_t first = (at + kHuge - 1) & ~(kHuge - 1), last = (at + end) & ~(kHuge - 1);
@@ -59,7 +57,9 @@ bool shm_stream(ShmComm& shm, const void* send, const std::vector<std::size_t>& 
   const std::size_t chunk = shm.chunk_bytes();
   const std::size_t L = stream_bytes.size();
   const std::size_t longest = *std::max_element(stream_bytes.begin(), stream_bytes.end());
-  advise_huge_pages(recv, pieces);
+  std::size_t received = 0;
+  for (const auto& p : pieces) received = std::max(received, p.dest + p.bytes);
+  advise_huge_pages(recv, received);
   // Whether to try cross-memory attach is decided from what every local rank holds alike,
   // so all enter it together; each rank's HVDRUN_CMA only makes it willing or not, which
   // they agree on inside.
@@ -148,6 +148,7 @@ void shm_reducescatter(ShmComm& shm, const void* send, void* recv,
   const std::size_t own = counts[static_cast<std::size_t>(me)];
   const auto* in = static_cast<const char*>(send);
   auto* out = static_cast<char*>(recv);
+  advise_huge_pages(recv, own * es);
   shm.phases((longest + per - 1) / per,
              [&](std::size_t i, char* slot) {
                const std::size_t lo = i * per;
