@@ -9,7 +9,9 @@
 # plus a process-set allreduce (a set of every rank) against the whole job's. A missing
 # peer is skipped with a message. Prints the median microseconds per call and the ratios
 # hvdrun/peer (below 1: hvdrun faster); "best" is the fastest peer.
-# Usage: [HOROVOD_PYTHON=.../bin/python] bench/scatter.sh [build-dir=build] [rounds=3]
+# The ranks inherit the environment: HVDRUN_CMA=1 measures hvdrun's single-copy exchange
+# inside the host (docs/runtime.md), HVDRUN_CMA=0 or unset the segment.
+# Usage: [HOROVOD_PYTHON=.../bin/python] [HVDRUN_CMA=1] bench/scatter.sh [build-dir=build] [rounds=3]
 #        [nps="2 4"] [sizes="1024 65536 1048576 16777216 67108864"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
