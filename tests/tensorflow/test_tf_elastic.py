@@ -2,7 +2,8 @@
 KerasState and the three Keras callbacks), in-process, at np 2: a collective that fails on
 every rank restores the last commit and the job goes on in the same processes; a host
 update interrupts every rank at the same commit; model.fit under the callbacks commits as
-they say and is called again for the epochs left after a failure."""
+they say and is called again for the epochs left after a failure; TensorFlowState syncs,
+restores and commits a list of variables."""
 import ast
 import re
 
@@ -57,3 +58,17 @@ def test_keras_fit_with_the_elastic_callbacks_commits_and_recovers():
         assert saves[:9] == [(0, 1), (0, 3), (0, 5), (1, 0), (1, 1), (1, 3), (1, 5), (2, 0),
                              (2, 1)], job.describe()
         assert len(saves) == 9 + 8, job.describe()
+
+
+def test_tensorflow_state_syncs_restores_and_commits_variables():
+    job = run_tf_job(2, "elastic_variables_worker.py")
+    assert job.code == 0, job.describe()
+    found = results(job, r"seen=(.*)$")
+    assert set(found) == {0, 1}, job.describe()
+    for (seen,) in found.values():
+        # Rank 0's values everywhere (sums 4 and 2 of the ones, batch 20, epoch 10), kept
+        # by restore(); then the commit of five times them; a host update recorded on rank
+        # 0 (hosts removed: no sync needed) interrupts both ranks.
+        assert ast.literal_eval(seen) == [
+            ("synced", [4.0, 2.0, 20, 10]), ("restored", [4.0, 2.0, 20, 10]),
+            ("committed", [20.0, 10.0, 21, 11]), ("interrupted", True)], job.describe()
