@@ -3,6 +3,8 @@ TensorFlowKerasState (a Keras model and its optimizer), TensorFlowState (a list 
 variables), ObjectState, HostsUpdatedInterrupt. States live in host memory: commit()
 copies them, restore() goes back to the last commit after a failed collective, sync()
 broadcasts rank 0's. docs/tensorflow.md and docs/elastic.md say what survives what."""
+import functools
+
 import tensorflow as tf
 
 from hvdrun._elastic import HostsUpdatedInterrupt, State, bound_object_state, framework_run
@@ -29,6 +31,7 @@ def run(func):
     HostsUpdatedInterrupt does the same without the restore. `func` must not be a
     collective itself: ranks that join would meet it while the others sync."""
 
+    @functools.wraps(func)
     def translated(state, *args, **kwargs):
         try:
             return func(state, *args, **kwargs)
@@ -37,8 +40,6 @@ def run(func):
                 raise HorovodInternalError(f"{_WHAT}: a collective failed: {e.message}") from e
             raise
 
-    translated.__name__ = getattr(func, "__name__", "func")
-    translated.__doc__ = getattr(func, "__doc__", None)
     return framework_run(translated, _WHAT, init, shutdown, HorovodInternalError)
 
 
