@@ -46,10 +46,10 @@ class CommitStateCallback(keras.callbacks.Callback):
 
 class UpdateBatchStateCallback(keras.callbacks.Callback):
     """Keeps `state.batch` at the index of the last finished batch of the epoch, 0 at the
-    end of an epoch. With steps_per_epoch, the first epoch after a reset is shown (in
-    self.params["steps"], which Keras 3's progress bar reads) as shortened by the batches
-    already done; Keras 3 runs the steps model.fit was given, so a program that resumes
-    mid-epoch passes steps_per_epoch - state.batch itself."""
+    end of an epoch. With steps_per_epoch, self.params["steps"] of the first epoch after a
+    reset is shortened by the batches already done, as Horovod's; Keras 3 does not read it
+    back and runs the steps model.fit was given, so a program that resumes mid-epoch
+    passes steps_per_epoch - state.batch itself."""
 
     def __init__(self, state):
         super().__init__()
