@@ -13,6 +13,7 @@ What happens in the loop (Horovod's semantics):
 """
 import functools
 import queue
+import sys
 
 # What a host update did; several combine with |.
 NO_UPDATE = 0
@@ -172,3 +173,65 @@ def run_fn(func, reset, internal_error):
             state.on_reset()
 
     return wrapper
+
+
+def bound_object_state(bcast_object, get_rank, module):
+    """The ObjectState class of a framework module: `bcast_object` and `get_rank` are the
+    module's unless given."""
+
+    class BoundObjectState(ObjectState):
+        """State of picklable objects given as keyword arguments (state.epoch, ...), synced
+        with the framework's broadcast_object unless `bcast_object` and `get_rank` are
+        given."""
+
+        def __init__(self, bcast_object=None, get_rank=None, **kwargs):
+            super().__init__(bcast_object=bcast_object or default_bcast,
+                             get_rank=get_rank or default_rank, **kwargs)
+
+    default_bcast, default_rank = bcast_object, get_rank
+    BoundObjectState.__name__ = BoundObjectState.__qualname__ = "ObjectState"
+    BoundObjectState.__module__ = module
+    return BoundObjectState
+
+
+def framework_run(func, what, init, shutdown, internal_error):
+    """`hvd.elastic.run` of the framework module `what` ("hvdrun.torch", ...): `func` in
+    run_fn's retry loop, where a reset is the module's shutdown(), then init(), then
+    telling hvdrun's agent again that this rank runs under the loop. In a generation above
+    0 (hvdrun's restart mode replaced every process) rank 0 says once on stderr that the
+    state is what the program built, not the last commit."""
+
+    def reset():
+        shutdown()
+        init()
+        declare_elastic()
+
+    looped = run_fn(func, reset, internal_error)
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        from hvdrun import _job
+        if _job.is_initialized():
+            _note_restart(what)
+            declare_elastic()
+        return looped(state, *args, **kwargs)
+
+    return wrapper
+
+
+_noted = False
+
+
+def _note_restart(what):
+    global _noted
+    from hvdrun import _job
+    if _noted:
+        return
+    generation = _job.query(what, "generation")
+    if generation == 0 or _job.query(what, "rank") != 0:
+        return
+    _noted = True
+    print(f"{what}.elastic: generation {generation}: hvdrun restarted every process after a "
+          "lost host or a failed rank, so the elastic state starts from what the program "
+          "built, not from the last commit; to resume, load a checkpoint when "
+          "hvd.generation() is above 0 (docs/elastic.md)", file=sys.stderr, flush=True)

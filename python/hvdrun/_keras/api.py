@@ -111,7 +111,6 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None,
 _ALTERNATIVES = {
     "broadcast_global_variables": "callbacks.BroadcastGlobalVariablesCallback(root_rank), or "
                                   "hvdrun.tensorflow.broadcast_variables(model.variables, 0)",
-    "elastic": "hvdrun's elastic mode (hvdrun --min-np / --host-discovery-script)",
     "start_timeline": "the TensorFlow profiler",
     "stop_timeline": "the TensorFlow profiler",
 }

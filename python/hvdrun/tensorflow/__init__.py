@@ -9,7 +9,8 @@ broadcast, broadcast_, alltoall, reducescatter, grouped_reducescatter, process s
 (ProcessSet, add_process_set, remove_process_set, process_set= on the collectives),
 broadcast_variables, broadcast_object, allgather_object, join,
 DistributedGradientTape, PartialDistributedGradientTape, DistributedOptimizer (Keras
-optimizers), Compression, the *_op queries and the *_built queries. Gradients are
+optimizers), Compression, elastic (run, TensorFlowKerasState, TensorFlowState,
+ObjectState), the *_op queries and the *_built queries. Gradients are
 registered for the collectives. Everything works eagerly and inside tf.function.
 
 Horovod names not provided raise an error naming them and what to use instead (see
@@ -39,6 +40,7 @@ from hvdrun.tensorflow.mpi_ops import (Average, HorovodInternalError, Max, Min, 
                                        remove_process_set, rocm_built, shutdown, size,
                                        size_op)
 from hvdrun.tensorflow.util import _executing_eagerly
+from hvdrun.tensorflow import elastic  # noqa: F401 (hvd.elastic)
 
 _WHAT = "hvdrun.tensorflow"
 
@@ -335,8 +337,6 @@ def broadcast_global_variables(root_rank):
 _ALTERNATIVES = {
     "Adasum": "op=hvd.Average (or hvd.Sum)",
     "SyncBatchNormalization": "tf.keras.layers.BatchNormalization",
-    "elastic": "hvdrun's elastic mode (hvdrun --min-np / --host-discovery-script): the job "
-               "restarts in a new generation and the program reloads its own checkpoint",
     "start_timeline": "the TensorFlow profiler (tf.profiler.experimental)",
     "stop_timeline": "the TensorFlow profiler (tf.profiler.experimental)",
     "BroadcastGlobalVariablesHook": "broadcast_variables after building the model (TF1 "
@@ -354,7 +354,8 @@ __all__ = [
     "PartialDistributedGradientTape", "ProcessSet", "Product", "Sum", "add_process_set",
     "allgather", "allgather_object", "allreduce", "alltoall", "broadcast", "broadcast_",
     "broadcast_global_variables", "broadcast_object", "broadcast_variables",
-    "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "global_process_set",
+    "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "elastic",
+    "global_process_set",
     "gloo_built", "gloo_enabled", "grouped_allgather", "grouped_allreduce",
     "grouped_reducescatter", "init",
     "is_homogeneous", "is_initialized", "join", "local_rank", "local_rank_op", "local_size",

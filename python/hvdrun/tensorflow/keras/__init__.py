@@ -3,6 +3,7 @@
 docs/tensorflow.md for what is and is not provided."""
 from hvdrun._keras.api import *  # noqa: F401,F403
 from hvdrun._keras.api import __all__, unsupported as _unsupported  # noqa: F401
+from hvdrun.tensorflow.keras import elastic  # noqa: F401
 
 
 def __getattr__(name):

@@ -2,31 +2,14 @@
 TorchState, ObjectState, ElasticSampler, HostsUpdatedInterrupt. A Horovod elastic program
 runs after changing its import line; docs/elastic.md says what survives a failure in each
 of hvdrun's elastic modes."""
-import functools
-import sys
-
-from hvdrun._elastic import HostsUpdatedInterrupt, State, declare_elastic, run_fn
-from hvdrun._elastic import ObjectState as _ObjectState
+from hvdrun._elastic import HostsUpdatedInterrupt, State, bound_object_state, framework_run
 from hvdrun.torch.elastic.sampler import ElasticSampler
 from hvdrun.torch.elastic.state import TorchState
 from hvdrun.torch.functions import broadcast_object
-from hvdrun.torch.mpi_ops import (HorovodInternalError, generation, init, is_initialized, rank,
-                                  shutdown)
+from hvdrun.torch.mpi_ops import HorovodInternalError, init, rank, shutdown
 
 
-class ObjectState(_ObjectState):
-    """State of picklable objects given as keyword arguments (state.epoch, ...), synced with
-    hvdrun.torch.broadcast_object unless `bcast_object` and `get_rank` are given."""
-
-    def __init__(self, bcast_object=None, get_rank=None, **kwargs):
-        super().__init__(bcast_object=bcast_object or broadcast_object,
-                         get_rank=get_rank or rank, **kwargs)
-
-
-def _reset():
-    shutdown()
-    init()
-    declare_elastic()
+ObjectState = bound_object_state(broadcast_object, rank, __name__)
 
 
 def run(func):
@@ -40,30 +23,7 @@ def run(func):
     In a generation above 0 (hvdrun's restart mode replaced every process after a lost
     host or a failed rank) rank 0 says once on stderr that the state is what the program
     built, not the last commit."""
-    looped = run_fn(func, _reset, HorovodInternalError)
-
-    @functools.wraps(func)
-    def wrapper(state, *args, **kwargs):
-        _note_restart()
-        if is_initialized():
-            declare_elastic()
-        return looped(state, *args, **kwargs)
-
-    return wrapper
-
-
-_noted = False
-
-
-def _note_restart():
-    global _noted
-    if _noted or not is_initialized() or generation() == 0 or rank() != 0:
-        return
-    _noted = True
-    print(f"hvdrun.torch.elastic: generation {generation()}: hvdrun restarted every process "
-          "after a lost host or a failed rank, so the elastic state starts from what the "
-          "program built, not from the last commit; to resume, load a checkpoint when "
-          "hvd.generation() is above 0 (docs/elastic.md)", file=sys.stderr, flush=True)
+    return framework_run(func, "hvdrun.torch", init, shutdown, HorovodInternalError)
 
 
 __all__ = ["ElasticSampler", "HorovodInternalError", "HostsUpdatedInterrupt", "ObjectState",

@@ -1,0 +1,74 @@
+"""Horovod's elastic API from TensorFlow and Keras (hvd.elastic.run, TensorFlowKerasState,
+KerasState and the three Keras callbacks), in-process, at np 2: a collective that fails on
+every rank restores the last commit and the job goes on in the same processes; a host
+update interrupts every rank at the same commit; model.fit under the callbacks commits as
+they say and is called again for the epochs left after a failure; TensorFlowState syncs,
+restores and commits a list of variables."""
+import ast
+import re
+
+from _tf_jobs import run_tf_job
+
+# What each rank of elastic_loop_worker.py saw: the injected failure at step 5, the restore
+# to the commit at step 3 (weights and momentum too), the host update acted on at the
+# commit at step 9 without a restore, all in the same processes and at the same size.
+LOOP_EVENTS = ("events=['fail at steps=5', "
+               "'reset size=2 steps=3 restored=3 as_committed=True', "
+               "'hosts updated at steps=9', 'reset size=2 steps=9']")
+
+
+def results(job, pattern):
+    """{rank: the groups of `pattern`} of the ranks' lines 'rank N <pattern>'."""
+    found = {}
+    for line in job.out.splitlines():
+        m = re.search(r"rank (\d) " + pattern, line)
+        if m:
+            found[int(m.group(1))] = m.groups()[1:]
+    return found
+
+
+def test_a_custom_loop_recovers_in_process_and_acts_on_a_host_update():
+    job = run_tf_job(2, "elastic_loop_worker.py")
+    assert job.code == 0, job.describe()
+    found = results(job, r"pids (\d+)->(\d+) (steps=.*)$")
+    assert set(found) == {0, 1}, job.describe()
+    for start_pid, end_pid, line in found.values():
+        assert start_pid == end_pid, job.describe()  # the same process throughout
+        # 24 steps, the 2 redone after the restore not counted twice; the weights and the
+        # optimizer's variables are the same on every rank.
+        assert line == f"steps=24 identical=True {LOOP_EVENTS}", job.describe()
+
+
+def test_keras_fit_with_the_elastic_callbacks_commits_and_recovers():
+    job = run_tf_job(2, "elastic_fit_worker.py")
+    assert job.code == 0, job.describe()
+    found = results(job, r"epoch=(\d+) batch=(\d+) identical=(\w+) losses=(.*) "
+                         r"resets=(.*) saves=(.*)$")
+    assert set(found) == {0, 1}, job.describe()
+    for groups in found.values():
+        epoch, batch, identical = int(groups[0]), int(groups[1]), groups[2]
+        losses, resets, saves = (ast.literal_eval(g) for g in groups[3:])
+        assert (epoch, batch, identical) == (4, 0, "True"), job.describe()
+        # The failure after batch 2 of epoch 2 went back to the commit after batch 1
+        # (batches_per_commit=2); fit was called again for epochs 2 and 3.
+        assert resets == [(2, 1)], job.describe()
+        assert len(losses) == 2 and losses[-1] < losses[0], job.describe()
+        # Commits: every 2 batches of 6 and at each epoch's end (epochs 0 and 1: 4 each,
+        # epoch 2 before the failure: 1), then 4 per epoch again, counted from the new fit.
+        assert saves[:9] == [(0, 1), (0, 3), (0, 5), (1, 0), (1, 1), (1, 3), (1, 5), (2, 0),
+                             (2, 1)], job.describe()
+        assert len(saves) == 9 + 8, job.describe()
+
+
+def test_tensorflow_state_syncs_restores_and_commits_variables():
+    job = run_tf_job(2, "elastic_variables_worker.py")
+    assert job.code == 0, job.describe()
+    found = results(job, r"seen=(.*)$")
+    assert set(found) == {0, 1}, job.describe()
+    for (seen,) in found.values():
+        # Rank 0's values everywhere (sums 4 and 2 of the ones, batch 20, epoch 10), kept
+        # by restore(); then the commit of five times them; a host update recorded on rank
+        # 0 (hosts removed: no sync needed) interrupts both ranks.
+        assert ast.literal_eval(seen) == [
+            ("synced", [4.0, 2.0, 20, 10]), ("restored", [4.0, 2.0, 20, 10]),
+            ("committed", [20.0, 10.0, 21, 11]), ("interrupted", True)], job.describe()
