@@ -23,20 +23,14 @@ class Server;
 
 namespace hvdrun::launcher {
 
-/// What the job needs from outside that tests or the SSH transport supply.
-struct JobHooks {
+/// What only tests set: stand-ins for this machine's agents and observers of the job's
+/// servers. A real launch leaves every field unset.
+struct JobTestHooks {
   /// The executable run as a local host's agent (`EXE agent`); empty: the agent is a fork
   /// of this process (see start_local_agent).
   std::string agent_exe;
   /// Opens the agent link of a host on this machine. Unset: start_local_agent(agent_exe).
   std::function<std::unique_ptr<AgentLink>(const std::string& host)> local_link;
-  /// Opens the agent link of a host whose launch method is ssh (the SSH exec channel
-  /// running `hvdrun agent` that the preflight started). Unset: such a host is a
-  /// LaunchError.
-  std::function<std::unique_ptr<AgentLink>(const std::string& host)> remote_link;
-  /// When the launch began (before the SSH preflight): --start-timeout counts from here.
-  /// Unset: from the start of run_job.
-  std::optional<std::chrono::steady_clock::time_point> launch_start;
   /// Called once the job's rendezvous server serves (tests inject failures on its
   /// thread through it). Unset: nothing.
   std::function<void(rendezvous::Server&)> on_rendezvous;
@@ -44,6 +38,17 @@ struct JobHooks {
   /// another host (HorovodHttpServer::judge_peers_with). Unset: the socket's owner. Tests
   /// play other hosts on loopback with it, to reach the allow-list.
   std::function<std::optional<unsigned>(int)> horovod_peers;
+};
+
+/// How the job is wired to the rest of the launch: the links the launch methods opened,
+/// when the launch began, and the elastic loop's questions and answers (elastic.cc).
+struct JobHooks {
+  /// Opens the agent link of a host whose launch method is not local (launch() sets it to
+  /// take the link its method's start left). Unset: such a host is a LaunchError.
+  std::function<std::unique_ptr<AgentLink>(const std::string& host)> remote_link;
+  /// When the launch began (before the SSH preflight): --start-timeout counts from here.
+  /// Unset: from the start of run_job.
+  std::optional<std::chrono::steady_clock::time_point> launch_start;
   /// Asked on every turn of the job loop while ranks run: a reason to stop the job
   /// (every rank torn down, exit code 0, the reason printed) or nullopt. Unset: never.
   std::function<std::optional<std::string>()> should_stop;
@@ -86,6 +91,9 @@ struct JobHooks {
     std::string error;
   };
   std::function<std::vector<OpenedHost>(const std::vector<std::string>& hosts)> open_hosts;
+
+  /// What only tests set.
+  JobTestHooks test;
 };
 
 /// Runs the job `options` describes and returns hvdrun's exit code: 0 when every rank
@@ -96,7 +104,8 @@ struct JobHooks {
 /// rank has been stopped.
 int run_job(const LaunchPlan& plan, const LaunchOptions& options, const JobHooks& hooks = {});
 
-/// Same, in `context` (its clock and policy set): the seam the job's unit tests use.
+/// Same, in `context` (its clock set): the seam the job's unit tests use. Leaves the
+/// outcome in `hooks.outcome` when set, as the others do.
 int run_job(const LaunchPlan& plan, const LaunchOptions& options, const JobHooks& hooks,
             JobContext& context);
 
