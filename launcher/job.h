@@ -84,7 +84,8 @@ struct JobHooks {
   std::function<std::optional<std::vector<hostfile::HostSlots>>(int size)> grow;
   /// Opens agent links to `hosts` (reached over SSH; checked by a preflight first) for a
   /// job that grows in process: one entry per host, the link or nullptr, and what went
-  /// wrong. Unset: growth restarts the job.
+  /// wrong. launch() sets it (open_ssh_hosts) when `reform` is set. Unset: growth
+  /// restarts the job.
   struct OpenedHost {
     std::string host;
     std::unique_ptr<AgentLink> link;
@@ -110,7 +111,7 @@ int run_job(const LaunchPlan& plan, const LaunchOptions& options, const JobHooks
             JobContext& context);
 
 /// Same, with the plan made from `options` (make_plan) and the context of this process
-/// (process_context, the real clock, the first-failure rule).
+/// (process_context) and the real clock.
 int run_job(const LaunchOptions& options, const JobHooks& hooks = {});
 
 }  // namespace hvdrun::launcher
