@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "launcher/agent_link.h"
+#include "launcher/job.h"
 #include "launcher/job_context.h"
 #include "launcher/launch_options.h"
 #include "launcher/launch_plan.h"
@@ -75,6 +76,13 @@ std::unique_ptr<HostStarter> make_ssh_starter();    ///< ssh_start.cc
 /// Starts every host of `context.plan` with its method's starter, method after method in
 /// the order registered, and stops after the first method with a failure.
 StartTable start_hosts(const StartContext& context);
+
+/// Agent links to `hosts` for a job that grows in process (elastic: JobHooks::open_hosts):
+/// the ssh method's preflight of those hosts, starting their agents. One entry per host:
+/// its link, or nullptr and why (a host not reached over SSH, or one that failed the
+/// preflight). ssh_start.cc.
+std::vector<JobHooks::OpenedHost> open_ssh_hosts(const LaunchOptions& options,
+                                                 const std::vector<std::string>& hosts);
 
 /// Prints the failures of `table` to stderr (the preflight's table for hosts reached over
 /// SSH, a line per host otherwise), leaves a preflight failure in `outcome` when set, and

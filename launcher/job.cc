@@ -5,11 +5,13 @@
 // grace, SIGKILL there), then closing the links, then reaping. Nothing is left running: an
 // agent whose link closes kills its ranks, and every rank dies with its agent
 // (PR_SET_PDEATHSIG).
+//
+// The Job's parts live in job_state.h and the job_*.cc files beside this one; this file
+// has the steps, the loop and the agents' events.
 #include "launcher/job.h"
 
 #include <arpa/inet.h>
 #include <poll.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -24,11 +26,10 @@
 #include "common/error.h"
 #include "common/exit_status.h"
 #include "common/fd.h"
-#include "common/peer_loss.h"
 #include "common/plural.h"
-#include "common/thread_failure.h"
 #include "compat/horovod_http_server.h"
 #include "launcher/agent_protocol.h"
+#include "launcher/job_state.h"
 #include "launcher/launch_plan.h"
 #include "launcher/local_host.h"
 #include "launcher/output_files.h"
@@ -37,194 +38,7 @@
 #include "launcher/subprocess.h"
 #include "rendezvous/server.h"
 
-namespace hvdrun::launcher {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s;
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    if (i == 8) return s + ", ... (" + std::to_string(ranks.size()) + " in all)";
-    s += (i ? ", " : "") + std::to_string(ranks[i]);
-  }
-  return s;
-}
-
-// What the ranks of one kind of host (EnvSource) get besides the per-rank contract.
-struct HostEnv {
-  EnvList base;                             // the launcher's forwarded part and -x
-  std::vector<std::string> host_variables;  // of the agent's own, the ones ranks start from
-  EnvList defaults;                         // where nothing else sets them
-};
-
-struct Host {
-  int index = 0;
-  std::string name;
-  bool local = true;
-  LaunchMethod method = LaunchMethod::local;
-  std::unique_ptr<AgentLink> link;
-  proto::Decoder decoder;
-  ByteQueue outq;
-  bool hello = false;
-  bool spawned = false;  // its spawn frames are queued (or it will never get any)
-  bool closed = false;   // no more frames will come
-  std::vector<int> ranks;
-  int started = 0;
-  Clock::time_point last_rx;
-  proto::AgentHello info;
-  const HostEnv* env = nullptr;  // Job::host_envs_: one per EnvSource, not per host
-  // Bytes asked of the link per read: small for a quiet host (the launcher holds one buffer
-  // per host), doubled while reads fill it, up to kMaxReadChunk.
-  std::size_t read_chunk = kMinReadChunk;
-  static constexpr std::size_t kMinReadChunk = 4u << 10;
-  static constexpr std::size_t kMaxReadChunk = 1u << 20;
-};
-
-// One process the agents run for the job, by the number its agent knows it by (its rank in
-// the generation it was started in). In process, a process keeps its number while its rank
-// changes with the generations; a replacement reuses the number of a process that ended on
-// the same host.
-struct RankState {
-  int host = 0;
-  int rank = -1;      // its rank in the current generation; -1: not in it (being stopped)
-  int declared = -1;  // the newest generation it declared the elastic API in
-  bool started = false;
-  bool done = false;
-  int stop_signal = 0;  // stopped by this signal (not by a suspend), or 0
-  Clock::time_point stopped_at;
-};
-
-class Job {
- public:
-  Job(const LaunchPlan& plan, const LaunchOptions& opt, const JobHooks& hooks, JobContext& ctx)
-      : opt_(opt), hooks_(hooks), ctx_(ctx), plan_(plan), placement_(plan.placement) {}
-
-  int run();
-
- private:
-  // The steps of run(), in order.
-  void check_command() const;
-  void lay_out_hosts();
-  std::string prepare_job_env();
-  void prepare_output_dirs();
-  void start_agents();
-  void start_relay();
-  void start_servers(const std::string& bind_addr);
-  void supervise();
-  int finish();
-
-  // One turn of the supervision loop; false when the job is over.
-  bool turn();
-  bool handle_interrupt();
-  void suspend();
-  void flush_links(Clock::time_point deadline);
-  void check_frozen();
-  std::string stopped_ranks_text();
-  bool teardown_overdue(Clock::time_point t);
-  void wait_for_events(Clock::time_point t);
-
-  std::unique_ptr<AgentLink> open_link(const Host& h);
-  void send(Host& h, const proto::Message& m);
-  void send_spawns(Host& h);
-  void service(Host& h, bool read = true);
-  void handle(Host& h, proto::Message& m);
-  void on_agent_hello(Host& h, const proto::AgentHello& hello);
-  void admit_interface(const Host& h, const std::vector<std::string>& addrs);
-  void on_rank_started(Host& h, const proto::RankStarted& st);
-  void on_rank_exited(Host& h, const proto::RankExited& ex);
-  Failure rank_failure(const Host& h, const proto::RankExited& ex, int others);
-  void decide_held_failure();
-  void on_fatal(Host& h, const proto::Fatal& f);
-  void on_rank_stopped(Host& h, const proto::RankStopped& stop);
-  Host* owner_of(Host& h, int rank, const char* what);
-  void rank_done(int rank);
-  // In-process elastic recovery (docs/elastic.md).
-  void on_rank_elastic(Host& h, const proto::RankElastic& e);
-  void on_rank_left(Host& h, const proto::RankLeft& l);
-  void job_failure(const Failure& f);
-  bool recover(const Failure& f);
-  bool reform(const JobHooks::Reform& how, const Failure& f, bool blamed);
-  void place_members(const std::vector<int>& members);
-  void start_generation_server();
-  void spawn_rank(Host& h, int worker, const JobEnv& env);
-  JobEnv host_job_env(const Host& h) const;
-  bool grow(const std::vector<hostfile::HostSlots>& hosts);
-  std::vector<int> growth_processes(const std::vector<hostfile::HostSlots>& hosts, int want,
-                                    std::vector<std::string>& to_open) const;
-  std::vector<std::string> reopen_hosts(const std::vector<std::string>& names);
-  proto::Regenerate next_generation(std::string reason) const;
-  void send_regenerate(const proto::Regenerate& g);
-  void start_fresh(const std::vector<int>& fresh, const std::string& why);
-  void send_hello(Host& h);
-  void host_closed(Host& h, const std::string& why);
-  void fail(int exit_code, std::string message, std::vector<std::string> hosts = {});
-  void begin_teardown();
-  bool stopping() const { return teardown_deadline_.has_value(); }
-  void check_timers(Clock::time_point t);
-  void check_start_deadline(Clock::time_point t);
-  void watch(std::string what, const ThreadFailure& failure);
-  void check_servers();
-  int running_ranks() const;
-  int workers() const { return static_cast<int>(ranks_.size()); }
-  bool all_done() const { return done_ranks_ == workers(); }
-  Clock::time_point now() const { return ctx_.clock->now(); }
-  // hvdrun's own stdout/stderr cannot keep up: stop reading agents (ranks then block on
-  // their pipes) until it drains.
-  bool output_backed_up() const { return relay_->backlog() > kMaxOutputBacklog; }
-  static constexpr std::size_t kMaxOutputBacklog = 16u << 20;
-
-  const LaunchOptions& opt_;
-  const JobHooks& hooks_;
-  JobContext& ctx_;
-  const LaunchPlan& plan_;
-  hostfile::Placement placement_;  // the current generation's, indexed by rank
-  std::vector<int> worker_of_;     // the process (ranks_ index) of each current rank
-  std::vector<Host> hosts_;
-  HostEnv host_envs_[3];  // by EnvSource
-  std::vector<RankState> ranks_;
-  std::vector<UniqueFd> output_files_;  // --output-filename, opened before anything starts
-  std::optional<OutputRelay> relay_;
-  JobEnv job_env_;
-  Clock::time_point start_time_;
-  Clock::time_point start_deadline_;
-  Clock::time_point next_heartbeat_;
-  Clock::time_point last_heartbeat_;  // when the agents last heard from this process
-  std::optional<Clock::time_point> teardown_deadline_;
-  // A rank that failed because a peer was lost (its stderr says so): not yet the job's
-  // failure, while the rank that failed first may still report (see on_rank_exited).
-  struct HeldFailure {
-    int host;
-    proto::RankExited exit;
-    Clock::time_point until;
-  };
-  std::optional<HeldFailure> held_;
-  bool interrupted_ = false;
-  int generation_ = 0;
-  bool in_process_ = false;  // every rank declared the elastic API: failures re-form
-  // A rank left the current generation with no failure known to this process: a re-form
-  // at the same size once this passes, unless the failure behind it arrives first.
-  std::optional<Clock::time_point> left_hold_;
-  static constexpr milliseconds kLeftHold{500};
-  int started_ranks_ = 0;
-  int done_ranks_ = 0;
-  // The servers' I/O threads: an error there ends the job with its cause.
-  struct Watched {
-    std::string what;
-    const ThreadFailure* failure;
-    bool reported;
-  };
-  std::vector<Watched> watched_;
-  std::vector<pollfd> fds_;
-  std::vector<int> fd_host_;  // fds_[i] belongs to hosts_[fd_host_[i]], or -1
-  std::string bind_addr_;
-  std::string outward_;  // this machine as the other hosts reach it
-  // Declared last, so destroyed first: the servers stop before the links end the agents.
-  // One rendezvous server per generation (the current one last).
-  std::vector<std::unique_ptr<rendezvous::Server>> servers_;
-  std::optional<compat::HorovodHttpServer> horovod_;
-};
+namespace hvdrun::launcher::job_detail {
 
 int Job::run() {
   start_time_ = now();
@@ -306,7 +120,8 @@ void Job::prepare_output_dirs() {
 
 std::unique_ptr<AgentLink> Job::open_link(const Host& h) {
   if (h.local)
-    return hooks_.local_link ? hooks_.local_link(h.name) : start_local_agent(hooks_.agent_exe);
+    return hooks_.test.local_link ? hooks_.test.local_link(h.name)
+                                  : start_local_agent(hooks_.test.agent_exe);
   if (hooks_.remote_link) return hooks_.remote_link(h.name);
   throw LaunchError("host '" + h.name + "' is reached over " + std::string(to_string(h.method)) +
                     ", but no link was opened to it");
@@ -366,7 +181,7 @@ void Job::start_servers(const std::string& bind_addr) {
   bind_addr_ = bind_addr;
   start_generation_server();
   horovod_.emplace(placement_, bind_addr, 0);
-  if (hooks_.horovod_peers) horovod_->judge_peers_with(hooks_.horovod_peers);
+  if (hooks_.test.horovod_peers) horovod_->judge_peers_with(hooks_.test.horovod_peers);
   std::vector<std::string> allowed;
   for (const Host& h : hosts_) {
     if (h.local) continue;
@@ -460,30 +275,6 @@ void Job::flush_links(Clock::time_point deadline) {
   }
 }
 
-// A first interrupt stops the job gracefully; a second one stops waiting for that.
-bool Job::handle_interrupt() {
-  const int sig = ctx_.clock->take_interrupt();
-  if (sig == 0) return true;
-  if (std::exchange(interrupted_, true)) {
-    for (Host& h : hosts_) h.link->abort();
-    return false;
-  }
-  decide_held_failure();  // it came first
-  Failure f{exit_status::for_signal(sig),
-            "hvdrun: interrupted by " + signal_text(sig) + "; stopped all ranks\n",
-            {}};
-  f.interrupted = true;
-  if (ctx_.policy->on_failure(f)) begin_teardown();
-  return true;
-}
-
-bool Job::teardown_overdue(Clock::time_point t) {
-  if (!teardown_deadline_ || t < *teardown_deadline_) return false;
-  spdlog::warn("ranks still running {} ms after the kill request; abandoning them to their agents",
-               (ctx_.kill_grace + std::chrono::seconds(5)).count());
-  return true;
-}
-
 void Job::wait_for_events(Clock::time_point t) {
   fds_.clear();
   fd_host_.clear();
@@ -520,23 +311,6 @@ void Job::wait_for_events(Clock::time_point t) {
   }
 }
 
-// Silent for longer than the heartbeat timeout: this process was stopped (SIGSTOP, which it
-// cannot catch) or frozen, and every agent has given up on it and stopped its ranks. Say
-// so, before their reports arrive, rather than blame the ranks that were killed.
-void Job::check_frozen() {
-  const auto late = now() - last_heartbeat_;
-  if (ctx_.heartbeat_timeout.count() == 0 || late <= ctx_.heartbeat_timeout || stopping()) return;
-  char secs[64];
-  std::snprintf(secs, sizeof secs, "%.1f s, longer than the heartbeat timeout of %g s",
-                std::chrono::duration<double>(late).count(),
-                static_cast<double>(ctx_.heartbeat_timeout.count()) / 1000);
-  fail(exit_status::kLaunchFailed,
-       std::string("hvdrun: hvdrun itself was stopped (SIGSTOP) or frozen for ") + secs +
-           " (HVDRUN_HEARTBEAT_TIMEOUT), so every agent stopped its ranks; the job is over. "
-           "To pause a job, use Ctrl-Z or SIGTSTP: hvdrun then stops every rank and "
-           "resumes them with it\n");
-}
-
 void Job::watch(std::string what, const ThreadFailure& failure) {
   watched_.push_back(Watched{std::move(what), &failure, false});
 }
@@ -552,46 +326,6 @@ void Job::check_servers() {
 
 void Job::send(Host& h, const proto::Message& m) {
   if (!h.closed) proto::encode(m, h.outq);
-}
-
-// Host h's spawn frames, once both h's agent (its interface) and the agent of rank 0's host
-// (its free port, MASTER_PORT) have said hello.
-void Job::send_spawns(Host& h) {
-  h.spawned = true;
-  const JobEnv env = host_job_env(h);
-  for (int w : h.ranks) {
-    const RankState& rs = ranks_[static_cast<std::size_t>(w)];
-    if (rs.rank >= 0 && !rs.done) spawn_rank(h, w, env);
-  }
-}
-
-// The job-wide environment as host h's ranks see it.
-JobEnv Job::host_job_env(const Host& h) const {
-  const Host& first = hosts_[static_cast<std::size_t>(placement_.ranks[0].host_index)];
-  JobEnv env = job_env_;
-  env.master_port = first.info.free_port;
-  if (opt_.network_interface.empty()) env.rendezvous_addr = h.link->launcher_address();
-  env.host_interface = h.info.iface;
-  // Rank 0's host as this host reaches it.
-  env.master_addr = first.local ? (h.local ? "127.0.0.1" : h.link->launcher_address())
-                                : first.link->host_address();
-  return env;
-}
-
-// Process `worker` of host h, at its rank in the current generation.
-void Job::spawn_rank(Host& h, int worker, const JobEnv& env) {
-  const RankState& rs = ranks_[static_cast<std::size_t>(worker)];
-  proto::Spawn s;
-  s.rank = worker;
-  s.argv = opt_.command;
-  s.cwd = ctx_.cwd;
-  RankEnv re = rank_env(h.env->base, placement_.ranks[static_cast<std::size_t>(rs.rank)], h.name,
-                        env, h.env->defaults);
-  s.host_env = h.env->host_variables;
-  s.env = re.set.entries();
-  s.env_defaults = re.defaults.entries();
-  s.control = static_cast<bool>(hooks_.reform);
-  send(h, s);
 }
 
 Host* Job::owner_of(Host& h, int rank, const char* what) {
@@ -611,342 +345,6 @@ void Job::rank_done(int rank) {
 }
 
 int Job::running_ranks() const { return workers() - done_ranks_; }
-
-void Job::fail(int exit_code, std::string message, std::vector<std::string> hosts) {
-  // A lost host, a rank that could not start, a server that stopped: the likely reason why a
-  // held rank lost its peer, so this failure is the job's.
-  held_.reset();
-  Failure f{exit_code, std::move(message), std::move(hosts)};
-  if (ctx_.policy->on_failure(f)) begin_teardown();
-}
-
-// A failure that a generation running in process may survive.
-void Job::job_failure(const Failure& f) {
-  if (recover(f)) return;
-  if (ctx_.policy->on_failure(f)) begin_teardown();
-}
-
-void Job::begin_teardown() {
-  if (teardown_deadline_) return;
-  if (const auto& f = ctx_.policy->outcome()) {
-    spdlog::info("stopping the job: {}", f->message.substr(0, f->message.find('\n')));
-  }
-  teardown_deadline_ = now() + ctx_.kill_grace + std::chrono::seconds(5);
-  for (Host& h : hosts_) {
-    if (h.spawned) continue;
-    h.spawned = true;                    // and it never will be now
-    for (int r : h.ranks) rank_done(r);  // none of its ranks was ever started
-  }
-  for (Host& h : hosts_) send(h, proto::Kill{static_cast<std::uint32_t>(ctx_.kill_grace.count())});
-}
-
-// Generation generation_'s rendezvous server. The secret is the job's, kept by the
-// generations that follow in process: the surviving processes authenticate objects with the
-// secret they started with (HVDRUN_SECRET in hvdrun.torch).
-void Job::start_generation_server() {
-  if (job_env_.secret.empty()) job_env_.secret = rendezvous::generate_secret();
-  auto& server =
-      servers_.emplace_back(std::make_unique<rendezvous::Server>(job_env_.secret, bind_addr_, 0));
-  server->start();
-  job_env_.rendezvous_port = server->port();
-  watch("rendezvous server", server->failure());
-  if (hooks_.on_rendezvous) hooks_.on_rendezvous(*server);
-}
-
-void Job::on_rank_elastic(Host& h, const proto::RankElastic& e) {
-  owner_of(h, e.rank, "rank-elastic");
-  RankState& declared = ranks_[static_cast<std::size_t>(e.rank)];
-  declared.declared = std::max(declared.declared, e.generation);
-  if (in_process_) return;
-  for (int w : worker_of_) {
-    if (ranks_[static_cast<std::size_t>(w)].declared < generation_) return;
-  }
-  in_process_ = true;
-  spdlog::info(
-      "every rank of generation {} runs under hvd.elastic.run: a failure keeps the surviving "
-      "processes",
-      generation_);
-}
-
-// A rank shut the current generation down on its own (its collective failed): the failure
-// behind it usually reaches this process within moments; if none does, the ranks are
-// moved to a next generation as they are.
-void Job::on_rank_left(Host& h, const proto::RankLeft& l) {
-  owner_of(h, l.rank, "rank-left");
-  if (l.generation != generation_ || !in_process_ || stopping() || left_hold_) return;
-  left_hold_ = now() + kLeftHold;
-}
-
-// In a generation running in process: re-forms the job around the surviving processes
-// instead of stopping them. False when the failure must end the generation.
-bool Job::recover(const Failure& f) {
-  if (!in_process_ || !hooks_.reform || stopping() || f.interrupted || f.requested) return false;
-  left_hold_.reset();
-  auto how = hooks_.reform(f);
-  if (!how) return false;
-  return reform(*how, f, /*blamed=*/true);
-}
-
-// Moves the job to generation generation_+1 in the same processes: the surviving ranks
-// first, in their old order (rank 0 then holds the committed state), then processes
-// started anew where ranks ended on hosts still usable. False when fewer than the
-// minimum would be left.
-bool Job::reform(const JobHooks::Reform& how, const Failure& f, bool blamed) {
-  auto excluded = [&](const Host& h) {
-    return h.closed ||
-           std::find(how.excluded.begin(), how.excluded.end(), h.name) != how.excluded.end();
-  };
-  std::vector<int> members;
-  for (int w : worker_of_) {
-    const RankState& rs = ranks_[static_cast<std::size_t>(w)];
-    if (!rs.done && !excluded(hosts_[static_cast<std::size_t>(rs.host)])) members.push_back(w);
-  }
-  const int kept = static_cast<int>(members.size());
-  if (how.max_np && kept > *how.max_np) members.resize(static_cast<std::size_t>(*how.max_np));
-  std::vector<int> fresh;
-  for (const Host& h : hosts_) {
-    if (excluded(h) || !h.hello) continue;
-    for (int w : h.ranks) {
-      if (how.max_np && static_cast<int>(members.size()) >= *how.max_np) break;
-      const RankState& rs = ranks_[static_cast<std::size_t>(w)];
-      if (rs.done && rs.started) {
-        members.push_back(w);
-        fresh.push_back(w);
-      }
-    }
-  }
-  const std::string why = f.message.substr(0, f.message.find('\n'));
-  if (static_cast<int>(members.size()) < how.min_np) {
-    write_all(ctx_.stderr_fd, f.message.data(), f.message.size());
-    const std::string msg =
-        "hvdrun: elastic: only " + counted(static_cast<long long>(members.size()), "rank") +
-        " left for generation " + std::to_string(generation_ + 1) + ", fewer than --min-np " +
-        std::to_string(how.min_np) + "; ending the job\n";
-    write_all(ctx_.stderr_fd, msg.data(), msg.size());
-    return false;
-  }
-  if (blamed) write_all(ctx_.stderr_fd, f.message.data(), f.message.size());
-  held_.reset();
-  ++generation_;
-  place_members(members);
-  start_generation_server();
-  // The survivors hear their places through their agents; every other process of the old
-  // generation is stopped by its agent.
-  proto::Regenerate g = next_generation(why.rfind("hvdrun: ", 0) == 0 ? why.substr(8) : why);
-  g.failure = true;
-  g.hosts_removed = members.size() < static_cast<std::size_t>(kept) + fresh.size() || blamed;
-  send_regenerate(g);
-  start_fresh(fresh, g.reason);
-  return true;
-}
-
-// The regenerate frame of the generation just placed (the same for every host, but for the
-// rendezvous address and the placements send_regenerate adds).
-proto::Regenerate Job::next_generation(std::string reason) const {
-  proto::Regenerate g;
-  g.generation = generation_;
-  g.reason = std::move(reason);
-  g.size = placement_.size();
-  g.secret = job_env_.secret;
-  g.rendezvous_port = static_cast<std::uint16_t>(job_env_.rendezvous_port);
-  return g;
-}
-
-// To every agent up: the places of its running processes in the new generation (the agent
-// stops its other processes).
-void Job::send_regenerate(const proto::Regenerate& g) {
-  for (Host& h : hosts_) {
-    if (h.closed || !h.hello) continue;
-    proto::Regenerate mine = g;
-    mine.rendezvous_addr = host_job_env(h).rendezvous_addr;
-    if (mine.rendezvous_addr.empty()) mine.rendezvous_addr = job_env_.rendezvous_addr;
-    for (int w : h.ranks) {
-      const RankState& rs = ranks_[static_cast<std::size_t>(w)];
-      if (rs.rank < 0 || rs.done) continue;
-      const hostfile::RankSlot& slot = placement_.ranks[static_cast<std::size_t>(rs.rank)];
-      mine.ranks.push_back(proto::RankPlacement{w, slot.rank, slot.local_rank, slot.local_size,
-                                                slot.cross_rank, slot.cross_size});
-    }
-    send(h, mine);
-  }
-}
-
-// Starts new processes under the numbers `fresh` of processes that ended (now placed in
-// the new generation): at once where the host's agent is up, else at its hello.
-void Job::start_fresh(const std::vector<int>& fresh, const std::string& why) {
-  for (int w : fresh) {
-    RankState& rs = ranks_[static_cast<std::size_t>(w)];
-    Host& h = hosts_[static_cast<std::size_t>(rs.host)];
-    rs.done = false;
-    --done_ranks_;
-    if (std::exchange(rs.started, false)) {
-      --started_ranks_;
-      --h.started;
-    }
-    rs.declared = -1;
-    rs.stop_signal = 0;
-    relay_->reopen_rank(w);
-    if (h.hello && !h.closed) spawn_rank(h, w, host_job_env(h));
-  }
-  if (!fresh.empty()) start_deadline_ = now() + std::chrono::seconds(opt_.start_timeout_s);
-  const int kept = placement_.size() - static_cast<int>(fresh.size());
-  spdlog::debug("generation {}: {} ranks ({} kept, {} started anew)", generation_,
-                placement_.size(), kept, fresh.size());
-  if (hooks_.reformed)
-    hooks_.reformed(generation_, placement_.size(), kept, static_cast<int>(fresh.size()), why);
-}
-
-// Discovery found more usable slots (`hosts`, the usable ones) while the job runs in
-// process: the processes that ended on hosts of this job start again there (a host whose
-// agent was lost gets a new one, after a preflight), and the running ranks move to the
-// next generation at their next commit (HostsUpdatedInterrupt). False when the growth
-// needs slots of hosts this job never had, or more than their processes: the job then
-// restarts to grow.
-bool Job::grow(const std::vector<hostfile::HostSlots>& hosts) {
-  int want = 0;
-  for (const auto& hs : hosts) want += hs.slots;
-  if (opt_.elastic.max_np) want = std::min(want, *opt_.elastic.max_np);
-  want -= placement_.size();
-  if (want <= 0) return true;
-  std::vector<std::string> to_open;
-  std::vector<int> fresh = growth_processes(hosts, want, to_open);
-  if (static_cast<int>(fresh.size()) < want) return false;
-  const std::vector<std::string> failed = reopen_hosts(to_open);
-  std::erase_if(fresh, [&](int w) {
-    const Host& h = hosts_[static_cast<std::size_t>(ranks_[static_cast<std::size_t>(w)].host)];
-    return std::find(failed.begin(), failed.end(), h.name) != failed.end();
-  });
-  if (fresh.empty()) return true;
-  std::vector<int> members = worker_of_;
-  members.insert(members.end(), fresh.begin(), fresh.end());
-  ++generation_;
-  place_members(members);
-  start_generation_server();
-  proto::Regenerate g = next_generation("discovery found " +
-                                        counted(static_cast<long long>(fresh.size()), "more slot"));
-  g.hosts_added = true;
-  send_regenerate(g);
-  start_fresh(fresh, g.reason);
-  return true;
-}
-
-// Up to `want` processes of this job that ended on `hosts` (within each host's slots), and
-// in `to_open` the hosts among them whose agents are gone.
-std::vector<int> Job::growth_processes(const std::vector<hostfile::HostSlots>& hosts, int want,
-                                       std::vector<std::string>& to_open) const {
-  std::vector<int> fresh;
-  for (const auto& hs : hosts) {
-    auto it = std::find_if(hosts_.begin(), hosts_.end(),
-                           [&](const Host& h) { return h.name == hs.name; });
-    if (it == hosts_.end()) continue;
-    int members = 0;
-    for (int w : worker_of_) members += ranks_[static_cast<std::size_t>(w)].host == it->index;
-    int room = std::min(hs.slots, static_cast<int>(it->ranks.size())) - members;
-    const std::size_t before = fresh.size();
-    for (int w : it->ranks) {
-      if (room <= 0 || static_cast<int>(fresh.size()) >= want) break;
-      const RankState& rs = ranks_[static_cast<std::size_t>(w)];
-      if (!rs.done || rs.rank >= 0) continue;
-      fresh.push_back(w);
-      --room;
-    }
-    if (fresh.size() > before && it->closed) to_open.push_back(it->name);
-  }
-  return fresh;
-}
-
-// New agents for the hosts whose agents were lost (the preflight blocks this loop for the
-// length of an SSH login; the running ranks go on meanwhile). Returns the hosts that
-// could not be reached.
-std::vector<std::string> Job::reopen_hosts(const std::vector<std::string>& names) {
-  std::vector<std::string> failed;
-  if (names.empty()) return failed;
-  for (auto& opened : hooks_.open_hosts(names)) {
-    auto it = std::find_if(hosts_.begin(), hosts_.end(),
-                           [&](const Host& x) { return x.name == opened.host; });
-    if (it == hosts_.end()) continue;
-    Host& h = *it;
-    if (!opened.link) {
-      spdlog::warn("host {}: {}; it takes no rank now", h.name, opened.error);
-      failed.push_back(h.name);
-      continue;
-    }
-    h.link = std::move(opened.link);
-    h.closed = false;
-    h.hello = false;
-    h.spawned = false;
-    h.decoder = proto::Decoder();
-    h.outq.clear();
-    h.read_chunk = Host::kMinReadChunk;
-    h.last_rx = now();
-    send_hello(h);
-  }
-  return failed;
-}
-
-// The current generation's placement: members[i] (a process) becomes rank i. Local ranks
-// count on each host in rank order; a rank's cross rank is its host's index among the
-// hosts that have its local rank, in the order the hosts first appear.
-void Job::place_members(const std::vector<int>& members) {
-  for (RankState& rs : ranks_) rs.rank = -1;
-  worker_of_ = members;
-  hostfile::Placement p;
-  std::vector<int> host_order;
-  std::vector<int> count(hosts_.size(), 0);
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    RankState& rs = ranks_[static_cast<std::size_t>(members[i])];
-    rs.rank = static_cast<int>(i);
-    hostfile::RankSlot slot;
-    slot.rank = static_cast<int>(i);
-    slot.host_index = rs.host;
-    if (count[static_cast<std::size_t>(rs.host)] == 0) host_order.push_back(rs.host);
-    slot.local_rank = count[static_cast<std::size_t>(rs.host)]++;
-    p.ranks.push_back(slot);
-  }
-  for (hostfile::RankSlot& slot : p.ranks) {
-    slot.local_size = count[static_cast<std::size_t>(slot.host_index)];
-    slot.cross_rank = 0;
-    slot.cross_size = 0;
-    for (int h : host_order) {
-      if (count[static_cast<std::size_t>(h)] <= slot.local_rank) continue;
-      if (h == slot.host_index) slot.cross_rank = slot.cross_size;
-      ++slot.cross_size;
-    }
-  }
-  for (int h : host_order)
-    p.hosts.push_back(hostfile::HostSlots{hosts_[static_cast<std::size_t>(h)].name,
-                                          count[static_cast<std::size_t>(h)]});
-  placement_ = std::move(p);
-  job_env_.size = placement_.size();
-  job_env_.generation = generation_;
-  job_env_.num_hosts = static_cast<int>(host_order.size());
-}
-
-void Job::host_closed(Host& h, const std::string& why) {
-  if (h.closed) return;
-  h.closed = true;
-  h.outq.clear();
-  std::vector<int> lost;
-  for (int r : h.ranks) {
-    if (!ranks_[static_cast<std::size_t>(r)].done) lost.push_back(r);
-  }
-  if (lost.empty()) return;
-  std::string how = why;
-  if (how.empty()) {
-    // The agent's exit status (and a remote agent's last stderr) says more than "EOF".
-    std::string status = h.link->close(now() + milliseconds(500));
-    how = status.empty() ? "its connection closed" : "it " + status;
-  }
-  for (int r : lost) rank_done(r);
-  if (!stopping()) {
-    held_.reset();
-    job_failure(Failure{exit_status::kLaunchFailed,
-                        "hvdrun: the agent on host " + h.name + " ended unexpectedly (" + how +
-                            ") while rank" + (lost.size() > 1 ? "s " : " ") + rank_list(lost) +
-                            (lost.size() > 1 ? " were" : " was") + " running; stopped the job\n",
-                        {h.name}});
-  }
-}
 
 void Job::handle(Host& h, proto::Message& m) {
   if (auto* o = std::get_if<proto::Output>(&m)) {
@@ -1030,77 +428,6 @@ void Job::on_rank_started(Host& h, const proto::RankStarted& st) {
   }
 }
 
-// The job's failure is the first rank failure that was not caused by another's. A rank whose
-// last stderr lines say a lost peer broke its collective (kPeerLossSentence) failed because
-// of a rank that exited or was cut off first, and that rank's own report may still be on
-// its way (from another host, or behind output its agent is still copying): the held
-// failure decides only when no other comes within ctx_.peer_loss_wait, or when no rank is
-// left to report.
-void Job::on_rank_exited(Host& h, const proto::RankExited& ex) {
-  owner_of(h, ex.rank, "rank-exited");
-  if (ranks_[static_cast<std::size_t>(ex.rank)].done) return;
-  rank_done(ex.rank);
-  if (ranks_[static_cast<std::size_t>(ex.rank)].rank < 0) {
-    // Left out of the current generation (its host is excluded): stopped as asked.
-    spdlog::debug("process {} on host {}, left out of generation {}, ended", ex.rank, h.name,
-                  generation_);
-    if (all_done()) decide_held_failure();
-    return;
-  }
-  if ((!ex.signaled && ex.value == 0) || stopping()) {
-    if (all_done()) decide_held_failure();
-    return;
-  }
-  const auto tail = ex.stderr_tail.empty() ? relay_->stderr_tail(ex.rank) : ex.stderr_tail;
-  if (mentions_peer_loss(tail) && ctx_.peer_loss_wait.count() > 0) {
-    if (!held_) {
-      held_ = HeldFailure{h.index, ex, now() + ctx_.peer_loss_wait};
-      held_->exit.stderr_tail = tail;
-      spdlog::debug(
-          "rank {} on host {} failed because a peer was lost; waiting up to {} ms for "
-          "the rank that failed first",
-          ex.rank, h.name, ctx_.peer_loss_wait.count());
-    }
-    if (all_done()) decide_held_failure();
-    return;
-  }
-  held_.reset();  // this one came first: the held rank failed because of it
-  // In process the others are not stopped (unless the re-formation is refused).
-  job_failure(rank_failure(h, ex, in_process_ ? 0 : running_ranks()));
-}
-
-// The held failure becomes the job's: nothing else came.
-void Job::decide_held_failure() {
-  if (!held_) return;
-  const HeldFailure held = std::move(*held_);
-  held_.reset();
-  job_failure(rank_failure(hosts_[static_cast<std::size_t>(held.host)], held.exit,
-                           in_process_ ? 0 : running_ranks()));
-}
-
-// The failure of rank `ex.rank`, with `others` ranks still running.
-Failure Job::rank_failure(const Host& h, const proto::RankExited& ex, int others) {
-  std::string msg = stopped_ranks_text() + "hvdrun: rank " + std::to_string(ex.rank) + " on host " +
-                    h.name +
-                    (ex.signaled ? " was killed by " + signal_text(ex.value)
-                                 : " exited with code " + std::to_string(ex.value));
-  if (others > 0) {
-    msg +=
-        "; stopped the other " + std::to_string(others) + " running rank" + (others > 1 ? "s" : "");
-  }
-  msg += "\n";
-  auto tail = ex.stderr_tail.empty() ? relay_->stderr_tail(ex.rank) : ex.stderr_tail;
-  if (tail.empty()) {
-    msg += "hvdrun: rank " + std::to_string(ex.rank) + " wrote nothing to stderr\n";
-  } else {
-    msg += "hvdrun: last lines rank " + std::to_string(ex.rank) + " wrote to stderr:\n";
-    for (const auto& line : tail) msg += "    " + line + "\n";
-  }
-  Failure f{ex.signaled ? exit_status::for_signal(ex.value) : ex.value, std::move(msg), {h.name}};
-  f.rank_failed = true;
-  return f;
-}
-
 void Job::on_rank_stopped(Host& h, const proto::RankStopped& stop) {
   owner_of(h, stop.rank, "rank-stopped");
   RankState& rs = ranks_[static_cast<std::size_t>(stop.rank)];
@@ -1109,37 +436,6 @@ void Job::on_rank_stopped(Host& h, const proto::RankStopped& stop) {
   if (stop.signal != 0)
     spdlog::info("rank {} on host {} was stopped by {}", stop.rank, h.name,
                  signal_text(stop.signal));
-}
-
-// Ranks somebody stopped (SIGSTOP): the likely reason why the others gave up waiting, so a
-// failure message names them first, as stopped.
-std::string Job::stopped_ranks_text() {
-  std::string out;
-  for (std::size_t r = 0; r < ranks_.size(); ++r) {
-    const RankState& rs = ranks_[r];
-    if (rs.done || rs.stop_signal == 0) continue;
-    char secs[32];
-    std::snprintf(secs, sizeof secs, "%.1f",
-                  std::chrono::duration<double>(now() - rs.stopped_at).count());
-    out += "hvdrun: rank " + std::to_string(r) + " on host " +
-           hosts_[static_cast<std::size_t>(rs.host)].name + " is stopped (by " +
-           signal_text(rs.stop_signal) + ", " + secs +
-           " s ago) and holds up the others; continue it with SIGCONT, or find who stopped "
-           "it\n";
-  }
-  return out;
-}
-
-void Job::on_fatal(Host& h, const proto::Fatal& f) {
-  if (f.rank >= 0) {
-    owner_of(h, f.rank, "fatal");
-    rank_done(f.rank);
-  }
-  if (!stopping()) {
-    fail(exit_status::kLaunchFailed, "hvdrun: host " + h.name + ": " + f.message + "\n", {h.name});
-  } else {
-    spdlog::warn("host {}: {}", h.name, f.message);
-  }
 }
 
 void Job::service(Host& h, bool read) {
@@ -1182,17 +478,7 @@ void Job::service(Host& h, bool read) {
 
 void Job::check_timers(Clock::time_point t) {
   if (held_ && t >= held_->until) decide_held_failure();
-  if (left_hold_ && t >= *left_hold_) {
-    left_hold_.reset();
-    if (in_process_ && !stopping() && hooks_.reform) {
-      // Every rank's collective failed (a mismatch, say) and nothing else did: the same
-      // ranks move to a next generation, with no blame and no reset counted.
-      JobHooks::Reform same;
-      same.min_np = 1;
-      reform(same, Failure{0, "a rank left generation " + std::to_string(generation_) + "\n", {}},
-             /*blamed=*/false);
-    }
-  }
+  check_left_hold(t);
   if (t >= next_heartbeat_) {
     for (Host& h : hosts_) send(h, proto::Heartbeat{});
     next_heartbeat_ = t + ctx_.heartbeat_interval;
@@ -1211,47 +497,7 @@ void Job::check_timers(Clock::time_point t) {
     }
   }
   check_start_deadline(t);
-  if (in_process_ && hooks_.grow && hooks_.open_hosts && !stopping()) {
-    if (auto hosts = hooks_.grow(placement_.size()); hosts && !grow(*hosts)) {
-      Failure f{0,
-                "hvdrun: elastic: discovery found more usable slots; stopping generation " +
-                    std::to_string(generation_) + " to grow\n",
-                {}};
-      f.requested = true;
-      if (ctx_.policy->on_failure(f)) begin_teardown();
-    }
-  } else if (hooks_.should_stop && !stopping()) {
-    if (auto why = hooks_.should_stop()) {
-      Failure f{0, "hvdrun: " + *why + "\n", {}};
-      f.requested = true;
-      if (ctx_.policy->on_failure(f)) begin_teardown();
-    }
-  }
-}
-
-void Job::check_start_deadline(Clock::time_point t) {
-  if (!stopping() && started_ranks_ < workers() && t >= start_deadline_) {
-    std::string where;
-    std::vector<std::string> late;
-    for (Host& h : hosts_) {
-      int want = static_cast<int>(h.ranks.size());
-      if (h.started >= want) continue;
-      late.push_back(h.name);
-      if (!h.hello && !h.closed) {
-        // A silent agent will not act on a kill request either.
-        h.link->abort();
-        h.closed = true;
-        for (int r : h.ranks) rank_done(r);
-      }
-      where += "\n    host " + h.name + ": " +
-               (h.hello ? std::to_string(h.started) + " of " + counted(want, "rank") + " started"
-                        : std::string("its agent did not answer"));
-    }
-    fail(exit_status::kLaunchFailed,
-         "hvdrun: the ranks did not all start within --start-timeout " +
-             std::to_string(opt_.start_timeout_s) + " s; stopped the job:" + where + "\n",
-         std::move(late));
-  }
+  check_growth_or_stop();
 }
 
 int Job::finish() {
@@ -1267,30 +513,30 @@ int Job::finish() {
     std::string how = h.link->close(deadline);
     spdlog::debug("host {}: agent {}", h.name, how);
   }
-  if (const auto& f = ctx_.policy->outcome()) {
+  if (const auto& f = outcome_) {
     write_all(ctx_.stderr_fd, f->message.data(), f->message.size());
     return f->exit_code;
   }
   return exit_status::kOk;
 }
 
-}  // namespace
+}  // namespace hvdrun::launcher::job_detail
+
+namespace hvdrun::launcher {
 
 int run_job(const LaunchPlan& plan, const LaunchOptions& options, const JobHooks& hooks,
             JobContext& context) {
-  Job job(plan, options, hooks, context);
-  return job.run();
+  job_detail::Job job(plan, options, hooks, context);
+  const int code = job.run();
+  if (hooks.outcome != nullptr) *hooks.outcome = job.outcome();
+  return code;
 }
 
 int run_job(const LaunchPlan& plan, const LaunchOptions& options, const JobHooks& hooks) {
   JobContext context = process_context();
   SystemJobClock clock;  // before any thread starts
-  FirstFailurePolicy policy;
   context.clock = &clock;
-  context.policy = &policy;
-  const int code = run_job(plan, options, hooks, context);
-  if (hooks.outcome != nullptr) *hooks.outcome = policy.outcome();
-  return code;
+  return run_job(plan, options, hooks, context);
 }
 
 int run_job(const LaunchOptions& options, const JobHooks& hooks) {

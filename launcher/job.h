@@ -23,20 +23,14 @@ class Server;
 
 namespace hvdrun::launcher {
 
-/// What the job needs from outside that tests or the SSH transport supply.
-struct JobHooks {
+/// What only tests set: stand-ins for this machine's agents and observers of the job's
+/// servers. A real launch leaves every field unset.
+struct JobTestHooks {
   /// The executable run as a local host's agent (`EXE agent`); empty: the agent is a fork
   /// of this process (see start_local_agent).
   std::string agent_exe;
   /// Opens the agent link of a host on this machine. Unset: start_local_agent(agent_exe).
   std::function<std::unique_ptr<AgentLink>(const std::string& host)> local_link;
-  /// Opens the agent link of a host whose launch method is ssh (the SSH exec channel
-  /// running `hvdrun agent` that the preflight started). Unset: such a host is a
-  /// LaunchError.
-  std::function<std::unique_ptr<AgentLink>(const std::string& host)> remote_link;
-  /// When the launch began (before the SSH preflight): --start-timeout counts from here.
-  /// Unset: from the start of run_job.
-  std::optional<std::chrono::steady_clock::time_point> launch_start;
   /// Called once the job's rendezvous server serves (tests inject failures on its
   /// thread through it). Unset: nothing.
   std::function<void(rendezvous::Server&)> on_rendezvous;
@@ -44,6 +38,17 @@ struct JobHooks {
   /// another host (HorovodHttpServer::judge_peers_with). Unset: the socket's owner. Tests
   /// play other hosts on loopback with it, to reach the allow-list.
   std::function<std::optional<unsigned>(int)> horovod_peers;
+};
+
+/// How the job is wired to the rest of the launch: the links the launch methods opened,
+/// when the launch began, and the elastic loop's questions and answers (elastic.cc).
+struct JobHooks {
+  /// Opens the agent link of a host whose launch method is not local (launch() sets it to
+  /// take the link its method's start left). Unset: such a host is a LaunchError.
+  std::function<std::unique_ptr<AgentLink>(const std::string& host)> remote_link;
+  /// When the launch began (before the SSH preflight): --start-timeout counts from here.
+  /// Unset: from the start of run_job.
+  std::optional<std::chrono::steady_clock::time_point> launch_start;
   /// Asked on every turn of the job loop while ranks run: a reason to stop the job
   /// (every rank torn down, exit code 0, the reason printed) or nullopt. Unset: never.
   std::function<std::optional<std::string>()> should_stop;
@@ -79,13 +84,17 @@ struct JobHooks {
   std::function<std::optional<std::vector<hostfile::HostSlots>>(int size)> grow;
   /// Opens agent links to `hosts` (reached over SSH; checked by a preflight first) for a
   /// job that grows in process: one entry per host, the link or nullptr, and what went
-  /// wrong. Unset: growth restarts the job.
+  /// wrong. launch() sets it (open_ssh_hosts) when `reform` is set. Unset: growth
+  /// restarts the job.
   struct OpenedHost {
     std::string host;
     std::unique_ptr<AgentLink> link;
     std::string error;
   };
   std::function<std::vector<OpenedHost>(const std::vector<std::string>& hosts)> open_hosts;
+
+  /// What only tests set.
+  JobTestHooks test;
 };
 
 /// Runs the job `options` describes and returns hvdrun's exit code: 0 when every rank
@@ -96,12 +105,13 @@ struct JobHooks {
 /// rank has been stopped.
 int run_job(const LaunchPlan& plan, const LaunchOptions& options, const JobHooks& hooks = {});
 
-/// Same, in `context` (its clock and policy set): the seam the job's unit tests use.
+/// Same, in `context` (its clock set): the seam the job's unit tests use. Leaves the
+/// outcome in `hooks.outcome` when set, as the others do.
 int run_job(const LaunchPlan& plan, const LaunchOptions& options, const JobHooks& hooks,
             JobContext& context);
 
 /// Same, with the plan made from `options` (make_plan) and the context of this process
-/// (process_context, the real clock, the first-failure rule).
+/// (process_context) and the real clock.
 int run_job(const LaunchOptions& options, const JobHooks& hooks = {});
 
 }  // namespace hvdrun::launcher

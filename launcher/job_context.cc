@@ -1,4 +1,4 @@
-// SystemJobClock, FirstFailurePolicy and the process's job context.
+// SystemJobClock and the process's job context.
 #include "launcher/job_context.h"
 
 #include <signal.h>
@@ -65,11 +65,6 @@ int SystemJobClock::take_interrupt() {
 bool SystemJobClock::take_suspend() { return signals_.take(SIGTSTP) > 0; }
 
 void SystemJobClock::stop_self() { ::kill(::getpid(), SIGSTOP); }
-
-bool FirstFailurePolicy::on_failure(const Failure& failure) {
-  if (!first_) first_ = failure;
-  return true;
-}
 
 JobContext process_context(const char* (*getenv)(const char*)) {
   if (!getenv) getenv = process_getenv;

@@ -1,6 +1,6 @@
 // What the job loop reaches outside itself, behind seams that tests replace: the clock
 // and its waits (and the signals that interrupt them), the environment, where output goes,
-// the teardown and heartbeat settings, and the rule for what a failure does to the job.
+// the teardown and heartbeat settings; and the failures the job sees.
 #pragma once
 
 #include <poll.h>
@@ -68,34 +68,10 @@ struct Failure {
   bool requested = false;
 };
 
-/// What a failure does to the job. The first-failure rule is one such policy; an elastic
-/// mode replaces it (stop the generation, rediscover, go on).
-class FailurePolicy {
- public:
-  virtual ~FailurePolicy() = default;
-  /// `failure` happened. Returns true when the job stops: every rank is torn down.
-  virtual bool on_failure(const Failure& failure) = 0;
-  /// The failure that decides the exit code and the final message, if any.
-  virtual const std::optional<Failure>& outcome() const = 0;
-};
-
-/// horovodrun's and mpirun's rule: the first failure stops the job and decides its exit
-/// code; later ones (the other ranks dying in the teardown) change nothing.
-class FirstFailurePolicy : public FailurePolicy {
- public:
-  bool on_failure(const Failure& failure) override;
-  const std::optional<Failure>& outcome() const override { return first_; }
-
- private:
-  std::optional<Failure> first_;
-};
-
 /// Everything the job loop takes from its surroundings.
 struct JobContext {
   /// Time and waiting (required).
   JobClock* clock = nullptr;
-  /// What a failure does (required).
-  FailurePolicy* policy = nullptr;
   /// The launcher's environment (environ-style, null-terminated): the base of every rank's
   /// environment on this machine, and the source of the variables forwarded to others.
   char* const* environment = nullptr;
@@ -116,7 +92,7 @@ struct JobContext {
   std::chrono::milliseconds peer_loss_wait{2000};
 };
 
-/// The context of a real launch, without clock and policy: environ, the working
+/// The context of a real launch, without a clock: environ, the working
 /// directory, stdout/stderr, HVDRUN_KILL_GRACE and HVDRUN_HEARTBEAT_TIMEOUT from `getenv`
 /// (seconds; UsageError when malformed), the heartbeat period derived from the timeout.
 JobContext process_context(const char* (*getenv)(const char*) = nullptr);

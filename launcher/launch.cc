@@ -13,16 +13,12 @@
 #include "common/exit_status.h"
 #include "common/fd_limit.h"
 #include "common/plural.h"
-#include "common/version.h"
 #include "launcher/dry_run.h"
 #include "launcher/host_start.h"
 #include "launcher/job.h"
 #include "launcher/launch_plan.h"
-#include "launcher/preflight.h"
 #include "launcher/reaper.h"
-#include "launcher/ssh_agent_link.h"
 #include "launcher/start_window.h"
-#include "ssh/libssh2_session.h"
 
 namespace hvdrun::launcher {
 
@@ -55,50 +51,6 @@ void check_fd_budget(const LaunchPlan& plan) {
                    "fewer hosts, or lower " +
                    kLaunchConcurrencyVar + " (now " + std::to_string(window) +
                    " starts in flight)");
-}
-
-}  // namespace
-
-namespace {
-
-// Agent links to `hosts` for a job growing in process (elastic): a preflight of those
-// hosts that starts their agents. Hosts that are not reached over SSH get no link.
-std::vector<JobHooks::OpenedHost> open_ssh_hosts(const LaunchOptions& options,
-                                                 const std::vector<std::string>& hosts) {
-  LaunchOptions o = options;
-  o.hosts.clear();
-  for (const auto& h : hosts) o.hosts.push_back(hostfile::HostSlots{h, 1});
-  o.np = static_cast<int>(hosts.size());
-  const LaunchPlan plan = make_plan(o);
-  std::vector<JobHooks::OpenedHost> out;
-  for (const auto& h : plan.hosts) {
-    if (h.method != LaunchMethod::ssh || h.local)
-      out.push_back({h.name, nullptr, "not reached over SSH: the job grows by a restart"});
-  }
-  if (std::none_of(plan.hosts.begin(), plan.hosts.end(),
-                   [](const PlannedHost& h) { return h.method == LaunchMethod::ssh; }))
-    return out;
-  ssh::Libssh2Connector connector;
-  PreflightSettings settings;
-  settings.expected_version = kVersionLine;
-  settings.max_parallel = static_cast<int>(launch_concurrency(std::getenv(kLaunchConcurrencyVar)));
-  settings.start_agent = true;
-  PreflightReport report =
-      preflight(plan, o, ssh::SshConfig::load_for(o.ssh_config), connector, settings);
-  for (auto& check : report.hosts) {
-    if (check.local) continue;
-    if (check.verdict == Verdict::ok && check.session && check.agent_channel) {
-      out.push_back({check.host,
-                     make_ssh_agent_link(check.host, std::move(check.session),
-                                         std::move(check.agent_channel)),
-                     ""});
-    } else {
-      out.push_back({check.host, nullptr,
-                     "failed the preflight: " + check.detail +
-                         (check.fix.empty() ? std::string() : "; " + check.fix)});
-    }
-  }
-  return out;
 }
 
 }  // namespace

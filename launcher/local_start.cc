@@ -1,6 +1,6 @@
 // The local method: hosts that are this machine. Their agents are children of the
 // launcher that the job itself starts when it opens their links (start_local_agent, or
-// JobHooks::local_link), after its servers are up; there is nothing to log in to or check
+// JobTestHooks::local_link), after its servers are up; there is nothing to log in to or check
 // before, so this start only vouches for them.
 #include "launcher/host_start.h"
 

@@ -1,9 +1,15 @@
 // The ssh method: the preflight logs in to every host in parallel, checks its hvdrun and
 // starts its agent in the same remote shell; each good host's session and agent channel
-// become its link.
+// become its link. The same preflight opens the hosts a job grows onto in process
+// (open_ssh_hosts).
 #include "launcher/host_start.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/version.h"
 #include "launcher/ssh_agent_link.h"
@@ -14,21 +20,23 @@ namespace hvdrun::launcher {
 
 namespace {
 
+// The preflight of hosts whose agents start in the shell that reports their version: one
+// remote shell per host per job, all in parallel (within the start window).
+PreflightReport start_agents(const LaunchPlan& plan, const LaunchOptions& options) {
+  ssh::Libssh2Connector connector;
+  PreflightSettings settings;
+  settings.expected_version = kVersionLine;
+  settings.max_parallel = static_cast<int>(launch_concurrency(std::getenv(kLaunchConcurrencyVar)));
+  settings.start_agent = true;
+  return preflight(plan, options, ssh::SshConfig::load_for(options.ssh_config), connector,
+                   settings);
+}
+
 class SshStarter final : public HostStarter {
  public:
   void start(const StartContext& context, const std::vector<const PlannedHost*>& /*hosts*/,
              StartTable& table) override {
-    ssh::Libssh2Connector connector;
-    PreflightSettings settings;
-    settings.expected_version = kVersionLine;
-    settings.max_parallel =
-        static_cast<int>(launch_concurrency(std::getenv(kLaunchConcurrencyVar)));
-    // Every host's agent starts in the shell that reports its version: one remote shell
-    // per host per job, all in parallel.
-    settings.start_agent = true;
-    PreflightReport report =
-        preflight(context.plan, context.options,
-                  ssh::SshConfig::load_for(context.options.ssh_config), connector, settings);
+    PreflightReport report = start_agents(context.plan, context.options);
     if (report.ok()) {
       for (HostCheck& check : report.hosts) {
         if (!check.session || !check.agent_channel || table.links.count(check.host) != 0) continue;
@@ -43,5 +51,37 @@ class SshStarter final : public HostStarter {
 }  // namespace
 
 std::unique_ptr<HostStarter> make_ssh_starter() { return std::make_unique<SshStarter>(); }
+
+std::vector<JobHooks::OpenedHost> open_ssh_hosts(const LaunchOptions& options,
+                                                 const std::vector<std::string>& hosts) {
+  LaunchOptions o = options;
+  o.hosts.clear();
+  for (const auto& h : hosts) o.hosts.push_back(hostfile::HostSlots{h, 1});
+  o.np = static_cast<int>(hosts.size());
+  const LaunchPlan plan = make_plan(o);
+  std::vector<JobHooks::OpenedHost> out;
+  for (const auto& h : plan.hosts) {
+    if (h.method != LaunchMethod::ssh || h.local)
+      out.push_back({h.name, nullptr, "not reached over SSH: the job grows by a restart"});
+  }
+  if (std::none_of(plan.hosts.begin(), plan.hosts.end(),
+                   [](const PlannedHost& h) { return h.method == LaunchMethod::ssh; }))
+    return out;
+  PreflightReport report = start_agents(plan, o);
+  for (auto& check : report.hosts) {
+    if (check.local) continue;
+    if (check.verdict == Verdict::ok && check.session && check.agent_channel) {
+      out.push_back({check.host,
+                     make_ssh_agent_link(check.host, std::move(check.session),
+                                         std::move(check.agent_channel)),
+                     ""});
+    } else {
+      out.push_back({check.host, nullptr,
+                     "failed the preflight: " + check.detail +
+                         (check.fix.empty() ? std::string() : "; " + check.fix)});
+    }
+  }
+  return out;
+}
 
 }  // namespace hvdrun::launcher

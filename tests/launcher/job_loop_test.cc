@@ -1,6 +1,6 @@
 // The job's state machine against scripted agents (FakeAgentLink) and a fake clock: no
 // process, no real waiting. Start, first failure, teardown, heartbeats, the start
-// deadline, interrupts and a replaced failure policy.
+// deadline, interrupts.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -43,8 +43,6 @@ struct FakeJob {
   std::map<std::string, std::shared_ptr<FakeAgentRecord>> records;
   std::vector<hostfile::HostSlots> hosts = {{"localhost", 2}, {"far-node", 2}};
   FakeJobClock clock;
-  FirstFailurePolicy first_failure;
-  FailurePolicy* policy = &first_failure;
   JobContext ctx;
   UniqueFd out{::memfd_create("out", MFD_CLOEXEC)};
   UniqueFd err{::memfd_create("err", MFD_CLOEXEC)};
@@ -67,10 +65,9 @@ struct FakeJob {
       records[host] = record;
       return std::make_unique<FakeAgentLink>(scripts[host], record);
     };
-    hooks.local_link = link;
+    hooks.test.local_link = link;
     hooks.remote_link = link;
     ctx.clock = &clock;
-    ctx.policy = policy;
     code = run_job(make_plan(o), o, hooks, ctx);
     return code;
   }
@@ -243,27 +240,4 @@ TEST_CASE("job loop: an interrupt stops all ranks and gives 128 + the signal") {
   CHECK(job.run() == 130);
   CHECK_THAT(job.stderr_text(), Catch::Contains("interrupted by signal 2 (SIGINT)"));
   CHECK(job.records["localhost"]->kills == 1);
-}
-
-TEST_CASE("job loop: the failure policy is replaceable") {
-  // A policy that lets the job run on after a failure (as an elastic mode would while it
-  // decides) but remembers the first one for the exit code.
-  struct RunOn : FailurePolicy {
-    int seen = 0;
-    std::optional<Failure> first;
-    bool on_failure(const Failure& f) override {
-      ++seen;
-      if (!first) first = f;
-      return false;
-    }
-    const std::optional<Failure>& outcome() const override { return first; }
-  } run_on;
-  FakeJob job;
-  job.policy = &run_on;
-  job.scripts["localhost"].exit_codes = {{0, 0}, {1, 3}};
-  job.scripts["far-node"].exit_codes = {{2, 0}, {3, 0}};
-  CHECK(job.run() == 3);
-  CHECK(run_on.seen == 1);
-  CHECK(job.records["localhost"]->kills == 0);
-  CHECK(job.records["far-node"]->kills == 0);
 }

@@ -41,9 +41,7 @@ std::string contents(int fd) {
 Result run(const LaunchOptions& o, const JobHooks& hooks, JobContext ctx = process_context()) {
   UniqueFd out(::memfd_create("out", MFD_CLOEXEC)), err(::memfd_create("err", MFD_CLOEXEC));
   SystemJobClock clock;
-  FirstFailurePolicy policy;
   ctx.clock = &clock;
-  ctx.policy = &policy;
   ctx.stdout_fd = out.get();
   ctx.stderr_fd = err.get();
   Result r;
@@ -85,7 +83,7 @@ TEST_CASE("job: an agent that never answers fails the launch at --start-timeout"
   LaunchOptions o = options(2, {"true"});
   o.start_timeout_s = 1;
   JobHooks hooks;
-  hooks.agent_exe = agent.path;
+  hooks.test.agent_exe = agent.path;
   Result r = run(o, hooks);
   CHECK(r.code == 255);
   CHECK_THAT(r.err, Catch::Contains("did not all start within --start-timeout 1 s"));
@@ -96,7 +94,7 @@ TEST_CASE("job: an agent that never answers fails the launch at --start-timeout"
 TEST_CASE("job: an agent that dies is a failure naming the host") {
   FakeAgent agent("exit 3");
   JobHooks hooks;
-  hooks.agent_exe = agent.path;
+  hooks.test.agent_exe = agent.path;
   Result r = run(options(2, {"true"}), hooks);
   CHECK(r.code == 255);
   CHECK_THAT(r.err, Catch::Contains(
@@ -110,7 +108,7 @@ TEST_CASE("job: an agent that goes silent is caught by the heartbeat timeout") {
   JobContext ctx = process_context();  // reads HVDRUN_HEARTBEAT_TIMEOUT
   ::unsetenv("HVDRUN_HEARTBEAT_TIMEOUT");
   JobHooks hooks;
-  hooks.agent_exe = agent.path;
+  hooks.test.agent_exe = agent.path;
   Result r = run(options(1, {"true"}), hooks, ctx);
   CHECK(r.code == 255);
   CHECK_THAT(r.err, Catch::Contains("nothing heard from it for 0.5 s"));
@@ -120,7 +118,7 @@ TEST_CASE("job: an agent that goes silent is caught by the heartbeat timeout") {
 TEST_CASE("job: an agent stream polluted by a login banner is named as such") {
   FakeAgent agent("echo 'Welcome to the cluster!'; exec cat > /dev/null");
   JobHooks hooks;
-  hooks.agent_exe = agent.path;
+  hooks.test.agent_exe = agent.path;
   Result r = run(options(1, {"true"}), hooks);
   CHECK(r.code == 255);
   CHECK_THAT(r.err, Catch::Contains("Welcome to the cluster!"));
@@ -129,8 +127,8 @@ TEST_CASE("job: an agent stream polluted by a login banner is named as such") {
 
 TEST_CASE("job: an error on the rendezvous server's thread ends the job with its cause") {
   JobHooks hooks;
-  hooks.agent_exe = kHvdrun;
-  hooks.on_rendezvous = [](rendezvous::Server& server) {
+  hooks.test.agent_exe = kHvdrun;
+  hooks.test.on_rendezvous = [](rendezvous::Server& server) {
     server.post([] { throw std::runtime_error("the store ran out of room"); });
   };
   Result r = run(options(2, {"sleep", "30"}), hooks);
@@ -144,7 +142,7 @@ TEST_CASE("job: a remote host without a transport is a launch error") {
   LaunchOptions o = options(1, {"true"});
   o.hosts = {{"node-that-is-not-here", 1}};
   JobHooks hooks;
-  hooks.agent_exe = kHvdrun;
+  hooks.test.agent_exe = kHvdrun;
   CHECK_THROWS_AS(run(o, hooks), LaunchError);
 }
 
@@ -168,9 +166,9 @@ TEST_CASE(
   o.hosts = {{"far-away-node", 1}};
   o.network_interface = "lo";
   JobHooks hooks;
-  hooks.agent_exe = kHvdrun;
+  hooks.test.agent_exe = kHvdrun;
   hooks.remote_link = [&](const std::string&) { return start_local_agent(kHvdrun); };
-  hooks.horovod_peers = [](int) -> std::optional<unsigned> { return std::nullopt; };
+  hooks.test.horovod_peers = [](int) -> std::optional<unsigned> { return std::nullopt; };
   Result r = run(o, hooks);
   INFO(r.err);
   CHECK(r.code == 0);
@@ -188,7 +186,7 @@ TEST_CASE("job: remote hosts get the forwarded environment through their link") 
   o.hosts = {{"localhost", 1}, {"far-away-node", 2}};
   o.env = {"EXTRA=with spaces"};
   JobHooks hooks;
-  hooks.agent_exe = kHvdrun;
+  hooks.test.agent_exe = kHvdrun;
   std::vector<std::string> asked;
   hooks.remote_link = [&](const std::string& host) {
     asked.push_back(host);
