@@ -40,6 +40,11 @@
 
 namespace hvdrun::launcher::job_detail {
 
+bool ip_literal(const std::string& a) {
+  in6_addr any{};
+  return ::inet_pton(AF_INET, a.c_str(), &any) == 1 || ::inet_pton(AF_INET6, a.c_str(), &any) == 1;
+}
+
 int Job::run() {
   start_time_ = now();
   check_command();
@@ -73,15 +78,6 @@ void Job::lay_out_hosts() {
   auto source_of = [](const PlannedHost& p) {
     return p.local ? EnvSource::launcher : env_source(to_string(p.method));
   };
-  for (EnvSource source : {EnvSource::launcher, EnvSource::login, EnvSource::container}) {
-    if (std::none_of(plan_.hosts.begin(), plan_.hosts.end(),
-                     [&](const PlannedHost& p) { return source_of(p) == source; }))
-      continue;
-    HostEnv& e = host_envs_[static_cast<int>(source)];
-    e.base = host_base_env(ctx_.environment, source, opt_.env);
-    e.host_variables = host_variables(source);
-    e.defaults = host_defaults(ctx_.environment, source);
-  }
   for (std::size_t i = 0; i < plan_.hosts.size(); ++i) {
     const PlannedHost& planned = plan_.hosts[i];
     Host h;
@@ -91,9 +87,22 @@ void Job::lay_out_hosts() {
     h.method = planned.method;
     h.ranks = planned.ranks;
     for (int r : h.ranks) ranks_[static_cast<std::size_t>(r)].host = h.index;
-    h.env = &host_envs_[static_cast<int>(source_of(planned))];
+    h.env = &host_env(source_of(planned));
     hosts_.push_back(std::move(h));
   }
+}
+
+// The base environment of the hosts of one kind, made when the first such host needs it
+// (at the start, or when the job grows onto a host of a kind it did not have).
+const HostEnv& Job::host_env(EnvSource source) {
+  HostEnv& e = host_envs_[static_cast<int>(source)];
+  if (!e.ready) {
+    e.base = host_base_env(ctx_.environment, source, opt_.env);
+    e.host_variables = host_variables(source);
+    e.defaults = host_defaults(ctx_.environment, source);
+    e.ready = true;
+  }
+  return e;
 }
 
 // The job-wide part of every rank's environment; returns the servers' bind address.
@@ -186,10 +195,7 @@ void Job::start_servers(const std::string& bind_addr) {
   for (const Host& h : hosts_) {
     if (h.local) continue;
     // An exec: host whose name does not resolve here has no address to admit.
-    const std::string a = h.link->host_address();
-    in6_addr any{};
-    if (::inet_pton(AF_INET, a.c_str(), &any) == 1 || ::inet_pton(AF_INET6, a.c_str(), &any) == 1)
-      allowed.push_back(a);
+    if (const std::string a = h.link->host_address(); ip_literal(a)) allowed.push_back(a);
   }
   if (!opt_.network_interface.empty() && !plan_.all_local()) {
     for (auto& a : interface_addresses(opt_.network_interface)) allowed.push_back(a);
@@ -403,9 +409,7 @@ void Job::on_agent_hello(Host& h, const proto::AgentHello& hello) {
 void Job::admit_interface(const Host& h, const std::vector<std::string>& addrs) {
   std::vector<std::string> ok;
   for (const auto& a : addrs) {
-    in6_addr any{};
-    if (::inet_pton(AF_INET, a.c_str(), &any) == 1 || ::inet_pton(AF_INET6, a.c_str(), &any) == 1)
-      ok.push_back(a);
+    if (ip_literal(a)) ok.push_back(a);
   }
   if (ok.empty()) return;
   horovod_->allow_also(ok);

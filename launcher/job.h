@@ -90,6 +90,9 @@ struct JobHooks {
     std::string host;
     std::unique_ptr<AgentLink> link;
     std::string error;
+    /// The host is not reached over SSH (this machine, exec:, Slurm): a job can grow onto
+    /// it only by a restart.
+    bool restart = false;
   };
   std::function<std::vector<OpenedHost>(const std::vector<std::string>& hosts)> open_hosts;
 

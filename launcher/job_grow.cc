@@ -1,10 +1,12 @@
 // In-process growth (job_state.h, docs/elastic.md): discovery found more usable slots
 // while a generation runs in process; the processes that ended on the job's hosts start
-// again (reopening a host whose agent was lost) and the job moves to a next generation.
+// again (reopening a host whose agent was lost), hosts new to the job get agents and
+// processes numbered after the existing ones, and the job moves to a next generation.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,10 +41,11 @@ void Job::check_growth_or_stop() {
 
 // Discovery found more usable slots (`hosts`, the usable ones) while the job runs in
 // process: the processes that ended on hosts of this job start again there (a host whose
-// agent was lost gets a new one, after a preflight), and the running ranks move to the
-// next generation at their next commit (HostsUpdatedInterrupt). False when the growth
-// needs slots of hosts this job never had, or more than their processes: the job then
-// restarts to grow.
+// agent was lost gets a new one, after a preflight), hosts new to the job get agents
+// (after a preflight) and new processes, and the running ranks move to the next
+// generation at their next commit (HostsUpdatedInterrupt). False when the growth needs a
+// new host not reached over SSH, or more processes on a host of the job than it had: the
+// job then restarts to grow.
 bool Job::grow(const std::vector<hostfile::HostSlots>& hosts) {
   int want = 0;
   for (const auto& hs : hosts) want += hs.slots;
@@ -51,7 +54,9 @@ bool Job::grow(const std::vector<hostfile::HostSlots>& hosts) {
   if (want <= 0) return true;
   std::vector<std::string> to_open;
   std::vector<int> fresh = growth_processes(hosts, want, to_open);
-  if (static_cast<int>(fresh.size()) < want) return false;
+  if (static_cast<int>(fresh.size()) < want &&
+      !add_new_hosts(hosts, want - static_cast<int>(fresh.size()), fresh))
+    return false;
   const std::vector<std::string> failed = reopen_hosts(to_open);
   std::erase_if(fresh, [&](int w) {
     const Host& h = hosts_[static_cast<std::size_t>(ranks_[static_cast<std::size_t>(w)].host)];
@@ -94,6 +99,76 @@ std::vector<int> Job::growth_processes(const std::vector<hostfile::HostSlots>& h
     if (fresh.size() > before && it->closed) to_open.push_back(it->name);
   }
   return fresh;
+}
+
+// Hosts of `hosts` that this job never had, for `want` more processes: false, with
+// nothing changed, when they have fewer slots than that or one is not reached over SSH (the
+// job restarts to grow). Otherwise each one that passes the preflight joins the job with its
+// agent and its processes (numbered after the existing ones), appended to `fresh`; one that
+// fails it takes no rank now (discovery offers it again).
+bool Job::add_new_hosts(const std::vector<hostfile::HostSlots>& hosts, int want,
+                        std::vector<int>& fresh) {
+  std::vector<hostfile::HostSlots> added;
+  int slots = 0;
+  for (const auto& hs : hosts) {
+    if (slots >= want) break;
+    if (std::any_of(hosts_.begin(), hosts_.end(), [&](const Host& h) { return h.name == hs.name; }))
+      continue;
+    added.push_back(hostfile::HostSlots{hs.name, std::min(hs.slots, want - slots)});
+    slots += added.back().slots;
+  }
+  if (slots < want) return false;
+  std::vector<std::string> names;
+  for (const auto& hs : added) names.push_back(hs.name);
+  auto opened = hooks_.open_hosts(names);
+  if (std::any_of(opened.begin(), opened.end(),
+                  [](const JobHooks::OpenedHost& o) { return o.restart; }))
+    return false;
+  for (auto& o : opened) {
+    auto it = std::find_if(added.begin(), added.end(),
+                           [&](const hostfile::HostSlots& hs) { return hs.name == o.host; });
+    if (it == added.end()) continue;
+    if (!o.link) {
+      spdlog::warn("host {}: {}; it takes no rank now", o.host, o.error);
+      continue;
+    }
+    const int first = workers();
+    add_host(o.host, std::move(o.link), it->slots);
+    for (int w = first; w < workers(); ++w) fresh.push_back(w);
+  }
+  return true;
+}
+
+// A host new to the job, with its agent's link and `processes` processes numbered after
+// the existing ones (ended, to be started by start_fresh): the output relay grows by their
+// numbers, and the Horovod rendezvous admits the host.
+void Job::add_host(std::string name, std::unique_ptr<AgentLink> link, int processes) {
+  Host h;
+  h.index = static_cast<int>(hosts_.size());
+  h.name = std::move(name);
+  h.local = false;
+  h.method = LaunchMethod::ssh;
+  h.env = &host_env(EnvSource::login);
+  h.link = std::move(link);
+  h.last_rx = now();
+  const int first = workers();
+  for (int i = 0; i < processes; ++i) {
+    RankState rs;
+    rs.host = h.index;
+    rs.done = true;
+    h.ranks.push_back(first + i);
+    ranks_.push_back(rs);
+    ++done_ranks_;
+  }
+  if (const std::string error = relay_->add_ranks(processes); !error.empty())
+    spdlog::warn("host {}: the output of its ranks goes to hvdrun's output only: {}", h.name,
+                 error);
+  if (const std::string a = h.link->host_address(); horovod_ && ip_literal(a))
+    horovod_->allow_also({a});
+  spdlog::debug("host {}: new to the job, {}; processes {}..{}", h.name, h.link->describe(), first,
+                workers() - 1);
+  hosts_.push_back(std::move(h));
+  send_hello(hosts_.back());
 }
 
 // New agents for the hosts whose agents were lost (the preflight blocks this loop for the

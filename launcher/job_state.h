@@ -32,11 +32,15 @@ namespace hvdrun::launcher::job_detail {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+// Whether `a` is an IPv4 or IPv6 address literal (what the Horovod rendezvous can admit).
+bool ip_literal(const std::string& a);
+
 // What the ranks of one kind of host (EnvSource) get besides the per-rank contract.
 struct HostEnv {
   EnvList base;                             // the launcher's forwarded part and -x
   std::vector<std::string> host_variables;  // of the agent's own, the ones ranks start from
   EnvList defaults;                         // where nothing else sets them
+  bool ready = false;                       // the fields above are made (Job::host_env)
 };
 
 struct Host {
@@ -89,6 +93,7 @@ class Job {
   // The steps of run(), in order.
   void check_command() const;
   void lay_out_hosts();
+  const HostEnv& host_env(EnvSource source);
   std::string prepare_job_env();
   void prepare_output_dirs();
   void start_agents();
@@ -136,6 +141,9 @@ class Job {
   std::vector<int> growth_processes(const std::vector<hostfile::HostSlots>& hosts, int want,
                                     std::vector<std::string>& to_open) const;
   std::vector<std::string> reopen_hosts(const std::vector<std::string>& names);
+  bool add_new_hosts(const std::vector<hostfile::HostSlots>& hosts, int want,
+                     std::vector<int>& fresh);
+  void add_host(std::string name, std::unique_ptr<AgentLink> link, int processes);
   proto::Regenerate next_generation(std::string reason) const;
   void send_regenerate(const proto::Regenerate& g);
   void start_fresh(const std::vector<int>& fresh, const std::string& why);

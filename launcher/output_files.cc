@@ -118,11 +118,12 @@ UniqueFd open_file(int dir, const std::string& path, const std::string& name) {
 }  // namespace
 
 std::vector<UniqueFd> open_output_files(const std::string& dir, int size,
-                                        std::string (*rank_dir)(int rank, int size)) {
+                                        std::string (*rank_dir)(int rank, int size), int first,
+                                        int name_size) {
   std::vector<UniqueFd> files;
   UniqueFd top = open_top(dir);
-  for (int r = 0; r < size; ++r) {
-    const std::string name = rank_dir(r, size);
+  for (int r = first; r < size; ++r) {
+    const std::string name = rank_dir(r, name_size > 0 ? name_size : size);
     const std::string path = dir + "/" + name;
     UniqueFd rd = open_rank_dir(top.get(), path, name);
     files.push_back(open_file(rd.get(), path + "/stdout", "stdout"));

@@ -12,10 +12,13 @@
 
 namespace hvdrun::launcher {
 
-/// Opens DIR/rank.N/stdout and stderr for ranks 0..size-1, creating what is missing;
-/// element 2*N is rank N's stdout, 2*N+1 its stderr. `rank_dir` names rank N's directory.
-/// Throws UsageError naming the path, what is wrong with it and what to do.
+/// Opens DIR/rank.N/stdout and stderr for ranks first..size-1, creating what is missing;
+/// element 2*(N-first) is rank N's stdout, 2*(N-first)+1 its stderr. `rank_dir` names rank
+/// N's directory, given `name_size` (0: `size`) as the job's size: ranks added to a running
+/// job keep the width of the names the job started with. Throws UsageError naming the
+/// path, what is wrong with it and what to do.
 std::vector<UniqueFd> open_output_files(const std::string& dir, int size,
-                                        std::string (*rank_dir)(int rank, int size));
+                                        std::string (*rank_dir)(int rank, int size), int first = 0,
+                                        int name_size = 0);
 
 }  // namespace hvdrun::launcher

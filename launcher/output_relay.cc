@@ -10,6 +10,9 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/exit_status.h"
@@ -45,23 +48,54 @@ std::string OutputRelay::rank_dir_name(int rank, int size) {
 }
 
 OutputRelay::OutputRelay(RelayOptions options, int size, std::vector<UniqueFd> files)
-    : opt_(std::move(options)), size_(size), per_rank_(static_cast<std::size_t>(size) * 2) {
+    : opt_(std::move(options)),
+      size_(size),
+      first_size_(size),
+      per_rank_(static_cast<std::size_t>(size) * 2) {
   out_.fd = opt_.stdout_fd;
   err_.fd = opt_.stderr_fd;
   tails_.assign(static_cast<std::size_t>(size), LineTail(opt_.tail_lines));
   if (!opt_.output_dir.empty() && files.empty())
     files = open_output_files(opt_.output_dir, size, &OutputRelay::rank_dir_name);
   has_files_ = !files.empty();
-  for (int r = 0; r < size; ++r) {
+  name_ranks(0, files);
+  writer_ = std::thread([this] { writer_loop(); });
+}
+
+// Tags ranks first..size_-1 and gives them `files` (2 per rank, from rank `first` on; none
+// when empty).
+void OutputRelay::name_ranks(int first, std::vector<UniqueFd>& files) {
+  for (int r = first; r < size_; ++r) {
     for (auto s : {proto::Stream::out, proto::Stream::err}) {
       RankStream& rs = state(r, s);
       rs.tag =
           "[" + std::to_string(r) + "]<" + (s == proto::Stream::out ? "stdout" : "stderr") + ">:";
-      if (!files.empty())
-        rs.file = std::move(files[static_cast<std::size_t>(&rs - per_rank_.data())]);
+      const auto at =
+          static_cast<std::size_t>(&rs - per_rank_.data()) - static_cast<std::size_t>(first) * 2;
+      if (at < files.size()) rs.file = std::move(files[at]);
     }
   }
-  writer_ = std::thread([this] { writer_loop(); });
+}
+
+std::string OutputRelay::add_ranks(int count) {
+  if (count <= 0) return {};
+  std::vector<UniqueFd> files;
+  std::string error;
+  if (!opt_.output_dir.empty()) {
+    try {
+      files = open_output_files(opt_.output_dir, size_ + count, &OutputRelay::rank_dir_name, size_,
+                                first_size_);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  const int first = size_;
+  size_ += count;
+  per_rank_.resize(static_cast<std::size_t>(size_) * 2);
+  tails_.resize(static_cast<std::size_t>(size_), LineTail(opt_.tail_lines));
+  name_ranks(first, files);
+  has_files_ = has_files_ || !files.empty();
+  return error;
 }
 
 OutputRelay::~OutputRelay() {

@@ -72,6 +72,11 @@ class OutputRelay {
   /// A new process of `rank` started after it ended (in-process elastic recovery): its
   /// output is relayed again.
   void reopen_rank(int rank);
+  /// `count` more ranks, numbered from the current size on (processes that join a running
+  /// job in process), with their tags and, with `output_dir`, their files (named with the
+  /// width the relay started with). Returns what kept their files from opening (their
+  /// output is then relayed only), else an empty string.
+  std::string add_ranks(int count);
 
   /// Hands everything buffered to the writer thread, which writes it to stdout/stderr, so
   /// that a slow reader of hvdrun's output (a pager, a terminal) never stalls the
@@ -117,6 +122,7 @@ class OutputRelay {
     return per_rank_[static_cast<std::size_t>(rank) * 2 + (s == proto::Stream::err ? 1 : 0)];
   }
   Sink& sink(proto::Stream s) { return s == proto::Stream::err ? err_ : out_; }
+  void name_ranks(int first, std::vector<UniqueFd>& files);
   void process(int rank, proto::Stream stream, std::string_view bytes);
   void release_held(proto::Stream stream);
   void cut_long_line(proto::Stream stream);
@@ -140,6 +146,7 @@ class OutputRelay {
 
   RelayOptions opt_;
   int size_;
+  int first_size_;  // the size the relay started with: the width of rank directory names
   Sink out_;
   Sink err_;
   std::vector<RankStream> per_rank_;

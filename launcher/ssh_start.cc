@@ -62,7 +62,7 @@ std::vector<JobHooks::OpenedHost> open_ssh_hosts(const LaunchOptions& options,
   std::vector<JobHooks::OpenedHost> out;
   for (const auto& h : plan.hosts) {
     if (h.method != LaunchMethod::ssh || h.local)
-      out.push_back({h.name, nullptr, "not reached over SSH: the job grows by a restart"});
+      out.push_back({h.name, nullptr, "not reached over SSH: the job grows by a restart", true});
   }
   if (std::none_of(plan.hosts.begin(), plan.hosts.end(),
                    [](const PlannedHost& h) { return h.method == LaunchMethod::ssh; }))
@@ -74,11 +74,12 @@ std::vector<JobHooks::OpenedHost> open_ssh_hosts(const LaunchOptions& options,
       out.push_back({check.host,
                      make_ssh_agent_link(check.host, std::move(check.session),
                                          std::move(check.agent_channel)),
-                     ""});
+                     "", false});
     } else {
       out.push_back({check.host, nullptr,
                      "failed the preflight: " + check.detail +
-                         (check.fix.empty() ? std::string() : "; " + check.fix)});
+                         (check.fix.empty() ? std::string() : "; " + check.fix),
+                     false});
     }
   }
   return out;

@@ -161,6 +161,50 @@ TEST_CASE("per-rank files hold the raw bytes in rank directories padded like hor
   CHECK(!ec);
 }
 
+TEST_CASE("ranks added to a running relay get tags, tails and files named as the job began") {
+  char tmpl[] = "/tmp/hvdrun-relay-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl));
+  const std::string dir = std::string(tmpl) + "/out";
+  Fixture fx;
+  {
+    RelayOptions o = fx.options();
+    o.output_dir = dir;
+    OutputRelay relay(o, 9);
+    relay.add(8, Stream::out, "eight ");
+    relay.add(9, Stream::out, "not yet a rank\n");  // dropped: beyond the size
+    CHECK(relay.add_ranks(3).empty());
+    relay.add(8, Stream::out, "old\n");
+    relay.add(11, Stream::out, "eleven\n");
+    relay.add(10, Stream::err, "ten\n");
+    CHECK(relay.stderr_tail(10) == std::vector<std::string>{"ten"});
+    relay.drain();
+  }
+  CHECK(fx.out.contents() == "[8]<stdout>:eight old\n[11]<stdout>:eleven\n");
+  CHECK(fx.err.contents() == "[10]<stderr>:ten\n");
+  // Rank directories keep the width of the job's first size (9: one digit).
+  CHECK(read_file(dir + "/rank.8/stdout") == "eight old\n");
+  CHECK(read_file(dir + "/rank.11/stdout") == "eleven\n");
+  CHECK(read_file(dir + "/rank.10/stderr") == "ten\n");
+  CHECK(!std::filesystem::exists(dir + "/rank.09"));
+
+  // A directory that cannot take the new ranks' files: said, and their output still relayed.
+  {
+    Fixture fx2;
+    RelayOptions o = fx2.options();
+    o.output_dir = std::string(tmpl) + "/out2";
+    OutputRelay relay(o, 1);
+    std::filesystem::create_symlink("/tmp", o.output_dir + "/rank.1");
+    const std::string error = relay.add_ranks(1);
+    CHECK(error.find("rank.1") != std::string::npos);
+    relay.add(1, Stream::out, "still relayed\n");
+    relay.drain();
+    CHECK(fx2.out.contents() == "[1]<stdout>:still relayed\n");
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(tmpl, ec);
+  CHECK(!ec);
+}
+
 TEST_CASE("the relay keeps the last stderr lines of each rank") {
   Fixture fx;
   RelayOptions o = fx.options();

@@ -232,6 +232,67 @@ def test_a_lost_host_keeps_the_surviving_processes_and_comes_back(tmp_path, thre
     assert not any(_alive(r[1]) for pid in joined for r in recs[pid]), recs  # node3's new agent
 
 
+def test_a_host_new_to_the_job_joins_it_in_process(tmp_path, three_hosts):
+    discover = tmp_path / "discover.sh"
+    grow = tmp_path / "grow"
+    # node3 appears once the test creates the file `grow`.
+    discover.write_text(f"#!/bin/sh\necho node1:2; echo node2:2\n"
+                        f"if [ -e '{grow}' ]; then echo node3:2; fi\n")
+    discover.chmod(0o755)
+    outputs = tmp_path / "outputs"
+    proc = _start(tmp_path, 4, ["--host-discovery-script", str(discover), "--min-np", "4",
+                                "--max-np", "6", "--output-filename", str(outputs)],
+                  ssh_config=three_hosts, env={"HVDRUN_DISCOVERY_INTERVAL": "0.5"})
+    try:
+        def all_training():
+            recs = _records(tmp_path)
+            stepping = [r for r in recs.values() if any(x[0] == "step" for x in r)]
+            return recs if len(recs) == 4 and len(stepping) == 4 else None
+        recs = _wait_for("four ranks training", all_training, proc)
+        original = set(recs)
+        by_rank = {_first(r, "start", 0)[3]: pid for pid, r in recs.items()}
+        grow.touch()
+
+        def grown():
+            recs = _records(tmp_path)
+            starts = [_first(r, "start", 1) for r in recs.values()]
+            return recs if sum(1 for x in starts if x) == 6 else None
+        recs = _wait_for("six ranks in generation 1", grown, proc)
+        code, out, err = _finish(proc, tmp_path)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert code == 0, out + err
+    recs = _records(tmp_path)
+    joined = set(recs) - original
+    assert len(joined) == 2, recs  # node3's two processes, no original one replaced
+    original_agents = {_first(recs[pid], "start", 0)[1] for pid in original}
+    new_agents = {_first(recs[pid], "start", 1)[1] for pid in joined}
+    assert len(new_agents) == 1 and not new_agents & original_agents, recs
+    for pid in joined:
+        assert _first(recs[pid], "start", 0) is None, recs[pid]  # never in generation 0
+    # Size 4 -> 6 at a commit: the four original processes moved in place, the new ranks
+    # started from rank 0's committed step.
+    moved_at = _first(recs[by_rank[0]], "start", 1)[5]
+    assert moved_at > 0, recs
+    for pid in original | joined:
+        start = _first(recs[pid], "start", 1)
+        assert start[4] == 6 and start[5] == moved_at, (pid, recs)
+        final = _first(recs[pid], "final")
+        assert final and final[2] == 1 and final[4] == 6 and final[6] == 1, recs[pid]
+    assert sorted(_first(recs[pid], "start", 1)[3] for pid in original) == [0, 1, 2, 3], recs
+    assert sorted(_first(recs[pid], "start", 1)[3] for pid in joined) == [4, 5], recs
+    assert "generation 1 runs in process with 6 ranks (4 kept, 2 started anew)" in err, err
+    assert "restart" not in err, err
+    # The output relay grew: the new processes have their own --output-filename directories.
+    assert sorted(os.listdir(outputs)) == [f"rank.{n}" for n in range(6)], os.listdir(outputs)
+    for n in (4, 5):
+        assert sorted(os.listdir(outputs / f"rank.{n}")) == ["stderr", "stdout"]
+    assert not any(_alive(pid) for pid in recs), recs
+    assert not any(_alive(agent) for agent in original_agents | new_agents), recs
+
+
 # A Horovod elastic program that hvdrun's agent moves in process (the agent played by the
 # test over the rank's control channel, common/control_protocol.h): it says it is elastic,
 # is placed in generation 1 with hosts added, acts on it at its next commit without a
