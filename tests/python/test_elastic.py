@@ -4,7 +4,9 @@ checkpoint; and Horovod's elastic API (hvd.elastic.run, TorchState, ElasticSampl
 failed collective restores the last commit and re-initialises in the same processes, a
 host update interrupts every rank at the same commit, and when a rank raises out of the
 training loop or a host is lost, the surviving processes go on in process from the last
-commit (a new rank started in place of the one that raised, none for the lost host)."""
+commit (a new rank started in place of the one that raised, none for the lost host); a
+host that discovery offers anew, or one new to the job, joins the running ranks in
+process."""
 import os
 import re
 import select
