@@ -130,8 +130,10 @@ int g_failed_generation = -1;
 // agent has moved the rank (the generation ended, or hosts were added): then the
 // placement the agent sent, waited for up to the start timeout. g_mu held.
 runtime::Environment place(runtime::Environment env) {
-  if (env.control_fd >= 0 && g_control == nullptr)
+  if (env.control_fd >= 0 && g_control == nullptr) {
     g_control = new runtime::ControlLink(UniqueFd(env.control_fd));
+    g_control->keep_for_process();
+  }
   if (g_control == nullptr) return env;
   if (g_placement) env = runtime::placed(std::move(env), *g_placement);
   // Until the generation to join is one the agent has not ended already (a survivor may

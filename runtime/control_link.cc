@@ -25,8 +25,10 @@ ControlLink::~ControlLink() {
   const char byte = 's';
   while (::write(stop_write_.get(), &byte, 1) < 0 && errno == EINTR) {
   }
-  reader_.join();
+  if (reader_.joinable()) reader_.join();
 }
+
+void ControlLink::keep_for_process() { reader_.detach(); }
 
 void ControlLink::read_loop() {
   control::Decoder decoder;

@@ -43,6 +43,10 @@ class ControlLink {
   std::optional<control::Placement> pending(int after) const;
   /// True once the channel reached end of file or failed.
   bool closed() const;
+  /// For a link that lives as long as the process and is never destroyed (the runtime's
+  /// own): its reader is detached, so a reader that ended with the channel is not left
+  /// unjoined at exit. The destructor must not run after this.
+  void keep_for_process();
 
  private:
   void read_loop();
