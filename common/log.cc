@@ -11,6 +11,10 @@ namespace hvdrun {
 
 spdlog::logger& log() {
   static const std::shared_ptr<spdlog::logger> own = [] {
+    // spdlog's registry is built here, under this function's own guard: every caller is
+    // then ordered after its construction (spdlog's guard, inside the shared library, is
+    // invisible to ThreadSanitizer).
+    (void)spdlog::default_logger_raw();
     auto l = std::make_shared<spdlog::logger>(kLoggerName,
                                               std::make_shared<spdlog::sinks::stderr_sink_mt>());
     l->set_level(spdlog::level::info);
