@@ -121,6 +121,15 @@ def _alive(pid):
         return f.read().split(")")[-1].split()[0] != "Z"
 
 
+def _ranks_in(tmp_path, proc, generation, count):
+    """Waits until `count` processes have started `generation`; returns the records."""
+    def started():
+        recs = _records(tmp_path)
+        return recs if sum(1 for r in recs.values() if _first(r, "start", generation)) == count \
+            else None
+    return _wait_for(f"{count} ranks in generation {generation}", started, proc)
+
+
 def _first(records, kind, generation=None):
     for r in records:
         if r[0] == kind and (generation is None or r[2] == generation):
@@ -194,11 +203,7 @@ def test_a_lost_host_keeps_the_surviving_processes_and_comes_back(tmp_path, thre
             return recs if all(starts) else None
         recs = _wait_for("the survivors in generation 1", resumed, proc)
 
-        def grown():
-            recs = _records(tmp_path)
-            starts = [_first(r, "start", 2) for r in recs.values()]
-            return recs if sum(1 for x in starts if x) == 6 else None
-        recs = _wait_for("six ranks in generation 2", grown, proc)
+        recs = _ranks_in(tmp_path, proc, 2, 6)
         code, out, err = _finish(proc, tmp_path)
     finally:
         if proc.poll() is None:
@@ -255,11 +260,7 @@ def test_a_host_new_to_the_job_joins_it_in_process(tmp_path, three_hosts):
         by_rank = {_first(r, "start", 0)[3]: pid for pid, r in recs.items()}
         grow.touch()
 
-        def grown():
-            recs = _records(tmp_path)
-            starts = [_first(r, "start", 1) for r in recs.values()]
-            return recs if sum(1 for x in starts if x) == 6 else None
-        recs = _wait_for("six ranks in generation 1", grown, proc)
+        recs = _ranks_in(tmp_path, proc, 1, 6)
         code, out, err = _finish(proc, tmp_path)
     finally:
         if proc.poll() is None:
