@@ -58,6 +58,26 @@ std::string error_of(const std::function<void()>& f) {
   return {};
 }
 
+// Connects to the address published under `key` as soon as it appears and says nothing:
+// (connect's result, the socket).
+std::future<std::pair<int, hvdrun::UniqueFd>> silent_stranger(MemoryStore& store, std::string key) {
+  return std::async(std::launch::async, [&store, key = std::move(key)] {
+    REQUIRE(store.wait_for({key}, 10s).empty());
+    const std::string v = *store.get(key);
+    const auto sp = v.find(' ');
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    REQUIRE(::getaddrinfo(v.substr(0, sp).c_str(),
+                          v.substr(sp + 1, v.find(' ', sp + 1) - sp - 1).c_str(), &hints,
+                          &res) == 0);
+    hvdrun::UniqueFd fd(::socket(res->ai_family, SOCK_STREAM, 0));
+    const int rc = ::connect(fd.get(), res->ai_addr, res->ai_addrlen);
+    ::freeaddrinfo(res);
+    return std::make_pair(rc, std::move(fd));
+  });
+}
+
 }  // namespace
 
 TEST_CASE("frame mesh: allreduce, broadcast, allgather and alltoallv agree with the arithmetic",
@@ -128,21 +148,7 @@ TEST_CASE(
     "[frames][security]") {
   MemoryStore store;
   // A stranger connects to rank 0's port as soon as it is published and says nothing.
-  auto stranger = std::async(std::launch::async, [&store] {
-    REQUIRE(store.wait_for({"t/frames/s/addr/0"}, 10s).empty());
-    const std::string v = *store.get("t/frames/s/addr/0");
-    const auto sp = v.find(' ');
-    addrinfo hints{};
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    REQUIRE(::getaddrinfo(v.substr(0, sp).c_str(),
-                          v.substr(sp + 1, v.find(' ', sp + 1) - sp - 1).c_str(), &hints,
-                          &res) == 0);
-    hvdrun::UniqueFd fd(::socket(res->ai_family, SOCK_STREAM, 0));
-    const int rc = ::connect(fd.get(), res->ai_addr, res->ai_addrlen);
-    ::freeaddrinfo(res);
-    return std::make_pair(rc, std::move(fd));
-  });
+  auto stranger = silent_stranger(store, "t/frames/s/addr/0");
   const auto t0 = std::chrono::steady_clock::now();
   const auto errors = as_ranks(3, [&store](int rank) {
     const std::string secret = rank == 2 ? std::string(64, 'x') : kSecret;
@@ -337,21 +343,7 @@ TEST_CASE("frame mesh: pairs are connected when a collective first needs them", 
   constexpr int kSize = 8;
   MemoryStore store;
   // A stranger connects to rank 0's port as soon as it is published and says nothing.
-  auto stranger = std::async(std::launch::async, [&store] {
-    REQUIRE(store.wait_for({"t/frames/lazy/addr/0"}, 10s).empty());
-    const std::string v = *store.get("t/frames/lazy/addr/0");
-    const auto sp = v.find(' ');
-    addrinfo hints{};
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    REQUIRE(::getaddrinfo(v.substr(0, sp).c_str(),
-                          v.substr(sp + 1, v.find(' ', sp + 1) - sp - 1).c_str(), &hints,
-                          &res) == 0);
-    hvdrun::UniqueFd fd(::socket(res->ai_family, SOCK_STREAM, 0));
-    const int rc = ::connect(fd.get(), res->ai_addr, res->ai_addrlen);
-    ::freeaddrinfo(res);
-    return std::make_pair(rc, std::move(fd));
-  });
+  auto stranger = silent_stranger(store, "t/frames/lazy/addr/0");
   const auto t0 = std::chrono::steady_clock::now();
   const auto pairs = as_ranks(kSize, [&store](int rank) {
     FrameComm comm(store, "t/frames/lazy", rank, kSize, ip_of(rank), kSecret, 20s, 20s);
