@@ -62,7 +62,15 @@ def main():
             exc = _pickle.dumps(e)
         except Exception:  # noqa: BLE001 - an unpicklable exception still reports its text
             exc = b""
-        chan.send(b"E" + _pickle.dumps((text, exc)))
+        try:
+            chan.send(b"E" + _pickle.dumps((text, exc)))
+            # The caller has the traceback (JobFailed's message quotes it): one line here,
+            # so that it is not printed again by the rank and in hvdrun's report.
+            line = traceback.format_exception_only(type(e), e)[-1].rstrip("\n")
+            text = (f"hvdrun.run: rank {rank} raised {line} "
+                    f"(its traceback is in the caller's JobFailed)\n")
+        except OSError:
+            pass  # the caller is gone: the traceback goes to stderr, for hvdrun to quote
         sock.close()
         sys.stderr.write(text)
         sys.stderr.flush()

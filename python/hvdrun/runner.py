@@ -513,8 +513,9 @@ def _outcome(collector, code, own_lines, num_proc):
     if code == 0 and not failures and len(results) == num_proc:
         return [results[r][1] for r in range(num_proc)]
     message = "\n".join(own_lines).strip()
-    if not message and failures:
-        message = f"rank {failures[0][0]} raised:\n{failures[0][1][0]}"
+    if failures:  # the traceback, which the rank sent here instead of printing it
+        raised = f"rank {failures[0][0]} raised:\n{failures[0][1][0]}".rstrip("\n")
+        message = f"{message}\n{raised}" if message else raised
     if not message:
         missing = sorted(set(range(num_proc)) - set(results))
         message = (f"hvdrun exited with {code}; no result from ranks {missing}")

@@ -61,7 +61,7 @@ def raising_on_rank_1():
     return "unreachable"
 
 
-def test_a_rank_exception_raises_in_the_caller_with_the_launcher_message():
+def test_a_rank_exception_raises_in_the_caller_with_the_launcher_message(capfd):
     with pytest.raises(hvdrun.JobFailed) as e:
         hvdrun.run(raising_on_rank_1, np=2)
     err = e.value
@@ -69,6 +69,13 @@ def test_a_rank_exception_raises_in_the_caller_with_the_launcher_message():
     assert "rank 1 on host localhost exited with code 1" in str(err)
     assert "Deliberate: rank 1 gives up" in str(err)
     assert isinstance(err.__cause__, Deliberate)
+    # The traceback once, in JobFailed: neither the rank's stderr (relayed by hvdrun) nor
+    # hvdrun's quote of it repeats it.
+    assert str(err).count("Traceback (most recent call last)") == 1, str(err)
+    assert 'raise Deliberate("rank 1 gives up")' in str(err)
+    printed = capfd.readouterr().err
+    assert "Traceback" not in printed, printed
+    assert "Deliberate: rank 1 gives up (its traceback is in the caller" in printed, printed
 
 
 def test_unsupported_arguments_name_themselves():
