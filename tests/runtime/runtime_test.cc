@@ -133,7 +133,7 @@ TEST_CASE("no job variables at all: a single process, unless another launcher st
                     Catch::Contains("torchrun") && Catch::Contains("unset WORLD_SIZE"));
 }
 
-TEST_CASE("a C program started without hvdrun runs as rank 0 of 1", "[runtime][job]") {
+TEST_CASE("a C or C++ program started without hvdrun runs as rank 0 of 1", "[runtime][job]") {
   // No HVDRUN_* variables, whatever the environment running the tests holds.
   std::vector<std::string> argv = {"/usr/bin/env"};
   for (const char* n :
@@ -145,13 +145,19 @@ TEST_CASE("a C program started without hvdrun runs as rank 0 of 1", "[runtime][j
     argv.emplace_back(n);
   }
   argv.emplace_back("HVDRUN_NCCL=off");
-  argv.emplace_back(HVDRUN_BINARY_DIR "/tests/runtime/runtime_c_worker");
-  for (const std::string mode : {"", "async"}) {
+  // The C worker (the C ABI), plain and asynchronous, and the C++ worker's collectives
+  // (hvdrun::allreduce, broadcast, allgather of the C++ API).
+  const std::vector<std::vector<std::string>> programs = {
+      {HVDRUN_BINARY_DIR "/tests/runtime/runtime_c_worker"},
+      {HVDRUN_BINARY_DIR "/tests/runtime/runtime_c_worker", "async"},
+      {HVDRUN_BINARY_DIR "/tests/runtime/runtime_worker", "collectives"}};
+  for (const auto& program : programs) {
     auto args = argv;
-    if (!mode.empty()) args.push_back(mode);
+    args.insert(args.end(), program.begin(), program.end());
+    const std::string mode = program.size() > 1 ? program[1] : "";
     hvdrun::testing::CapturedProcess p(args);
     const int code = p.wait(60s);
-    INFO("mode '" << mode << "'\nstdout:\n" << p.out << "\nstderr:\n" << p.err);
+    INFO(program[0] << " '" << mode << "'\nstdout:\n" << p.out << "\nstderr:\n" << p.err);
     CHECK(code == 0);
     if (mode.empty()) CHECK(p.out == "rank 0: ok\n");
     // One info line, naming what happened and what to run for more ranks.
