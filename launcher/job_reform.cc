@@ -268,8 +268,8 @@ void Job::start_fresh(const std::vector<int>& fresh, const std::string& why) {
   }
   if (!fresh.empty()) start_deadline_ = now() + std::chrono::seconds(opt_.start_timeout_s);
   const int kept = placement_.size() - static_cast<int>(fresh.size());
-  spdlog::debug("generation {}: {} ranks ({} kept, {} started anew)", generation_,
-                placement_.size(), kept, fresh.size());
+  spdlog::debug("generation {}: {} ({} kept, {} started anew)", generation_,
+                counted(placement_.size(), "rank"), kept, fresh.size());
   if (hooks_.reformed)
     hooks_.reformed(generation_, placement_.size(), kept, static_cast<int>(fresh.size()), why);
 }
