@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -233,9 +234,24 @@ void Job::on_fatal(Host& h, const proto::Fatal& f) {
   }
   if (!stopping()) {
     fail(exit_status::kLaunchFailed, "hvdrun: host " + h.name + ": " + f.message + "\n", {h.name});
+  } else if (repeats_outcome(h, f.message)) {
+    // Every rank of a missing program fails the same way: the verdict says it once.
+    spdlog::debug("host {}: {}", h.name, f.message);
   } else {
     spdlog::warn("host {}: {}", h.name, f.message);
   }
+}
+
+// Whether `message` ("cannot start rank N: why") gives the same host and reason as the
+// failure that decided the job, for another rank.
+bool Job::repeats_outcome(const Host& h, const std::string& message) const {
+  static constexpr std::string_view kStart = "cannot start rank ";
+  if (!outcome_ || message.rfind(kStart, 0) != 0) return false;
+  const auto colon = message.find(": ");
+  if (colon == std::string::npos) return false;
+  const std::string& verdict = outcome_->message;
+  return verdict.rfind("hvdrun: host " + h.name + ": " + std::string(kStart), 0) == 0 &&
+         verdict.find(message.substr(colon)) != std::string::npos;
 }
 
 void Job::check_start_deadline(Clock::time_point t) {

@@ -124,6 +124,7 @@ class Job {
   Failure rank_failure(const Host& h, const proto::RankExited& ex, int others);
   void decide_held_failure();
   void on_fatal(Host& h, const proto::Fatal& f);
+  bool repeats_outcome(const Host& h, const std::string& message) const;
   void on_rank_stopped(Host& h, const proto::RankStopped& stop);
   Host* owner_of(Host& h, int rank, const char* what);
   void rank_done(int rank);

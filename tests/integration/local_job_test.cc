@@ -106,10 +106,13 @@ TEST_CASE("a rank killed by a signal makes hvdrun exit 128+signal") {
 }
 
 TEST_CASE("a command that does not exist fails the launch with 255, saying what to do") {
-  Hvdrun h({"-np", "2", "no-such-command-hvdrun-test"});
+  Hvdrun h({"-np", "4", "no-such-command-hvdrun-test"});
   CHECK(h.wait() == 255);
   CHECK_THAT(h.err, Catch::Contains("cannot execute 'no-such-command-hvdrun-test': No such file") &&
                         Catch::Contains("install it on this host or give its full path"));
+  // Said once for the 4 ranks, not once per rank (the later ones as warnings).
+  CHECK(count(h.err, "cannot execute") == 1);
+  CHECK_THAT(h.err, !Catch::Contains("[warning]"));
   TempDir tmp("noexec");
   const std::string script = tmp.path() + "/train.sh";
   { std::ofstream(script) << "echo never\n"; }  // not executable
