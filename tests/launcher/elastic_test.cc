@@ -81,8 +81,8 @@ TEST_CASE("discovery output: 160,000 host lines parse in well under a second, no
   WARN("parsed " << kLines << " discovery lines in " << s << " s");
   REQUIRE(hosts.size() == kLines);
   CHECK(hosts.back().name == "node159999");
-  // Generous against a loaded machine: the quadratic check took 42 s, the hashed one ~0.1 s.
-  CHECK(s < 5.0 * testing::kSlowdown);
+  // Under a second, as asked: the quadratic check took 42 s, the hashed one 0.12 s at load 10.
+  CHECK(s < 1.0 * testing::kSlowdown);
   // The last line repeating the first is still caught.
   text += "NODE0\n";
   CHECK_THROWS_WITH(parse_discovery_output(text, 1, "d.sh"),
