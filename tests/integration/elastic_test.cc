@@ -184,7 +184,7 @@ TEST_CASE("elastic: a discovery script that prints garbage is reported and the j
            {"HVDRUN_DISCOVERY_INTERVAL=0.3"});
   CHECK(h.wait(20s * kSlow) == 255);
   CHECK_THAT(h.err, Catch::Contains("line 1 ('node1:many')") &&
-                        Catch::Contains("its stderr: look here") &&
+                        Catch::Contains("its stderr: look here; gave up after") &&
                         Catch::Contains(" s of failures (--elastic-timeout 1)"));
   // The time it names is the time it waited: never short of the timeout (it said "after
   // --elastic-timeout 5 s" at 3.0 s when the next try would have come too late).
