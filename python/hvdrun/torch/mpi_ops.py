@@ -34,8 +34,7 @@ from hvdrun.torch.compression import Compression
 HorovodInternalError = HvdrunError
 
 _WHAT = "hvdrun.torch"
-_C_OP = {Average: _lib.AVERAGE, Sum: _lib.SUM, Min: _lib.MIN, Max: _lib.MAX,
-         Product: _lib.PRODUCT}
+_C_OP = _job.C_OP
 
 _NATIVE = {
     torch.int32: _lib.INT32,
@@ -78,48 +77,15 @@ def init(comm=None, process_sets=None):
 
 def shutdown():
     """Leaves the job and releases the communicators. Collectives still pending are
-    waited for first. Idempotent."""
+    waited for first. Idempotent. Pooled output memory is released as its tensors go."""
     _job.shutdown(_WHAT)
     with _pending_lock:
         _pending.clear()
+    _outputs.clear()
 
 
-def rank():
-    """This process's rank in [0, size())."""
-    return _job.query(_WHAT, "rank")
-
-
-def size():
-    """Number of ranks in the job."""
-    return _job.query(_WHAT, "size")
-
-
-def generation():
-    """The job's generation: 0, or in elastic mode (hvdrun --min-np,
-    --host-discovery-script, --reset-limit) the number of restarts so far. A program
-    above 0 resumes from its own checkpoint (an hvdrun extension: Horovod has no such
-    call)."""
-    return _job.query(_WHAT, "generation")
-
-
-def local_rank():
-    """Rank among the ranks on this host (use it to pick a GPU)."""
-    return _job.query(_WHAT, "local_rank")
-
-
-def local_size():
-    """Number of ranks on this host."""
-    return _job.query(_WHAT, "local_size")
-
-
-def cross_rank():
-    """Index of this host among the hosts."""
-    return _job.query(_WHAT, "cross_rank")
-
-
-def cross_size():
-    """Number of hosts with a rank of this local_rank."""
-    return _job.query(_WHAT, "cross_size")
+(rank, size, local_rank, local_size, cross_rank, cross_size,
+ generation) = _job.queries(_WHAT, __name__)
 
 
 def mpi_threads_supported():
