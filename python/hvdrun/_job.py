@@ -71,9 +71,9 @@ _QUERY_DOCS = {
     "cross_rank": "Index of this host among the hosts.",
     "cross_size": "Number of hosts with a rank of this local_rank.",
     "generation": ("The job's generation: 0, or in elastic mode (hvdrun --min-np,\n"
-                   "    --host-discovery-script, --reset-limit) the number of restarts so far. A\n"
-                   "    program above 0 resumes from its own checkpoint (an hvdrun extension: Horovod\n"
-                   "    has no such call)."),
+                   "    --host-discovery-script, --reset-limit) the number of restarts so far.\n"
+                   "    A program above 0 resumes from its own checkpoint (an hvdrun extension:\n"
+                   "    Horovod has no such call)."),
 }
 
 

@@ -493,31 +493,35 @@ _NO_COMPRESSION = Compression.none
 
 
 class _Plan:
-    __slots__ = ("c", "ref", "size", "keep", "numel", "nbytes", "pooled")
+    __slots__ = ("c", "ref", "size", "keep", "numel", "nbytes", "pooled", "run")
 
     def __init__(self, c, ref, size, keep, numel, nbytes):
         self.c, self.ref, self.size, self.keep = c, ref, ctypes.c_size_t(size), keep
         self.numel, self.nbytes = numel, nbytes
         self.pooled = nbytes >= _outputs.POOLED_FROM
+        self.run = _lib.raw("hvdrun_run")  # no argtypes: ref and size are ctypes objects
 
 
 def _plan(tensor, op, name):
-    """The prepared call for tensors like `tensor` reduced with `op` (as given by the caller)
-    under `name`, or _NOT_PLAIN; cached for this thread. Validates what the general path
-    would (the op, the dtype) before anything is cached."""
-    ctype = _NATIVE.get(tensor.dtype)
-    if ctype is None or not (name is None or type(name) is str):
+    """The prepared call for tensors like `tensor` reduced with `op` (as the caller gave it)
+    under `name`, or _NOT_PLAIN for the general path; cached for this thread when `name` is
+    a string or None. An op hvdrun lacks raises here, and nothing is cached for it."""
+    if not (name is None or type(name) is str):
         return _NOT_PLAIN
-    resolved = _resolve_op(op, None, "allreduce")
-    c, ref, size_, keep = _description(_lib.KIND_ALLREDUCE, ctype, _C_OP[resolved], 0, False,
-                                       name, tensor, 1.0, 1.0, 0)
-    c.count = tensor.numel()
-    c.cuda_stream = None
+    ctype = _NATIVE.get(tensor.dtype)
+    plan = _NOT_PLAIN
+    if ctype is not None:
+        resolved = _resolve_op(op, None, "allreduce")
+        c, ref, size_, keep = _description(_lib.KIND_ALLREDUCE, ctype, _C_OP[resolved], 0,
+                                           False, name, tensor, 1.0, 1.0, 0)
+        c.count = tensor.numel()
+        c.cuda_stream = None
+        plan = _Plan(c, ref, size_, keep, tensor.numel(),
+                     tensor.numel() * tensor.element_size())
     plans = getattr(_plans, "cache", None)
     if plans is None or len(plans) >= _DESCRIBED_MAX:
         plans = _plans.cache = {}
-    plan = plans[(tensor.dtype, tensor.shape, op, name)] = _Plan(
-        c, ref, size_, keep, tensor.numel(), tensor.numel() * tensor.element_size())
+    plans[(tensor.dtype, tensor.shape, op, name)] = plan
     return plan
 
 
@@ -529,21 +533,10 @@ def _run_plan(plan, tensor):
     c = plan.c
     c.send = tensor.data_ptr()
     c.recv = out.data_ptr()
-    rc = _run_raw()(plan.ref, plan.size)
+    rc = plan.run(plan.ref, plan.size)
     if rc < 0:
         _check(rc, "allreduce")
     return out
-
-
-_raw = None
-
-
-def _run_raw():
-    """hvdrun_run without argtypes, for calls that pass ctypes objects built once."""
-    global _raw
-    if _raw is None:
-        _raw = _lib.raw("hvdrun_run")
-    return _raw
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
@@ -573,7 +566,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
             plan = _plan(tensor, op, name)
         if plan is not _NOT_PLAIN:
             return _run_plan(plan, tensor)
-    ps = _check_process_set(process_set, "allreduce")
+    _check_process_set(process_set, "allreduce")
     op = _resolve_op(op, average, "allreduce")
     compressed, ctx = compression.compress(tensor)
     reduced = _AllreduceFn.apply(compressed, op, prescale_factor, postscale_factor, name,

@@ -48,7 +48,8 @@ elems = _outputs.POOLED_FROM // 4 * 2  # 32 MiB of float32
 big = torch.full((elems,), mine)
 out = hvd.allreduce(big, op=hvd.Sum)
 assert out.data_ptr() != big.data_ptr() and out.shape == big.shape and out.is_contiguous()
-assert torch.equal(out, torch.full((elems,), total)) and torch.equal(big, torch.full((elems,), mine))
+assert torch.equal(out, torch.full((elems,), total))
+assert torch.equal(big, torch.full((elems,), mine)), "allreduce modified its input"
 assert _outputs.pooled_count() == (1, 0), _outputs.pooled_count()
 first = out.data_ptr()
 del out
