@@ -651,7 +651,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     a handle whose synchronize() returns it. `tensor` is not modified."""
     ps = _check_process_set(process_set, "broadcast_async")
     _device_of(tensor, "broadcast_async")
-    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    output = _output_like(tensor)
     return _broadcast_async(tensor, output, root_rank, "broadcast_async", name, ps)
 
 

@@ -68,7 +68,7 @@ assert torch.equal(view, torch.full((4,), total)), "a live view's memory was reu
 del view, other
 assert _outputs.pooled_count() == (2, 2), _outputs.pooled_count()
 
-# The async and autograd paths draw from the pool as well; shapes and dtypes are kept.
+# The async, autograd and broadcast paths draw from the pool as well; shapes and dtypes are kept.
 h = hvd.allreduce_async(big.view(2, -1), op=hvd.Max)
 got = hvd.synchronize(h)
 assert got.shape == (2, elems // 2) and torch.equal(got, torch.full((2, elems // 2), float(n)))
@@ -82,6 +82,13 @@ del res, g
 halves = torch.full((elems,), r + 1, dtype=torch.float16)
 assert torch.equal(hvd.allreduce(halves, op=hvd.Sum),
                    torch.full((elems,), total, dtype=torch.float16))
+
+# broadcast: the root's values in a new tensor, the input left alone.
+src = torch.full((elems,), mine)
+got = hvd.broadcast(src, root_rank=n - 1)
+assert got.data_ptr() != src.data_ptr() and torch.equal(got, torch.full((elems,), float(n)))
+assert torch.equal(src, torch.full((elems,), mine)), "broadcast modified its input"
+del got, src
 
 # Threads reducing at once, each with its own prepared description, all through the pool.
 results, errors = {}, []
