@@ -483,9 +483,9 @@ class _AllreduceFn(torch.autograd.Function):
 # contiguous CPU tensor of a type the library reduces natively, every rank, no gradient to
 # record, no scaling or compression. A call then allocates the output, fills in the two
 # buffer addresses of the prepared description and makes one C call on this thread with
-# ctypes objects built once (ctypes converts nothing). Measured per call, 1 float at np 1:
-# 8.1 us through the general checks, 3.x us this way; the rest is torch.empty_like and the
-# library's own call.
+# ctypes objects built once (ctypes converts nothing). CPU time per call, 1 float at np 1
+# on the 2-core machine: 2.4 us, against 3.9 us when each call looked its description up
+# by eleven fields and ctypes converted its arguments; 0.76 us of it is torch.empty_like.
 _plans = threading.local()
 _NOT_PLAIN = object()  # cached for a key whose tensors take the general path
 _STRIDED = torch.strided
