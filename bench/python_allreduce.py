@@ -1,9 +1,11 @@
-"""One side of bench/python_allreduce.sh: float32 Sum allreduce from Python, started by
-hvdrun. `hvdrun` times hvdrun.torch's hvd.allreduce (a new output tensor per call, as a
-program writes it); `torch` times torch.distributed's gloo all_reduce (in place, its only
-form). Rank 0 prints "result impl=… bytes=… us=…" per size: the median of ROUNDS timed
+"""One side of bench/python_allreduce.sh: float32 Sum allreduce from Python. `hvdrun` times
+hvdrun.torch's hvd.allreduce (a new output tensor per call, as a program writes it), started
+by hvdrun; `horovod` the same program on Horovod's horovod.torch, started by `horovodrun
+--gloo`; `torch` times torch.distributed's gloo all_reduce (in place, its only form), started
+by hvdrun. Rank 0 prints "result impl=… bytes=… us=…" per size: the median of 5 timed
 batches, each about 0.2 s of calls after a warm-up.
 Usage: hvdrun -np N python3 bench/python_allreduce.py hvdrun|torch BYTES...
+       horovodrun --gloo -np N python3 bench/python_allreduce.py horovod BYTES...
 """
 import statistics
 import sys
@@ -14,8 +16,11 @@ import torch
 
 def main():
     impl, sizes = sys.argv[1], [int(a) for a in sys.argv[2:]]
-    if impl == "hvdrun":
-        import hvdrun.torch as hvd
+    if impl in ("hvdrun", "horovod"):
+        if impl == "hvdrun":
+            import hvdrun.torch as hvd
+        else:
+            import horovod.torch as hvd
         hvd.init()
         rank = hvd.rank()
 
@@ -43,7 +48,7 @@ def main():
         def barrier():
             dist.barrier()
     else:
-        sys.exit(f"python_allreduce.py: unknown implementation {impl!r} (hvdrun or torch)")
+        sys.exit(f"python_allreduce.py: unknown implementation {impl!r} (hvdrun, horovod or torch)")
     for nbytes in sizes:
         t = torch.ones(max(nbytes // 4, 1), dtype=torch.float32)
         for _ in range(3):

@@ -63,6 +63,37 @@ def query(what, name):
     return v
 
 
+_QUERY_DOCS = {
+    "rank": "This process's rank in [0, size()).",
+    "size": "Number of ranks in the job.",
+    "local_rank": "Rank among the ranks on this host (use it to pick a GPU).",
+    "local_size": "Number of ranks on this host.",
+    "cross_rank": "Index of this host among the hosts.",
+    "cross_size": "Number of hosts with a rank of this local_rank.",
+    "generation": ("The job's generation: 0, or in elastic mode (hvdrun --min-np,\n"
+                   "    --host-discovery-script, --reset-limit) the number of restarts so far.\n"
+                   "    A program above 0 resumes from its own checkpoint (an hvdrun extension:\n"
+                   "    Horovod has no such call)."),
+}
+
+
+def queries(what, module):
+    """Horovod's rank and size queries for the binding `what` ("hvdrun.torch"), as functions
+    of `module` in the order of _QUERIES: rank, size, local_rank, local_size, cross_rank,
+    cross_size, generation. Each raises ValueError naming `what` before init()."""
+
+    def bound(name):
+        def fn():
+            return query(what, name)
+
+        fn.__name__ = fn.__qualname__ = name
+        fn.__module__ = module
+        fn.__doc__ = _QUERY_DOCS[name]
+        return fn
+
+    return tuple(bound(name) for name in _QUERIES)
+
+
 def _install_hooks():
     global _hooks_installed
     with _state_lock:
@@ -103,6 +134,9 @@ Min = 3
 Max = 4
 Product = 5
 OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product"}
+# Horovod's op values to the C ABI's hvdrun_op.
+C_OP = {Average: _lib.AVERAGE, Sum: _lib.SUM, Min: _lib.MIN, Max: _lib.MAX,
+        Product: _lib.PRODUCT}
 
 
 def resolve_op(op, average, what):

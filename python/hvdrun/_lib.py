@@ -161,6 +161,15 @@ def lib():
     return _lib
 
 
+def raw(name, restype=ctypes.c_int):
+    """A new function object for `name` with no argtypes: a hot path that passes ctypes
+    objects built once (byref() of a structure, c_size_t) spares ctypes converting each
+    argument on every call. The caller must pass exactly the C types."""
+    fn = lib()[name]
+    fn.restype = restype
+    return fn
+
+
 def last_error(default="unknown error"):
     """hvdrun_last_error() of this thread, decoded."""
     msg = lib().hvdrun_last_error()

@@ -10,6 +10,13 @@ def test_api_local(np):
     expect_ok(run_job(np, "api_worker.py"), np)
 
 
+@pytest.mark.parametrize("np", [1, 2])
+def test_allreduce_prepared_and_pooled_outputs(np):
+    # The common case's prepared calls (ops, dtypes, names, non-contiguous, gradients) and
+    # large outputs from the pool: reused once freed, never while a view lives, from threads.
+    expect_ok(run_job(np, "outputs_worker.py"), np)
+
+
 def test_objects_are_unpickled_only_from_authenticated_bytes(tmp_path):
     marker = tmp_path / "planted"
     job = run_job(3, "object_auth_worker.py", marker)
