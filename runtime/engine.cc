@@ -181,7 +181,7 @@ void Engine::await(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mute
   }
 }
 
-void Engine::run(Request req, Body body, const void* small_input) {
+void Engine::run(const Request& req, Body body, const void* small_input) {
   // The slot lives on this stack: run() returns only once it is done and out of the
   // queue, so the queue holds it by a pointer that owns nothing (no allocation).
   Slot local;
@@ -241,9 +241,14 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
       s->done = true;
     }
     queue_.clear();
-    if (mine->body == nullptr && mine->req.seq == kAutoShutdown) closed_ = true;
+    if (mine->body == nullptr && mine->req.seq == kAutoShutdown)
+      closed_.store(true, std::memory_order_release);
   } else if (mine->body || mine->then) {
-    lock.unlock();
+    // A collective that rode in the round (rd.inline_data) only reduces the round's
+    // payloads: its body runs without the lock given up and taken back (Body's contract).
+    // Any other body moves data, and submitters must not wait on the lock meanwhile.
+    const bool keep_lock = rd.inline_data && !mine->then;
+    if (!keep_lock) lock.unlock();
     bool fatal = false;
     try {
       // The transports mark their phases on this collective's row (timeline.h).
@@ -256,7 +261,7 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
       fatal = true;
     }
     if (!mine->error && mine->then) mine->then(rd);
-    lock.lock();
+    if (!keep_lock) lock.lock();
     if (fatal) fail_all(mine->error);
   }
   if (tl != nullptr) tl->end_all(mine->row, tensor_type(rd.request), tensor_shape(rd.request));
@@ -296,7 +301,9 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
       }
     }
     brief_of(mine, cache_, brief_);
-    const Request head_request = queue_.front()->req;
+    // For the transport's message only. The slot stays put while this driver exchanges:
+    // only the driver takes slots out of the queue, and others only append.
+    const Request* head_request = &queue_.front()->req;
     if (hooks_.timeline != nullptr) hooks_.timeline->cycle();
     const std::uint64_t seen = submissions_;
     exchanging_round_ = rounds_;
@@ -306,9 +313,9 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
     bool learned = false;
     bool brief = false;
     try {
-      hooks_.exchange(&brief_, briefs_.data(), sizeof(Brief), &head_request);
+      hooks_.exchange(&brief_, brief_.bytes(), briefs_.data(), sizeof(Brief), head_request);
       if (needs_windows(briefs_)) {
-        hooks_.exchange(&mine, table.data(), sizeof(Window), &head_request);
+        hooks_.exchange(&mine, sizeof(Window), table.data(), sizeof(Window), head_request);
         learned = true;
       } else if (!(brief = plan_briefs(briefs_, cache_, book_, plan_))) {
         expand(briefs_, cache_, table);
@@ -368,9 +375,12 @@ void Engine::mark_ready(bool from_briefs) {
       bool has = false;
       if (from_briefs) {
         const Brief& b = briefs_[static_cast<std::size_t>(r)];
-        for (std::uint32_t i = 0; i < b.count && !has; ++i) {
-          Request q = cache_.at(b.entries[i].id);
-          q.seq = b.entries[i].seq;
+        for (std::uint32_t i = 0; i < b.count && i < static_cast<std::uint32_t>(kWindow) && !has;
+             ++i) {
+          const BriefEntry e = b.entry(i);
+          if (e.id >= cache_.size()) continue;
+          Request q = cache_.at(e.id);
+          q.seq = e.seq;
           has = same_key(q, s->req);
         }
       } else {
@@ -404,10 +414,7 @@ void Engine::join_shutdown(const std::vector<Window>& table) {
   ++submissions_;
 }
 
-bool Engine::closed() {
-  std::lock_guard lock(mu_);
-  return closed_;
-}
+bool Engine::closed() { return closed_.load(std::memory_order_acquire); }
 
 void Engine::worker() {
   std::unique_lock lock(mu_);

@@ -308,6 +308,15 @@ class HostComm::Impl {
     });
   }
 
+  void allgather_upto(const void* send, std::size_t used, void* recv, std::size_t bytes) {
+    if (world_gloo_ || across_hosts_ || !shm_ || !in_rank_order_) {
+      allgather(send, recv, bytes);
+      return;
+    }
+    const TimelineActivity a("SHM_ALLGATHER");
+    shm_->allgather_upto(send, used, recv, bytes);
+  }
+
   // Alltoallv: m[i * n + j] bytes go from rank i to rank j (every rank has the whole
   // matrix). Inside a host the ranks stream through the segment; across hosts each host's
   // ranks stream to their leader, the leaders exchange pairwise over their mesh, and each leader
@@ -546,6 +555,9 @@ void HostComm::broadcast(void* buf, std::size_t bytes, int root) {
 }
 void HostComm::allgather(const void* send, void* recv, std::size_t bytes) {
   impl_->allgather(send, recv, bytes);
+}
+void HostComm::allgather_upto(const void* send, std::size_t used, void* recv, std::size_t bytes) {
+  impl_->allgather_upto(send, used, recv, bytes);
 }
 void HostComm::alltoallv(const void* send, void* recv, const std::vector<std::size_t>& matrix) {
   impl_->alltoallv(send, recv, matrix);

@@ -15,7 +15,10 @@
 // plan() is a pure function of the table, so it is tested without any transport.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -167,15 +170,39 @@ struct BriefEntry {
   std::int64_t seq = -1;  ///< the request's position (its only per-call field)
 };
 
-/// What one rank puts into a round first: its window as cache ids.
+/// What one rank puts into a round first: its window as cache ids. Packed: the payload
+/// follows the `count` entries in `body`, so a brief's first bytes() are all of it and only
+/// those cross the transport (the steady state's brief, one entry and 8 bytes of payload,
+/// is 40 bytes: one cache line instead of the whole struct's seven).
 struct Brief {
-  std::uint32_t count = 0;         ///< entries used
+  std::uint32_t count = 0;         ///< entries used (at most kWindow)
   std::uint32_t uncached = 0;      ///< 1: some request is not in the cache: windows follow
-  std::uint32_t inline_bytes = 0;  ///< as Window::inline_bytes
+  std::uint32_t inline_bytes = 0;  ///< as Window::inline_bytes (at most kInlineBytes)
   std::uint32_t reserved = 0;
-  BriefEntry entries[kWindow];
-  alignas(16) unsigned char payload[kInlineBytes] = {};
+  /// entries[0, count) as BriefEntry, then inline_bytes of payload.
+  alignas(16) unsigned char body[kWindow * sizeof(BriefEntry) + kInlineBytes] = {};
+
+  BriefEntry entry(std::uint32_t i) const {
+    BriefEntry e;
+    std::memcpy(&e, body + i * sizeof(BriefEntry), sizeof e);
+    return e;
+  }
+  void set_entry(std::uint32_t i, const BriefEntry& e) {
+    std::memcpy(body + i * sizeof(BriefEntry), &e, sizeof e);
+  }
+  /// The inline payload: right after the entries (count must be set first).
+  const unsigned char* payload() const { return body + clamped_count() * sizeof(BriefEntry); }
+  unsigned char* payload() { return body + clamped_count() * sizeof(BriefEntry); }
+  /// The bytes of this brief that carry anything: the header, the entries, the payload.
+  std::size_t bytes() const {
+    return offsetof(Brief, body) + clamped_count() * sizeof(BriefEntry) +
+           std::min<std::size_t>(inline_bytes, kInlineBytes);
+  }
+
+ private:
+  std::size_t clamped_count() const { return std::min<std::size_t>(count, kWindow); }
 };
+static_assert(offsetof(Brief, body) == 16 && sizeof(BriefEntry) == 16);
 
 /// The requests earlier rounds agreed on, by id. Pure: the same calls give the same ids on
 /// every rank.

@@ -34,17 +34,21 @@ using namespace std::chrono_literals;
 namespace {
 
 // The ranks' rounds meet here: an allgather among threads, with a deadline so a bug
-// fails the test instead of hanging it.
+// fails the test instead of hanging it. Like the shared segment, it moves only the
+// `used` bytes of each block; the rest of each block arrives as garbage, so a reader
+// that looks past what a block says it holds gets it wrong.
 class FakeNet {
  public:
   explicit FakeNet(int n) : n_(n), table_(static_cast<std::size_t>(n)) {}
 
-  void exchange(int rank, const void* mine, void* all, std::size_t bytes) {
+  void exchange(int rank, const void* mine, std::size_t used, void* all, std::size_t bytes) {
     std::unique_lock lock(mu_);
     if (broken_) throw std::runtime_error("transport broken");
+    if (used > bytes) throw std::runtime_error("a block's used bytes exceed the block");
     const long long gen = gen_;
     auto& slot = table_[static_cast<std::size_t>(rank)];
-    slot.assign(static_cast<const char*>(mine), static_cast<const char*>(mine) + bytes);
+    slot.assign(bytes, static_cast<char>(0xA5));
+    std::memcpy(slot.data(), mine, used);
     if (++arrived_ == n_) {
       result_ = table_;
       arrived_ = 0;
@@ -87,9 +91,8 @@ struct Ranks {
   explicit Ranks(int n, StallPolicy stall = {}) : net(n) {
     for (int r = 0; r < n; ++r) {
       Engine::Hooks h;
-      h.exchange = [this, r](const void* mine, void* all, std::size_t bytes, const Request*) {
-        net.exchange(r, mine, all, bytes);
-      };
+      h.exchange = [this, r](const void* mine, std::size_t used, void* all, std::size_t bytes,
+                             const Request*) { net.exchange(r, mine, used, all, bytes); };
       h.stand_in = [this, r](const Ready& rd) {
         std::lock_guard lock(mu);
         stand_ins.push_back(std::to_string(r) + ":" + hvdrun::runtime::label(rd.request));
@@ -521,6 +524,15 @@ TEST_CASE(
   Brief b;
   hvdrun::runtime::brief_of(w, cache, b);
   CHECK(b.uncached == 0);
+  // Packed: a header and one entry travel, not the whole struct; a payload follows the
+  // entries at once.
+  CHECK(b.bytes() == 32);
+  w.inline_bytes = 8;
+  std::memcpy(w.payload, "payload!", 8);
+  hvdrun::runtime::brief_of(w, cache, b);
+  CHECK(b.bytes() == 40);
+  CHECK(std::memcmp(b.payload(), "payload!", 8) == 0);
+  CHECK(b.payload() == b.body + 16);
   std::vector<Window> rebuilt;
   hvdrun::runtime::expand({b, b}, cache, rebuilt);
   REQUIRE(rebuilt.size() == 2);
