@@ -279,6 +279,7 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
   std::vector<Window>& table = table_;  // one driver at a time: reused, not reallocated
   table.resize(static_cast<std::size_t>(size_));
   briefs_.resize(static_cast<std::size_t>(size_));
+  const std::size_t inline_limit = std::min(hooks_.inline_limit, kInlineCapacity);
   while (!queue_.empty() && !until() && failure_.empty() && !stopping_) {
     // The collectives not announced yet, oldest first; the first one's input rides in the
     // round when it is small enough (Window::payload).
@@ -295,7 +296,7 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
     if (mine.count > 0 && fresh[0]->small_input != nullptr) {
       const Request& q = fresh[0]->req;
       const std::size_t bytes = q.count * dtype_size(static_cast<DataType>(q.dtype));
-      if (bytes > 0 && bytes <= kInlineBytes) {
+      if (bytes > 0 && bytes <= inline_limit) {
         std::memcpy(mine.payload, fresh[0]->small_input, bytes);
         mine.inline_bytes = static_cast<std::uint32_t>(bytes);
       }
@@ -313,9 +314,11 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
     bool learned = false;
     bool brief = false;
     try {
-      hooks_.exchange(&brief_, brief_.bytes(), briefs_.data(), sizeof(Brief), head_request);
+      gather(&brief_, brief_.bytes(), briefs_.data(), Brief::block(inline_limit), sizeof(Brief),
+             head_request);
       if (needs_windows(briefs_)) {
-        hooks_.exchange(&mine, sizeof(Window), table.data(), sizeof(Window), head_request);
+        gather(&mine, Window::block(mine.inline_bytes), table.data(), Window::block(inline_limit),
+               sizeof(Window), head_request);
         learned = true;
       } else if (!(brief = plan_briefs(briefs_, cache_, book_, plan_))) {
         expand(briefs_, cache_, table);
@@ -365,6 +368,21 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
   // A waiter may take over driving; anything left otherwise is the worker's.
   wake_waiters();
   if (!queue_.empty()) worker_cv_.notify_one();
+}
+
+void Engine::gather(const void* mine, std::size_t used, void* all, std::size_t block,
+                    std::size_t stride, const Request* head) {
+  if (block == stride) {
+    hooks_.exchange(mine, used, all, block, head);
+    return;
+  }
+  // Across hosts whole blocks travel: they are cut to what the limit can fill, then each
+  // is put at its rank's place.
+  packed_.resize(block * static_cast<std::size_t>(size_));
+  hooks_.exchange(mine, std::min(used, block), packed_.data(), block, head);
+  auto* out = static_cast<unsigned char*>(all);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(size_); ++r)
+    std::memcpy(out + r * stride, packed_.data() + r * block, block);
 }
 
 void Engine::mark_ready(bool from_briefs) {

@@ -90,6 +90,10 @@ class Engine {
     /// Where each collective's phases are recorded (NEGOTIATE_<KIND>, then <KIND>), when
     /// it is writing; may be null.
     Timeline* timeline = nullptr;
+    /// Most bytes of a small host allreduce's input that ride in the round: kInlineBytes,
+    /// or kInlineBytesLocal when `exchange` moves only the used bytes (every rank on one
+    /// host). The same on every rank: a round's blocks are sized from it.
+    std::size_t inline_limit = kInlineBytes;
   };
 
   Engine(Hooks hooks, int size, StallPolicy stall);
@@ -133,6 +137,10 @@ class Engine {
   bool closed();
 
  private:
+  // One exchange of blocks of `block` bytes (at most `stride`) into `all`, `stride` apart.
+  void gather(const void* mine, std::size_t used, void* all, std::size_t block, std::size_t stride,
+              const Request* head);
+
   struct Slot {
     Request req;
     Body body;
@@ -210,6 +218,7 @@ class Engine {
   Brief brief_;
   std::vector<Brief> briefs_;
   std::vector<Window> table_;
+  std::vector<unsigned char> packed_;  // a round's blocks when they are smaller than the structs
   Plan plan_;
   RequestCache cache_;
   std::uint64_t progress_ = 0;  // bumped when a collective completes or a wait begins

@@ -308,8 +308,10 @@ class HostComm::Impl {
     });
   }
 
+  bool moves_used_bytes() const { return !world_gloo_ && !across_hosts_ && shm_ && in_rank_order_; }
+
   void allgather_upto(const void* send, std::size_t used, void* recv, std::size_t bytes) {
-    if (world_gloo_ || across_hosts_ || !shm_ || !in_rank_order_) {
+    if (!moves_used_bytes()) {
       allgather(send, recv, bytes);
       return;
     }
@@ -566,6 +568,7 @@ void HostComm::reducescatter(const void* send, void* recv, const std::vector<std
                              DataType dtype, ReduceOp op) {
   impl_->reducescatter(send, recv, counts, dtype, op);
 }
+bool HostComm::moves_used_bytes() const { return impl_->moves_used_bytes(); }
 bool HostComm::has_barrier() const { return impl_->shm_path_; }
 void HostComm::barrier() { impl_->barrier(); }
 void HostComm::farewell(std::chrono::milliseconds timeout) { impl_->farewell(timeout); }

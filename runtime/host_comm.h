@@ -57,6 +57,9 @@ class HostComm {
   void join_hosts(std::chrono::steady_clock::time_point deadline);
   /// The host's shared segment, or nullptr (one local rank, or the Gloo path).
   ShmComm* shm();
+  /// True when allgather_upto() moves only each rank's used bytes (every rank on this host,
+  /// in rank order, over shared memory); the same on every rank.
+  bool moves_used_bytes() const;
   /// True when barrier() runs here (the shared-memory paths); otherwise the World's
   /// store barrier is the barrier.
   bool has_barrier() const;

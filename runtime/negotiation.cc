@@ -248,7 +248,7 @@ bool carried_inline(const std::vector<Window>& windows, const Ready& rd) {
   const Request& key = rd.request;
   if (key.kind != Kind::kAllreduce || key.device != 0) return false;
   const std::size_t bytes = key.count * dtype_size(static_cast<DataType>(key.dtype));
-  if (bytes == 0 || bytes > kInlineBytes) return false;
+  if (bytes == 0 || bytes > kInlineCapacity) return false;
   auto absent = rd.absent.begin();  // joined: contributes the identity, i.e. nothing
   for (int r = 0; r < static_cast<int>(windows.size()); ++r) {
     if (absent != rd.absent.end() && *absent == r) {
@@ -466,7 +466,7 @@ void brief_of(const Window& window, const RequestCache& cache, Brief& out) {
     }
     out.set_entry(i, e);
   }
-  out.inline_bytes = std::min<std::uint32_t>(window.inline_bytes, kInlineBytes);
+  out.inline_bytes = std::min<std::uint32_t>(window.inline_bytes, kInlineCapacity);
   if (out.inline_bytes > 0) std::memcpy(out.payload(), window.payload, out.inline_bytes);
 }
 
@@ -480,7 +480,7 @@ bool plan_briefs(const std::vector<Brief>& briefs, const RequestCache& cache, Jo
   if (is_control(q.kind)) return false;
   const std::size_t bytes = q.count * dtype_size(static_cast<DataType>(q.dtype));
   bool inline_all =
-      q.kind == Kind::kAllreduce && q.device == 0 && bytes > 0 && bytes <= kInlineBytes;
+      q.kind == Kind::kAllreduce && q.device == 0 && bytes > 0 && bytes <= kInlineCapacity;
   for (const auto& b : briefs) {
     if (b.count != 1 || b.uncached != 0) return false;
     const BriefEntry be = b.entry(0);
@@ -532,7 +532,7 @@ void expand(const std::vector<Brief>& briefs, const RequestCache& cache,
       w.requests[i] = cache.at(e.id);
       w.requests[i].seq = e.seq;
     }
-    w.inline_bytes = std::min<std::uint32_t>(b.inline_bytes, kInlineBytes);
+    w.inline_bytes = std::min<std::uint32_t>(b.inline_bytes, kInlineCapacity);
     if (w.inline_bytes > 0) std::memcpy(w.payload, b.payload(), w.inline_bytes);
   }
 }
