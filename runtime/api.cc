@@ -187,10 +187,12 @@ namespace {
 
 runtime::Engine::Hooks engine_hooks(runtime::World* w) {
   runtime::Engine::Hooks h;
-  h.exchange = [w](const void* mine, void* all, std::size_t bytes, const runtime::Request* head) {
-    w->exchange(mine, all, bytes, head);
-  };
+  h.exchange = [w](const void* mine, std::size_t used, void* all, std::size_t bytes,
+                   const runtime::Request* head) { w->exchange(mine, used, all, bytes, head); };
   h.stand_in = [w](const runtime::Ready& rd) { w->stand_in(rd); };
+  // Every rank on one host: rounds move only used bytes, so larger inputs ride in them.
+  if (w->env().size == 1 || w->host().moves_used_bytes())
+    h.inline_limit = runtime::kInlineBytesLocal;
   h.stall = [](const std::string& text, bool ends_job) {
     hvdrun::log().warn("{}", text);
     if (!ends_job) return;

@@ -281,7 +281,7 @@ Prepared prepare(const Collective& c) {
 
   if (c.device) nccl(*w, fn);  // fails here, at submission, when NCCL is unavailable
   const bool small = !c.device && c.kind == CollectiveKind::kAllreduce &&
-                     c.count * dtype_size(c.dtype) <= runtime::kInlineBytes;
+                     c.count * dtype_size(c.dtype) <= runtime::kInlineCapacity;
   p.j = std::move(j);
   p.request = q;
   p.small_input = small ? c.send : nullptr;

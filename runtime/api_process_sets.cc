@@ -46,9 +46,9 @@ std::vector<T> gather_all(const T& mine) {
 
 runtime::Engine::Hooks set_hooks(runtime::ProcessSet* s) {
   runtime::Engine::Hooks h;
-  h.exchange = [s](const void* mine, void* all, std::size_t bytes, const runtime::Request*) {
-    s->host->allgather(mine, all, bytes);
-  };
+  h.exchange = [s](const void* mine, std::size_t used, void* all, std::size_t bytes,
+                   const runtime::Request*) { s->host->allgather_upto(mine, used, all, bytes); };
+  if (s->host->moves_used_bytes()) h.inline_limit = runtime::kInlineBytesLocal;
   h.stand_in = [](const runtime::Ready&) {};  // join() is the job's: sets see no joined ranks
   h.timeline = &timeline();
   h.stall = [id = s->id](const std::string& text, bool) {

@@ -181,7 +181,7 @@ void Engine::await(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mute
   }
 }
 
-void Engine::run(Request req, Body body, const void* small_input) {
+void Engine::run(const Request& req, Body body, const void* small_input) {
   // The slot lives on this stack: run() returns only once it is done and out of the
   // queue, so the queue holds it by a pointer that owns nothing (no allocation).
   Slot local;
@@ -241,9 +241,14 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
       s->done = true;
     }
     queue_.clear();
-    if (mine->body == nullptr && mine->req.seq == kAutoShutdown) closed_ = true;
+    if (mine->body == nullptr && mine->req.seq == kAutoShutdown)
+      closed_.store(true, std::memory_order_release);
   } else if (mine->body || mine->then) {
-    lock.unlock();
+    // A collective that rode in the round (rd.inline_data) only reduces the round's
+    // payloads: its body runs without the lock given up and taken back (Body's contract).
+    // Any other body moves data, and submitters must not wait on the lock meanwhile.
+    const bool keep_lock = rd.inline_data && !mine->then;
+    if (!keep_lock) lock.unlock();
     bool fatal = false;
     try {
       // The transports mark their phases on this collective's row (timeline.h).
@@ -256,7 +261,7 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
       fatal = true;
     }
     if (!mine->error && mine->then) mine->then(rd);
-    lock.lock();
+    if (!keep_lock) lock.lock();
     if (fatal) fail_all(mine->error);
   }
   if (tl != nullptr) tl->end_all(mine->row, tensor_type(rd.request), tensor_shape(rd.request));
@@ -274,6 +279,7 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
   std::vector<Window>& table = table_;  // one driver at a time: reused, not reallocated
   table.resize(static_cast<std::size_t>(size_));
   briefs_.resize(static_cast<std::size_t>(size_));
+  const std::size_t inline_limit = std::min(hooks_.inline_limit, kInlineCapacity);
   while (!queue_.empty() && !until() && failure_.empty() && !stopping_) {
     // The collectives not announced yet, oldest first; the first one's input rides in the
     // round when it is small enough (Window::payload).
@@ -290,13 +296,15 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
     if (mine.count > 0 && fresh[0]->small_input != nullptr) {
       const Request& q = fresh[0]->req;
       const std::size_t bytes = q.count * dtype_size(static_cast<DataType>(q.dtype));
-      if (bytes > 0 && bytes <= kInlineBytes) {
+      if (bytes > 0 && bytes <= inline_limit) {
         std::memcpy(mine.payload, fresh[0]->small_input, bytes);
         mine.inline_bytes = static_cast<std::uint32_t>(bytes);
       }
     }
     brief_of(mine, cache_, brief_);
-    const Request head_request = queue_.front()->req;
+    // For the transport's message only. The slot stays put while this driver exchanges:
+    // only the driver takes slots out of the queue, and others only append.
+    const Request* head_request = &queue_.front()->req;
     if (hooks_.timeline != nullptr) hooks_.timeline->cycle();
     const std::uint64_t seen = submissions_;
     exchanging_round_ = rounds_;
@@ -306,9 +314,11 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
     bool learned = false;
     bool brief = false;
     try {
-      hooks_.exchange(&brief_, briefs_.data(), sizeof(Brief), &head_request);
+      gather(&brief_, brief_.bytes(), briefs_.data(), Brief::block(inline_limit), sizeof(Brief),
+             head_request);
       if (needs_windows(briefs_)) {
-        hooks_.exchange(&mine, table.data(), sizeof(Window), &head_request);
+        gather(&mine, Window::block(mine.inline_bytes), table.data(), Window::block(inline_limit),
+               sizeof(Window), head_request);
         learned = true;
       } else if (!(brief = plan_briefs(briefs_, cache_, book_, plan_))) {
         expand(briefs_, cache_, table);
@@ -360,6 +370,21 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
   if (!queue_.empty()) worker_cv_.notify_one();
 }
 
+void Engine::gather(const void* mine, std::size_t used, void* all, std::size_t block,
+                    std::size_t stride, const Request* head) {
+  if (block == stride) {
+    hooks_.exchange(mine, used, all, block, head);
+    return;
+  }
+  // Across hosts whole blocks travel: they are cut to what the limit can fill, then each
+  // is put at its rank's place.
+  packed_.resize(block * static_cast<std::size_t>(size_));
+  hooks_.exchange(mine, std::min(used, block), packed_.data(), block, head);
+  auto* out = static_cast<unsigned char*>(all);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(size_); ++r)
+    std::memcpy(out + r * stride, packed_.data() + r * block, block);
+}
+
 void Engine::mark_ready(bool from_briefs) {
   // Which rank announced which of this rank's collectives in this round.
   for (const auto& s : queue_) {
@@ -368,9 +393,12 @@ void Engine::mark_ready(bool from_briefs) {
       bool has = false;
       if (from_briefs) {
         const Brief& b = briefs_[static_cast<std::size_t>(r)];
-        for (std::uint32_t i = 0; i < b.count && !has; ++i) {
-          Request q = cache_.at(b.entries[i].id);
-          q.seq = b.entries[i].seq;
+        for (std::uint32_t i = 0; i < b.count && i < static_cast<std::uint32_t>(kWindow) && !has;
+             ++i) {
+          const BriefEntry e = b.entry(i);
+          if (e.id >= cache_.size()) continue;
+          Request q = cache_.at(e.id);
+          q.seq = e.seq;
           has = same_key(q, s->req);
         }
       } else {
@@ -404,10 +432,7 @@ void Engine::join_shutdown(const std::vector<Window>& table) {
   ++submissions_;
 }
 
-bool Engine::closed() {
-  std::lock_guard lock(mu_);
-  return closed_;
-}
+bool Engine::closed() { return closed_.load(std::memory_order_acquire); }
 
 void Engine::worker() {
   std::unique_lock lock(mu_);

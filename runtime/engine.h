@@ -57,17 +57,23 @@ class Refused : public Error {
 /// Runs collectives once the ranks agree on them; hands out handles to wait on.
 class Engine {
  public:
-  /// Moves a ready collective's data; the Ready is the round's agreed view of it.
+  /// Moves a ready collective's data; the Ready is the round's agreed view of it. When
+  /// the Ready has inline_data (a small allreduce carried in the round) and the collective
+  /// has no `then`, the body runs with the engine's lock held: it must only reduce the
+  /// round's payloads (reduce_inline) and never call the engine.
   using Body = std::function<void(const Ready&)>;
   using Handle = std::int64_t;
 
   /// What the engine needs from the job.
   struct Hooks {
-    /// One exchange of a round, an allgather: this rank's `bytes` at `mine` in, every
-    /// rank's out at `all` (rank order, `bytes` each). `head` is the oldest collective
-    /// this rank has queued (nullptr when none), for the message when the transport fails,
-    /// which throws.
-    std::function<void(const void* mine, void* all, std::size_t bytes, const Request* head)>
+    /// One exchange of a round, an allgather: this rank's block of `bytes` at `mine` in,
+    /// every rank's block out at `all` (rank order, `bytes` apart). Only the first `used`
+    /// bytes of a block carry anything (each rank's own `used`, which its block's header
+    /// says): a transport may move just those and leave the rest of each block at `all`
+    /// as it was. `head` is the oldest collective this rank has queued (nullptr when none),
+    /// for the message when the transport fails, which throws.
+    std::function<void(const void* mine, std::size_t used, void* all, std::size_t bytes,
+                       const Request* head)>
         exchange;
     /// Runs a ready collective this rank did not submit because it has joined (zeros or
     /// the op's identity for an allreduce, nothing for a barrier).
@@ -84,6 +90,10 @@ class Engine {
     /// Where each collective's phases are recorded (NEGOTIATE_<KIND>, then <KIND>), when
     /// it is writing; may be null.
     Timeline* timeline = nullptr;
+    /// Most bytes of a small host allreduce's input that ride in the round: kInlineBytes,
+    /// or kInlineBytesLocal when `exchange` moves only the used bytes (every rank on one
+    /// host). The same on every rank: a round's blocks are sized from it.
+    std::size_t inline_limit = kInlineBytes;
   };
 
   Engine(Hooks hooks, int size, StallPolicy stall);
@@ -103,7 +113,7 @@ class Engine {
   /// its handle not yet waited for), Error after a fatal failure.
   Handle submit(Request req, Body body, Body then = nullptr, const void* small_input = nullptr);
   /// Submits and waits: a blocking collective. Rethrows its error.
-  void run(Request req, Body body, const void* small_input = nullptr);
+  void run(const Request& req, Body body, const void* small_input = nullptr);
   /// True once the collective behind `h` has finished. Throws Error for an unknown handle.
   bool poll(Handle h);
   /// Waits for `h`, forgets it (its name may be used again) and rethrows its error.
@@ -127,6 +137,10 @@ class Engine {
   bool closed();
 
  private:
+  // One exchange of blocks of `block` bytes (at most `stride`) into `all`, `stride` apart.
+  void gather(const void* mine, std::size_t used, void* all, std::size_t block, std::size_t stride,
+              const Request* head);
+
   struct Slot {
     Request req;
     Body body;
@@ -189,7 +203,9 @@ class Engine {
   bool driving_ = false;
   bool stopping_ = false;
   bool stopped_ = false;
-  bool closed_ = false;    // shut down because a peer did
+  // Shut down because a peer did: written under mu_, read by closed() without it (every
+  // collective's entry asks, api_detail::joined()).
+  std::atomic<bool> closed_{false};
   std::string closed_by_;  // "rank 0", for messages
   std::string failure_;
   JoinBook book_;  // touched by the driver only
@@ -202,6 +218,7 @@ class Engine {
   Brief brief_;
   std::vector<Brief> briefs_;
   std::vector<Window> table_;
+  std::vector<unsigned char> packed_;  // a round's blocks when they are smaller than the structs
   Plan plan_;
   RequestCache cache_;
   std::uint64_t progress_ = 0;  // bumped when a collective completes or a wait begins

@@ -308,6 +308,17 @@ class HostComm::Impl {
     });
   }
 
+  bool moves_used_bytes() const { return !world_gloo_ && !across_hosts_ && shm_ && in_rank_order_; }
+
+  void allgather_upto(const void* send, std::size_t used, void* recv, std::size_t bytes) {
+    if (!moves_used_bytes()) {
+      allgather(send, recv, bytes);
+      return;
+    }
+    const TimelineActivity a("SHM_ALLGATHER");
+    shm_->allgather_upto(send, used, recv, bytes);
+  }
+
   // Alltoallv: m[i * n + j] bytes go from rank i to rank j (every rank has the whole
   // matrix). Inside a host the ranks stream through the segment; across hosts each host's
   // ranks stream to their leader, the leaders exchange pairwise over their mesh, and each leader
@@ -547,6 +558,9 @@ void HostComm::broadcast(void* buf, std::size_t bytes, int root) {
 void HostComm::allgather(const void* send, void* recv, std::size_t bytes) {
   impl_->allgather(send, recv, bytes);
 }
+void HostComm::allgather_upto(const void* send, std::size_t used, void* recv, std::size_t bytes) {
+  impl_->allgather_upto(send, used, recv, bytes);
+}
 void HostComm::alltoallv(const void* send, void* recv, const std::vector<std::size_t>& matrix) {
   impl_->alltoallv(send, recv, matrix);
 }
@@ -554,6 +568,7 @@ void HostComm::reducescatter(const void* send, void* recv, const std::vector<std
                              DataType dtype, ReduceOp op) {
   impl_->reducescatter(send, recv, counts, dtype, op);
 }
+bool HostComm::moves_used_bytes() const { return impl_->moves_used_bytes(); }
 bool HostComm::has_barrier() const { return impl_->shm_path_; }
 void HostComm::barrier() { impl_->barrier(); }
 void HostComm::farewell(std::chrono::milliseconds timeout) { impl_->farewell(timeout); }

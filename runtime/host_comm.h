@@ -41,6 +41,10 @@ class HostComm {
   void broadcast(void* buf, std::size_t bytes, int root);
   /// Allgather of `bytes` bytes per rank into `recv` (size * bytes), in rank order.
   void allgather(const void* send, void* recv, std::size_t bytes);
+  /// allgather() of blocks of which only the first `used` bytes (each rank's own) carry
+  /// anything: inside one host only those cross the segment, the rest of each block in
+  /// `recv` is left as it was; across hosts whole blocks move.
+  void allgather_upto(const void* send, std::size_t used, void* recv, std::size_t bytes);
   /// Alltoallv in bytes: matrix[i * size + j] bytes go from rank i to rank j (the same
   /// matrix on every rank). `send` holds this rank's blocks in destination rank order,
   /// `recv` receives its blocks in source rank order; they must not overlap.
@@ -53,6 +57,9 @@ class HostComm {
   void join_hosts(std::chrono::steady_clock::time_point deadline);
   /// The host's shared segment, or nullptr (one local rank, or the Gloo path).
   ShmComm* shm();
+  /// True when allgather_upto() moves only each rank's used bytes (every rank on this host,
+  /// in rank order, over shared memory); the same on every rank.
+  bool moves_used_bytes() const;
   /// True when barrier() runs here (the shared-memory paths); otherwise the World's
   /// store barrier is the barrier.
   bool has_barrier() const;

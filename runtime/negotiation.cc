@@ -248,7 +248,7 @@ bool carried_inline(const std::vector<Window>& windows, const Ready& rd) {
   const Request& key = rd.request;
   if (key.kind != Kind::kAllreduce || key.device != 0) return false;
   const std::size_t bytes = key.count * dtype_size(static_cast<DataType>(key.dtype));
-  if (bytes == 0 || bytes > kInlineBytes) return false;
+  if (bytes == 0 || bytes > kInlineCapacity) return false;
   auto absent = rd.absent.begin();  // joined: contributes the identity, i.e. nothing
   for (int r = 0; r < static_cast<int>(windows.size()); ++r) {
     if (absent != rd.absent.end() && *absent == r) {
@@ -411,8 +411,11 @@ bool identical(const Request& a, const Request& b) {
     return false;
   for (int d = 0; d < a.ndim && d < kMaxDims; ++d)
     if (a.shape[d] != b.shape[d]) return false;
-  return std::strncmp(a.type_name, b.type_name, kTypeChars) == 0 &&
-         std::strncmp(a.name, b.name, sizeof a.name) == 0;
+  // Whole arrays, not strncmp: make_request() leaves every byte after the text zero, so
+  // this is the same test in a few instructions (a request built otherwise, with bytes
+  // after the text, is merely not found: its round then sends the whole windows).
+  return std::memcmp(a.type_name, b.type_name, sizeof a.type_name) == 0 &&
+         std::memcmp(a.name, b.name, sizeof a.name) == 0;
 }
 
 }  // namespace
@@ -450,47 +453,59 @@ void RequestCache::learn(const std::vector<Window>& windows, const Plan& plan) {
 }
 
 void brief_of(const Window& window, const RequestCache& cache, Brief& out) {
-  out.count = window.count;
+  out.count = std::min<std::uint32_t>(window.count, static_cast<std::uint32_t>(kWindow));
   out.uncached = 0;
-  for (std::uint32_t i = 0; i < window.count && i < static_cast<std::uint32_t>(kWindow); ++i) {
+  for (std::uint32_t i = 0; i < out.count; ++i) {
     const std::int64_t id = cache.find(window.requests[i]);
+    BriefEntry e;
     if (id < 0) {
       out.uncached = 1;
-      out.entries[i] = BriefEntry{};
-      continue;
+    } else {
+      e.id = static_cast<std::uint32_t>(id);
+      e.seq = window.requests[i].seq;
     }
-    out.entries[i].id = static_cast<std::uint32_t>(id);
-    out.entries[i].seq = window.requests[i].seq;
+    out.set_entry(i, e);
   }
-  out.inline_bytes = window.inline_bytes;
-  if (window.inline_bytes > 0) std::memcpy(out.payload, window.payload, window.inline_bytes);
+  out.inline_bytes = std::min<std::uint32_t>(window.inline_bytes, kInlineCapacity);
+  if (out.inline_bytes > 0) std::memcpy(out.payload(), window.payload, out.inline_bytes);
 }
 
 bool plan_briefs(const std::vector<Brief>& briefs, const RequestCache& cache, JoinBook& book,
                  Plan& out) {
   const Brief& first = briefs[0];
-  if (first.count != 1 || first.uncached != 0 || first.entries[0].id >= cache.size()) return false;
-  const BriefEntry e = first.entries[0];
+  if (first.count != 1 || first.uncached != 0) return false;
+  const BriefEntry e = first.entry(0);
+  if (e.id >= cache.size()) return false;
   const Request& q = cache.at(e.id);
   if (is_control(q.kind)) return false;
   const std::size_t bytes = q.count * dtype_size(static_cast<DataType>(q.dtype));
   bool inline_all =
-      q.kind == Kind::kAllreduce && q.device == 0 && bytes > 0 && bytes <= kInlineBytes;
+      q.kind == Kind::kAllreduce && q.device == 0 && bytes > 0 && bytes <= kInlineCapacity;
   for (const auto& b : briefs) {
-    if (b.count != 1 || b.uncached != 0 || b.entries[0].id != e.id || b.entries[0].seq != e.seq)
-      return false;
+    if (b.count != 1 || b.uncached != 0) return false;
+    const BriefEntry be = b.entry(0);
+    if (be.id != e.id || be.seq != e.seq) return false;
     inline_all = inline_all && b.inline_bytes == bytes;
   }
   const int n = static_cast<int>(briefs.size());
   if (static_cast<int>(book.joined_round.size()) != n) return false;  // plan() sizes the book
   ++book.round;
-  out.ready.clear();
-  Ready& rd = out.ready.emplace_back();
+  // The steady state reuses the last round's Ready rather than building a new one.
+  out.ready.resize(1);
+  Ready& rd = out.ready[0];
+  rd.absent.clear();
+  rd.error.clear();
+  rd.last_joined = -1;
+  rd.inline_data = false;
+  rd.inline_base = nullptr;
+  rd.inline_stride = 0;
+  rd.ranks = 0;
   rd.request = q;
   rd.request.seq = e.seq;
   if (inline_all) {
     rd.inline_data = true;
-    rd.inline_base = first.payload;
+    // Every brief has one entry, so every payload sits at the same offset.
+    rd.inline_base = first.payload();
     rd.inline_stride = sizeof(Brief);
     rd.ranks = n;
   }
@@ -509,15 +524,16 @@ void expand(const std::vector<Brief>& briefs, const RequestCache& cache,
     Window& w = windows[r];
     w.count = std::min<std::uint32_t>(b.count, static_cast<std::uint32_t>(kWindow));
     for (std::uint32_t i = 0; i < w.count; ++i) {
-      if (b.entries[i].id >= cache.size())
+      const BriefEntry e = b.entry(i);
+      if (e.id >= cache.size())
         throw Error("hvdrun: negotiation: rank " + std::to_string(r) + " named cached request " +
-                    std::to_string(b.entries[i].id) + " of " + std::to_string(cache.size()) +
+                    std::to_string(e.id) + " of " + std::to_string(cache.size()) +
                     ": the ranks run different builds of libhvdrun");
-      w.requests[i] = cache.at(b.entries[i].id);
-      w.requests[i].seq = b.entries[i].seq;
+      w.requests[i] = cache.at(e.id);
+      w.requests[i].seq = e.seq;
     }
-    w.inline_bytes = std::min<std::uint32_t>(b.inline_bytes, kInlineBytes);
-    if (w.inline_bytes > 0) std::memcpy(w.payload, b.payload, w.inline_bytes);
+    w.inline_bytes = std::min<std::uint32_t>(b.inline_bytes, kInlineCapacity);
+    if (w.inline_bytes > 0) std::memcpy(w.payload, b.payload(), w.inline_bytes);
   }
 }
 

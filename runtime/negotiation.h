@@ -15,7 +15,10 @@
 // plan() is a pure function of the table, so it is tested without any transport.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -76,15 +79,27 @@ inline constexpr int kWindow = 8;
 
 /// Bytes of input a small host allreduce at the head of a window carries in the round
 /// itself: when every rank's head is that allreduce, each rank reduces the inputs it
-/// received with the round, so the collective costs no second exchange.
+/// received with the round, so the collective costs no second exchange. kInlineBytes is
+/// the limit where a round crosses hosts (whole blocks move, so every byte of the limit
+/// travels in every round); kInlineBytesLocal where every rank of the collective is on one
+/// host and the round moves only the bytes each rank used (a block's unused payload costs
+/// nothing there). The engine's limit is one of the two, the same on every rank.
 inline constexpr std::size_t kInlineBytes = 256;
+inline constexpr std::size_t kInlineBytesLocal = 4096;
+/// Room for an inline payload in a Window or Brief: the larger limit.
+inline constexpr std::size_t kInlineCapacity = kInlineBytesLocal;
 
 /// What one rank puts into a round.
 struct Window {
   std::uint32_t count = 0;         ///< requests used in `requests`
   std::uint32_t inline_bytes = 0;  ///< > 0: requests[0]'s input is in `payload`
   Request requests[kWindow];
-  alignas(16) unsigned char payload[kInlineBytes] = {};
+  alignas(16) unsigned char payload[kInlineCapacity] = {};
+
+  /// The bytes of a window that carry anything when the payload is at most `limit`.
+  static constexpr std::size_t block(std::size_t limit) {
+    return offsetof(Window, payload) + limit;
+  }
 };
 
 /// Builds a request. `shape` null (or ndim 0) means [count]; `name` null or "" means
@@ -167,15 +182,47 @@ struct BriefEntry {
   std::int64_t seq = -1;  ///< the request's position (its only per-call field)
 };
 
-/// What one rank puts into a round first: its window as cache ids.
+/// What one rank puts into a round first: its window as cache ids. Packed: the payload
+/// follows the `count` entries in `body`, so a brief's first bytes() are all of it and only
+/// those cross the transport (the steady state's brief, one entry and 8 bytes of payload,
+/// is 40 bytes: one cache line instead of the whole struct's seven).
 struct Brief {
-  std::uint32_t count = 0;         ///< entries used
+  std::uint32_t count = 0;         ///< entries used (at most kWindow)
   std::uint32_t uncached = 0;      ///< 1: some request is not in the cache: windows follow
-  std::uint32_t inline_bytes = 0;  ///< as Window::inline_bytes
+  std::uint32_t inline_bytes = 0;  ///< as Window::inline_bytes (at most kInlineCapacity)
   std::uint32_t reserved = 0;
-  BriefEntry entries[kWindow];
-  alignas(16) unsigned char payload[kInlineBytes] = {};
+  /// entries[0, count) as BriefEntry, then inline_bytes of payload.
+  alignas(16) unsigned char body[kWindow * sizeof(BriefEntry) + kInlineCapacity] = {};
+
+  /// The bytes of any brief whose payload is at most `limit` (the block a round moves).
+  static constexpr std::size_t block(std::size_t limit);
+
+  BriefEntry entry(std::uint32_t i) const {
+    BriefEntry e;
+    std::memcpy(&e, body + i * sizeof(BriefEntry), sizeof e);
+    return e;
+  }
+  void set_entry(std::uint32_t i, const BriefEntry& e) {
+    std::memcpy(body + i * sizeof(BriefEntry), &e, sizeof e);
+  }
+  /// The inline payload: right after the entries (count must be set first).
+  const unsigned char* payload() const { return body + clamped_count() * sizeof(BriefEntry); }
+  unsigned char* payload() { return body + clamped_count() * sizeof(BriefEntry); }
+  /// The bytes of this brief that carry anything: the header, the entries, the payload.
+  std::size_t bytes() const {
+    return offsetof(Brief, body) + clamped_count() * sizeof(BriefEntry) +
+           std::min<std::size_t>(inline_bytes, kInlineCapacity);
+  }
+
+ private:
+  std::size_t clamped_count() const { return std::min<std::size_t>(count, kWindow); }
 };
+static_assert(offsetof(Brief, body) == 16 && sizeof(BriefEntry) == 16);
+constexpr std::size_t Brief::block(std::size_t limit) {
+  return offsetof(Brief, body) + kWindow * sizeof(BriefEntry) + limit;
+}
+static_assert(Brief::block(kInlineCapacity) == sizeof(Brief));
+static_assert(Window::block(kInlineCapacity) == sizeof(Window));
 
 /// The requests earlier rounds agreed on, by id. Pure: the same calls give the same ids on
 /// every rank.

@@ -495,6 +495,32 @@ class ShmComm::Impl {
     copy_out(chunks - 1, phase_);
   }
 
+  void allgather_upto(const void* send, std::size_t used, void* recv, std::size_t bytes) {
+    using Length = std::uint64_t;  // each slot starts with its rank's used bytes
+    used = std::min(used, bytes);
+    // Decided on `bytes`, the same on every rank (`used` is each rank's own).
+    if (L_ == 1 || bytes == 0 || bytes + sizeof(Length) > chunk_) {
+      allgather(send, recv, bytes);
+      return;
+    }
+    check_healthy();
+    const auto deadline = op_deadline();
+    const std::uint32_t p = phase_ + 1;
+    char* own = slot(p, me_.local_rank);
+    const Length n = used;
+    std::memcpy(own, &n, sizeof n);
+    std::memcpy(own + sizeof n, send, used);
+    sync(deadline);
+    auto* out = static_cast<char*>(recv);
+    for (int l = 0; l < L_; ++l) {
+      const char* from = slot(p, l);
+      Length len = 0;
+      std::memcpy(&len, from, sizeof len);
+      std::memcpy(out + bytes * static_cast<std::size_t>(l), from + sizeof len,
+                  static_cast<std::size_t>(std::min<Length>(len, bytes)));
+    }
+  }
+
   void phases(std::size_t count, const std::function<void(std::size_t, char*)>& write,
               const std::function<void(std::size_t, const char*)>& read) {
     if (count == 0) return;
@@ -582,6 +608,9 @@ void ShmComm::allgather(const void* send, void* recv, std::size_t bytes) {
   impl_->allgather(send, recv, bytes);
 }
 void ShmComm::barrier() { impl_->barrier(); }
+void ShmComm::allgather_upto(const void* send, std::size_t used, void* recv, std::size_t bytes) {
+  impl_->allgather_upto(send, used, recv, bytes);
+}
 void ShmComm::phases(std::size_t phases, const std::function<void(std::size_t, char*)>& write,
                      const std::function<void(std::size_t, const char*)>& read) {
   impl_->phases(phases, write, read);

@@ -55,6 +55,11 @@ class ShmComm {
   void broadcast(void* buf, std::size_t bytes, int root);
   /// Gathers `bytes` bytes from each local rank, in local rank order, into `recv`.
   void allgather(const void* send, void* recv, std::size_t bytes);
+  /// allgather() of `bytes`-byte blocks of which only the first `used` (each rank's own,
+  /// at most `bytes`) carry anything: only those cross the segment, in one step, and the
+  /// rest of each block in `recv` is left as it was. Blocks too large for one step move
+  /// whole, as allgather() moves them.
+  void allgather_upto(const void* send, std::size_t used, void* recv, std::size_t bytes);
   /// Returns once every local rank has entered it.
   void barrier();
   /// The building block of the exchanges in runtime/shm_exchange.h: `phases` steps that

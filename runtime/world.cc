@@ -299,13 +299,14 @@ void World::barrier() {
     arrive(env_.op_timeout);
 }
 
-void World::exchange(const void* mine, void* all, std::size_t bytes, const Request* head) {
+void World::exchange(const void* mine, std::size_t used, void* all, std::size_t bytes,
+                     const Request* head) {
   if (env_.size == 1) {
-    std::memcpy(all, mine, bytes);
+    std::memcpy(all, mine, std::min(used, bytes));
     return;
   }
   try {
-    host_->allgather(mine, all, bytes);
+    host_->allgather_upto(mine, used, all, bytes);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

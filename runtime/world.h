@@ -38,10 +38,12 @@ class World {
   /// World directly); on timeout names the ranks that did not arrive.
   void barrier();
   /// One exchange of a negotiation round (an allgather of `bytes` per rank, in rank
-  /// order) through the host path: the segment inside a host, the leaders' Gloo across
-  /// hosts. Throws when a peer is lost, naming `head`. Every rank has entered the round
-  /// when it returns, so it is also a barrier.
-  void exchange(const void* mine, void* all, std::size_t bytes, const Request* head);
+  /// order, of which only each rank's first `used` need arrive: Engine::Hooks::exchange)
+  /// through the host path: the segment inside a host, the leaders' Gloo across hosts.
+  /// Throws when a peer is lost, naming `head`. Every rank has entered the round when it
+  /// returns, so it is also a barrier.
+  void exchange(const void* mine, std::size_t used, void* all, std::size_t bytes,
+                const Request* head);
   /// Runs a ready collective that this rank, having joined, did not submit: an
   /// allreduce of the op's identity (zeros for Sum and Average), on the device when the
   /// others' tensors are there; nothing for a barrier. Throws when a peer is lost.

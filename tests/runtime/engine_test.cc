@@ -34,17 +34,22 @@ using namespace std::chrono_literals;
 namespace {
 
 // The ranks' rounds meet here: an allgather among threads, with a deadline so a bug
-// fails the test instead of hanging it.
+// fails the test instead of hanging it. Like the shared segment, it moves only the
+// `used` bytes of each block; the rest of each block arrives as garbage, so a reader
+// that looks past what a block says it holds gets it wrong.
 class FakeNet {
  public:
   explicit FakeNet(int n) : n_(n), table_(static_cast<std::size_t>(n)) {}
 
-  void exchange(int rank, const void* mine, void* all, std::size_t bytes) {
+  void exchange(int rank, const void* mine, std::size_t used, void* all, std::size_t bytes) {
     std::unique_lock lock(mu_);
     if (broken_) throw std::runtime_error("transport broken");
+    if (used > bytes) throw std::runtime_error("a block's used bytes exceed the block");
+    largest_ = std::max(largest_, bytes);
     const long long gen = gen_;
     auto& slot = table_[static_cast<std::size_t>(rank)];
-    slot.assign(static_cast<const char*>(mine), static_cast<const char*>(mine) + bytes);
+    slot.assign(bytes, static_cast<char>(0xA5));
+    std::memcpy(slot.data(), mine, used);
     if (++arrived_ == n_) {
       result_ = table_;
       arrived_ = 0;
@@ -72,6 +77,12 @@ class FakeNet {
     return exchanges_;
   }
 
+  // The largest block a round has moved.
+  std::size_t largest() {
+    std::lock_guard lock(mu_);
+    return largest_;
+  }
+
  private:
   int n_;
   std::mutex mu_;
@@ -79,17 +90,20 @@ class FakeNet {
   std::vector<std::vector<char>> table_, result_;
   int arrived_ = 0;
   long long gen_ = 0, exchanges_ = 0;
+  std::size_t largest_ = 0;
   bool broken_ = false;
 };
 
 // N engines over one FakeNet; records stand-ins and stall reports.
 struct Ranks {
-  explicit Ranks(int n, StallPolicy stall = {}) : net(n) {
+  explicit Ranks(int n, StallPolicy stall = {},
+                 std::size_t inline_limit = hvdrun::runtime::kInlineBytes)
+      : net(n) {
     for (int r = 0; r < n; ++r) {
       Engine::Hooks h;
-      h.exchange = [this, r](const void* mine, void* all, std::size_t bytes, const Request*) {
-        net.exchange(r, mine, all, bytes);
-      };
+      h.inline_limit = inline_limit;
+      h.exchange = [this, r](const void* mine, std::size_t used, void* all, std::size_t bytes,
+                             const Request*) { net.exchange(r, mine, used, all, bytes); };
       h.stand_in = [this, r](const Ready& rd) {
         std::lock_guard lock(mu);
         stand_ins.push_back(std::to_string(r) + ":" + hvdrun::runtime::label(rd.request));
@@ -521,6 +535,15 @@ TEST_CASE(
   Brief b;
   hvdrun::runtime::brief_of(w, cache, b);
   CHECK(b.uncached == 0);
+  // Packed: a header and one entry travel, not the whole struct; a payload follows the
+  // entries at once.
+  CHECK(b.bytes() == 32);
+  w.inline_bytes = 8;
+  std::memcpy(w.payload, "payload!", 8);
+  hvdrun::runtime::brief_of(w, cache, b);
+  CHECK(b.bytes() == 40);
+  CHECK(std::memcmp(b.payload(), "payload!", 8) == 0);
+  CHECK(b.payload() == b.body + 16);
   std::vector<Window> rebuilt;
   hvdrun::runtime::expand({b, b}, cache, rebuilt);
   REQUIRE(rebuilt.size() == 2);
@@ -550,6 +573,53 @@ TEST_CASE("engine: a small allreduce decided from briefs is reduced from their p
     }
   });
   CHECK(ranks.net.exchanges() == 3 * (2 + 4));
+}
+
+TEST_CASE(
+    "engine: on one host a 4 KiB allreduce rides in the round, across hosts it moves apart "
+    "and the round's blocks keep the hosts' size",
+    "[runtime][engine][cache]") {
+  using hvdrun::runtime::Brief;
+  using hvdrun::runtime::kInlineBytes;
+  using hvdrun::runtime::kInlineBytesLocal;
+  constexpr std::size_t kFloats = kInlineBytesLocal / sizeof(float);
+  for (const std::size_t limit : {kInlineBytesLocal, kInlineBytes}) {
+    Ranks ranks(2, {}, limit);
+    std::atomic<int> carried{0}, apart{0};
+    on_each(2, [&](int r) {
+      std::vector<float> in(kFloats), out(kFloats, -1.0F);
+      for (int i = 0; i < 3; ++i) {
+        for (std::size_t k = 0; k < kFloats; ++k) in[k] = static_cast<float>(r + i) + k;
+        ranks[r].run(
+            allreduce(kFloats, "4k"),
+            [&](const Ready& rd) {
+              if (!rd.inline_data) {
+                ++apart;
+                return;
+              }
+              ++carried;
+              hvdrun::runtime::reduce_inline(rd, out.data(), kFloats, DataType::kFloat32,
+                                             hvdrun::ReduceOp::kSum);
+            },
+            in.data());
+        if (limit == kInlineBytesLocal) {
+          EXPECT(out[0] == static_cast<float>(2 * i + 1));
+          EXPECT(out[kFloats - 1] == static_cast<float>(2 * i + 1 + 2 * (kFloats - 1)));
+        }
+      }
+    });
+    if (limit == kInlineBytesLocal) {
+      CHECK(carried == 6);
+      CHECK(apart == 0);
+      CHECK(ranks.net.largest() == sizeof(hvdrun::runtime::Window));
+    } else {
+      CHECK(carried == 0);
+      CHECK(apart == 6);
+      // Whole blocks cross hosts: cut to what the hosts' limit can fill.
+      CHECK(ranks.net.largest() == Window::block(kInlineBytes));
+      CHECK(Brief::block(kInlineBytes) == 16 + 8 * 16 + kInlineBytes);
+    }
+  }
 }
 
 TEST_CASE("engine: named collectives far apart in the ranks' queues still meet",
