@@ -15,6 +15,12 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
     """keras.layers.BatchNormalization with the batch statistics taken over every rank's
     batch. Arguments as BatchNormalization's."""
 
+    def __init__(self, *args, **kwargs):
+        from hvdrun._keras import _check_backend
+
+        _check_backend()  # the statistics are reduced with TensorFlow ops
+        super().__init__(*args, **kwargs)
+
     def _moments(self, inputs, mask):
         from hvdrun.tensorflow import grouped_allreduce
 
