@@ -32,10 +32,10 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
         else:
             weights = tf.broadcast_to(tf.cast(tf.expand_dims(mask, -1), inputs.dtype),
                                       tf.shape(inputs))
-        total, squares, count = grouped_allreduce(
-            [tf.reduce_sum(inputs * weights, axes), tf.reduce_sum(tf.square(inputs) * weights,
-                                                                  axes),
-             tf.reduce_sum(weights, axes)], op=Sum)
+        local = [tf.reduce_sum(inputs * weights, axes),
+                 tf.reduce_sum(tf.square(inputs) * weights, axes),
+                 tf.reduce_sum(weights, axes)]
+        total, squares, count = grouped_allreduce(local, op=Sum)
         count = tf.maximum(count, keras.backend.epsilon())
         mean = total / count
         variance = tf.maximum(squares / count - tf.square(mean), 0.0)
