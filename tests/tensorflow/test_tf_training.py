@@ -2,7 +2,9 @@
 a Keras 3 model.fit with DistributedOptimizer and the callbacks (workers/keras_worker.py)
 and a custom tf.function loop with DistributedGradientTape and broadcast_variables
 (workers/tape_worker.py). Each checks that the loss fell and every rank ends with the same
-weights; locally at np 2 and 4, and across two loopback SSH hosts."""
+weights; locally at np 2 and 4, and across two loopback SSH hosts. And
+SyncBatchNormalization against BatchNormalization on the whole batch
+(workers/sync_bn_worker.py) at np 2 and 4."""
 import pytest
 
 from _jobs import expect_ok, ssh_config  # noqa: F401 (a fixture)
@@ -17,6 +19,12 @@ def test_keras_fit(np, tmp_path):
 @pytest.mark.parametrize("np", [2, 4])
 def test_gradient_tape_loop(np):
     expect_ok(run_tf_job(np, "tape_worker.py", 60), np, marker="tape checks passed")
+
+
+@pytest.mark.parametrize("np", [2, 4])
+def test_sync_batch_normalization(np):
+    expect_ok(run_tf_job(np, "sync_bn_worker.py"), np,
+              marker="sync batch normalization checks passed")
 
 
 def test_keras_fit_over_ssh(ssh_config, tmp_path):

@@ -10,9 +10,17 @@ import hvdrun.tensorflow as _hvd
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
-    """Broadcasts the model's and the optimizer's variables from `root_rank` after the
-    first batch (when the optimizer's variables exist), so every rank continues from the
-    same state: the start of training, or a checkpoint restored on the root."""
+    """Broadcasts the model's and the optimizer's variables from `root_rank` once both
+    exist, so every rank continues from the same state: the start of training, or a
+    checkpoint restored on the root.
+
+    That is before the first batch when the optimizer is already built (a restored or
+    loaded model), and otherwise before the second batch, once the first training step
+    has built it: after the first batch, as Horovod does (or at the end of the epoch, if
+    it had only one batch). The hooks are a batch *begin* hook and an epoch end hook on
+    purpose: a callback with a batch end hook makes Keras 3 hand every batch's logs to the
+    callbacks synchronously, on every step of the whole fit, where otherwise a background
+    thread takes them."""
 
     def __init__(self, root_rank, device="", local_variables=None):
         super().__init__()
@@ -27,13 +35,21 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         """A variable left as each rank has it."""
         self._local_vars.add(id(var))
 
-    def on_batch_end(self, batch, logs=None):
-        if self.broadcast_done:
-            return
+    def on_train_batch_begin(self, batch, logs=None):
+        optimizer = getattr(self.model, "optimizer", None)
+        if not self.broadcast_done and (optimizer is None or optimizer.built):
+            self._broadcast()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not self.broadcast_done:
+            self._broadcast()
+
+    def _broadcast(self):
         model_vars = [v for v in self.model.variables if id(v) not in self._local_vars]
         _hvd.broadcast_variables(model_vars, root_rank=self.root_rank)
-        if getattr(self.model, "optimizer", None) is not None:
-            _hvd.broadcast_variables(self.model.optimizer.variables, root_rank=self.root_rank)
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None:
+            _hvd.broadcast_variables(optimizer.variables, root_rank=self.root_rank)
         self.broadcast_done = True
 
 

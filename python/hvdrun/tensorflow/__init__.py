@@ -10,7 +10,8 @@ broadcast, broadcast_, alltoall, reducescatter, grouped_reducescatter, process s
 broadcast_variables, broadcast_object, allgather_object, join,
 DistributedGradientTape, PartialDistributedGradientTape, DistributedOptimizer (Keras
 optimizers), Compression, elastic (run, TensorFlowKerasState, TensorFlowState,
-ObjectState), the *_op queries and the *_built queries. Gradients are
+ObjectState), SyncBatchNormalization (a Keras 3 layer), the *_op queries and the *_built
+queries. Gradients are
 registered for the collectives. Everything works eagerly and inside tf.function.
 
 Horovod names not provided raise an error naming them and what to use instead (see
@@ -336,7 +337,6 @@ def broadcast_global_variables(root_rank):
 
 _ALTERNATIVES = {
     "Adasum": "op=hvd.Average (or hvd.Sum)",
-    "SyncBatchNormalization": "tf.keras.layers.BatchNormalization",
     "start_timeline": "the TensorFlow profiler (tf.profiler.experimental)",
     "stop_timeline": "the TensorFlow profiler (tf.profiler.experimental)",
     "BroadcastGlobalVariablesHook": "broadcast_variables after building the model (TF1 "
@@ -345,13 +345,22 @@ _ALTERNATIVES = {
 }
 
 
-__getattr__ = _job.missing_attribute(_WHAT, "horovod.tensorflow", _ALTERNATIVES)
+_missing = _job.missing_attribute(_WHAT, "horovod.tensorflow", _ALTERNATIVES)
+
+
+def __getattr__(name):
+    # SyncBatchNormalization is a Keras layer: Keras is imported on first use only.
+    if name == "SyncBatchNormalization":
+        from hvdrun.tensorflow.sync_batch_norm import SyncBatchNormalization
+        return SyncBatchNormalization
+    return _missing(name)
 
 
 __all__ = [
     "Average", "Compression", "DistributedGradientTape", "DistributedOptimizer",
     "HorovodFeatureNotSupported", "HorovodInternalError", "Max", "Min",
-    "PartialDistributedGradientTape", "ProcessSet", "Product", "Sum", "add_process_set",
+    "PartialDistributedGradientTape", "ProcessSet", "Product", "Sum", "SyncBatchNormalization",
+    "add_process_set",
     "allgather", "allgather_object", "allreduce", "alltoall", "broadcast", "broadcast_",
     "broadcast_global_variables", "broadcast_object", "broadcast_variables",
     "ccl_built", "cross_rank", "cross_size", "cuda_built", "ddl_built", "elastic",

@@ -109,6 +109,7 @@ def check(model, history, ckpt_dir, epochs):
         for a, b in zip(restored.weights, model.weights):
             assert np.array_equal(a.numpy(), b.numpy()), a.name
     check_backward_passes()
+    check_broadcast_callback()
     print(f"rank {r}: keras loss {loss[0]:.3f} -> {loss[-1]:.3f}; keras checks passed",
           flush=True)
 
@@ -133,6 +134,46 @@ def check_backward_passes():
     want = n + 1.0
     assert seen == [0.0, want, want, 2 * want], seen
     assert int(opt.iterations.numpy()) == 4, int(opt.iterations.numpy())
+
+
+def check_broadcast_callback():
+    """BroadcastGlobalVariablesCallback, which has no batch end hook: once the first
+    training step has built the optimizer, before the second batch, every variable but the
+    local ones holds rank 0's value on every rank; the local ones keep this rank's own (a
+    learning rate of 0 keeps the steps from moving them). A fit of one batch broadcasts
+    at the epoch's end."""
+    r = hvd.rank()
+    # No batch end hook: one would make Keras 3 run every batch's callbacks synchronously.
+    base, cls = tf.keras.callbacks.Callback, hvd.callbacks.BroadcastGlobalVariablesCallback
+    for hook in ("on_batch_end", "on_train_batch_end"):
+        assert getattr(cls, hook) is getattr(base, hook), f"{cls.__name__} overrides {hook}"
+    x, y = np.ones((12, 3), np.float32), np.zeros((12, 2), np.float32)
+    for batches in (3, 1):
+        constant = tf.keras.initializers.Constant
+        model = tf.keras.Sequential([
+            tf.keras.Input((3,)),
+            tf.keras.layers.Dense(3, kernel_initializer=constant(r)),
+            tf.keras.layers.Dense(2, kernel_initializer=constant(10 + r))])
+        opt = hvd.DistributedOptimizer(tf.optimizers.SGD(0.0, momentum=0.9))
+        model.compile(loss="mse", optimizer=opt)
+        local = model.layers[0].kernel
+        broadcast = hvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[local])
+        seen = {}
+
+        class Probe(tf.keras.callbacks.Callback):
+            def on_train_batch_begin(self, batch, logs=None):
+                if broadcast.broadcast_done and not seen:
+                    seen.update(batch=batch, local=local.numpy().copy(),
+                                shared=model.layers[1].kernel.numpy().copy())
+
+        model.fit(x[:4 * batches], y[:4 * batches], batch_size=4, epochs=1, verbose=0,
+                  callbacks=[broadcast, Probe()])
+        if batches == 1:
+            assert broadcast.broadcast_done and not seen, seen
+            seen.update(batch=1, local=local.numpy(), shared=model.layers[1].kernel.numpy())
+        assert seen["batch"] == 1, seen
+        assert (seen["local"] == r).all(), seen["local"]
+        assert (seen["shared"] == 10).all(), seen["shared"]
 
 
 if __name__ == '__main__':
