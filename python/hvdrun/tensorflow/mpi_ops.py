@@ -34,8 +34,7 @@ _WHAT = "hvdrun.tensorflow"
 # collective raises tf.errors.FailedPreconditionError, as Horovod's ops do.
 HorovodInternalError = HvdrunError
 
-_C_OP = {Average: _lib.AVERAGE, Sum: _lib.SUM, Min: _lib.MIN, Max: _lib.MAX,
-         Product: _lib.PRODUCT}
+_C_OP = _job.C_OP
 _FROM_C_OP = {v: k for k, v in _C_OP.items()}
 
 # ---- the op library --------------------------------------------------------------------
@@ -97,34 +96,8 @@ def is_initialized():
     return _job.is_initialized()
 
 
-def rank():
-    """This process's rank in [0, size())."""
-    return _job.query(_WHAT, "rank")
-
-
-def size():
-    """Number of ranks in the job."""
-    return _job.query(_WHAT, "size")
-
-
-def local_rank():
-    """Rank among the ranks on this host (use it to pick a GPU)."""
-    return _job.query(_WHAT, "local_rank")
-
-
-def local_size():
-    """Number of ranks on this host."""
-    return _job.query(_WHAT, "local_size")
-
-
-def cross_rank():
-    """Index of this host among the hosts."""
-    return _job.query(_WHAT, "cross_rank")
-
-
-def cross_size():
-    """Number of hosts with a rank of this local_rank."""
-    return _job.query(_WHAT, "cross_size")
+(rank, size, local_rank, local_size, cross_rank, cross_size,
+ generation) = _job.queries(_WHAT, __name__)
 
 
 def mpi_threads_supported():
