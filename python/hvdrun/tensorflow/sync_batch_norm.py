@@ -30,8 +30,10 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
         if mask is None:
             weights = tf.ones_like(inputs)
         else:
-            weights = tf.broadcast_to(tf.cast(tf.expand_dims(mask, -1), inputs.dtype),
-                                      tf.shape(inputs))
+            # As Keras: a position counts when its mask entry is true (non-zero).
+            weights = tf.broadcast_to(
+                tf.cast(tf.expand_dims(tf.cast(mask, tf.bool), -1), inputs.dtype),
+                tf.shape(inputs))
         local = [tf.reduce_sum(inputs * weights, axes),
                  tf.reduce_sum(tf.square(inputs) * weights, axes),
                  tf.reduce_sum(weights, axes)]
