@@ -190,6 +190,7 @@ void Engine::run(const Request& req, Body body, const void* small_input) {
   local.small_input = small_input;
   std::unique_lock lock(mu_);
   auto slot = enqueue(std::shared_ptr<Slot>(std::shared_ptr<Slot>(), &local), lock);
+  express(*slot, lock);
   await(slot, lock);
   release_name(slot->req);
   if (slot->error) std::rethrow_exception(slot->error);
@@ -273,101 +274,198 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
   wake_waiters();
 }
 
-void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool()>& until) {
-  driving_ = true;
-  int unproductive = 0;
-  std::vector<Window>& table = table_;  // one driver at a time: reused, not reallocated
-  table.resize(static_cast<std::size_t>(size_));
-  briefs_.resize(static_cast<std::size_t>(size_));
-  const std::size_t inline_limit = std::min(hooks_.inline_limit, kInlineCapacity);
-  while (!queue_.empty() && !until() && failure_.empty() && !stopping_) {
-    // The collectives not announced yet, oldest first; the first one's input rides in the
-    // round when it is small enough (Window::payload).
-    Window& mine = window_;
-    mine.count = 0;
-    mine.inline_bytes = 0;
-    Slot* fresh[kWindow] = {};
-    for (const auto& s : queue_) {
-      if (mine.count == static_cast<std::uint32_t>(kWindow)) break;
-      if (s->announced) continue;
-      fresh[mine.count] = s.get();
-      mine.requests[mine.count++] = s->req;
-    }
-    if (mine.count > 0 && fresh[0]->small_input != nullptr) {
-      const Request& q = fresh[0]->req;
-      const std::size_t bytes = q.count * dtype_size(static_cast<DataType>(q.dtype));
-      if (bytes > 0 && bytes <= inline_limit) {
-        std::memcpy(mine.payload, fresh[0]->small_input, bytes);
-        mine.inline_bytes = static_cast<std::uint32_t>(bytes);
-      }
-    }
-    brief_of(mine, cache_, brief_);
-    // For the transport's message only. The slot stays put while this driver exchanges:
-    // only the driver takes slots out of the queue, and others only append.
-    const Request* head_request = &queue_.front()->req;
-    if (hooks_.timeline != nullptr) hooks_.timeline->cycle();
-    const std::uint64_t seen = submissions_;
-    exchanging_round_ = rounds_;
-    lock.unlock();
-    // The briefs first; whole windows only when some rank has a request not cached yet.
-    std::exception_ptr broken;
-    bool learned = false;
-    bool brief = false;
-    try {
-      gather(&brief_, brief_.bytes(), briefs_.data(), Brief::block(inline_limit), sizeof(Brief),
-             head_request);
-      if (needs_windows(briefs_)) {
-        gather(&mine, Window::block(mine.inline_bytes), table.data(), Window::block(inline_limit),
-               sizeof(Window), head_request);
-        learned = true;
-      } else if (!(brief = plan_briefs(briefs_, cache_, book_, plan_))) {
-        expand(briefs_, cache_, table);
-      }
-    } catch (...) {
-      broken = std::current_exception();
-    }
-    lock.lock();
-    exchanging_round_ = -1;
-    ++rounds_;
-    if (broken) {
-      fail_all(broken, 1);  // the oldest failed with it, the rest were not run
-      break;
-    }
-    for (std::uint32_t i = 0; i < mine.count; ++i) fresh[i]->announced = true;
-    bool news = false;  // did any rank announce something this round
-    for (const auto& b : briefs_) news = news || b.count > 0;
-    if (hooks_.timeline != nullptr && hooks_.timeline->enabled()) mark_ready(brief);
-    if (!brief) {
-      plan_ = plan(table, book_);
-      if (learned) cache_.learn(table, plan_);
-      // Kept for stall reports, which need it only while rounds agree on nothing.
-      if (plan_.ready.empty()) last_book_ = book_;
-      // As in Horovod, one rank's shutdown shuts every rank down: a rank that sees another
-      // leave asks to leave too (the others' collectives it never submits fail meanwhile).
-      join_shutdown(table);
-    }
-    const Plan& p = plan_;
-    for (const auto& rd : p.ready) {
-      execute(rd, lock);
-      if (!failure_.empty()) break;
-    }
-    if (!p.ready.empty() || news) {
-      unproductive = 0;
-      continue;
-    }
-    // Nothing was ready and nothing new was announced: wait a little (or for a new
-    // submission) before the next round.
-    const auto pause = backoff(++unproductive);
-    if (pause.count() > 0) {
-      pausing_ = true;
-      cv_.wait_for(lock, pause, [&] { return submissions_ != seen || stopping_; });
-      pausing_ = false;
+std::uint32_t Engine::fresh_slots(Slot** fresh) {
+  // The collectives not announced yet, oldest first.
+  std::uint32_t count = 0;
+  for (const auto& s : queue_) {
+    if (count == static_cast<std::uint32_t>(kWindow)) break;
+    if (!s->announced) fresh[count++] = s.get();
+  }
+  return count;
+}
+
+void Engine::fill_window(Slot* const* fresh, std::uint32_t count) {
+  // The first collective's input rides in the round when it is small enough
+  // (Window::payload).
+  Window& mine = window_;
+  mine.count = count;
+  mine.inline_bytes = 0;
+  for (std::uint32_t i = 0; i < count; ++i) mine.requests[i] = fresh[i]->req;
+  if (count > 0) {
+    const std::size_t bytes = inline_size(*fresh[0]);
+    if (bytes > 0) {
+      std::memcpy(mine.payload, fresh[0]->small_input, bytes);
+      mine.inline_bytes = static_cast<std::uint32_t>(bytes);
     }
   }
+}
+
+std::size_t Engine::inline_size(const Slot& s) const {
+  if (s.small_input == nullptr) return 0;
+  const std::size_t bytes = s.req.count * dtype_size(static_cast<DataType>(s.req.dtype));
+  return bytes <= inline_limit() ? bytes : 0;
+}
+
+void Engine::begin_round() {
+  driving_ = true;
+  table_.resize(static_cast<std::size_t>(size_));
+  briefs_.resize(static_cast<std::size_t>(size_));
+}
+
+void Engine::end_round() {
   driving_ = false;
   // A waiter may take over driving; anything left otherwise is the worker's.
   wake_waiters();
   if (!queue_.empty()) worker_cv_.notify_one();
+}
+
+std::exception_ptr Engine::gather_briefs(const Request* head) {
+  try {
+    gather(&brief_, brief_.bytes(), briefs_.data(), Brief::block(inline_limit()), sizeof(Brief),
+           head);
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+bool Engine::settle(std::unique_lock<std::mutex>& lock, std::exception_ptr broken,
+                    const Request* head, Slot** fresh, std::uint32_t count, bool window_built,
+                    std::uint64_t seen, int& unproductive) {
+  // Whole windows only when some rank has a request not cached yet.
+  bool learned = false;
+  bool brief = false;
+  if (!broken) {
+    try {
+      if (needs_windows(briefs_)) {
+        if (!window_built) fill_window(fresh, count);
+        gather(&window_, Window::block(window_.inline_bytes), table_.data(),
+               Window::block(inline_limit()), sizeof(Window), head);
+        learned = true;
+      } else if (!(brief = plan_briefs(briefs_, cache_, book_, plan_))) {
+        expand(briefs_, cache_, table_);
+      }
+    } catch (...) {
+      broken = std::current_exception();
+    }
+  }
+  lock.lock();
+  exchanging_round_ = -1;
+  ++rounds_;
+  if (broken) {
+    fail_all(broken, 1);  // the oldest failed with it, the rest were not run
+    return false;
+  }
+  for (std::uint32_t i = 0; i < count; ++i) fresh[i]->announced = true;
+  bool news = false;  // did any rank announce something this round
+  for (const auto& b : briefs_) news = news || b.count > 0;
+  if (hooks_.timeline != nullptr && hooks_.timeline->enabled()) mark_ready(brief);
+  if (!brief) {
+    plan_ = plan(table_, book_);
+    if (learned) cache_.learn(table_, plan_);
+    // Kept for stall reports, which need it only while rounds agree on nothing.
+    if (plan_.ready.empty()) last_book_ = book_;
+    // As in Horovod, one rank's shutdown shuts every rank down: a rank that sees another
+    // leave asks to leave too (the others' collectives it never submits fail meanwhile).
+    join_shutdown(table_);
+  }
+  const Plan& p = plan_;
+  for (const auto& rd : p.ready) {
+    execute(rd, lock);
+    if (!failure_.empty()) break;
+  }
+  if (!p.ready.empty() || news) {
+    unproductive = 0;
+    return true;
+  }
+  // Nothing was ready and nothing new was announced: wait a little (or for a new
+  // submission) before the next round.
+  const auto pause = backoff(++unproductive);
+  if (pause.count() > 0) {
+    pausing_ = true;
+    cv_.wait_for(lock, pause, [&] { return submissions_ != seen || stopping_; });
+    pausing_ = false;
+  }
+  return true;
+}
+
+void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool()>& until,
+                   int unproductive) {
+  begin_round();
+  while (!queue_.empty() && !until() && failure_.empty() && !stopping_) {
+    Slot* fresh[kWindow] = {};
+    const std::uint32_t count = fresh_slots(fresh);
+    fill_window(fresh, count);
+    brief_of(window_, cache_, brief_);
+    // For the transport's message only. The slot stays put while this driver exchanges:
+    // only the driver takes slots out of the queue, and others only append.
+    const Request* head = &queue_.front()->req;
+    if (hooks_.timeline != nullptr) hooks_.timeline->cycle();
+    const std::uint64_t seen = submissions_;
+    exchanging_round_ = rounds_;
+    lock.unlock();
+    if (!settle(lock, gather_briefs(head), head, fresh, count, true, seen, unproductive)) break;
+  }
+  end_round();
+}
+
+bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock) {
+  // The steady state: nothing else queued or driven here, the request already cached.
+  if (queue_.size() != 1 || driving_ || stopping_ || !failure_.empty() || slot.done ||
+      !slot.row.empty() || (hooks_.timeline != nullptr && hooks_.timeline->enabled()))
+    return false;
+  const std::int64_t id = cache_.find(slot.req);
+  if (id < 0) return false;
+  begin_round();
+  // The brief brief_of() would write for a window of this one request.
+  brief_.count = 1;
+  brief_.uncached = 0;
+  BriefEntry e;
+  e.id = static_cast<std::uint32_t>(id);
+  e.seq = slot.req.seq;
+  brief_.set_entry(0, e);
+  const std::size_t bytes = inline_size(slot);
+  brief_.inline_bytes = static_cast<std::uint32_t>(bytes);
+  if (bytes > 0) std::memcpy(brief_.payload(), slot.small_input, bytes);
+  if (hooks_.timeline != nullptr) hooks_.timeline->cycle();
+  const std::uint64_t seen = submissions_;
+  exchanging_round_ = rounds_;
+  lock.unlock();
+  std::exception_ptr broken = gather_briefs(&slot.req);
+  Slot* fresh[kWindow] = {&slot};
+  int unproductive = 0;
+  if (broken || !plan_briefs(briefs_, cache_, book_, plan_)) {
+    // Some rank announced something else: the round goes on as drive() would take it
+    // from these briefs, and so do the rounds after it until this collective is done.
+    if (settle(lock, std::move(broken), &slot.req, fresh, 1, false, seen, unproductive))
+      drive(
+          lock, [&] { return slot.done; }, unproductive);
+    else
+      end_round();
+    return true;
+  }
+  // Every rank announced this collective alone: it runs now, as execute() would run it.
+  bool fatal = false;
+  try {
+    if (slot.body) slot.body(plan_.ready[0]);
+  } catch (const Refused&) {
+    slot.error = std::current_exception();
+  } catch (...) {
+    slot.error = std::current_exception();
+    fatal = true;
+  }
+  lock.lock();
+  exchanging_round_ = -1;
+  ++rounds_;
+  if (hooks_.timeline != nullptr && hooks_.timeline->enabled()) mark_ready(true);
+  queue_.pop_front();  // `slot`: only the driver takes slots out, others only append
+  if (fatal) fail_all(slot.error);
+  slot.body = nullptr;
+  slot.done = true;
+  ++progress_;
+  stall_reported_ = false;
+  end_round();
+  return true;
 }
 
 void Engine::gather(const void* mine, std::size_t used, void* all, std::size_t block,

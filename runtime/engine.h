@@ -7,6 +7,7 @@
 // failure (a peer lost, a timeout) is fatal: every later collective fails with it.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -161,7 +162,36 @@ class Engine {
   // Waits for `slot`, driving rounds while nobody else does.
   void await(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mutex>& lock);
   // Runs rounds until `until` holds or nothing is queued; mu_ held on entry and exit.
-  void drive(std::unique_lock<std::mutex>& lock, const std::function<bool()>& until);
+  // `unproductive`: rounds that agreed on nothing just before (the pause grows with it).
+  void drive(std::unique_lock<std::mutex>& lock, const std::function<bool()>& until,
+             int unproductive = 0);
+  // The steady state of a blocking collective, when nothing else is queued and the
+  // request is cached: this thread sends the brief drive() would send, and when every
+  // rank announced this same collective alone it runs at once; otherwise the round goes
+  // on as drive()'s would, and so does driving until `slot` is done. Returns false (and
+  // does nothing) when the engine is not in that state. mu_ held on entry and exit.
+  bool express(Slot& slot, std::unique_lock<std::mutex>& lock);
+  // The driver's seat: taken (the round's buffers sized) and given up. mu_ held.
+  void begin_round();
+  void end_round();
+  // This rank's queued collectives not announced yet, oldest first (at most kWindow).
+  // mu_ held.
+  std::uint32_t fresh_slots(Slot** fresh);
+  // window_ for those collectives. Driver only; reads only the slots.
+  void fill_window(Slot* const* fresh, std::uint32_t count);
+  // Bytes of `s`'s input that ride in the round (0: none).
+  std::size_t inline_size(const Slot& s) const;
+  std::size_t inline_limit() const { return std::min(hooks_.inline_limit, kInlineCapacity); }
+  // Exchanges brief_ into briefs_; the failure, if any. mu_ not held.
+  std::exception_ptr gather_briefs(const Request* head);
+  // The rest of a round once the briefs are exchanged (`broken`: they were not), applied
+  // alike whoever sent this rank's brief: whole windows when some rank needs them, the
+  // plan, the collectives it made ready, a pause when it agreed on nothing. `fresh` are the
+  // `count` collectives this rank announced in it; `window_built`: window_ holds them
+  // already. mu_ not held on entry, held on exit. Returns false when the round failed.
+  bool settle(std::unique_lock<std::mutex>& lock, std::exception_ptr broken, const Request* head,
+              Slot** fresh, std::uint32_t count, bool window_built, std::uint64_t seen,
+              int& unproductive);
   // Runs one planned collective: this rank's own, or a stand-in.
   void execute(const Ready& rd, std::unique_lock<std::mutex>& lock);
   // Fails every queued collective: the first `attempted` with `error` itself (they were

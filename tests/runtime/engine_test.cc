@@ -643,3 +643,39 @@ TEST_CASE("engine: named collectives far apart in the ranks' queues still meet",
   CHECK(ran == 2 * kCount);
   CHECK(ranks[0].failure().empty());
 }
+
+TEST_CASE(
+    "engine: a blocking collective sent from the steady state meets ranks that announced "
+    "something else, and the round goes on from what they announced",
+    "[runtime][engine][cache]") {
+  // Rank 0 is idle with cached requests, so each of its blocking collectives is sent at
+  // once as a brief of its own; rank 1 always has "b" queued before it reaches "a". Rank
+  // 0's round therefore never agrees on its own: it must be planned as any other round,
+  // what rank 0 announced in it counting, and every collective completes (a lost
+  // announcement would leave the ranks waiting on each other until the fake net's
+  // deadline).
+  Ranks ranks(2);
+  std::atomic<int> ran{0};
+  on_each(2, [&](int r) {
+    // The ranks announce each collective in different rounds, so none rides in a round
+    // (Ready::inline_data) and the fake net moves no data: the bodies count the runs.
+    auto body = [&ran](const Ready&) { ++ran; };
+    for (const char* name : {"a", "b"}) ranks[r].run(allreduce(2, name), [](const Ready&) {});
+    for (int step = 0; step < 20; ++step) {
+      const auto v = static_cast<float>(step);
+      if (r == 0) {
+        const float in_a[2] = {v, 1.0F}, in_b[2] = {2.0F * v, 1.0F};
+        ranks[r].run(allreduce(2, "a"), body, in_a);
+        ranks[r].run(allreduce(2, "b"), body, in_b);
+      } else {
+        const float in_a[2] = {10.0F * v, 2.0F}, in_b[2] = {20.0F * v, 2.0F};
+        const auto h = ranks[r].submit(allreduce(2, "b"), body, nullptr, in_b);
+        ranks[r].run(allreduce(2, "a"), body, in_a);
+        ranks[r].wait(h);
+      }
+    }
+  });
+  CHECK(ranks[0].failure().empty());
+  CHECK(ranks[1].failure().empty());
+  CHECK(ran == 2 * 2 * 20);
+}
