@@ -444,26 +444,12 @@ bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock) {
       end_round();
     return true;
   }
-  // Every rank announced this collective alone: it runs now, as execute() would run it.
-  bool fatal = false;
-  try {
-    if (slot.body) slot.body(plan_.ready[0]);
-  } catch (const Refused&) {
-    slot.error = std::current_exception();
-  } catch (...) {
-    slot.error = std::current_exception();
-    fatal = true;
-  }
+  // Every rank announced this collective alone: it runs now, as a round of drive() runs
+  // what it made ready.
   lock.lock();
   exchanging_round_ = -1;
   ++rounds_;
-  if (hooks_.timeline != nullptr && hooks_.timeline->enabled()) mark_ready(true);
-  queue_.pop_front();  // `slot`: only the driver takes slots out, others only append
-  if (fatal) fail_all(slot.error);
-  slot.body = nullptr;
-  slot.done = true;
-  ++progress_;
-  stall_reported_ = false;
+  execute(plan_.ready[0], lock);
   end_round();
   return true;
 }
