@@ -30,6 +30,7 @@
 #include <cstring>
 #include <functional>
 #include <list>
+#include <optional>
 #include <type_traits>
 #include <unordered_map>
 
@@ -299,23 +300,36 @@ class GlooComm::Impl {
         std::copy(mine.begin(), mine.end(), a.my_proof.begin());
       }
       for (auto& a : auth) a.proof_out->send();
+      // Every pair is checked, and every proof this rank sent delivered, before a refusal
+      // is raised: a rank that throws at its first bad peer would close its pairs to good
+      // peers too, and they would blame it for a proof it had sent.
+      std::optional<Error> refused;
+      std::optional<Error> closed;
       for (std::size_t i = 0; i < auth.size(); ++i) {
         try {
           auth[i].proof_in->waitRecv();
         } catch (const std::exception& e) {
-          throw failed(i, std::string("sent no proof of the job secret (") + e.what() + ")");
+          if (!closed)
+            closed = failed(i, std::string("sent no proof of the job secret (") + e.what() + ")");
+          continue;
         }
         const std::string want = proof(m, fresh[i], rank_, PairAuth::view(auth[i].their_nonce),
                                        PairAuth::view(auth[i].my_nonce));
-        if (!rendezvous::tags_equal(
-                reinterpret_cast<const unsigned char*>(want.data()),
-                reinterpret_cast<const unsigned char*>(auth[i].their_proof.data())))
-          throw failed(i, "did not prove the job secret");
+        if (!refused && !rendezvous::tags_equal(
+                            reinterpret_cast<const unsigned char*>(want.data()),
+                            reinterpret_cast<const unsigned char*>(auth[i].their_proof.data())))
+          refused = failed(i, "did not prove the job secret");
       }
       for (auto& a : auth) {
-        a.nonce_out->waitSend();
-        a.proof_out->waitSend();
+        try {
+          a.nonce_out->waitSend();
+          a.proof_out->waitSend();
+        } catch (const std::exception&) {
+          if (!refused && !closed) throw;  // a pair that failed is already reported above
+        }
       }
+      if (refused) throw *refused;
+      if (closed) throw *closed;
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
