@@ -266,7 +266,8 @@ Prepared prepare(const Collective& c) {
   if (c.ndim < 0 || (c.ndim > 0 && c.shape == nullptr))
     throw Error(std::string("hvdrun::") + fn + ": shape has " + std::to_string(c.ndim) +
                 " dimensions but no values");
-  auto q = runtime::make_request(kind, c.count, c.dtype, c.name, c.shape, c.ndim, c.type_name);
+  runtime::Request& q = p.request;
+  q = runtime::make_request(kind, c.count, c.dtype, c.name, c.shape, c.ndim, c.type_name);
   q.device = c.device ? 1 : 0;
   if (kind == runtime::Kind::kAllreduce || kind == runtime::Kind::kReducescatter) {
     q.op = static_cast<std::uint8_t>(c.op);
@@ -281,9 +282,8 @@ Prepared prepare(const Collective& c) {
 
   if (c.device) nccl(*w, fn);  // fails here, at submission, when NCCL is unavailable
   const bool small = !c.device && c.kind == CollectiveKind::kAllreduce &&
-                     c.count * dtype_size(c.dtype) <= runtime::kInlineCapacity;
+                     c.count * runtime::element_bytes(c.dtype) <= runtime::kInlineCapacity;
   p.j = std::move(j);
-  p.request = q;
   p.small_input = small ? c.send : nullptr;
   return p;
 }
@@ -411,10 +411,18 @@ Handle submit(const Collective& c, void (*then)(void*, long long), void* arg) {
 
 void run(const Collective& c) {
   auto p = prepare(c);
+  // A small host allreduce whose inputs all ride in the round is reduced by the engine
+  // straight into the output (what move_data would do with it).
+  runtime::Engine::InlineResult result;
+  result.recv = c.recv;
+  result.count = c.count;
+  result.dtype = c.dtype;
+  result.op = c.op;
   // run() returns once the collective has run, so its body may refer to the caller's `c`
   // (small enough to need no allocation).
   p.engine->run(
-      p.request, [&p, &c](const runtime::Ready& rd) { move_data(p.group, c, rd); }, p.small_input);
+      p.request, [&p, &c](const runtime::Ready& rd) { move_data(p.group, c, rd); }, p.small_input,
+      p.small_input != nullptr ? &result : nullptr);
 }
 
 std::int64_t sequence(Handle handle) {

@@ -181,16 +181,22 @@ void Engine::await(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mute
   }
 }
 
-void Engine::run(const Request& req, Body body, const void* small_input) {
+void Engine::run(const Request& req, Body body, const void* small_input,
+                 const InlineResult* result) {
   // The slot lives on this stack: run() returns only once it is done and out of the
   // queue, so the queue holds it by a pointer that owns nothing (no allocation).
-  Slot local;
-  local.req = req;
-  local.body = std::move(body);
-  local.small_input = small_input;
+  Slot local{.req = req,
+             .body = std::move(body),
+             .then = nullptr,
+             .small_input = small_input,
+             .announced = false,
+             .row = {},
+             .done = false,
+             .error = nullptr,
+             .result = -1};
   std::unique_lock lock(mu_);
   auto slot = enqueue(std::shared_ptr<Slot>(std::shared_ptr<Slot>(), &local), lock);
-  express(*slot, lock);
+  express(*slot, lock, small_input != nullptr ? result : nullptr);
   await(slot, lock);
   release_name(slot->req);
   if (slot->error) std::rethrow_exception(slot->error);
@@ -266,9 +272,13 @@ void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
     if (fatal) fail_all(mine->error);
   }
   if (tl != nullptr) tl->end_all(mine->row, tensor_type(rd.request), tensor_shape(rd.request));
-  mine->body = nullptr;  // release what they captured before anyone waits
-  mine->then = nullptr;
-  mine->done = true;
+  finish(*mine);
+}
+
+void Engine::finish(Slot& slot) {
+  slot.body = nullptr;  // release what they captured before anyone waits
+  slot.then = nullptr;
+  slot.done = true;
   ++progress_;
   stall_reported_ = false;
   wake_waiters();
@@ -302,14 +312,16 @@ void Engine::fill_window(Slot* const* fresh, std::uint32_t count) {
 
 std::size_t Engine::inline_size(const Slot& s) const {
   if (s.small_input == nullptr) return 0;
-  const std::size_t bytes = s.req.count * dtype_size(static_cast<DataType>(s.req.dtype));
+  const std::size_t bytes = s.req.count * element_bytes(static_cast<DataType>(s.req.dtype));
   return bytes <= inline_limit() ? bytes : 0;
 }
 
 void Engine::begin_round() {
   driving_ = true;
-  table_.resize(static_cast<std::size_t>(size_));
-  briefs_.resize(static_cast<std::size_t>(size_));
+  if (briefs_.empty()) {  // sized once: the job's size does not change
+    table_.resize(static_cast<std::size_t>(size_));
+    briefs_.resize(static_cast<std::size_t>(size_));
+  }
 }
 
 void Engine::end_round() {
@@ -409,7 +421,7 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
   end_round();
 }
 
-bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock) {
+bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const InlineResult* result) {
   // The steady state: nothing else queued or driven here, the request already cached.
   if (queue_.size() != 1 || driving_ || stopping_ || !failure_.empty() || slot.done ||
       !slot.row.empty() || (hooks_.timeline != nullptr && hooks_.timeline->enabled()))
@@ -434,7 +446,8 @@ bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock) {
   std::exception_ptr broken = gather_briefs(&slot.req);
   Slot* fresh[kWindow] = {&slot};
   int unproductive = 0;
-  if (broken || !plan_briefs(briefs_, cache_, book_, plan_)) {
+  Alone alone;
+  if (broken || !agreed_alone(briefs_, cache_, book_, alone)) {
     // Some rank announced something else: the round goes on as drive() would take it
     // from these briefs, and so do the rounds after it until this collective is done.
     if (settle(lock, std::move(broken), &slot.req, fresh, 1, false, seen, unproductive))
@@ -445,7 +458,20 @@ bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock) {
     return true;
   }
   // Every rank announced this collective alone: it runs now, as a round of drive() runs
-  // what it made ready.
+  // what it made ready. A small allreduce whose inputs all rode in the round is reduced
+  // here, from the briefs this driver owns until end_round(), as its body would.
+  if (result != nullptr && alone.inline_all) {
+    reduce_payloads(briefs_[0].payload(), sizeof(Brief), size_, result->recv, result->count,
+                    result->dtype, result->op);
+    lock.lock();
+    exchanging_round_ = -1;
+    ++rounds_;
+    queue_.pop_front();  // this slot: only the driver takes slots out, others append
+    finish(slot);
+    end_round();
+    return true;
+  }
+  plan_alone(alone, briefs_, cache_, plan_);
   lock.lock();
   exchanging_round_ = -1;
   ++rounds_;

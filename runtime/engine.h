@@ -113,8 +113,19 @@ class Engine {
   /// 0). Throws DuplicateName when a collective of the same name is still in flight (submitted and
   /// its handle not yet waited for), Error after a fatal failure.
   Handle submit(Request req, Body body, Body then = nullptr, const void* small_input = nullptr);
-  /// Submits and waits: a blocking collective. Rethrows its error.
-  void run(const Request& req, Body body, const void* small_input = nullptr);
+  /// Where a blocking small host allreduce puts its result when every rank carried its
+  /// input in the round: run() then reduces the round's payloads into `recv` itself, as
+  /// the body would (reduce_payloads), without calling the body.
+  struct InlineResult {
+    void* recv = nullptr;
+    std::size_t count = 0;
+    DataType dtype = DataType::kFloat32;
+    ReduceOp op = ReduceOp::kSum;
+  };
+  /// Submits and waits: a blocking collective. Rethrows its error. `result`: see
+  /// InlineResult (an allreduce with `small_input` only).
+  void run(const Request& req, Body body, const void* small_input = nullptr,
+           const InlineResult* result = nullptr);
   /// True once the collective behind `h` has finished. Throws Error for an unknown handle.
   bool poll(Handle h);
   /// Waits for `h`, forgets it (its name may be used again) and rethrows its error.
@@ -170,7 +181,7 @@ class Engine {
   // rank announced this same collective alone it runs at once; otherwise the round goes
   // on as drive()'s would, and so does driving until `slot` is done. Returns false (and
   // does nothing) when the engine is not in that state. mu_ held on entry and exit.
-  bool express(Slot& slot, std::unique_lock<std::mutex>& lock);
+  bool express(Slot& slot, std::unique_lock<std::mutex>& lock, const InlineResult* result);
   // The driver's seat: taken (the round's buffers sized) and given up. mu_ held.
   void begin_round();
   void end_round();
@@ -194,6 +205,8 @@ class Engine {
               int& unproductive);
   // Runs one planned collective: this rank's own, or a stand-in.
   void execute(const Ready& rd, std::unique_lock<std::mutex>& lock);
+  // Marks this rank's `slot` done once its collective has run (or failed). mu_ held.
+  void finish(Slot& slot);
   // Fails every queued collective: the first `attempted` with `error` itself (they were
   // in the round that failed), the rest as not run. mu_ held.
   void fail_all(const std::exception_ptr& error, std::size_t attempted = 0);

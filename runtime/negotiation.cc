@@ -263,7 +263,11 @@ bool carried_inline(const std::vector<Window>& windows, const Ready& rd) {
 }
 
 void reduce_inline(const Ready& ready, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
-  const std::size_t bytes = count * dtype_size(dtype);
+  if (ready.absent.empty()) {
+    reduce_payloads(ready.inline_base, ready.inline_stride, ready.ranks, recv, count, dtype, op);
+    return;
+  }
+  const std::size_t bytes = count * element_bytes(dtype);
   auto absent = ready.absent.begin();  // joined ranks: the op's identity, i.e. nothing
   bool first = true;
   for (int r = 0; r < ready.ranks; ++r) {
@@ -279,6 +283,14 @@ void reduce_inline(const Ready& ready, void* recv, std::size_t count, DataType d
     first = false;
   }
   finish_average(recv, count, dtype, op, ready.ranks);
+}
+
+void reduce_payloads(const unsigned char* base, std::size_t stride, int ranks, void* recv,
+                     std::size_t count, DataType dtype, ReduceOp op) {
+  std::memcpy(recv, base, count * element_bytes(dtype));
+  for (int r = 1; r < ranks; ++r)
+    reduce_into(recv, base + static_cast<std::size_t>(r) * stride, count, dtype, op);
+  finish_average(recv, count, dtype, op, ranks);
 }
 
 namespace {
@@ -404,18 +416,17 @@ std::uint64_t digest(const Request& r) {
   return h;
 }
 
+// Every field but seq, byte for byte: the request has no padding, and make_request()
+// leaves every unused byte zero (the shape past ndim, each text past its end), so this is
+// the field-by-field test in a few vector compares (a request built otherwise, with other
+// bytes there, is merely not found: its round then sends the whole windows).
+static_assert(sizeof(Request) == 176 && offsetof(Request, seq) == 16 &&
+                  offsetof(Request, name_hash) == 24 && offsetof(Request, name) == 128,
+              "Request has no padding: identical() compares its bytes");
 bool identical(const Request& a, const Request& b) {
-  if (a.kind != b.kind || a.dtype != b.dtype || a.op != b.op || a.device != b.device ||
-      a.root != b.root || a.count != b.count || a.name_hash != b.name_hash || a.ndim != b.ndim ||
-      bits_of(a.prescale) != bits_of(b.prescale) || bits_of(a.postscale) != bits_of(b.postscale))
-    return false;
-  for (int d = 0; d < a.ndim && d < kMaxDims; ++d)
-    if (a.shape[d] != b.shape[d]) return false;
-  // Whole arrays, not strncmp: make_request() leaves every byte after the text zero, so
-  // this is the same test in a few instructions (a request built otherwise, with bytes
-  // after the text, is merely not found: its round then sends the whole windows).
-  return std::memcmp(a.type_name, b.type_name, sizeof a.type_name) == 0 &&
-         std::memcmp(a.name, b.name, sizeof a.name) == 0;
+  constexpr std::size_t kTail = sizeof(Request) - offsetof(Request, name_hash);
+  return std::memcmp(&a, &b, offsetof(Request, seq)) == 0 &&
+         std::memcmp(&a.name_hash, &b.name_hash, kTail) == 0;
 }
 
 }  // namespace
@@ -470,15 +481,15 @@ void brief_of(const Window& window, const RequestCache& cache, Brief& out) {
   if (out.inline_bytes > 0) std::memcpy(out.payload(), window.payload, out.inline_bytes);
 }
 
-bool plan_briefs(const std::vector<Brief>& briefs, const RequestCache& cache, JoinBook& book,
-                 Plan& out) {
+bool agreed_alone(const std::vector<Brief>& briefs, const RequestCache& cache, JoinBook& book,
+                  Alone& out) {
   const Brief& first = briefs[0];
   if (first.count != 1 || first.uncached != 0) return false;
   const BriefEntry e = first.entry(0);
   if (e.id >= cache.size()) return false;
   const Request& q = cache.at(e.id);
   if (is_control(q.kind)) return false;
-  const std::size_t bytes = q.count * dtype_size(static_cast<DataType>(q.dtype));
+  const std::size_t bytes = q.count * element_bytes(static_cast<DataType>(q.dtype));
   bool inline_all =
       q.kind == Kind::kAllreduce && q.device == 0 && bytes > 0 && bytes <= kInlineCapacity;
   for (const auto& b : briefs) {
@@ -487,9 +498,16 @@ bool plan_briefs(const std::vector<Brief>& briefs, const RequestCache& cache, Jo
     if (be.id != e.id || be.seq != e.seq) return false;
     inline_all = inline_all && b.inline_bytes == bytes;
   }
-  const int n = static_cast<int>(briefs.size());
-  if (static_cast<int>(book.joined_round.size()) != n) return false;  // plan() sizes the book
+  if (book.joined_round.size() != briefs.size()) return false;  // plan() sizes the book
   ++book.round;
+  out.id = e.id;
+  out.seq = e.seq;
+  out.inline_all = inline_all;
+  return true;
+}
+
+void plan_alone(const Alone& alone, const std::vector<Brief>& briefs, const RequestCache& cache,
+                Plan& out) {
   // The steady state reuses the last round's Ready rather than building a new one.
   out.ready.resize(1);
   Ready& rd = out.ready[0];
@@ -500,15 +518,22 @@ bool plan_briefs(const std::vector<Brief>& briefs, const RequestCache& cache, Jo
   rd.inline_base = nullptr;
   rd.inline_stride = 0;
   rd.ranks = 0;
-  rd.request = q;
-  rd.request.seq = e.seq;
-  if (inline_all) {
+  rd.request = cache.at(alone.id);
+  rd.request.seq = alone.seq;
+  if (alone.inline_all) {
     rd.inline_data = true;
     // Every brief has one entry, so every payload sits at the same offset.
-    rd.inline_base = first.payload();
+    rd.inline_base = briefs[0].payload();
     rd.inline_stride = sizeof(Brief);
-    rd.ranks = n;
+    rd.ranks = static_cast<int>(briefs.size());
   }
+}
+
+bool plan_briefs(const std::vector<Brief>& briefs, const RequestCache& cache, JoinBook& book,
+                 Plan& out) {
+  Alone alone;
+  if (!agreed_alone(briefs, cache, book, alone)) return false;
+  plan_alone(alone, briefs, cache, out);
   return true;
 }
 

@@ -140,6 +140,27 @@ struct Ready {
 /// order (joined ranks contribute nothing: the op's identity), Average divided by the
 /// number of ranks. `recv` holds `count` elements of `dtype`.
 void reduce_inline(const Ready& ready, void* recv, std::size_t count, DataType dtype, ReduceOp op);
+/// The same for `ranks` inputs at `base`, `stride` apart, none absent.
+void reduce_payloads(const unsigned char* base, std::size_t stride, int ranks, void* recv,
+                     std::size_t count, DataType dtype, ReduceOp op);
+
+/// Bytes per element of `dtype` (dtype_size() without its check: `dtype` is valid).
+constexpr std::size_t element_bytes(DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8:
+      return 1;
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kInt32:
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kInt64:
+    case DataType::kFloat64:
+      return 8;
+  }
+  return 0;
+}
 
 /// What a round decided: the collectives to run now, in this order, on every rank.
 struct Plan {
@@ -252,11 +273,28 @@ void brief_of(const Window& window, const RequestCache& cache, Brief& out);
 /// True when any brief has a request the cache lacks (the round needs whole windows).
 bool needs_windows(const std::vector<Brief>& briefs);
 
-/// The steady state decided from the briefs alone: every rank submitted the same single
-/// cached collective (no join, no shutdown), which is then ready and agreed. Returns false
-/// (and leaves `out` alone) otherwise; the round is then planned from whole windows.
+/// The steady state as the briefs show it: every rank announced the same single cached
+/// collective alone (no join, no shutdown).
+struct Alone {
+  std::uint32_t id = 0;     ///< its cache id
+  std::int64_t seq = -1;    ///< its position
+  bool inline_all = false;  ///< an allreduce whose every rank carried its input in the round
+};
+
+/// Decides whether a round is the steady state, as plan_briefs() does, without building
+/// the Ready (a blocking small allreduce then reduces the briefs' payloads itself). Counts
+/// the round in `book` when it is; returns false and leaves both alone otherwise.
+bool agreed_alone(const std::vector<Brief>& briefs, const RequestCache& cache, JoinBook& book,
+                  Alone& out);
+
+/// The steady state decided from the briefs alone: agreed_alone(), then the collective
+/// ready and agreed in `out`. Returns false (and leaves `out` alone) otherwise; the round
+/// is then planned from whole windows.
 bool plan_briefs(const std::vector<Brief>& briefs, const RequestCache& cache, JoinBook& book,
                  Plan& out);
+/// The Plan for a round agreed_alone() accepted.
+void plan_alone(const Alone& alone, const std::vector<Brief>& briefs, const RequestCache& cache,
+                Plan& out);
 
 /// Rebuilds every rank's window from briefs that are all cached.
 void expand(const std::vector<Brief>& briefs, const RequestCache& cache,
