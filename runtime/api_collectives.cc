@@ -98,7 +98,52 @@ struct Prepared {
   Group group;
   runtime::Request request;
   const void* small_input = nullptr;  // carried in the round when small (Window::payload)
+  std::uint64_t token = 0;            // names `request` (Engine::run), 0: none
 };
+
+// The request of a plain host allreduce (no name, shape, type name or process set: what
+// the C API's hvdrun_allreduce and a training loop's metric submit again and again), kept
+// per thread with its token, so an unchanged call builds no request and the engine looks
+// it up in its cache once.
+struct PlainAllreduce {
+  std::size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  std::uint64_t token = 0;  // 0: nothing kept yet
+  runtime::Request request;
+};
+
+bool plain_allreduce(const Collective& c) {
+  return c.kind == CollectiveKind::kAllreduce && !c.device && c.process_set == 0 &&
+         c.name == nullptr && c.shape == nullptr && c.ndim == 0 && c.type_name == nullptr &&
+         c.prescale == 1.0 && c.postscale == 1.0;
+}
+
+// The request for `c`, into `p` (with its token when plain).
+void request_of(const Collective& c, runtime::Kind kind, Prepared& p) {
+  runtime::Request& q = p.request;
+  if (plain_allreduce(c)) {
+    thread_local PlainAllreduce last;
+    if (last.token == 0 || last.count != c.count || last.dtype != c.dtype || last.op != c.op) {
+      last.request = runtime::make_request(kind, c.count, c.dtype, nullptr, nullptr, 0, nullptr);
+      last.request.op = static_cast<std::uint8_t>(c.op);
+      last.count = c.count;
+      last.dtype = c.dtype;
+      last.op = c.op;
+      last.token = runtime::Engine::new_token();
+    }
+    q = last.request;
+    p.token = last.token;
+    return;
+  }
+  q = runtime::make_request(kind, c.count, c.dtype, c.name, c.shape, c.ndim, c.type_name);
+  q.device = c.device ? 1 : 0;
+  if (kind == runtime::Kind::kAllreduce || kind == runtime::Kind::kReducescatter) {
+    q.op = static_cast<std::uint8_t>(c.op);
+    q.prescale = c.prescale;
+    q.postscale = c.postscale;
+  }
+}
 
 // A process set this rank belongs to, held for a collective's duration.
 std::shared_ptr<runtime::ProcessSet> member_set(Joined& j, int id, const char* fn) {
@@ -266,14 +311,8 @@ Prepared prepare(const Collective& c) {
   if (c.ndim < 0 || (c.ndim > 0 && c.shape == nullptr))
     throw Error(std::string("hvdrun::") + fn + ": shape has " + std::to_string(c.ndim) +
                 " dimensions but no values");
+  request_of(c, kind, p);
   runtime::Request& q = p.request;
-  q = runtime::make_request(kind, c.count, c.dtype, c.name, c.shape, c.ndim, c.type_name);
-  q.device = c.device ? 1 : 0;
-  if (kind == runtime::Kind::kAllreduce || kind == runtime::Kind::kReducescatter) {
-    q.op = static_cast<std::uint8_t>(c.op);
-    q.prescale = c.prescale;
-    q.postscale = c.postscale;
-  }
   // The root is a rank of the job (as in Horovod); inside a set, its index there.
   if (kind == runtime::Kind::kBroadcast)
     q.root = p.set ? static_cast<int>(std::find(p.set->ranks.begin(), p.set->ranks.end(), c.root) -
@@ -422,7 +461,7 @@ void run(const Collective& c) {
   // (small enough to need no allocation).
   p.engine->run(
       p.request, [&p, &c](const runtime::Ready& rd) { move_data(p.group, c, rd); }, p.small_input,
-      p.small_input != nullptr ? &result : nullptr);
+      p.small_input != nullptr ? &result : nullptr, p.token);
 }
 
 std::int64_t sequence(Handle handle) {

@@ -181,22 +181,33 @@ void Engine::await(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mute
   }
 }
 
-void Engine::run(const Request& req, Body body, const void* small_input,
-                 const InlineResult* result) {
+std::uint64_t Engine::new_token() {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::int64_t Engine::cached_id(const Request& req, std::uint64_t token) {
+  if (token != 0 && token == token_ && token_epoch_ == cache_.epoch()) return token_id_;
+  const std::int64_t id = cache_.find(req);
+  if (token != 0 && id >= 0) {
+    token_ = token;
+    token_id_ = id;
+    token_epoch_ = cache_.epoch();
+  }
+  return id;
+}
+
+void Engine::run(const Request& req, Body body, const void* small_input, const InlineResult* result,
+                 std::uint64_t token) {
   // The slot lives on this stack: run() returns only once it is done and out of the
   // queue, so the queue holds it by a pointer that owns nothing (no allocation).
-  Slot local{.req = req,
-             .body = std::move(body),
-             .then = nullptr,
-             .small_input = small_input,
-             .announced = false,
-             .row = {},
-             .done = false,
-             .error = nullptr,
-             .result = -1};
+  Slot local;
+  local.req = req;
+  local.body = std::move(body);
+  local.small_input = small_input;
   std::unique_lock lock(mu_);
   auto slot = enqueue(std::shared_ptr<Slot>(std::shared_ptr<Slot>(), &local), lock);
-  express(*slot, lock, small_input != nullptr ? result : nullptr);
+  express(*slot, lock, small_input != nullptr ? result : nullptr, token);
   await(slot, lock);
   release_name(slot->req);
   if (slot->error) std::rethrow_exception(slot->error);
@@ -421,12 +432,13 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
   end_round();
 }
 
-bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const InlineResult* result) {
+bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const InlineResult* result,
+                     std::uint64_t token) {
   // The steady state: nothing else queued or driven here, the request already cached.
   if (queue_.size() != 1 || driving_ || stopping_ || !failure_.empty() || slot.done ||
       !slot.row.empty() || (hooks_.timeline != nullptr && hooks_.timeline->enabled()))
     return false;
-  const std::int64_t id = cache_.find(slot.req);
+  const std::int64_t id = cached_id(slot.req, token);
   if (id < 0) return false;
   begin_round();
   // The brief brief_of() would write for a window of this one request.

@@ -123,9 +123,15 @@ class Engine {
     ReduceOp op = ReduceOp::kSum;
   };
   /// Submits and waits: a blocking collective. Rethrows its error. `result`: see
-  /// InlineResult (an allreduce with `small_input` only).
+  /// InlineResult (an allreduce with `small_input` only). `token`, when not 0, names the
+  /// bytes of `req` (its seq aside): a caller that submits one request again and again
+  /// passes the same token with it each time, and a token never stands for two different
+  /// requests in a process (new_token()); the engine then looks the request up in its
+  /// cache once per token.
   void run(const Request& req, Body body, const void* small_input = nullptr,
-           const InlineResult* result = nullptr);
+           const InlineResult* result = nullptr, std::uint64_t token = 0);
+  /// A token no other caller in this process has (for run()).
+  static std::uint64_t new_token();
   /// True once the collective behind `h` has finished. Throws Error for an unknown handle.
   bool poll(Handle h);
   /// Waits for `h`, forgets it (its name may be used again) and rethrows its error.
@@ -181,7 +187,10 @@ class Engine {
   // rank announced this same collective alone it runs at once; otherwise the round goes
   // on as drive()'s would, and so does driving until `slot` is done. Returns false (and
   // does nothing) when the engine is not in that state. mu_ held on entry and exit.
-  bool express(Slot& slot, std::unique_lock<std::mutex>& lock, const InlineResult* result);
+  bool express(Slot& slot, std::unique_lock<std::mutex>& lock, const InlineResult* result,
+               std::uint64_t token);
+  // The cache id of `req`, through the last token's when `token` is that one. mu_ held.
+  std::int64_t cached_id(const Request& req, std::uint64_t token);
   // The driver's seat: taken (the round's buffers sized) and given up. mu_ held.
   void begin_round();
   void end_round();
@@ -264,6 +273,10 @@ class Engine {
   std::vector<unsigned char> packed_;  // a round's blocks when they are smaller than the structs
   Plan plan_;
   RequestCache cache_;
+  // The last token run() was given with a cached request, its id and the cache's epoch.
+  std::uint64_t token_ = 0;
+  std::int64_t token_id_ = -1;
+  std::uint64_t token_epoch_ = 0;
   std::uint64_t progress_ = 0;  // bumped when a collective completes or a wait begins
   long long exchanging_round_ = -1;
   long long rounds_ = 0;

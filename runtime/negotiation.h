@@ -255,6 +255,8 @@ class RequestCache {
   /// The cached request `id` (its seq is -1).
   const Request& at(std::uint32_t id) const { return entries_[id]; }
   std::size_t size() const { return entries_.size(); }
+  /// How many times the cache started again empty (an id is valid only in its epoch).
+  std::uint64_t epoch() const { return epoch_; }
   /// Learns from a round decided from whole windows: every rank's request for a
   /// collective that ran without disagreement, and every join and shutdown.
   void learn(const std::vector<Window>& windows, const Plan& plan);
@@ -263,6 +265,7 @@ class RequestCache {
   void add(const Request& r);
   std::size_t capacity_;
   mutable std::uint32_t last_ = 0;  // the last id found: training repeats one request
+  std::uint64_t epoch_ = 0;
   std::vector<Request> entries_;
   std::unordered_map<std::uint64_t, std::uint32_t> by_digest_;
 };

@@ -220,7 +220,8 @@ class ShmComm::Impl {
   void publish() {
     auto& mine = line(me_.local_rank);
     ++phase_;
-    mine.cpu.store(::sched_getcpu(), std::memory_order_relaxed);
+    cpu_ = ::sched_getcpu();
+    mine.cpu.store(cpu_, std::memory_order_relaxed);
     mine.phase.store(phase_, std::memory_order_release);
     const std::uint32_t target = phase_ * static_cast<std::uint32_t>(L_);
     const std::uint32_t now = header_->arrived.fetch_add(1, std::memory_order_seq_cst) + 1;
@@ -269,7 +270,7 @@ class ShmComm::Impl {
   // can run while this rank spins. One that was last seen on this core most likely waits
   // for it: spinning would only keep it waiting.
   bool awaited_elsewhere() const {
-    const int here = ::sched_getcpu();
+    const int here = cpu_;  // where this rank published from, a moment ago
     bool any = false;
     for (int l = 0; l < L_; ++l) {
       const auto& ln = line(l);
@@ -585,6 +586,7 @@ class ShmComm::Impl {
   char* data_ = nullptr;
   std::size_t chunk_ = 0;
   std::uint32_t phase_ = 0;
+  int cpu_ = -1;  // the core this rank last published from
   std::vector<int> ranks_;
   std::vector<pid_t> pids_;
   std::vector<UniqueFd> pidfds_;

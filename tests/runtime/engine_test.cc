@@ -576,6 +576,80 @@ TEST_CASE("engine: a small allreduce decided from briefs is reduced from their p
 }
 
 TEST_CASE(
+    "negotiation: a few floats summed from the round's payloads give the bits of the "
+    "reduction loops",
+    "[runtime][negotiation]") {
+  std::uint32_t state = 12345;
+  auto next = [&] {
+    state = state * 1664525U + 1013904223U;
+    return static_cast<float>(static_cast<std::int32_t>(state)) / 3.0e7F;  // varied exponents
+  };
+  constexpr int kRanks = 5;
+  constexpr std::size_t kStride = 64;
+  for (const auto op : {hvdrun::ReduceOp::kSum, hvdrun::ReduceOp::kAverage}) {
+    for (std::size_t count = 1; count <= 9; ++count) {  // 9: past the scalar path
+      std::vector<unsigned char> base(kStride * kRanks);
+      for (auto& b : base) b = 0;
+      for (int r = 0; r < kRanks; ++r)
+        for (std::size_t i = 0; i < count; ++i) {
+          const float x = next() * static_cast<float>(1 << (i % 7));
+          std::memcpy(base.data() + r * kStride + i * sizeof x, &x, sizeof x);
+        }
+      Ready rd;
+      rd.inline_data = true;
+      rd.inline_base = base.data();
+      rd.inline_stride = kStride;
+      rd.ranks = kRanks;
+      rd.absent = {kRanks};  // none of the ranks: reduce_inline's general loop
+      std::vector<float> fast(count), general(count);
+      hvdrun::runtime::reduce_payloads(base.data(), kStride, kRanks, fast.data(), count,
+                                       DataType::kFloat32, op);
+      hvdrun::runtime::reduce_inline(rd, general.data(), count, DataType::kFloat32, op);
+      CHECK(std::memcmp(fast.data(), general.data(), count * sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST_CASE(
+    "engine: a blocking small allreduce with an InlineResult is reduced into its output once "
+    "agreed from briefs, and its token survives the cache starting again",
+    "[runtime][engine][cache]") {
+  constexpr int kRanks = 3;
+  Ranks ranks(kRanks);
+  std::atomic<int> bodies{0};
+  on_each(kRanks, [&](int r) {
+    const std::uint64_t token = Engine::new_token();
+    auto check = [&](int i) {
+      float in[2] = {static_cast<float>(r + i), 0.5F};
+      float out[2] = {-1.0F, -1.0F};
+      const Engine::InlineResult result{out, 2, DataType::kFloat32, hvdrun::ReduceOp::kAverage};
+      ranks[r].run(
+          allreduce(2),
+          [&](const Ready& rd) {
+            ++bodies;
+            EXPECT(rd.inline_data);
+            hvdrun::runtime::reduce_inline(rd, out, 2, DataType::kFloat32,
+                                           hvdrun::ReduceOp::kAverage);
+          },
+          in, &result, token);
+      EXPECT(out[0] == static_cast<float>(i + 1));  // (0 + 1 + 2 + 3i) / 3
+      EXPECT(out[1] == 0.5F);
+    };
+    for (int i = 0; i < 4; ++i) check(i);
+    // Enough other requests to fill the cache: it starts again, and the id the token
+    // recalls names another request now. The next call must look its request up again.
+    for (std::size_t k = 0; k < hvdrun::runtime::kCacheCapacity + 4; ++k) {
+      float x = 1.0F;
+      ranks[r].run(allreduce(1, ("filler" + std::to_string(k)).c_str()), nullptr, &x);
+    }
+    for (int i = 4; i < 8; ++i) check(i);
+  });
+  // The body ran only where the request was not cached yet: the first call, and the first
+  // after the cache started again.
+  CHECK(bodies == 2 * kRanks);
+}
+
+TEST_CASE(
     "engine: on one host a 4 KiB allreduce rides in the round, across hosts it moves apart "
     "and the round's blocks keep the hosts' size",
     "[runtime][engine][cache]") {
