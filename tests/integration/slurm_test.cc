@@ -113,11 +113,16 @@ TEST_CASE("under srun, a failing rank's code comes back with its node named") {
   INFO("needs slurmctld, slurmd, slurm-client and munge: scripts/install-deps.sh");
   REQUIRE(SlurmCluster::available());
   TempDir d("slurm");
-  CapturedProcess job(in_allocation({"sh", "-c",
-                                     "echo $$ > " + d.path() +
-                                         "/pid.$HVDRUN_RANK; if [ $HVDRUN_RANK = 3 ]; then "
-                                         "echo disk full >&2; exit 7; fi; exec sleep 60"}),
-                      cluster().env());
+  // Rank 3 fails once every rank has written its pid (at most 10 s): a rank torn down
+  // before it started would leave no pid to check.
+  CapturedProcess job(
+      in_allocation({"sh", "-c",
+                     "echo $$ > " + d.path() +
+                         "/pid.$HVDRUN_RANK; if [ $HVDRUN_RANK = 3 ]; then i=0; while [ $(ls " +
+                         d.path() +
+                         " | grep -c '^pid\\.') -lt 6 ] && [ $i -lt 200 ]; do sleep 0.05; "
+                         "i=$((i+1)); done; echo disk full >&2; exit 7; fi; exec sleep 60"}),
+      cluster().env());
   auto ranks = read_pid_files(d.path(), "pid.", 6, 30s);
   const auto t0 = std::chrono::steady_clock::now();
   CHECK(job.wait(60s) == 7);
