@@ -33,6 +33,14 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
+// The reason in an agent's "cannot start rank N: <reason>", "" for any other report.
+std::string start_reason(const std::string& message) {
+  static constexpr std::string_view kStart = "cannot start rank ";
+  const auto colon = message.find(": ");
+  if (message.rfind(kStart, 0) != 0 || colon == std::string::npos) return {};
+  return message.substr(colon + 2);
+}
+
 }  // namespace
 
 // A first interrupt stops the job gracefully; a second one stops waiting for that.
@@ -234,6 +242,10 @@ void Job::on_fatal(Host& h, const proto::Fatal& f) {
   }
   if (!stopping()) {
     fail(exit_status::kLaunchFailed, "hvdrun: host " + h.name + ": " + f.message + "\n", {h.name});
+    if (stopping()) {  // this report decided the job
+      start_failure_host_ = h.name;
+      start_failure_reason_ = start_reason(f.message);
+    }
   } else if (repeats_outcome(h, f.message)) {
     // Every rank of a missing program fails the same way: the verdict says it once.
     spdlog::debug("host {}: {}", h.name, f.message);
@@ -242,16 +254,11 @@ void Job::on_fatal(Host& h, const proto::Fatal& f) {
   }
 }
 
-// Whether `message` ("cannot start rank N: why") gives the same host and reason as the
-// failure that decided the job, for another rank.
+// Whether `message` gives the same host and reason as the start failure that decided the
+// job, for another rank.
 bool Job::repeats_outcome(const Host& h, const std::string& message) const {
-  static constexpr std::string_view kStart = "cannot start rank ";
-  if (!outcome_ || message.rfind(kStart, 0) != 0) return false;
-  const auto colon = message.find(": ");
-  if (colon == std::string::npos) return false;
-  const std::string& verdict = outcome_->message;
-  return verdict.rfind("hvdrun: host " + h.name + ": " + std::string(kStart), 0) == 0 &&
-         verdict.find(message.substr(colon)) != std::string::npos;
+  return !start_failure_reason_.empty() && h.name == start_failure_host_ &&
+         start_reason(message) == start_failure_reason_;
 }
 
 void Job::check_start_deadline(Clock::time_point t) {

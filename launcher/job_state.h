@@ -198,6 +198,10 @@ class Job {
   // decides its exit code; later ones (the other ranks dying in the teardown) change nothing.
   // In process, elastic re-formation (recover) comes before it.
   std::optional<Failure> outcome_;
+  // When the outcome is a rank that could not start ("cannot start rank N: <reason>"):
+  // its host and reason, so the same report from the host's other ranks is said once.
+  std::string start_failure_host_;
+  std::string start_failure_reason_;
   bool interrupted_ = false;
   int generation_ = 0;
   bool in_process_ = false;  // every rank declared the elastic API: failures re-form
