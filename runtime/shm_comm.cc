@@ -309,6 +309,7 @@ class ShmComm::Impl {
       if (all_arrived()) return;
     }
     const std::uint32_t target = phase_ * static_cast<std::uint32_t>(L_);
+    if (deadline == kLazyDeadline) deadline = op_deadline();
     for (;;) {
       generation_end().check();
       if (header_->abort_rank.load(std::memory_order_acquire) != 0) failed_elsewhere();
@@ -376,6 +377,10 @@ class ShmComm::Impl {
   }
 
   Clock::time_point op_deadline() const { return Clock::now() + op_timeout_; }
+  // A wait's deadline to be taken as op_deadline() when the wait first sleeps: for a
+  // single phase, whose spin before that is bounded (max_spin_), so the limit moves by
+  // microseconds at most.
+  static constexpr Clock::time_point kLazyDeadline = Clock::time_point::max();
 
   // --- buffers ---
 
@@ -505,7 +510,9 @@ class ShmComm::Impl {
       return;
     }
     check_healthy();
-    const auto deadline = op_deadline();
+    // One phase: its deadline is taken only if the wait comes to sleep (kLazyDeadline),
+    // which spares the steady state's round a clock read.
+    const auto deadline = kLazyDeadline;
     const std::uint32_t p = phase_ + 1;
     char* own = slot(p, me_.local_rank);
     const Length n = used;
