@@ -30,7 +30,6 @@
 #include <cstring>
 #include <functional>
 #include <list>
-#include <optional>
 #include <type_traits>
 #include <unordered_map>
 
@@ -91,6 +90,7 @@ std::string rank_list(const std::vector<int>& ranks) {
 // the context (counting up from 0), and freed before any algorithm runs.
 constexpr int kNonceSlot = INT_MAX - 1;
 constexpr int kProofSlot = INT_MAX - 2;
+constexpr int kDoneSlot = INT_MAX - 3;
 
 }  // namespace
 
@@ -248,7 +248,9 @@ class GlooComm::Impl {
   struct PairAuth {
     using Bytes = std::array<char, rendezvous::kMacBytes>;
     Bytes my_nonce{}, my_proof{}, their_nonce{}, their_proof{};
-    std::unique_ptr<gloo::transport::Buffer> nonce_in, proof_in, nonce_out, proof_out;
+    char my_done = 1, their_done = 0;  // "I have every proof": the last step, a barrier
+    std::unique_ptr<gloo::transport::Buffer> nonce_in, proof_in, nonce_out, proof_out, done_in,
+        done_out;
 
     // The buffers point into this object: it stays where it is until they are gone.
     PairAuth() {
@@ -263,6 +265,8 @@ class GlooComm::Impl {
       proof_in = pair.createRecvBuffer(kProofSlot, their_proof.data(), their_proof.size());
       nonce_out = pair.createSendBuffer(kNonceSlot, my_nonce.data(), my_nonce.size());
       proof_out = pair.createSendBuffer(kProofSlot, my_proof.data(), my_proof.size());
+      done_in = pair.createRecvBuffer(kDoneSlot, &their_done, 1);
+      done_out = pair.createSendBuffer(kDoneSlot, &my_done, 1);
     }
     static std::string_view view(const Bytes& b) { return {b.data(), b.size()}; }
   };
@@ -303,33 +307,51 @@ class GlooComm::Impl {
       // Every pair is checked, and every proof this rank sent delivered, before a refusal
       // is raised: a rank that throws at its first bad peer would close its pairs to good
       // peers too, and they would blame it for a proof it had sent.
-      std::optional<Error> refused;
-      std::optional<Error> closed;
+      constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+      std::size_t refused = kNone;  // the first pair whose proof was wrong
+      std::size_t closed = kNone;   // the first pair that sent none
+      std::string closed_why;
       for (std::size_t i = 0; i < auth.size(); ++i) {
         try {
           auth[i].proof_in->waitRecv();
         } catch (const std::exception& e) {
-          if (!closed)
-            closed = failed(i, std::string("sent no proof of the job secret (") + e.what() + ")");
+          if (closed == kNone) {
+            closed = i;
+            closed_why = e.what();
+          }
           continue;
         }
         const std::string want = proof(m, fresh[i], rank_, PairAuth::view(auth[i].their_nonce),
                                        PairAuth::view(auth[i].my_nonce));
-        if (!refused && !rendezvous::tags_equal(
-                            reinterpret_cast<const unsigned char*>(want.data()),
-                            reinterpret_cast<const unsigned char*>(auth[i].their_proof.data())))
-          refused = failed(i, "did not prove the job secret");
+        if (refused == kNone &&
+            !rendezvous::tags_equal(
+                reinterpret_cast<const unsigned char*>(want.data()),
+                reinterpret_cast<const unsigned char*>(auth[i].their_proof.data())))
+          refused = i;
+      }
+      // Then every rank says it has read every proof and waits until its peers have said
+      // so too: a rank that goes on to refuse a peer closes its pairs only once no honest
+      // peer still reads from it (a closed pair can lose what was sent on it last).
+      for (auto& a : auth) {
+        try {
+          a.done_out->send();
+        } catch (const std::exception&) {
+          if (refused == kNone && closed == kNone) throw;  // else reported below
+        }
       }
       for (auto& a : auth) {
         try {
+          a.done_in->waitRecv();
           a.nonce_out->waitSend();
           a.proof_out->waitSend();
+          a.done_out->waitSend();
         } catch (const std::exception&) {
-          if (!refused && !closed) throw;  // a pair that failed is already reported above
+          if (refused == kNone && closed == kNone) throw;  // else reported below
         }
       }
-      if (refused) throw *refused;
-      if (closed) throw *closed;
+      if (refused != kNone) throw failed(refused, "did not prove the job secret");
+      if (closed != kNone)
+        throw failed(closed, "sent no proof of the job secret (" + closed_why + ")");
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
