@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -47,6 +48,10 @@ std::mutex g_mu;  // guards g_joined (the pointer), never held during a collecti
 // Deliberately never destroyed at exit: leaving the job needs the network and logging,
 // which static destruction may already have torn down. shutdown() releases it.
 std::shared_ptr<Joined>& g_joined = *new std::shared_ptr<Joined>;
+// g_joined as collectives read it, without g_mu: written with it, under g_mu
+// (publish_joined()), so a collective's entry takes no lock.
+std::atomic<std::shared_ptr<Joined>>& g_live = *new std::atomic<std::shared_ptr<Joined>>;
+void publish_joined() { g_live.store(g_joined, std::memory_order_release); }  // g_mu held
 
 // Leaving: every process set's engine stops (what is still queued fails) and its
 // communicators close; with `farewell`, the set's host leaders first pass a last barrier
@@ -74,6 +79,7 @@ void close_sets(Joined& j, bool farewell) {
 void retire_if_closed() {
   if (!g_joined || !g_joined->engine->closed()) return;
   auto j = std::move(g_joined);
+  publish_joined();
   close_sets(*j, true);
   j->engine->stop();
   j->world->leave(true);
@@ -82,6 +88,8 @@ void retire_if_closed() {
 }  // namespace
 
 std::shared_ptr<Joined> api_detail::joined(const char* fn) {
+  // The common case: a joined job whose engine has not shut down.
+  if (auto j = g_live.load(std::memory_order_acquire); j && !j->engine->closed()) return j;
   std::lock_guard lock(g_mu);
   retire_if_closed();
   if (!g_joined)
@@ -238,6 +246,7 @@ void init() {
       j->world->env().rank == 0 && !timeline().enabled())
     timeline().start(path, env_flag("HOROVOD_TIMELINE_MARK_CYCLES"));
   g_joined = std::move(j);
+  publish_joined();
 }
 
 bool is_initialized() {
@@ -251,6 +260,7 @@ void shutdown() {
   {
     std::lock_guard lock(g_mu);
     j = std::move(g_joined);
+    publish_joined();
   }
   if (!j) return;
   // Shutdown is agreed like a collective: what the ranks still agree on runs, what can
@@ -272,6 +282,7 @@ void leave() noexcept {
   {
     std::lock_guard lock(g_mu);
     j = std::move(g_joined);
+    publish_joined();
   }
   if (!j) return;
   try {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,7 +97,11 @@ struct Prepared {
   std::shared_ptr<runtime::ProcessSet> set;  // held while the collective is in flight
   runtime::Engine* engine = nullptr;
   Group group;
-  runtime::Request request;
+  // The request: `own`, or a plain allreduce's kept by this thread (PlainAllreduce), which
+  // the engine copies at submission. `own` is built only when needed: a Request is 176
+  // bytes to clear.
+  std::optional<runtime::Request> own;
+  const runtime::Request* request = nullptr;
   const void* small_input = nullptr;  // carried in the round when small (Window::payload)
   std::uint64_t token = 0;            // names `request` (Engine::run), 0: none
 };
@@ -119,23 +124,39 @@ bool plain_allreduce(const Collective& c) {
          c.prescale == 1.0 && c.postscale == 1.0;
 }
 
+// This thread's plain allreduce request of `count` elements of `dtype` reduced by `op`.
+const PlainAllreduce& plain_request(std::size_t count, DataType dtype, ReduceOp op) {
+  thread_local PlainAllreduce last;
+  PlainAllreduce& m = last;
+  if (m.token == 0 || m.count != count || m.dtype != dtype || m.op != op) {
+    m.request = runtime::make_request(runtime::Kind::kAllreduce, count, dtype, nullptr, nullptr, 0,
+                                      nullptr);
+    m.request.op = static_cast<std::uint8_t>(op);
+    m.count = count;
+    m.dtype = dtype;
+    m.op = op;
+    m.token = runtime::Engine::new_token();
+  }
+  return m;
+}
+
+// The checks an allreduce's arguments get at submission.
+void check_allreduce(const void* send, const void* recv, std::size_t count, ReduceOp op) {
+  check_op(op);
+  if (count > 0 && (send == nullptr || recv == nullptr))
+    throw Error("hvdrun::allreduce: null buffer");
+}
+
 // The request for `c`, into `p` (with its token when plain).
 void request_of(const Collective& c, runtime::Kind kind, Prepared& p) {
-  runtime::Request& q = p.request;
   if (plain_allreduce(c)) {
-    thread_local PlainAllreduce last;
-    if (last.token == 0 || last.count != c.count || last.dtype != c.dtype || last.op != c.op) {
-      last.request = runtime::make_request(kind, c.count, c.dtype, nullptr, nullptr, 0, nullptr);
-      last.request.op = static_cast<std::uint8_t>(c.op);
-      last.count = c.count;
-      last.dtype = c.dtype;
-      last.op = c.op;
-      last.token = runtime::Engine::new_token();
-    }
-    q = last.request;
-    p.token = last.token;
+    const PlainAllreduce& m = plain_request(c.count, c.dtype, c.op);
+    p.request = &m.request;
+    p.token = m.token;
     return;
   }
+  runtime::Request& q = p.own.emplace();
+  p.request = &q;
   q = runtime::make_request(kind, c.count, c.dtype, c.name, c.shape, c.ndim, c.type_name);
   q.device = c.device ? 1 : 0;
   if (kind == runtime::Kind::kAllreduce || kind == runtime::Kind::kReducescatter) {
@@ -280,9 +301,7 @@ Prepared prepare(const Collective& c) {
   const int n = p.group.size;
   runtime::Kind kind = runtime::Kind::kAllreduce;
   if (c.kind == CollectiveKind::kAllreduce) {
-    check_op(c.op);
-    if (c.count > 0 && (c.send == nullptr || c.recv == nullptr))
-      throw Error("hvdrun::allreduce: null buffer");
+    check_allreduce(c.send, c.recv, c.count, c.op);
   } else if (c.kind == CollectiveKind::kBroadcast) {
     kind = runtime::Kind::kBroadcast;
     if (c.root < 0 || c.root >= w->env().size)
@@ -312,12 +331,12 @@ Prepared prepare(const Collective& c) {
     throw Error(std::string("hvdrun::") + fn + ": shape has " + std::to_string(c.ndim) +
                 " dimensions but no values");
   request_of(c, kind, p);
-  runtime::Request& q = p.request;
   // The root is a rank of the job (as in Horovod); inside a set, its index there.
   if (kind == runtime::Kind::kBroadcast)
-    q.root = p.set ? static_cast<int>(std::find(p.set->ranks.begin(), p.set->ranks.end(), c.root) -
-                                      p.set->ranks.begin())
-                   : c.root;
+    p.own->root =
+        p.set ? static_cast<int>(std::find(p.set->ranks.begin(), p.set->ranks.end(), c.root) -
+                                 p.set->ranks.begin())
+              : c.root;
 
   if (c.device) nccl(*w, fn);  // fails here, at submission, when NCCL is unavailable
   const bool small = !c.device && c.kind == CollectiveKind::kAllreduce &&
@@ -437,7 +456,7 @@ Collective gather(const void* send, void* recv, std::size_t count, DataType dtyp
 Handle submit(const Collective& c) {
   auto p = prepare(c);
   return to_public(c.process_set,
-                   p.engine->submit(p.request, body_of(p, c), nullptr, p.small_input));
+                   p.engine->submit(*p.request, body_of(p, c), nullptr, p.small_input));
 }
 
 Handle submit(const Collective& c, void (*then)(void*, long long), void* arg) {
@@ -445,7 +464,7 @@ Handle submit(const Collective& c, void (*then)(void*, long long), void* arg) {
   runtime::Engine::Body next;
   if (then != nullptr) next = [then, arg](const runtime::Ready& rd) { then(arg, rd.request.seq); };
   return to_public(c.process_set,
-                   p.engine->submit(p.request, body_of(p, c), std::move(next), p.small_input));
+                   p.engine->submit(*p.request, body_of(p, c), std::move(next), p.small_input));
 }
 
 void run(const Collective& c) {
@@ -460,7 +479,7 @@ void run(const Collective& c) {
   // run() returns once the collective has run, so its body may refer to the caller's `c`
   // (small enough to need no allocation).
   p.engine->run(
-      p.request, [&p, &c](const runtime::Ready& rd) { move_data(p.group, c, rd); }, p.small_input,
+      *p.request, [&p, &c](const runtime::Ready& rd) { move_data(p.group, c, rd); }, p.small_input,
       p.small_input != nullptr ? &result : nullptr, p.token);
 }
 
@@ -470,7 +489,25 @@ std::int64_t sequence(Handle handle) {
 }
 
 void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op) {
-  run(reduce(send, recv, count, dtype, op));
+  // run(reduce(...)) for the whole job's host buffers, without building the Collective and
+  // the Prepared that run() needs for every other case: this is the C API's most frequent
+  // call (a training loop's loss and metrics).
+  const auto j = joined("allreduce");
+  check_dtype(dtype);
+  check_allreduce(send, recv, count, op);
+  const PlainAllreduce& m = plain_request(count, dtype, op);
+  const runtime::Environment& env = j->world->env();
+  // What the body needs when the round does not carry the input, behind one pointer (a
+  // std::function holds that without allocating).
+  const struct {
+    Group g;
+    Collective c;
+  } a{{j->world.get(), nullptr, env.rank, env.size}, reduce(send, recv, count, dtype, op)};
+  const bool small = count * runtime::element_bytes(dtype) <= runtime::kInlineCapacity;
+  const runtime::Engine::InlineResult result{recv, count, dtype, op};
+  j->engine->run(
+      m.request, [&a](const runtime::Ready& rd) { move_data(a.g, a.c, rd); },
+      small ? send : nullptr, small ? &result : nullptr, m.token);
 }
 void broadcast(void* buf, std::size_t count, DataType dtype, int root) {
   run(bcast(buf, count, dtype, root));

@@ -201,14 +201,13 @@ void Engine::run(const Request& req, Body body, const void* small_input, const I
                  std::uint64_t token) {
   // The slot lives on this stack: run() returns only once it is done and out of the
   // queue, so the queue holds it by a pointer that owns nothing (no allocation).
-  Slot local;
-  local.req = req;
+  Slot local(req);
   local.body = std::move(body);
   local.small_input = small_input;
   std::unique_lock lock(mu_);
   auto slot = enqueue(std::shared_ptr<Slot>(std::shared_ptr<Slot>(), &local), lock);
   express(*slot, lock, small_input != nullptr ? result : nullptr, token);
-  await(slot, lock);
+  if (!slot->done) await(slot, lock);
   release_name(slot->req);
   if (slot->error) std::rethrow_exception(slot->error);
 }
@@ -479,7 +478,11 @@ bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const Inlin
     exchanging_round_ = -1;
     ++rounds_;
     queue_.pop_front();  // this slot: only the driver takes slots out, others append
-    finish(slot);
+    // finish() but for its body: run() destroys the slot as soon as it returns, and
+    // end_round() wakes whoever waits.
+    slot.done = true;
+    ++progress_;
+    stall_reported_ = false;
     end_round();
     return true;
   }

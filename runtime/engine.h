@@ -160,6 +160,8 @@ class Engine {
               const Request* head);
 
   struct Slot {
+    Slot() = default;
+    explicit Slot(const Request& r) : req(r) {}  // no cleared request copied over
     Request req;
     Body body;
     Body then;

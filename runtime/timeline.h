@@ -206,6 +206,10 @@ struct TimelineCurrent {
 
 /// This thread's current collective; null when none, or when the timeline is stopped.
 inline thread_local const TimelineCurrent* timeline_current = nullptr;
+/// TimelineRows naming a collective now, on any thread: while there are none, a
+/// TimelineActivity knows its thread has no current collective without reading the
+/// thread-local (a call into the dynamic linker in a shared library).
+inline std::atomic<int> timeline_rows{0};
 
 /// Names `row` of `timeline` as this thread's current collective for the scope, when the
 /// timeline is writing (`timeline` may be null: nothing).
@@ -214,10 +218,14 @@ class TimelineRow {
   TimelineRow(Timeline* timeline, std::string_view row) : previous_(timeline_current) {
     if (timeline != nullptr && timeline->enabled()) {
       here_ = {timeline, row};
+      timeline_rows.fetch_add(1, std::memory_order_relaxed);
       timeline_current = &here_;
     }
   }
-  ~TimelineRow() { timeline_current = previous_; }
+  ~TimelineRow() {
+    timeline_current = previous_;
+    if (here_.timeline != nullptr) timeline_rows.fetch_sub(1, std::memory_order_relaxed);
+  }
   TimelineRow(const TimelineRow&) = delete;
   TimelineRow& operator=(const TimelineRow&) = delete;
 
@@ -227,11 +235,12 @@ class TimelineRow {
 };
 
 /// A phase of the data movement (`phase`: a string literal) on this thread's current
-/// collective, from construction to the end of the scope. With no current collective (the
-/// timeline stopped) it costs one thread-local load.
+/// collective, from construction to the end of the scope. While no thread has a current
+/// collective (the timeline stopped) it costs one atomic load.
 class TimelineActivity {
  public:
-  explicit TimelineActivity(const char* phase) : current_(timeline_current) {
+  explicit TimelineActivity(const char* phase)
+      : current_(timeline_rows.load(std::memory_order_relaxed) > 0 ? timeline_current : nullptr) {
     if (current_ != nullptr) current_->timeline->begin(current_->row, phase);
   }
   ~TimelineActivity() {
