@@ -501,12 +501,19 @@ void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, 
   // std::function holds that without allocating).
   const struct {
     Group g;
-    Collective c;
-  } a{{j->world.get(), nullptr, env.rank, env.size}, reduce(send, recv, count, dtype, op)};
+    const void* send;
+    void* recv;
+    std::size_t count;
+    DataType dtype;
+    ReduceOp op;
+  } a{{j->world.get(), nullptr, env.rank, env.size}, send, recv, count, dtype, op};
   const bool small = count * runtime::element_bytes(dtype) <= runtime::kInlineCapacity;
   const runtime::Engine::InlineResult result{recv, count, dtype, op};
   j->engine->run(
-      m.request, [&a](const runtime::Ready& rd) { move_data(a.g, a.c, rd); },
+      m.request,
+      [&a](const runtime::Ready& rd) {
+        move_data(a.g, reduce(a.send, a.recv, a.count, a.dtype, a.op), rd);
+      },
       small ? send : nullptr, small ? &result : nullptr, m.token);
 }
 void broadcast(void* buf, std::size_t count, DataType dtype, int root) {
