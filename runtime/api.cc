@@ -29,6 +29,7 @@
 #include "runtime/device_watchdog.h"
 #include "runtime/engine.h"
 #include "runtime/generation_end.h"
+#include "runtime/negotiation.h"
 #include "runtime/process_set.h"
 #include "runtime/timeline.h"
 #include "runtime/world.h"
@@ -99,20 +100,10 @@ std::shared_ptr<Joined> api_detail::joined(const char* fn) {
 }
 
 std::size_t dtype_size(DataType dtype) {
-  switch (dtype) {
-    case DataType::kUInt8:
-      return 1;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt32:
-    case DataType::kFloat32:
-      return 4;
-    case DataType::kInt64:
-    case DataType::kFloat64:
-      return 8;
-  }
-  throw Error("hvdrun: unknown data type " + std::to_string(static_cast<int>(dtype)));
+  const std::size_t bytes = runtime::element_bytes(dtype);
+  if (bytes == 0)
+    throw Error("hvdrun: unknown data type " + std::to_string(static_cast<int>(dtype)));
+  return bytes;
 }
 
 namespace {
