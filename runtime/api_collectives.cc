@@ -140,6 +140,12 @@ const PlainAllreduce& plain_request(std::size_t count, DataType dtype, ReduceOp 
   return m;
 }
 
+// Whether a host allreduce of `count` elements of `dtype` is small enough to be offered to
+// the round (the engine applies its own limit, which is at most this).
+bool carries_inline(std::size_t count, DataType dtype) {
+  return count * runtime::element_bytes(dtype) <= runtime::kInlineCapacity;
+}
+
 // The checks an allreduce's arguments get at submission.
 void check_allreduce(const void* send, const void* recv, std::size_t count, ReduceOp op) {
   check_op(op);
@@ -339,8 +345,8 @@ Prepared prepare(const Collective& c) {
               : c.root;
 
   if (c.device) nccl(*w, fn);  // fails here, at submission, when NCCL is unavailable
-  const bool small = !c.device && c.kind == CollectiveKind::kAllreduce &&
-                     c.count * runtime::element_bytes(c.dtype) <= runtime::kInlineCapacity;
+  const bool small =
+      !c.device && c.kind == CollectiveKind::kAllreduce && carries_inline(c.count, c.dtype);
   p.j = std::move(j);
   p.small_input = small ? c.send : nullptr;
   return p;
@@ -471,11 +477,7 @@ void run(const Collective& c) {
   auto p = prepare(c);
   // A small host allreduce whose inputs all ride in the round is reduced by the engine
   // straight into the output (what move_data would do with it).
-  runtime::Engine::InlineResult result;
-  result.recv = c.recv;
-  result.count = c.count;
-  result.dtype = c.dtype;
-  result.op = c.op;
+  const runtime::Engine::InlineResult result{c.recv, c.count, c.dtype, c.op};
   // run() returns once the collective has run, so its body may refer to the caller's `c`
   // (small enough to need no allocation).
   p.engine->run(
@@ -507,7 +509,7 @@ void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, 
     DataType dtype;
     ReduceOp op;
   } a{{j->world.get(), nullptr, env.rank, env.size}, send, recv, count, dtype, op};
-  const bool small = count * runtime::element_bytes(dtype) <= runtime::kInlineCapacity;
+  const bool small = carries_inline(count, dtype);
   const runtime::Engine::InlineResult result{recv, count, dtype, op};
   j->engine->run(
       m.request,

@@ -341,6 +341,20 @@ void Engine::end_round() {
   if (!queue_.empty()) worker_cv_.notify_one();
 }
 
+std::uint64_t Engine::enter_exchange(std::unique_lock<std::mutex>& lock) {
+  if (hooks_.timeline != nullptr) hooks_.timeline->cycle();
+  const std::uint64_t seen = submissions_;
+  exchanging_round_ = rounds_;
+  lock.unlock();
+  return seen;
+}
+
+void Engine::leave_exchange(std::unique_lock<std::mutex>& lock) {
+  lock.lock();
+  exchanging_round_ = -1;
+  ++rounds_;
+}
+
 std::exception_ptr Engine::gather_briefs(const Request* head) {
   try {
     gather(&brief_, brief_.bytes(), briefs_.data(), Brief::block(inline_limit()), sizeof(Brief),
@@ -371,9 +385,7 @@ bool Engine::settle(std::unique_lock<std::mutex>& lock, std::exception_ptr broke
       broken = std::current_exception();
     }
   }
-  lock.lock();
-  exchanging_round_ = -1;
-  ++rounds_;
+  leave_exchange(lock);
   if (broken) {
     fail_all(broken, 1);  // the oldest failed with it, the rest were not run
     return false;
@@ -422,10 +434,7 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
     // For the transport's message only. The slot stays put while this driver exchanges:
     // only the driver takes slots out of the queue, and others only append.
     const Request* head = &queue_.front()->req;
-    if (hooks_.timeline != nullptr) hooks_.timeline->cycle();
-    const std::uint64_t seen = submissions_;
-    exchanging_round_ = rounds_;
-    lock.unlock();
+    const std::uint64_t seen = enter_exchange(lock);
     if (!settle(lock, gather_briefs(head), head, fresh, count, true, seen, unproductive)) break;
   }
   end_round();
@@ -450,10 +459,7 @@ bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const Inlin
   const std::size_t bytes = inline_size(slot);
   brief_.inline_bytes = static_cast<std::uint32_t>(bytes);
   if (bytes > 0) std::memcpy(brief_.payload(), slot.small_input, bytes);
-  if (hooks_.timeline != nullptr) hooks_.timeline->cycle();
-  const std::uint64_t seen = submissions_;
-  exchanging_round_ = rounds_;
-  lock.unlock();
+  const std::uint64_t seen = enter_exchange(lock);
   std::exception_ptr broken = gather_briefs(&slot.req);
   Slot* fresh[kWindow] = {&slot};
   int unproductive = 0;
@@ -474,9 +480,7 @@ bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const Inlin
   if (result != nullptr && alone.inline_all) {
     reduce_payloads(briefs_[0].payload(), sizeof(Brief), size_, result->recv, result->count,
                     result->dtype, result->op);
-    lock.lock();
-    exchanging_round_ = -1;
-    ++rounds_;
+    leave_exchange(lock);
     queue_.pop_front();  // this slot: only the driver takes slots out, others append
     // finish() but for its body: run() destroys the slot as soon as it returns, and
     // end_round() wakes whoever waits.
@@ -487,9 +491,7 @@ bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const Inlin
     return true;
   }
   plan_alone(alone, briefs_, cache_, plan_);
-  lock.lock();
-  exchanging_round_ = -1;
-  ++rounds_;
+  leave_exchange(lock);
   execute(plan_.ready[0], lock);
   end_round();
   return true;

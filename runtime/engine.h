@@ -204,6 +204,12 @@ class Engine {
   // Bytes of `s`'s input that ride in the round (0: none).
   std::size_t inline_size(const Slot& s) const;
   std::size_t inline_limit() const { return std::min(hooks_.inline_limit, kInlineCapacity); }
+  // A round's exchange begins: the timeline's cycle marked, the round published for stall
+  // reports, mu_ given up. Returns the submissions seen so far (settle()'s pause ends at a
+  // new one).
+  std::uint64_t enter_exchange(std::unique_lock<std::mutex>& lock);
+  // The round's exchange is over: mu_ taken back, the round counted.
+  void leave_exchange(std::unique_lock<std::mutex>& lock);
   // Exchanges brief_ into briefs_; the failure, if any. mu_ not held.
   std::exception_ptr gather_briefs(const Request* head);
   // The rest of a round once the briefs are exchanged (`broken`: they were not), applied
