@@ -1,6 +1,7 @@
 /* A rank written in C against hvdrun/hvdrun_c.h (checks that the header is valid C and
  * the C ABI is enough). Modes:
- *   (none)      sums rank+1 across ranks and checks the result
+ *   (none)      sums rank+1 across ranks and checks the result, then every op on int32
+ *               and float64 in a cycle that changes op, type or count at every call
  *   async       ABI version 2: asynchronous collectives waited for out of order, polling,
  *               blocking calls ordered after earlier submissions, bad handles and
  *               arguments, back-to-back allgathers and broadcasts of one size, join,
@@ -8,9 +9,9 @@
  *   async-lost  rank 1 exits right after init; the others' queued collectives fail with
  *               the cause, and collectives submitted later fail at once naming it
  *   negotiate   ABI version 3: a size mismatch fails on every rank naming both sides and
- *               the next collective succeeds; named collectives in different orders; a
- *               name in flight refused; join standing in for an allreduce (Min: the
- *               identity); init after shutdown
+ *               the next collective succeeds; an op mismatch after repeated plain calls;
+ *               named collectives in different orders; a name in flight refused; join
+ *               standing in for an allreduce (Min: the identity); init after shutdown
  *   scatter     ABI version 4: alltoall with uneven splits and received splits, an output
  *               too small refused on every rank, reducescatter with uneven rows, and a
  *               caller compiled for ABI 3 (the shorter struct) still accepted */
@@ -42,6 +43,33 @@ static int sum_mode(void) {
   }
   double want = size * (size + 1) / 2.0;
   int ok = v[0] == want && v[1] == want && v[2] == want;
+  /* Every op on int32 and float64, 1 and 3 elements, cycled so that each call differs from
+   * the last in op, type or count and each repeats: what one thread's kept request and the
+   * engine's cached one must follow. */
+  const hvdrun_op ops[] = {HVDRUN_SUM, HVDRUN_MIN, HVDRUN_MAX, HVDRUN_PRODUCT, HVDRUN_AVERAGE};
+  long long sum = 0, product = 1;
+  for (int r = 1; r <= size; ++r) {
+    sum += r;
+    product *= r;
+  }
+  const long long wanted[] = {sum, 1, size, product, sum / size};
+  for (int i = 0; i < 60 && ok; ++i) {
+    const int o = i % 5, as_double = (i / 5) % 2;
+    const size_t count = (size_t)((i / 10) % 2 == 0 ? 1 : 3);
+    if (as_double) {
+      double d[3] = {rank + 1.0, rank + 1.0, rank + 1.0};
+      const double w = ops[o] == HVDRUN_AVERAGE ? (double)sum / size : (double)wanted[o];
+      if (hvdrun_allreduce(d, d, count, HVDRUN_FLOAT64, ops[o]) != 0) return 1;
+      for (size_t k = 0; k < count; ++k) ok = ok && d[k] == w;
+    } else {
+      int n[3] = {rank + 1, rank + 1, rank + 1};
+      if (hvdrun_allreduce(n, n, count, HVDRUN_INT32, ops[o]) != 0) return 1;
+      for (size_t k = 0; k < count; ++k) ok = ok && n[k] == (int)wanted[o];
+    }
+    if (!ok)
+      fprintf(stderr, "rank %d: call %d (op %d, %s[%zu]) wrong\n", rank, i, (int)ops[o],
+              as_double ? "float64" : "int32", count);
+  }
   if (hvdrun_barrier() != 0) return 1;
   printf("rank %d: %s\n", rank, ok ? "ok" : "wrong");
   return ok ? 0 : 1;
@@ -201,6 +229,19 @@ static int negotiate_mode(void) {
   hvdrun_collective ok = named_sum("after", &one, 1);
   CHECK(hvdrun_run(&ok, sizeof ok) == 0);
   CHECK(one == (float)size);
+  /* The plain call (hvdrun_allreduce) repeated, then with another op on rank 0 only: the
+   * request a thread keeps for its plain calls must follow the op, or this would pass. */
+  int p2[2];
+  for (int i = 0; i < 3; ++i) {
+    p2[0] = p2[1] = rank + 1;
+    CHECK(hvdrun_allreduce(p2, p2, 2, HVDRUN_INT32, HVDRUN_SUM) == 0);
+    CHECK(p2[0] == size * (size + 1) / 2 && p2[1] == p2[0]);
+  }
+  CHECK(hvdrun_allreduce(p2, p2, 2, HVDRUN_INT32, rank == 0 ? HVDRUN_MAX : HVDRUN_SUM) == -1);
+  CHECK(strstr(hvdrun_last_error(), "rank 0 reduces with Max") != NULL);
+  p2[0] = p2[1] = rank + 1;
+  CHECK(hvdrun_allreduce(p2, p2, 2, HVDRUN_INT32, HVDRUN_SUM) == 0);
+  CHECK(p2[0] == size * (size + 1) / 2);
   /* Named collectives submitted in different orders still meet. */
   float a = 1.0f, b = 2.0f;
   hvdrun_collective ca = named_sum("a", &a, 1), cb = named_sum("b", &b, 1);
