@@ -65,8 +65,10 @@ run() {
 configure() {  # configure DIR [cmake args...]
   local dir=$1
   shift
+  # The suite explicitly: scripts/demo.sh configures build/ without it, and a cache keeps
+  # what it was last told.
   run cmake -S . -B "$dir" -G Ninja -DHVDRUN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    "${launcher[@]}" "$@"
+    -DHVDRUN_BUILD_TESTS=ON "${launcher[@]}" "$@"
 }
 
 # Runs the built suite in DIR; every test counts. A failing run's test names are kept
@@ -75,7 +77,9 @@ declare -A failures failure_log
 ctest_stage() {  # ctest_stage STAGE DIR TIMEOUT [command prefix...]
   local stage=$1 dir=$2 timeout=$3
   shift 3
-  run "$@" ctest --test-dir "$dir" --output-on-failure --timeout "$timeout" -j "$jobs" && return
+  # A build without tests must fail the stage, not pass it with nothing run.
+  run "$@" ctest --test-dir "$dir" --output-on-failure --no-tests=error --timeout "$timeout" \
+    -j "$jobs" && return
   local status=$? list=$dir/Testing/Temporary/LastTestsFailed.log
   if [[ -s $list ]]; then
     failures[$stage]=$(cut -d: -f2- "$list")
