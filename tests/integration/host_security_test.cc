@@ -391,8 +391,14 @@ TEST_CASE("without a writable cgroup (as nobody) the job runs and the subreaper 
   TempDir tmp("sec");
   const std::string& d = tmp.path();
   REQUIRE(::chmod(d.c_str(), 0777) == 0);
-  CapturedProcess p({"runuser", "-u", "nobody", "--", hvdrun_binary(), "--verbose", "-H",
-                     "localhost:1", "-np", "1", "sh", "-c", start_daemon_script(d) + "true"});
+  // nobody runs a copy, from `d`: the build tree may sit where only its owner can reach
+  // it (a checkout in a mktemp -d directory, mode 0700).
+  const std::string hvdrun = d + "/hvdrun";
+  std::filesystem::copy_file(hvdrun_binary(), hvdrun);
+  REQUIRE(::chmod(hvdrun.c_str(), 0755) == 0);
+  CapturedProcess p({"runuser", "-u", "nobody", "--", hvdrun, "--verbose", "-H", "localhost:1",
+                     "-np", "1", "sh", "-c", start_daemon_script(d) + "true"},
+                    {}, d);
   CHECK(p.wait() == 0);
   INFO("stderr: " << p.err);
   const pid_t daemon = read_pid_file(d + "/daemon");
