@@ -130,6 +130,26 @@ std::string start_daemon_script(const std::string& d) {
          "/cg.tmp && mv " + d + "/cg.tmp " + d + "/daemon.cg; ";
 }
 
+/// The sanitizer options for a child run as nobody from `dir`: a suppressions file named in
+/// TSAN_OPTIONS may sit in a checkout only its owner can read, so it is copied into `dir` and
+/// the options point at the copy. Empty when no suppressions file is named.
+std::vector<std::string> sanitizer_env_for_nobody(const std::string& dir) {
+  const char* opts = std::getenv("TSAN_OPTIONS");
+  if (opts == nullptr) return {};
+  std::string s = opts;
+  const std::string key = "suppressions=";
+  const auto at = s.find(key);
+  if (at == std::string::npos) return {};
+  const auto from = at + key.size();
+  const auto to = s.find_first_of(" :", from);
+  const std::string file = s.substr(from, to == std::string::npos ? std::string::npos : to - from);
+  const std::string copy = dir + "/tsan.supp";
+  std::filesystem::copy_file(file, copy);
+  REQUIRE(::chmod(copy.c_str(), 0644) == 0);
+  s.replace(from, file.size(), copy);
+  return {"TSAN_OPTIONS=" + s};
+}
+
 }  // namespace
 
 TEST_CASE("output files: what another user planted in DIR is refused and nothing is overwritten") {
@@ -398,7 +418,7 @@ TEST_CASE("without a writable cgroup (as nobody) the job runs and the subreaper 
   REQUIRE(::chmod(hvdrun.c_str(), 0755) == 0);
   CapturedProcess p({"runuser", "-u", "nobody", "--", hvdrun, "--verbose", "-H", "localhost:1",
                      "-np", "1", "sh", "-c", start_daemon_script(d) + "true"},
-                    {}, d);
+                    sanitizer_env_for_nobody(d), d);
   CHECK(p.wait() == 0);
   INFO("stderr: " << p.err);
   const pid_t daemon = read_pid_file(d + "/daemon");
