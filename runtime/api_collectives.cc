@@ -124,20 +124,28 @@ bool plain_allreduce(const Collective& c) {
          c.prescale == 1.0 && c.postscale == 1.0;
 }
 
+// Makes `m` the plain allreduce request of `count` elements of `dtype` reduced by `op`,
+// with a token of its own.
+[[gnu::noinline]] void renew(PlainAllreduce& m, std::size_t count, DataType dtype, ReduceOp op) {
+  m.request =
+      runtime::make_request(runtime::Kind::kAllreduce, count, dtype, nullptr, nullptr, 0, nullptr);
+  m.request.op = static_cast<std::uint8_t>(op);
+  m.count = count;
+  m.dtype = dtype;
+  m.op = op;
+  m.token = runtime::Engine::new_token();
+}
+
 // This thread's plain allreduce request of `count` elements of `dtype` reduced by `op`.
 const PlainAllreduce& plain_request(std::size_t count, DataType dtype, ReduceOp op) {
   thread_local PlainAllreduce last;
-  PlainAllreduce& m = last;
-  if (m.token == 0 || m.count != count || m.dtype != dtype || m.op != op) {
-    m.request = runtime::make_request(runtime::Kind::kAllreduce, count, dtype, nullptr, nullptr, 0,
-                                      nullptr);
-    m.request.op = static_cast<std::uint8_t>(op);
-    m.count = count;
-    m.dtype = dtype;
-    m.op = op;
-    m.token = runtime::Engine::new_token();
-  }
-  return m;
+  // Its address is looked up once: left alone, the compiler looks it up again (a call into
+  // the dynamic linker) for every later use rather than keep it in a register.
+  PlainAllreduce* m = &last;
+  __asm__("" : "+r"(m));
+  if (m->token == 0 || m->count != count || m->dtype != dtype || m->op != op)
+    renew(*m, count, dtype, op);
+  return *m;
 }
 
 // Whether a host allreduce of `count` elements of `dtype` is small enough to be offered to

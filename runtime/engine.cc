@@ -463,8 +463,7 @@ bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const Inlin
   std::exception_ptr broken = gather_briefs(&slot.req);
   Slot* fresh[kWindow] = {&slot};
   int unproductive = 0;
-  Alone alone;
-  if (broken || !agreed_alone(briefs_, cache_, book_, alone)) {
+  if (broken || is_control(slot.req.kind) || !agreed_as_mine(briefs_, brief_, book_)) {
     // Some rank announced something else: the round goes on as drive() would take it
     // from these briefs, and so do the rounds after it until this collective is done.
     if (settle(lock, std::move(broken), &slot.req, fresh, 1, false, seen, unproductive))
@@ -477,9 +476,9 @@ bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const Inlin
   // Every rank announced this collective alone: it runs now, as a round of drive() runs
   // what it made ready. A small allreduce whose inputs all rode in the round is reduced
   // here, from the briefs this driver owns until end_round(), as its body would.
-  if (result != nullptr && alone.inline_all) {
-    reduce_payloads(briefs_[0].payload(), sizeof(Brief), size_, result->recv, result->count,
-                    result->dtype, result->op);
+  if (result != nullptr && bytes > 0) {
+    reduce_payloads_here(briefs_[0].payload(), sizeof(Brief), size_, result->recv, result->count,
+                         result->dtype, result->op);
     leave_exchange(lock);
     queue_.pop_front();  // this slot: only the driver takes slots out, others append
     // finish() but for its body: run() destroys the slot as soon as it returns, and
@@ -490,6 +489,10 @@ bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const Inlin
     end_round();
     return true;
   }
+  Alone alone;
+  alone.id = e.id;
+  alone.seq = e.seq;
+  alone.inline_all = bytes > 0;
   plan_alone(alone, briefs_, cache_, plan_);
   leave_exchange(lock);
   execute(plan_.ready[0], lock);

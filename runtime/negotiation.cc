@@ -36,8 +36,6 @@ std::string type_of(const Request& r) {
                                 : std::string(dtype_text(r.dtype));
 }
 
-bool is_control(Kind k) { return k == Kind::kJoin || k == Kind::kShutdown; }
-
 const Request* find(const Window& w, const Request& key) {
   for (std::uint32_t i = 0; i < w.count && i < static_cast<std::uint32_t>(kWindow); ++i)
     if (same_key(w.requests[i], key)) return &w.requests[i];
@@ -541,6 +539,24 @@ bool agreed_alone(const std::vector<Brief>& briefs, const RequestCache& cache, J
   out.id = e.id;
   out.seq = e.seq;
   out.inline_all = inline_all;
+  return true;
+}
+
+bool agreed_as_mine(const std::vector<Brief>& briefs, const Brief& mine, JoinBook& book) {
+  // The header and the one entry: count, uncached, inline_bytes, id and seq.
+  constexpr std::size_t kWords = (offsetof(Brief, body) + sizeof(BriefEntry)) / 8;
+  if (mine.count != 1 || mine.uncached != 0 || book.joined_round.size() != briefs.size())
+    return false;  // plan() sizes the book
+  std::uint64_t own[kWords];
+  std::memcpy(own, &mine, sizeof own);
+  for (const auto& b : briefs) {
+    std::uint64_t w[kWords];
+    std::memcpy(w, &b, sizeof w);
+    std::uint64_t differ = 0;
+    for (std::size_t i = 0; i < kWords; ++i) differ |= w[i] ^ own[i];
+    if (differ != 0) return false;
+  }
+  ++book.round;
   return true;
 }
 

@@ -40,6 +40,9 @@ enum class Kind : std::uint8_t {
   kReducescatter = 8,
 };
 
+/// A join or a shutdown: what a rank announces about itself rather than a collective.
+inline bool is_control(Kind k) { return k == Kind::kJoin || k == Kind::kShutdown; }
+
 /// Name of a kind, as messages print it ("allreduce").
 const char* kind_name(Kind k);
 
@@ -143,6 +146,28 @@ void reduce_inline(const Ready& ready, void* recv, std::size_t count, DataType d
 /// The same for `ranks` inputs at `base`, `stride` apart, none absent.
 void reduce_payloads(const unsigned char* base, std::size_t stride, int ranks, void* recv,
                      std::size_t count, DataType dtype, ReduceOp op);
+
+/// reduce_payloads(), with a float32 Sum of one or two elements (a loss, a metric) done in
+/// the caller: the same additions in rank order, so the same bits.
+inline void reduce_payloads_here(const unsigned char* base, std::size_t stride, int ranks,
+                                 void* recv, std::size_t count, DataType dtype, ReduceOp op) {
+  if (dtype != DataType::kFloat32 || op != ReduceOp::kSum || count > 2) {
+    reduce_payloads(base, stride, ranks, recv, count, dtype, op);
+    return;
+  }
+  auto* out = static_cast<unsigned char*>(recv);
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::size_t at = i * sizeof(float);
+    float acc;
+    std::memcpy(&acc, base + at, sizeof acc);
+    for (int r = 1; r < ranks; ++r) {
+      float x;
+      std::memcpy(&x, base + static_cast<std::size_t>(r) * stride + at, sizeof x);
+      acc += x;
+    }
+    std::memcpy(out + at, &acc, sizeof acc);
+  }
+}
 
 /// Bytes per element of `dtype` (dtype_size() without its check: `dtype` is valid).
 constexpr std::size_t element_bytes(DataType dtype) {
@@ -289,6 +314,14 @@ struct Alone {
 /// the round in `book` when it is; returns false and leaves both alone otherwise.
 bool agreed_alone(const std::vector<Brief>& briefs, const RequestCache& cache, JoinBook& book,
                   Alone& out);
+
+/// agreed_alone() for a rank whose own brief `mine` announces one cached collective that is
+/// neither a join nor a shutdown (the caller knows): true when every brief is `mine` up to
+/// its payload, byte for byte. Every rank then decides alike, and agreed_alone() would
+/// accept the round, with inline_all when mine.inline_bytes > 0. Counts the round in `book`
+/// when true; a round it refuses may still be agreed by agreed_alone() (inputs carried by
+/// some ranks only).
+bool agreed_as_mine(const std::vector<Brief>& briefs, const Brief& mine, JoinBook& book);
 
 /// The steady state decided from the briefs alone: agreed_alone(), then the collective
 /// ready and agreed in `out`. Returns false (and leaves `out` alone) otherwise; the round
