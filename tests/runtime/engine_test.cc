@@ -601,13 +601,105 @@ TEST_CASE(
       rd.inline_stride = kStride;
       rd.ranks = kRanks;
       rd.absent = {kRanks};  // none of the ranks: reduce_inline's general loop
-      std::vector<float> fast(count), general(count);
+      std::vector<float> fast(count), here(count), general(count);
       hvdrun::runtime::reduce_payloads(base.data(), kStride, kRanks, fast.data(), count,
                                        DataType::kFloat32, op);
+      hvdrun::runtime::reduce_payloads_here(base.data(), kStride, kRanks, here.data(), count,
+                                            DataType::kFloat32, op);
       hvdrun::runtime::reduce_inline(rd, general.data(), count, DataType::kFloat32, op);
       CHECK(std::memcmp(fast.data(), general.data(), count * sizeof(float)) == 0);
+      CHECK(std::memcmp(here.data(), general.data(), count * sizeof(float)) == 0);
     }
   }
+}
+
+TEST_CASE(
+    "negotiation: a rank accepts the steady state from its own brief only when every brief is "
+    "the same, and leaves the rest to agreed_alone",
+    "[runtime][negotiation][cache]") {
+  using hvdrun::runtime::Brief;
+  using hvdrun::runtime::BriefEntry;
+  hvdrun::runtime::RequestCache cache;
+  hvdrun::runtime::JoinBook book;
+  // One round from whole windows: the request is cached and the book sized.
+  std::vector<Window> t(3);
+  for (auto& w : t) {
+    w.requests[0] = allreduce(2);
+    w.requests[0].seq = 0;
+    w.count = 1;
+  }
+  cache.learn(t, hvdrun::runtime::plan(t, book));
+  REQUIRE(cache.find(allreduce(2)) == 0);
+  Brief mine;
+  mine.count = 1;
+  BriefEntry e;
+  e.id = 0;
+  e.seq = 1;
+  mine.set_entry(0, e);
+  mine.inline_bytes = 8;
+  std::memcpy(mine.payload(), "12345678", 8);
+  std::vector<Brief> briefs(3, mine);
+  std::memcpy(briefs[2].payload(), "abcdefgh", 8);  // payloads differ: they are the inputs
+  const long long before = book.round;
+  CHECK(hvdrun::runtime::agreed_as_mine(briefs, mine, book));
+  CHECK(book.round == before + 1);
+
+  hvdrun::runtime::Alone alone;
+  // Another position on one rank: no steady state for either function.
+  auto other = briefs;
+  e.seq = 2;
+  other[1].set_entry(0, e);
+  CHECK_FALSE(hvdrun::runtime::agreed_as_mine(other, mine, book));
+  CHECK_FALSE(hvdrun::runtime::agreed_alone(other, cache, book, alone));
+  // One rank did not carry its input: refused here, agreed by agreed_alone() without
+  // inline data (the engine then runs the bodies).
+  other = briefs;
+  other[0].inline_bytes = 0;
+  CHECK_FALSE(hvdrun::runtime::agreed_as_mine(other, mine, book));
+  CHECK(book.round == before + 1);
+  REQUIRE(hvdrun::runtime::agreed_alone(other, cache, book, alone));
+  CHECK_FALSE(alone.inline_all);
+  // A book not sized by a round yet (plan() sizes it): never the steady state.
+  hvdrun::runtime::JoinBook fresh;
+  CHECK_FALSE(hvdrun::runtime::agreed_as_mine(briefs, mine, fresh));
+}
+
+TEST_CASE(
+    "engine: a blocking small allreduce whose input only some ranks carried runs every "
+    "rank's body, with the right sums",
+    "[runtime][engine][cache]") {
+  constexpr int kRanks = 3;
+  Ranks ranks(kRanks);
+  std::atomic<int> bodies{0};
+  on_each(kRanks, [&](int r) {
+    const std::uint64_t token = Engine::new_token();
+    for (int i = 0; i < 6; ++i) {
+      float in[2] = {static_cast<float>(r + i), 1.0F};
+      float out[2] = {-1.0F, -1.0F};
+      const Engine::InlineResult result{out, 2, DataType::kFloat32, hvdrun::ReduceOp::kSum};
+      // Rank 1 keeps its input out of the round on odd calls.
+      const bool carry = r != 1 || i % 2 == 0;
+      ranks[r].run(
+          allreduce(2),
+          [&](const Ready& rd) {
+            ++bodies;
+            if (rd.inline_data) {
+              hvdrun::runtime::reduce_inline(rd, out, 2, DataType::kFloat32,
+                                             hvdrun::ReduceOp::kSum);
+            } else {
+              // What the transport would move: the sums the ranks' inputs give.
+              out[0] = static_cast<float>(3 * i + 3);
+              out[1] = 3.0F;
+            }
+          },
+          carry ? in : nullptr, carry ? &result : nullptr, token);
+      EXPECT(out[0] == static_cast<float>(3 * i + 3));
+      EXPECT(out[1] == 3.0F);
+    }
+  });
+  // Every rank's body ran on the first call (not cached yet) and on the three calls where
+  // rank 1 did not carry its input; on the other two the result was reduced in place.
+  CHECK(bodies == kRanks * (1 + 3));
 }
 
 TEST_CASE(
