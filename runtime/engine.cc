@@ -199,12 +199,15 @@ std::int64_t Engine::cached_id(const Request& req, std::uint64_t token) {
 
 void Engine::run(const Request& req, Body body, const void* small_input, const InlineResult* result,
                  std::uint64_t token) {
+  std::unique_lock lock(mu_);
+  if (small_input != nullptr && result != nullptr &&
+      express_inline(req, body, small_input, *result, token, lock))
+    return;
   // The slot lives on this stack: run() returns only once it is done and out of the
   // queue, so the queue holds it by a pointer that owns nothing (no allocation).
   Slot local(req);
   local.body = std::move(body);
   local.small_input = small_input;
-  std::unique_lock lock(mu_);
   auto slot = enqueue(std::shared_ptr<Slot>(std::shared_ptr<Slot>(), &local), lock);
   express(*slot, lock, small_input != nullptr ? result : nullptr, token);
   if (!slot->done) await(slot, lock);
@@ -449,16 +452,8 @@ bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const Inlin
   const std::int64_t id = cached_id(slot.req, token);
   if (id < 0) return false;
   begin_round();
-  // The brief brief_of() would write for a window of this one request.
-  brief_.count = 1;
-  brief_.uncached = 0;
-  BriefEntry e;
-  e.id = static_cast<std::uint32_t>(id);
-  e.seq = slot.req.seq;
-  brief_.set_entry(0, e);
   const std::size_t bytes = inline_size(slot);
-  brief_.inline_bytes = static_cast<std::uint32_t>(bytes);
-  if (bytes > 0) std::memcpy(brief_.payload(), slot.small_input, bytes);
+  announce_alone(id, slot.req.seq, slot.small_input, bytes);
   const std::uint64_t seen = enter_exchange(lock);
   std::exception_ptr broken = gather_briefs(&slot.req);
   Slot* fresh[kWindow] = {&slot};
@@ -490,13 +485,87 @@ bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const Inlin
     return true;
   }
   Alone alone;
-  alone.id = e.id;
-  alone.seq = e.seq;
+  alone.id = static_cast<std::uint32_t>(id);
+  alone.seq = slot.req.seq;
   alone.inline_all = bytes > 0;
   plan_alone(alone, briefs_, cache_, plan_);
   leave_exchange(lock);
   execute(plan_.ready[0], lock);
   end_round();
+  return true;
+}
+
+void Engine::announce_alone(std::int64_t id, std::int64_t seq, const void* input,
+                            std::size_t bytes) {
+  // The brief brief_of() would write for a window of this one request.
+  brief_.count = 1;
+  brief_.uncached = 0;
+  BriefEntry e;
+  e.id = static_cast<std::uint32_t>(id);
+  e.seq = seq;
+  brief_.set_entry(0, e);
+  brief_.inline_bytes = static_cast<std::uint32_t>(bytes);
+  if (bytes > 0) std::memcpy(brief_.payload(), input, bytes);
+}
+
+bool Engine::express_inline(const Request& req, Body& body, const void* input,
+                            const InlineResult& result, std::uint64_t token,
+                            std::unique_lock<std::mutex>& lock) {
+  // express()'s state, for an unnamed allreduce whose input rides in the round.
+  if (!queue_.empty() || driving_ || stopping_ || !failure_.empty() || closed_ ||
+      req.name_hash != 0 || (hooks_.timeline != nullptr && hooks_.timeline->enabled()))
+    return false;
+  const std::size_t bytes = req.count * element_bytes(static_cast<DataType>(req.dtype));
+  if (req.kind != Kind::kAllreduce || bytes == 0 || bytes > inline_limit()) return false;
+  const std::int64_t id = cached_id(req, token);
+  if (id < 0) return false;
+  // What enqueue() does for it: its position, a new wait, one more submission.
+  const std::int64_t seq = next_seq_++;
+  ++progress_;
+  ++submissions_;
+  begin_round();
+  announce_alone(id, seq, input, bytes);
+  // Its request with its seq, for messages and stall reports: copied once per token.
+  if (token == 0 || token != express_token_) {
+    express_head_ = req;
+    express_token_ = token;
+  }
+  express_head_.seq = seq;
+  expressing_ = true;
+  const std::uint64_t seen = enter_exchange(lock);
+  std::exception_ptr broken = gather_briefs(&express_head_);
+  if (!broken && agreed_as_mine(briefs_, brief_, book_)) {
+    // Every rank carried this same collective alone: its result is the briefs' payloads
+    // reduced, as express() would do.
+    reduce_payloads_here(briefs_[0].payload(), sizeof(Brief), size_, result.recv, result.count,
+                         result.dtype, result.op);
+    leave_exchange(lock);
+    expressing_ = false;
+    ++progress_;
+    stall_reported_ = false;
+    end_round();
+    return true;
+  }
+  // Another round: the collective becomes the oldest queued one, as if enqueue() had put it
+  // there (others may have queued theirs behind it meanwhile), and the round goes on as
+  // express() takes it.
+  Slot local(express_head_);
+  local.body = std::move(body);
+  local.small_input = input;
+  lock.lock();
+  expressing_ = false;
+  auto slot = std::shared_ptr<Slot>(std::shared_ptr<Slot>(), &local);
+  queue_.push_front(slot);
+  lock.unlock();
+  Slot* fresh[kWindow] = {&local};
+  int unproductive = 0;
+  if (settle(lock, std::move(broken), &local.req, fresh, 1, false, seen, unproductive))
+    drive(
+        lock, [&] { return local.done; }, unproductive);
+  else
+    end_round();
+  if (!local.done) await(slot, lock);
+  if (local.error) std::rethrow_exception(local.error);
   return true;
 }
 
@@ -573,11 +642,15 @@ void Engine::worker() {
   }
 }
 
+bool Engine::waits() const { return !queue_.empty() || expressing_; }
+
 std::string Engine::stall_text(milliseconds waited, bool in_round, const std::vector<int>& absent) {
-  const Request& oldest = queue_.front()->req;
+  // The oldest collective: an express one is not queued (express_inline()).
+  const Request& oldest = expressing_ ? express_head_ : queue_.front()->req;
+  const std::size_t more = queue_.size() - (expressing_ ? 0 : 1);
   std::string s = "hvdrun: stall: this rank has waited " + seconds(waited) + " for " +
                   label(oldest) + " " + tensor_text(oldest);
-  if (queue_.size() > 1) s += " and " + std::to_string(queue_.size() - 1) + " more";
+  if (more > 0) s += " and " + std::to_string(more) + " more";
   std::vector<int> missing = absent;
   std::string elsewhere;
   if (!in_round && static_cast<int>(last_book_.announced.size()) == size_) {
@@ -631,7 +704,7 @@ void Engine::watch_stalls() {
       seen_round = exchanging_round_;
       round_since = now;
     }
-    if (stopping_ || queue_.empty()) continue;
+    if (stopping_ || !waits()) continue;
     auto waited = std::chrono::duration_cast<milliseconds>(now - progress_since);
     // Blocked inside one round (some rank has not entered it), as opposed to rounds
     // that keep completing without agreement, where the last table says it all.
@@ -653,7 +726,7 @@ void Engine::watch_stalls() {
       absent = hooks_.missing_from_round(round);
       lock.lock();
     }
-    if (queue_.empty()) continue;
+    if (!waits()) continue;
     stall_reported_ = true;
     waited = std::chrono::duration_cast<milliseconds>(Clock::now() - progress_since);
     std::string text = stall_text(waited, round >= 0, absent);

@@ -191,6 +191,19 @@ class Engine {
   // does nothing) when the engine is not in that state. mu_ held on entry and exit.
   bool express(Slot& slot, std::unique_lock<std::mutex>& lock, const InlineResult* result,
                std::uint64_t token);
+  // express() for a blocking unnamed allreduce whose input rides in the round, before any
+  // slot is built: when every rank announced it alone, the briefs' payloads are reduced
+  // into `result` and nothing is queued. Otherwise the collective is queued as the oldest
+  // and run as express() would, `body` moved into its slot. Returns false (and does
+  // nothing) when the engine is not in express()'s state. mu_ held on entry and exit;
+  // rethrows the collective's error.
+  bool express_inline(const Request& req, Body& body, const void* input,
+                      const InlineResult& result, std::uint64_t token,
+                      std::unique_lock<std::mutex>& lock);
+  // Writes brief_ for a window of one cached request, `bytes` of `input` riding in it.
+  void announce_alone(std::int64_t id, std::int64_t seq, const void* input, std::size_t bytes);
+  // Whether this rank waits for a collective: queued, or in an express round. mu_ held.
+  bool waits() const;
   // The cache id of `req`, through the last token's when `token` is that one. mu_ held.
   std::int64_t cached_id(const Request& req, std::uint64_t token);
   // The driver's seat: taken (the round's buffers sized) and given up. mu_ held.
@@ -285,6 +298,11 @@ class Engine {
   std::uint64_t token_ = 0;
   std::int64_t token_id_ = -1;
   std::uint64_t token_epoch_ = 0;
+  // express_inline()'s collective, with its seq, and the token it was copied for;
+  // `expressing_` while its round runs (it is not queued then): for stall reports.
+  Request express_head_;
+  std::uint64_t express_token_ = 0;
+  bool expressing_ = false;
   std::uint64_t progress_ = 0;  // bumped when a collective completes or a wait begins
   long long exchanging_round_ = -1;
   long long rounds_ = 0;

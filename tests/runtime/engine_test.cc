@@ -395,6 +395,53 @@ TEST_CASE("engine: a stall is reported once, naming the missing rank and what it
   CHECK(ranks.stalls.size() == 2);
 }
 
+TEST_CASE(
+    "engine: a stall inside the round of a small allreduce reduced in place names that "
+    "collective, and the call completes once the late rank comes",
+    "[runtime][engine][cache]") {
+  StallPolicy stall;
+  stall.check = 300ms;
+  Ranks ranks(2, stall);
+  const std::uint64_t tokens[2] = {Engine::new_token(), Engine::new_token()};
+  auto call = [&](int r, float x) {
+    float in[2] = {x, 1.0F};
+    float out[2] = {};
+    const Engine::InlineResult result{out, 2, DataType::kFloat32, hvdrun::ReduceOp::kSum};
+    ranks[r].run(
+        allreduce(2),
+        [&](const Ready& rd) {
+          hvdrun::runtime::reduce_inline(rd, out, 2, DataType::kFloat32, hvdrun::ReduceOp::kSum);
+        },
+        in, &result, tokens[r]);
+    return out[0];
+  };
+  // Twice together: the request is cached, and the second call is the steady state.
+  on_each(2, [&](int r) {
+    for (int i = 0; i < 2; ++i) EXPECT(call(r, static_cast<float>(r + 1)) == 3.0F);
+  });
+  // Rank 0 calls a third time alone and waits inside the round.
+  auto late = std::async(std::launch::async, [&] { return call(0, 5.0F); });
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  for (;;) {
+    {
+      std::lock_guard lock(ranks.mu);
+      if (!ranks.stalls.empty()) break;
+    }
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(10ms);
+  }
+  {
+    std::lock_guard lock(ranks.mu);
+    CHECK(ranks.stalls[0].find("this rank has waited") != std::string::npos);
+    CHECK(ranks.stalls[0].find("for allreduce #2 float32[2]") != std::string::npos);
+    CHECK(ranks.stalls[0].find(" more") == std::string::npos);
+  }
+  CHECK(call(1, 7.0F) == 12.0F);
+  CHECK(late.get() == 12.0F);
+  std::lock_guard lock(ranks.mu);
+  CHECK(ranks.stalls.size() == 1);
+}
+
 TEST_CASE("engine: one rank's shutdown shuts the others down, failing what they wait for",
           "[runtime][engine]") {
   Ranks ranks(2);
