@@ -197,9 +197,8 @@ class Engine {
   // and run as express() would, `body` moved into its slot. Returns false (and does
   // nothing) when the engine is not in express()'s state. mu_ held on entry and exit;
   // rethrows the collective's error.
-  bool express_inline(const Request& req, Body& body, const void* input,
-                      const InlineResult& result, std::uint64_t token,
-                      std::unique_lock<std::mutex>& lock);
+  bool express_inline(const Request& req, Body& body, const void* input, const InlineResult& result,
+                      std::uint64_t token, std::unique_lock<std::mutex>& lock);
   // Writes brief_ for a window of one cached request, `bytes` of `input` riding in it.
   void announce_alone(std::int64_t id, std::int64_t seq, const void* input, std::size_t bytes);
   // Whether this rank waits for a collective: queued, or in an express round. mu_ held.
