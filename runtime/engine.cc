@@ -203,6 +203,12 @@ void Engine::run(const Request& req, Body body, const void* small_input, const I
   if (small_input != nullptr && result != nullptr &&
       express_inline(req, body, small_input, *result, token, lock))
     return;
+  run_queued(req, std::move(body), small_input, result, token, lock);
+}
+
+[[gnu::noinline]] void Engine::run_queued(const Request& req, Body body, const void* small_input,
+                                          const InlineResult* result, std::uint64_t token,
+                                          std::unique_lock<std::mutex>& lock) {
   // The slot lives on this stack: run() returns only once it is done and out of the
   // queue, so the queue holds it by a pointer that owns nothing (no allocation).
   Slot local(req);

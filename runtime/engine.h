@@ -191,6 +191,11 @@ class Engine {
   // does nothing) when the engine is not in that state. mu_ held on entry and exit.
   bool express(Slot& slot, std::unique_lock<std::mutex>& lock, const InlineResult* result,
                std::uint64_t token);
+  // run() once the collective is queued: express(), else waiting (and driving) until it
+  // is done. mu_ held.
+  void run_queued(const Request& req, Body body, const void* small_input,
+                  const InlineResult* result, std::uint64_t token,
+                  std::unique_lock<std::mutex>& lock);
   // express() for a blocking unnamed allreduce whose input rides in the round, before any
   // slot is built: when every rank announced it alone, the briefs' payloads are reduced
   // into `result` and nothing is queued. Otherwise the collective is queued as the oldest
