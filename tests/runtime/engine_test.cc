@@ -4,11 +4,13 @@
 // fatal failures and stall reports. Runs under ASan and TSan in CI.
 #include "runtime/engine.h"
 
+#include <array>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -126,6 +128,26 @@ struct Ranks {
 Request allreduce(std::size_t count, const char* name = nullptr,
                   DataType dtype = DataType::kFloat32) {
   return make_request(Kind::kAllreduce, count, dtype, name, nullptr, 0, nullptr);
+}
+
+// A blocking allreduce of the two floats {x, y} by `op`, with an InlineResult and its input
+// offered to the round when `carry`; returns the output. `body`, when the engine calls it,
+// fills the output (by default from the round, which must then carry every input).
+using SmallBody = std::function<void(const Ready&, float* out)>;
+std::array<float, 2> small_allreduce(
+    Engine& engine, float x, float y, hvdrun::ReduceOp op, std::uint64_t token, bool carry = true,
+    const SmallBody& body = [](const Ready&, float*) {}) {
+  float in[2] = {x, y};
+  float out[2] = {-1.0F, -1.0F};
+  const Engine::InlineResult result{out, 2, DataType::kFloat32, op};
+  engine.run(
+      allreduce(2),
+      [&](const Ready& rd) {
+        body(rd, out);
+        if (rd.inline_data) hvdrun::runtime::reduce_inline(rd, out, 2, DataType::kFloat32, op);
+      },
+      carry ? in : nullptr, carry ? &result : nullptr, token);
+  return {out[0], out[1]};
 }
 
 // Catch2's assertions are not thread-safe: the ranks' threads record what failed with
@@ -404,16 +426,7 @@ TEST_CASE(
   Ranks ranks(2, stall);
   const std::uint64_t tokens[2] = {Engine::new_token(), Engine::new_token()};
   auto call = [&](int r, float x) {
-    float in[2] = {x, 1.0F};
-    float out[2] = {};
-    const Engine::InlineResult result{out, 2, DataType::kFloat32, hvdrun::ReduceOp::kSum};
-    ranks[r].run(
-        allreduce(2),
-        [&](const Ready& rd) {
-          hvdrun::runtime::reduce_inline(rd, out, 2, DataType::kFloat32, hvdrun::ReduceOp::kSum);
-        },
-        in, &result, tokens[r]);
-    return out[0];
+    return small_allreduce(ranks[r], x, 1.0F, hvdrun::ReduceOp::kSum, tokens[r])[0];
   };
   // Twice together: the request is cached, and the second call is the steady state.
   on_each(2, [&](int r) {
@@ -721,25 +734,17 @@ TEST_CASE(
   on_each(kRanks, [&](int r) {
     const std::uint64_t token = Engine::new_token();
     for (int i = 0; i < 6; ++i) {
-      float in[2] = {static_cast<float>(r + i), 1.0F};
-      float out[2] = {-1.0F, -1.0F};
-      const Engine::InlineResult result{out, 2, DataType::kFloat32, hvdrun::ReduceOp::kSum};
       // Rank 1 keeps its input out of the round on odd calls.
       const bool carry = r != 1 || i % 2 == 0;
-      ranks[r].run(
-          allreduce(2),
-          [&](const Ready& rd) {
-            ++bodies;
-            if (rd.inline_data) {
-              hvdrun::runtime::reduce_inline(rd, out, 2, DataType::kFloat32,
-                                             hvdrun::ReduceOp::kSum);
-            } else {
-              // What the transport would move: the sums the ranks' inputs give.
-              out[0] = static_cast<float>(3 * i + 3);
-              out[1] = 3.0F;
-            }
-          },
-          carry ? in : nullptr, carry ? &result : nullptr, token);
+      const auto out =
+          small_allreduce(ranks[r], static_cast<float>(r + i), 1.0F, hvdrun::ReduceOp::kSum, token,
+                          carry, [&](const Ready& rd, float* o) {
+                            ++bodies;
+                            if (rd.inline_data) return;
+                            // What the transport would move: the sums.
+                            o[0] = static_cast<float>(3 * i + 3);
+                            o[1] = 3.0F;
+                          });
       EXPECT(out[0] == static_cast<float>(3 * i + 3));
       EXPECT(out[1] == 3.0F);
     }
@@ -759,18 +764,12 @@ TEST_CASE(
   on_each(kRanks, [&](int r) {
     const std::uint64_t token = Engine::new_token();
     auto check = [&](int i) {
-      float in[2] = {static_cast<float>(r + i), 0.5F};
-      float out[2] = {-1.0F, -1.0F};
-      const Engine::InlineResult result{out, 2, DataType::kFloat32, hvdrun::ReduceOp::kAverage};
-      ranks[r].run(
-          allreduce(2),
-          [&](const Ready& rd) {
-            ++bodies;
-            EXPECT(rd.inline_data);
-            hvdrun::runtime::reduce_inline(rd, out, 2, DataType::kFloat32,
-                                           hvdrun::ReduceOp::kAverage);
-          },
-          in, &result, token);
+      const auto out =
+          small_allreduce(ranks[r], static_cast<float>(r + i), 0.5F, hvdrun::ReduceOp::kAverage,
+                          token, true, [&](const Ready& rd, float*) {
+                            ++bodies;
+                            EXPECT(rd.inline_data);
+                          });
       EXPECT(out[0] == static_cast<float>(i + 1));  // (0 + 1 + 2 + 3i) / 3
       EXPECT(out[1] == 0.5F);
     };
