@@ -283,33 +283,6 @@ void reduce_inline(const Ready& ready, void* recv, std::size_t count, DataType d
   finish_average(recv, count, dtype, op, ready.ranks);
 }
 
-namespace {
-
-// A few floats summed rank by rank, in rank order: the same additions, so the same bits,
-// as reduce_into's vector loops, without their set-up (a loss or a metric is one float).
-template <typename T>
-T element(const unsigned char* at, std::size_t i) {
-  T x;
-  std::memcpy(&x, at + i * sizeof(T), sizeof(T));  // one load: payloads need no alignment
-  return x;
-}
-
-template <typename T>
-bool sum_few(const unsigned char* base, std::size_t stride, int ranks, void* recv,
-             std::size_t count) {
-  if (count > 8) return false;
-  auto* out = static_cast<unsigned char*>(recv);
-  for (std::size_t i = 0; i < count; ++i) {
-    T acc = element<T>(base, i);
-    for (int r = 1; r < ranks; ++r)
-      acc += element<T>(base + static_cast<std::size_t>(r) * stride, i);
-    std::memcpy(out + i * sizeof(T), &acc, sizeof(T));
-  }
-  return true;
-}
-
-}  // namespace
-
 void reduce_payloads(const unsigned char* base, std::size_t stride, int ranks, void* recv,
                      std::size_t count, DataType dtype, ReduceOp op) {
   if (op == ReduceOp::kSum || op == ReduceOp::kAverage) {

@@ -147,26 +147,36 @@ void reduce_inline(const Ready& ready, void* recv, std::size_t count, DataType d
 void reduce_payloads(const unsigned char* base, std::size_t stride, int ranks, void* recv,
                      std::size_t count, DataType dtype, ReduceOp op);
 
-/// reduce_payloads(), with a float32 Sum of one or two elements (a loss, a metric) done in
-/// the caller: the same additions in rank order, so the same bits.
-inline void reduce_payloads_here(const unsigned char* base, std::size_t stride, int ranks,
-                                 void* recv, std::size_t count, DataType dtype, ReduceOp op) {
-  if (dtype != DataType::kFloat32 || op != ReduceOp::kSum || count > 2) {
-    reduce_payloads(base, stride, ranks, recv, count, dtype, op);
-    return;
-  }
+/// A few values (at most 8 of T) summed rank by rank from `ranks` payloads at `base`,
+/// `stride` apart, in rank order: the same additions, so the same bits, as reduce_into's
+/// vector loops, without their set-up (a loss or a metric is one float). False, and
+/// nothing written, for more than 8.
+template <typename T>
+bool sum_few(const unsigned char* base, std::size_t stride, int ranks, void* recv,
+             std::size_t count) {
+  if (count > 8) return false;
   auto* out = static_cast<unsigned char*>(recv);
   for (std::size_t i = 0; i < count; ++i) {
-    const std::size_t at = i * sizeof(float);
-    float acc;
-    std::memcpy(&acc, base + at, sizeof acc);
+    const std::size_t at = i * sizeof(T);
+    T acc;
+    std::memcpy(&acc, base + at, sizeof acc);  // one load: payloads need no alignment
     for (int r = 1; r < ranks; ++r) {
-      float x;
+      T x;
       std::memcpy(&x, base + static_cast<std::size_t>(r) * stride + at, sizeof x);
       acc += x;
     }
     std::memcpy(out + at, &acc, sizeof acc);
   }
+  return true;
+}
+
+/// reduce_payloads(), with a float32 Sum of one or two elements done in the caller.
+inline void reduce_payloads_here(const unsigned char* base, std::size_t stride, int ranks,
+                                 void* recv, std::size_t count, DataType dtype, ReduceOp op) {
+  if (dtype == DataType::kFloat32 && op == ReduceOp::kSum && count <= 2)
+    sum_few<float>(base, stride, ranks, recv, count);
+  else
+    reduce_payloads(base, stride, ranks, recv, count, dtype, op);
 }
 
 /// Bytes per element of `dtype` (dtype_size() without its check: `dtype` is valid).
