@@ -462,16 +462,8 @@ bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const Inlin
   announce_alone(id, slot.req.seq, slot.small_input, bytes);
   const std::uint64_t seen = enter_exchange(lock);
   std::exception_ptr broken = gather_briefs(&slot.req);
-  Slot* fresh[kWindow] = {&slot};
-  int unproductive = 0;
   if (broken || is_control(slot.req.kind) || !agreed_as_mine(briefs_, brief_, book_)) {
-    // Some rank announced something else: the round goes on as drive() would take it
-    // from these briefs, and so do the rounds after it until this collective is done.
-    if (settle(lock, std::move(broken), &slot.req, fresh, 1, false, seen, unproductive))
-      drive(
-          lock, [&] { return slot.done; }, unproductive);
-    else
-      end_round();
+    go_on(slot, std::move(broken), seen, lock);
     return true;
   }
   // Every rank announced this collective alone: it runs now, as a round of drive() runs
@@ -499,6 +491,19 @@ bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const Inlin
   execute(plan_.ready[0], lock);
   end_round();
   return true;
+}
+
+void Engine::go_on(Slot& slot, std::exception_ptr broken, std::uint64_t seen,
+                   std::unique_lock<std::mutex>& lock) {
+  // Some rank announced something else: the round goes on as drive() would take it from
+  // these briefs, and so do the rounds after it until this collective is done.
+  Slot* fresh[kWindow] = {&slot};
+  int unproductive = 0;
+  if (settle(lock, std::move(broken), &slot.req, fresh, 1, false, seen, unproductive))
+    drive(
+        lock, [&] { return slot.done; }, unproductive);
+  else
+    end_round();
 }
 
 void Engine::announce_alone(std::int64_t id, std::int64_t seq, const void* input,
@@ -563,13 +568,7 @@ bool Engine::express_inline(const Request& req, Body& body, const void* input,
   auto slot = std::shared_ptr<Slot>(std::shared_ptr<Slot>(), &local);
   queue_.push_front(slot);
   lock.unlock();
-  Slot* fresh[kWindow] = {&local};
-  int unproductive = 0;
-  if (settle(lock, std::move(broken), &local.req, fresh, 1, false, seen, unproductive))
-    drive(
-        lock, [&] { return local.done; }, unproductive);
-  else
-    end_round();
+  go_on(local, std::move(broken), seen, lock);
   if (!local.done) await(slot, lock);
   if (local.error) std::rethrow_exception(local.error);
   return true;

@@ -204,6 +204,12 @@ class Engine {
   // rethrows the collective's error.
   bool express_inline(const Request& req, Body& body, const void* input, const InlineResult& result,
                       std::uint64_t token, std::unique_lock<std::mutex>& lock);
+  // An express round whose briefs were not the steady state (`broken`: not exchanged):
+  // it goes on as drive()'s would, and so do the rounds after it until `slot`, the one
+  // collective this rank announced in it, is done or the rounds fail. mu_ not held on
+  // entry, held on exit; the driver's seat given up.
+  void go_on(Slot& slot, std::exception_ptr broken, std::uint64_t seen,
+             std::unique_lock<std::mutex>& lock);
   // Writes brief_ for a window of one cached request, `bytes` of `input` riding in it.
   void announce_alone(std::int64_t id, std::int64_t seq, const void* input, std::size_t bytes);
   // Whether this rank waits for a collective: queued, or in an express round. mu_ held.

@@ -377,6 +377,30 @@ TEST_CASE("engine: a transport failure fails the collective and every later one"
   CHECK_FALSE(ranks[0].shutdown());
 }
 
+TEST_CASE(
+    "engine: a transport failure in the round of a small allreduce reduced in place fails it "
+    "and every later one",
+    "[runtime][engine][cache]") {
+  Ranks ranks(2);
+  const std::uint64_t tokens[2] = {Engine::new_token(), Engine::new_token()};
+  // Twice together: cached, and the second call is the steady state.
+  on_each(2, [&](int r) {
+    for (int i = 0; i < 2; ++i)
+      EXPECT(small_allreduce(ranks[r], 1.0F, 2.0F, hvdrun::ReduceOp::kSum, tokens[r])[1] == 4.0F);
+  });
+  ranks.net.fail();
+  auto first =
+      error_of([&] { small_allreduce(ranks[0], 1.0F, 2.0F, hvdrun::ReduceOp::kSum, tokens[0]); });
+  CHECK(first == "transport broken");
+  auto later =
+      error_of([&] { small_allreduce(ranks[0], 1.0F, 2.0F, hvdrun::ReduceOp::kSum, tokens[0]); });
+  CHECK(later ==
+        "hvdrun: allreduce was not run because an earlier collective failed: "
+        "transport broken");
+  CHECK(ranks[0].pending() == 0);
+  CHECK_FALSE(ranks[0].shutdown());
+}
+
 TEST_CASE("engine: with nothing pending a blocking collective runs on the caller's thread",
           "[runtime][engine]") {
   Ranks ranks(1);
