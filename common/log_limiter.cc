@@ -3,6 +3,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/log.h"
+
 namespace hvdrun {
 namespace {
 
@@ -19,9 +21,7 @@ std::string seconds(std::chrono::milliseconds d) {
 LogLimiter::LogLimiter(std::chrono::milliseconds interval, spdlog::logger* logger)
     : interval_(interval), logger_(logger) {}
 
-spdlog::logger& LogLimiter::out() const {
-  return logger_ != nullptr ? *logger_ : *spdlog::default_logger_raw();
-}
+spdlog::logger& LogLimiter::out() const { return logger_ != nullptr ? *logger_ : hvdrun::log(); }
 
 bool LogLimiter::admit(std::string_view cause, std::uint64_t& held_back, Clock::time_point now) {
   std::lock_guard lock(mu_);

@@ -23,8 +23,9 @@ class LogLimiter {
  public:
   using Clock = std::chrono::steady_clock;
 
-  /// At most one line per cause every `interval`, written to `logger` (spdlog's default
-  /// logger when null; libhvdrun passes its own, common/log.h). `logger` must outlive this.
+  /// At most one line per cause every `interval`, written to `logger`, or when null to
+  /// hvdrun's own log (common/log.h: the launcher's logger on stderr, never a training
+  /// program's default logger, which may write to its stdout). `logger` must outlive this.
   explicit LogLimiter(std::chrono::milliseconds interval = std::chrono::seconds(10),
                       spdlog::logger* logger = nullptr);
 

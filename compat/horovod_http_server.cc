@@ -4,7 +4,6 @@
 // of a remote one.
 #include "compat/horovod_http_server.h"
 
-#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -23,6 +22,7 @@
 
 #include "common/accept_loop.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "common/preauth_gate.h"
 #include "common/socket_owner.h"
 #include "compat/horovod_http_handler.h"
@@ -212,7 +212,7 @@ class HorovodHttpServer::Impl {
       } catch (...) {
         // The launcher's loop polls failure_.fd() and ends the job with this cause.
         failure_.set(std::current_exception());
-        spdlog::debug("Horovod rendezvous: I/O thread stopped: {}", describe(failure_.get()));
+        hvdrun::log().debug("Horovod rendezvous: I/O thread stopped: {}", describe(failure_.get()));
       }
     });
   }
@@ -421,10 +421,12 @@ class HorovodHttpServer::Impl::Session : public std::enable_shared_from_this<Ses
     }
     if (ec.category() == http::make_error_code(http::error::bad_method).category() &&
         ec != http::error::partial_message) {
-      spdlog::debug("Horovod rendezvous: unparseable request from {}: {}", peer(), ec.message());
+      hvdrun::log().debug("Horovod rendezvous: unparseable request from {}: {}", peer(),
+                          ec.message());
       return respond(http::status::bad_request, "malformed HTTP request\n", false);
     }
-    spdlog::debug("Horovod rendezvous: dropping connection from {}: {}", peer(), ec.message());
+    hvdrun::log().debug("Horovod rendezvous: dropping connection from {}: {}", peer(),
+                        ec.message());
     server_.count_drop();
   }
 

@@ -7,8 +7,6 @@
 // their budget and the answer to each request: server_store.h.
 #include "rendezvous/server.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
@@ -23,6 +21,7 @@
 
 #include "common/accept_loop.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "common/preauth_gate.h"
 #include "rendezvous/protocol.h"
 #include "rendezvous/read_buffer.h"
@@ -105,7 +104,7 @@ class Server::Impl {
       } catch (...) {
         // The launcher's loop polls failure_.fd() and ends the job with this cause.
         failure_.set(std::current_exception());
-        spdlog::debug("rendezvous server stopped unexpectedly: {}", describe(failure_.get()));
+        hvdrun::log().debug("rendezvous server stopped unexpectedly: {}", describe(failure_.get()));
       }
     });
   }
@@ -237,7 +236,7 @@ class Server::Impl::Session final : public std::enable_shared_from_this<Session>
     if (closed_) return;
     closed_ = true;
     waiting_ = false;
-    spdlog::debug("rendezvous: dropping client {}: {}", peer_, reason);
+    hvdrun::log().debug("rendezvous: dropping client {}: {}", peer_, reason);
     srv_.gate_.leave(pending_id_);
     rbuf_.release();
     boost::system::error_code ec;

@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <string>
 
+#include "common/preauth_gate.h"
+#include "tests/support/captured_log.h"
+
 using hvdrun::LogLimiter;
 using namespace std::chrono_literals;
 
@@ -37,4 +40,27 @@ TEST_CASE("log limiter: endless distinct causes share one line", "[common][secur
   for (int i = 0; i < 10000; ++i)
     written += log.admit("cause " + std::to_string(i), held, t0) ? 1 : 0;
   CHECK(written == 65);  // 64 told apart, then all others as one
+}
+
+TEST_CASE("log limiter: a port's warnings go to hvdrun's log, never a program's own logger",
+          "[common][security]") {
+  // Inside a training program the default logger is the program's (spdlog's writes to its
+  // stdout): a port's gate there (the frame port, a rank's own rendezvous) must leave it
+  // alone and write to stderr.
+  hvdrun::testing::CapturedLog program("program");
+  hvdrun::testing::CapturedStderr err;
+  hvdrun::PreauthGate gate("test port", "that have not authenticated", hvdrun::PreauthPolicy{});
+  gate.refuse("bad hello",
+              "test port: a connection from uid 65534 on this host did not prove "
+              "the job secret");
+  CHECK(program.text().empty());
+  CHECK_THAT(err.text(), Catch::Contains("a connection from uid 65534 on this host did not prove"));
+}
+
+TEST_CASE("log limiter: in the launcher its warnings go to the launcher's logger",
+          "[common][security]") {
+  hvdrun::testing::CapturedLog launcher;  // named "hvdrun", as the launcher's is
+  LogLimiter log(10s);
+  log.warn("cause", "a line for the launcher's log");
+  CHECK(launcher.lines_with("a line for the launcher's log") == 1);
 }

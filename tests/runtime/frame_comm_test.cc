@@ -25,6 +25,7 @@
 #include "runtime/frame_comm.h"
 #include "runtime/reduce.h"
 #include "runtime/shm_reduce.h"
+#include "tests/support/captured_log.h"
 
 using hvdrun::DataType;
 using hvdrun::ReduceOp;
@@ -163,6 +164,39 @@ TEST_CASE(
   CHECK_THAT(errors[0], Catch::Contains("rank(s) 2 did not connect and prove the job secret"));
   CHECK_THAT(errors[1], Catch::Contains("rank(s) 2 did not connect and prove the job secret"));
   CHECK(std::chrono::steady_clock::now() - t0 < 15s);
+}
+
+TEST_CASE("frame mesh: the port's warnings go to stderr, never the program's own logger",
+          "[frames][security]") {
+  // In a training program spdlog's default logger is the program's (on its stdout).
+  hvdrun::testing::CapturedLog program("program");
+  hvdrun::testing::CapturedStderr err;
+  MemoryStore store;
+  auto stranger = silent_stranger(store, "t/frames/w/addr/0");
+  auto rank0 = std::async(std::launch::async, [&store] {
+    FrameComm comm(store, "t/frames/w", 0, 2, ip_of(0), kSecret, 10s, 10s);
+    return error_of([&] { comm.connect(hvdrun::runtime::Topology::kFullMesh, 0); });
+  });
+  auto [rc, fd] = stranger.get();
+  REQUIRE(rc == 0);
+  const std::string garbage(256, 'x');  // longer than a hello, and not one
+  REQUIRE(::send(fd.get(), garbage.data(), garbage.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(garbage.size()));
+  // Rank 0 refuses the hello and closes: the stranger reads the end (or a reset).
+  pollfd p{fd.get(), POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 10000) == 1);
+  char c = 0;
+  CHECK(::recv(fd.get(), &c, 1, 0) <= 0);
+  const std::string rank1 = error_of([&store] {
+    FrameComm comm(store, "t/frames/w", 1, 2, ip_of(1), kSecret, 10s, 10s);
+    comm.connect(hvdrun::runtime::Topology::kFullMesh, 0);
+  });
+  CHECK(rank1.empty());
+  CHECK(rank0.get().empty());
+  INFO("program's logger: " << program.text() << "\nstderr: " << err.text());
+  CHECK(program.text().empty());
+  CHECK_THAT(err.text(),
+             Catch::Contains("frames: a connection from") && Catch::Contains("to rank 0"));
 }
 
 TEST_CASE("frame mesh: a frame written into a connection is rejected, never reduced",
