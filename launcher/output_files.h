@@ -1,8 +1,9 @@
 // --output-filename DIR: the per-rank files DIR/rank.N/{stdout,stderr}, opened so that
-// another local user cannot redirect them. DIR is created when missing (0700), it must
-// belong to this user or root and must not be writable by everyone unless sticky (like
-// /tmp); rank directories are made 0700 and opened without following symbolic links;
-// files are opened with O_NOFOLLOW, 0600, and must be regular files of this user.
+// another local user cannot redirect them (common/safe_path.h): DIR and every directory
+// above it belong to this user or root and are writable by nobody else unless sticky (like
+// /tmp); DIR is created when missing (0700); rank directories are made 0700 and opened
+// without following symbolic links; files are opened with O_NOFOLLOW, 0600, and must be
+// regular files of this user.
 #pragma once
 
 #include <string>

@@ -172,6 +172,20 @@ bool env_flag(const char* name) {
   return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0 && std::strcmp(v, "false") != 0;
 }
 
+// A timeline that cannot be opened safely or written is a warning, and the job goes on
+// without it (as Horovod's writer does): a file another user prepared must cost the job
+// nothing but its timeline. `source` names where the path came from.
+void start_timeline_or_warn(const std::string& path, bool mark_cycles, const char* source) {
+  try {
+    timeline().start(path, mark_cycles);
+  } catch (const std::exception& e) {
+    hvdrun::log().warn(
+        "hvdrun: no timeline is written ({}): {}; give a file in a directory of your own "
+        "(docs/security.md)",
+        source, e.what());
+  }
+}
+
 }  // namespace
 
 runtime::StallPolicy api_detail::stall_policy(const runtime::Environment& env) {
@@ -235,7 +249,7 @@ void init() {
   const char* path = std::getenv("HOROVOD_TIMELINE");
   if (path != nullptr && *path != '\0' && std::strcmp(path, "DYNAMIC") != 0 &&
       j->world->env().rank == 0 && !timeline().enabled())
-    timeline().start(path, env_flag("HOROVOD_TIMELINE_MARK_CYCLES"));
+    start_timeline_or_warn(path, env_flag("HOROVOD_TIMELINE_MARK_CYCLES"), "HOROVOD_TIMELINE");
   g_joined = std::move(j);
   publish_joined();
 }
@@ -321,7 +335,7 @@ int runtime::pending_host_update() {
 
 void start_timeline(const std::string& path, bool mark_cycles) {
   auto j = joined("start_timeline");
-  if (j->world->env().rank == 0) timeline().start(path, mark_cycles);
+  if (j->world->env().rank == 0) start_timeline_or_warn(path, mark_cycles, "start_timeline()");
 }
 
 void stop_timeline() {

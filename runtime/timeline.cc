@@ -3,7 +3,6 @@
 // the closing bracket, which the next batch overwrites.
 #include "runtime/timeline.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/safe_path.h"
 
 namespace hvdrun::runtime {
 namespace {
@@ -78,6 +78,19 @@ void format_row(std::string& out, int pid, std::string_view name) {
          ", \"args\": {\"sort_index\": " + id + "}}";
 }
 
+// `path`'s directory and the file in it, by common/safe_path.h's rules.
+UniqueFd open_file(const std::string& path) {
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (name.empty() || name == "." || name == "..")
+    throw UnsafePath(path, "names a directory, not a file");
+  UniqueFd top = open_trusted_dir(dir, false);
+  return open_private_file(top.get(), path, name, true);
+}
+
 }  // namespace
 
 std::string json_escape(std::string_view text) {
@@ -116,11 +129,7 @@ Timeline::~Timeline() { stop(); }
 void Timeline::start(const std::string& path, bool mark_cycles) {
   std::lock_guard control(control_);
   stop_writer();
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd) {
-    throw_errno("timeline: cannot create " + path + " (give a file in a writable directory)",
-                "open");
-  }
+  UniqueFd fd = open_file(path);
   const auto started = std::chrono::steady_clock::now();
   // Row 0 carries the wall-clock time of ts 0, to line up the files of several ranks.
   std::string header =

@@ -47,10 +47,14 @@ class Timeline {
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
 
-  /// Starts writing to `path` (created, or truncated), which holds a valid JSON array from
-  /// then on. A timeline already writing is stopped first (its file completed). With
-  /// `mark_cycles`, cycle() writes CYCLE_START markers. Throws SystemError naming the
-  /// path when the file cannot be opened or written; the timeline then stays stopped.
+  /// Starts writing to `path` (created 0600, or truncated), which holds a valid JSON array
+  /// from then on. The file is opened by common/safe_path.h's rules: a link, FIFO,
+  /// directory or another user's file at `path`, or a directory on the way another user
+  /// could change, is refused (UnsafePath, naming it), never followed, waited on or
+  /// truncated. A timeline already writing is stopped first (its file completed). With
+  /// `mark_cycles`, cycle() writes CYCLE_START markers. Throws UnsafePath or SystemError
+  /// naming the path when the file cannot be opened or written; the timeline then stays
+  /// stopped.
   void start(const std::string& path, bool mark_cycles = false);
   /// Writes every event recorded so far, completes the file and closes it; later events
   /// are ignored until start(). Idempotent.

@@ -6,6 +6,7 @@
 #include "runtime/timeline.h"
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <charconv>
 #include <csignal>
 #include <cstdint>
+#include <fstream>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -22,6 +24,8 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/safe_path.h"
+#include "tests/skip.h"
 #include "tests/support/processes.h"
 
 using hvdrun::runtime::json_escape;
@@ -594,11 +598,9 @@ TEST_CASE("timeline: a file that cannot be created is an error naming it, and no
   try {
     t.start(path);
     FAIL("start() accepted " << path);
-  } catch (const hvdrun::SystemError& e) {
-    const std::string what = e.what();
-    CHECK(what.find(path) != std::string::npos);
-    CHECK(what.find("writable directory") != std::string::npos);
-    CHECK(e.code() == ENOENT);
+  } catch (const hvdrun::UnsafePath& e) {
+    CHECK(e.path() == dir.path() + "/no");
+    CHECK_THAT(e.why(), Catch::Contains("cannot be examined (No such file or directory)"));
   }
   CHECK_FALSE(t.enabled());
   t.begin("x", "ALLREDUCE");
@@ -612,11 +614,65 @@ TEST_CASE("timeline: a file that cannot be created is an error naming it, and no
   CHECK(Trace(parse_file(good)).phases("x") == strings({"B:ALLREDUCE"}));
 }
 
+TEST_CASE("timeline: a link, FIFO, directory or another user's file is refused, none touched") {
+  TempDir dir("timeline");
+  const std::string path = dir.path() + "/t.json";
+  const std::string precious = dir.path() + "/precious";
+  { std::ofstream(precious) << "keep\n"; }
+  std::string why;
+  SECTION("a symbolic link to a file of the user's") {
+    REQUIRE(::symlink(precious.c_str(), path.c_str()) == 0);
+    why = "is a symbolic link";
+  }
+  SECTION("a FIFO nobody reads (opening must not wait)") {
+    REQUIRE(::mkfifo(path.c_str(), 0666) == 0);
+    why = "is not a regular file";
+  }
+  SECTION("a directory") {
+    REQUIRE(::mkdir(path.c_str(), 0700) == 0);
+    why = "is a directory, not a file";
+  }
+  SECTION("a file another user made writable by everyone") {
+    if (::geteuid() != 0) HVDRUN_SKIP("needs root to give a file to another user");
+    { std::ofstream(path) << "theirs\n"; }
+    REQUIRE(::chown(path.c_str(), 65534, 65534) == 0);
+    REQUIRE(::chmod(path.c_str(), 0666) == 0);
+    why = "belongs to another user, nobody";
+  }
+  Timeline t;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    t.start(path);
+    FAIL("start() accepted " << path);
+  } catch (const hvdrun::UnsafePath& e) {
+    CHECK(e.path() == path);
+    CHECK_THAT(e.why(), Catch::Contains(why));
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  CHECK_FALSE(t.enabled());
+  CHECK(read_file(precious) == "keep\n");
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) CHECK(read_file(path) == "theirs\n");
+}
+
+TEST_CASE("timeline: a new file is the user's alone") {
+  TempDir dir("timeline");
+  const std::string path = dir.path() + "/t.json";
+  const mode_t old = ::umask(0);
+  Timeline t;
+  t.start(path);
+  ::umask(old);
+  t.stop();
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0600);
+}
+
 TEST_CASE("timeline: a write failure stops the timeline with the reason, callers unharmed") {
-  // /dev/full takes the open and fails every write: the header cannot be written.
+  // /dev/full would take the open and fail every write; as a device it is refused first.
   if (::access("/dev/full", W_OK) == 0) {
     Timeline t;
-    REQUIRE_THROWS_AS(t.start("/dev/full"), hvdrun::SystemError);
+    REQUIRE_THROWS_AS(t.start("/dev/full"), hvdrun::UnsafePath);
     CHECK_FALSE(t.enabled());
   }
   // A file size limit lets the header through and fails the writer later (EFBIG), in a

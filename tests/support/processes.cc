@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -197,6 +198,15 @@ std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+int as_nobody(const std::string& script) {
+  CapturedProcess p({"runuser", "-u", "nobody", "--", "sh", "-c", script});
+  const int rc = p.wait();
+  if (rc != 0) std::cerr << "as nobody: " << script << ": exit " << rc << ": " << p.err << "\n";
+  return rc;
 }
 
 int count(const std::string& s, const std::string& what) {

@@ -96,6 +96,11 @@ class TempDir {
 
 /// The whole file (binary); empty when it cannot be read.
 std::string read_file(const std::string& path);
+/// Writes `text` to `path` (created or truncated).
+void write_text(const std::string& path, const std::string& text);
+/// Runs `script` with sh as the user nobody (runuser), as another local user would act;
+/// returns its exit status, and on failure writes the script and its stderr to stderr.
+int as_nobody(const std::string& script);
 /// Number of positions in `s` at which `what` starts.
 int count(const std::string& s, const std::string& what);
 /// `s` split at '\n' (a final partial line counts; no empty last element).

@@ -199,7 +199,9 @@ class HVDRUN_API DuplicateProcessSet : public Error {
 
 /// Starts recording a timeline of every collective (Chrome's trace format, as Horovod's
 /// HOROVOD_TIMELINE) into `path` on rank 0; `mark_cycles` adds a marker per negotiation
-/// round. Other ranks record nothing. Throws Error when the file cannot be written.
+/// round. Other ranks record nothing. A file that cannot be opened safely (a link, FIFO,
+/// directory or another user's file, docs/security.md) or written is a warning on stderr,
+/// and the job goes on without a timeline, as under Horovod.
 HVDRUN_API void start_timeline(const std::string& path, bool mark_cycles = false);
 /// Stops the timeline and completes its file.
 HVDRUN_API void stop_timeline();
