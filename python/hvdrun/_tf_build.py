@@ -8,6 +8,16 @@ directory and reused: HVDRUN_TF_OPS_CACHE, else $XDG_CACHE_HOME/hvdrun/tf-ops, e
 HVDRUN_TF_OPS names a library built elsewhere and skips all of this. The compiler is $CXX,
 else c++ (g++ 9 or later, or clang).
 
+The key directory's name is computed from public inputs, so another local user could
+create the cache, or the key directory, first in a shared place and put a library there.
+hvdrun._safe_path's rules are kept: every directory on the way belongs to this user or
+root (one writable by others only with the sticky bit), the cache and the key directory
+belong to this user and nobody else may write them (missing ones are created with mode
+0700), and the lock and the library are opened without following links and checked on
+the descriptor before they are locked or loaded; a library named by HVDRUN_TF_OPS must be
+this user's or root's, writable by nobody else, behind trusted directories. Anything else
+is refused with a BuildError that says what is wrong and what to do.
+
     python -m hvdrun._tf_build [--werror] [--cache DIR]   # builds, prints the path
 """
 import fcntl
@@ -17,6 +27,8 @@ import shlex
 import subprocess
 import sys
 import tempfile
+
+from hvdrun import _safe_path
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(_HERE, "tensorflow", "ops.cc")
@@ -61,48 +73,95 @@ def _cache_dir(cache):
     return os.path.join(base, "hvdrun", "tf-ops")
 
 
-def library(cache=None, werror=False, quiet=False):
-    """Path of the op library for this TensorFlow, building it first when needed."""
-    explicit = os.environ.get("HVDRUN_TF_OPS")
-    if explicit:
-        if not os.path.exists(explicit):
-            raise BuildError(f"hvdrun: HVDRUN_TF_OPS={explicit} does not exist; unset it to "
-                             "build the op library on first use")
-        return explicit
+def key_name():
+    """The cache's sub-directory for this source, header and TensorFlow:
+    tf<version>-<first 16 hex digits of their sha256>."""
     probe, version = _command("OUT", False)  # -Werror changes no byte of the result
     key = hashlib.sha256()
-    for part in (open(SOURCE, "rb").read(),
-                 open(os.path.join(_header_dir(), "hvdrun", "hvdrun_c.h"), "rb").read(),
-                 " ".join(probe).encode()):
-        key.update(part)
-    directory = os.path.join(_cache_dir(cache), f"tf{version}-{key.hexdigest()[:16]}")
+    for name in (SOURCE, os.path.join(_header_dir(), "hvdrun", "hvdrun_c.h")):
+        with open(name, "rb") as f:
+            key.update(f.read())
+    key.update(" ".join(probe).encode())
+    return f"tf{version}-{key.hexdigest()[:16]}", version
+
+
+def _explicit(path):
+    try:
+        real = _safe_path.loadable_path(path)
+    except _safe_path.UnsafePath as e:
+        raise BuildError(f"hvdrun.tensorflow: HVDRUN_TF_OPS={path}: {e}; point it at a "
+                         "library of your own in a directory only you (or root) can change, "
+                         "or unset it to build the op library on first use") from None
+    if real is None:
+        raise BuildError(f"hvdrun: HVDRUN_TF_OPS={path} does not exist; unset it to "
+                         "build the op library on first use")
+    return real
+
+
+def _refuse_cache(e):
+    return BuildError(f"hvdrun.tensorflow: the op library's cache {e}; set HVDRUN_TF_OPS_CACHE "
+                      "to a directory of your own (hvdrun creates a missing one with mode "
+                      "0700)")
+
+
+def library(cache=None, werror=False, quiet=False):
+    """Path of the op library for this TensorFlow, building it first when needed. The
+    path returned is one that only this user and root can change (hvdrun._safe_path)."""
+    explicit = os.environ.get("HVDRUN_TF_OPS")
+    if explicit:
+        return _explicit(explicit)
+    name, version = key_name()
+    try:
+        top, top_path = _safe_path.open_private_dir(_cache_dir(cache))
+        try:
+            key = _safe_path.private_subdir(top, top_path, name)
+        finally:
+            os.close(top)
+        try:
+            return _library_in(key, os.path.join(top_path, name), version, werror, quiet)
+        finally:
+            os.close(key)
+    except _safe_path.UnsafePath as e:
+        raise _refuse_cache(e) from None
+
+
+def _library_in(key, directory, version, werror, quiet):
+    """The library in the key directory `key` (its fd), built there first when missing."""
     path = os.path.join(directory, LIBRARY_NAME)
-    if os.path.exists(path):
+    if _safe_path.loadable_in(key, directory, LIBRARY_NAME):
         return path
-    os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, ".lock"), "w") as lock:
+    lock = _safe_path.open_lock_file(key, directory, ".lock")
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another rank may be building it right now
-        if os.path.exists(path):
+        if _safe_path.loadable_in(key, directory, LIBRARY_NAME):
             return path
         if not quiet:
             print(f"hvdrun.tensorflow: building the op library for TensorFlow {version} "
                   f"(once; cached in {directory})", file=sys.stderr, flush=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".so")
-        os.close(fd)
-        cmd, _ = _command(tmp, werror)
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True)
-        except OSError as e:
-            os.unlink(tmp)
-            raise BuildError(f"hvdrun.tensorflow: cannot run the C++ compiler {cmd[0]!r} ({e}) "
-                             "to build the TensorFlow ops; install g++ (or set CXX), or point "
-                             "HVDRUN_TF_OPS at a library built on a like machine") from None
-        if r.returncode != 0:
-            os.unlink(tmp)
-            raise BuildError("hvdrun.tensorflow: building the TensorFlow ops failed:\n  " +
-                             " ".join(shlex.quote(c) for c in cmd) + "\n" + r.stderr[-4000:])
-        os.replace(tmp, path)
+        _build(directory, path, werror)
+    finally:
+        os.close(lock)
     return path
+
+
+def _build(directory, path, werror):
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".so")
+    os.close(fd)
+    cmd, _ = _command(tmp, werror)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        os.unlink(tmp)
+        raise BuildError(f"hvdrun.tensorflow: cannot run the C++ compiler {cmd[0]!r} ({e}) "
+                         "to build the TensorFlow ops; install g++ (or set CXX), or point "
+                         "HVDRUN_TF_OPS at a library built on a like machine") from None
+    if r.returncode != 0:
+        os.unlink(tmp)
+        raise BuildError("hvdrun.tensorflow: building the TensorFlow ops failed:\n  " +
+                         " ".join(shlex.quote(c) for c in cmd) + "\n" + r.stderr[-4000:])
+    # The linker's mode follows the umask; a group-writable library would not be loaded.
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, path)
 
 
 def main(argv):
