@@ -8,6 +8,8 @@ import ctypes
 import os
 import threading
 
+from hvdrun import _safe_path
+
 ABI_REQUIRED = 5
 
 # Element types and reductions of runtime/include/hvdrun/hvdrun_c.h; the values are stable.
@@ -119,13 +121,34 @@ def _candidates():
     return [("the hvdrun package", os.path.join(_HERE, "lib", "libhvdrun.so.0"))]
 
 
+def _not_found(path, source):
+    return HvdrunError(
+        f"hvdrun: libhvdrun.so not found at {path} (from {source}). Install the package "
+        "with `pip install <hvdrun checkout>`, or point HVDRUN_LIBRARY at a built "
+        "libhvdrun.so (for example build/runtime/libhvdrun.so)")
+
+
+def _checked(path):
+    """HVDRUN_LIBRARY's path, once it is known that no other user can change it (a bare
+    name is the dynamic loader's to find)."""
+    if os.sep not in path:
+        return path
+    try:
+        real = _safe_path.loadable_path(path)
+    except _safe_path.UnsafePath as e:
+        raise HvdrunError(f"hvdrun: HVDRUN_LIBRARY={path}: {e}; point it at a libhvdrun.so "
+                          "in a directory only you (or root) can change") from None
+    if real is None:
+        raise _not_found(path, "HVDRUN_LIBRARY")
+    return real
+
+
 def _load():
     (source, path), = _candidates()
-    if os.sep in path and not os.path.exists(path):
-        raise HvdrunError(
-            f"hvdrun: libhvdrun.so not found at {path} (from {source}). Install the package "
-            "with `pip install <hvdrun checkout>`, or point HVDRUN_LIBRARY at a built "
-            "libhvdrun.so (for example build/runtime/libhvdrun.so)")
+    if source == "HVDRUN_LIBRARY":
+        path = _checked(path)
+    elif not os.path.exists(path):
+        raise _not_found(path, source)
     try:
         lib = ctypes.CDLL(path)
     except OSError as e:

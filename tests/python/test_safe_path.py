@@ -217,3 +217,15 @@ def test_hvdrun_tf_ops_of_another_user_is_not_loaded(area):
             "(uid 65534), who could replace what is in it; point it at a library of your "
             "own") in p.stderr, p.stderr
 
+
+def test_hvdrun_library_of_another_user_is_not_loaded(area):
+    as_nobody(f"cp '{area.planted}' '{area.scratch}/libhvdrun.so'")
+    path = os.path.join(area.scratch, "libhvdrun.so")
+    p = subprocess.run([sys.executable, "-c", "from hvdrun import _lib; _lib.lib()"],
+                       env=dict(os.environ, HVDRUN_LIBRARY=path), capture_output=True,
+                       text=True, timeout=120)
+    assert not os.path.exists(area.marker), "the planted library was loaded"
+    assert p.returncode != 0
+    assert (f"HVDRUN_LIBRARY={path}: '{path}' belongs to another user, nobody (uid 65534), "
+            "and is not loaded; point it at a libhvdrun.so in a directory only you (or root) "
+            "can change") in p.stderr, p.stderr
