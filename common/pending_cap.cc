@@ -1,4 +1,5 @@
-// PendingCap: evict the oldest pending connection of the heaviest source (pending_cap.h).
+// PendingCap: beyond a limit, evict the oldest pending connection among those of the
+// sources holding the most (pending_cap.h).
 #include "common/pending_cap.h"
 
 #include <algorithm>
@@ -17,14 +18,7 @@ PendingCap::Id PendingCap::add(const std::string& source, std::function<void()> 
   by_id_[id] = std::prev(entries_.end());
   const std::size_t mine = ++per_source_[source];
   if (mine > limits_.per_source) evict_one(oldest_from(source));
-  while (entries_.size() > limits_.total) {
-    auto heaviest =
-        std::max_element(per_source_.begin(), per_source_.end(),
-                         [](const auto& a, const auto& b) { return a.second < b.second; });
-    auto victim = oldest_from(heaviest->first);
-    if (victim->id == id) victim = entries_.begin();  // a newcomer is never the one closed
-    evict_one(victim);
-  }
+  while (entries_.size() > limits_.total) evict_one(victim_for(id));
   return id;
 }
 
@@ -46,6 +40,19 @@ std::size_t PendingCap::from(const std::string& source) const {
 PendingCap::List::iterator PendingCap::oldest_from(const std::string& source) {
   return std::find_if(entries_.begin(), entries_.end(),
                       [&](const Entry& e) { return e.source == source; });
+}
+
+PendingCap::List::iterator PendingCap::victim_for(Id newcomer) {
+  std::size_t most = 0;
+  for (const auto& [source, count] : per_source_) most = std::max(most, count);
+  // Oldest first, so that a tie among sources is settled by age, never by hash order.
+  auto victim = std::find_if(entries_.begin(), entries_.end(),
+                             [&](const Entry& e) { return per_source_.at(e.source) == most; });
+  // The newcomer is the youngest entry, so an older one always holds as many as its
+  // source or more, and this cannot happen while the total is at least 1: kept so that
+  // the promise does not rest on that argument alone.
+  if (victim == entries_.end() || victim->id == newcomer) victim = entries_.begin();
+  return victim;
 }
 
 void PendingCap::evict_one(List::iterator it) {

@@ -1,8 +1,18 @@
 // The cap on connections that have not yet shown they belong to the job (rendezvous:
 // not authenticated; Horovod HTTP: no complete request header yet). A legitimate client
-// passes that gate within a round trip, so when the cap is reached the oldest pending
-// connection of the source holding the most is closed, never the newcomer: a flood of
-// silent connections can no longer keep the job's own ranks out, only itself.
+// passes that gate within a round trip, so beyond a cap older connections make room:
+//
+// - a source over its own cap loses its oldest pending connection;
+// - over the total cap, the victim is the oldest pending connection among those of the
+//   sources holding the most (walking pending connections oldest first, the first whose
+//   source's count equals the maximum). Ties between sources are settled by age alone,
+//   never by a container's order: 256 addresses holding one each cannot single out the
+//   job's connection that arrived after them, only their own older ones;
+// - the newcomer is never the one closed (were the rule ever to pick it, the oldest
+//   pending connection overall would go instead).
+//
+// python/hvdrun/_preauth.py follows the same rule; both run the scenarios of
+// tests/common/pending_cap_cases.txt.
 #pragma once
 
 #include <cstddef>
@@ -22,8 +32,9 @@ struct PendingLimits {
   std::size_t per_source = 64;
 };
 
-/// Tracks pending connections and evicts the oldest of the heaviest source beyond the
-/// limits. Single-threaded: used on a server's I/O thread.
+/// Tracks pending connections and, beyond the limits, evicts the oldest pending
+/// connection among those of the sources holding the most (the rule above).
+/// Single-threaded: used on a server's I/O thread.
 class PendingCap {
  public:
   /// Identifies one tracked connection.
@@ -33,8 +44,9 @@ class PendingCap {
   explicit PendingCap(PendingLimits limits);
 
   /// Tracks a new pending connection from `source` (an address, no port). When that
-  /// breaks a limit, older pending connections are untracked and their `evict` called
-  /// (never this one's). Returns the new connection's id.
+  /// breaks the per-source limit, that source's oldest is evicted; while the total is
+  /// broken, the oldest among those of the sources holding the most. Evicted ones are
+  /// untracked and their `evict` called (never this one's). Returns the new one's id.
   Id add(const std::string& source, std::function<void()> evict);
   /// Stops tracking `id` (it passed the gate or closed); unknown ids are ignored.
   void remove(Id id);
@@ -58,6 +70,8 @@ class PendingCap {
 
   // The oldest entry from `source`, or end().
   List::iterator oldest_from(const std::string& source);
+  // The entry to evict when the total is broken by `newcomer`'s arrival.
+  List::iterator victim_for(Id newcomer);
   void evict_one(List::iterator it);
 
   PendingLimits limits_;

@@ -5,8 +5,10 @@
 // A connection is pending until it has shown that it belongs to the job. Pending
 // connections run their handshakes without blocking anyone else, each within a short
 // deadline; they are capped in all and per source (the uid behind a peer on this host, the
-// address of a remote one), and beyond a cap the oldest pending connection of the source
-// holding the most is closed, never the newcomer (common/pending_cap.h). Every warning an
+// address of a remote one). Beyond a source's cap its oldest pending connection is closed;
+// beyond the total cap, the oldest pending connection among those of the sources holding
+// the most (ties between sources settled by age, never by hash order), and never the
+// newcomer (common/pending_cap.h states the rule). Every warning an
 // outsider can cause goes through one LogLimiter: the first line of a cause, then at most
 // one per interval that says how many were held back.
 #pragma once
@@ -48,9 +50,10 @@ class PreauthGate {
   /// authenticated").
   PreauthGate(std::string port, std::string pending_means, PreauthPolicy policy);
 
-  /// Tracks a new pending connection from `source`. When that breaks a limit, the oldest
-  /// pending connection of the source holding the most (never this one) is closed through
-  /// its `close`, with a rate-limited warning naming the source. Returns the id.
+  /// Tracks a new pending connection from `source`. When that breaks a limit, an older
+  /// pending connection is closed through its `close` (PendingCap::add: the source's own
+  /// oldest, or the oldest among those of the sources holding the most; never this one),
+  /// with a rate-limited warning naming the source. Returns the id.
   PendingCap::Id enter(const std::string& source, std::function<void()> close);
   /// The connection passed the gate, or closed; unknown ids are ignored.
   void leave(PendingCap::Id id);

@@ -7,8 +7,12 @@ common/preauth_gate.h; the two are kept alike by hand and by the same tests:
 - pending connections are capped, TOTAL in all and PER_SOURCE per source: the uid owning
   the other end when it is on this host (so another local user can only crowd out
   itself), else the remote address;
-- beyond a cap the oldest pending connection of the source holding the most is closed,
-  never the newcomer;
+- beyond PER_SOURCE a source's own oldest pending connection is closed; beyond TOTAL,
+  the oldest pending connection among those of the sources holding the most (walking
+  pending connections oldest first, the first whose source's count is the maximum), so
+  ties between sources are settled by age; never the newcomer (were the rule ever to pick
+  it, the oldest pending connection overall would go instead). The scenarios of
+  tests/common/pending_cap_cases.txt are run against this class and the C++ one;
 - warnings an outsider can cause are rate-limited: the first line of a cause, then at most
   one per LOG_INTERVAL seconds saying how many were held back.
 """
@@ -27,8 +31,9 @@ LOG_INTERVAL = 10.0
 
 
 class PendingCap:
-    """Pending connections, oldest first; evicts the oldest of the heaviest source when a
-    limit is broken (common/pending_cap.h). Single-threaded."""
+    """Pending connections, oldest first. Beyond `per_source` a source loses its oldest;
+    beyond `total`, the oldest among those of the sources holding the most goes, never the
+    newcomer (the module's rule, common/pending_cap.h). Single-threaded."""
 
     def __init__(self, total=TOTAL, per_source=PER_SOURCE):
         self.total = max(total, 1)
@@ -48,11 +53,7 @@ class PendingCap:
         if self.counts[source] > self.per_source:
             self._evict(self._oldest_from(source))
         while len(self.entries) > self.total:
-            heaviest = max(self.counts.items(), key=lambda kv: kv[1])[0]
-            victim = self._oldest_from(heaviest)
-            if victim == new:  # a newcomer is never the one closed
-                victim = next(iter(self.entries))
-            self._evict(victim)
+            self._evict(self._victim_for(new))
         return new
 
     def remove(self, ident):
@@ -75,6 +76,16 @@ class PendingCap:
             if src == source:
                 return ident
         return None
+
+    def _victim_for(self, new):
+        """The entry to evict when the total is broken by `new`'s arrival: oldest first, the
+        first whose source holds the most (ties settled by age, not by the Counter's
+        order); the oldest overall should that be the newcomer."""
+        most = max(self.counts.values())
+        for ident, (src, _) in self.entries.items():
+            if self.counts[src] == most:
+                return ident if ident != new else next(iter(self.entries))
+        return next(iter(self.entries))
 
     def _evict(self, ident):
         if ident is None:

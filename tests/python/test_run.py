@@ -193,20 +193,6 @@ def test_run_returns_results_under_70_idle_connections_from_another_user(monkeyp
     assert err.count("closing the oldest from uid 65534 on this host") == 1, err
 
 
-def test_pending_cap_evicts_the_oldest_of_the_busiest_source_never_the_newcomer():
-    closed = []
-    cap = _preauth.PendingCap(total=3, per_source=3)
-    for i in range(3):
-        cap.add("stranger", lambda i=i: closed.append(("stranger", i)))
-    cap.add("stranger", lambda: closed.append(("stranger", 3)))
-    assert closed == [("stranger", 0)]  # per source: its own oldest
-    rank = cap.add("job", lambda: closed.append(("job", 0)))
-    assert closed == [("stranger", 0), ("stranger", 1)]  # in all: the busiest source's
-    assert cap.from_source("job") == 1 and len(cap) == 3
-    cap.remove(rank)
-    assert cap.from_source("job") == 0 and cap.evicted == 2
-
-
 def test_peer_source_names_the_local_user_behind_a_connection():
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
