@@ -15,9 +15,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <random>
 #include <thread>
 
+#include "common/backoff.h"
 #include "common/fd.h"
 #include "common/log.h"
 #include "rendezvous/protocol.h"
@@ -85,26 +85,20 @@ class Client::Impl {
 
   void connect_with_retries() {
     auto deadline = Clock::now() + opts_.connect_timeout;
-    std::mt19937_64 rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
-    auto delay = opts_.backoff_initial;
-    int max = std::max(1, opts_.max_attempts);
+    Backoff backoff({opts_.max_attempts, opts_.backoff_initial, opts_.backoff_max}, deadline);
     std::string last;
-    for (int attempt = 1;; ++attempt) {
+    for (;;) {
       try {
         connect_once(deadline);
         return;
       } catch (const TransientError& e) {
         last = e.what;
       }
-      if (attempt >= max || Clock::now() >= deadline) break;
-      std::uniform_real_distribution<double> jitter(0.5, 1.5);
-      auto wait = milliseconds(static_cast<long long>(delay.count() * jitter(rng)));
-      wait = std::min(wait, milliseconds(remaining_ms(deadline)));
-      if (wait.count() <= 0) break;
+      const auto wait = backoff.next();
+      if (!wait) break;
       hvdrun::log().warn("{}: connect to {} failed: {}; retrying ({}/{}) after {} ms", prefix(),
-                         address_, last, attempt, max - 1, wait.count());
-      std::this_thread::sleep_for(wait);
-      delay = std::min(delay * 2, opts_.backoff_max);
+                         address_, last, backoff.failed(), backoff.retries(), wait->count());
+      std::this_thread::sleep_for(*wait);
       if (Clock::now() >= deadline) break;
     }
     throw Error(prefix() + ": cannot reach the rendezvous server at " + address_ + " within " +

@@ -1,6 +1,7 @@
 // The host leaders' mesh (runtime/frame_mesh.h): its listening socket, the dial and the
 // accept of each pair (the proofs of the job secret both ways, one GMAC key per direction),
-// and the connection of the pairs a collective needs, on demand.
+// and the connection of the pairs a collective needs, on demand. A dial that is refused or
+// closed before the proofs is tried again, with backoff, until the mesh's deadline.
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -13,8 +14,12 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/backoff.h"
+#include "common/deadline.h"
 #include "common/log.h"
 #include "common/peer_loss.h"
+#include "common/plural.h"
+#include "common/seconds_text.h"
 #include "runtime/frame_mesh.h"
 #include "runtime/generation_end.h"
 
@@ -30,6 +35,44 @@ void set_nonblocking(int fd) {
 void set_nodelay(int fd) {
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+// A dial attempt that failed where another may not: the connection was refused, reset,
+// timed out, or closed before the acceptor's proof.
+struct DialRetry {
+  std::string what;
+};
+
+// dial()'s attempts: the first few tens of milliseconds apart, then up to a second; the 40
+// span about 34 s, so the mesh's connect deadline usually ends them first.
+constexpr BackoffPolicy kDialBackoff{40, std::chrono::milliseconds(20),
+                                     std::chrono::milliseconds(1000)};
+
+// A socket connected to `ai` before `deadline`; DialRetry when it is not.
+UniqueFd connect_to(const addrinfo& ai, std::chrono::steady_clock::time_point deadline) {
+  UniqueFd fd(::socket(ai.ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw_errno("frames: a socket to dial a peer", "socket");
+  set_nonblocking(fd.get());
+  if (::connect(fd.get(), ai.ai_addr, ai.ai_addrlen) < 0 && errno != EINPROGRESS)
+    throw DialRetry{std::string("connect: ") + std::strerror(errno)};
+  pollfd pfd{fd.get(), POLLOUT, 0};
+  int rc = 0;
+  while ((rc = ::poll(&pfd, 1, static_cast<int>(ms_left(deadline)))) < 0 && errno == EINTR) {
+  }
+  if (rc <= 0) throw DialRetry{"connect timed out"};
+  int err = 0;
+  socklen_t len = sizeof(err);
+  ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err != 0) throw DialRetry{std::string("connect: ") + std::strerror(err)};
+  return fd;
+}
+
+// Waits `pause` between two attempts; the generation's end (runtime/generation_end.h)
+// ends the wait at once, and the dial with it.
+void pause_for(std::chrono::milliseconds pause) {
+  pollfd pfd{generation_end().fd(), POLLIN, 0};
+  ::poll(&pfd, 1, static_cast<int>(pause.count()));
+  generation_end().check();
 }
 
 }  // namespace
@@ -106,11 +149,16 @@ std::vector<std::string> FrameComm::Impl::wait_for(const std::vector<std::string
     auto missing = store_.wait_for(keys, std::max(std::chrono::milliseconds(1),
                                                   std::min(left, std::chrono::milliseconds(200))));
     if (missing.empty() || left <= std::chrono::milliseconds(200)) return missing;
-    if (auto why = store_.get(failure_key_))
-      throw Error("frames: rank " + std::to_string(rank_) +
-                  " stopped waiting for its peers: a rank failed first: " + *why + ". " +
-                  std::string(kPeerLossSentence));
+    check_failure_key();
   }
+}
+
+void FrameComm::Impl::check_failure_key() {
+  if (failure_key_.empty()) return;
+  if (auto why = store_.get(failure_key_))
+    throw Error("frames: rank " + std::to_string(rank_) +
+                " stopped waiting for its peers: a rank failed first: " + *why + ". " +
+                std::string(kPeerLossSentence));
 }
 
 void FrameComm::Impl::ensure_peers(const std::vector<int>& needed) {
@@ -185,19 +233,32 @@ void FrameComm::Impl::dial(int p, const std::string& value, Clock::time_point de
   if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || !res)
     throw Error(who + ": bad address " + host + ":" + port);
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(res, &::freeaddrinfo);
-  UniqueFd fd(::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) throw_errno(who, "socket");
-  set_nonblocking(fd.get());
-  if (::connect(fd.get(), res->ai_addr, res->ai_addrlen) < 0 && errno != EINPROGRESS)
-    throw Error(who + " at " + host + ":" + port + ": connect: " + std::strerror(errno));
-  pollfd pfd{fd.get(), POLLOUT, 0};
-  if (::poll(&pfd, 1, millis_left(deadline)) <= 0)
-    throw Error(who + " at " + host + ":" + port + ": connect timed out");
-  int err = 0;
-  socklen_t len = sizeof(err);
-  ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-  if (err != 0) throw Error(who + " at " + host + ":" + port + ": connect: " + std::strerror(err));
+  const std::string at = who + " at " + host + ":" + port;
+  // Refused (the acceptor is not listening yet), reset, or closed before the acceptor's
+  // proof (its pending cap made room for newer connections, or a stranger's flood did):
+  // tried again under the mesh's deadline. A wrong proof is not retried (dial_handshake).
+  Backoff backoff(kDialBackoff, deadline);
+  std::string last;
+  for (;;) {
+    try {
+      dial_handshake(p, connect_to(*res, deadline), their_nonce, at, deadline);
+      return;
+    } catch (const DialRetry& e) {
+      last = e.what;
+    }
+    const auto pause = backoff.next();
+    if (!pause) break;
+    hvdrun::log().debug("{}: {}; retrying ({}/{}) after {} ms", at, last, backoff.failed(),
+                        backoff.retries(), pause->count());
+    pause_for(*pause);
+    check_failure_key();  // a rank that failed first is not worth the rest of the deadline
+  }
+  throw Error(at + ": gave up after " + counted(backoff.failed(), "attempt") + " within the " +
+              seconds_text(connect_timeout_) + " s connect deadline: " + last);
+}
 
+void FrameComm::Impl::dial_handshake(int p, UniqueFd fd, std::string_view their_nonce,
+                                     const std::string& at, Clock::time_point deadline) {
   const std::string my_nonce = rendezvous::random_bytes(kNonceBytes);
   std::array<unsigned char, kHelloBytes> hello{};
   std::memcpy(hello.data(), kHelloMagic.data(), kHelloMagic.size());
@@ -206,14 +267,18 @@ void FrameComm::Impl::dial(int p, const std::string& value, Clock::time_point de
   std::memcpy(hello.data() + 16, my_nonce.data(), kNonceBytes);
   const std::string mine = proof("hvdrun-frames dial", rank_, p, their_nonce, my_nonce);
   std::memcpy(hello.data() + 16 + kNonceBytes, mine.data(), kMacBytes);
-  io_exact(fd.get(), hello.data(), hello.size(), true, deadline, who);
   std::array<unsigned char, kMacBytes> answer{};
-  io_exact(fd.get(), answer.data(), answer.size(), false, deadline,
-           who + " (waiting for its proof of the job secret)");
+  try {
+    io_exact(fd.get(), hello.data(), hello.size(), true, deadline, "sending its hello");
+    io_exact(fd.get(), answer.data(), answer.size(), false, deadline,
+             "waiting for its proof of the job secret");
+  } catch (const Error& e) {
+    generation_end().check();  // the generation's end is final: not a reason to retry
+    throw DialRetry{e.what()};
+  }
   const std::string want = proof("hvdrun-frames accept", rank_, p, their_nonce, my_nonce);
   if (!rendezvous::tags_equal(answer.data(), reinterpret_cast<const unsigned char*>(want.data())))
-    throw Error(who + " at " + host + ":" + port +
-                ": the other end did not prove the job secret: something other than rank " +
+    throw Error(at + ": the other end did not prove the job secret: something other than rank " +
                 std::to_string(p) + " of this job answered (docs/security.md)");
   auto& peer = peers_[static_cast<std::size_t>(p)];
   set_nodelay(fd.get());
@@ -256,10 +321,7 @@ void FrameComm::Impl::accept_from(const std::vector<int>& expected, Clock::time_
     if (!failure_key_.empty() &&
         Clock::now() - last_failure_check > std::chrono::milliseconds(200)) {
       last_failure_check = Clock::now();
-      if (auto why = store_.get(failure_key_))
-        throw Error("frames: rank " + std::to_string(rank_) +
-                    " stopped waiting for its peers: a rank failed first: " + *why + ". " +
-                    std::string(kPeerLossSentence));
+      check_failure_key();
     }
     generation_end().check();  // checked every 200 ms at most
     std::vector<pollfd> fds{{listener_.get(), POLLIN, 0}};

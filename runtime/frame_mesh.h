@@ -122,6 +122,10 @@ class FrameComm::Impl {
 
   std::vector<std::string> wait_for(const std::vector<std::string>& keys);
 
+  // Throws, naming the reason, when the failure key (set_failure_key) says that a rank of
+  // the job failed first; returns when there is none.
+  void check_failure_key();
+
   // Connects the pairs to `needed` that are not connected yet (every rank of the call
   // passes its side of the same pairs: a pair is opened by the collective that first needs
   // it, on both of its ends). The higher rank of a pair dials, the lower one accepts, so two
@@ -134,7 +138,18 @@ class FrameComm::Impl {
 
   void connect_pairs(const std::vector<int>& lower, const std::vector<int>& higher);
 
+  // Dials rank `p` at `value` (its published "host port nonce") and proves the job secret
+  // both ways. A connection refused, reset, or closed before the acceptor's proof (its
+  // pending cap evicted it; it is not listening yet) is tried again, with jittered
+  // exponential backoff, until `deadline` (each retry logged at debug level); a wrong
+  // proof from the other end fails at once: that is not rank `p`.
   void dial(int p, const std::string& value, Clock::time_point deadline);
+
+  // One attempt's hello and the check of the acceptor's proof on the connected `fd`; a
+  // failure that another attempt might not meet is thrown as frame_handshake.cc's
+  // DialRetry, a wrong proof as Error. On success `fd` is the pair's connection.
+  void dial_handshake(int p, UniqueFd fd, std::string_view their_nonce, const std::string& at,
+                      Clock::time_point deadline);
 
   // Accepts connections until every rank of `expected` (higher ranks) has dialled and
   // proved the job secret. Another higher rank of this job that dials now (it needs the
