@@ -15,6 +15,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/safe_path.h"
+
 namespace hvdrun::ssh {
 namespace {
 
@@ -50,6 +52,15 @@ std::string read_capped(const std::string& path, std::size_t& budget, const std:
   if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode))
     throw fail("cannot read it (" +
                std::string(std::strerror(S_ISDIR(st.st_mode) ? EISDIR : errno)) + ")");
+  // As OpenSSH's "Bad owner or permissions": whoever can change it decides where the job's
+  // connections go and which keys they trust. A device (/dev/null) is no one's file.
+  if (!trusted_owner(st.st_uid))
+    throw fail("belongs to another user, " + user_text(st.st_uid) +
+               ", who could send your connections elsewhere");
+  if (!S_ISCHR(st.st_mode) && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    throw fail(
+        "is writable by other users, who could send your connections elsewhere (chmod "
+        "go-w it)");
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   const std::size_t cap = std::min(kMaxConfigFileBytes, budget);
   std::string data;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "common/safe_path.h"
 #include "ssh/known_hosts.h"
 
 namespace hvdrun::ssh {
@@ -54,7 +55,15 @@ std::string check_host_key(const Target& t, Core& core, const std::string& addre
   auto fail = [&](Verdict v, std::string detail, std::string fix) {
     return ConnectError(v, std::move(detail), std::move(fix), address);
   };
-  HostKeyCheck check = check_known_host(t.known_hosts_file, t.hostname, t.port, blob);
+  HostKeyCheck check;
+  try {
+    check = check_known_host(t.known_hosts_file, t.hostname, t.port, blob);
+  } catch (const UnsafePath& e) {
+    throw fail(Verdict::host_key_unknown,
+               std::string("the known_hosts file ") + e.what() + "; its keys are not trusted",
+               "make it a file of your own that only you can write (chmod go-w), or point "
+               "UserKnownHostsFile at one");
+  }
   const std::string where = t.known_hosts_file + ":" + std::to_string(check.line);
   const std::string remove = "ssh-keygen -R '" + name + "' -f " + t.known_hosts_file;
   switch (check.status) {
@@ -83,7 +92,7 @@ std::string check_host_key(const Target& t, Core& core, const std::string& addre
     append_known_host(t.known_hosts_file, t.hostname, t.port, blob);
     spdlog::info("ssh {}: added host key {} for {} to {}", t.alias, fp, name, t.known_hosts_file);
     return "new host key " + fp + " recorded in " + t.known_hosts_file;
-  } catch (const SystemError& e) {
+  } catch (const std::exception& e) {  // SystemError, or UnsafePath after a race
     spdlog::warn("ssh {}: accepted new host key {} but could not record it: {}", t.alias, fp,
                  e.what());
     return "new host key " + fp + " accepted but not recorded: " + e.what();

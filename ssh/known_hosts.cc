@@ -13,11 +13,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "common/error.h"
 #include "common/fd.h"
+#include "common/safe_path.h"
 #include "ssh/config.h"
 
 namespace hvdrun::ssh {
@@ -106,12 +105,37 @@ void for_each_line_for(std::string_view text, std::string_view host, int port, F
   }
 }
 
+// A known_hosts file decides whom the job trusts: it must be a regular file that only this
+// user (or root) can change, or another user could add their key for a host
+// (common/safe_path.h). `fd` is open on `path`.
+void check_trusted_file(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw_errno("examining known_hosts file " + path, "fstat");
+  if (!S_ISREG(st.st_mode)) throw UnsafePath(path, "is not a regular file");
+  if (!trusted_owner(st.st_uid))
+    throw UnsafePath(path, "belongs to another user, " + user_text(st.st_uid) +
+                               ", who could add a key of theirs for any host");
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    throw UnsafePath(path,
+                     "is writable by other users, who could add a key of theirs for "
+                     "any host");
+}
+
+// The whole known_hosts file; empty when it does not exist. Never waits on a FIFO.
 std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return {};
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+  if (!fd && errno == ENOENT) return {};
+  if (!fd) throw_errno("reading known_hosts file " + path, "open");
+  check_trusted_file(fd.get(), path);
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_errno("reading known_hosts file " + path, "read");
+    if (n == 0) return text;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
 }
 
 }  // namespace
@@ -208,7 +232,13 @@ HostKeyCheck check_known_host(const std::string& file, std::string_view host, in
 
 std::vector<std::string> known_key_types(const std::string& file, std::string_view host, int port) {
   std::vector<std::string> types;
-  for_each_line_for(read_file(file), host, port, [&](const Line& line) {
+  std::string text;
+  try {
+    text = read_file(file);
+  } catch (const std::exception&) {
+    return types;  // check_known_host() refuses the file with the reason
+  }
+  for_each_line_for(text, host, port, [&](const Line& line) {
     if (line.revoked) return;
     std::string type(line.type);
     if (std::find(types.begin(), types.end(), type) == types.end()) types.push_back(type);
@@ -226,10 +256,13 @@ void append_known_host(const std::string& file, std::string_view host, int port,
                   "mkdir");
     }
   }
-  UniqueFd fd(::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600));
+  UniqueFd fd(::open(file.c_str(),
+                     O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0600));
   if (!fd)
     throw_errno("recording the host key of " + known_hosts_name(host, port) + " in " + file,
                 "open");
+  check_trusted_file(fd.get(), file);
+  set_nonblocking(fd.get(), false);
   if (::flock(fd.get(), LOCK_EX) < 0) throw_errno("locking " + file, "flock");
   // Start on a fresh line even if the file does not end with a newline.
   std::string line;

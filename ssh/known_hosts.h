@@ -39,7 +39,9 @@ std::string fingerprint_sha256(std::string_view blob);
 HostKeyCheck check_known_host_text(std::string_view text, std::string_view host, int port,
                                    std::string_view blob);
 
-/// Same against a file; a missing file is not_found.
+/// Same against a file; a missing file is not_found. Throws UnsafePath when the file is
+/// not a regular file that only this user (or root) can change, SystemError when it
+/// cannot be read.
 HostKeyCheck check_known_host(const std::string& file, std::string_view host, int port,
                               std::string_view blob);
 
@@ -47,7 +49,8 @@ HostKeyCheck check_known_host(const std::string& file, std::string_view host, in
 std::vector<std::string> known_key_types(const std::string& file, std::string_view host, int port);
 
 /// Appends "name type base64" for host:port to `file`, creating it (0600) and its
-/// directory (0700) if needed; safe against concurrent appenders. Throws SystemError.
+/// directory (0700) if needed; safe against concurrent appenders. Throws SystemError, or
+/// UnsafePath as check_known_host().
 void append_known_host(const std::string& file, std::string_view host, int port,
                        std::string_view blob);
 

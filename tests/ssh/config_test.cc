@@ -2,6 +2,7 @@
 // malformed lines with file:line, and resolution into a Target with -p/-i overrides.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -127,6 +128,30 @@ TEST_CASE("an unreadable --ssh-config is a usage error naming it", "[config]") {
                     "directory); check --ssh-config");
   CHECK_THROWS_WITH(SshConfig::load("/"),
                     "ssh config '/': cannot read it (Is a directory); check --ssh-config");
+}
+
+TEST_CASE("an ssh_config others could change is refused, as OpenSSH refuses it",
+          "[config][security]") {
+  char tmpl[] = "/tmp/hvdrun-config-XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  const std::string text = "Host a\n  HostName 127.0.0.9\n";
+  REQUIRE(::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  ::close(fd);
+  const std::string path = tmpl;
+  CHECK_NOTHROW(SshConfig::load(path));
+  REQUIRE(::chmod(tmpl, 0664) == 0);
+  CHECK_THROWS_WITH(SshConfig::load(path),
+                    "ssh config '" + path +
+                        "': is writable by other users, who could send your connections "
+                        "elsewhere (chmod go-w it); check --ssh-config");
+  REQUIRE(::chmod(tmpl, 0644) == 0);
+  if (::geteuid() == 0) {
+    REQUIRE(::chown(tmpl, 65534, 65534) == 0);
+    CHECK_THROWS_WITH(SshConfig::load(path),
+                      Catch::Contains("belongs to another user, nobody (uid 65534)"));
+  }
+  ::unlink(tmpl);
 }
 
 TEST_CASE("an ssh_config or an Include without end stops at its size cap", "[config]") {

@@ -1,7 +1,12 @@
 // known_hosts matching: plain, [host]:port, patterns, hashed |1| entries (made by the
-// real ssh-keygen -H), mismatches with their line, @revoked, and appending.
+// real ssh-keygen -H), mismatches with their line, @revoked, appending, and files that
+// another user could change refused.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -130,4 +135,37 @@ TEST_CASE("append_known_host creates the file and its line is found again", "[kn
   CHECK(check_known_host(file, "gpu", 22, blob_of(key1)).status == HostKeyStatus::match);
   CHECK((std::filesystem::status(file).permissions() & std::filesystem::perms::group_read) ==
         std::filesystem::perms::none);
+}
+
+TEST_CASE(
+    "a known_hosts file others could change, or a FIFO, is refused, never trusted or "
+    "waited on",
+    "[known_hosts][security]") {
+  TempDir dir;
+  const auto key = keygen(dir.path, "k1");
+  const std::string file = dir.path + "/known_hosts";
+  std::ofstream(file) << "gpu " << key << "\n";
+  REQUIRE(::chmod(file.c_str(), 0644) == 0);
+  CHECK(check_known_host(file, "gpu", 22, blob_of(key)).status == HostKeyStatus::match);
+  // Writable by others: they could have added their key for any host.
+  REQUIRE(::chmod(file.c_str(), 0666) == 0);
+  CHECK_THROWS_WITH(check_known_host(file, "gpu", 22, blob_of(key)),
+                    Catch::Contains("'" + file + "' is writable by other users"));
+  CHECK(known_key_types(file, "gpu", 22).empty());
+  CHECK_THROWS_WITH(append_known_host(file, "gpu2", 22, blob_of(key)),
+                    Catch::Contains("is writable by other users"));
+  REQUIRE(::chmod(file.c_str(), 0644) == 0);
+  if (::geteuid() == 0) {
+    REQUIRE(::chown(file.c_str(), 65534, 65534) == 0);
+    CHECK_THROWS_WITH(check_known_host(file, "gpu", 22, blob_of(key)),
+                      Catch::Contains("belongs to another user, nobody"));
+  }
+  // A FIFO would block a reader or writer for ever.
+  std::filesystem::remove(file);
+  REQUIRE(::mkfifo(file.c_str(), 0600) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(check_known_host(file, "gpu", 22, blob_of(key)),
+                    Catch::Contains("is not a regular file"));
+  CHECK_THROWS(append_known_host(file, "gpu", 22, blob_of(key)));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
 }
