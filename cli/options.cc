@@ -219,6 +219,12 @@ Walk walk(const std::vector<std::string>& args, size_t i, unsigned mode) {
       throw UsageError(t->written + " needs a non-empty value; expected " + t->written + " " +
                        spec.arg);
     }
+    // `-h host:2` is a typo for -H: asking for help, it would print it and exit 0.
+    if (t->written == "-h" && i + 1 < args.size() && !args[i + 1].empty() &&
+        args[i + 1][0] != '-') {
+      throw UsageError("-h prints the help and takes no value; got " + quote(args[i + 1]) +
+                       ". For hosts write -H " + args[i + 1] + " (upper-case H)");
+    }
     if (std::strcmp(spec.name, "help") == 0 || std::strcmp(spec.name, "version") == 0) {
       Command answer;
       const bool help = std::strcmp(spec.name, "help") == 0;

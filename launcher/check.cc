@@ -52,7 +52,7 @@ std::string latency_text(const HostCheck& h) {
 
 }  // namespace
 
-std::string render_table(const PreflightReport& report) {
+std::string render_table(const PreflightReport& report, bool notes) {
   const std::vector<std::string> head = {"HOST", "ADDRESS", "VERDICT", "LATENCY", "DETAIL"};
   std::vector<std::vector<std::string>> rows;
   for (const auto& h : report.hosts) {
@@ -77,7 +77,7 @@ std::string render_table(const PreflightReport& report) {
     out += line(rows[i]);
     if (!h.fix.empty())
       out += std::string(indent, ' ') + "fix: " + cell(h.fix, kMaxDetailColumns) + "\n";
-    if (h.verdict == Verdict::ok && h.shell > kSlowRemoteShell)
+    if (notes && h.verdict == Verdict::ok && h.shell > kSlowRemoteShell)
       out += std::string(indent, ' ') + "note: logged in after " + std::to_string(h.login.count()) +
              " ms; then the remote shell took " + std::to_string(h.shell.count()) +
              " ms to start hvdrun (its start-up files, e.g. ~/.bashrc, or a busy host): every "
@@ -124,7 +124,7 @@ int run_check(const LaunchOptions& options, const std::string& expected_version)
   settings.expected_version = expected_version;
   settings.max_parallel = static_cast<int>(launch_concurrency(std::getenv(kLaunchConcurrencyVar)));
   PreflightReport report = preflight(options, connector, settings);
-  std::cout << (options.json ? render_json(report) : render_table(report)) << std::flush;
+  std::cout << (options.json ? render_json(report) : render_table(report, options.verbose)) << std::flush;
   return report.ok() ? exit_status::kOk : exit_status::kLaunchFailed;
 }
 

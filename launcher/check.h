@@ -19,8 +19,9 @@ int run_check(const LaunchOptions& options);
 int run_check(const LaunchOptions& options, const std::string& expected_version);
 
 /// The table: one row per host (HOST, ADDRESS, VERDICT, LATENCY, DETAIL) with a
-/// `fix:` line under every bad host, then a summary line.
-std::string render_table(const PreflightReport& report);
+/// `fix:` line under every bad host, then a summary line. With `notes` (--verbose), a
+/// `note:` line under every good host whose remote shell was slow to start hvdrun.
+std::string render_table(const PreflightReport& report, bool notes = false);
 
 /// The same report as one JSON object: {"ok": bool, "elapsed_ms": n, "hosts": [{"host",
 /// "local", "address", "verdict", "latency_ms", "detail", "fix"}]}.

@@ -110,6 +110,17 @@ EnvList host_base_env(char* const* launcher_env, EnvSource source,
   return base;
 }
 
+std::vector<std::string> unset_env_names(char* const* launcher_env,
+                                         const std::vector<std::string>& user_env) {
+  const EnvList all = EnvList::from_environ(launcher_env);
+  std::vector<std::string> unset;
+  for (const auto& item : user_env) {
+    if (item.find('=') != std::string::npos || all.get(item) != nullptr) continue;
+    if (std::find(unset.begin(), unset.end(), item) == unset.end()) unset.push_back(item);
+  }
+  return unset;
+}
+
 std::vector<std::string> host_variables(EnvSource source) {
   switch (source) {
     case EnvSource::launcher:

@@ -65,6 +65,11 @@ EnvSource env_source(std::string_view method);
 EnvList host_base_env(char* const* launcher_env, EnvSource source,
                       const std::vector<std::string>& user_env);
 
+/// The -x items of `user_env` that name a variable (no '=') unset in `launcher_env`, each
+/// once: no rank gets them, and the user is told so.
+std::vector<std::string> unset_env_names(char* const* launcher_env,
+                                         const std::vector<std::string>& user_env);
+
 /// Which of its agent's own variables a host's ranks start from: none for a local host,
 /// HOME, USER, LOGNAME, SHELL, LANG and LC_* (a trailing '*' names a prefix) for a login,
 /// "*" (all) for a container.

@@ -32,6 +32,10 @@ class HvdrunError(RuntimeError):
     """A collective or a call into libhvdrun failed; the message is the library's."""
 
 
+# Its public name, as tracebacks print it: hvdrun.HvdrunError (hvdrun/__init__.py exports it).
+HvdrunError.__module__ = "hvdrun"
+
+
 _c_int, _c_size, _vp, _handle = ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_longlong
 
 
@@ -194,9 +198,12 @@ def raw(name, restype=ctypes.c_int):
 
 
 def last_error(default="unknown error"):
-    """hvdrun_last_error() of this thread, decoded."""
+    """hvdrun_last_error() of this thread, decoded, without the library's own "hvdrun: "
+    prefix: every caller puts its own name first ("hvdrun.torch.allreduce: ..."), and a
+    message says where it comes from once."""
     msg = lib().hvdrun_last_error()
-    return msg.decode(errors="replace") if msg else default
+    text = msg.decode(errors="replace") if msg else default
+    return text[len("hvdrun: "):] if text.startswith("hvdrun: ") else text
 
 
 def check(rc, what):

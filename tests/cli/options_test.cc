@@ -315,6 +315,13 @@ TEST_CASE("bad command lines are usage errors with one precise line") {
       {"--check-build -np 2", "--check-build takes no other options; got -np"},
       {"--check-build x", "--check-build takes no command; got 'x'"},
       {"--hostfile= x", "--hostfile needs a non-empty value; expected --hostfile FILE"},
+      // -h for -H: asking for help, the job would print it and exit 0.
+      {"-h localhost:2 python train.py",
+       "-h prints the help and takes no value; got 'localhost:2'. For hosts write -H "
+       "localhost:2 (upper-case H)"},
+      {"-np 2 -h node1:1,node2:1 x",
+       "-h prints the help and takes no value; got 'node1:1,node2:1'. For hosts write -H "
+       "node1:1,node2:1 (upper-case H)"},
   };
   for (const auto& c : cases) {
     INFO("args: " << c.line);

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <random>
@@ -45,6 +46,17 @@ TEST_CASE("values given with -x reach the ranks intact") {
   Hvdrun h({"-np", "1", "-x", "ODD=a b 'c' \"d\"\nline two", "sh", "-c", "printf '%s|' \"$ODD\""});
   REQUIRE(h.wait() == 0);
   CHECK(h.out == "[0]<stdout>:a b 'c' \"d\"\n[0]<stdout>:line two|\n");
+}
+
+TEST_CASE("an unset variable forwarded with -x NAME is said once, and no rank gets it") {
+  ::unsetenv("HVDRUN_TEST_NEVER_SET");
+  Hvdrun h({"-np", "2", "-x", "HVDRUN_TEST_NEVER_SET", "-x", "HVDRUN_TEST_NEVER_SET", "sh", "-c",
+            "echo \"${HVDRUN_TEST_NEVER_SET-unset}\""});
+  REQUIRE(h.wait() == 0);
+  CHECK(count(h.out, "<stdout>:unset\n") == 2);
+  CHECK(count(h.err,
+              "-x HVDRUN_TEST_NEVER_SET: HVDRUN_TEST_NEVER_SET is not set here, so no rank gets "
+              "it; set it before hvdrun, or write -x HVDRUN_TEST_NEVER_SET=VALUE") == 1);
 }
 
 TEST_CASE("the job secret is on no command line while the job runs") {

@@ -147,6 +147,10 @@ TEST_CASE("a local host inherits everything and a remote one the documented set 
                           nullptr};
   std::vector<std::string> x = {"WANTED", "NEW=a value with spaces, 'quotes' and \"more\"",
                                 "UNSET_IN_LAUNCHER", "HOME=/override"};
+  // -x NAME of a variable unset here forwards nothing: named once, for the warning.
+  CHECK(unset_env_names(launcher_env, x) == std::vector<std::string>{"UNSET_IN_LAUNCHER"});
+  CHECK(unset_env_names(launcher_env, {"A", "A", "WANTED", "A=1"}) ==
+        std::vector<std::string>{"A"});
   auto local = as_map(host_base_env(launcher_env, EnvSource::launcher, x));
   CHECK(local.size() == 15);
   CHECK(local["SECRET_TOKEN"] == "no");

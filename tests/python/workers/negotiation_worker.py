@@ -39,6 +39,10 @@ def mismatch():
     # Size: rank 0 has 10 elements, the others 3.
     msg = expect_error(lambda: hvd.allreduce(torch.ones(10 if r == 0 else 3), name="grad.fc1"),
                        "allreduce 'grad.fc1': rank 0 has float32[10], rank 1 has float32[3]")
+    # One prefix, the caller's, and the class by its public name.
+    assert msg.startswith("hvdrun.torch.allreduce: allreduce 'grad.fc1'"), msg
+    cls = hvd.HorovodInternalError
+    assert f"{cls.__module__}.{cls.__qualname__}" == "hvdrun.HvdrunError", cls
     # Shape with the same element count.
     expect_error(lambda: hvd.allreduce(torch.ones((2, 3) if r == 0 else (3, 2))),
                  "rank 0 has float32[2, 3], rank 1 has float32[3, 2]")
