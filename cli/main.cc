@@ -108,9 +108,10 @@ int main(int argc, char** argv) {
 
   setup_logging(cmd.options, "hvdrun: [%l] %v");
   for (const auto& name : hvdrun::launcher::unset_env_names(environ, cmd.options.env))
-    spdlog::warn("-x {0}: {0} is not set here, so no rank gets it; set it before hvdrun, or "
-                 "write -x {0}=VALUE",
-                 name);
+    spdlog::warn(
+        "-x {0}: {0} is not set here, so no rank gets it; set it before hvdrun, or "
+        "write -x {0}=VALUE",
+        name);
   try {
     if (cmd.options.elastic.enabled()) return hvdrun::launcher::run_elastic(cmd.options);
     return hvdrun::launcher::launch(cmd.options);

@@ -124,7 +124,8 @@ int run_check(const LaunchOptions& options, const std::string& expected_version)
   settings.expected_version = expected_version;
   settings.max_parallel = static_cast<int>(launch_concurrency(std::getenv(kLaunchConcurrencyVar)));
   PreflightReport report = preflight(options, connector, settings);
-  std::cout << (options.json ? render_json(report) : render_table(report, options.verbose)) << std::flush;
+  std::cout << (options.json ? render_json(report) : render_table(report, options.verbose))
+            << std::flush;
   return report.ok() ? exit_status::kOk : exit_status::kLaunchFailed;
 }
 
