@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/interfaces.h"
+
 namespace hvdrun::launcher {
 
 /// True for localhost (any case, also localhost.localdomain), gethostname() (full or
@@ -34,11 +36,8 @@ std::vector<std::string> interface_addresses(const std::string& ifname);
 /// may take it before it is used; torchrun accepts the same race. Throws SystemError.
 std::uint16_t pick_free_port();
 
-/// The name of the network interface of this host that owns `ip` (an IPv4 or IPv6
-/// literal): the interface with exactly that address, else one whose subnet contains it
-/// (127.0.0.2 -> "lo"). Empty when none does or `ip` is not an address. Throws
-/// SystemError when the interface list cannot be read.
-std::string interface_for_address(const std::string& ip);
+/// The interface that owns an address (common/interfaces.h, shared with libhvdrun).
+using hvdrun::interface_for_address;
 
 /// This host's own address on the route toward `remote_ip` (a UDP socket "connected" to
 /// it, no packet sent, then getsockname). Throws SystemError naming `remote_ip` when

@@ -1,10 +1,6 @@
 // The unique-id exchange of NCCL communicators (see nccl_bootstrap.h).
 #include "runtime/nccl_bootstrap.h"
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <netinet/in.h>
-
 #include <algorithm>
 #include <exception>
 #include <optional>
@@ -109,26 +105,6 @@ std::vector<std::string> exchange_unique_ids(rendezvous::Store& store, const std
                               " could not create NCCL unique id " + std::to_string(i)));
   }
   return ids;
-}
-
-std::string interface_of(const std::string& ip) {
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return {};
-  std::string name;
-  for (auto* i = list; i && name.empty(); i = i->ifa_next) {
-    if (!i->ifa_addr) continue;
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (i->ifa_addr->sa_family == AF_INET)
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
-    else if (i->ifa_addr->sa_family == AF_INET6)
-      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, buf,
-                sizeof buf);
-    else
-      continue;
-    if (ip == buf) name = i->ifa_name;
-  }
-  ::freeifaddrs(list);
-  return name;
 }
 
 }  // namespace hvdrun::runtime

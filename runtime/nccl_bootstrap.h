@@ -51,7 +51,4 @@ std::vector<std::string> exchange_unique_ids(rendezvous::Store& store, const std
                                              const std::function<std::string()>& make_id,
                                              std::chrono::milliseconds timeout);
 
-/// Name of the network interface that owns `ip`, or "" when none does.
-std::string interface_of(const std::string& ip);
-
 }  // namespace hvdrun::runtime

@@ -25,6 +25,7 @@
 #include <cstring>
 
 #include "common/deadline.h"
+#include "common/interfaces.h"
 #include "common/log.h"
 #include "common/peer_loss.h"
 #include "common/seconds_text.h"
@@ -263,7 +264,7 @@ void World::build_nccl(Clock::time_point deadline) {
   // NCCL's own traffic uses the interface that reaches the rendezvous, unless the user
   // chose one.
   if (std::getenv("NCCL_SOCKET_IFNAME") == nullptr) {
-    auto ifname = interface_of(store().local_address());
+    auto ifname = interface_for_address(store().local_address());
     if (!ifname.empty()) ::setenv("NCCL_SOCKET_IFNAME", ("=" + ifname).c_str(), 0);
   }
   try {

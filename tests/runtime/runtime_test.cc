@@ -184,11 +184,6 @@ TEST_CASE("16-bit float conversions round to nearest even", "[runtime][reduce]")
   CHECK(to_bfloat16(1.0f + 1.0f / 256).bits == 0x3f80);  // tie to even
 }
 
-TEST_CASE("interface_of finds the loopback interface", "[runtime][nccl]") {
-  CHECK(hvdrun::runtime::interface_of("127.0.0.1") == "lo");
-  CHECK(hvdrun::runtime::interface_of("203.0.113.77").empty());
-}
-
 TEST_CASE("collectives are correct for every dtype and op", "[runtime][job]") {
   auto np = GENERATE(1, 2, 3, 4, 7);
   JobSpec spec;
