@@ -43,16 +43,16 @@ void FrameComm::Impl::allreduce(void* buf, std::size_t count, DataType dtype, Re
     for (std::size_t i = 0; i < n; ++i)
       off[i + 1] = off[i] + (count / n + (i < count % n ? 1 : 0)) * es;
     auto* base = static_cast<unsigned char*>(buf);
-    scratch_.resize(off[1]);
     const auto seg = [&](int s) { return static_cast<std::size_t>((s % size_ + size_) % size_); };
     for (int s = 0; s < size_ - 1; ++s) {  // reduce-scatter
       const std::size_t out = seg(rank_ - s), in = seg(rank_ - s - 1);
       unsigned char* dst = base + off[in];
       std::vector<Job> jobs;
       jobs.push_back(send_job(right, base + off[out], off[out + 1] - off[out]));
-      jobs.push_back(recv_job(left, scratch_.data(), off[in + 1] - off[in],
-                              [&, dst](std::size_t o, std::size_t len) {
-                                reduce_into(dst + o, scratch_.data() + o, len / es, dtype, op);
+      // Each checked frame is reduced straight from where it was checked (no copy first).
+      jobs.push_back(recv_job(left, nullptr, off[in + 1] - off[in],
+                              [&, dst](std::size_t o, const unsigned char* p, std::size_t len) {
+                                reduce_into(dst + o, p, len / es, dtype, op);
                               }));
       run(jobs);
     }

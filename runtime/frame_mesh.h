@@ -85,18 +85,27 @@ class FrameComm::Impl {
     UniqueFd fd;
     std::unique_ptr<rendezvous::GmacKey> send_key, recv_key;
     std::uint64_t send_seq = 0, recv_seq = 0;
+    // Where a received frame's payload waits until its tag checks (kFrameBytes, allocated
+    // at the first receive from this peer); one frame per peer is in flight at a time, and
+    // only the receiving thread touches it.
+    std::vector<unsigned char> staging;
   };
 
-  // One message to or from one peer, cut into frames.
+  // A frame of a message received: its offset in the message, its bytes (valid during the
+  // call only) and their number. Called once the frame's tag has checked.
+  using OnFrame = std::function<void(std::size_t, const unsigned char*, std::size_t)>;
+
+  // One message to or from one peer, cut into frames. A receiving job's `data` gets each
+  // frame's payload once its tag checks; it may be null when `on_frame` consumes them.
   struct Job {
     int peer;
     bool send;
     unsigned char* data;
     std::size_t bytes;
-    std::function<void(std::size_t, std::size_t)> on_frame;  // verified frame (offset, size)
-    std::size_t frame = 0;                                   // frames finished
-    std::size_t frame_len = 0;                               // payload of the frame in flight
-    std::size_t moved = 0;  // bytes of the frame in flight moved so far
+    OnFrame on_frame;
+    std::size_t frame = 0;      // frames finished
+    std::size_t frame_len = 0;  // payload of the frame in flight
+    std::size_t moved = 0;      // bytes of the frame in flight moved so far
     bool started = false;
     std::array<unsigned char, kFrameHeaderBytes> header{};
     std::array<unsigned char, kTagBytes> tag{};
@@ -192,8 +201,7 @@ class FrameComm::Impl {
 
   Job send_job(int peer, const void* data, std::size_t bytes);
 
-  Job recv_job(int peer, void* data, std::size_t bytes,
-               std::function<void(std::size_t, std::size_t)> on_frame = {});
+  Job recv_job(int peer, void* data, std::size_t bytes, OnFrame on_frame = {});
 
   // --- collectives (frame_comm.cc) ---
 

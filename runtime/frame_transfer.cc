@@ -1,6 +1,9 @@
 // The host leaders' mesh (runtime/frame_mesh.h): messages cut into frames, each MAC'd under
-// its direction's key with its sequence number as the IV and checked before any of its
-// bytes is used, and the poll loop that moves every transfer of a step at once.
+// its direction's key with its sequence number as the IV, and the poll loop that moves
+// every transfer of a step at once. A received frame's payload lands in its peer's staging
+// buffer, not in the caller's: only once the frame's tag checks is it copied out (or
+// reduced from there), so a rejected frame, or one cut short, leaves nothing in memory the
+// caller reads.
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -29,7 +32,10 @@ void FrameComm::Impl::start_frame(Job& j) {
   j.frame_len = std::min(kFrameBytes, j.bytes - j.frame * kFrameBytes);
   j.moved = 0;
   j.started = true;
-  if (!j.send) return;
+  if (!j.send) {
+    if (peer.staging.empty()) peer.staging.resize(kFrameBytes);
+    return;
+  }
   put32(j.header.data(), kFrameMagic);
   put32(j.header.data() + 4, 0);
   put64(j.header.data() + 8, j.frame_len);
@@ -50,7 +56,7 @@ void FrameComm::Impl::start_frame(Job& j) {
 
 void FrameComm::Impl::finish_recv_frame(Job& j) {
   Peer& peer = peers_[static_cast<std::size_t>(j.peer)];
-  unsigned char* payload = j.data + j.frame * kFrameBytes;
+  const unsigned char* payload = peer.staging.data();
   rendezvous::GmacStream mac(*peer.recv_key);
   mac.update(j.header.data(), kFrameHeaderBytes);
   mac.update(payload, j.frame_len);
@@ -63,14 +69,19 @@ void FrameComm::Impl::finish_recv_frame(Job& j) {
                 "its MAC does not check (sequence number " + std::to_string(peer.recv_seq) + ")");
   }
   ++peer.recv_seq;
-  if (j.on_frame) j.on_frame(j.frame * kFrameBytes, j.frame_len);
+  // The frame was read into staging a moment ago and checked from there: the copy and the
+  // reduction read it from cache.
+  const std::size_t at = j.frame * kFrameBytes;
+  if (j.data != nullptr) std::memcpy(j.data + at, payload, j.frame_len);
+  if (j.on_frame) j.on_frame(at, payload, j.frame_len);
 }
 
 bool FrameComm::Impl::step(Job& j) {
   if (!j.started) start_frame(j);
   const int fd = peers_[static_cast<std::size_t>(j.peer)].fd.get();
   const std::size_t total = kFrameHeaderBytes + j.frame_len + kTagBytes;
-  unsigned char* payload = j.data + j.frame * kFrameBytes;
+  unsigned char* payload = j.send ? j.data + j.frame * kFrameBytes
+                                  : peers_[static_cast<std::size_t>(j.peer)].staging.data();
   std::array<iovec, 3> iov{};
   int n = 0;
   std::size_t at = j.moved;
@@ -198,9 +209,8 @@ FrameComm::Impl::Job FrameComm::Impl::send_job(int peer, const void* data, std::
   return j;
 }
 
-FrameComm::Impl::Job FrameComm::Impl::recv_job(
-    int peer, void* data, std::size_t bytes,
-    std::function<void(std::size_t, std::size_t)> on_frame) {
+FrameComm::Impl::Job FrameComm::Impl::recv_job(int peer, void* data, std::size_t bytes,
+                                               OnFrame on_frame) {
   Job j;
   j.peer = peer;
   j.send = false;
