@@ -6,10 +6,14 @@
 // default 3]
 //        hvdrun_interhost_bench latency [hosts, default 4] [calls per round, default 200]
 //                               [rounds, default 5]: 8-byte and 4 KiB allreduce latency
+//        hvdrun_interhost_bench frames [MiB, default 64] [hosts, default 2] [calls, default
+//                               10]: FrameComm alone, one line for a script to compare
+//                               against another build (bench/interhost.sh vs)
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
@@ -43,25 +47,28 @@ struct Result {
 };
 
 template <typename Comm>
-Result run(const std::string& prefix, std::size_t count, int iters) {
+Result run(const std::string& prefix, std::size_t count, int iters, int hosts = 2) {
   hvdrun::rendezvous::MemoryStore store;
   auto body = [&](int rank) {
-    Comm comm(store, prefix, rank, 2, "127.0.0." + std::to_string(rank + 1), kSecret, 60s, 60s);
+    Comm comm(store, prefix, rank, hosts, "127.0.0." + std::to_string(rank + 1), kSecret, 60s, 60s);
     std::vector<float> v(count, 1.0F);
     std::vector<double> times;
+    double want = 1;
     for (int i = -2; i < iters; ++i) {  // two warm-up calls connect and fault pages in
       const auto t0 = Clock::now();
       comm.allreduce(v.data(), count, hvdrun::DataType::kFloat32, hvdrun::ReduceOp::kSum);
       if (i >= 0) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      want *= hosts;  // every call multiplies by the number of hosts
     }
-    if (v[count / 2] != static_cast<float>(1 << (iters + 2))) std::abort();  // doubled each call
+    if (std::abs(v[count / 2] - want) > 1e-5 * want) std::abort();
     std::sort(times.begin(), times.end());
     return times[times.size() / 2];
   };
   const double cpu0 = process_cpu();
-  auto other = std::async(std::launch::async, body, 1);
+  std::vector<std::future<double>> others;
+  for (int r = 1; r < hosts; ++r) others.push_back(std::async(std::launch::async, body, r));
   const double t = body(0);
-  other.get();
+  for (auto& o : others) o.get();
   return {t, (process_cpu() - cpu0) / (iters + 2)};
 }
 
@@ -122,10 +129,28 @@ int latency_main(int argc, char** argv) {
   return 0;
 }
 
+// `frames [MiB] [hosts] [calls]`: one run of FrameComm's allreduce alone, printed as one
+// line of key=value pairs (bench/interhost.sh vs runs it from two builds in turn).
+int frames_main(int argc, char** argv) {
+  const std::size_t mib = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 64;
+  const int hosts = argc > 3 ? static_cast<int>(std::strtol(argv[3], nullptr, 10)) : 2;
+  const int iters = argc > 4 ? static_cast<int>(std::strtol(argv[4], nullptr, 10)) : 10;
+  if (mib < 1 || hosts < 2 || hosts > 200 || iters < 1) {
+    std::fprintf(stderr, "hvdrun_interhost_bench frames: MiB >= 1, hosts 2..200, calls >= 1\n");
+    return 2;
+  }
+  const std::size_t count = (mib << 20) / sizeof(float);
+  const auto r = run<hvdrun::runtime::FrameComm>("b/frames", count, iters, hosts);
+  std::printf("frames hosts=%d mib=%zu calls=%d ms=%.3f cpu_ms=%.3f\n", hosts, mib, iters,
+              r.seconds * 1e3, r.cpu * 1e3);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "latency") return latency_main(argc, argv);
+  if (argc > 1 && std::string(argv[1]) == "frames") return frames_main(argc, argv);
   const std::size_t mib = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 64;
   const int iters = argc > 2 ? static_cast<int>(std::strtol(argv[2], nullptr, 10)) : 10;
   const int rounds = argc > 3 ? static_cast<int>(std::strtol(argv[3], nullptr, 10)) : 3;
