@@ -8,7 +8,9 @@
 // its length, the payload, a 16-byte tag) is MAC'd under that key with its sequence number
 // in the pair and direction as the IV: a frame injected, replayed, reordered, cut short or
 // changed fails its tag, and the collective it belongs to ends with an error naming the
-// peer. Received bytes are used (reduced, returned) only after their frame's tag checks.
+// peer. A received frame waits in a buffer of the mesh's own until its tag checks, and
+// only then is copied into the caller's buffer or reduced into it: no byte of a rejected
+// frame, or of one cut short, reaches memory the caller reads.
 #pragma once
 
 #include <chrono>
