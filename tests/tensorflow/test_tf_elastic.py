@@ -3,11 +3,17 @@ KerasState and the three Keras callbacks), in-process, at np 2: a collective tha
 every rank restores the last commit and the job goes on in the same processes; a host
 update interrupts every rank at the same commit; model.fit under the callbacks commits as
 they say and is called again for the epochs left after a failure; TensorFlowState syncs,
-restores and commits a list of variables."""
+restores and commits a list of variables. And across two loopback SSH hosts: a host lost
+while a custom loop trains leaves the survivor training in its process, and when the host
+comes back its new rank is synced from rank 0 (the optimizer's lazily created slots
+included) before it trains."""
 import ast
+import os
 import re
+import signal
 
-from _tf_jobs import run_tf_job
+from _jobs import ssh_config  # noqa: F401 (a fixture)
+from _tf_jobs import alive, finish, first, records, run_tf_job, start_tf_job, wait_for
 
 # What each rank of elastic_loop_worker.py saw: the injected failure at step 5, the restore
 # to the commit at step 3 (weights and momentum too), the host update acted on at the
@@ -72,3 +78,59 @@ def test_tensorflow_state_syncs_restores_and_commits_variables():
         assert ast.literal_eval(seen) == [
             ("synced", [4.0, 2.0, 20, 10]), ("restored", [4.0, 2.0, 20, 10]),
             ("committed", [20.0, 10.0, 21, 11]), ("interrupted", True)], job.describe()
+
+
+def _ranks_stepping(out_dir, generation, count):
+    """A test for wait_for: the records once `count` processes have committed in
+    `generation`."""
+    def test():
+        recs = records(out_dir)
+        stepping = [p for p, r in recs.items() if any(
+            x[0] == "step" and x[3] == generation for x in r)]
+        return recs if len(stepping) == count else None
+    return test
+
+
+def test_a_host_that_comes_back_gets_a_rank_synced_before_it_trains(tmp_path, ssh_config):
+    discover = tmp_path / "discover.sh"
+    discover.write_text("#!/bin/sh\necho node1:1; echo node2:1\n")
+    discover.chmod(0o755)
+    # node2 is left out for 4 s after its agent is lost, then discovery offers it again.
+    proc = start_tf_job(2, "elastic_join_worker.py", tmp_path, [
+        "--host-discovery-script", str(discover), "--min-np", "1", "--max-np", "2",
+        "--blacklist-cooldown-range", "4", "4"], ssh_config=ssh_config,
+        env={"HVDRUN_DISCOVERY_INTERVAL": "0.5", "HOROVOD_STALL_CHECK_TIME_SECONDS": "10"})
+    try:
+        recs = wait_for("two ranks training", _ranks_stepping(tmp_path, 0, 2), proc, 180)
+        by_rank = {first(r, "start", 0)[4]: pid for pid, r in recs.items()}
+        lost_agent = first(recs[by_rank[1]], "start", 0)[2]
+        assert first(recs[by_rank[0]], "start", 0)[2] != lost_agent, recs
+        os.kill(lost_agent, signal.SIGKILL)
+        wait_for("the survivor training alone", _ranks_stepping(tmp_path, 1, 1), proc, 120)
+        # node2 back: its new rank and the survivor commit together, so the new rank's
+        # sync met the survivor's (a stall here is the defect this test is about).
+        recs = wait_for("two ranks training in generation 2", _ranks_stepping(tmp_path, 2, 2),
+                        proc, 150)
+        code, out, err = finish(proc, tmp_path)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert code == 0, out + err
+    assert "stall" not in err, err
+    recs = records(tmp_path)
+    survivor = by_rank[0]
+    joined = set(recs) - set(by_rank.values())
+    assert len(joined) == 1, recs  # node2's new process, nothing else started anew
+    new = joined.pop()
+    assert first(recs[new], "start", 0) is None and first(recs[new], "start", 1) is None, recs
+    assert first(recs[survivor], "start", 1)[4:6] == (0, 1), recs  # alone, size 1
+    # The survivor moved to generation 2 in its process at a commit; the new rank started
+    # from its step, and both end with the same model and optimizer variables.
+    moved_at = first(recs[survivor], "start", 2)[6]
+    assert moved_at > 0 and first(recs[new], "start", 2)[4:] == (1, 2, moved_at), recs
+    for pid in (survivor, new):
+        final = first(recs[pid], "final")
+        assert final and final[3] == 2 and final[5] == 2 and final[7] == 1, recs[pid]
+    assert first(recs[by_rank[1]], "final") is None, recs
+    assert not any(alive(pid) for pid in recs), recs

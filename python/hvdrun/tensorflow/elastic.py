@@ -80,6 +80,22 @@ def _optimizer_variables(optimizer):
     return list(variables() if callable(variables) else variables)
 
 
+def _build_optimizer(optimizer, variables):
+    """Creates `optimizer`'s slot variables (momentum, Adam's moments) for `variables`
+    where Keras has not yet: it creates them on the first apply, so a rank that trained
+    has them and a rank that joins the job, or has not stepped yet, does not, and the
+    ranks would broadcast different lists of variables (each rank's sync meeting the
+    others' in a different collective, and the job stalling). Built as Keras builds it
+    in `apply`, in the optimizer's name scope."""
+    if optimizer is None or getattr(optimizer, "built", True) or not hasattr(optimizer, "build"):
+        return
+    import keras
+
+    with keras.name_scope(optimizer.name, caller=optimizer):
+        optimizer.build(variables)
+    optimizer.built = True
+
+
 class TensorFlowKerasState(_VariablesState):
     """The state of a Keras model and its optimizer (Keras 3 or tf.keras), with any
     picklable attributes given as keywords (epoch=0, batch=0, ...).
@@ -99,6 +115,14 @@ class TensorFlowKerasState(_VariablesState):
         self.backend = backend
         super().__init__(
             lambda: list(self.model.variables) + _optimizer_variables(self.optimizer), **kwargs)
+
+    def sync(self):
+        """Broadcasts rank 0's model and optimizer variables (and attributes) to every rank,
+        having built the optimizer for the model's trainable variables if it is not yet
+        built, so that every rank has the same variables to broadcast (a rank that joins
+        a running job has no slot variables until it steps; rank 0 has)."""
+        _build_optimizer(self.optimizer, self.model.trainable_variables)
+        super().sync()
 
 
 class TensorFlowState(_VariablesState):
