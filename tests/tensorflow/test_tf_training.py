@@ -4,7 +4,8 @@ and a custom tf.function loop with DistributedGradientTape and broadcast_variabl
 (workers/tape_worker.py). Each checks that the loss fell and every rank ends with the same
 weights; locally at np 2 and 4, and across two loopback SSH hosts. And
 SyncBatchNormalization against BatchNormalization on the whole batch
-(workers/sync_bn_worker.py) at np 2 and 4."""
+(workers/sync_bn_worker.py) at np 2 and 4. The distributed optimizer's `lr`, Keras 2's name
+for the learning rate, which Horovod's examples use."""
 import pytest
 
 from _jobs import expect_ok, ssh_config  # noqa: F401 (a fixture)
@@ -36,3 +37,17 @@ def test_keras_fit_over_ssh(ssh_config, tmp_path):
 def test_gradient_tape_loop_over_ssh(ssh_config):
     job = run_tf_job(4, "tape_worker.py", 60, hosts="node1:2,node2:2", ssh_config=ssh_config)
     expect_ok(job, 4, marker="tape checks passed")
+
+
+def test_distributed_optimizer_lr_reads_and_sets_the_learning_rate():
+    import keras
+
+    import hvdrun.tensorflow.keras as hvd
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.5, momentum=0.9))
+    assert float(opt.lr) == 0.5
+    opt.lr = 0.25
+    assert float(opt.learning_rate) == 0.25
+    opt.lr.assign(0.125)  # as Horovod's TF2 elastic example rescales it on a reset
+    assert float(opt.learning_rate) == 0.125
+    assert "lr" not in opt.get_config() and opt.get_config()["learning_rate"] == 0.125
+    assert not hasattr(keras.optimizers.SGD(0.5), "lr")  # Keras' own classes untouched

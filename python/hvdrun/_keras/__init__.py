@@ -5,7 +5,8 @@ TensorFlow backend).
 Keras 3 optimizers apply gradients in one place, `Optimizer.apply` (apply_gradients and
 model.fit's train step both go through it), so the distributed optimizer is the wrapped
 optimizer's own class with `apply` reducing the gradients first: averaged over the ranks
-(fused by type), then clipped, decayed and applied by Keras as usual.
+(fused by type), then clipped, decayed and applied by Keras as usual. It also answers to
+Keras 2's `lr`, an alias of `learning_rate`, as Horovod's examples use it.
 """
 import tensorflow as tf
 
@@ -55,6 +56,17 @@ class _DistributedMethods:
                                  for v in variables]
             self._hvdrun_count = self.add_variable((), initializer="zeros", dtype="int64",
                                                    name="hvdrun_passes")
+
+    @property
+    def lr(self):
+        """`learning_rate` under Keras 2's name, which Keras 3 dropped: hvdrun's alias on
+        the distributed optimizer (Keras' own optimizers are left as they are), so that a
+        Horovod program's `opt.lr`, `opt.lr = x` and `opt.lr.assign(x)` run unchanged."""
+        return self.learning_rate
+
+    @lr.setter
+    def lr(self, value):
+        self.learning_rate = value
 
     def register_local_var(self, var):
         """A variable whose gradient stays this rank's own (not reduced; divided by size()
