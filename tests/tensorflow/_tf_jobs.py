@@ -24,10 +24,10 @@ def run_tf_job(np, worker, *args, timeout=240, **kw):
                    forward=FORWARD, **kw)
 
 
-def start_tf_job(np, worker, out_dir, launcher_args, ssh_config=None, env=None):
-    """Starts `hvdrun -np N launcher_args python workers/<worker> out_dir` and returns the
-    Popen; the worker writes its records under out_dir (see records()). `env` is set for
-    the launcher and forwarded to the ranks."""
+def start_tf_job(np, worker, out_dir, launcher_args, args=(), ssh_config=None, env=None):
+    """Starts `hvdrun -np N launcher_args python workers/<worker> out_dir args` and returns
+    the Popen; the worker writes its records under out_dir (see records()). `env` is set
+    for the launcher and forwarded to the ranks."""
     forward = ("HVDRUN_LIBRARY", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE") + FORWARD \
         + tuple(env or {})
     env = dict(os.environ, **(env or {}))
@@ -37,7 +37,7 @@ def start_tf_job(np, worker, out_dir, launcher_args, ssh_config=None, env=None):
     for name in forward:
         if name in env:
             cmd += ["-x", name]
-    cmd += [sys.executable, os.path.join(WORKERS, worker), str(out_dir)]
+    cmd += [sys.executable, os.path.join(WORKERS, worker), str(out_dir)] + list(args)
     return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
 

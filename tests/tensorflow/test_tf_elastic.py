@@ -4,13 +4,15 @@ every rank restores the last commit and the job goes on in the same processes; a
 update interrupts every rank at the same commit; model.fit under the callbacks commits as
 they say and is called again for the epochs left after a failure; TensorFlowState syncs,
 restores and commits a list of variables. And across two loopback SSH hosts: a host lost
-while a custom loop trains leaves the survivor training in its process, and when the host
-comes back its new rank is synced from rank 0 (the optimizer's lazily created slots
-included) before it trains."""
+while a custom loop or model.fit trains leaves the survivor training in its process, and
+when the host comes back its new rank is synced from rank 0 (the optimizer's lazily
+created slots included) before it trains."""
 import ast
 import os
 import re
 import signal
+
+import pytest
 
 from _jobs import ssh_config  # noqa: F401 (a fixture)
 from _tf_jobs import alive, finish, first, records, run_tf_job, start_tf_job, wait_for
@@ -91,14 +93,15 @@ def _ranks_stepping(out_dir, generation, count):
     return test
 
 
-def test_a_host_that_comes_back_gets_a_rank_synced_before_it_trains(tmp_path, ssh_config):
+@pytest.mark.parametrize("mode", ["loop", "fit"])
+def test_a_host_that_comes_back_gets_a_rank_synced_before_it_trains(mode, tmp_path, ssh_config):
     discover = tmp_path / "discover.sh"
     discover.write_text("#!/bin/sh\necho node1:1; echo node2:1\n")
     discover.chmod(0o755)
     # node2 is left out for 4 s after its agent is lost, then discovery offers it again.
     proc = start_tf_job(2, "elastic_join_worker.py", tmp_path, [
         "--host-discovery-script", str(discover), "--min-np", "1", "--max-np", "2",
-        "--blacklist-cooldown-range", "4", "4"], ssh_config=ssh_config,
+        "--blacklist-cooldown-range", "4", "4"], args=[mode], ssh_config=ssh_config,
         env={"HVDRUN_DISCOVERY_INTERVAL": "0.5", "HOROVOD_STALL_CHECK_TIME_SECONDS": "10"})
     try:
         recs = wait_for("two ranks training", _ranks_stepping(tmp_path, 0, 2), proc, 180)

@@ -1,10 +1,12 @@
-"""A Horovod elastic TensorFlow 2 program as Horovod's elastic TF2 example writes one: a
-custom tf.function step with DistributedGradientTape, an optimizer whose slot variables
-Keras creates on its first apply (SGD with momentum), TensorFlowKerasState, a reset
-callback that rescales the learning rate, hvd.elastic.run. It reports what hvdrun's
-in-process recovery does to it, so that a test can lose a host and let it come back.
+"""A Horovod elastic TensorFlow 2 program as Horovod's elastic TF2 examples write one, in
+one of two forms: `loop`, a custom tf.function step with DistributedGradientTape and
+TensorFlowKerasState; `fit`, Keras' model.fit with DistributedOptimizer, KerasState and
+the three elastic callbacks. Both use an optimizer whose slot variables Keras creates on
+its first apply (SGD with momentum) and a reset callback that rescales the learning rate.
+The worker reports what hvdrun's in-process recovery does to it, so that a test can lose
+a host and let it come back.
 
-Usage: elastic_join_worker.py DIR
+Usage: elastic_join_worker.py DIR loop|fit
 
 Each process appends lines to DIR/pid-<pid>:
     start PID AGENT GEN RANK SIZE STEPS   when the training function (re)starts, after the sync
@@ -23,13 +25,14 @@ import numpy as np
 import tensorflow as tf
 
 import hvdrun.tensorflow as hvd
+import hvdrun.tensorflow.keras as hvd_keras
 from hvdrun.tensorflow.mpi_ops import generation  # hvdrun's own: not in Horovod's API
 
 COMMIT_EVERY = 3
 PACE_S = 0.02  # between steps: the program's own pace on a shared machine
 LR = 0.01
 
-out_dir = sys.argv[1]
+out_dir, mode = sys.argv[1:3]
 log = open(os.path.join(out_dir, f"pid-{os.getpid()}"), "a", buffering=1)
 
 hvd.init()
@@ -37,6 +40,9 @@ tf.keras.utils.set_random_seed(100 + hvd.rank())
 model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(4, activation="relu"),
                              tf.keras.layers.Dense(1)])
 opt = tf.keras.optimizers.SGD(LR * hvd.size(), momentum=0.9)
+if mode == "fit":
+    opt = hvd_keras.DistributedOptimizer(opt)
+    model.compile(loss="mse", optimizer=opt)
 x_all = np.linspace(-1.0, 1.0, 8 * 64, dtype=np.float32).reshape(64, 8)
 y_all = np.sin(x_all.sum(axis=1, keepdims=True))
 
@@ -51,7 +57,10 @@ def train_step(x, y):
     return loss
 
 
-state = hvd.elastic.TensorFlowKerasState(model, opt, steps=0)
+if mode == "fit":
+    state = hvd_keras.elastic.KerasState(model, batch=0, epoch=0, steps=0)
+else:
+    state = hvd.elastic.TensorFlowKerasState(model, opt, steps=0)
 state.register_reset_callbacks([lambda: opt.learning_rate.assign(LR * hvd.size())])
 
 
@@ -66,8 +75,14 @@ def say(kind, *extra):
     log.write(" ".join(str(f) for f in fields) + "\n")
 
 
+def committed():
+    """After a commit: records it; True when rank 0 saw the stop file."""
+    say("step")
+    return hvd.broadcast_object(os.path.exists(os.path.join(out_dir, "stop")))
+
+
 @hvd.elastic.run
-def train(state):
+def train_loop(state):
     say("start")
     while True:
         start = (state.steps * 4) % 64
@@ -75,13 +90,36 @@ def train(state):
         state.steps += 1
         if state.steps % COMMIT_EVERY == 0:
             state.commit()
-            say("step")
-            if hvd.broadcast_object(os.path.exists(os.path.join(out_dir, "stop"))):
+            if committed():
                 return
         time.sleep(PACE_S)
 
 
-train(state)
+class CountSteps(tf.keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        state.steps += 1
+
+
+class AfterCommit(tf.keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        # CommitStateCallback, before this one, has just committed every COMMIT_EVERY
+        # batches of this fit; steps are a multiple of it at every fit's start.
+        if state.steps % COMMIT_EVERY == 0 and committed():
+            self.model.stop_training = True
+        time.sleep(PACE_S)
+
+
+@hvd_keras.elastic.run
+def train_fit(state):
+    say("start")
+    dataset = tf.data.Dataset.from_tensor_slices((x_all, y_all)).repeat().batch(4)
+    model.fit(dataset, steps_per_epoch=6, epochs=10000 - state.epoch, verbose=0, callbacks=[
+        hvd_keras.elastic.UpdateEpochStateCallback(state),
+        hvd_keras.elastic.UpdateBatchStateCallback(state), CountSteps(),
+        hvd_keras.elastic.CommitStateCallback(state, COMMIT_EVERY), AfterCommit()])
+
+
+(train_fit if mode == "fit" else train_loop)(state)
 final = variables()[None]
 identical = all(np.array_equal(final[0], w) for w in hvd.allgather(final).numpy())
 say("final", int(identical))
