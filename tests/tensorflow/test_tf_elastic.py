@@ -137,3 +137,36 @@ def test_a_host_that_comes_back_gets_a_rank_synced_before_it_trains(mode, tmp_pa
         assert final and final[3] == 2 and final[5] == 2 and final[7] == 1, recs[pid]
     assert first(recs[by_rank[1]], "final") is None, recs
     assert not any(alive(pid) for pid in recs), recs
+
+
+def test_a_job_started_at_size_1_grows_and_reduces_with_the_new_rank(tmp_path, ssh_config):
+    # The rank alone traces its step at size 1; the step must still reduce once node2's
+    # rank joins (a step traced without the allreduce would leave the new rank's waiting).
+    discover, grow = tmp_path / "discover.sh", tmp_path / "grow"
+    discover.write_text(f"#!/bin/sh\necho node1:1\nif [ -e '{grow}' ]; then echo node2:1; fi\n")
+    discover.chmod(0o755)
+    proc = start_tf_job(1, "elastic_join_worker.py", tmp_path, [
+        "--host-discovery-script", str(discover), "--min-np", "1", "--max-np", "2"],
+        args=["loop"], ssh_config=ssh_config,
+        env={"HVDRUN_DISCOVERY_INTERVAL": "0.5", "HOROVOD_STALL_CHECK_TIME_SECONDS": "10"})
+    try:
+        recs = wait_for("one rank training", _ranks_stepping(tmp_path, 0, 1), proc, 180)
+        (alone,) = recs
+        grow.touch()
+        wait_for("two ranks training in generation 1", _ranks_stepping(tmp_path, 1, 2), proc,
+                 150)
+        code, out, err = finish(proc, tmp_path)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert code == 0, out + err
+    assert "stall" not in err, err
+    recs = records(tmp_path)
+    (new,) = set(recs) - {alone}
+    moved_at = first(recs[alone], "start", 1)[6]
+    assert first(recs[alone], "start", 1)[4:6] == (0, 2) and moved_at > 0, recs
+    assert first(recs[new], "start", 1)[4:] == (1, 2, moved_at), recs
+    for pid in (alone, new):
+        final = first(recs[pid], "final")
+        assert final and final[3] == 1 and final[5] == 2 and final[7] == 1, recs[pid]

@@ -17,6 +17,8 @@ registered for the collectives. Everything works eagerly and inside tf.function.
 Horovod names not provided raise an error naming them and what to use instead (see
 docs/tensorflow.md).
 """
+import os
+
 import tensorflow as tf
 
 from hvdrun.tensorflow import util
@@ -153,6 +155,14 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
 
 # ---- gradients of many variables -------------------------------------------------------
 
+def _may_grow():
+    """Whether this job's size may change while this process runs: its agent gave it a
+    control channel (hvdrun's elastic mode, docs/elastic.md). A graph traced at size 1
+    is then built with its collectives anyway, since it runs on once ranks join (and
+    without them a joining rank's reductions would meet nothing)."""
+    return bool(os.environ.get("HVDRUN_CONTROL_FD"))
+
+
 class _GradientReducer:
     """Averages (or sums) a list of gradients over the ranks, as Horovod's
     _make_allreduce_grads_fn: dense gradients fused by type, IndexedSlices gathered (or
@@ -182,7 +192,7 @@ class _GradientReducer:
                          for g in grads]
             present = [i for i, g in enumerate(grads) if g is not None]
             out = list(grads)
-            if not present or self.process_set.size() == 1:
+            if not present or (self.process_set.size() == 1 and not _may_grow()):
                 return out
             reduced = grouped_allreduce(
                 [grads[i] for i in present], compression=self.compression, op=self.op,
