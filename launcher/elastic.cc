@@ -15,6 +15,7 @@
 #include "common/seconds_text.h"
 #include "hostfile/scheduler.h"
 #include "launcher/discovery.h"
+#include "launcher/elastic_hosts.h"
 #include "launcher/launch.h"
 #include "launcher/reaper.h"
 
@@ -107,6 +108,7 @@ class Elastic {
   std::vector<hostfile::HostSlots> usable(const std::vector<hostfile::HostSlots>& hosts) const;
   static int slots(const std::vector<hostfile::HostSlots>& hosts);
   int size_for(int available, int generation) const;
+  bool poll_discovery();
   std::optional<std::string> should_grow(int np);
   std::optional<JobHooks::Reform> reform(const Failure& failure);
   std::string excluded_text() const;
@@ -162,12 +164,8 @@ std::vector<hostfile::HostSlots> Elastic::discover() {
 
 std::vector<hostfile::HostSlots> Elastic::usable(
     const std::vector<hostfile::HostSlots>& hosts) const {
-  std::vector<hostfile::HostSlots> out;
   const auto now = Clock::now();
-  for (const auto& h : hosts) {
-    if (!blacklist_.excluded(h.name, now)) out.push_back(h);
-  }
-  return out;
+  return usable_hosts(hosts, [&](const std::string& h) { return blacklist_.excluded(h, now); });
 }
 
 int Elastic::slots(const std::vector<hostfile::HostSlots>& hosts) {
@@ -218,18 +216,26 @@ void Elastic::exclude(const Failure& failure) {
   }
 }
 
-// Polled by the job loop: runs discovery every interval and, when it finds more usable
-// slots than the generation has (and --max-np allows more), asks the job to stop.
-std::optional<std::string> Elastic::should_grow(int np) {
-  if (!discovery_ || (e_.max_np && np >= *e_.max_np)) return std::nullopt;
+// Polled by the job loop: runs discovery every interval; true when a run has answered
+// since the last call (hosts_ is then its answer).
+bool Elastic::poll_discovery() {
+  if (!discovery_) return false;
   if (!discovery_->running()) {
-    if (Clock::now() < next_discovery_) return std::nullopt;
+    if (Clock::now() < next_discovery_) return false;
     discovery_->start();
     next_discovery_ = Clock::now() + interval_;
   }
   auto r = discovery_->poll();
-  if (!r || r->error) return std::nullopt;
+  if (!r || r->error) return false;
   hosts_ = std::move(r->hosts);
+  return true;
+}
+
+// Restart mode: when discovery finds more usable slots than the generation has (and
+// --max-np allows more), asks the job to stop.
+std::optional<std::string> Elastic::should_grow(int np) {
+  if (!discovery_ || (e_.max_np && np >= *e_.max_np)) return std::nullopt;
+  if (!poll_discovery()) return std::nullopt;
   // The size the next generation would have: -np caps the first generation only, so a job
   // started at -np 2 grows to --max-np like any other.
   const int now_there = size_for(slots(usable(hosts_)), generation_ + 1);
@@ -277,15 +283,18 @@ int Elastic::run() {
     np_ = *g.np;
     hooks.should_stop = [this] { return should_grow(np_); };
     hooks.reform = [this](const Failure& f) { return reform(f); };
-    hooks.grow = [this](int size) -> std::optional<std::vector<hostfile::HostSlots>> {
-      if (!should_grow(size)) return std::nullopt;
+    hooks.grow = [this]() -> std::optional<std::vector<hostfile::HostSlots>> {
+      if (!poll_discovery()) return std::nullopt;
       return usable(hosts_);
     };
     hooks.reformed = [this](int generation, int size, int kept, int started,
                             const std::string& why) {
       reform_failed_ = false;
-      say("generation " + std::to_string(generation_) +
-          (started > 0 && kept == np_ ? " grows: " : " ended: ") + why + "; generation " +
+      // Hosts that left (discovery's "no longer lists") end the generation at a commit.
+      const char* verb = started > 0 && kept == np_                      ? " grows: "
+                         : why.rfind("discovery ", 0) == 0 && kept < np_ ? " ends at a commit: "
+                                                                         : " ended: ";
+      say("generation " + std::to_string(generation_) + verb + why + "; generation " +
           std::to_string(generation) + " runs in process with " + counted(size, "rank") + " (" +
           std::to_string(kept) + " kept, " + std::to_string(started) +
           " started anew); excluded: " + excluded_text());
@@ -299,7 +308,7 @@ int Elastic::run() {
     };
     next_discovery_ = Clock::now() + interval_;
     const int code = launch_(g, hooks);
-    if (!outcome || outcome->interrupted || reform_failed_) return code;
+    if (!outcome || outcome->interrupted || outcome->final || reform_failed_) return code;
     if (outcome->requested) continue;  // growing costs no restart
     last_ = outcome;
     if (e_.reset_limit && ++resets > *e_.reset_limit) {

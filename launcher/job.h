@@ -79,9 +79,11 @@ struct JobHooks {
   std::function<void(int generation, int size, int kept, int started, const std::string& why)>
       reformed;
   /// Asked every turn while a generation runs in process, instead of should_stop: the
-  /// usable hosts when discovery found more slots than the generation has (below
-  /// --max-np), else nullopt. Unset: growth goes through should_stop.
-  std::function<std::optional<std::vector<hostfile::HostSlots>>(int size)> grow;
+  /// usable hosts (discovery's latest answer minus the excluded ones, usable_hosts) when
+  /// discovery has answered since the last call, else nullopt. The job retires its
+  /// processes on hosts that left and grows onto slots it does not use. Unset: hosts are
+  /// followed through should_stop only.
+  std::function<std::optional<std::vector<hostfile::HostSlots>>()> grow;
   /// Opens agent links to `hosts` (reached over SSH; checked by a preflight first) for a
   /// job that grows in process: one entry per host, the link or nullptr, and what went
   /// wrong. launch() sets it (open_ssh_hosts) when `reform` is set. Unset: growth

@@ -66,6 +66,9 @@ struct Failure {
   bool interrupted = false;
   /// A stop asked for from outside the job (JobHooks::should_stop), not a fault.
   bool requested = false;
+  /// Ends an elastic job for good: no restart, no re-formation (discovery has not listed
+  /// enough slots for --min-np within --elastic-timeout).
+  bool final = false;
 };
 
 /// Everything the job loop takes from its surroundings.

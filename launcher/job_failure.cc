@@ -156,7 +156,13 @@ void Job::on_rank_exited(Host& h, const proto::RankExited& ex) {
   if (ranks_[static_cast<std::size_t>(ex.rank)].done) return;
   rank_done(ex.rank);
   if (ranks_[static_cast<std::size_t>(ex.rank)].rank < 0) {
-    // Left out of the current generation (its host is excluded): stopped as asked.
+    // Left out of the current generation (its host is excluded, or left discovery): stopped
+    // as asked, or ended at its commit; not blamed either way.
+    if (ranks_[static_cast<std::size_t>(ex.rank)].retiring)
+      spdlog::log(ex.signaled || ex.value != 0 ? spdlog::level::warn : spdlog::level::info,
+                  "elastic: process {} on host {} left the job ({})", ex.rank, h.name,
+                  ex.signaled ? "killed by " + signal_text(ex.value)
+                              : "exit code " + std::to_string(ex.value));
     spdlog::debug("process {} on host {}, left out of generation {}, ended", ex.rank, h.name,
                   generation_);
     if (all_done()) decide_held_failure();

@@ -1,10 +1,12 @@
-// In-process growth (job_state.h, docs/elastic.md): discovery found more usable slots
-// while a generation runs in process; the processes that ended on the job's hosts start
+// Following discovery in process (job_state.h, docs/elastic.md): while a generation runs
+// in process, the processes on hosts discovery no longer lists retire at their next commit,
+// and the job grows onto usable slots: the processes that ended on the job's hosts start
 // again (reopening a host whose agent was lost), hosts new to the job get agents and
-// processes numbered after the existing ones, and the job moves to a next generation.
+// processes numbered after the existing ones; the job moves to a next generation.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -14,15 +16,16 @@
 #include "common/exit_status.h"
 #include "common/plural.h"
 #include "launcher/agent_protocol.h"
+#include "launcher/elastic_hosts.h"
 #include "launcher/job_state.h"
 
 namespace hvdrun::launcher::job_detail {
 
-// Asked every turn: in process, whether discovery found more slots to grow onto;
-// otherwise whether the caller wants the job stopped (JobHooks::should_stop).
+// Asked every turn: in process, whether discovery answered (the job then follows its
+// hosts); otherwise whether the caller wants the job stopped (JobHooks::should_stop).
 void Job::check_growth_or_stop() {
   if (in_process_ && hooks_.grow && hooks_.open_hosts && !stopping()) {
-    if (auto hosts = hooks_.grow(placement_.size()); hosts && !grow(*hosts)) {
+    if (auto hosts = hooks_.grow(); hosts && !follow_hosts(*hosts)) {
       Failure f{exit_status::kOk,
                 "hvdrun: elastic: discovery found more usable slots; stopping generation " +
                     std::to_string(generation_) + " to grow\n",
@@ -39,21 +42,108 @@ void Job::check_growth_or_stop() {
   }
 }
 
-// Discovery found more usable slots (`hosts`, the usable ones) while the job runs in
-// process: the processes that ended on hosts of this job start again there (a host whose
-// agent was lost gets a new one, after a preflight), hosts new to the job get agents
-// (after a preflight) and new processes, and the running ranks move to the next
-// generation at their next commit (HostsUpdatedInterrupt). False when the growth needs a
-// new host not reached over SSH, or more processes on a host of the job than it had: the
-// job then restarts to grow.
-bool Job::grow(const std::vector<hostfile::HostSlots>& hosts) {
+// Discovery answered while the job runs in process (`hosts`, the usable ones): the
+// processes on hosts it no longer lists, or lists with fewer slots, retire at their next
+// commit (retiring_processes); slots the job does not use get processes: the processes
+// that ended on hosts of this job start again (reopening a host whose agent was lost,
+// after a preflight), hosts new to the job get agents (after a preflight) and new
+// processes. The running ranks move to the next generation at their next commit
+// (HostsUpdatedInterrupt). False when the growth needs a new host not reached over SSH, or
+// more processes on a host of the job than it had: the job then restarts to grow.
+bool Job::follow_hosts(const std::vector<hostfile::HostSlots>& hosts) {
+  std::string why;
+  std::vector<int> leaving = retiring_processes(hosts, why);
   int want = 0;
   for (const auto& hs : hosts) want += hs.slots;
   if (opt_.elastic.max_np) want = std::min(want, *opt_.elastic.max_np);
-  want -= placement_.size();
-  if (want <= 0) return true;
+  if (!leaving.empty() && want < opt_.elastic.min_np.value_or(1)) {
+    hold_leaving(why, want);
+    return true;
+  }
+  short_since_.reset();
+  want -= placement_.size() - static_cast<int>(leaving.size());
+  std::vector<int> fresh;
+  if (want > 0 && !grow(hosts, want, fresh)) return false;
+  if (leaving.empty() && fresh.empty()) return true;
+  for (int w : leaving) ranks_[static_cast<std::size_t>(w)].retiring = true;
+  std::vector<int> members;
+  for (int w : worker_of_) {
+    if (!ranks_[static_cast<std::size_t>(w)].retiring) members.push_back(w);
+  }
+  members.insert(members.end(), fresh.begin(), fresh.end());
+  if (!fresh.empty())
+    why += (why.empty() ? "" : "; ") + std::string("discovery found ") +
+           counted(static_cast<long long>(fresh.size()), "more slot");
+  ++generation_;
+  place_members(members);
+  start_generation_server();
+  proto::Regenerate g = next_generation(why);
+  g.hosts_added = !fresh.empty();
+  g.hosts_removed = !leaving.empty();
+  send_regenerate(g);
+  start_fresh(fresh, g.reason);
+  return true;
+}
+
+// The running processes that leave the job because their hosts are not in `hosts` (or
+// have fewer slots there): the highest ranks of each such host. `why` says which hosts
+// and why, naming the processes.
+std::vector<int> Job::retiring_processes(const std::vector<hostfile::HostSlots>& hosts,
+                                         std::string& why) const {
+  std::vector<hostfile::HostSlots> running;
+  for (const Host& h : hosts_) {
+    int n = 0;
+    for (int w : worker_of_) n += ranks_[static_cast<std::size_t>(w)].host == h.index;
+    running.push_back(hostfile::HostSlots{h.name, n});
+  }
+  std::vector<int> leaving;
+  for (const HostShrink& s : host_shrinks(running, hosts)) {
+    const Host& h = *std::find_if(hosts_.begin(), hosts_.end(),
+                                  [&](const Host& x) { return x.name == s.host; });
+    std::vector<int> mine;  // its running processes, by rank
+    for (int w : worker_of_) {
+      if (ranks_[static_cast<std::size_t>(w)].host == h.index) mine.push_back(w);
+    }
+    mine.erase(mine.begin(), mine.end() - s.leaving);
+    std::string names;
+    for (int w : mine) names += (names.empty() ? "" : ", ") + std::to_string(w);
+    why += (why.empty() ? "" : "; ") + s.why + " (process" + (mine.size() > 1 ? "es " : " ") +
+           names + " leave" + (mine.size() > 1 ? "" : "s") + " the job at the next commit)";
+    leaving.insert(leaving.end(), mine.begin(), mine.end());
+  }
+  return leaving;
+}
+
+// Processes would retire (`why`) but the usable slots (`usable`) are fewer than --min-np:
+// as Horovod's driver waits for enough slots up to --elastic-timeout, they stay in the job
+// until discovery lists enough, and the job ends when it has not within --elastic-timeout.
+void Job::hold_leaving(const std::string& why, int usable) {
+  const int min_np = opt_.elastic.min_np.value_or(1);
+  if (!short_since_) {
+    short_since_ = now();
+    spdlog::warn(
+        "elastic: {}, but {} would be fewer than --min-np {}: the ranks stay until discovery "
+        "lists enough slots; the job ends if it has not within --elastic-timeout {} s",
+        why, counted(usable, "usable slot"), min_np, opt_.elastic.elastic_timeout_s);
+    return;
+  }
+  if (now() - *short_since_ < std::chrono::seconds(opt_.elastic.elastic_timeout_s)) return;
+  Failure f{exit_status::kLaunchFailed,
+            "hvdrun: elastic: " + why + ", and discovery has listed only " +
+                counted(usable, "usable slot") + " for --min-np " + std::to_string(min_np) +
+                " for " + std::to_string(opt_.elastic.elastic_timeout_s) +
+                " s (--elastic-timeout); ending the job\n",
+            {}};
+  f.final = true;
+  decide(f);
+}
+
+// Grows the job by up to `want` processes onto `hosts` (the usable ones), appended to
+// `fresh`: processes that ended on hosts of this job first, then hosts new to it. False
+// when the growth needs a restart (see follow_hosts).
+bool Job::grow(const std::vector<hostfile::HostSlots>& hosts, int want, std::vector<int>& fresh) {
   std::vector<std::string> to_open;
-  std::vector<int> fresh = growth_processes(hosts, want, to_open);
+  fresh = growth_processes(hosts, want, to_open);
   if (static_cast<int>(fresh.size()) < want &&
       !add_new_hosts(hosts, want - static_cast<int>(fresh.size()), fresh))
     return false;
@@ -62,17 +152,6 @@ bool Job::grow(const std::vector<hostfile::HostSlots>& hosts) {
     const Host& h = hosts_[static_cast<std::size_t>(ranks_[static_cast<std::size_t>(w)].host)];
     return std::find(failed.begin(), failed.end(), h.name) != failed.end();
   });
-  if (fresh.empty()) return true;
-  std::vector<int> members = worker_of_;
-  members.insert(members.end(), fresh.begin(), fresh.end());
-  ++generation_;
-  place_members(members);
-  start_generation_server();
-  proto::Regenerate g = next_generation("discovery found " +
-                                        counted(static_cast<long long>(fresh.size()), "more slot"));
-  g.hosts_added = true;
-  send_regenerate(g);
-  start_fresh(fresh, g.reason);
   return true;
 }
 

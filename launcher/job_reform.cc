@@ -126,7 +126,8 @@ bool Job::reform(const JobHooks::Reform& how, const Failure& f, bool blamed) {
   std::vector<int> members;
   for (int w : worker_of_) {
     const RankState& rs = ranks_[static_cast<std::size_t>(w)];
-    if (!rs.done && !excluded(hosts_[static_cast<std::size_t>(rs.host)])) members.push_back(w);
+    if (!rs.done && !rs.retiring && !excluded(hosts_[static_cast<std::size_t>(rs.host)]))
+      members.push_back(w);
   }
   const int kept = static_cast<int>(members.size());
   if (how.max_np && kept > *how.max_np) members.resize(static_cast<std::size_t>(*how.max_np));
@@ -230,8 +231,9 @@ proto::Regenerate Job::next_generation(std::string reason) const {
   return g;
 }
 
-// To every agent up: the places of its running processes in the new generation (the agent
-// stops its other processes).
+// To every agent up: the places of its running processes in the new generation, rank -1
+// for those that retire (they end at their next commit); the agent stops its other
+// processes.
 void Job::send_regenerate(const proto::Regenerate& g) {
   for (Host& h : hosts_) {
     if (h.closed || !h.hello) continue;
@@ -240,6 +242,7 @@ void Job::send_regenerate(const proto::Regenerate& g) {
     if (mine.rendezvous_addr.empty()) mine.rendezvous_addr = job_env_.rendezvous_addr;
     for (int w : h.ranks) {
       const RankState& rs = ranks_[static_cast<std::size_t>(w)];
+      if (rs.retiring && !rs.done) mine.ranks.push_back(proto::RankPlacement{w, -1, 0, 0, 0, 0});
       if (rs.rank < 0 || rs.done) continue;
       const hostfile::RankSlot& slot = placement_.ranks[static_cast<std::size_t>(rs.rank)];
       mine.ranks.push_back(proto::RankPlacement{w, slot.rank, slot.local_rank, slot.local_size,
@@ -263,6 +266,7 @@ void Job::start_fresh(const std::vector<int>& fresh, const std::string& why) {
     }
     rs.declared = -1;
     rs.stop_signal = 0;
+    rs.retiring = false;
     relay_->reopen_rank(w);
     if (h.hello && !h.closed) spawn_rank(h, w, host_job_env(h));
   }

@@ -77,6 +77,9 @@ struct RankState {
   bool started = false;
   bool done = false;
   int stop_signal = 0;  // stopped by this signal (not by a suspend), or 0
+  // Left the job because discovery no longer lists its host: it ends at its next commit
+  // (its agent gave it no place, rank -1), not stopped and not blamed.
+  bool retiring = false;
   Clock::time_point stopped_at;
 };
 
@@ -138,7 +141,11 @@ class Job {
   void start_generation_server();
   void spawn_rank(Host& h, int worker, const JobEnv& env);
   JobEnv host_job_env(const Host& h) const;
-  bool grow(const std::vector<hostfile::HostSlots>& hosts);
+  bool follow_hosts(const std::vector<hostfile::HostSlots>& hosts);
+  std::vector<int> retiring_processes(const std::vector<hostfile::HostSlots>& hosts,
+                                      std::string& why) const;
+  void hold_leaving(const std::string& why, int usable);
+  bool grow(const std::vector<hostfile::HostSlots>& hosts, int want, std::vector<int>& fresh);
   std::vector<int> growth_processes(const std::vector<hostfile::HostSlots>& hosts, int want,
                                     std::vector<std::string>& to_open) const;
   std::vector<std::string> reopen_hosts(const std::vector<std::string>& names);
@@ -209,6 +216,9 @@ class Job {
   // at the same size once this passes, unless the failure behind it arrives first.
   std::optional<Clock::time_point> left_hold_;
   static constexpr milliseconds kLeftHold{500};
+  // Since when processes would have retired (their hosts left) but fewer than --min-np
+  // usable slots were listed (Job::hold_leaving).
+  std::optional<Clock::time_point> short_since_;
   int started_ranks_ = 0;
   int done_ranks_ = 0;
   // The servers' I/O threads: an error there ends the job with its cause.

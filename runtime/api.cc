@@ -153,6 +153,11 @@ runtime::Environment place(runtime::Environment env) {
                   std::to_string(env.start_timeout.count() / 1000) +
                   " s, HVDRUN_START_TIMEOUT): the job has ended or left this rank out; exit "
                   "the process");
+    if (next->rank < 0)
+      throw Error("hvdrun::init(): rank " + std::to_string(env.rank) +
+                  " has no place in generation " + std::to_string(next->generation) +
+                  ": its host left the job (discovery no longer lists it); end the process "
+                  "with status 0");
     g_placement = *next;
     env = runtime::placed(std::move(env), *next);
   }
@@ -330,7 +335,8 @@ int runtime::pending_host_update() {
   }
   if (!next) return 0;
   return (next->hosts_added ? HVDRUN_HOSTS_ADDED : 0) |
-         (next->hosts_removed ? HVDRUN_HOSTS_REMOVED : 0);
+         (next->hosts_removed ? HVDRUN_HOSTS_REMOVED : 0) |
+         (next->rank < 0 ? HVDRUN_RANK_RETIRED : 0);
 }
 
 void start_timeline(const std::string& path, bool mark_cycles) {

@@ -19,6 +19,7 @@ import sys
 NO_UPDATE = 0
 HOSTS_ADDED = 1
 HOSTS_REMOVED = 2
+RANK_RETIRED = 4  # hvdrun: this rank has no place in the next generation
 
 
 class HostsUpdatedInterrupt(RuntimeError):
@@ -80,7 +81,7 @@ class State:
         collective: every rank calls it at the same point (rank 0's view is broadcast, so
         all ranks decide alike)."""
         previous = newest = self._last_updated_timestamp
-        placed = agent_host_update()
+        placed = agent_host_update() & (HOSTS_ADDED | HOSTS_REMOVED)
         if placed:
             self._host_messages.put((previous + 1, placed))
         what = NO_UPDATE
@@ -203,6 +204,8 @@ def framework_run(func, what, init, shutdown, internal_error):
 
     def reset():
         shutdown()
+        if agent_host_update() & RANK_RETIRED:
+            sys.exit(0)  # its host left the job (discovery no longer lists it)
         init()
         declare_elastic()
 

@@ -22,6 +22,7 @@ DUPLICATE_SET = -3
 # hvdrun_hosts_updated's bits.
 HOSTS_ADDED = 1
 HOSTS_REMOVED = 2
+RANK_RETIRED = 4
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _lock = threading.Lock()

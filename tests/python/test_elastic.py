@@ -296,6 +296,123 @@ def test_a_host_new_to_the_job_joins_it_in_process(tmp_path, three_hosts):
     assert not any(_alive(agent) for agent in original_agents | new_agents), recs
 
 
+def _discovery(tmp_path, hosts, unless):
+    """A discovery script printing `hosts` (name:slots), each but the ones in `unless`
+    ({name: file}) once that file exists."""
+    lines = [f"[ -e '{unless[h.split(':')[0]]}' ] || echo {h}" if h.split(":")[0] in unless
+             else f"echo {h}" for h in hosts]
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\n" + "\n".join(lines) + "\n")
+    script.chmod(0o755)
+    return script
+
+
+def _training(tmp_path, proc, count):
+    def all_training():
+        recs = _records(tmp_path)
+        stepping = [r for r in recs.values() if any(x[0] == "step" for x in r)]
+        return recs if len(recs) == count and len(stepping) == count else None
+    return _wait_for(f"{count} ranks training", all_training, proc)
+
+
+def _retired(err, processes, host):
+    for n in processes:
+        assert f"process {n} on host {host} left the job (exit code 0)" in err, err
+
+
+def test_a_host_discovery_drops_retires_its_ranks_at_a_commit(tmp_path, three_hosts):
+    drop = tmp_path / "drop"
+    discover = _discovery(tmp_path, ["node1:2", "node2:2", "node3:2"], {"node3": drop})
+    proc = _start(tmp_path, 6, ["--host-discovery-script", str(discover), "--min-np", "2",
+                                "--max-np", "6", "--log-level", "info"],
+                  ssh_config=three_hosts, env={"HVDRUN_DISCOVERY_INTERVAL": "0.5"})
+    try:
+        recs = _training(tmp_path, proc, 6)
+        by_rank = {_first(r, "start", 0)[3]: pid for pid, r in recs.items()}
+        agent_of = {pid: _first(r, "start", 0)[1] for pid, r in recs.items()}
+        leaving = {by_rank[4], by_rank[5]}  # node3's, the last host in the placement
+        survivors = set(recs) - leaving
+        drop.touch()
+        dropped = time.monotonic()
+        _wait_for("node3's ranks to end", lambda: not any(_alive(p) for p in leaving), proc)
+        retire_s = time.monotonic() - dropped
+        recs = _ranks_in(tmp_path, proc, 1, 4)
+        code, out, err = _finish(proc, tmp_path)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    print(f"node3 dropped from discovery to its ranks ended: {retire_s:.2f} s")
+    assert code == 0, out + err
+    recs = _records(tmp_path)
+    assert set(recs) == survivors | leaving, recs  # nothing started anew
+    # The survivors moved at one commit, in their processes, at size 4, rank 0 still rank 0.
+    moved_at = _first(recs[by_rank[0]], "start", 1)[5]
+    assert moved_at > 0, recs
+    for pid in survivors:
+        start = _first(recs[pid], "start", 1)
+        assert start[4] == 4 and start[5] == moved_at, (pid, recs)
+        final = _first(recs[pid], "final")
+        assert final and final[2] == 1 and final[4] == 4 and final[6] == 1, recs[pid]
+    assert sorted(_first(recs[pid], "start", 1)[3] for pid in survivors) == [0, 1, 2, 3], recs
+    assert _first(recs[by_rank[0]], "start", 1)[3] == 0, recs
+    for pid in leaving:  # no place in generation 1: they ended at the commit
+        assert _first(recs[pid], "start", 1) is None and _first(recs[pid], "final") is None
+    assert "generation 0 ends at a commit: discovery no longer lists node3 (processes 4, 5 " \
+        "leave the job at the next commit); generation 1 runs in process with 4 ranks " \
+        "(4 kept, 0 started anew)" in err, err
+    _retired(err, (4, 5), "node3")
+    assert "restart" not in err and "exited with code" not in err, err
+    assert not any(_alive(pid) for pid in recs), recs
+    assert not any(_alive(agent) for agent in agent_of.values()), recs
+
+
+def test_a_host_back_from_its_cooldown_returns_while_another_leaves(tmp_path, three_hosts):
+    drop = tmp_path / "drop"
+    discover = _discovery(tmp_path, ["node1:2", "node2:2", "node3:2"], {"node2": drop})
+    proc = _start(tmp_path, 6, ["--host-discovery-script", str(discover), "--min-np", "2",
+                                "--max-np", "6", "--blacklist-cooldown-range", "4", "4",
+                                "--log-level", "info"],
+                  ssh_config=three_hosts, env={"HVDRUN_DISCOVERY_INTERVAL": "0.5"})
+    try:
+        recs = _training(tmp_path, proc, 6)
+        by_rank = {_first(r, "start", 0)[3]: pid for pid, r in recs.items()}
+        agent_of = {pid: _first(r, "start", 0)[1] for pid, r in recs.items()}
+        node1, node2 = {by_rank[0], by_rank[1]}, {by_rank[2], by_rank[3]}
+        # node3 is lost (excluded for 4 s); while it cools down, discovery drops node2.
+        os.kill(agent_of[by_rank[5]], signal.SIGKILL)
+        _wait_for("generation 1", lambda: all(_first(_records(tmp_path)[p], "start", 1)
+                                              for p in node1 | node2), proc)
+        drop.touch()
+
+        def on_node1_and_node3():
+            recs = _records(tmp_path)
+            new = [p for p in recs if p not in agent_of]
+            gen = max(r[2] for p in node1 for r in recs[p] if r[0] == "start")
+            started = [p for p in node1 | set(new) if _first(recs[p], "start", gen)]
+            return recs if len(new) == 2 and len(started) == 4 else None
+        recs = _wait_for("the job on node1 and node3 again", on_node1_and_node3, proc)
+        code, out, err = _finish(proc, tmp_path)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert code == 0, out + err
+    recs = _records(tmp_path)
+    joined = set(recs) - set(agent_of)
+    assert len(joined) == 2, recs  # node3's two new processes, nothing else started anew
+    for pid in node1 | joined:
+        final = _first(recs[pid], "final")
+        assert final and final[4] == 4 and final[6] == 1, recs[pid]
+    for pid in node2:
+        assert _first(recs[pid], "final") is None, recs[pid]
+    _retired(err, (2, 3), "node2")
+    assert "discovery no longer lists node2" in err, err
+    assert "restart" not in err, err
+    assert not any(_alive(pid) for pid in recs), recs
+    assert not any(_alive(agent) for agent in agent_of.values()), recs
+
+
 # A Horovod elastic program that hvdrun's agent moves in process (the agent played by the
 # test over the rank's control channel, common/control_protocol.h): it says it is elastic,
 # is placed in generation 1 with hosts added, acts on it at its next commit without a

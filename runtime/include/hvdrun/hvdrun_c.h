@@ -253,6 +253,9 @@ HVDRUN_C_API long long hvdrun_sequence(hvdrun_handle handle);
 /** hvdrun_hosts_updated's bits. */
 #define HVDRUN_HOSTS_ADDED 1
 #define HVDRUN_HOSTS_REMOVED 2
+/** This rank has no place in the next generation (its host left the job): shut down and
+ *  end the process with status 0. */
+#define HVDRUN_RANK_RETIRED 4
 
 /** In-process elastic recovery (docs/elastic.md): tells this rank's agent that the program
  *  runs under an elastic retry loop (hvd.elastic.run), so that a failure elsewhere may keep
@@ -261,7 +264,8 @@ HVDRUN_C_API long long hvdrun_sequence(hvdrun_handle handle);
 HVDRUN_C_API int hvdrun_elastic_declare(void);
 /** Whether the agent has placed this rank in a next generation it has not joined yet: 0
  *  when not, else the host changes (HVDRUN_HOSTS_ADDED, HVDRUN_HOSTS_REMOVED, or both);
- *  hvdrun_shutdown() then hvdrun_init() joins it. Callable at any time. */
+ *  hvdrun_shutdown() then hvdrun_init() joins it, unless HVDRUN_RANK_RETIRED is set too:
+ *  then the rank ends instead. Callable at any time. */
 HVDRUN_C_API int hvdrun_hosts_updated(void);
 
 /** Message of the last failure on this thread ("" when none). Valid until the next call. */
