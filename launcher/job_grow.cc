@@ -66,6 +66,9 @@ bool Job::follow_hosts(const std::vector<hostfile::HostSlots>& hosts) {
   if (want > 0 && !grow(hosts, want, fresh)) return false;
   if (leaving.empty() && fresh.empty()) return true;
   for (int w : leaving) ranks_[static_cast<std::size_t>(w)].retiring = true;
+  if (!leaving.empty())
+    why += leaving.size() > 1 ? ": they leave the job at the next commit"
+                              : ": it leaves the job at the next commit";
   std::vector<int> members;
   for (int w : worker_of_) {
     if (!ranks_[static_cast<std::size_t>(w)].retiring) members.push_back(w);
@@ -87,7 +90,7 @@ bool Job::follow_hosts(const std::vector<hostfile::HostSlots>& hosts) {
 
 // The running processes that leave the job because their hosts are not in `hosts` (or
 // have fewer slots there): the highest ranks of each such host. `why` says which hosts
-// and why, naming the processes.
+// and why, naming the processes ("discovery no longer lists node3 (processes 4, 5)").
 std::vector<int> Job::retiring_processes(const std::vector<hostfile::HostSlots>& hosts,
                                          std::string& why) const {
   std::vector<hostfile::HostSlots> running;
@@ -108,7 +111,7 @@ std::vector<int> Job::retiring_processes(const std::vector<hostfile::HostSlots>&
     std::string names;
     for (int w : mine) names += (names.empty() ? "" : ", ") + std::to_string(w);
     why += (why.empty() ? "" : "; ") + s.why + " (process" + (mine.size() > 1 ? "es " : " ") +
-           names + " leave" + (mine.size() > 1 ? "" : "s") + " the job at the next commit)";
+           names + ")";
     leaving.insert(leaving.end(), mine.begin(), mine.end());
   }
   return leaving;

@@ -75,6 +75,7 @@ void FakeAgentLink::on_frame(const proto::Message& m) {
     if (!script_.starts) return;
     proto::encode(proto::RankStarted{s->rank, 1000 + s->rank}, to_launcher_);
     running_[s->rank] = true;
+    if (script_.elastic) proto::encode(proto::RankElastic{s->rank, 0}, to_launcher_);
     if (!script_.output.empty()) {
       proto::encode(proto::Output{s->rank, proto::Stream::out, script_.output}, to_launcher_);
     }
@@ -87,6 +88,19 @@ void FakeAgentLink::on_frame(const proto::Message& m) {
     std::vector<int> ranks;
     for (const auto& [rank, running] : running_) ranks.push_back(rank);
     for (int rank : ranks) exit_rank(rank, true, SIGTERM);
+  } else if (const auto* g = std::get_if<proto::Regenerate>(&m)) {
+    record_->regenerates.push_back(*g);
+    std::map<int, int> placed;
+    for (const auto& p : g->ranks) placed[p.old_rank] = p.rank;
+    std::vector<int> ranks;
+    for (const auto& [rank, running] : running_) ranks.push_back(rank);
+    for (int rank : ranks) {
+      const auto it = placed.find(rank);
+      if (it == placed.end())
+        exit_rank(rank, true, SIGTERM);
+      else if (it->second < 0)
+        exit_rank(rank, false, 0);
+    }
   } else if (std::holds_alternative<proto::Heartbeat>(m)) {
     ++record_->heartbeats;
     if (script_.answers) proto::encode(proto::Heartbeat{}, to_launcher_);

@@ -35,6 +35,10 @@ struct FakeAgentScript {
   std::map<int, int> exit_after_heartbeats;
   /// Written to stdout by every rank when it starts.
   std::string output;
+  /// Every rank declares the elastic API once started (in-process recovery); on a
+  /// regenerate frame a rank placed at -1 (retired) exits 0 at once, as at its commit,
+  /// and a running rank left out is killed by SIGTERM, as the agent does.
+  bool elastic = false;
 };
 
 /// What the launcher asked of one fake agent.
@@ -42,6 +46,7 @@ struct FakeAgentRecord {
   std::vector<launcher::proto::Spawn> spawns;
   int kills = 0;
   int heartbeats = 0;
+  std::vector<launcher::proto::Regenerate> regenerates;
   /// read() calls that found nothing to read.
   int idle_reads = 0;
   bool closed = false;

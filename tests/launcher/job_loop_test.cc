@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -47,6 +48,8 @@ struct FakeJob {
   UniqueFd out{::memfd_create("out", MFD_CLOEXEC)};
   UniqueFd err{::memfd_create("err", MFD_CLOEXEC)};
   int code = -1;
+  // Changes the options and hooks before the run (elastic cases).
+  std::function<void(LaunchOptions&, JobHooks&)> setup;
 
   FakeJob() {
     ctx.environment = kEnviron;
@@ -68,6 +71,7 @@ struct FakeJob {
     hooks.test.local_link = link;
     hooks.remote_link = link;
     ctx.clock = &clock;
+    if (setup) setup(o, hooks);
     code = run_job(make_plan(o), o, hooks, ctx);
     return code;
   }
@@ -240,4 +244,93 @@ TEST_CASE("job loop: an interrupt stops all ranks and gives 128 + the signal") {
   CHECK(job.run() == 130);
   CHECK_THAT(job.stderr_text(), Catch::Contains("interrupted by signal 2 (SIGINT)"));
   CHECK(job.records["localhost"]->kills == 1);
+}
+
+namespace {
+
+// A job of localhost:2 and far-node:2 whose ranks declared the elastic API, with discovery
+// answering `answer` from its `after`-th question on (and the hosts of the job before).
+void elastic_job(FakeJob& job, int min_np, const std::vector<hostfile::HostSlots>& answer,
+                 int after, std::vector<std::string>& said) {
+  job.scripts["localhost"].elastic = job.scripts["far-node"].elastic = true;
+  job.setup = [&job, min_np, answer, after, &said](LaunchOptions& o, JobHooks& hooks) {
+    o.elastic.min_np = min_np;
+    o.elastic.max_np = 4;
+    o.elastic.elastic_timeout_s = 30;
+    hooks.reform = [](const Failure&) { return std::optional<JobHooks::Reform>(); };
+    hooks.open_hosts = [](const std::vector<std::string>&) {
+      return std::vector<JobHooks::OpenedHost>{};
+    };
+    auto asked = std::make_shared<int>(0);
+    hooks.grow = [hosts = job.hosts, answer, after,
+                  asked]() -> std::optional<std::vector<hostfile::HostSlots>> {
+      return ++*asked >= after ? answer : hosts;
+    };
+    hooks.reformed = [&said](int, int size, int kept, int started, const std::string& why) {
+      said.push_back(why + " -> " + std::to_string(size) + " (" + std::to_string(kept) + " kept, " +
+                     std::to_string(started) + " started)");
+    };
+  };
+}
+
+}  // namespace
+
+TEST_CASE("job loop: in process, a host discovery drops retires its ranks, unblamed") {
+  FakeJob job;
+  std::vector<std::string> said;
+  elastic_job(job, 2, {{"localhost", 2}}, 3, said);
+  // The kept ranks end the job cleanly a while after the host left.
+  job.scripts["localhost"].exit_codes = {{0, 0}, {1, 0}};
+  job.scripts["localhost"].exit_after_heartbeats = {{0, 3}, {1, 3}};
+  CHECK(job.run() == 0);
+  REQUIRE(job.records["far-node"]->regenerates.size() == 1);
+  const auto& far = job.records["far-node"]->regenerates[0];
+  CHECK(far.generation == 1);
+  CHECK(far.size == 2);
+  CHECK_FALSE(far.failure);  // at the next commit
+  CHECK(far.hosts_removed);
+  CHECK_FALSE(far.hosts_added);
+  CHECK(far.ranks == std::vector<proto::RankPlacement>{{2, -1, 0, 0, 0, 0}, {3, -1, 0, 0, 0, 0}});
+  const auto& local = job.records["localhost"]->regenerates.at(0);
+  CHECK(local.ranks == std::vector<proto::RankPlacement>{{0, 0, 0, 2, 0, 1}, {1, 1, 1, 2, 0, 1}});
+  CHECK(said == std::vector<std::string>{"discovery no longer lists far-node (processes 2, 3): "
+                                         "they leave the job at the next commit -> 2 (2 kept, 0 "
+                                         "started)"});
+  CHECK(job.records["localhost"]->kills == 0);
+  CHECK(job.records["far-node"]->kills == 0);
+  CHECK(job.stderr_text().empty());
+}
+
+TEST_CASE(
+    "job loop: in process, a host that leaves below --min-np keeps its ranks, then the "
+    "job ends after --elastic-timeout") {
+  FakeJob job;
+  std::vector<std::string> said;
+  elastic_job(job, 3, {{"localhost", 2}}, 2, said);
+  CHECK(job.run() == 255);
+  CHECK(job.records["far-node"]->regenerates.empty());
+  CHECK(said.empty());
+  CHECK(job.clock.elapsed() >= 30s);
+  CHECK_THAT(job.stderr_text(),
+             Catch::StartsWith("hvdrun: elastic: discovery no longer lists far-node (processes 2, "
+                               "3), and discovery has listed "
+                               "only 2 usable slots for --min-np 3 for 30 s (--elastic-timeout); "
+                               "ending the job\n"));
+}
+
+TEST_CASE("job loop: in process, a host that lost slots retires its highest ranks") {
+  FakeJob job;
+  std::vector<std::string> said;
+  elastic_job(job, 1, {{"localhost", 1}, {"far-node", 2}}, 2, said);
+  job.scripts["far-node"].exit_codes = {{2, 0}, {3, 0}};
+  job.scripts["far-node"].exit_after_heartbeats = {{2, 3}, {3, 3}};
+  job.scripts["localhost"].exit_codes = {{0, 0}};
+  job.scripts["localhost"].exit_after_heartbeats = {{0, 3}};
+  CHECK(job.run() == 0);
+  const auto& local = job.records["localhost"]->regenerates.at(0);
+  CHECK(local.ranks == std::vector<proto::RankPlacement>{{0, 0, 0, 1, 0, 2}, {1, -1, 0, 0, 0, 0}});
+  CHECK(local.size == 3);
+  CHECK(said == std::vector<std::string>{"discovery lists localhost with 1 slot, 2 ranks run "
+                                         "there (process 1): it leaves the job at the next "
+                                         "commit -> 3 (3 kept, 0 started)"});
 }

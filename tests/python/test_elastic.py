@@ -358,8 +358,8 @@ def test_a_host_discovery_drops_retires_its_ranks_at_a_commit(tmp_path, three_ho
     assert _first(recs[by_rank[0]], "start", 1)[3] == 0, recs
     for pid in leaving:  # no place in generation 1: they ended at the commit
         assert _first(recs[pid], "start", 1) is None and _first(recs[pid], "final") is None
-    assert "generation 0 ends at a commit: discovery no longer lists node3 (processes 4, 5 " \
-        "leave the job at the next commit); generation 1 runs in process with 4 ranks " \
+    assert "generation 0 ends at a commit: discovery no longer lists node3 (processes 4, 5): " \
+        "they leave the job at the next commit; generation 1 runs in process with 4 ranks " \
         "(4 kept, 0 started anew)" in err, err
     _retired(err, (4, 5), "node3")
     assert "restart" not in err and "exited with code" not in err, err
