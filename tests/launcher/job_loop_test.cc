@@ -50,6 +50,8 @@ struct FakeJob {
   int code = -1;
   // Changes the options and hooks before the run (elastic cases).
   std::function<void(LaunchOptions&, JobHooks&)> setup;
+  // Elastic cases: from this question on, discovery lists the job's hosts again (0: never).
+  int back_after = 0;
 
   FakeJob() {
     ctx.environment = kEnviron;
@@ -249,7 +251,8 @@ TEST_CASE("job loop: an interrupt stops all ranks and gives 128 + the signal") {
 namespace {
 
 // A job of localhost:2 and far-node:2 whose ranks declared the elastic API, with discovery
-// answering `answer` from its `after`-th question on (and the hosts of the job before).
+// answering `answer` from its `after`-th question on (and the hosts of the job before, and
+// from job.back_after on).
 void elastic_job(FakeJob& job, int min_np, const std::vector<hostfile::HostSlots>& answer,
                  int after, std::vector<std::string>& said) {
   job.scripts["localhost"].elastic = job.scripts["far-node"].elastic = true;
@@ -262,9 +265,10 @@ void elastic_job(FakeJob& job, int min_np, const std::vector<hostfile::HostSlots
       return std::vector<JobHooks::OpenedHost>{};
     };
     auto asked = std::make_shared<int>(0);
-    hooks.grow = [hosts = job.hosts, answer, after,
+    hooks.grow = [hosts = job.hosts, answer, after, back = job.back_after,
                   asked]() -> std::optional<std::vector<hostfile::HostSlots>> {
-      return ++*asked >= after ? answer : hosts;
+      ++*asked;
+      return *asked >= after && (back == 0 || *asked < back) ? answer : hosts;
     };
     hooks.reformed = [&said](int, int size, int kept, int started, const std::string& why) {
       said.push_back(why + " -> " + std::to_string(size) + " (" + std::to_string(kept) + " kept, " +
@@ -333,4 +337,30 @@ TEST_CASE("job loop: in process, a host that lost slots retires its highest rank
   CHECK(said == std::vector<std::string>{"discovery lists localhost with 1 slot, 2 ranks run "
                                          "there (process 1): it leaves the job at the next "
                                          "commit -> 3 (3 kept, 0 started)"});
+}
+
+TEST_CASE("job loop: in process, a host listed again after it left takes new processes") {
+  FakeJob job;
+  std::vector<std::string> said;
+  job.back_after = 6;
+  elastic_job(job, 2, {{"localhost", 2}}, 3, said);
+  job.scripts["far-node"].exit_codes = {{2, 0}, {3, 0}};
+  job.scripts["far-node"].exit_after_heartbeats = {{2, 8}, {3, 8}};
+  job.scripts["localhost"].exit_codes = {{0, 0}, {1, 0}};
+  job.scripts["localhost"].exit_after_heartbeats = {{0, 8}, {1, 8}};
+  CHECK(job.run() == 0);
+  // Processes 2 and 3 retired at generation 1, then started anew at generation 2.
+  const auto& far = *job.records["far-node"];
+  REQUIRE(far.spawns.size() == 4);
+  CHECK(far.spawns[2].rank == 2);
+  CHECK(far.spawns[3].rank == 3);
+  REQUIRE(far.regenerates.size() == 2);
+  CHECK(far.regenerates[1].generation == 2);
+  CHECK(far.regenerates[1].hosts_added);
+  CHECK_FALSE(far.regenerates[1].hosts_removed);
+  CHECK(far.regenerates[1].ranks.empty());  // nothing of it was running
+  CHECK(job.records["localhost"]->regenerates.at(1).size == 4);
+  REQUIRE(said.size() == 2);
+  CHECK(said[1] == "discovery found 2 more slots -> 4 (2 kept, 2 started)");
+  CHECK(job.stderr_text().empty());
 }
