@@ -125,9 +125,20 @@ void Job::host_closed(Host& h, const std::string& why) {
   h.outq.clear();
   std::vector<int> lost;
   for (int r : h.ranks) {
-    if (!ranks_[static_cast<std::size_t>(r)].done) lost.push_back(r);
+    RankState& rs = ranks_[static_cast<std::size_t>(r)];
+    if (rs.done) continue;
+    if (rs.retiring) {
+      // Its host left discovery: the host going away with it is no failure.
+      spdlog::info("elastic: process {} on host {} left the job (the host went away)", r, h.name);
+      rank_done(r);
+      continue;
+    }
+    lost.push_back(r);
   }
-  if (lost.empty()) return;
+  if (lost.empty()) {
+    if (all_done()) decide_held_failure();
+    return;
+  }
   std::string how = why;
   if (how.empty()) {
     // The agent's exit status (and a remote agent's last stderr) says more than "EOF".

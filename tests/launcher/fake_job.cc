@@ -92,6 +92,11 @@ void FakeAgentLink::on_frame(const proto::Message& m) {
     record_->regenerates.push_back(*g);
     std::map<int, int> placed;
     for (const auto& p : g->ranks) placed[p.old_rank] = p.rank;
+    if (script_.gone_on_retire &&
+        std::any_of(g->ranks.begin(), g->ranks.end(), [](const auto& p) { return p.rank < 0; })) {
+      eof_ = true;
+      return;
+    }
     std::vector<int> ranks;
     for (const auto& [rank, running] : running_) ranks.push_back(rank);
     for (int rank : ranks) {

@@ -39,6 +39,9 @@ struct FakeAgentScript {
   /// regenerate frame a rank placed at -1 (retired) exits 0 at once, as at its commit,
   /// and a running rank left out is killed by SIGTERM, as the agent does.
   bool elastic = false;
+  /// With `elastic`: the agent's connection ends on a regenerate frame that retires
+  /// ranks (the host went away with its ranks), instead of their exits.
+  bool gone_on_retire = false;
 };
 
 /// What the launcher asked of one fake agent.

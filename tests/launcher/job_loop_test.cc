@@ -364,3 +364,16 @@ TEST_CASE("job loop: in process, a host listed again after it left takes new pro
   CHECK(said[1] == "discovery found 2 more slots -> 4 (2 kept, 2 started)");
   CHECK(job.stderr_text().empty());
 }
+
+TEST_CASE("job loop: in process, a host that goes away with its retiring ranks is no failure") {
+  FakeJob job;
+  std::vector<std::string> said;
+  elastic_job(job, 2, {{"localhost", 2}}, 3, said);
+  job.scripts["far-node"].gone_on_retire = true;
+  job.scripts["localhost"].exit_codes = {{0, 0}, {1, 0}};
+  job.scripts["localhost"].exit_after_heartbeats = {{0, 3}, {1, 3}};
+  CHECK(job.run() == 0);
+  REQUIRE(said.size() == 1);  // the retirement; no re-formation after a failure
+  CHECK(job.records["localhost"]->kills == 0);
+  CHECK(job.stderr_text().empty());
+}
