@@ -1,10 +1,24 @@
 #!/usr/bin/env bash
 # Builds hvdrun and runs a demo job on this machine: 4 local ranks of the allreduce
-# example, rendezvousing through hvdrun and averaging a vector through shared memory. The
-# build leaves the test suite out; scripts/test.sh configures the same build/ with it.
+# example, rendezvousing through hvdrun and averaging a vector through shared memory.
+#
+# It installs only what that build needs (scripts/install-deps.sh --demo) and builds only
+# the two programs the job runs, the `hvdrun` and `allreduce_demo` targets (libhvdrun and
+# the launcher's libraries with them), in build-demo/, the way `pip install` builds the
+# package (pyproject.toml says why): each library one unity translation unit, no debug
+# info, -O1 for the launcher and -O2 for libhvdrun. Through ccache when it is installed.
+# scripts/test.sh's build directories are left alone; `cmake --install build-demo`
+# installs what this built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHVDRUN_BUILD_TESTS=OFF
-cmake --build build -j "$(nproc)"
-exec build/cli/hvdrun -np 4 -H localhost:4 build/examples/allreduce_demo
+scripts/install-deps.sh --demo
+launcher=()
+command -v ccache >/dev/null &&
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S . -B build-demo -G Ninja -DHVDRUN_BUILD_TESTS=OFF \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" \
+  -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DHVDRUN_QUICK_BUILD=ON \
+  -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=0 -DCMAKE_OPTIMIZE_DEPENDENCIES=ON \
+  "${launcher[@]}"
+cmake --build build-demo --target hvdrun allreduce_demo -j "$(nproc)"
+exec build-demo/cli/hvdrun -np 4 -H localhost:4 build-demo/examples/allreduce_demo
