@@ -1,7 +1,7 @@
 // hvdrun's exit statuses: the one table of the launcher's contract with whoever started it.
 // The launcher (launch, job, elastic, check, agent) and main name these, never the numbers.
 // Users read the same table in the man page's EXIT STATUS section (tests/cli/man_help_test.cc
-// checks that it lists every status below); README.md points there.
+// checks that it lists every status below); docs/usage.md points there.
 #pragma once
 
 #include <csignal>

@@ -67,7 +67,8 @@ std::string cuda_version_string(int code) {
   return std::to_string(code / 1000) + "." + std::to_string((code % 1000) / 10);
 }
 
-std::string nccl_runtime() {
+// Unused in a build without nccl.h (the report then says so instead).
+[[maybe_unused]] std::string nccl_runtime() {
   DlLibrary lib({"libnccl.so.2", "libnccl.so"});
   if (!lib) return "libnccl.so.2 not found on this host";
   auto get_version = lib.symbol<int (*)(int*)>("ncclGetVersion");
@@ -77,7 +78,7 @@ std::string nccl_runtime() {
   return "libnccl " + nccl_version_string(code) + " installed";
 }
 
-std::string cudart_runtime() {
+[[maybe_unused]] std::string cudart_runtime() {
   DlLibrary lib({"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"});
   if (!lib) return "libcudart not found on this host";
   auto runtime_version = lib.symbol<int (*)(int*)>("cudaRuntimeGetVersion");

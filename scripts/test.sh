@@ -65,8 +65,8 @@ run() {
 configure() {  # configure DIR [cmake args...]
   local dir=$1
   shift
-  # The suite explicitly: scripts/demo.sh configures build/ without it, and a cache keeps
-  # what it was last told.
+  # The suite explicitly: a cache keeps what it was last told, and a build/ configured by
+  # hand without the suite would otherwise pass with nothing run.
   run cmake -S . -B "$dir" -G Ninja -DHVDRUN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DHVDRUN_BUILD_TESTS=ON "${launcher[@]}" "$@"
 }
