@@ -504,12 +504,17 @@ class HostComm::Impl {
     });
   }
 
+  // A last barrier through the store among those holding TCP pairs (the host leaders, or
+  // with HVDRUN_HOST_PATH=gloo every rank), so that none closes a pair another still reads
+  // its last message from: Gloo fails that read with "Connection closed by peer".
   void farewell(milliseconds timeout) {
-    if (!leaders_ || leaders_->connected_pairs() == 0) return;
+    const bool gloo = world_gloo_ && world_gloo_->connected_pairs() > 0;
+    if (!gloo && (!leaders_ || leaders_->connected_pairs() == 0)) return;
     const long long k = ++farewell_seq_;
-    const rendezvous::Key base = ns_ / "leaders" / "bye" / std::to_string(k);
-    if (store_->add(base, 1) == hosts_) store_->set(base / "done", "1");
-    store_->wait({base / "done"}, timeout, "the other host leaders' final barrier");
+    const rendezvous::Key base = ns_ / (gloo ? "gloo" : "leaders") / "bye" / std::to_string(k);
+    if (store_->add(base, 1) == (gloo ? env_.size : hosts_)) store_->set(base / "done", "1");
+    store_->wait({base / "done"}, timeout,
+                 gloo ? "the other ranks' final barrier" : "the other host leaders' final barrier");
   }
 
   rendezvous::Store* store_;  // null on a rank that checked in through its host's leader

@@ -97,8 +97,8 @@ void check_results(const std::vector<Seen>& seen) {
   std::vector<std::int32_t> all(seen.size());
   std::iota(all.begin(), all.end(), 0);
   for (int r = 0; r < n; ++r) {
-    INFO("rank " << r);
     const auto& s = seen[static_cast<std::size_t>(r)];
+    INFO("rank " << r << ": " << s.error);
     REQUIRE(s.error.empty());
     for (std::size_t i = 0; i < s.sum.size(); i += 97)
       CHECK(s.sum[i] ==
