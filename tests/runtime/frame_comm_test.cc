@@ -25,6 +25,7 @@
 #include "runtime/frame_comm.h"
 #include "runtime/reduce.h"
 #include "runtime/shm_reduce.h"
+#include "tests/runtime/loopback_socket.h"
 #include "tests/support/captured_log.h"
 
 using hvdrun::DataType;
@@ -262,21 +263,8 @@ class Relay {
  public:
   enum class Mode { kReplay, kFlip };
   Relay(Mode mode, const std::string& host, const std::string& port) : mode_(mode) {
-    addrinfo hints{};
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    REQUIRE(::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) == 0);
-    target_ = *reinterpret_cast<sockaddr_in*>(res->ai_addr);
-    ::freeaddrinfo(res);
-    listener_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in me{};
-    me.sin_family = AF_INET;
-    me.sin_addr.s_addr = htonl(0x7f000009);  // 127.0.0.9
-    REQUIRE(::bind(listener_.get(), reinterpret_cast<sockaddr*>(&me), sizeof(me)) == 0);
-    REQUIRE(::listen(listener_.get(), 4) == 0);
-    socklen_t len = sizeof(me);
-    ::getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&me), &len);
-    port_ = ntohs(me.sin_port);
+    target_ = hvdrun::testing::resolve_v4(host, port);
+    listener_ = hvdrun::testing::listen_on_127_0_0_9(4, port_);
     thread_ = std::thread([this] { run(); });
   }
   ~Relay() { thread_.join(); }

@@ -23,6 +23,7 @@
 #include "common/fd.h"
 #include "rendezvous/memory_store.h"
 #include "runtime/frame_comm.h"
+#include "tests/runtime/loopback_socket.h"
 
 using hvdrun::DataType;
 using hvdrun::ReduceOp;
@@ -53,22 +54,9 @@ class Doorman {
   Doorman(std::vector<Drop> drops, const std::string& target) : drops_(std::move(drops)) {
     const auto sp1 = target.find(' '), sp2 = target.rfind(' ');
     nonce_hex_ = target.substr(sp2 + 1);
-    addrinfo hints{};
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    REQUIRE(::getaddrinfo(target.substr(0, sp1).c_str(),
-                          target.substr(sp1 + 1, sp2 - sp1 - 1).c_str(), &hints, &res) == 0);
-    target_ = *reinterpret_cast<sockaddr_in*>(res->ai_addr);
-    ::freeaddrinfo(res);
-    listener_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in me{};
-    me.sin_family = AF_INET;
-    me.sin_addr.s_addr = htonl(0x7f000009);  // 127.0.0.9
-    REQUIRE(::bind(listener_.get(), reinterpret_cast<sockaddr*>(&me), sizeof(me)) == 0);
-    REQUIRE(::listen(listener_.get(), 8) == 0);
-    socklen_t len = sizeof(me);
-    ::getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&me), &len);
-    port_ = ntohs(me.sin_port);
+    target_ =
+        hvdrun::testing::resolve_v4(target.substr(0, sp1), target.substr(sp1 + 1, sp2 - sp1 - 1));
+    listener_ = hvdrun::testing::listen_on_127_0_0_9(8, port_);
     std::array<int, 2> stop{};
     REQUIRE(::pipe2(stop.data(), O_CLOEXEC) == 0);
     stop_read_.reset(stop[0]);
