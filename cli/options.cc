@@ -223,7 +223,7 @@ Walk walk(const std::vector<std::string>& args, size_t i, unsigned mode) {
     if (t->written == "-h" && i + 1 < args.size() && !args[i + 1].empty() &&
         args[i + 1][0] != '-') {
       throw UsageError("-h prints the help and takes no value; got " + quote(args[i + 1]) +
-                       ". For hosts write -H " + args[i + 1] + " (upper-case H)");
+                       ". For hosts write -H " + quote(args[i + 1]) + " (upper-case H)");
     }
     if (std::strcmp(spec.name, "help") == 0 || std::strcmp(spec.name, "version") == 0) {
       Command answer;

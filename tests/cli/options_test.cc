@@ -318,10 +318,14 @@ TEST_CASE("bad command lines are usage errors with one precise line") {
       // -h for -H: asking for help, the job would print it and exit 0.
       {"-h localhost:2 python train.py",
        "-h prints the help and takes no value; got 'localhost:2'. For hosts write -H "
-       "localhost:2 (upper-case H)"},
+       "'localhost:2' (upper-case H)"},
       {"-np 2 -h node1:1,node2:1 x",
        "-h prints the help and takes no value; got 'node1:1,node2:1'. For hosts write -H "
-       "node1:1,node2:1 (upper-case H)"},
+       "'node1:1,node2:1' (upper-case H)"},
+      // What the user typed is quoted, control bytes escaped, so the message stays one line.
+      {"-h node\x01:1 x",
+       "-h prints the help and takes no value; got 'node\\x01:1'. For hosts write -H "
+       "'node\\x01:1' (upper-case H)"},
   };
   for (const auto& c : cases) {
     INFO("args: " << c.line);
