@@ -37,6 +37,10 @@ inline constexpr const char kGeneration[] = "HVDRUN_GENERATION";
 /// The rank's end of the control channel from its agent (in-process elastic recovery;
 /// set only by an agent that runs it).
 inline constexpr const char kControlFd[] = "HVDRUN_CONTROL_FD";
+/// 1 in a process the launcher started into a running in-process elastic job (a rank
+/// taking the place of a failed one, on a host back from its cooldown or new to the job):
+/// the runtime runs it as a job of one until its first shutdown() (docs/elastic.md).
+inline constexpr const char kJoining[] = "HVDRUN_JOINING";
 /// auto | require | off: the runtime's NCCL path.
 inline constexpr const char kNccl[] = "HVDRUN_NCCL";
 /// Ranks served by one NCCL unique id under the scalable init (default 128); a smaller

@@ -41,6 +41,9 @@ JobEnv Job::host_job_env(const Host& h) const {
   env.master_port = first.info.free_port;
   if (opt_.network_interface.empty()) env.rendezvous_addr = h.link->launcher_address();
   env.host_interface = h.info.iface;
+  // Past the generation this job started with, it has re-formed in process: whoever
+  // starts now joins ranks that kept running.
+  env.joining = generation_ > opt_.generation;
   // Rank 0's host as this host reaches it.
   env.master_addr = first.local ? (h.local ? "127.0.0.1" : h.link->launcher_address())
                                 : first.link->host_address();

@@ -70,6 +70,12 @@ namespace {
 
 std::string_view name_of(std::string_view entry) { return entry.substr(0, entry.find('=')); }
 
+// Variables that only some ranks get, from the launcher or their agent: a value in the
+// launching shell (hvdrun started from inside a rank) must not reach the others.
+bool set_per_rank_only(std::string_view name) {
+  return name == env_names::kJoining || name == env_names::kControlFd;
+}
+
 // `name` is `pattern`, or starts with it when the pattern ends in '*'.
 bool matches(std::string_view name, std::string_view pattern) {
   if (!pattern.empty() && pattern.back() == '*') {
@@ -92,11 +98,14 @@ EnvList host_base_env(char* const* launcher_env, EnvSource source,
   EnvList all = EnvList::from_environ(launcher_env);
   EnvList base;
   if (source == EnvSource::launcher) {
-    base = all;
+    for (const auto& e : all.entries()) {
+      if (!set_per_rank_only(name_of(e))) base.set_entry(e);
+    }
   } else {
     for (const auto& e : all.entries()) {
       const std::string_view name = name_of(e);
-      if (forwarded_by_default(name) && !(source == EnvSource::container && names_a_path(name)))
+      if (forwarded_by_default(name) && !set_per_rank_only(name) &&
+          !(source == EnvSource::container && names_a_path(name)))
         base.set_entry(e);
     }
   }
@@ -190,6 +199,7 @@ RankEnv rank_env(const EnvList& base, const hostfile::RankSlot& slot, const std:
   env.set(env_names::kSecret, job.secret);
   env.set(env_names::kStartTimeout, timeout);
   env.set(env_names::kGeneration, std::to_string(job.generation));
+  if (job.joining) env.set(env_names::kJoining, "1");
 
   if (!job.network_interface.empty()) env.set(env_names::kNetworkInterface, job.network_interface);
 

@@ -98,6 +98,9 @@ struct JobEnv {
   int start_timeout_s = 30;
   /// The elastic generation (HVDRUN_GENERATION).
   int generation = 0;
+  /// The rank joins a job whose other ranks keep running in their processes (in-process
+  /// elastic recovery): HVDRUN_JOINING=1, so that it runs alone until hvd.elastic.run.
+  bool joining = false;
   /// --network-interface, or empty.
   std::string network_interface;
   /// The interface of this host toward the launcher, as its agent found it (empty when it

@@ -124,15 +124,23 @@ std::optional<control::Placement> g_placement;
 // The newest generation this process left after a failed collective (guarded by g_mu):
 // under a control channel it is over for this process, which waits for its next place.
 int g_failed_generation = -1;
+// Set once a joining process (HVDRUN_JOINING) has shut down its job of one: every later
+// init() joins the job (guarded by g_mu).
+bool g_left_alone = false;
+
+// The control channel from this rank's agent, opened by the first init() that has one.
+// g_mu held.
+void open_control(const runtime::Environment& env) {
+  if (env.control_fd < 0 || g_control != nullptr) return;
+  g_control = new runtime::ControlLink(UniqueFd(env.control_fd));
+  g_control->keep_for_process();
+}
 
 // The environment of the generation this init() joins: the process's own, unless the
 // agent has moved the rank (the generation ended, or hosts were added): then the
 // placement the agent sent, waited for up to the start timeout. g_mu held.
 runtime::Environment place(runtime::Environment env) {
-  if (env.control_fd >= 0 && g_control == nullptr) {
-    g_control = new runtime::ControlLink(UniqueFd(env.control_fd));
-    g_control->keep_for_process();
-  }
+  open_control(env);
   if (g_control == nullptr) return env;
   if (g_placement) env = runtime::placed(std::move(env), *g_placement);
   // Until the generation to join is one the agent has not ended already (a survivor may
@@ -234,26 +242,36 @@ void init() {
   std::lock_guard lock(g_mu);
   retire_if_closed();
   if (g_joined) return;
-  auto env = place(runtime::read_environment([](const char* n) { return std::getenv(n); }));
-  if (env.generation != g_incarnation_generation) {
-    g_incarnation_generation = env.generation;
-    g_incarnation = 0;
+  auto env = runtime::read_environment([](const char* n) { return std::getenv(n); });
+  // A process started into a running elastic job runs alone until hvd.elastic.run joins
+  // it (HVDRUN_JOINING): the job's ranks wait for it in their init() meanwhile, and its
+  // channel is open so that it hears where the job has gone when it joins.
+  const bool alone = env.joining && !g_left_alone;
+  if (alone) {
+    open_control(env);
+    env = runtime::alone(std::move(env));
+  } else {
+    env = place(std::move(env));
+    if (env.generation != g_incarnation_generation) {
+      g_incarnation_generation = env.generation;
+      g_incarnation = 0;
+    }
+    env.incarnation = g_incarnation;
+    // A new generation starts unended (runtime/generation_end.h), unless the agent has
+    // already ended the one being joined (or the agent is gone): its first collective
+    // then fails, and the next init() takes the placement after it.
+    if (runtime::generation_end().ended_generation() < env.generation)
+      runtime::generation_end().rearm();
   }
-  env.incarnation = g_incarnation;
-  // A new generation starts unended (runtime/generation_end.h), unless the agent has
-  // already ended the one being joined (or the agent is gone): its first collective then
-  // fails, and the next init() takes the placement after it.
-  if (runtime::generation_end().ended_generation() < env.generation)
-    runtime::generation_end().rearm();
   auto j = std::make_shared<Joined>();
   j->world = std::make_unique<runtime::World>(std::move(env));
-  ++g_incarnation;
+  if (!alone) ++g_incarnation;
   j->engine = std::make_unique<runtime::Engine>(engine_hooks(j->world.get()), j->world->env().size,
                                                 stall_policy(j->world->env()));
   // HOROVOD_TIMELINE=file starts the timeline at init (DYNAMIC: later, start_timeline()).
   const char* path = std::getenv("HOROVOD_TIMELINE");
   if (path != nullptr && *path != '\0' && std::strcmp(path, "DYNAMIC") != 0 &&
-      j->world->env().rank == 0 && !timeline().enabled())
+      j->world->env().rank == 0 && !alone && !timeline().enabled())
     start_timeline_or_warn(path, env_flag("HOROVOD_TIMELINE_MARK_CYCLES"), "HOROVOD_TIMELINE");
   g_joined = std::move(j);
   publish_joined();
@@ -277,7 +295,10 @@ void shutdown() {
   // then never complete fails, and everyone leaves together. After a failed collective
   // the job is over: leave without waiting for peers that are gone.
   const bool healthy = j->engine->shutdown();
-  if (!healthy) {
+  if (j->world->env().alone) {
+    std::lock_guard lock(g_mu);
+    g_left_alone = true;
+  } else if (!healthy) {
     std::lock_guard lock(g_mu);
     g_failed_generation = std::max(g_failed_generation, j->world->env().generation);
   }
@@ -293,6 +314,7 @@ void leave() noexcept {
     std::lock_guard lock(g_mu);
     j = std::move(g_joined);
     publish_joined();
+    if (j && j->world->env().alone) g_left_alone = true;
   }
   if (!j) return;
   try {
@@ -323,6 +345,8 @@ int runtime::declare_elastic() {
   g_control->declare_elastic(current);
   return 1;
 }
+
+int runtime::joining_alone() { return env_of("hvdrun_elastic_joining").alone ? 1 : 0; }
 
 int runtime::pending_host_update() {
   std::optional<control::Placement> next;

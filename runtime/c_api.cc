@@ -163,6 +163,9 @@ int hvdrun_generation(void) {
 int hvdrun_elastic_declare(void) {
   return query([] { return hvdrun::runtime::declare_elastic(); });
 }
+int hvdrun_elastic_joining(void) {
+  return query([] { return hvdrun::runtime::joining_alone(); });
+}
 int hvdrun_hosts_updated(void) {
   return query([] { return hvdrun::runtime::pending_host_update(); });
 }

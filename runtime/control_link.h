@@ -65,6 +65,9 @@ class ControlLink {
 /// hvdrun_elastic_declare (runtime/api.cc): 1 when the agent was told, 0 without a channel.
 /// Throws Error before init() or when the agent is gone.
 int declare_elastic();
+/// hvdrun_elastic_joining (runtime/api.cc): 1 while this process runs as a job of one before
+/// joining a running elastic job (HVDRUN_JOINING), else 0. Throws Error before init().
+int joining_alone();
 /// hvdrun_hosts_updated (runtime/api.cc): the host-change bits of a pending placement.
 int pending_host_update();
 

@@ -136,6 +136,7 @@ Environment read_environment(const std::function<const char*(const char*)>& gete
   auto op = p.number<int>(env_names::kOpTimeout, false, 1, env_names::kMaxOpTimeoutS);
   auto gen = p.number<int>(env_names::kGeneration, false, 0, env_names::kMaxGeneration);
   auto control = p.number<int>(env_names::kControlFd, false, 3, 1 << 20);
+  auto joining = p.number<int>(env_names::kJoining, false, 0, 1);
   auto nccl = p.text(env_names::kNccl, false);
   auto host_path = p.text(env_names::kHostPath, false);
   auto checkin = p.text(env_names::kCheckin, false);
@@ -182,6 +183,7 @@ Environment read_environment(const std::function<const char*(const char*)>& gete
   if (op) e.op_timeout = std::chrono::seconds(*op);
   if (gen) e.generation = *gen;
   if (control) e.control_fd = *control;
+  e.joining = in_job && joining && *joining == 1;
   if (nccl) e.nccl_mode = *nccl;
   if (host_path) e.host_path = *host_path;
   if (checkin) e.checkin = *checkin;
@@ -190,6 +192,18 @@ Environment read_environment(const std::function<const char*(const char*)>& gete
   e.stall_disabled = stall_disable && !stall_disable->empty() && *stall_disable != "0" &&
                      *stall_disable != "false";
   return e;
+}
+
+Environment alone(Environment env) {
+  env.rank = env.local_rank = env.cross_rank = 0;
+  env.size = env.local_size = env.cross_size = 1;
+  env.rendezvous_addr.clear();
+  env.rendezvous_port = 0;
+  env.secret.clear();
+  env.standalone = true;
+  env.alone = true;
+  env.incarnation = 0;
+  return env;
 }
 
 Environment placed(Environment env, const control::Placement& placement) {

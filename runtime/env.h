@@ -35,6 +35,13 @@ struct Environment {
   /// as a single process (rank 0 of 1 on "localhost"); the World then serves its own
   /// rendezvous, so the rendezvous fields are empty here.
   bool standalone = false;
+  /// HVDRUN_JOINING=1: the launcher started this process into a running in-process elastic
+  /// job, whose ranks sync it when hvd.elastic.run starts. Until then the process runs as
+  /// a job of one (alone()): what it does before (a warm-up step) meets no other rank.
+  bool joining = false;
+  /// This environment is a joining process's job of one (alone()), not its place in the
+  /// job: rank 0 of 1, its own rendezvous, the generation it will join.
+  bool alone = false;
   /// How many times this process has called init() before (set by the library, not
   /// the environment): each init checks in afresh under its own key prefix.
   int incarnation = 0;
@@ -53,6 +60,10 @@ struct Environment {
 /// 1): that is an error naming the launcher. Otherwise throws hvdrun::Error listing every
 /// missing or garbled variable and saying to run the program under hvdrun.
 Environment read_environment(const std::function<const char*(const char*)>& getenv);
+
+/// A joining process's job of one until it joins (HVDRUN_JOINING): rank 0 of 1 on this host,
+/// served by its own rendezvous; the generation, host, timeouts and control channel kept.
+Environment alone(Environment env);
 
 /// `env` moved to the generation `placement` describes (in-process elastic recovery): rank,
 /// sizes, rendezvous and secret from the placement; host, timeouts and paths kept.

@@ -104,6 +104,7 @@ void World::serve_own_rendezvous() {
   env_.rendezvous_port = own_rendezvous_->port();
   // Once per process: init() after shutdown() joins again without repeating it.
   static std::once_flag said;
+  if (env_.alone) return;  // a joining process: hvd.elastic.run joins it to the job
   std::call_once(said, [] {
     hvdrun::log().info(
         "hvdrun: not started by hvdrun (no HVDRUN_RANK, HVDRUN_SIZE, ... in the environment): "

@@ -13,7 +13,7 @@ try:  # the installed distribution's version (pyproject.toml takes it from CMake
 except (ImportError, PackageNotFoundError):  # running from a checkout
     __version__ = "0.1.0"
 
-from hvdrun._lib import HvdrunError  # noqa: E402
+from hvdrun._lib import HorovodInternalError, HvdrunError  # noqa: E402
 from hvdrun.runner import JobFailed, run  # noqa: E402
 
-__all__ = ["__version__", "HvdrunError", "JobFailed", "run"]
+__all__ = ["__version__", "HorovodInternalError", "HvdrunError", "JobFailed", "run"]

@@ -152,6 +152,14 @@ def declare_elastic():
     _lib.check(_lib.lib().hvdrun_elastic_declare(), "hvdrun_elastic_declare")
 
 
+def joining_alone():
+    """True while hvdrun runs this process as a job of one because it started it into a
+    running elastic job (HVDRUN_JOINING): what the program did before hvd.elastic.run (a
+    warm-up step building the optimizer's slots) met no other rank."""
+    from hvdrun import _lib
+    return _lib.check(_lib.lib().hvdrun_elastic_joining(), "hvdrun_elastic_joining") == 1
+
+
 def run_fn(func, reset, internal_error):
     """`func(state, ...)` wrapped in the elastic retry loop (see the module's docstring);
     `reset` re-initialises the library, `internal_error` is the framework's
@@ -200,7 +208,9 @@ def framework_run(func, what, init, shutdown, internal_error):
     run_fn's retry loop, where a reset is the module's shutdown(), then init(), then
     telling hvdrun's agent again that this rank runs under the loop. In a generation above
     0 (hvdrun's restart mode replaced every process) rank 0 says once on stderr that the
-    state is what the program built, not the last commit."""
+    state is what the program built, not the last commit. A process hvdrun started into a
+    running job, alone until now, joins it first: the running ranks wait for it in their
+    init(), and the sync then gives it their state."""
 
     def reset():
         shutdown()
@@ -209,14 +219,20 @@ def framework_run(func, what, init, shutdown, internal_error):
         init()
         declare_elastic()
 
-    looped = run_fn(func, reset, internal_error)
+    from hvdrun._lib import HvdrunError
+    # Any failed call into libhvdrun (a barrier, a process set) ends the generation for
+    # this rank as a failed collective (the framework's HorovodInternalError) does.
+    looped = run_fn(func, reset, (internal_error, HvdrunError))
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         from hvdrun import _job
         if _job.is_initialized():
-            _note_restart(what)
-            declare_elastic()
+            if joining_alone():
+                reset()
+            else:
+                _note_restart(what)
+                declare_elastic()
         return looped(state, *args, **kwargs)
 
     return wrapper

@@ -19,6 +19,9 @@ from hvdrun import _lib
 _state_lock = threading.Lock()
 _hooks_installed = False
 _failing = False
+# Jobs this process has joined: every init() after a shutdown() joins a new one, whose
+# members all start it together (object collectives count their calls per job).
+_joins = 0
 
 
 def init(what, comm=None, process_sets=None):
@@ -29,8 +32,11 @@ def init(what, comm=None, process_sets=None):
         raise NotImplementedError(
             f"{what}.init(comm=...): MPI communicators and rank subsets are not supported; "
             "call init() with no arguments inside a job started by hvdrun")
+    global _joins
     lib = _lib.lib()
+    joining = not lib.hvdrun_is_initialized()
     _lib.check(lib.hvdrun_init(), f"{what}.init")
+    _joins += joining
     _set_members.clear()
     _sets.clear()
     global_process_set.ranks = list(range(query(what, "size")))
@@ -43,6 +49,20 @@ def init(what, comm=None, process_sets=None):
 def shutdown(what):
     """Leaves the job (agreed with the other ranks) and releases the communicators."""
     _lib.check(_lib.lib().hvdrun_shutdown(), f"{what}.shutdown")
+
+
+def may_grow():
+    """Whether this job's size may change while this process runs: its agent gave it a
+    control channel (hvdrun's elastic mode, docs/elastic.md). What reduces gradients is
+    then built with its collectives even at size 1 (a job of one that grows, a process
+    alone until it joins a running job), since it runs on once other ranks take part."""
+    return bool(os.environ.get("HVDRUN_CONTROL_FD"))
+
+
+def joins():
+    """How many times this process has joined a job (init() after shutdown() counts again):
+    what the members of the current job count from together."""
+    return _joins
 
 
 def is_initialized():

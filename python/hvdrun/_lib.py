@@ -10,7 +10,7 @@ import threading
 
 from hvdrun import _safe_path
 
-ABI_REQUIRED = 5
+ABI_REQUIRED = 6
 
 # Element types and reductions of runtime/include/hvdrun/hvdrun_c.h; the values are stable.
 INT32, INT64, FLOAT32, FLOAT64, FLOAT16, BFLOAT16, UINT8 = range(7)
@@ -33,8 +33,15 @@ class HvdrunError(RuntimeError):
     """A collective or a call into libhvdrun failed; the message is the library's."""
 
 
-# Its public name, as tracebacks print it: hvdrun.HvdrunError (hvdrun/__init__.py exports it).
-HvdrunError.__module__ = "hvdrun"
+class HorovodInternalError(HvdrunError):
+    """A collective failed (a disagreement between ranks, a lost peer, the end of an
+    elastic generation): what Horovod raises then, under Horovod's name. hvd.elastic.run
+    restores the last commit on it."""
+
+
+# Their public names, as tracebacks print them: hvdrun.HvdrunError and
+# hvdrun.HorovodInternalError (hvdrun/__init__.py exports both).
+HvdrunError.__module__ = HorovodInternalError.__module__ = "hvdrun"
 
 
 _c_int, _c_size, _vp, _handle = ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_longlong
@@ -89,6 +96,7 @@ _SIGNATURES = {
     "hvdrun_generation": (_c_int, []),
     "hvdrun_elastic_declare": (_c_int, []),
     "hvdrun_hosts_updated": (_c_int, []),
+    "hvdrun_elastic_joining": (_c_int, []),
     "hvdrun_nccl_available": (_c_int, []),
     "hvdrun_nccl_status": (ctypes.c_char_p, []),
     "hvdrun_allreduce_async": (_handle, [_vp, _vp, _c_size, _c_int, _c_int]),
@@ -207,8 +215,9 @@ def last_error(default="unknown error"):
     return text[len("hvdrun: "):] if text.startswith("hvdrun: ") else text
 
 
-def check(rc, what):
-    """Raises HvdrunError naming `what` when a C call returned a negative value."""
+def check(rc, what, error=HvdrunError):
+    """Raises `error` (HvdrunError; HorovodInternalError for a collective) naming `what`
+    when a C call returned a negative value."""
     if rc < 0:
-        raise HvdrunError(f"{what} failed: {last_error()}")
+        raise error(f"{what} failed: {last_error()}")
     return rc

@@ -89,6 +89,19 @@ TEST_CASE("every rank gets the native and Horovod and torch names and stale valu
   CHECK(env.count("NCCL_SOCKET_IFNAME") == 0);
 }
 
+TEST_CASE("a rank started into a running elastic job is told so; no other rank is") {
+  char* launcher_env[] = {const_cast<char*>("HVDRUN_JOINING=1"), nullptr};
+  EnvList base = host_base_env(launcher_env, EnvSource::launcher, {});
+  JobEnv j = job();
+  j.generation = 2;
+  auto first = as_map(merged(rank_env(base, hvdrun::hostfile::RankSlot{}, "h", j)));
+  CHECK(first["HVDRUN_GENERATION"] == "2");
+  CHECK(first.count("HVDRUN_JOINING") == 0);  // the launcher's own value is stale
+  j.joining = true;
+  auto joining = as_map(merged(rank_env(base, hvdrun::hostfile::RankSlot{}, "h", j)));
+  CHECK(joining["HVDRUN_JOINING"] == "1");
+}
+
 TEST_CASE("tuning defaults never override the user's values") {
   EnvList base;
   base.set("OMP_NUM_THREADS", "8");

@@ -59,6 +59,28 @@ TEST_CASE("environment contract is parsed", "[runtime][env]") {
   CHECK(parse(env).start_timeout == 5s);
 }
 
+TEST_CASE("a process started into a running elastic job runs alone until it joins",
+          "[runtime][env]") {
+  auto env = full_env();
+  CHECK_FALSE(parse(env).joining);
+  env["HVDRUN_JOINING"] = "1";
+  env["HVDRUN_GENERATION"] = "3";
+  env["HVDRUN_CONTROL_FD"] = "7";
+  const auto joining = parse(env);
+  CHECK(joining.joining);
+  CHECK_FALSE(joining.alone);
+  // Alone: rank 0 of 1 on a rendezvous of its own, still headed for generation 3 and
+  // still hearing its agent.
+  const auto alone = hvdrun::runtime::alone(joining);
+  CHECK((alone.rank == 0 && alone.size == 1 && alone.local_rank == 0 && alone.local_size == 1 &&
+         alone.cross_rank == 0 && alone.cross_size == 1));
+  CHECK((alone.alone && alone.standalone));
+  CHECK((alone.rendezvous_addr.empty() && alone.rendezvous_port == 0 && alone.secret.empty()));
+  CHECK((alone.generation == 3 && alone.control_fd == 7 && alone.hostname == "node1"));
+  env["HVDRUN_JOINING"] = "2";
+  CHECK_THROWS_WITH(parse(env), Catch::Contains("HVDRUN_JOINING"));
+}
+
 TEST_CASE("HVDRUN_CHECKIN: auto checks in through the host's leader from 256 ranks",
           "[runtime][env]") {
   using hvdrun::runtime::checks_in_through_leader;

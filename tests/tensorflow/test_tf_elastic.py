@@ -128,6 +128,11 @@ def test_a_host_that_comes_back_gets_a_rank_synced_before_it_trains(mode, tmp_pa
     new = joined.pop()
     assert first(recs[new], "start", 0) is None and first(recs[new], "start", 1) is None, recs
     assert first(recs[survivor], "start", 1)[4:6] == (0, 1), recs  # alone, size 1
+    if mode == "loop":
+        # The warm-up step before hvd.elastic.run: reduced by both ranks at the start; the
+        # new rank ran its own alone (rank 0 of 1) while the survivor waited for it.
+        assert [first(recs[by_rank[r]], "warm-up")[4:] for r in (0, 1)] == [(0, 2), (1, 2)]
+        assert first(recs[new], "warm-up")[3:] == (2, 0, 1), recs
     # The survivor moved to generation 2 in its process at a commit; the new rank started
     # from its step, and both end with the same model and optimizer variables.
     moved_at = first(recs[survivor], "start", 2)[6]

@@ -17,7 +17,6 @@ registered for the collectives. Everything works eagerly and inside tf.function.
 Horovod names not provided raise an error naming them and what to use instead (see
 docs/tensorflow.md).
 """
-import os
 
 import tensorflow as tf
 
@@ -156,11 +155,10 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
 # ---- gradients of many variables -------------------------------------------------------
 
 def _may_grow():
-    """Whether this job's size may change while this process runs: its agent gave it a
-    control channel (hvdrun's elastic mode, docs/elastic.md). A graph traced at size 1
-    is then built with its collectives anyway, since it runs on once ranks join (and
-    without them a joining rank's reductions would meet nothing)."""
-    return bool(os.environ.get("HVDRUN_CONTROL_FD"))
+    """_job.may_grow(): a graph traced at size 1 is then built with its collectives, since
+    it runs on once ranks join (without them a joining rank's reductions would meet
+    nothing)."""
+    return _job.may_grow()
 
 
 class _GradientReducer:

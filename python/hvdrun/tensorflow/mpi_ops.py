@@ -24,15 +24,13 @@ from hvdrun._job import (Average, Max, Min, ProcessSet, Product, Sum,  # noqa: F
                          add_process_set, ccl_built, ddl_built, global_process_set, gloo_built,
                          gloo_enabled, is_homogeneous, mpi_built, mpi_enabled,
                          remove_process_set, rocm_built)
-from hvdrun._lib import HvdrunError
+# HorovodInternalError: a failed collective raised from Python; inside TensorFlow a failed
+# collective raises tf.errors.FailedPreconditionError, as Horovod's ops do.
+from hvdrun._lib import HorovodInternalError, HvdrunError  # noqa: F401 (re-exported)
 from hvdrun._tf_build import library as _library_path
 from hvdrun.tensorflow.util import _executing_eagerly
 
 _WHAT = "hvdrun.tensorflow"
-
-# Horovod's name for a failed collective raised from Python; inside TensorFlow a failed
-# collective raises tf.errors.FailedPreconditionError, as Horovod's ops do.
-HorovodInternalError = HvdrunError
 
 _C_OP = _job.C_OP
 _FROM_C_OP = {v: k for k, v in _C_OP.items()}

@@ -19,6 +19,7 @@ import struct
 
 import torch
 
+from hvdrun import _job
 from hvdrun.torch.mpi_ops import (_check_process_set, _set_size, allgather, broadcast_,
                                   broadcast_async_, generation, global_process_set, rank,
                                   size, synchronize)
@@ -144,8 +145,10 @@ class ObjectAuthError(RuntimeError):
 
 
 _TAG = 32
-# Object collectives so far in each generation: every rank makes the same calls in the
-# same order, so the count binds a payload to its call (no replay of an earlier one).
+# Object collectives so far in each job this process joined (_job.joins(): every member
+# joined it together, a rank that joined a running elastic job after a job of one too):
+# every rank makes the same calls in the same order, so the count binds a payload to its
+# call (no replay of an earlier one).
 _calls = collections.Counter()
 _key_cache = {}
 
@@ -173,10 +176,10 @@ def _object_key():
 
 def _next_call(ps=0):
     """(generation, process set, this call's number among that set's object collectives in
-    the generation), the same on every member of the set."""
-    gen = generation()
-    _calls[(gen, ps)] += 1
-    return gen, ps, _calls[(gen, ps)]
+    the job joined last), the same on every member of the set."""
+    gen, joined = generation(), _job.joins()
+    _calls[(joined, ps)] += 1
+    return gen, ps, _calls[(joined, ps)]
 
 
 def _tag(key, what, call, sender, payload):

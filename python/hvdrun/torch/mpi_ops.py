@@ -26,12 +26,10 @@ from hvdrun._job import (OP_NAMES as _OP_NAMES, Average, Max, Min,  # noqa: F401
                          global_process_set, gloo_built, gloo_enabled, is_homogeneous,
                          is_initialized, mpi_built, mpi_enabled, remove_process_set,
                          rocm_built)
-from hvdrun._lib import HvdrunError
+from hvdrun._lib import HorovodInternalError, HvdrunError  # noqa: F401 (re-exported)
 from hvdrun.torch import _outputs
 from hvdrun.torch.compression import Compression
 
-# Horovod's name for a failed collective; a RuntimeError like Horovod's.
-HorovodInternalError = HvdrunError
 
 _WHAT = "hvdrun.torch"
 _C_OP = _job.C_OP
@@ -844,4 +842,4 @@ def barrier(process_set=global_process_set):
     if ps != 0:  # a set's barrier: its smallest collective
         allreduce(torch.zeros(1, dtype=torch.uint8), op=Sum, process_set=process_set)
         return
-    _lib.check(_lib.lib().hvdrun_barrier(), "hvdrun.torch.barrier")
+    _lib.check(_lib.lib().hvdrun_barrier(), "hvdrun.torch.barrier", HorovodInternalError)

@@ -57,7 +57,7 @@ typedef enum hvdrun_op {
 } hvdrun_op;
 
 /** The ABI version this library implements (HVDRUN_ABI_VERSION of its build). */
-#define HVDRUN_ABI_VERSION 5
+#define HVDRUN_ABI_VERSION 6
 
 /** Identifies one submitted asynchronous collective; valid (> 0) until hvdrun_wait. */
 typedef long long hvdrun_handle;
@@ -267,6 +267,14 @@ HVDRUN_C_API int hvdrun_elastic_declare(void);
  *  hvdrun_shutdown() then hvdrun_init() joins it, unless HVDRUN_RANK_RETIRED is set too:
  *  then the rank ends instead. Callable at any time. */
 HVDRUN_C_API int hvdrun_hosts_updated(void);
+
+/* ---- ABI version 6 ---------------------------------------------------------------- */
+
+/** 1 while this process runs as a job of one because hvdrun started it into a running
+ *  elastic job (HVDRUN_JOINING; docs/elastic.md): rank 0 of 1, its collectives its own.
+ *  hvdrun_shutdown() then hvdrun_init() joins the job, whose ranks wait for it (Python's
+ *  hvd.elastic.run does so before its first sync). 0 otherwise; -1 before hvdrun_init. */
+HVDRUN_C_API int hvdrun_elastic_joining(void);
 
 /** Message of the last failure on this thread ("" when none). Valid until the next call. */
 HVDRUN_C_API const char* hvdrun_last_error(void);

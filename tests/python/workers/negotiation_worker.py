@@ -16,6 +16,7 @@ import time
 
 import torch
 
+import hvdrun
 import hvdrun.torch as hvd
 
 mode = sys.argv[1]
@@ -39,10 +40,12 @@ def mismatch():
     # Size: rank 0 has 10 elements, the others 3.
     msg = expect_error(lambda: hvd.allreduce(torch.ones(10 if r == 0 else 3), name="grad.fc1"),
                        "allreduce 'grad.fc1': rank 0 has float32[10], rank 1 has float32[3]")
-    # One prefix, the caller's, and the class by its public name.
+    # One prefix, the caller's, and the class by its public name: Horovod's, a kind of
+    # hvdrun's own error.
     assert msg.startswith("hvdrun.torch.allreduce: allreduce 'grad.fc1'"), msg
     cls = hvd.HorovodInternalError
-    assert f"{cls.__module__}.{cls.__qualname__}" == "hvdrun.HvdrunError", cls
+    assert f"{cls.__module__}.{cls.__qualname__}" == "hvdrun.HorovodInternalError", cls
+    assert issubclass(cls, hvdrun.HvdrunError) and issubclass(cls, RuntimeError), cls.__mro__
     # Shape with the same element count.
     expect_error(lambda: hvd.allreduce(torch.ones((2, 3) if r == 0 else (3, 2))),
                  "rank 0 has float32[2, 3], rank 1 has float32[3, 2]")

@@ -1,6 +1,8 @@
 """A Horovod elastic TensorFlow 2 program as Horovod's elastic TF2 examples write one, in
 one of two forms: `loop`, a custom tf.function step with DistributedGradientTape and
-TensorFlowKerasState; `fit`, Keras' model.fit with DistributedOptimizer, KerasState and
+TensorFlowKerasState, one step of which runs before hvd.elastic.run (Horovod's TF2
+elastic example: "run one batch to initialize weights before synchronization"; a rank
+that joins a running job runs it alone); `fit`, Keras' model.fit with DistributedOptimizer, KerasState and
 the three elastic callbacks. Both use an optimizer whose slot variables Keras creates on
 its first apply (SGD with momentum) and a reset callback that rescales the learning rate.
 The worker reports what hvdrun's in-process recovery does to it, so that a test can lose
@@ -9,6 +11,7 @@ a host and let it come back.
 Usage: elastic_join_worker.py DIR loop|fit
 
 Each process appends lines to DIR/pid-<pid>:
+    warm-up PID AGENT GEN RANK SIZE       after the step before hvd.elastic.run (loop only)
     start PID AGENT GEN RANK SIZE STEPS   when the training function (re)starts, after the sync
     step PID AGENT GEN RANK SIZE STEPS    after each commit
     final PID AGENT GEN RANK SIZE STEPS IDENTICAL   at the end (IDENTICAL: 1 when the model's
@@ -56,6 +59,10 @@ def train_step(x, y):
     opt.apply_gradients(zip(grads, model.trainable_variables))
     return loss
 
+
+if mode == "loop":
+    train_step(x_all[:4], y_all[:4])
+    log.write(f"warm-up {os.getpid()} {os.getppid()} {generation()} {hvd.rank()} {hvd.size()}\n")
 
 if mode == "fit":
     state = hvd_keras.elastic.KerasState(model, batch=0, epoch=0, steps=0)
