@@ -85,6 +85,9 @@ bool Job::follow_hosts(const std::vector<hostfile::HostSlots>& hosts) {
   g.hosts_removed = !leaving.empty();
   send_regenerate(g);
   start_fresh(fresh, g.reason);
+  // The running ranks move at their next commit, whenever that is; the new processes
+  // must come within the start timeout.
+  watch_joins(fresh);
   return true;
 }
 

@@ -129,7 +129,8 @@ bool Job::reform(const JobHooks::Reform& how, const Failure& f, bool blamed) {
   std::vector<int> members;
   for (int w : worker_of_) {
     const RankState& rs = ranks_[static_cast<std::size_t>(w)];
-    if (!rs.done && !rs.retiring && !excluded(hosts_[static_cast<std::size_t>(rs.host)]))
+    if (!rs.done && !rs.retiring && !rs.late &&
+        !excluded(hosts_[static_cast<std::size_t>(rs.host)]))
       members.push_back(w);
   }
   const int kept = static_cast<int>(members.size());
@@ -168,6 +169,8 @@ bool Job::reform(const JobHooks::Reform& how, const Failure& f, bool blamed) {
   g.hosts_removed = members.size() < static_cast<std::size_t>(kept) + fresh.size() || blamed;
   send_regenerate(g);
   start_fresh(fresh, g.reason);
+  // Every member leaves the old generation at once (its collectives fail): all must come.
+  watch_joins(members);
   return true;
 }
 
@@ -270,6 +273,7 @@ void Job::start_fresh(const std::vector<int>& fresh, const std::string& why) {
     rs.declared = -1;
     rs.stop_signal = 0;
     rs.retiring = false;
+    rs.late = false;
     relay_->reopen_rank(w);
     if (h.hello && !h.closed) spawn_rank(h, w, host_job_env(h));
   }
@@ -279,6 +283,58 @@ void Job::start_fresh(const std::vector<int>& fresh, const std::string& why) {
                 counted(placement_.size(), "rank"), kept, fresh.size());
   if (hooks_.reformed)
     hooks_.reformed(generation_, placement_.size(), kept, static_cast<int>(fresh.size()), why);
+}
+
+}  // namespace hvdrun::launcher::job_detail
+
+namespace hvdrun::launcher::job_detail {
+
+// `processes` must check in to the generation just placed within the start timeout.
+void Job::watch_joins(std::vector<int> processes) {
+  join_watch_ = std::move(processes);
+  join_deadline_ = now() + std::chrono::seconds(opt_.start_timeout_s);
+}
+
+// The join deadline of a re-formation in process: the processes watched that have not
+// checked in to the generation's rendezvous (no record under hvdrun/g<G>/info) are left
+// out of the next generation (their agents stop them) and their hosts blamed, as for a
+// failed rank; the ranks that did come are re-formed without them. Through a host's leader
+// (HVDRUN_CHECKIN=host) a host's ranks check in together, so one missing rank there makes
+// its whole host late.
+void Job::check_join_deadline(Clock::time_point t) {
+  if (join_watch_.empty() || stopping() || servers_.empty()) return;
+  const rendezvous::Server& server = *servers_.back();
+  const std::string prefix = "hvdrun/g" + std::to_string(generation_) + "/";
+  if (server.get(prefix + "ready")) {
+    join_watch_.clear();
+    return;
+  }
+  if (t < join_deadline_) return;
+  std::vector<int> late;
+  std::vector<std::string> hosts;
+  std::string who;
+  for (int w : join_watch_) {
+    RankState& rs = ranks_[static_cast<std::size_t>(w)];
+    if (rs.done || rs.rank < 0 || server.get(prefix + "info/" + std::to_string(rs.rank))) continue;
+    rs.late = true;
+    late.push_back(w);
+    const std::string& host = hosts_[static_cast<std::size_t>(rs.host)].name;
+    if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
+    who += (who.empty() ? "" : ", ") + std::string("rank ") + std::to_string(rs.rank) +
+           " (process " + std::to_string(w) + " on host " + host + ")";
+  }
+  join_watch_.clear();
+  if (late.empty()) return;
+  spdlog::debug("generation {}: {} late", generation_, counted(late.size(), "process"));
+  // Blamed as a failed rank: its host stays in use when leaving it out would leave fewer
+  // than --min-np slots.
+  Failure f{exit_status::kLaunchFailed,
+            "hvdrun: " + who + " did not join generation " + std::to_string(generation_) +
+                " within --start-timeout (" + std::to_string(opt_.start_timeout_s) +
+                " s); left out of the job and stopped\n",
+            hosts};
+  f.rank_failed = true;
+  job_failure(f);
 }
 
 }  // namespace hvdrun::launcher::job_detail

@@ -80,6 +80,9 @@ struct RankState {
   // Left the job because discovery no longer lists its host: it ends at its next commit
   // (its agent gave it no place, rank -1), not stopped and not blamed.
   bool retiring = false;
+  // Did not check in to the generation it was placed in by the join deadline: left out of
+  // the next one (its agent stops it) and blamed.
+  bool late = false;
   Clock::time_point stopped_at;
 };
 
@@ -165,6 +168,8 @@ class Job {
   void check_left_hold(Clock::time_point t);
   void check_growth_or_stop();
   void check_start_deadline(Clock::time_point t);
+  void watch_joins(std::vector<int> processes);
+  void check_join_deadline(Clock::time_point t);
   void watch(std::string what, const ThreadFailure& failure);
   void check_servers();
   int running_ranks() const;
@@ -219,6 +224,10 @@ class Job {
   // Since when processes would have retired (their hosts left) but fewer than --min-np
   // usable slots were listed (Job::hold_leaving).
   std::optional<Clock::time_point> short_since_;
+  // After a re-formation in process: the processes that must check in to the new
+  // generation's rendezvous by join_deadline_ (--start-timeout), or be left out and blamed.
+  std::vector<int> join_watch_;
+  Clock::time_point join_deadline_;
   int started_ranks_ = 0;
   int done_ranks_ = 0;
   // The servers' I/O threads: an error there ends the job with its cause.

@@ -171,6 +171,40 @@ runtime::Environment place(runtime::Environment env) {
   }
 }
 
+// The world of the generation this rank is placed in (place()). When that generation ends
+// while the rank checks in (the launcher re-formed the job around a rank that did not
+// come), the rank takes the placement after it, until a generation forms. g_mu held.
+std::unique_ptr<runtime::World> join(const runtime::Environment& process_env) {
+  for (;;) {
+    auto env = place(process_env);
+    if (env.generation != g_incarnation_generation) {
+      g_incarnation_generation = env.generation;
+      g_incarnation = 0;
+    }
+    env.incarnation = g_incarnation;
+    // A new generation starts unended (runtime/generation_end.h), unless the agent has
+    // already ended the one being joined (or the agent is gone): its first collective
+    // then fails, and the next init() takes the placement after it.
+    if (runtime::generation_end().ended_generation() < env.generation)
+      runtime::generation_end().rearm();
+    const int generation = env.generation;
+    try {
+      auto world = std::make_unique<runtime::World>(std::move(env));
+      ++g_incarnation;
+      return world;
+    } catch (const std::exception& e) {
+      if (g_control == nullptr || !runtime::generation_end().ended() ||
+          runtime::generation_end().ended_generation() < generation)
+        throw;
+      hvdrun::log().info(
+          "hvdrun: generation {} ended while this rank joined it ({}); joining "
+          "the next",
+          generation, e.what());
+      g_failed_generation = std::max(g_failed_generation, generation);
+    }
+  }
+}
+
 }  // namespace
 
 runtime::Timeline& api_detail::timeline() {
@@ -247,25 +281,13 @@ void init() {
   // it (HVDRUN_JOINING): the job's ranks wait for it in their init() meanwhile, and its
   // channel is open so that it hears where the job has gone when it joins.
   const bool alone = env.joining && !g_left_alone;
+  auto j = std::make_shared<Joined>();
   if (alone) {
     open_control(env);
-    env = runtime::alone(std::move(env));
+    j->world = std::make_unique<runtime::World>(runtime::alone(std::move(env)));
   } else {
-    env = place(std::move(env));
-    if (env.generation != g_incarnation_generation) {
-      g_incarnation_generation = env.generation;
-      g_incarnation = 0;
-    }
-    env.incarnation = g_incarnation;
-    // A new generation starts unended (runtime/generation_end.h), unless the agent has
-    // already ended the one being joined (or the agent is gone): its first collective
-    // then fails, and the next init() takes the placement after it.
-    if (runtime::generation_end().ended_generation() < env.generation)
-      runtime::generation_end().rearm();
+    j->world = join(env);
   }
-  auto j = std::make_shared<Joined>();
-  j->world = std::make_unique<runtime::World>(std::move(env));
-  if (!alone) ++g_incarnation;
   j->engine = std::make_unique<runtime::Engine>(engine_hooks(j->world.get()), j->world->env().size,
                                                 stall_policy(j->world->env()));
   // HOROVOD_TIMELINE=file starts the timeline at init (DYNAMIC: later, start_timeline()).

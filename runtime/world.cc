@@ -30,6 +30,7 @@
 #include "common/peer_loss.h"
 #include "common/seconds_text.h"
 #include "rendezvous/server.h"
+#include "runtime/generation_end.h"
 
 namespace hvdrun::runtime {
 
@@ -70,7 +71,7 @@ bool checks_in_through_leader(const Environment& env) {
 World::World(Environment env) : env_(std::move(env)) {
   if (env_.standalone) serve_own_rendezvous();
   auto start = Clock::now();
-  auto deadline = start + env_.start_timeout;
+  auto deadline = start + checkin_timeout();
   // A process that initialises again checks in afresh, under a prefix of its own.
   rendezvous::Key ns = rendezvous::Key("hvdrun") / ("g" + std::to_string(env_.generation));
   if (env_.incarnation > 0) ns = ns / ("i" + std::to_string(env_.incarnation));
@@ -94,6 +95,13 @@ World::World(Environment env) : env_(std::move(env)) {
   hvdrun::log().debug("hvdrun: {} joined in {} ms via {}; host memory: {}", who(),
                       std::chrono::duration_cast<milliseconds>(Clock::now() - start).count(),
                       local_address(), host_->describe());
+}
+
+// In an elastic job the launcher decides at the start timeout which ranks of a re-formed
+// generation are late and re-forms it without them (docs/elastic.md): a rank waits twice as
+// long, so that the launcher's decision reaches it first.
+milliseconds World::checkin_timeout() const {
+  return env_.control_fd >= 0 && !env_.alone ? 2 * env_.start_timeout : env_.start_timeout;
 }
 
 void World::serve_own_rendezvous() {
@@ -168,9 +176,20 @@ bool World::has_gpu() const {
 }
 
 // Waits for the last check-in; on timeout names who is missing, and anyone who
-// disagrees about the world size.
+// disagrees about the world size. In an elastic job the wait looks at the generation's end
+// mark between short slices: when the launcher re-forms the job around a rank that does
+// not come, the generation being joined ends and so does the wait, with the reason
+// (init() then takes the next placement).
 void World::await_world(Clock::time_point deadline) {
-  auto missing = store_->wait_for({key("ready")}, time_left(deadline));
+  constexpr milliseconds kSlice{200};
+  const bool elastic = env_.control_fd >= 0 && !env_.alone;
+  std::vector<std::string> missing;
+  for (;;) {
+    const milliseconds left = time_left(deadline);
+    missing = store_->wait_for({key("ready")}, elastic ? std::min(left, kSlice) : left);
+    if (missing.empty() || !elastic || left <= kSlice) break;
+    generation_end().check();
+  }
   if (missing.empty()) {
     auto gpus_v = store_->get(key("gpus"));
     gpus_ = gpus_v ? std::strtol(gpus_v->c_str(), nullptr, 10) : 0;
@@ -191,14 +210,14 @@ void World::await_world(Clock::time_point deadline) {
   std::string msg = "rendezvous: " + who() + ": ";
   if (!absent.empty())
     msg += "rank" + std::string(absent.size() > 1 ? "s " : " ") + format_ranks(absent) +
-           " did not arrive within " + seconds_text(env_.start_timeout) + " s (" +
+           " did not arrive within " + seconds_text(checkin_timeout()) + " s (" +
            std::to_string(env_.size - static_cast<int>(absent.size())) + " of " +
            std::to_string(env_.size) + " checked in at " + store_->server_address() +
            "). Check the missing ranks' output for errors; raise --start-timeout if they are "
            "slow to start";
   else
     msg += "all ranks checked in but the world did not complete within " +
-           seconds_text(env_.start_timeout) + " s";
+           seconds_text(checkin_timeout()) + " s";
   msg += mismatch;
   throw Error(msg);
 }

@@ -85,6 +85,7 @@ class World {
   void check_in(std::chrono::steady_clock::time_point deadline);
   void check_in_host(std::chrono::steady_clock::time_point deadline);
   void await_world(std::chrono::steady_clock::time_point deadline);
+  std::chrono::milliseconds checkin_timeout() const;
   bool has_gpu() const;
   // The rendezvous connection, opened on first use (a rank that checked in through its
   // host's leader may never need one).

@@ -89,7 +89,7 @@ TEST_CASE("every rank gets the native and Horovod and torch names and stale valu
   CHECK(env.count("NCCL_SOCKET_IFNAME") == 0);
 }
 
-TEST_CASE("a rank started into a running elastic job is told so; no other rank is") {
+TEST_CASE("a rank started into a running elastic job is told so, the others are not") {
   char* launcher_env[] = {const_cast<char*>("HVDRUN_JOINING=1"), nullptr};
   EnvList base = host_base_env(launcher_env, EnvSource::launcher, {});
   JobEnv j = job();

@@ -171,6 +171,38 @@ def test_a_rank_that_raises_is_replaced_and_the_others_resume_in_process(tmp_pat
     assert not any(_alive(pid) for pid in recs), recs
 
 
+def test_a_new_rank_that_never_joins_is_stopped_and_named(tmp_path):
+    # Rank 1 raises; the process started in its place never calls hvd.init(). At the start
+    # timeout the launcher leaves it out and names it; the survivor, waiting for it in its
+    # init(), takes the next generation in its process and trains on.
+    proc = _start(tmp_path, 2, ["--min-np", "1", "--max-np", "2", "--max-restarts", "4",
+                                "--start-timeout", "5"], ["raise-late"])
+    try:
+        def survivor_alone():
+            recs = _records(tmp_path)
+            return recs if any(_first(r, "step", 2) and _first(r, "step", 2)[4] == 1
+                               for r in recs.values()) else None
+        recs = _wait_for("the survivor training alone in generation 2", survivor_alone, proc)
+        code, out, err = _finish(proc, tmp_path)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert code == 0, out + err
+    recs = _records(tmp_path)
+    late = [pid for pid, r in recs.items() if _first(r, "late")]
+    assert len(late) == 1 and _first(recs[late[0]], "start") is None, recs
+    survivor = next(pid for pid, r in recs.items() if _first(r, "start", 0)
+                    and _first(r, "start", 0)[3] == 0)
+    assert _first(recs[survivor], "start", 2)[3:5] == (0, 1), recs[survivor]  # same process
+    assert ("hvdrun: rank 1 (process 1 on host localhost) did not join generation 1 within "
+            "--start-timeout (5 s); left out of the job and stopped\n") in err, err
+    assert ("generation 1 ended: rank 1 (process 1 on host localhost) did not join generation 1 "
+            "within --start-timeout (5 s); left out of the job and stopped; generation 2 runs in "
+            "process with 1 rank (1 kept, 0 started anew)") in err, err
+    assert not any(_alive(pid) for pid in recs), recs
+
+
 @pytest.fixture(scope="module")
 def three_hosts():
     yield from loopback_cluster(3)

@@ -1,7 +1,7 @@
 """A Horovod elastic training program (hvd.elastic.run, TorchState, a commit every
 COMMIT_EVERY steps) that reports what hvdrun's in-process recovery does to it.
 
-Usage: elastic_inprocess_worker.py DIR [raise]
+Usage: elastic_inprocess_worker.py DIR [raise|raise-late]
 
 Each process appends lines to DIR/pid-<pid> (one file per process, so a test reads which
 processes lived through which generations):
@@ -12,7 +12,10 @@ processes lived through which generations):
 AGENT is the parent process (the host's hvdrun agent). Training goes on until the file
 DIR/stop exists at a commit (rank 0 decides, every rank stops at the same step). With
 `raise`, rank 1 of generation 0 raises RuntimeError at step RAISE_AT: its process ends
-(and hvdrun replaces it) while the others recover in process."""
+(and hvdrun replaces it) while the others recover in process. With `raise-late`, the
+same, and the first process started into the running job (HVDRUN_JOINING) never joins:
+it writes `late PID` to DIR/pid-<pid> and sleeps before hvd.init(), as a rank stuck in
+its start-up would."""
 import os
 import sys
 import time
@@ -26,8 +29,17 @@ RAISE_AT = 7
 PACE_S = 0.02  # between steps: the program's own pace, so six ranks share two cores
 
 out_dir = sys.argv[1]
-raise_mode = sys.argv[2:] == ["raise"]
+raise_mode = sys.argv[2:] in (["raise"], ["raise-late"])
 log = open(os.path.join(out_dir, f"pid-{os.getpid()}"), "a", buffering=1)
+
+if sys.argv[2:] == ["raise-late"] and os.environ.get("HVDRUN_JOINING") == "1":
+    try:
+        os.close(os.open(os.path.join(out_dir, "late-taken"), os.O_CREAT | os.O_EXCL))
+        log.write(f"late {os.getpid()}\n")
+        while True:
+            time.sleep(60)
+    except FileExistsError:
+        pass  # a later process joins as usual
 
 hvd.init()
 torch.manual_seed(100 + hvd.rank())
