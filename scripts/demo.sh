@@ -12,16 +12,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --demo
-launcher=()
-command -v ccache >/dev/null &&
-  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-# -Wno-subobject-linkage: inside a unity source a .cc file counts as a header to GCC, which
-# then warns about each class with a member of an anonymous-namespace type (gloo_comm.cc,
-# horovod_http_server.cc); compiled file by file, as scripts/test.sh does, they are fine.
-cmake -S . -B build-demo -G Ninja -DHVDRUN_BUILD_TESTS=OFF -DCMAKE_CXX_FLAGS=-Wno-subobject-linkage \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" \
-  -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DHVDRUN_QUICK_BUILD=ON \
-  -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=0 -DCMAKE_OPTIMIZE_DEPENDENCIES=ON \
-  "${launcher[@]}"
+# The compilers a `pip install .` would build with: scikit-build-core takes CC and CXX from
+# Python's sysconfig when they are unset (x86_64-linux-gnu-gcc for Debian's python3).
+# With the same compilers and flags, pip builds in this directory (pyproject.toml's
+# build-dir) and compiles nothing the demo compiled.
+if [[ -z ${CC:-} && -z ${CXX:-} && -x /usr/bin/python3 ]]; then
+  read -r CC CXX < <(/usr/bin/python3 -c 'import sysconfig as s
+print(s.get_config_var("CC").split()[0], s.get_config_var("CXX").split()[0])')
+  export CC CXX
+fi
+cmake -S . -B build-demo -G Ninja -DHVDRUN_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
+  -DHVDRUN_QUICK_BUILD=ON -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=0 \
+  -DCMAKE_OPTIMIZE_DEPENDENCIES=ON -DHVDRUN_WITH_NCCL=ON
 cmake --build build-demo --target hvdrun allreduce_demo -j "$(nproc)"
 exec build-demo/cli/hvdrun -np 4 -H localhost:4 build-demo/examples/allreduce_demo

@@ -7,7 +7,7 @@
 #   - libhvdrun.so.0 is inside the installed package and hvdrun.torch loads it;
 #   - `hvdrun -np 2 python` runs an hvdrun.torch allreduce and a DistributedOptimizer step;
 #   - hvdrun.run from a plain Python process returns every rank's result.
-# Prints how long the install took. Usage: pip_test.sh SOURCE_DIR. Exit 77: skipped
+# A second install of the same tree compiles nothing. Prints how long each install took. Usage: pip_test.sh SOURCE_DIR. Exit 77: skipped
 # (no venv module, or no torch for Debian's python3).
 set -euo pipefail
 src=$1
@@ -30,6 +30,14 @@ start=$SECONDS
 "$work/venv/bin/pip" install --quiet --disable-pip-version-check "$work/src" >"$work/pip.log" 2>&1 ||
   { cat "$work/pip.log"; fail "pip install failed"; }
 echo "pip_test: pip install took $((SECONDS - start)) s"
+# The build stays in the tree (pyproject.toml's build-dir), so installing again compiles
+# nothing, although scikit-build-core starts from a fresh CMake cache each time.
+start=$SECONDS
+"$work/venv/bin/pip" install -v --disable-pip-version-check "$work/src" >"$work/pip2.log" 2>&1 ||
+  { cat "$work/pip2.log"; fail "the second pip install failed"; }
+compiled=$(grep -c 'Building C' "$work/pip2.log" || true)
+[[ $compiled == 0 ]] || { grep 'Building C' "$work/pip2.log"; fail "the second pip install compiled $compiled sources again"; }
+echo "pip_test: a second pip install took $((SECONDS - start)) s and compiled nothing"
 
 # Nothing of the build tree or the checkout may be needed from here on.
 rm -rf "$work/src"
