@@ -299,7 +299,7 @@ void Job::wait_for_events(Clock::time_point t) {
   auto wake = next_heartbeat_;
   if (paused) wake = std::min(wake, t + milliseconds(5));
   if (!stopping() && started_ranks_ < workers()) wake = std::min(wake, start_deadline_);
-  if (!join_watch_.empty()) wake = std::min(wake, join_deadline_);
+  if (!join_watch_.empty() && !stopping()) wake = std::min(wake, join_deadline_);
   if (teardown_deadline_) wake = std::min(wake, *teardown_deadline_);
   if (held_) wake = std::min(wake, held_->until);
   if (left_hold_) wake = std::min(wake, *left_hold_);

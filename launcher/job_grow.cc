@@ -51,6 +51,7 @@ void Job::check_growth_or_stop() {
 // (HostsUpdatedInterrupt). False when the growth needs a new host not reached over SSH, or
 // more processes on a host of the job than it had: the job then restarts to grow.
 bool Job::follow_hosts(const std::vector<hostfile::HostSlots>& hosts) {
+  listed_ = hosts;
   std::string why;
   std::vector<int> leaving = retiring_processes(hosts, why);
   int want = 0;
@@ -77,18 +78,28 @@ bool Job::follow_hosts(const std::vector<hostfile::HostSlots>& hosts) {
   if (!fresh.empty())
     why += (why.empty() ? "" : "; ") + std::string("discovery found ") +
            counted(static_cast<long long>(fresh.size()), "more slot");
+  // The ranks move at their next commit; a generation that has not formed yet (ranks
+  // still checking in) has none to come, so it ends now instead, as after a failure.
+  const bool formed = generation_formed();
   ++generation_;
   place_members(members);
   start_generation_server();
   proto::Regenerate g = next_generation(why);
+  g.failure = !formed;
   g.hosts_added = !fresh.empty();
   g.hosts_removed = !leaving.empty();
   send_regenerate(g);
   start_fresh(fresh, g.reason);
   // The running ranks move at their next commit, whenever that is; the new processes
-  // must come within the start timeout.
-  watch_joins(fresh);
+  // must come within the start timeout (and all of them, when the generation ended now).
+  watch_joins(formed ? fresh : members);
   return true;
+}
+
+// Whether every rank of the current generation has checked in to its rendezvous.
+bool Job::generation_formed() const {
+  return !servers_.empty() &&
+         servers_.back()->get("hvdrun/g" + std::to_string(generation_) + "/ready").has_value();
 }
 
 // The running processes that leave the job because their hosts are not in `hosts` (or

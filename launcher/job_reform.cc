@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -138,12 +139,14 @@ bool Job::reform(const JobHooks::Reform& how, const Failure& f, bool blamed) {
   std::vector<int> fresh;
   for (const Host& h : hosts_) {
     if (excluded(h) || !h.hello) continue;
+    int room = free_listed_slots(h, members);
     for (int w : h.ranks) {
       if (how.max_np && static_cast<int>(members.size()) >= *how.max_np) break;
       const RankState& rs = ranks_[static_cast<std::size_t>(w)];
-      if (rs.done && rs.started) {
+      if (rs.done && rs.started && room > 0) {
         members.push_back(w);
         fresh.push_back(w);
+        --room;
       }
     }
   }
@@ -172,6 +175,19 @@ bool Job::reform(const JobHooks::Reform& how, const Failure& f, bool blamed) {
   // Every member leaves the old generation at once (its collectives fail): all must come.
   watch_joins(members);
   return true;
+}
+
+// The slots discovery's latest answer lists on host h beyond the `members` placed there
+// (any number before discovery has answered in process): a re-formation starts no process
+// on a host discovery dropped, nor more than it lists.
+int Job::free_listed_slots(const Host& h, const std::vector<int>& members) const {
+  if (!listed_) return std::numeric_limits<int>::max();
+  int slots = 0;
+  for (const auto& hs : *listed_) {
+    if (hs.name == h.name) slots = hs.slots;
+  }
+  for (int w : members) slots -= ranks_[static_cast<std::size_t>(w)].host == h.index;
+  return slots;
 }
 
 // The current generation's placement: members[i] (a process) becomes rank i. Local ranks
@@ -302,7 +318,8 @@ void Job::watch_joins(std::vector<int> processes) {
 // (HVDRUN_CHECKIN=host) a host's ranks check in together, so one missing rank there makes
 // its whole host late.
 void Job::check_join_deadline(Clock::time_point t) {
-  if (join_watch_.empty() || stopping() || servers_.empty()) return;
+  if (stopping()) join_watch_.clear();  // nobody is waited for in a teardown
+  if (join_watch_.empty() || servers_.empty()) return;
   const rendezvous::Server& server = *servers_.back();
   const std::string prefix = "hvdrun/g" + std::to_string(generation_) + "/";
   if (server.get(prefix + "ready")) {

@@ -145,6 +145,8 @@ class Job {
   void spawn_rank(Host& h, int worker, const JobEnv& env);
   JobEnv host_job_env(const Host& h) const;
   bool follow_hosts(const std::vector<hostfile::HostSlots>& hosts);
+  bool generation_formed() const;
+  int free_listed_slots(const Host& h, const std::vector<int>& members) const;
   std::vector<int> retiring_processes(const std::vector<hostfile::HostSlots>& hosts,
                                       std::string& why) const;
   void hold_leaving(const std::string& why, int usable);
@@ -228,6 +230,9 @@ class Job {
   // generation's rendezvous by join_deadline_ (--start-timeout), or be left out and blamed.
   std::vector<int> join_watch_;
   Clock::time_point join_deadline_;
+  // Discovery's latest usable hosts while the job runs in process (follow_hosts): a
+  // re-formation starts processes anew only where they list free slots.
+  std::optional<std::vector<hostfile::HostSlots>> listed_;
   int started_ranks_ = 0;
   int done_ranks_ = 0;
   // The servers' I/O threads: an error there ends the job with its cause.

@@ -15,6 +15,7 @@
 #include "common/fd.h"
 #include "common/peer_loss.h"
 #include "launcher/job.h"
+#include "rendezvous/server.h"
 #include "tests/launcher/fake_job.h"
 
 using namespace hvdrun;
@@ -273,6 +274,11 @@ void elastic_job(FakeJob& job, int min_np, const std::vector<hostfile::HostSlots
     hooks.reformed = [&said](int, int size, int kept, int started, const std::string& why) {
       said.push_back(why + " -> " + std::to_string(size) + " (" + std::to_string(kept) + " kept, " +
                      std::to_string(started) + " started)");
+    };
+    // The fake agents' ranks never reach a rendezvous: every generation counts as formed
+    // (its ranks checked in at once), as in a job whose ranks train.
+    hooks.test.on_rendezvous = [](rendezvous::Server& server) {
+      for (int g = 0; g < 64; ++g) server.set("hvdrun/g" + std::to_string(g) + "/ready", "1");
     };
   };
 }
