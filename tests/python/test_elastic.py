@@ -7,6 +7,7 @@ training loop or a host is lost, the surviving processes go on in process from t
 commit (a new rank started in place of the one that raised, none for the lost host); a
 host that discovery offers anew, or one new to the job, joins the running ranks in
 process."""
+import contextlib
 import os
 import re
 import select
@@ -100,6 +101,18 @@ def _start(out_dir, np, launcher_args, extra=(), ssh_config=None, env=None):
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})))
 
 
+@contextlib.contextmanager
+def _killed_at_end(proc):
+    """Around a test's part while the launcher `proc` runs: kills it on the way out if it
+    still runs (the test failed before the job ended)."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def _finish(proc, out_dir):
     """Asks the ranks to stop at their next commit and returns (code, stdout, stderr)."""
     open(os.path.join(out_dir, "stop"), "w").close()
@@ -139,7 +152,7 @@ def _first(records, kind, generation=None):
 
 def test_a_rank_that_raises_is_replaced_and_the_others_resume_in_process(tmp_path):
     proc = _start(tmp_path, 2, ["--min-np", "2", "--max-restarts", "2"], ["raise"])
-    try:
+    with _killed_at_end(proc):
         # Generation 1: the survivor (rank 0, its own process) and a new rank 1.
         def moved():
             recs = _records(tmp_path)
@@ -147,10 +160,6 @@ def test_a_rank_that_raises_is_replaced_and_the_others_resume_in_process(tmp_pat
             return recs if sum(1 for s in starts.values() if s) == 2 else None
         recs = _wait_for("generation 1 with two ranks", moved, proc)
         code, out, err = _finish(proc, tmp_path)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert code == 0, out + err
     recs = _records(tmp_path)
     assert len(recs) == 3, recs  # two processes at the start, one started anew
@@ -177,17 +186,13 @@ def test_a_new_rank_that_never_joins_is_stopped_and_named(tmp_path):
     # init(), takes the next generation in its process and trains on.
     proc = _start(tmp_path, 2, ["--min-np", "1", "--max-np", "2", "--max-restarts", "4",
                                 "--start-timeout", "5"], ["raise-late"])
-    try:
+    with _killed_at_end(proc):
         def survivor_alone():
             recs = _records(tmp_path)
             return recs if any(_first(r, "step", 2) and _first(r, "step", 2)[4] == 1
                                for r in recs.values()) else None
         recs = _wait_for("the survivor training alone in generation 2", survivor_alone, proc)
         code, out, err = _finish(proc, tmp_path)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert code == 0, out + err
     recs = _records(tmp_path)
     late = [pid for pid, r in recs.items() if _first(r, "late")]
@@ -216,7 +221,7 @@ def test_a_lost_host_keeps_the_surviving_processes_and_comes_back(tmp_path, thre
     proc = _start(tmp_path, 6, ["--host-discovery-script", str(discover), "--min-np", "4",
                                 "--max-np", "6", "--blacklist-cooldown-range", "4", "4"],
                   ssh_config=three_hosts, env={"HVDRUN_DISCOVERY_INTERVAL": "0.5"})
-    try:
+    with _killed_at_end(proc):
         def all_training():
             recs = _records(tmp_path)
             stepping = [r for r in recs.values() if any(x[0] == "step" for x in r)]
@@ -237,10 +242,6 @@ def test_a_lost_host_keeps_the_surviving_processes_and_comes_back(tmp_path, thre
 
         recs = _ranks_in(tmp_path, proc, 2, 6)
         code, out, err = _finish(proc, tmp_path)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert code == 0, out + err
     recs = _records(tmp_path)
     joined = set(recs) - survivors - lost
@@ -282,7 +283,7 @@ def test_a_host_new_to_the_job_joins_it_in_process(tmp_path, three_hosts):
     proc = _start(tmp_path, 4, ["--host-discovery-script", str(discover), "--min-np", "4",
                                 "--max-np", "6", "--output-filename", str(outputs)],
                   ssh_config=three_hosts, env={"HVDRUN_DISCOVERY_INTERVAL": "0.5"})
-    try:
+    with _killed_at_end(proc):
         def all_training():
             recs = _records(tmp_path)
             stepping = [r for r in recs.values() if any(x[0] == "step" for x in r)]
@@ -294,10 +295,6 @@ def test_a_host_new_to_the_job_joins_it_in_process(tmp_path, three_hosts):
 
         recs = _ranks_in(tmp_path, proc, 1, 6)
         code, out, err = _finish(proc, tmp_path)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert code == 0, out + err
     recs = _records(tmp_path)
     joined = set(recs) - original
@@ -358,7 +355,7 @@ def test_a_host_discovery_drops_retires_its_ranks_at_a_commit(tmp_path, three_ho
     proc = _start(tmp_path, 6, ["--host-discovery-script", str(discover), "--min-np", "2",
                                 "--max-np", "6", "--log-level", "info"],
                   ssh_config=three_hosts, env={"HVDRUN_DISCOVERY_INTERVAL": "0.5"})
-    try:
+    with _killed_at_end(proc):
         recs = _training(tmp_path, proc, 6)
         by_rank = {_first(r, "start", 0)[3]: pid for pid, r in recs.items()}
         agent_of = {pid: _first(r, "start", 0)[1] for pid, r in recs.items()}
@@ -370,10 +367,6 @@ def test_a_host_discovery_drops_retires_its_ranks_at_a_commit(tmp_path, three_ho
         retire_s = time.monotonic() - dropped
         recs = _ranks_in(tmp_path, proc, 1, 4)
         code, out, err = _finish(proc, tmp_path)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     print(f"node3 dropped from discovery to its ranks ended: {retire_s:.2f} s")
     assert code == 0, out + err
     recs = _records(tmp_path)
@@ -406,7 +399,7 @@ def test_a_host_back_from_its_cooldown_returns_while_another_leaves(tmp_path, th
                                 "--max-np", "6", "--blacklist-cooldown-range", "4", "4",
                                 "--log-level", "info"],
                   ssh_config=three_hosts, env={"HVDRUN_DISCOVERY_INTERVAL": "0.5"})
-    try:
+    with _killed_at_end(proc):
         recs = _training(tmp_path, proc, 6)
         by_rank = {_first(r, "start", 0)[3]: pid for pid, r in recs.items()}
         agent_of = {pid: _first(r, "start", 0)[1] for pid, r in recs.items()}
@@ -425,10 +418,6 @@ def test_a_host_back_from_its_cooldown_returns_while_another_leaves(tmp_path, th
             return recs if len(new) == 2 and len(started) == 4 else None
         recs = _wait_for("the job on node1 and node3 again", on_node1_and_node3, proc)
         code, out, err = _finish(proc, tmp_path)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert code == 0, out + err
     recs = _records(tmp_path)
     joined = set(recs) - set(agent_of)
@@ -504,17 +493,13 @@ def test_an_elastic_program_moves_to_its_placement_in_the_same_process():
                             pass_fds=[rank_end.fileno()], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     rank_end.close()
-    try:
+    with _killed_at_end(proc):
         agent.settimeout(120)
         assert _read_frame(agent) == (1, (0).to_bytes(4, "big"))  # elastic, generation 0
         agent.sendall(_placement(1, added=True))
         assert _read_frame(agent) == (2, (0).to_bytes(4, "big"))  # left generation 0
         assert _read_frame(agent) == (1, (1).to_bytes(4, "big"))  # elastic, generation 1
         out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
         agent.close()
     assert proc.returncode == 0, err
     m = re.search(r"generation (\d+) steps (\d+) kept (\w+) resets (\[.*\])", out)
