@@ -78,11 +78,13 @@ std::unique_ptr<HostStarter> make_ssh_starter();    ///< ssh_start.cc
 StartTable start_hosts(const StartContext& context);
 
 /// Agent links to `hosts` for a job that grows in process (elastic: JobHooks::open_hosts):
-/// the ssh method's preflight of those hosts, starting their agents. One entry per host:
-/// its link, or nullptr and why (a host not reached over SSH, or one that failed the
-/// preflight). ssh_start.cc.
-std::vector<JobHooks::OpenedHost> open_ssh_hosts(const LaunchOptions& options,
-                                                 const std::vector<std::string>& hosts);
+/// each host started with its launch method as at the launch (the same registry, under a
+/// fresh --start-timeout), every method tried whatever another's hosts did. One entry per
+/// host, in the order given: its link; or, for this machine, none and `local` (the job
+/// starts its agent); or nullptr and why (the preflight's verdict, the exec: command's or
+/// srun's failure).
+std::vector<JobHooks::OpenedHost> open_hosts(const LaunchOptions& options,
+                                             const std::vector<std::string>& hosts);
 
 /// Prints the failures of `table` to stderr (the preflight's table for hosts reached over
 /// SSH, a line per host otherwise), leaves a preflight failure in `outcome` when set, and

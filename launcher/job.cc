@@ -45,6 +45,10 @@ bool ip_literal(const std::string& a) {
   return ::inet_pton(AF_INET, a.c_str(), &any) == 1 || ::inet_pton(AF_INET6, a.c_str(), &any) == 1;
 }
 
+EnvSource env_source_of(bool local, LaunchMethod method) {
+  return local ? EnvSource::launcher : env_source(to_string(method));
+}
+
 int Job::run() {
   start_time_ = now();
   check_command();
@@ -75,9 +79,6 @@ void Job::lay_out_hosts() {
     worker_of_.push_back(r);
   }
   hosts_.reserve(plan_.hosts.size());
-  auto source_of = [](const PlannedHost& p) {
-    return p.local ? EnvSource::launcher : env_source(to_string(p.method));
-  };
   for (std::size_t i = 0; i < plan_.hosts.size(); ++i) {
     const PlannedHost& planned = plan_.hosts[i];
     Host h;
@@ -87,7 +88,7 @@ void Job::lay_out_hosts() {
     h.method = planned.method;
     h.ranks = planned.ranks;
     for (int r : h.ranks) ranks_[static_cast<std::size_t>(r)].host = h.index;
-    h.env = &host_env(source_of(planned));
+    h.env = &host_env(env_source_of(planned.local, planned.method));
     hosts_.push_back(std::move(h));
   }
 }

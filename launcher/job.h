@@ -84,17 +84,17 @@ struct JobHooks {
   /// processes on hosts that left and grows onto slots it does not use. Unset: hosts are
   /// followed through should_stop only.
   std::function<std::optional<std::vector<hostfile::HostSlots>>()> grow;
-  /// Opens agent links to `hosts` (reached over SSH; checked by a preflight first) for a
-  /// job that grows in process: one entry per host, the link or nullptr, and what went
-  /// wrong. launch() sets it (open_ssh_hosts) when `reform` is set. Unset: growth
-  /// restarts the job.
+  /// Opens agent links to `hosts` for a job that grows in process, each with its launch
+  /// method as at the launch (a preflight over SSH, the exec: command, an srun step): one
+  /// entry per host, the link or nullptr and what went wrong. A host that is this machine
+  /// gets no link (`local`): the job starts its agent itself. launch() sets it (open_hosts,
+  /// host_start.h) when `reform` is set. Unset: growth restarts the job.
   struct OpenedHost {
     std::string host;
     std::unique_ptr<AgentLink> link;
     std::string error;
-    /// The host is not reached over SSH (this machine, exec:, Slurm): a job can grow onto
-    /// it only by a restart.
-    bool restart = false;
+    LaunchMethod method = LaunchMethod::ssh;
+    bool local = false;
   };
   std::function<std::vector<OpenedHost>(const std::vector<std::string>& hosts)> open_hosts;
 

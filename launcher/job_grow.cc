@@ -1,7 +1,8 @@
 // Following discovery in process (job_state.h, docs/elastic.md): while a generation runs
 // in process, the processes on hosts discovery no longer lists retire at their next commit,
 // and the job grows onto usable slots: the processes that ended on the job's hosts start
-// again (reopening a host whose agent was lost), hosts new to the job get agents and
+// again (reopening a host whose agent was lost), hosts listing more slots than they had
+// processes and hosts new to the job (their agents started with their launch methods) get
 // processes numbered after the existing ones; the job moves to a next generation.
 #include <spdlog/spdlog.h>
 
@@ -18,6 +19,7 @@
 #include "launcher/agent_protocol.h"
 #include "launcher/elastic_hosts.h"
 #include "launcher/job_state.h"
+#include "launcher/local_host.h"
 
 namespace hvdrun::launcher::job_detail {
 
@@ -45,11 +47,11 @@ void Job::check_growth_or_stop() {
 // Discovery answered while the job runs in process (`hosts`, the usable ones): the
 // processes on hosts it no longer lists, or lists with fewer slots, retire at their next
 // commit (retiring_processes); slots the job does not use get processes: the processes
-// that ended on hosts of this job start again (reopening a host whose agent was lost,
-// after a preflight), hosts new to the job get agents (after a preflight) and new
-// processes. The running ranks move to the next generation at their next commit
-// (HostsUpdatedInterrupt). False when the growth needs a new host not reached over SSH, or
-// more processes on a host of the job than it had: the job then restarts to grow.
+// that ended on hosts of this job start again (reopening a host whose agent was lost),
+// hosts of the job with more slots than processes get new ones, hosts new to the job get
+// agents (each started with its launch method) and new processes. The running ranks move to the
+// next generation at their next commit (HostsUpdatedInterrupt). False when the growth needs another
+// machine while the job's servers listen on loopback only: the job then restarts to grow.
 bool Job::follow_hosts(const std::vector<hostfile::HostSlots>& hosts) {
   listed_ = hosts;
   std::string why;
@@ -156,8 +158,8 @@ void Job::hold_leaving(const std::string& why, int usable) {
 }
 
 // Grows the job by up to `want` processes onto `hosts` (the usable ones), appended to
-// `fresh`: processes that ended on hosts of this job first, then hosts new to it. False
-// when the growth needs a restart (see follow_hosts).
+// `fresh`: processes on hosts of this job first, then hosts new to it. False when the
+// growth needs a restart (see add_new_hosts).
 bool Job::grow(const std::vector<hostfile::HostSlots>& hosts, int want, std::vector<int>& fresh) {
   std::vector<std::string> to_open;
   fresh = growth_processes(hosts, want, to_open);
@@ -172,10 +174,12 @@ bool Job::grow(const std::vector<hostfile::HostSlots>& hosts, int want, std::vec
   return true;
 }
 
-// Up to `want` processes of this job that ended on `hosts` (within each host's slots), and
-// in `to_open` the hosts among them whose agents are gone.
+// Up to `want` processes on hosts of this job for `hosts`' slots (within each host's
+// listed slots): first the ones that ended there, then processes new to the job where a
+// host lists more slots than it ever had processes; in `to_open` the hosts among them
+// whose agents are gone.
 std::vector<int> Job::growth_processes(const std::vector<hostfile::HostSlots>& hosts, int want,
-                                       std::vector<std::string>& to_open) const {
+                                       std::vector<std::string>& to_open) {
   std::vector<int> fresh;
   for (const auto& hs : hosts) {
     auto it = std::find_if(hosts_.begin(), hosts_.end(),
@@ -183,7 +187,7 @@ std::vector<int> Job::growth_processes(const std::vector<hostfile::HostSlots>& h
     if (it == hosts_.end()) continue;
     int members = 0;
     for (int w : worker_of_) members += ranks_[static_cast<std::size_t>(w)].host == it->index;
-    int room = std::min(hs.slots, static_cast<int>(it->ranks.size())) - members;
+    int room = hs.slots - members;
     const std::size_t before = fresh.size();
     for (int w : it->ranks) {
       if (room <= 0 || static_cast<int>(fresh.size()) >= want) break;
@@ -192,16 +196,22 @@ std::vector<int> Job::growth_processes(const std::vector<hostfile::HostSlots>& h
       fresh.push_back(w);
       --room;
     }
+    const int more = std::min(room, want - static_cast<int>(fresh.size()));
+    if (more > 0) {
+      const std::vector<int> added = add_processes(*it, more);
+      fresh.insert(fresh.end(), added.begin(), added.end());
+    }
     if (fresh.size() > before && it->closed) to_open.push_back(it->name);
   }
   return fresh;
 }
 
-// Hosts of `hosts` that this job never had, for `want` more processes: false, with
-// nothing changed, when they have fewer slots than that or one is not reached over SSH (the
-// job restarts to grow). Otherwise each one that passes the preflight joins the job with its
-// agent and its processes (numbered after the existing ones), appended to `fresh`; one that
-// fails it takes no rank now (discovery offers it again).
+// Hosts of `hosts` that this job never had, for up to `want` more processes: false, with
+// nothing changed, when one of them is another machine and the job's servers listen on
+// loopback only (every host of its launch was this machine): the job restarts to grow.
+// Otherwise each one that starts joins the job with its agent and its processes (numbered
+// after the existing ones), appended to `fresh`; one that does not takes no rank now
+// (discovery offers it again).
 bool Job::add_new_hosts(const std::vector<hostfile::HostSlots>& hosts, int want,
                         std::vector<int>& fresh) {
   std::vector<hostfile::HostSlots> added;
@@ -213,58 +223,65 @@ bool Job::add_new_hosts(const std::vector<hostfile::HostSlots>& hosts, int want,
     added.push_back(hostfile::HostSlots{hs.name, std::min(hs.slots, want - slots)});
     slots += added.back().slots;
   }
-  if (slots < want) return false;
+  if (added.empty()) return true;
   std::vector<std::string> names;
   for (const auto& hs : added) names.push_back(hs.name);
-  auto opened = hooks_.open_hosts(names);
-  if (std::any_of(opened.begin(), opened.end(),
-                  [](const JobHooks::OpenedHost& o) { return o.restart; }))
+  if (plan_.all_local() && !std::all_of(names.begin(), names.end(),
+                                        [](const std::string& n) { return is_local_host(n); }))
     return false;
-  for (auto& o : opened) {
+  for (auto& o : hooks_.open_hosts(names)) {
     auto it = std::find_if(added.begin(), added.end(),
                            [&](const hostfile::HostSlots& hs) { return hs.name == o.host; });
     if (it == added.end()) continue;
-    if (!o.link) {
+    if (!o.link && !o.local) {
       spdlog::warn("host {}: {}; it takes no rank now", o.host, o.error);
       continue;
     }
-    const int first = workers();
-    add_host(o.host, std::move(o.link), it->slots);
-    for (int w = first; w < workers(); ++w) fresh.push_back(w);
+    const std::vector<int> mine = add_host(std::move(o), it->slots);
+    fresh.insert(fresh.end(), mine.begin(), mine.end());
   }
   return true;
 }
 
-// A host new to the job, with its agent's link and `processes` processes numbered after
-// the existing ones (ended, to be started by start_fresh): the output relay grows by their
-// numbers, and the Horovod rendezvous admits the host.
-void Job::add_host(std::string name, std::unique_ptr<AgentLink> link, int processes) {
+// A host new to the job (`opened`: its agent's link, or this machine, whose agent starts
+// now), with `processes` processes new to the job, which it returns.
+std::vector<int> Job::add_host(JobHooks::OpenedHost opened, int processes) {
   Host h;
   h.index = static_cast<int>(hosts_.size());
-  h.name = std::move(name);
-  h.local = false;
-  h.method = LaunchMethod::ssh;
-  h.env = &host_env(EnvSource::login);
-  h.link = std::move(link);
+  h.name = std::move(opened.host);
+  h.local = opened.local;
+  h.method = opened.method;
+  h.env = &host_env(env_source_of(h.local, h.method));
+  h.link = h.local ? open_link(h) : std::move(opened.link);
   h.last_rx = now();
-  const int first = workers();
-  for (int i = 0; i < processes; ++i) {
+  if (const std::string a = h.link->host_address(); !h.local && horovod_ && ip_literal(a))
+    horovod_->allow_also({a});
+  spdlog::debug("host {}: new to the job, {}", h.name, h.link->describe());
+  hosts_.push_back(std::move(h));
+  std::vector<int> added = add_processes(hosts_.back(), processes);
+  send_hello(hosts_.back());
+  return added;
+}
+
+// `count` processes new to the job on `h`, numbered after the existing ones and ended
+// (start_fresh starts them): the output relay grows by their numbers.
+std::vector<int> Job::add_processes(Host& h, int count) {
+  std::vector<int> added;
+  if (count <= 0) return added;
+  for (int i = 0; i < count; ++i) {
     RankState rs;
     rs.host = h.index;
     rs.done = true;
-    h.ranks.push_back(first + i);
+    added.push_back(workers());
+    h.ranks.push_back(workers());
     ranks_.push_back(rs);
     ++done_ranks_;
   }
-  if (const std::string error = relay_->add_ranks(processes); !error.empty())
+  if (const std::string error = relay_->add_ranks(count); !error.empty())
     spdlog::warn("host {}: the output of its ranks goes to hvdrun's output only: {}", h.name,
                  error);
-  if (const std::string a = h.link->host_address(); horovod_ && ip_literal(a))
-    horovod_->allow_also({a});
-  spdlog::debug("host {}: new to the job, {}; processes {}..{}", h.name, h.link->describe(), first,
-                workers() - 1);
-  hosts_.push_back(std::move(h));
-  send_hello(hosts_.back());
+  spdlog::debug("host {}: processes {}..{} new to the job", h.name, added.front(), added.back());
+  return added;
 }
 
 // New agents for the hosts whose agents were lost (the preflight blocks this loop for the
@@ -278,12 +295,12 @@ std::vector<std::string> Job::reopen_hosts(const std::vector<std::string>& names
                            [&](const Host& x) { return x.name == opened.host; });
     if (it == hosts_.end()) continue;
     Host& h = *it;
-    if (!opened.link) {
+    if (!opened.link && !h.local) {
       spdlog::warn("host {}: {}; it takes no rank now", h.name, opened.error);
       failed.push_back(h.name);
       continue;
     }
-    h.link = std::move(opened.link);
+    h.link = h.local ? open_link(h) : std::move(opened.link);
     h.closed = false;
     h.hello = false;
     h.spawned = false;

@@ -35,6 +35,10 @@ using std::chrono::milliseconds;
 // Whether `a` is an IPv4 or IPv6 address literal (what the Horovod rendezvous can admit).
 bool ip_literal(const std::string& a);
 
+// Where the ranks of a host start their environment from: the launcher's for this machine,
+// else its launch method's (rank_env.h).
+EnvSource env_source_of(bool local, LaunchMethod method);
+
 // What the ranks of one kind of host (EnvSource) get besides the per-rank contract.
 struct HostEnv {
   EnvList base;                             // the launcher's forwarded part and -x
@@ -152,11 +156,12 @@ class Job {
   void hold_leaving(const std::string& why, int usable);
   bool grow(const std::vector<hostfile::HostSlots>& hosts, int want, std::vector<int>& fresh);
   std::vector<int> growth_processes(const std::vector<hostfile::HostSlots>& hosts, int want,
-                                    std::vector<std::string>& to_open) const;
+                                    std::vector<std::string>& to_open);
   std::vector<std::string> reopen_hosts(const std::vector<std::string>& names);
   bool add_new_hosts(const std::vector<hostfile::HostSlots>& hosts, int want,
                      std::vector<int>& fresh);
-  void add_host(std::string name, std::unique_ptr<AgentLink> link, int processes);
+  std::vector<int> add_host(JobHooks::OpenedHost opened, int processes);
+  std::vector<int> add_processes(Host& h, int count);
   proto::Regenerate next_generation(std::string reason) const;
   void send_regenerate(const proto::Regenerate& g);
   void start_fresh(const std::vector<int>& fresh, const std::string& why);

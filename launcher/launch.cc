@@ -63,7 +63,7 @@ int launch(const LaunchOptions& options, JobHooks hooks) {
   check_fd_budget(plan);
   if (hooks.reform)
     hooks.open_hosts = [&options](const std::vector<std::string>& hosts) {
-      return open_ssh_hosts(options, hosts);
+      return open_hosts(options, hosts);
     };
   // Whatever local ranks leave behind, even past a killed agent, ends with the launch.
   const LauncherReaper reaper(hooks.own_children);

@@ -1,10 +1,8 @@
 // The ssh method: the preflight logs in to every host in parallel, checks its hvdrun and
 // starts its agent in the same remote shell; each good host's session and agent channel
-// become its link. The same preflight opens the hosts a job grows onto in process
-// (open_ssh_hosts).
+// become its link.
 #include "launcher/host_start.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -51,38 +49,5 @@ class SshStarter final : public HostStarter {
 }  // namespace
 
 std::unique_ptr<HostStarter> make_ssh_starter() { return std::make_unique<SshStarter>(); }
-
-std::vector<JobHooks::OpenedHost> open_ssh_hosts(const LaunchOptions& options,
-                                                 const std::vector<std::string>& hosts) {
-  LaunchOptions o = options;
-  o.hosts.clear();
-  for (const auto& h : hosts) o.hosts.push_back(hostfile::HostSlots{h, 1});
-  o.np = static_cast<int>(hosts.size());
-  const LaunchPlan plan = make_plan(o);
-  std::vector<JobHooks::OpenedHost> out;
-  for (const auto& h : plan.hosts) {
-    if (h.method != LaunchMethod::ssh || h.local)
-      out.push_back({h.name, nullptr, "not reached over SSH: the job grows by a restart", true});
-  }
-  if (std::none_of(plan.hosts.begin(), plan.hosts.end(),
-                   [](const PlannedHost& h) { return h.method == LaunchMethod::ssh; }))
-    return out;
-  PreflightReport report = start_agents(plan, o);
-  for (auto& check : report.hosts) {
-    if (check.local) continue;
-    if (check.verdict == Verdict::ok && check.session && check.agent_channel) {
-      out.push_back({check.host,
-                     make_ssh_agent_link(check.host, std::move(check.session),
-                                         std::move(check.agent_channel)),
-                     "", false});
-    } else {
-      out.push_back({check.host, nullptr,
-                     "failed the preflight: " + check.detail +
-                         (check.fix.empty() ? std::string() : "; " + check.fix),
-                     false});
-    }
-  }
-  return out;
-}
 
 }  // namespace hvdrun::launcher

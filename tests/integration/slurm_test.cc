@@ -13,7 +13,10 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -302,6 +305,8 @@ TEST_CASE("idle connections to the agents' port from another user delay no agent
   const auto job_ms = [](int idle) {
     TempDir d("slurm-idle");
     write_idle_srun(d.path(), idle);
+    const std::string worker =
+        std::string(HVDRUN_SOURCE_DIR) + "/tests/python/workers/elastic_inprocess_worker.py";
     std::vector<std::string> env = cluster().env();
     env.push_back("PATH=" + d.path() + ":" + std::getenv("PATH"));
     CapturedProcess job(in_allocation({"true"}), env);
@@ -336,4 +341,122 @@ TEST_CASE("idle connections to the agents' port from another user delay no agent
                 thirty, base, three);
   report_fault({"30 idle connections from nobody to the Slurm agents' port (3 nodes)", outcome,
                 thirty - base, static_cast<int>(cluster().job_processes().size()), "nothing"});
+}
+
+namespace {
+
+// The records of tests/python/workers/elastic_inprocess_worker.py in `dir`: per process,
+// its lines ("start PID AGENT GEN RANK SIZE STEPS", "step ...", "final ... IDENTICAL").
+std::map<std::string, std::vector<std::string>> worker_records(const std::string& dir) {
+  std::map<std::string, std::vector<std::string>> found;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("pid-", 0) == 0) found[name] = lines(read_file(entry.path().string()));
+  }
+  return found;
+}
+
+// How many processes in `dir` wrote a line starting with `prefix`.
+int processes_with_line(const std::string& dir, const std::string& prefix) {
+  int n = 0;
+  for (const auto& [name, recs] : worker_records(dir)) {
+    n += std::any_of(recs.begin(), recs.end(),
+                     [&](const std::string& l) { return l.rfind(prefix, 0) == 0; });
+  }
+  return n;
+}
+
+// Waits until `done()` holds, failing when the job ends first or `within` passes.
+void wait_until(CapturedProcess& job, const std::string& what, const std::function<bool()>& done,
+                std::chrono::seconds within = 120s) {
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  while (!done()) {
+    INFO("stderr so far: " << job.err);
+    REQUIRE(alive(job.pid()));
+    if (std::chrono::steady_clock::now() > deadline) FAIL("no " << what << " in time");
+    std::this_thread::sleep_for(50ms);
+  }
+}
+
+}  // namespace
+
+// Issue #37: an elastic program under srun grows in process onto a node that discovery
+// adds: the new node's agent comes from an srun step of its own, the running processes
+// move to the next generation at a commit, the new ones start from rank 0's state.
+TEST_CASE("under srun, an elastic job grows in process onto a node discovery adds") {
+  INFO("needs slurmctld, slurmd, slurm-client and munge: scripts/install-deps.sh");
+  REQUIRE(SlurmCluster::available());
+  TempDir d("slurm-grow");
+  const std::string discover = d.path() + "/discover.sh";
+  write_text(discover,
+             "#!/bin/sh\necho node1:2\nif [ -e " + d.path() + "/grow ]; then echo node2:2; fi\n");
+  std::filesystem::permissions(discover, std::filesystem::perms::owner_all);
+  const std::string worker =
+      std::string(HVDRUN_SOURCE_DIR) + "/tests/python/workers/elastic_inprocess_worker.py";
+  std::vector<std::string> env = cluster().env();
+  env.insert(env.end(), {"HVDRUN_DISCOVERY_INTERVAL=0.5", "PYTHONDONTWRITEBYTECODE=1",
+                         "PYTHONPATH=" HVDRUN_SOURCE_DIR "/python",
+                         "HVDRUN_LIBRARY=" HVDRUN_BINARY_DIR "/runtime/libhvdrun.so"});
+  CapturedProcess job(in_allocation({"--launcher",
+                                     "slurm",
+                                     "-np",
+                                     "2",
+                                     "--min-np",
+                                     "2",
+                                     "--max-np",
+                                     "4",
+                                     "--host-discovery-script",
+                                     discover,
+                                     "-x",
+                                     "SLURM_CONF",
+                                     "-x",
+                                     "PYTHONPATH",
+                                     "-x",
+                                     "HVDRUN_LIBRARY",
+                                     "-x",
+                                     "PYTHONDONTWRITEBYTECODE",
+                                     "/usr/bin/python3",
+                                     worker,
+                                     d.path()}),
+                      env);
+  wait_until(job, "two ranks training",
+             [&] { return processes_with_line(d.path(), "step ") == 2; });
+  const auto original = worker_records(d.path());
+  write_text(d.path() + "/grow", "");
+  wait_until(job, "four ranks in generation 1", [&] {
+    int n = 0;
+    for (const auto& [name, recs] : worker_records(d.path())) {
+      for (const auto& l : recs) {
+        std::istringstream in(l);
+        std::string kind, pid, agent, gen;
+        in >> kind >> pid >> agent >> gen;
+        if (kind == "start" && gen == "1") {
+          ++n;
+          break;
+        }
+      }
+    }
+    return n == 4;
+  });
+  write_text(d.path() + "/stop", "");
+  const int code = job.wait(120s);
+  INFO("stdout: " << job.out << "\nstderr: " << job.err);
+  CHECK(code == 0);
+  CHECK(job.err.find("generation 1 runs in process with 4 ranks (2 kept, 2 started anew)") !=
+        std::string::npos);
+  CHECK(job.err.find("restart") == std::string::npos);
+  const auto recs = worker_records(d.path());
+  CHECK(recs.size() == 4);  // the two original processes kept, two new ones
+  for (const auto& [name, was] : original) CHECK(recs.count(name) == 1);
+  std::vector<pid_t> pids;
+  for (const auto& [name, lines_of] : recs) {
+    pids.push_back(static_cast<pid_t>(std::stol(name.substr(4))));
+    std::string last = lines_of.empty() ? "" : lines_of.back();
+    std::istringstream in(last);
+    std::string kind, pid, agent, gen, rank, size, steps, identical;
+    in >> kind >> pid >> agent >> gen >> rank >> size >> steps >> identical;
+    INFO(name << ": " << last);
+    CHECK((kind == "final" && gen == "1" && size == "4" && identical == "1"));
+  }
+  check_nothing_left(pids);
 }

@@ -325,6 +325,71 @@ def test_a_host_new_to_the_job_joins_it_in_process(tmp_path, three_hosts):
     assert not any(_alive(agent) for agent in original_agents | new_agents), recs
 
 
+def _grows_in_process(tmp_path, np, launcher_args, size, env=None):
+    """Starts an elastic job of `np` ranks whose discovery lists more slots once the test
+    creates DIR/grow (`launcher_args` name the script), waits for generation 1 at `size`,
+    ends it and checks that it grew in process: the original processes moved at a commit,
+    the new ones started from rank 0's state, identical weights, nothing left running.
+    Returns (original pids, joined pids, records, stderr)."""
+    proc = _start(tmp_path, np, launcher_args + ["--min-np", str(np), "--max-np", str(size)],
+                  env=dict(env or {}, HVDRUN_DISCOVERY_INTERVAL="0.5"))
+    with _killed_at_end(proc):
+        recs = _training(tmp_path, proc, np)
+        original = set(recs)
+        (tmp_path / "grow").touch()
+        _ranks_in(tmp_path, proc, 1, size)
+        code, out, err = _finish(proc, tmp_path)
+    assert code == 0, out + err
+    recs = _records(tmp_path)
+    joined = set(recs) - original
+    assert len(joined) == size - np, recs
+    moved_at = max(_first(recs[pid], "start", 1)[5] for pid in original)
+    for pid in original | joined:
+        start = _first(recs[pid], "start", 1)
+        assert start[4] == size and start[5] == moved_at > 0, (pid, recs)
+        final = _first(recs[pid], "final")
+        assert final and final[2] == 1 and final[4] == size and final[6] == 1, recs[pid]
+    assert sorted(_first(recs[pid], "start", 1)[3] for pid in original) == list(range(np)), recs
+    assert (f"generation 1 runs in process with {size} ranks ({np} kept, {size - np} started "
+            "anew)") in err, err
+    assert "restart" not in err, err
+    assert not any(_alive(pid) for pid in recs), recs
+    assert not any(_alive(r[1]) for pid in recs for r in recs[pid]), recs  # the agents
+    return original, joined, recs, err
+
+
+def test_a_job_grows_in_process_onto_more_slots_of_its_host(tmp_path):
+    # localhost lists 2 slots, then 3: the third process starts under the same agent.
+    discover = tmp_path / "discover.sh"
+    discover.write_text(f"#!/bin/sh\nif [ -e '{tmp_path / 'grow'}' ]; then echo localhost:3; "
+                        "else echo localhost:2; fi\n")
+    discover.chmod(0o755)
+    original, joined, recs, _ = _grows_in_process(
+        tmp_path, 2, ["--host-discovery-script", str(discover)], 3)
+    agents = {_first(recs[pid], "start", 0)[1] for pid in original}
+    assert len(agents) == 1 and _first(recs[joined.pop()], "start", 1)[1] in agents, recs
+
+
+def test_a_job_grows_in_process_onto_a_host_reached_through_exec(tmp_path):
+    # --launcher exec: with a stand-in for `kubectl exec`: it notes the host and runs the
+    # agent here. 127.0.0.3 appears in discovery while the job runs on 127.0.0.2.
+    standin = tmp_path / "standin"
+    standin.write_text(f"#!/bin/sh\necho \"$1\" >> '{tmp_path / 'hosts'}'\nshift\n"
+                       "exec \"$@\"\n")
+    standin.chmod(0o755)
+    discover = tmp_path / "discover.sh"
+    discover.write_text(f"#!/bin/sh\necho 127.0.0.2:2\n"
+                        f"if [ -e '{tmp_path / 'grow'}' ]; then echo 127.0.0.3:2; fi\n")
+    discover.chmod(0o755)
+    original, joined, recs, _ = _grows_in_process(
+        tmp_path, 2, ["--launcher", f"exec:{standin} {{host}}", "-p", "1",
+                      "--host-discovery-script", str(discover)], 4)
+    assert (tmp_path / "hosts").read_text().split() == ["127.0.0.2", "127.0.0.3"]
+    old_agents = {_first(recs[pid], "start", 0)[1] for pid in original}
+    new_agents = {_first(recs[pid], "start", 1)[1] for pid in joined}
+    assert len(old_agents) == 1 and len(new_agents) == 1 and not old_agents & new_agents, recs
+
+
 def _discovery(tmp_path, hosts, unless):
     """A discovery script printing `hosts` (name:slots), each but the ones in `unless`
     ({name: file}) once that file exists."""
