@@ -19,6 +19,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/deadline.h"
 #include "common/error.h"
 #include "launcher/local_host.h"
 #include "rendezvous/protocol.h"
@@ -74,10 +75,10 @@ std::string end_text(int fd, bool peer) {
 bool read_exact(int fd, char* buf, std::size_t n, Clock::time_point deadline) {
   std::size_t got = 0;
   while (got < n) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return false;
+    const int left = poll_ms_left(deadline);
+    if (left == 0) return false;
     pollfd p{fd, POLLIN, 0};
-    int rc = ::poll(&p, 1, static_cast<int>(left.count()) + 1);
+    int rc = ::poll(&p, 1, left);
     if (rc < 0 && errno != EINTR) return false;
     if (rc <= 0) continue;
     ssize_t r = ::recv(fd, buf + got, n - got, 0);

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <utility>
 
+#include "common/deadline.h"
 #include "common/error.h"
 #include "launcher/agent_link.h"
 #include "launcher/launch_method.h"
@@ -92,11 +93,10 @@ std::unique_ptr<AgentLink> PendingExecAgent::finish(const std::string& expected_
                                                     Clock::time_point deadline,
                                                     const std::string& address) {
   while (!receive()) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) break;
+    const int left = poll_ms_left(deadline);
+    if (left == 0) break;
     pollfd p{from_.get(), POLLIN, 0};
-    int rc = ::poll(&p, 1, static_cast<int>(left.count()) + 1);
+    int rc = ::poll(&p, 1, left);
     if (rc < 0 && errno != EINTR) throw_errno("waiting for host " + host_, "poll");
   }
   return link(expected_version, address);

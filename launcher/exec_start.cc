@@ -13,6 +13,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/deadline.h"
 #include "common/error.h"
 #include "common/plural.h"
 #include "common/version.h"
@@ -33,11 +34,9 @@ void await_exec_answers(std::vector<std::unique_ptr<PendingExecAgent>>& pending,
                         std::vector<pollfd>& fds, ssh::Clock::time_point deadline, Done done) {
   fds.clear();
   for (const auto& p : pending) fds.push_back({p->fd(), POLLIN, 0});
-  const auto left =
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - ssh::Clock::now());
-  const bool late = left.count() <= 0;
-  if (!late && ::poll(fds.data(), fds.size(), static_cast<int>(left.count()) + 1) < 0 &&
-      errno != EINTR) {
+  const int left = poll_ms_left(deadline);
+  const bool late = left == 0;
+  if (!late && ::poll(fds.data(), fds.size(), left) < 0 && errno != EINTR) {
     throw_errno("waiting for the exec: commands", "poll");
   }
   // Past the deadline every one still pending is done: its link() says it did not answer.

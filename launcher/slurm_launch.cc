@@ -19,6 +19,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/deadline.h"
 #include "common/error.h"
 #include "common/fd.h"
 #include "launcher/agent.h"
@@ -210,8 +211,7 @@ class SlurmAgentLink : public AgentLink {
     result_ = "did not close its connection in time";
     while (Clock::now() < deadline) {
       pollfd p{sock_.get(), POLLIN, 0};
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (::poll(&p, 1, static_cast<int>(std::max<long>(left.count(), 1))) <= 0) continue;
+      if (::poll(&p, 1, std::max(poll_ms_left(deadline), 1)) <= 0) continue;
       ssize_t n = ::recv(sock_.get(), buf, sizeof buf, 0);
       if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
         result_ = "closed its connection";

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/backoff.h"
+#include "common/deadline.h"
 #include "common/fd.h"
 #include "common/log.h"
 #include "rendezvous/protocol.h"
@@ -29,10 +30,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-int remaining_ms(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-  return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1 << 30));
-}
+int remaining_ms(Clock::time_point deadline) { return poll_ms_left(deadline); }
 
 // An I/O failure that may go away on retry during connect (refused, reset, timeout).
 struct TransientError {

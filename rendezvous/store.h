@@ -4,6 +4,7 @@
 // tested without a server. Errors are the ones every store throws.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -12,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/deadline.h"
 #include "common/error.h"
 
 namespace hvdrun::rendezvous {
@@ -63,6 +65,25 @@ class Store {
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
                     const std::string& what = {}) = 0;
 };
+
+/// Store::wait_for, in slices of at most 200 ms while `failure_key` is not empty: between
+/// slices, a peer that failed and published why under `failure_key` (before it could
+/// publish what the caller waits for) ends the wait with `failed(why)`, which throws,
+/// instead of the whole `timeout`. Returns the keys still missing.
+template <typename Failed>
+std::vector<std::string> wait_for_unless_failed(Store& store, const std::vector<std::string>& keys,
+                                                std::chrono::milliseconds timeout,
+                                                const std::string& failure_key, Failed failed) {
+  if (failure_key.empty()) return store.wait_for(keys, timeout);
+  constexpr std::chrono::milliseconds kSlice(200);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const std::chrono::milliseconds left = time_left(deadline);
+    auto missing = store.wait_for(keys, std::min(left, kSlice));
+    if (missing.empty() || left <= kSlice) return missing;
+    if (auto why = store.get(failure_key)) failed(*why);
+  }
+}
 
 /// A store key built from parts, so that a namespace is spelled once and its keys are
 /// joined one way: `Key("hvdrun/g0") / "hosts" / 3` is "hvdrun/g0/hosts/3". Passes as

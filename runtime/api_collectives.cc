@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "hvdrun/hvdrun.h"
+#include "runtime/api_group.h"
 #include "runtime/api_state.h"
 #include "runtime/engine.h"
 #include "runtime/process_set.h"
@@ -23,8 +24,12 @@
 
 namespace hvdrun {
 
+using api_detail::alltoall;
+using api_detail::check_splits;
+using api_detail::Group;
 using api_detail::Joined;
 using api_detail::joined;
+using api_detail::slices;
 
 namespace {
 
@@ -71,24 +76,6 @@ runtime::NcclComm& nccl(runtime::World& w, const char* fn) {
                 ": device buffers need NCCL, which is unavailable: " + w.nccl_status());
   return *w.nccl();
 }
-
-// The ranks a collective runs among: the whole job, or a process set's members.
-struct Group {
-  runtime::World* world = nullptr;
-  runtime::ProcessSet* set = nullptr;  // null: every rank
-  int rank = 0;
-  int size = 1;
-  runtime::HostComm& host() const { return set != nullptr ? *set->host : world->host(); }
-  // The GPU communicator; a set builds its own on first use (every member reaches this
-  // point of the agreed order together).
-  runtime::NcclComm& nccl() const {
-    if (set == nullptr) return *world->nccl();
-    if (!set->nccl)
-      set->nccl = world->subset_nccl(rendezvous::Key(set->prefix) / "nccl" / "id", set->rank,
-                                     static_cast<int>(set->ranks.size()));
-    return *set->nccl;
-  }
-};
 
 // A collective checked at submission (bad arguments fail there, like NCCL being
 // unavailable for device buffers) and turned into its request and body.
@@ -212,85 +199,6 @@ EngineHandle engine_of(Handle h, const char* fn) {
   if (id == 0) return {j->engine.get(), j, h};
   auto set = member_set(*j, id, fn);
   return {set->engine.get(), set, h & ((Handle{1} << kSetShift) - 1)};
-}
-
-// An alltoall's splits: one entry per rank, none negative, adding up to the tensor;
-// without splits the tensor must divide equally.
-void check_splits(const Collective& c, int n) {
-  // (A rank that receives nothing may pass no output; recv_count is checked everywhere.)
-  if (c.count > 0 && c.send == nullptr) throw Error("hvdrun::alltoall: null buffer");
-  if (c.splits == nullptr) {
-    if (c.count % static_cast<std::size_t>(n) != 0)
-      throw Error("hvdrun::alltoall: " + std::to_string(c.count) +
-                  " elements cannot be split equally among " + std::to_string(n) +
-                  " ranks; pass splits (elements for each rank)");
-    return;
-  }
-  std::int64_t sum = 0;
-  for (int r = 0; r < n; ++r) {
-    if (c.splits[r] < 0)
-      throw Error("hvdrun::alltoall: splits[" + std::to_string(r) + "] is " +
-                  std::to_string(c.splits[r]) + "; splits cannot be negative");
-    sum += c.splits[r];
-  }
-  if (static_cast<std::size_t>(sum) != c.count)
-    throw Error("hvdrun::alltoall: the splits add up to " + std::to_string(sum) +
-                " elements but the tensor has " + std::to_string(c.count) +
-                "; give one entry per rank (" + std::to_string(n) +
-                ") adding up to the tensor's size");
-}
-
-// The slices of a reduce-scatter, in elements per rank: the first dimension split as
-// Horovod does (ranks below rows % n get one row more). From the round's agreed request,
-// which holds its own copy of the shape (the caller's may be gone by the time data moves).
-std::vector<std::size_t> slices(const runtime::Request& r, int n) {
-  const auto rows = static_cast<std::size_t>(r.shape[0]);
-  const std::size_t row = rows == 0 ? 0 : r.count / rows;
-  const auto N = static_cast<std::size_t>(n);
-  std::vector<std::size_t> out(N);
-  for (std::size_t k = 0; k < N; ++k) out[k] = (rows / N + (k < rows % N ? 1 : 0)) * row;
-  return out;
-}
-
-// An alltoall: first every rank's splits and receive capacity travel to every rank (so
-// all check every capacity alike and a too-small buffer fails the collective everywhere,
-// before data moves), then the data.
-void alltoall(const Group& g, const Collective& a) {
-  const int n = g.size, me = g.rank;
-  const auto N = static_cast<std::size_t>(n);
-  std::vector<std::int64_t> mine(N + 1), all(N * (N + 1));
-  for (std::size_t j = 0; j < N; ++j)
-    mine[j] = a.splits != nullptr ? a.splits[j] : static_cast<std::int64_t>(a.count / N);
-  mine[N] = static_cast<std::int64_t>(a.recv_count);
-  {
-    const runtime::TimelineActivity splits("ALLTOALL_SPLITS");
-    g.host().allgather(mine.data(), all.data(), mine.size() * sizeof(std::int64_t));
-  }
-  auto at = [&](std::size_t i, std::size_t j) { return all[i * (N + 1) + j]; };
-  for (std::size_t j = 0; j < N; ++j) {
-    std::int64_t in = 0;
-    for (std::size_t i = 0; i < N; ++i) in += at(i, j);
-    if (in > at(j, N))
-      throw runtime::Refused("hvdrun::alltoall: rank " + std::to_string(j) + " is sent " +
-                             std::to_string(in) + " elements but its output holds " +
-                             std::to_string(at(j, N)) +
-                             " (recv_count); size the output from the splits every rank sends it");
-  }
-  const std::size_t es = dtype_size(a.dtype);
-  std::vector<std::size_t> out(N), in(N), matrix(N * N);
-  for (std::size_t i = 0; i < N; ++i)
-    for (std::size_t j = 0; j < N; ++j) matrix[i * N + j] = static_cast<std::size_t>(at(i, j)) * es;
-  for (std::size_t k = 0; k < N; ++k) {
-    out[k] = static_cast<std::size_t>(at(static_cast<std::size_t>(me), k));
-    in[k] = static_cast<std::size_t>(at(k, static_cast<std::size_t>(me)));
-    if (a.received_splits != nullptr) a.received_splits[k] = static_cast<std::int64_t>(in[k]);
-  }
-  if (a.device) {
-    const runtime::TimelineActivity nccl("NCCL_ALLTOALL");
-    g.nccl().alltoallv(a.send, out, a.recv, in, a.dtype, a.cuda_stream);
-  } else {
-    g.host().alltoallv(a.send, a.recv, matrix);
-  }
 }
 
 Prepared prepare(const Collective& c) {

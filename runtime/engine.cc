@@ -1,5 +1,6 @@
 // The collective engine (engine.h): one mutex, one condition variable, a worker thread
-// that drives rounds when no caller does, and a thread that watches for stalls.
+// that drives rounds when no caller does. The fast paths into a round are in
+// engine_express.cc, the thread that watches for stalls in engine_stalls.cc.
 #include "runtime/engine.h"
 
 #include <algorithm>
@@ -7,7 +8,6 @@
 #include <cstring>
 #include <utility>
 
-#include "common/seconds_text.h"
 #include "common/thread_failure.h"
 #include "hvdrun/hvdrun.h"
 
@@ -22,12 +22,6 @@ namespace {
 // some wait for a named collective others have not reached): short at first, then up to
 // 2 ms, so mismatched queues cost little CPU and a new submission still ends it at once.
 milliseconds backoff(int unproductive) { return milliseconds(std::min(2, unproductive / 8)); }
-
-// Whole seconds in stall reports ("61 s"); below ten seconds a tenth ("0.3 s").
-std::string seconds(milliseconds d) {
-  if (d >= std::chrono::seconds(10)) return std::to_string(d.count() / 1000) + " s";
-  return seconds_text(milliseconds(d.count() / 100 * 100)) + " s";
-}
 
 }  // namespace
 
@@ -449,131 +443,6 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool(
   end_round();
 }
 
-bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const InlineResult* result,
-                     std::uint64_t token) {
-  // The steady state: nothing else queued or driven here, the request already cached.
-  if (queue_.size() != 1 || driving_ || stopping_ || !failure_.empty() || slot.done ||
-      !slot.row.empty() || (hooks_.timeline != nullptr && hooks_.timeline->enabled()))
-    return false;
-  const std::int64_t id = cached_id(slot.req, token);
-  if (id < 0) return false;
-  begin_round();
-  const std::size_t bytes = inline_size(slot);
-  announce_alone(id, slot.req.seq, slot.small_input, bytes);
-  const std::uint64_t seen = enter_exchange(lock);
-  std::exception_ptr broken = gather_briefs(&slot.req);
-  if (broken || is_control(slot.req.kind) || !agreed_as_mine(briefs_, brief_, book_)) {
-    go_on(slot, std::move(broken), seen, lock);
-    return true;
-  }
-  // Every rank announced this collective alone: it runs now, as a round of drive() runs
-  // what it made ready. A small allreduce whose inputs all rode in the round is reduced
-  // here, from the briefs this driver owns until end_round(), as its body would.
-  if (result != nullptr && bytes > 0) {
-    reduce_payloads_here(briefs_[0].payload(), sizeof(Brief), size_, result->recv, result->count,
-                         result->dtype, result->op);
-    leave_exchange(lock);
-    queue_.pop_front();  // this slot: only the driver takes slots out, others append
-    // finish() but for its body: run() destroys the slot as soon as it returns, and
-    // end_round() wakes whoever waits.
-    slot.done = true;
-    ++progress_;
-    stall_reported_ = false;
-    end_round();
-    return true;
-  }
-  Alone alone;
-  alone.id = static_cast<std::uint32_t>(id);
-  alone.seq = slot.req.seq;
-  alone.inline_all = bytes > 0;
-  plan_alone(alone, briefs_, cache_, plan_);
-  leave_exchange(lock);
-  execute(plan_.ready[0], lock);
-  end_round();
-  return true;
-}
-
-void Engine::go_on(Slot& slot, std::exception_ptr broken, std::uint64_t seen,
-                   std::unique_lock<std::mutex>& lock) {
-  // Some rank announced something else: the round goes on as drive() would take it from
-  // these briefs, and so do the rounds after it until this collective is done.
-  Slot* fresh[kWindow] = {&slot};
-  int unproductive = 0;
-  if (settle(lock, std::move(broken), &slot.req, fresh, 1, false, seen, unproductive))
-    drive(
-        lock, [&] { return slot.done; }, unproductive);
-  else
-    end_round();
-}
-
-void Engine::announce_alone(std::int64_t id, std::int64_t seq, const void* input,
-                            std::size_t bytes) {
-  // The brief brief_of() would write for a window of this one request.
-  brief_.count = 1;
-  brief_.uncached = 0;
-  BriefEntry e;
-  e.id = static_cast<std::uint32_t>(id);
-  e.seq = seq;
-  brief_.set_entry(0, e);
-  brief_.inline_bytes = static_cast<std::uint32_t>(bytes);
-  if (bytes > 0) std::memcpy(brief_.payload(), input, bytes);
-}
-
-bool Engine::express_inline(const Request& req, Body& body, const void* input,
-                            const InlineResult& result, std::uint64_t token,
-                            std::unique_lock<std::mutex>& lock) {
-  // express()'s state, for an unnamed allreduce whose input rides in the round.
-  if (!queue_.empty() || driving_ || stopping_ || !failure_.empty() || closed_ ||
-      req.name_hash != 0 || (hooks_.timeline != nullptr && hooks_.timeline->enabled()))
-    return false;
-  const std::size_t bytes = req.count * element_bytes(static_cast<DataType>(req.dtype));
-  if (req.kind != Kind::kAllreduce || bytes == 0 || bytes > inline_limit()) return false;
-  const std::int64_t id = cached_id(req, token);
-  if (id < 0) return false;
-  // What enqueue() does for it: its position, a new wait, one more submission.
-  const std::int64_t seq = next_seq_++;
-  ++progress_;
-  ++submissions_;
-  begin_round();
-  announce_alone(id, seq, input, bytes);
-  // Its request with its seq, for messages and stall reports: copied once per token.
-  if (token == 0 || token != express_token_) {
-    express_head_ = req;
-    express_token_ = token;
-  }
-  express_head_.seq = seq;
-  expressing_ = true;
-  const std::uint64_t seen = enter_exchange(lock);
-  std::exception_ptr broken = gather_briefs(&express_head_);
-  if (!broken && agreed_as_mine(briefs_, brief_, book_)) {
-    // Every rank carried this same collective alone: its result is the briefs' payloads
-    // reduced, as express() would do.
-    reduce_payloads_here(briefs_[0].payload(), sizeof(Brief), size_, result.recv, result.count,
-                         result.dtype, result.op);
-    leave_exchange(lock);
-    expressing_ = false;
-    ++progress_;
-    stall_reported_ = false;
-    end_round();
-    return true;
-  }
-  // Another round: the collective becomes the oldest queued one, as if enqueue() had put it
-  // there (others may have queued theirs behind it meanwhile), and the round goes on as
-  // express() takes it.
-  Slot local(express_head_);
-  local.body = std::move(body);
-  local.small_input = input;
-  lock.lock();
-  expressing_ = false;
-  auto slot = std::shared_ptr<Slot>(std::shared_ptr<Slot>(), &local);
-  queue_.push_front(slot);
-  lock.unlock();
-  go_on(local, std::move(broken), seen, lock);
-  if (!local.done) await(slot, lock);
-  if (local.error) std::rethrow_exception(local.error);
-  return true;
-}
-
 void Engine::gather(const void* mine, std::size_t used, void* all, std::size_t block,
                     std::size_t stride, const Request* head) {
   if (block == stride) {
@@ -648,104 +517,6 @@ void Engine::worker() {
 }
 
 bool Engine::waits() const { return !queue_.empty() || expressing_; }
-
-std::string Engine::stall_text(milliseconds waited, bool in_round, const std::vector<int>& absent) {
-  // The oldest collective: an express one is not queued (express_inline()).
-  const Request& oldest = expressing_ ? express_head_ : queue_.front()->req;
-  const std::size_t more = queue_.size() - (expressing_ ? 0 : 1);
-  std::string s = "hvdrun: stall: this rank has waited " + seconds(waited) + " for " +
-                  label(oldest) + " " + tensor_text(oldest);
-  if (more > 0) s += " and " + std::to_string(more) + " more";
-  std::vector<int> missing = absent;
-  std::string elsewhere;
-  if (!in_round && static_cast<int>(last_book_.announced.size()) == size_) {
-    // The ledger after the last round says what every rank had submitted.
-    for (int r = 0; r < size_; ++r) {
-      const auto& announced = last_book_.announced[static_cast<std::size_t>(r)];
-      bool has = false;
-      const bool joined = last_book_.joined_round[static_cast<std::size_t>(r)] >= 0;
-      std::string theirs;
-      for (std::size_t i = 0; i < announced.size(); ++i) {
-        has = has || same_key(announced[i], oldest);
-        if (i < 3) theirs += (i ? ", " : "") + label(announced[i]);
-      }
-      if (announced.size() > 3) theirs += " and " + std::to_string(announced.size() - 3) + " more";
-      if (has || joined) continue;
-      missing.push_back(r);
-      elsewhere += "; rank " + std::to_string(r) + " has submitted " +
-                   (theirs.empty() ? std::string("nothing") : theirs);
-    }
-  }
-  if (!missing.empty()) {
-    s += in_round ? "; ranks that have submitted nothing: " : "; missing on ";
-    for (std::size_t i = 0; i < missing.size() && i < 32; ++i)
-      s += (i ? ", " : "") + std::to_string(missing[i]);
-    if (missing.size() > 32) s += " and " + std::to_string(missing.size() - 32) + " more";
-  }
-  s += elsewhere;
-  s += ". Every rank must submit the same collectives (matched by name, or by order when "
-       "unnamed)";
-  return s;
-}
-
-void Engine::watch_stalls() {
-  if (stall_.disabled) return;
-  std::unique_lock lock(mu_);
-  const milliseconds tick = std::clamp(stall_.check / 10, milliseconds(10), milliseconds(1000));
-  long long published = -1;
-  // Progress is a counter the hot path bumps; the time it last moved is this thread's
-  // observation (to a tick), so collectives read no clock.
-  std::uint64_t seen_progress = progress_;
-  long long seen_round = exchanging_round_;
-  auto progress_since = Clock::now(), round_since = progress_since;
-  while (!stopping_) {
-    stall_cv_.wait_for(lock, tick, [&] { return stopping_; });
-    const auto now = Clock::now();
-    if (progress_ != seen_progress) {
-      seen_progress = progress_;
-      progress_since = now;
-    }
-    if (exchanging_round_ != seen_round) {
-      seen_round = exchanging_round_;
-      round_since = now;
-    }
-    if (stopping_ || !waits()) continue;
-    auto waited = std::chrono::duration_cast<milliseconds>(now - progress_since);
-    // Blocked inside one round (some rank has not entered it), as opposed to rounds
-    // that keep completing without agreement, where the last table says it all.
-    const long long round =
-        exchanging_round_ >= 0 && now - round_since >= stall_.check / 2 ? exchanging_round_ : -1;
-    // Inside a round this rank cannot see who has not entered it: it says where it is
-    // through the rendezvous halfway to the report, and reads where the others are then.
-    if (round >= 0 && round != published && hooks_.arrived) {
-      published = round;
-      lock.unlock();
-      hooks_.arrived(round);
-      lock.lock();
-    }
-    const bool ends = stall_.shutdown.count() > 0 && waited >= stall_.shutdown;
-    if (waited < stall_.check || (stall_reported_ && !ends)) continue;
-    std::vector<int> absent;
-    if (round >= 0 && hooks_.missing_from_round) {
-      lock.unlock();
-      absent = hooks_.missing_from_round(round);
-      lock.lock();
-    }
-    if (!waits()) continue;
-    stall_reported_ = true;
-    waited = std::chrono::duration_cast<milliseconds>(Clock::now() - progress_since);
-    std::string text = stall_text(waited, round >= 0, absent);
-    if (ends)
-      text += ". Ending this rank: HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" +
-              std::to_string(stall_.shutdown.count() / 1000);
-    else
-      text += " (reported once per stall; HOROVOD_STALL_CHECK_TIME_SECONDS=" +
-              std::to_string(stall_.check.count() / 1000) + ")";
-    lock.unlock();
-    if (hooks_.stall) hooks_.stall(text, ends);
-    lock.lock();
-  }
-}
 
 std::shared_ptr<Engine::Slot> Engine::find(Handle h, const char* fn) {
   auto it = slots_.find(h);

@@ -142,23 +142,19 @@ std::unique_ptr<rendezvous::GmacKey> FrameComm::Impl::frame_key(
 }
 
 std::vector<std::string> FrameComm::Impl::wait_for(const std::vector<std::string>& keys) {
-  if (failure_key_.empty()) return store_.wait_for(keys, connect_timeout_);
-  const auto deadline = Clock::now() + connect_timeout_;
-  for (;;) {
-    const auto left = std::chrono::milliseconds(millis_left(deadline));
-    auto missing = store_.wait_for(keys, std::max(std::chrono::milliseconds(1),
-                                                  std::min(left, std::chrono::milliseconds(200))));
-    if (missing.empty() || left <= std::chrono::milliseconds(200)) return missing;
-    check_failure_key();
-  }
+  return rendezvous::wait_for_unless_failed(store_, keys, connect_timeout_, failure_key_,
+                                            [this](const std::string& why) { failed_first(why); });
 }
 
 void FrameComm::Impl::check_failure_key() {
   if (failure_key_.empty()) return;
-  if (auto why = store_.get(failure_key_))
-    throw Error("frames: rank " + std::to_string(rank_) +
-                " stopped waiting for its peers: a rank failed first: " + *why + ". " +
-                std::string(kPeerLossSentence));
+  if (auto why = store_.get(failure_key_)) failed_first(*why);
+}
+
+[[noreturn]] void FrameComm::Impl::failed_first(const std::string& why) const {
+  throw Error("frames: rank " + std::to_string(rank_) +
+              " stopped waiting for its peers: a rank failed first: " + why + ". " +
+              std::string(kPeerLossSentence));
 }
 
 void FrameComm::Impl::ensure_peers(const std::vector<int>& needed) {

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/deadline.h"
 #include "common/fd.h"
 #include "common/preauth_gate.h"
 #include "rendezvous/gmac.h"
@@ -62,11 +63,7 @@ class FrameComm::Impl {
     return bytes == 0 ? 1 : (bytes + kFrameBytes - 1) / kFrameBytes;
   }
 
-  static int millis_left(Clock::time_point deadline) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    return static_cast<int>(std::clamp<long long>(left, 0, 1000000));
-  }
+  static int millis_left(Clock::time_point deadline) { return poll_ms_left(deadline); }
 
   // Writes or reads exactly `n` bytes on a blocking-with-poll socket before `deadline`.
   static void io_exact(int fd, unsigned char* p, std::size_t n, bool out,
@@ -134,6 +131,7 @@ class FrameComm::Impl {
   // Throws, naming the reason, when the failure key (set_failure_key) says that a rank of
   // the job failed first; returns when there is none.
   void check_failure_key();
+  [[noreturn]] void failed_first(const std::string& why) const;
 
   // Connects the pairs to `needed` that are not connected yet (every rank of the call
   // passes its side of the same pairs: a pair is opened by the collective that first needs

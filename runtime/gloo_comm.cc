@@ -169,20 +169,12 @@ class GlooComm::Impl {
   // published why (before it could publish what this rank waits for) ends the wait
   // with its reason instead of the whole connect timeout.
   std::vector<std::string> wait_for(const std::vector<std::string>& keys) {
-    if (failure_key_.empty()) return store_.wait_for(keys, connect_timeout_);
-    const auto deadline = std::chrono::steady_clock::now() + connect_timeout_;
-    for (;;) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      auto missing = store_.wait_for(
-          keys,
-          std::max(std::chrono::milliseconds(1), std::min(left, std::chrono::milliseconds(200))));
-      if (missing.empty() || left <= std::chrono::milliseconds(200)) return missing;
-      if (auto why = store_.get(failure_key_))
-        throw Error("gloo: rank " + std::to_string(rank_) +
-                    " stopped waiting for its peers: a rank failed first: " + *why + ". " +
-                    std::string(kPeerLossSentence));
-    }
+    return rendezvous::wait_for_unless_failed(
+        store_, keys, connect_timeout_, failure_key_, [this](const std::string& why) {
+          throw Error("gloo: rank " + std::to_string(rank_) +
+                      " stopped waiting for its peers: a rank failed first: " + why + ". " +
+                      std::string(kPeerLossSentence));
+        });
   }
 
   void ensure(Mesh& m, std::vector<int> peers) {

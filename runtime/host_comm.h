@@ -1,8 +1,9 @@
 // Host-memory collectives of one rank, whichever way they travel: through the host's
-// shared segment (runtime/shm_comm.h) inside a host, through Gloo among one leader per
-// host (local rank 0) across hosts, or, when HVDRUN_HOST_PATH=gloo, through Gloo among
-// all ranks as before the segment existed. A single-host job opens no TCP connection
-// between its ranks; a job of H hosts builds a Gloo mesh of H ranks.
+// shared segment (runtime/shm_comm.h) inside a host, through the authenticated frame mesh
+// (runtime/frame_comm.h) among one leader per host (local rank 0) across hosts, or, when
+// HVDRUN_HOST_PATH=gloo, through Gloo among all ranks as before the segment existed. A
+// single-host job opens no TCP connection between its ranks; a job of H hosts builds a
+// frame mesh of H leaders.
 #pragma once
 
 #include <chrono>
@@ -53,7 +54,7 @@ class HostComm {
   /// this rank receives the reduction of its slice in `recv`; Average divides by size.
   void reducescatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
                      DataType dtype, ReduceOp op);
-  /// The leaders' rank lists and Gloo mesh across hosts (local rank 0 only; once).
+  /// The leaders' rank lists and frame mesh across hosts (local rank 0 only; once).
   void join_hosts(std::chrono::steady_clock::time_point deadline);
   /// The host's shared segment, or nullptr (one local rank, or the Gloo path).
   ShmComm* shm();
@@ -65,7 +66,7 @@ class HostComm {
   bool has_barrier() const;
   /// Returns once every rank has entered it (only when has_barrier()).
   void barrier();
-  /// Leaving: the leaders' final barrier through the store when they have Gloo
+  /// Leaving: the leaders' final barrier through the store when they have mesh
   /// connections (so none closes a socket another still reads). Throws on timeout.
   void farewell(std::chrono::milliseconds timeout);
   /// Number of Gloo pairs connected among all ranks (HVDRUN_HOST_PATH=gloo only; the

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/deadline.h"
 #include "common/env_names.h"
 #include "common/seconds_text.h"
 #include "runtime/abort_on_end.h"
@@ -319,9 +320,6 @@ NcclComm::NcclComm(rendezvous::Store& store, const std::string& key, int rank, i
     local_problem = "no usable CUDA device (" + why + ")";
   else if (!nccl.get_unique_id)
     local_problem = nccl.why;
-  auto left = [&] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  };
   // Rank 0 publishes either the id or its reason, so nobody waits for an id that will
   // never come; other ranks with a local problem fail at once.
   const int id_count = nccl.id_count(size);
@@ -335,7 +333,7 @@ NcclComm::NcclComm(rendezvous::Store& store, const std::string& key, int rank, i
           throw std::runtime_error(std::string("ncclGetUniqueId: ") + nccl.error_string(rc));
         return std::string(id.internal, sizeof id.internal);
       },
-      std::max(left(), std::chrono::milliseconds(1)));
+      time_left(deadline));
   if (!local_problem.empty())
     throw Error("nccl: rank " + std::to_string(rank) + ": " + local_problem);
   std::vector<ncclUniqueId> ids(id_list.size());
@@ -520,10 +518,9 @@ struct NcclComm::State {};
 NcclComm::NcclComm(rendezvous::Store& store, const std::string& key, int rank, int, int, int,
                    Clock::time_point deadline, std::chrono::milliseconds) {
   const std::string why = "this libhvdrun was built without NCCL (configure with nccl.h found)";
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   exchange_unique_id(
       store, key, rank, [&]() -> std::string { throw std::runtime_error(why); },
-      std::max(left, std::chrono::milliseconds(1)));
+      time_left(deadline));
   throw Error("nccl: " + why);
 }
 NcclComm::~NcclComm() = default;

@@ -30,17 +30,10 @@
 // still exists (pidfd), the segment's abort mark, and the deadline (HVDRUN_OP_TIMEOUT).
 #include "runtime/shm_comm.h"
 
-#include <fcntl.h>
-#include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <spdlog/spdlog.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,73 +45,40 @@
 #include <cstring>
 #include <ctime>
 #include <new>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
-#include "common/deadline.h"
 #include "common/error.h"
 #include "common/fd.h"
-#include "common/log.h"
-#include "common/log_limiter.h"
 #include "common/seconds_text.h"
-#include "rendezvous/protocol.h"
 #include "runtime/generation_end.h"
 #include "runtime/shm_reduce.h"
 #include "runtime/shm_segment.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "runtime/shm_wait.h"
 
 namespace hvdrun::runtime {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using shm::cpu_relax;
+using shm::futex;
 using shm::Header;
 using shm::kBuffers;
 using shm::kHeaderBytes;
 using shm::kLineBytes;
-using shm::kMagic;
 using shm::Line;
+using shm::online_cpus;
+using shm::pidfd_open;
 using shm::reached;
 using shm::round_up;
 using std::chrono::milliseconds;
 
 constexpr std::size_t kSmallBytes = 8u << 10;
 constexpr milliseconds kSlice{100};
-
-void cpu_relax() {
-#if defined(__x86_64__)
-  _mm_pause();
-#endif
-}
-
-long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t val, const timespec* ts) {
-  // Shared between processes: no FUTEX_PRIVATE_FLAG.
-  return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, val, ts, nullptr, 0);
-}
-
-int pidfd_open(pid_t pid) {
-#ifdef SYS_pidfd_open
-  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-#else
-  (void)pid;
-  errno = ENOSYS;
-  return -1;
-#endif
-}
-
-int online_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
-}
 
 }  // namespace
 
@@ -166,18 +126,10 @@ class ShmComm::Impl {
   // --- segment set-up ---
 
   void map(int fd) {
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) throw_errno("shared memory: " + who_, "fstat");
-    mapped_ = static_cast<std::size_t>(st.st_size);
-    void* p = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) throw_errno("shared memory: " + who_ + ": mapping the segment", "mmap");
-    base_ = static_cast<char*>(p);
+    const Mapping m = map_segment(fd, L_, who_);
+    base_ = m.base;
+    mapped_ = m.bytes;
     header_ = std::launder(reinterpret_cast<Header*>(base_));
-    if (mapped_ < kHeaderBytes || header_->magic != kMagic ||
-        header_->local_size != static_cast<std::uint32_t>(L_) || header_->total_bytes != mapped_)
-      throw Error("shared memory: " + who_ + ": the segment is not what local rank 0 (" +
-                  std::to_string(header_->local_size) + " local ranks) and this rank (" +
-                  std::to_string(L_) + ") agree on; HVDRUN_LOCAL_SIZE differs between them?");
     chunk_ = header_->chunk;
     data_ = base_ + header_->data_offset;
   }

@@ -79,10 +79,10 @@ sockaddr_un abstract_address(const std::string& name, socklen_t* len) {
 // Waits until `fd` is readable (or writable) or the deadline passes.
 bool poll_until(int fd, short events, Clock::time_point deadline) {
   for (;;) {
-    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return false;
+    const int left = poll_ms_left(deadline);
+    if (left == 0) return false;
     pollfd p{fd, events, 0};
-    int rc = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, INT_MAX)));
+    int rc = ::poll(&p, 1, left);
     if (rc > 0) return true;
     if (rc < 0 && errno != EINTR) throw_errno("shared memory: waiting on a local socket", "poll");
   }
@@ -319,6 +319,28 @@ void hand_out_segment(const UniqueFd& memfd, rendezvous::Store* store, const std
 UniqueFd fetch_segment(rendezvous::Store* store, const std::string& key, const ShmMember& me,
                        const std::string& who, std::chrono::steady_clock::time_point deadline) {
   return SegmentCourier(me, who).fetch(store, key, deadline);
+}
+
+Mapping map_segment(int fd, int local_size, const std::string& who) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw_errno("shared memory: " + who, "fstat");
+  const auto bytes = static_cast<std::size_t>(st.st_size);
+  if (bytes < shm::kHeaderBytes)
+    throw Error("shared memory: " + who + ": the segment has " + std::to_string(bytes) +
+                " bytes, less than its header; local rank 0 did not set it up");
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) throw_errno("shared memory: " + who + ": mapping the segment", "mmap");
+  const auto* header = std::launder(reinterpret_cast<const shm::Header*>(p));
+  if (header->magic != shm::kMagic ||
+      header->local_size != static_cast<std::uint32_t>(local_size) ||
+      header->total_bytes != bytes) {
+    const std::string theirs = std::to_string(header->local_size);
+    ::munmap(p, bytes);
+    throw Error("shared memory: " + who + ": the segment is not what local rank 0 (" + theirs +
+                " local ranks) and this rank (" + std::to_string(local_size) +
+                ") agree on; HVDRUN_LOCAL_SIZE differs between them?");
+  }
+  return Mapping{static_cast<char*>(p), bytes};
 }
 
 }  // namespace hvdrun::runtime

@@ -61,6 +61,16 @@ constexpr std::size_t round_up(std::size_t v, std::size_t to) { return (v + to -
 
 }  // namespace shm
 
+/// A segment mapped into this process (unmapped by its owner).
+struct Mapping {
+  char* base = nullptr;
+  std::size_t bytes = 0;
+};
+
+/// Maps the segment behind `fd` and checks that its header is what `local_size` ranks
+/// agree on; throws Error naming `who` otherwise (the mapping is then undone).
+Mapping map_segment(int fd, int local_size, const std::string& who);
+
 /// Local rank 0: creates the segment for `me`'s host (sized from HVDRUN_SHM_CHUNK_BYTES,
 /// sealed against resizing, its header and control lines initialised) and, when the host
 /// has other local ranks, hands it out to them (hand_out_segment). Returns the memfd.
