@@ -23,18 +23,19 @@ import tensorflow as tf
 from hvdrun.tensorflow import util
 from hvdrun import _job
 from hvdrun._job import HorovodFeatureNotSupported
+from hvdrun.tensorflow import _keras_optimizer, mpi_ops
+from hvdrun.tensorflow._collectives import (allreduce, grouped_allreduce,
+                                            grouped_reducescatter, reducescatter)
+from hvdrun.tensorflow._gradients import _GradientReducer
 from hvdrun.tensorflow.compression import Compression
 from hvdrun.tensorflow.functions import (allgather_object, broadcast_object,
                                          broadcast_variables)
 from hvdrun.tensorflow.mpi_ops import (Average, HorovodInternalError, Max, Min, ProcessSet,
-                                       Product, Sum, _allreduce, _check_process_set,
-                                       _grouped_allreduce, _grouped_reducescatter,
-                                       _reducescatter, add_process_set, allgather, alltoall,
-                                       broadcast, broadcast_, ccl_built,
+                                       Product, Sum, _check_process_set, add_process_set,
+                                       allgather, alltoall, broadcast, broadcast_, ccl_built,
                                        cross_rank, cross_size, cuda_built, ddl_built,
                                        global_process_set, gloo_built, gloo_enabled,
-                                       grouped_allgather,
-                                       handle_average_backwards_compatibility, init,
+                                       grouped_allgather, init,
                                        is_homogeneous, is_initialized, join, local_rank,
                                        local_rank_op, local_size, local_size_op, mpi_built,
                                        mpi_enabled, mpi_threads_supported, nccl_built,
@@ -46,169 +47,12 @@ from hvdrun.tensorflow import elastic  # noqa: F401 (hvd.elastic)
 
 _WHAT = "hvdrun.tensorflow"
 
-
-def _sparse_allreduce(tensor, op, prescale_factor, postscale_factor, gather, process_set):
-    # Horovod's: the values and indices of every rank gathered (an allreduce of the dense
-    # tensor they stand for), the values divided by the size for Average.
-    if op not in (Sum, Average):
-        raise NotImplementedError("Only Sum and Average ops are supported with tf.IndexedSlices")
-    if prescale_factor != 1.0 or postscale_factor != 1.0:
-        raise NotImplementedError("Pre/postscale_factor are not supported with tf.IndexedSlices")
-    values, indices = gather(tensor.values), gather(tensor.indices)
-    if op == Average:
-        values = values / tf.cast(process_set.size(), values.dtype)
-    return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
-
-
-def allreduce(tensor, average=None, device_dense="", device_sparse="",
-              compression=Compression.none, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, name=None, process_set=global_process_set,
-              ignore_name_scope=False):
-    """Reduces a tf.Tensor, tf.Variable or tf.IndexedSlices over all ranks (Average by
-    default). An IndexedSlices is gathered instead (values and indices of every rank), as
-    Horovod does. Differentiable.
-
-    Arguments:
-        tensor: what to reduce; its shape must be the same on every rank.
-        average: deprecated Horovod flag (True: Average, False: Sum); use op.
-        device_dense, device_sparse: accepted; the ops run on the CPU.
-        compression: Compression.none or Compression.fp16.
-        op: Average (default), Sum, Min, Max or Product.
-        prescale_factor, postscale_factor: multiply before and after the reduction.
-        name: matches this collective by name on every rank.
-        process_set: the ranks to reduce among (default: every rank).
-        ignore_name_scope: leave the name scope out of the collective's name.
-    """
-    _check_process_set(process_set, "allreduce")
-    op = handle_average_backwards_compatibility(op, average)
-    if isinstance(tensor, tf.IndexedSlices):
-        return _sparse_allreduce(tensor, op, prescale_factor, postscale_factor,
-                                 lambda t: allgather(t, ignore_name_scope=ignore_name_scope,
-                                                     process_set=process_set), process_set)
-    compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
-    reduced = _allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
-                         postscale_factor=postscale_factor,
-                         ignore_name_scope=ignore_name_scope, process_set=process_set)
-    return compression.decompress(reduced, ctx)
-
-
-def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
-                      compression=Compression.none, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, process_set=global_process_set,
-                      ignore_name_scope=False, name=None):
-    """Reduces each tensor of a list (tf.IndexedSlices gathered, as allreduce does); dense
-    tensors of one type are fused into few collectives. Returns the list of results."""
-    _check_process_set(process_set, "grouped_allreduce")
-    if not tensors:
-        return tensors
-    op = handle_average_backwards_compatibility(op, average)
-    out = [None] * len(tensors)
-    dense = []
-    for i, t in enumerate(tensors):
-        if isinstance(t, tf.IndexedSlices):
-            out[i] = _sparse_allreduce(
-                t, op, prescale_factor, postscale_factor,
-                lambda x: allgather(x, ignore_name_scope=ignore_name_scope,
-                                    process_set=process_set), process_set)
-        else:
-            dense.append(i)
-    if dense:
-        compressed = [compression.compress(tf.convert_to_tensor(tensors[i])) for i in dense]
-        reduced = _grouped_allreduce([c for c, _ in compressed], name=name, op=op,
-                                     prescale_factor=prescale_factor,
-                                     postscale_factor=postscale_factor,
-                                     ignore_name_scope=ignore_name_scope,
-                                     process_set=process_set)
-        for i, r, (_, ctx) in zip(dense, reduced, compressed):
-            out[i] = compression.decompress(r, ctx)
-    return out
-
-
-def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average,
-                  name=None, process_set=global_process_set, ignore_name_scope=False,
-                  prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces `tensor` over the ranks of the process set (Average by default) and returns
-    this rank's slice of the first dimension (ranks below rows % size get one row more).
-    The shape must be the same on every rank. Differentiable (Horovod's gradient: an
-    allgather)."""
-    compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
-    reduced = _reducescatter(compressed, name=name, op=op, ignore_name_scope=ignore_name_scope,
-                             process_set=process_set, prescale_factor=prescale_factor,
-                             postscale_factor=postscale_factor)
-    return compression.decompress(reduced, ctx)
-
-
-def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
-                          process_set=global_process_set, prescale_factor=1.0,
-                          postscale_factor=1.0):
-    """reducescatter of each tensor of a list; returns the list of slices."""
-    if not tensors:
-        return tensors
-    compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
-    reduced = _grouped_reducescatter([c for c, _ in compressed], op=op,
-                                     process_set=process_set,
-                                     prescale_factor=prescale_factor,
-                                     postscale_factor=postscale_factor)
-    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
+# Horovod's module has it (the collectives' `average=`); still an attribute here now that
+# they live in _collectives.py, so that a program calling it runs.
+handle_average_backwards_compatibility = mpi_ops.handle_average_backwards_compatibility
 
 
 # ---- gradients of many variables -------------------------------------------------------
-
-def _may_grow():
-    """_job.may_grow(): a graph traced at size 1 is then built with its collectives, since
-    it runs on once ranks join (without them a joining rank's reductions would meet
-    nothing)."""
-    return _job.may_grow()
-
-
-class _GradientReducer:
-    """Averages (or sums) a list of gradients over the ranks, as Horovod's
-    _make_allreduce_grads_fn: dense gradients fused by type, IndexedSlices gathered (or
-    made dense with sparse_as_dense), None kept. Eagerly it runs as one tf.function per
-    list of shapes, so every collective is submitted at once."""
-
-    def __init__(self, name, compression, sparse_as_dense, op, gradient_predivide_factor,
-                 groups, process_set=global_process_set):
-        if op not in (Average, Sum):
-            raise NotImplementedError(
-                f"{_WHAT}: gradients are reduced with Average or Sum, not {op!r}")
-        self.name = name
-        self.compression = compression
-        self.sparse_as_dense = sparse_as_dense
-        self.op = op
-        # Horovod splits Average around the sum: 1/f before, f after (and 1/size in the op).
-        self.prescale = 1.0 / gradient_predivide_factor if op == Average else 1.0
-        self.postscale = gradient_predivide_factor if op == Average else 1.0
-        self.groups = groups
-        self.process_set = process_set
-        self._graph_fn = None
-
-    def _reduce(self, grads, use_generic_names=False):
-        with tf.name_scope(self.name + "_Allreduce"):
-            if self.sparse_as_dense:
-                grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
-                         for g in grads]
-            present = [i for i, g in enumerate(grads) if g is not None]
-            out = list(grads)
-            if not present or (self.process_set.size() == 1 and not _may_grow()):
-                return out
-            reduced = grouped_allreduce(
-                [grads[i] for i in present], compression=self.compression, op=self.op,
-                prescale_factor=self.prescale, postscale_factor=self.postscale,
-                process_set=self.process_set,
-                name="grads" if use_generic_names else None,
-                ignore_name_scope=use_generic_names)
-            for i, r in zip(present, reduced):
-                out[i] = r
-            return out
-
-    def __call__(self, grads, use_generic_names=False):
-        if not tf.executing_eagerly():
-            return self._reduce(grads, use_generic_names)
-        if self._graph_fn is None:
-            self._graph_fn = tf.function(self._reduce, autograph=False)
-        return self._graph_fn(grads, use_generic_names)
-
 
 class _DistributedGradientTape:
     """Mixed into a subclass of the wrapped tape's class: gradient() averages the gradients
@@ -323,8 +167,9 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
             "supported; use a Keras optimizer (tf.keras.optimizers.SGD, ...) or "
             "DistributedGradientTape")
     groups = _check_grouping(gradient_predivide_factor, op, num_groups, groups)
-    from hvdrun import _keras
-    return _keras.create_distributed_optimizer(
+    # Built by _keras_optimizer.py, below this package: hvdrun._keras, above it, imports
+    # hvdrun.tensorflow and is never imported from here.
+    return _keras_optimizer.create_distributed_optimizer(
         optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
         gradient_predivide_factor=gradient_predivide_factor, op=op,
         backward_passes_per_step=backward_passes_per_step,

@@ -8,6 +8,8 @@ uses the moving statistics, as BatchNormalization does."""
 import keras
 import tensorflow as tf
 
+from hvdrun.tensorflow._collectives import grouped_allreduce
+from hvdrun.tensorflow._keras_backend import _check_backend
 from hvdrun.tensorflow.mpi_ops import Sum, size
 
 
@@ -16,14 +18,10 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
     batch. Arguments as BatchNormalization's."""
 
     def __init__(self, *args, **kwargs):
-        from hvdrun._keras import _check_backend
-
         _check_backend()  # the statistics are reduced with TensorFlow ops
         super().__init__(*args, **kwargs)
 
     def _moments(self, inputs, mask):
-        from hvdrun.tensorflow import grouped_allreduce
-
         if size() == 1:
             return super()._moments(inputs, mask)
         axes = self._reduction_axes
