@@ -16,7 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "bench/bench_args.h"
-#include "launcher/preflight.h"
+#include "launcher/hosts/preflight.h"
 #include "ssh/libssh2_session.h"
 #include "tests/support/sshd_cluster.h"
 

@@ -17,13 +17,13 @@
 #include "common/exit_status.h"
 #include "common/fd_limit.h"
 #include "compat/check_build.h"
-#include "launcher/agent.h"
-#include "launcher/check.h"
-#include "launcher/elastic.h"
-#include "launcher/launch.h"
-#include "launcher/launch_plan.h"
-#include "launcher/rank_env.h"
-#include "launcher/slurm_launch.h"
+#include "launcher/agent/agent.h"
+#include "launcher/elastic/elastic.h"
+#include "launcher/hosts/check.h"
+#include "launcher/hosts/slurm_launch.h"
+#include "launcher/plan/launch_plan.h"
+#include "launcher/plan/rank_env.h"
+#include "launcher/start/launch.h"
 
 namespace {
 

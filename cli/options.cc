@@ -24,7 +24,7 @@
 #include "compat/horovod_flags.h"
 #include "hostfile/hosts.h"
 #include "hostfile/placement.h"
-#include "launcher/launch_method.h"
+#include "launcher/plan/launch_method.h"
 
 namespace hvdrun::cli {
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/launch_options.h"
+#include "launcher/plan/launch_options.h"
 
 namespace hvdrun::cli {
 

@@ -2,7 +2,7 @@
 // recovery, docs/elastic.md): a socketpair the agent hands the rank at spawn
 // (HVDRUN_CONTROL_FD). The agent says when the rank's generation ends and where the rank
 // is in the next one; the rank says that it uses the elastic API and when it has left a
-// generation. Both ends are built from this file (launcher/agent_control.cc, runtime/).
+// generation. Both ends are built from this file (launcher/agent/agent_control.cc, runtime/).
 //
 // Wire format, as the agent protocol's (docs/agent-protocol.md) but its own type codes:
 //     u32 length (big-endian; counts the type byte and the payload) | u8 type | payload

@@ -2,7 +2,7 @@
 // (`init_method="env://"`) programs run under hvdrun: the variables horovodrun and
 // torchrun would set for a rank, computed from the placement and the addresses the
 // launcher chose. Pure functions; the host queries that feed them (a free port, the
-// interface toward the launcher) are launcher/local_host.h's.
+// interface toward the launcher) are launcher/plan/local_host.h's.
 #pragma once
 
 #include <cstdint>

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "launcher/agent_protocol.h"
-#include "launcher/byte_queue.h"
+#include "launcher/agent/agent_protocol.h"
+#include "launcher/process/byte_queue.h"
 
 namespace proto = hvdrun::launcher::proto;
 

@@ -1,5 +1,5 @@
 """Paths that another local user cannot change under hvdrun: the rules the launcher's
---output-filename follows (launcher/output_files.cc), for the files the Python package
+--output-filename follows (launcher/output/output_files.cc), for the files the Python package
 keeps or loads (the TensorFlow op library's cache, a library named by the environment).
 
 A path is trusted when every component on the way to it belongs to this user (the

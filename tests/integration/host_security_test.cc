@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "launcher/job_cgroup.h"
+#include "launcher/process/job_cgroup.h"
 #include "tests/skip.h"
 #include "tests/support/processes.h"
 #include "tests/support/sshd_cluster.h"

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "launcher/agent_protocol.h"
+#include "launcher/agent/agent_protocol.h"
 
 using namespace hvdrun::launcher;
 namespace proto = hvdrun::launcher::proto;

@@ -15,9 +15,9 @@
 
 #include "common/control_protocol.h"
 #include "common/fd.h"
-#include "launcher/agent.h"
-#include "launcher/agent_protocol.h"
-#include "launcher/local_host.h"
+#include "launcher/agent/agent.h"
+#include "launcher/agent/agent_protocol.h"
+#include "launcher/plan/local_host.h"
 #include "tests/support/processes.h"
 
 using namespace hvdrun;

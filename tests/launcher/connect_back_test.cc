@@ -1,7 +1,7 @@
-// The Slurm agents' port on its own (launcher/connect_back.h): handshakes run side by side
+// The Slurm agents' port on its own (launcher/hosts/connect_back.h): handshakes run side by side
 // under the pre-authentication gate every port shares, so idle connections delay no agent,
 // and connections that fail the handshake are counted, their warnings rate-limited.
-#include "launcher/connect_back.h"
+#include "launcher/hosts/connect_back.h"
 
 #include <sys/socket.h>
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/elastic_hosts.h"
+#include "launcher/plan/elastic_hosts.h"
 
 using hvdrun::hostfile::HostSlots;
 using hvdrun::launcher::host_shrinks;

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "common/error.h"
-#include "launcher/discovery.h"
-#include "launcher/elastic.h"
+#include "launcher/elastic/discovery.h"
+#include "launcher/elastic/elastic.h"
 #include "tests/support/processes.h"
 
 using namespace hvdrun;

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "common/fd.h"
-#include "launcher/agent_link.h"
-#include "launcher/agent_protocol.h"
-#include "launcher/byte_queue.h"
-#include "launcher/job_context.h"
+#include "launcher/agent/agent_protocol.h"
+#include "launcher/hosts/agent_link.h"
+#include "launcher/job/job_context.h"
+#include "launcher/process/byte_queue.h"
 
 namespace hvdrun::testing {
 

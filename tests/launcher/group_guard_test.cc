@@ -1,7 +1,7 @@
 // The rank group guard as its agent dies: it kills the process groups it watches, but never
 // one it was told to forget, which stands for a reaped rank's group id that the kernel has
 // since given to an unrelated group (issue #27, finding 6).
-#include "launcher/group_guard.h"
+#include "launcher/process/group_guard.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-// Lookups of exec: host names (launcher/host_lookup.h) with a scripted resolver: they run
+// Lookups of exec: host names (launcher/plan/host_lookup.h) with a scripted resolver: they run
 // side by side but never more than the bound, addresses need no resolver, nothing is waited
 // for past the deadline, and the real resolver answers for an address and a missing name.
 #include <catch2/catch.hpp>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/host_lookup.h"
+#include "launcher/plan/host_lookup.h"
 
 using hvdrun::launcher::HostLookups;
 using hvdrun::launcher::resolve_ipv4;

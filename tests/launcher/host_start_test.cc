@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 #include "common/exit_status.h"
-#include "launcher/host_start.h"
+#include "launcher/start/host_start.h"
 #include "tests/launcher/fake_job.h"
 
 using namespace hvdrun::launcher;

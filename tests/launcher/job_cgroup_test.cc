@@ -1,7 +1,7 @@
 // The job cgroup: finding the hierarchy in mountinfo texts of the usual layouts, and, where
 // this host's cgroup v2 is writable, a real cgroup that a child joins before exec and that
 // is emptied of a setsid'd grandchild by cgroup.kill and by freeze-and-kill alike.
-#include "launcher/job_cgroup.h"
+#include "launcher/process/job_cgroup.h"
 
 #include <catch2/catch.hpp>
 
@@ -13,7 +13,7 @@
 #include <chrono>
 #include <string>
 
-#include "launcher/subprocess.h"
+#include "launcher/process/subprocess.h"
 #include "tests/skip.h"
 #include "tests/support/processes.h"
 

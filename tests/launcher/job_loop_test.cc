@@ -14,7 +14,7 @@
 
 #include "common/fd.h"
 #include "common/peer_loss.h"
-#include "launcher/job.h"
+#include "launcher/job/job.h"
 #include "rendezvous/server.h"
 #include "tests/launcher/fake_job.h"
 

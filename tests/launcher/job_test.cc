@@ -13,7 +13,7 @@
 
 #include "common/error.h"
 #include "common/fd.h"
-#include "launcher/job.h"
+#include "launcher/job/job.h"
 #include "rendezvous/server.h"
 
 using namespace hvdrun;

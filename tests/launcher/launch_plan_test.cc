@@ -7,8 +7,8 @@
 #include <string>
 
 #include "common/error.h"
-#include "launcher/launch_method.h"
-#include "launcher/launch_plan.h"
+#include "launcher/plan/launch_method.h"
+#include "launcher/plan/launch_plan.h"
 
 using namespace hvdrun::launcher;
 

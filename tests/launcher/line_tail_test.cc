@@ -1,7 +1,7 @@
 // LineTail: the last lines of a stream, whatever the chunking and volume.
 #include <catch2/catch.hpp>
 
-#include "launcher/line_tail.h"
+#include "launcher/process/line_tail.h"
 
 using hvdrun::launcher::LineTail;
 using Lines = std::vector<std::string>;

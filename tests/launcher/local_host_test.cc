@@ -13,7 +13,7 @@
 
 #include "common/error.h"
 #include "common/fd.h"
-#include "launcher/local_host.h"
+#include "launcher/plan/local_host.h"
 
 using hvdrun::UniqueFd;
 using hvdrun::launcher::interface_address;

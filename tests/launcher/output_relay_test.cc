@@ -13,7 +13,7 @@
 #include <string>
 
 #include "common/fd.h"
-#include "launcher/output_relay.h"
+#include "launcher/output/output_relay.h"
 
 using namespace hvdrun;
 using namespace hvdrun::launcher;

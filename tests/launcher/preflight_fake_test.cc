@@ -6,8 +6,8 @@
 #include <chrono>
 #include <thread>
 
-#include "launcher/check.h"
-#include "launcher/preflight.h"
+#include "launcher/hosts/check.h"
+#include "launcher/hosts/preflight.h"
 #include "tests/support/fake_ssh.h"
 
 using namespace hvdrun::launcher;

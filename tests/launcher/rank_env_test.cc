@@ -5,7 +5,7 @@
 
 #include <map>
 
-#include "launcher/rank_env.h"
+#include "launcher/plan/rank_env.h"
 
 using namespace hvdrun::launcher;
 

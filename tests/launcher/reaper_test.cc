@@ -1,6 +1,6 @@
 // children_of_self and kill_adopted: the children of every thread, zombies left out of the
 // live list, adopted processes killed.
-#include "launcher/reaper.h"
+#include "launcher/process/reaper.h"
 
 #include <catch2/catch.hpp>
 

@@ -26,8 +26,8 @@
 
 #include "common/error.h"
 #include "common/fd.h"
-#include "launcher/agent_protocol.h"
-#include "launcher/slurm_launch.h"
+#include "launcher/agent/agent_protocol.h"
+#include "launcher/hosts/slurm_launch.h"
 #include "tests/skip.h"
 #include "tests/support/processes.h"
 

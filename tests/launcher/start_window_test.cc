@@ -1,6 +1,6 @@
 // StartWindow: the bounded host starter's bookkeeping, driven by a simulated launch whose
 // hosts finish in a shuffled order; and the HVDRUN_LAUNCH_CONCURRENCY parser.
-#include "launcher/start_window.h"
+#include "launcher/plan/start_window.h"
 
 #include <catch2/catch.hpp>
 

@@ -10,7 +10,7 @@
 #include <chrono>
 
 #include "common/fd.h"
-#include "launcher/subprocess.h"
+#include "launcher/process/subprocess.h"
 
 using namespace hvdrun;
 using namespace hvdrun::launcher;

@@ -13,8 +13,8 @@
 #include <sstream>
 #include <thread>
 
-#include "launcher/check.h"
-#include "launcher/preflight.h"
+#include "launcher/hosts/check.h"
+#include "launcher/hosts/preflight.h"
 #include "ssh/libssh2_session.h"
 #include "tests/support/sshd_cluster.h"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/fd.h"
-#include "launcher/launch_options.h"
+#include "launcher/plan/launch_options.h"
 
 namespace hvdrun::testing {
 

@@ -1,0 +1,61 @@
+// Rendering of a launch plan for --dry-run, as text and as JSON.
+#include "launcher/plan/dry_run.h"
+
+#include "common/quote.h"
+#include "launcher/plan/launch_method.h"
+
+namespace hvdrun::launcher {
+namespace {
+
+std::string source_text(const LaunchPlan& plan) {
+  switch (plan.source) {
+    case HostSource::command_line:
+      return "-H/--hostfile";
+    case HostSource::scheduler:
+      return plan.allocation.scheduler + " (" + plan.allocation.origin + ")";
+    case HostSource::localhost:
+      return "localhost (no -H, --hostfile or allocation)";
+  }
+  return "?";
+}
+
+const std::string& host_of(const LaunchPlan& plan, const hostfile::RankSlot& r) {
+  return plan.hosts[static_cast<std::size_t>(r.host_index)].name;
+}
+
+}  // namespace
+
+std::string render_dry_run(const LaunchPlan& plan) {
+  std::string out = "launcher: " + to_string(plan.launcher) + "; hosts from " + source_text(plan);
+  std::string local;
+  for (const auto& h : plan.hosts) {
+    if (h.method == LaunchMethod::local) local += (local.empty() ? "" : ", ") + h.name;
+  }
+  if (!local.empty() && plan.hosts.size() > 1) out += "; run here without SSH: " + local;
+  out += "\n";
+  for (const auto& r : plan.placement.ranks) {
+    out +=
+        std::to_string(r.rank) + " " + host_of(plan, r) + " " + std::to_string(r.local_rank) + "\n";
+  }
+  return out;
+}
+
+std::string render_dry_run_json(const LaunchPlan& plan) {
+  std::string out = "{\"launcher\": " + json_quote(to_string(plan.launcher)) +
+                    ", \"source\": " + json_quote(source_text(plan)) + ", \"hosts\": [";
+  for (std::size_t i = 0; i < plan.hosts.size(); ++i) {
+    const auto& h = plan.hosts[i];
+    out += std::string(i ? ", " : "") + "{\"host\": " + json_quote(h.name) +
+           ", \"slots\": " + std::to_string(h.slots) +
+           ", \"method\": " + json_quote(to_string(h.method)) + "}";
+  }
+  out += "], \"ranks\": [";
+  for (const auto& r : plan.placement.ranks) {
+    out += std::string(r.rank ? ", " : "") + "{\"rank\": " + std::to_string(r.rank) +
+           ", \"host\": " + json_quote(host_of(plan, r)) +
+           ", \"local_rank\": " + std::to_string(r.local_rank) + "}";
+  }
+  return out + "]}\n";
+}
+
+}  // namespace hvdrun::launcher

@@ -1,0 +1,99 @@
+// The launcher's input: everything the command line says about one job, already parsed
+// and validated by cli/. A plain struct so tests can build one directly.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hostfile/hosts.h"
+
+namespace hvdrun::launcher {
+
+/// horovodrun's elastic flags. Elastic mode is on when a discovery script or --min-np is
+/// given (launcher/elastic/elastic.h).
+struct ElasticOptions {
+  /// --host-discovery-script PATH: prints `host` or `host:slots` lines; empty: the hosts
+  /// of -H/--hostfile (else localhost) are the only ones there are.
+  std::string discovery_script;
+  /// --slots-per-host N: slots of a host the script prints without a count.
+  int slots_per_host = 1;
+  /// --min-np / --max-np: bounds of the job's size.
+  std::optional<int> min_np;
+  std::optional<int> max_np;
+  /// --reset-limit N (torchrun's --max-restarts): restarts the whole job may make;
+  /// empty: no limit.
+  std::optional<int> reset_limit;
+  /// The flag the limit was given with ("--reset-limit" or "--max-restarts"), so that
+  /// messages name the one the user wrote.
+  std::string reset_limit_flag = "--reset-limit";
+  /// --blacklist-cooldown-range MIN MAX: seconds a failed host stays excluded, MIN the
+  /// first time, doubling on each repeat up to MAX.
+  int cooldown_min_s = 10;
+  int cooldown_max_s = 300;
+  /// --elastic-timeout SEC: how long a discovery script may take, and how long the job
+  /// waits for a failing script to recover.
+  int elastic_timeout_s = 600;
+
+  bool enabled() const { return !discovery_script.empty() || min_np.has_value(); }
+};
+
+/// --launcher: how agents reach their hosts.
+struct LauncherChoice {
+  enum Kind {
+    automatic,  ///< auto: slurm for a Slurm allocation with srun on PATH, else ssh
+    ssh,        ///< SSH (hosts that are this machine run locally)
+    slurm,      ///< one `srun` step, one agent per node
+    exec,       ///< a user's command per host (`exec:COMMAND`)
+  };
+  Kind kind = automatic;
+  /// For exec: the command's words, `{host}` not yet replaced.
+  std::vector<std::string> exec_argv;
+
+  bool operator==(const LauncherChoice&) const = default;
+};
+
+/// Options of `hvdrun [run]` and `hvdrun check`.
+struct LaunchOptions {
+  /// -np; empty means "all slots".
+  std::optional<int> np;
+  /// Hosts from -H or --hostfile; empty means localhost with np slots.
+  std::vector<hostfile::HostSlots> hosts;
+  /// -p/--ssh-port: overrides the port from ssh_config for every host.
+  std::optional<int> ssh_port;
+  /// -i/--ssh-identity-file: tried before the IdentityFiles of ssh_config.
+  std::string ssh_identity_file;
+  /// --ssh-config FILE; empty means ~/.ssh/config when present.
+  std::string ssh_config;
+  /// --start-timeout SEC: deadline for SSH preflight, agent start and rendezvous.
+  int start_timeout_s = 30;
+  /// --network-interface IF: address ranks use to reach the rendezvous, and theirs.
+  std::string network_interface;
+  /// --output-filename DIR: also write DIR/rank.N/stdout and stderr.
+  std::string output_filename;
+  /// -x/--env NAME or NAME=VALUE, in order given.
+  std::vector<std::string> env;
+  /// --verbose.
+  bool verbose = false;
+  /// --log-level: trace, debug, info, warning, error, critical, off.
+  std::string log_level = "warning";
+  /// --prefix-output-with-timestamp.
+  bool prefix_timestamp = false;
+  /// --remote-hvdrun PATH: hvdrun on remote hosts; empty means this binary's own path.
+  std::string remote_hvdrun;
+  /// --json: machine-readable preflight report (check) or plan (--dry-run).
+  bool json = false;
+  /// --launcher.
+  LauncherChoice launcher;
+  /// --dry-run: print the launch method and the rank placement, start nothing.
+  bool dry_run = false;
+  /// The user's command and its arguments (run only).
+  std::vector<std::string> command;
+  /// Elastic mode's settings.
+  ElasticOptions elastic;
+  /// The generation this launch is (HVDRUN_GENERATION of its ranks): 0, or the number of
+  /// restarts so far in elastic mode.
+  int generation = 0;
+};
+
+}  // namespace hvdrun::launcher

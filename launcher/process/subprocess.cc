@@ -1,0 +1,191 @@
+// spawn(), exit descriptions and SignalMask. In the child only async-signal-safe calls run
+// before exec: everything it needs (argv, envp) is built before the fork.
+#include "launcher/process/subprocess.h"
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <tuple>
+#include <utility>
+
+#include "common/error.h"
+#include "common/fd_limit.h"
+
+extern char** environ;
+
+namespace hvdrun::launcher {
+namespace {
+
+// Arrivals per signal number, and the latest one, written by the handler.
+std::array<volatile sig_atomic_t, NSIG> g_arrivals{};
+volatile sig_atomic_t g_last = 0;
+
+void on_signal(int sig) {
+  if (sig > 0 && sig < NSIG) {
+    auto& n = g_arrivals[static_cast<std::size_t>(sig)];
+    n = n + 1;
+  }
+  g_last = sig;
+}
+
+std::vector<char*> c_strings(const std::vector<std::string>& v) {
+  std::vector<char*> out;
+  out.reserve(v.size() + 1);
+  for (const auto& s : v) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+// The child's side of spawn(). Never returns.
+[[noreturn]] void child(const ChildSpec& spec, pid_t parent, char** argv, char** envp,
+                        int status_fd) {
+  // spec is the parent's object, shared copy-on-write: only read here.
+  if (spec.cgroup_procs_fd >= 0) (void)!::write(spec.cgroup_procs_fd, "0", 1);
+  if (spec.own_group) ::setpgid(0, 0);
+  if (spec.death_signal != 0) {
+    ::prctl(PR_SET_PDEATHSIG, spec.death_signal);
+    if (::getppid() != parent) ::_exit(127);  // the parent died before the prctl
+  }
+  if (spec.stdin_fd >= 0) ::dup2(spec.stdin_fd, 0);
+  if (spec.stdout_fd >= 0) ::dup2(spec.stdout_fd, 1);
+  if (spec.stderr_fd >= 0) ::dup2(spec.stderr_fd, 2);
+  if (spec.keep_fd >= 0) {
+    const int flags = ::fcntl(spec.keep_fd, F_GETFD);
+    if (flags >= 0) ::fcntl(spec.keep_fd, F_SETFD, flags & ~FD_CLOEXEC);
+  }
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE, SIGQUIT, SIGTSTP})
+    ::sigaction(s, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (!argv) ::_exit(spec.main ? spec.main() : 0);
+  restore_fd_limit_in_child();  // the program gets the limit hvdrun was started with
+  int report[2] = {0, 0};
+  if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) {
+    report[0] = 1;
+  } else {
+    if (envp) environ = envp;  // execvp searches the child's own PATH
+    if (spec.path.empty()) {
+      ::execvp(argv[0], argv);
+    } else {
+      ::execv(spec.path.c_str(), argv);
+    }
+    report[0] = 2;
+  }
+  report[1] = errno;
+  if (status_fd >= 0) (void)!::write(status_fd, report, sizeof report);
+  ::_exit(127);
+}
+
+}  // namespace
+
+Child spawn(const ChildSpec& spec) {
+  const bool exec = !spec.argv.empty();
+  std::vector<char*> argv = exec ? c_strings(spec.argv) : std::vector<char*>{};
+  std::vector<char*> envp = spec.env ? c_strings(*spec.env) : std::vector<char*>{};
+  UniqueFd status_r;
+  UniqueFd status_w;
+  if (exec) std::tie(status_r, status_w) = make_pipe();
+  const pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) throw_errno("starting " + spec.what, "fork");
+  if (pid == 0) {
+    child(spec, parent, exec ? argv.data() : nullptr, spec.env ? envp.data() : nullptr,
+          status_w.get());
+  }
+  // Also from here, so that kill(-pid) works whichever of the two runs first.
+  if (spec.own_group) ::setpgid(pid, pid);
+  return Child{pid, std::move(status_r)};
+}
+
+std::optional<ExecFailure> read_exec_failure(int exec_status_fd) {
+  int report[2] = {0, 0};
+  ssize_t n = 0;
+  do {
+    n = ::read(exec_status_fd, report, sizeof report);
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(sizeof report)) return std::nullopt;
+  return ExecFailure{report[0] == 1, report[1]};
+}
+
+std::string signal_text(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return "signal " + std::to_string(sig) + (abbrev ? std::string(" (SIG") + abbrev + ")" : "");
+}
+
+std::string describe_exit(int wait_status) {
+  if (WIFEXITED(wait_status)) return "exited with code " + std::to_string(WEXITSTATUS(wait_status));
+  if (WIFSIGNALED(wait_status)) {
+    return "was killed by signal " + std::to_string(WTERMSIG(wait_status)) + " (" +
+           strsignal(WTERMSIG(wait_status)) + ")";
+  }
+  return "ended with status " + std::to_string(wait_status);
+}
+
+std::string wait_or_kill(pid_t pid, std::chrono::steady_clock::time_point deadline) {
+  auto delay = std::chrono::microseconds(200);
+  for (;;) {
+    int status = 0;
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return describe_exit(status);
+    if (r < 0 && errno != EINTR) return {};
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      return "did not exit in time and was killed";
+    }
+    std::this_thread::sleep_for(delay);
+    delay = std::min(delay * 2, std::chrono::microseconds(20000));
+  }
+}
+
+SignalMask::SignalMask(std::initializer_list<int> signals)
+    : signals_(signals), old_(signals.size()), seen_(signals.size()) {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigset_t block;
+  sigemptyset(&block);
+  for (std::size_t i = 0; i < signals_.size(); ++i) {
+    sigaddset(&block, signals_[i]);
+    seen_[i] = g_arrivals[static_cast<std::size_t>(signals_[i])];
+    ::sigaction(signals_[i], &sa, &old_[i]);
+  }
+  struct sigaction ign {};
+  ign.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ign, &old_pipe_);
+  ::pthread_sigmask(SIG_BLOCK, &block, &old_mask_);
+  g_last = 0;
+  wait_mask_ = old_mask_;
+  for (int s : signals_) sigdelset(&wait_mask_, s);
+}
+
+SignalMask::~SignalMask() {
+  ::pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+  for (std::size_t i = 0; i < signals_.size(); ++i) ::sigaction(signals_[i], &old_[i], nullptr);
+  ::sigaction(SIGPIPE, &old_pipe_, nullptr);
+}
+
+int SignalMask::take(int sig) {
+  for (std::size_t i = 0; i < signals_.size(); ++i) {
+    if (signals_[i] != sig) continue;
+    const int now = g_arrivals[static_cast<std::size_t>(sig)];
+    return now - std::exchange(seen_[i], now);
+  }
+  return 0;
+}
+
+int SignalMask::last() { return g_last; }
+
+}  // namespace hvdrun::launcher

@@ -1,0 +1,155 @@
+// The registry of launch methods, the start of all hosts through it (at the launch, and of
+// the hosts a job grows onto in process), and the report of a start that failed.
+#include "launcher/start/host_start.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <utility>
+
+#include "common/error.h"
+#include "common/exit_status.h"
+#include "launcher/hosts/check.h"
+#include "launcher/hosts/ssh_agent_link.h"
+
+namespace hvdrun::launcher {
+
+namespace {
+
+struct Registration {
+  LaunchMethod method;
+  std::unique_ptr<HostStarter> (*make)();
+};
+
+// The methods in the order they start: the exec: commands and the Slurm step first (each
+// waits on children of the launcher), then the SSH preflight, whose sessions stay open
+// until the job takes them.
+constexpr Registration kStarters[] = {
+    {LaunchMethod::local, &make_local_starter},
+    {LaunchMethod::exec, &make_exec_starter},
+    {LaunchMethod::slurm, &make_slurm_starter},
+    {LaunchMethod::ssh, &make_ssh_starter},
+};
+
+// The hosts of `plan` whose method is `method`, in plan order.
+std::vector<const PlannedHost*> hosts_of(const LaunchPlan& plan, LaunchMethod method) {
+  std::vector<const PlannedHost*> hosts;
+  for (const PlannedHost& h : plan.hosts) {
+    if (h.method == method) hosts.push_back(&h);
+  }
+  return hosts;
+}
+
+// Why `host` has no link in `table` after a start: its preflight verdict, else the failure
+// that names it, else the first failure of its method (the one that stopped its start).
+std::string why_not_started(const StartTable& table, const std::string& host) {
+  if (table.preflight) {
+    for (const HostCheck& check : table.preflight->hosts) {
+      if (check.host != host || check.verdict == Verdict::ok) continue;
+      return "failed the preflight: " + check.detail +
+             (check.fix.empty() ? std::string() : "; " + check.fix);
+    }
+  }
+  for (const std::string& message : table.unreachable) {
+    if (message.find(host) != std::string::npos) return message;
+  }
+  if (!table.unreachable.empty())
+    return "not started after another host failed to start: " + table.unreachable.front();
+  return "its agent did not answer within --start-timeout";
+}
+
+}  // namespace
+
+bool StartTable::ok() const { return unreachable.empty() && (!preflight || preflight->ok()); }
+
+std::unique_ptr<AgentLink> StartTable::take(const std::string& host) {
+  auto it = links.find(host);
+  // Cannot happen: the start and the job read the same plan.
+  if (it == links.end() || !it->second) {
+    throw LaunchError("host " + host + " has no agent link from the launch");
+  }
+  std::unique_ptr<AgentLink> link = std::move(it->second);
+  links.erase(it);
+  return link;
+}
+
+StartTable start_hosts(const StartContext& context) {
+  StartTable table;
+  for (const Registration& r : kStarters) {
+    const std::vector<const PlannedHost*> hosts = hosts_of(context.plan, r.method);
+    if (hosts.empty()) continue;
+    r.make()->start(context, hosts, table);
+    if (!table.ok()) break;
+  }
+  return table;
+}
+
+std::vector<JobHooks::OpenedHost> open_hosts(const LaunchOptions& options,
+                                             const std::vector<std::string>& hosts) {
+  LaunchOptions o = options;
+  o.hosts.clear();
+  for (const auto& h : hosts) o.hosts.push_back(hostfile::HostSlots{h, 1});
+  o.np = static_cast<int>(hosts.size());
+  const LaunchPlan plan = make_plan(o);
+  const StartContext context{
+      plan, o, std::chrono::steady_clock::now() + std::chrono::seconds(options.start_timeout_s)};
+  StartTable table;
+  for (const Registration& r : kStarters) {
+    const std::vector<const PlannedHost*> of_method = hosts_of(plan, r.method);
+    if (!of_method.empty()) r.make()->start(context, of_method, table);
+  }
+  std::vector<JobHooks::OpenedHost> out;
+  for (const PlannedHost& h : plan.hosts) {
+    JobHooks::OpenedHost opened{h.name, nullptr, "", h.method, h.local};
+    if (h.local) {
+      out.push_back(std::move(opened));
+      continue;
+    }
+    if (auto it = table.links.find(h.name); it != table.links.end() && it->second) {
+      opened.link = std::move(it->second);
+    } else if (table.preflight) {
+      // The SSH start keeps the sessions of its good hosts in its report when another
+      // failed: this host's is still usable.
+      for (HostCheck& check : table.preflight->hosts) {
+        if (check.host != h.name || check.verdict != Verdict::ok || !check.session ||
+            !check.agent_channel)
+          continue;
+        opened.link =
+            make_ssh_agent_link(h.name, std::move(check.session), std::move(check.agent_channel));
+      }
+    }
+    if (!opened.link) opened.error = why_not_started(table, h.name);
+    out.push_back(std::move(opened));
+  }
+  return out;
+}
+
+int report_start_failures(const StartTable& table, std::optional<Failure>* outcome) {
+  if (table.preflight && !table.preflight->ok()) {
+    const PreflightReport& report = *table.preflight;
+    const std::string rendered = render_table(report);
+    std::fprintf(stderr, "hvdrun: %d host%s failed the preflight; nothing was started:\n%s",
+                 report.failures(), report.failures() > 1 ? "s" : "", rendered.c_str());
+    std::fflush(stderr);
+    if (outcome != nullptr) {
+      Failure f{exit_status::kLaunchFailed, "hvdrun: the preflight failed\n", {}};
+      for (const auto& check : report.hosts) {
+        if (check.verdict != Verdict::ok) f.hosts.push_back(check.host);
+      }
+      *outcome = std::move(f);
+    }
+    return exit_status::kLaunchFailed;
+  }
+  const auto& failures = table.unreachable;
+  std::fprintf(stderr, "hvdrun: %zu host%s could not be reached; nothing was started:\n",
+               failures.size(), failures.size() > 1 ? "s" : "");
+  for (const auto& f : failures) std::fprintf(stderr, "  %s\n", f.c_str());
+  if (table.skipped > 0) {
+    std::fprintf(stderr, "  (%zu more host%s not tried after the first failure)\n", table.skipped,
+                 table.skipped > 1 ? "s were" : " was");
+  }
+  std::fflush(stderr);
+  return exit_status::kLaunchFailed;
+}
+
+}  // namespace hvdrun::launcher

@@ -1,0 +1,80 @@
+// launch(): a short list of passes. Plan the hosts; check what the launch needs before
+// anything starts (the descriptor budget); start every host with its launch method
+// (host_start.h); run the job on the links they left; report a start that failed.
+#include "launcher/start/launch.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "common/error.h"
+#include "common/exit_status.h"
+#include "common/fd_limit.h"
+#include "common/plural.h"
+#include "launcher/job/job.h"
+#include "launcher/plan/dry_run.h"
+#include "launcher/plan/launch_plan.h"
+#include "launcher/plan/start_window.h"
+#include "launcher/process/reaper.h"
+#include "launcher/start/host_start.h"
+
+namespace hvdrun::launcher {
+
+namespace {
+
+int print_dry_run(const LaunchPlan& plan, const LaunchOptions& options) {
+  std::fputs((options.json ? render_dry_run_json(plan) : render_dry_run(plan)).c_str(), stdout);
+  std::fflush(stdout);
+  return exit_status::kOk;
+}
+
+// The launcher holds about two descriptors per host for the whole job (a pipe pair or a
+// socket), three per start in flight, and a few dozen of its own (servers, relay, stdio). A
+// limit below that would stop the launch halfway, after hundreds of logins: refuse first.
+void check_fd_budget(const LaunchPlan& plan) {
+  std::size_t hosts = 0;
+  for (const auto& h : plan.hosts) hosts += h.local ? 0 : 1;
+  if (hosts == 0) return;
+  const std::size_t window =
+      std::min(hosts, launch_concurrency(std::getenv(kLaunchConcurrencyVar)));
+  const unsigned long long needed = 2ULL * hosts + 3ULL * window + 64;
+  const FdLimits limit = fd_limits();
+  if (limit.soft >= needed) return;
+  throw UsageError(counted(static_cast<long long>(hosts), "host") + " need" +
+                   (hosts == 1 ? "s" : "") + " about " + std::to_string(needed) +
+                   " open descriptors in hvdrun, but its open-file limit is " +
+                   std::to_string(limit.soft) + " (hard limit " + std::to_string(limit.hard) +
+                   ", to which hvdrun raises it); raise the hard limit for this user (ulimit -Hn, "
+                   "/etc/security/limits.conf or LimitNOFILE= in a systemd unit), launch on "
+                   "fewer hosts, or lower " +
+                   kLaunchConcurrencyVar + " (now " + std::to_string(window) +
+                   " starts in flight)");
+}
+
+}  // namespace
+
+int launch(const LaunchOptions& options) { return launch(options, JobHooks{}); }
+
+int launch(const LaunchOptions& options, JobHooks hooks) {
+  const LaunchPlan plan = make_plan(options);
+  if (options.dry_run) return print_dry_run(plan, options);
+  check_fd_budget(plan);
+  if (hooks.reform)
+    hooks.open_hosts = [&options](const std::vector<std::string>& hosts) {
+      return open_hosts(options, hosts);
+    };
+  // Whatever local ranks leave behind, even past a killed agent, ends with the launch.
+  const LauncherReaper reaper(hooks.own_children);
+  if (plan.all_local()) return run_job(plan, options, hooks);
+  const auto start = std::chrono::steady_clock::now();
+  StartTable started =
+      start_hosts({plan, options, start + std::chrono::seconds(options.start_timeout_s)});
+  if (!started.ok()) return report_start_failures(started, hooks.outcome);
+  hooks.launch_start = start;
+  hooks.remote_link = [&started](const std::string& host) { return started.take(host); };
+  return run_job(plan, options, hooks);
+}
+
+}  // namespace hvdrun::launcher

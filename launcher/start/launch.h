@@ -1,0 +1,24 @@
+// The top of a launch, whatever the hosts: make the plan, check what the launch needs,
+// start every host with its launch method (host_start.h), run the job on the links they
+// left, or report the hosts that failed to start.
+#pragma once
+
+#include "launcher/job/job.h"
+#include "launcher/plan/launch_options.h"
+
+namespace hvdrun::launcher {
+
+/// Runs the job `options` describes and returns hvdrun's exit code. The plan is made once
+/// (make_plan); each launch method then starts its hosts under --start-timeout (for hosts
+/// reached over SSH, the preflight checks them all in parallel and starts each one's agent
+/// in the same remote shell); if any host fails, its failure goes to stderr (the preflight
+/// table for SSH hosts) and 255 is returned with nothing started. Then run_job() with the
+/// agents' links. Throws like run_job().
+int launch(const LaunchOptions& options);
+
+/// Same, with `hooks` for the job (their remote_link and launch_start are set here) and,
+/// when `hooks.outcome` is set, the failure that decided it left there: a preflight
+/// failure names the hosts that failed it.
+int launch(const LaunchOptions& options, JobHooks hooks);
+
+}  // namespace hvdrun::launcher
