@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "rendezvous/memory_store.h"
-#include "runtime/frame_comm.h"
-#include "runtime/gloo_comm.h"
+#include "runtime/frames/frame_comm.h"
+#include "runtime/gloo/gloo_comm.h"
 
 namespace {
 

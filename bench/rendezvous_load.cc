@@ -1,7 +1,7 @@
 // Rendezvous load generator: RANKS simulated ranks against the real rendezvous server,
 // speaking the real authenticated protocol (rendezvous/protocol.h: challenge-response,
 // HMAC on every frame), each doing what a rank does at start-up -- the check-in of
-// runtime/world.cc (add checkin/<r>, set info/<r>, add arrived/<n>, the last one sets
+// runtime/world/world.cc (add checkin/<r>, set info/<r>, add arrived/<n>, the last one sets
 // ready, wait ready) -- and then one store barrier (World::arrive). The server runs in a
 // child process (its own descriptor limit: 16,384 connections are 32,768 descriptors on
 // one machine); the simulated ranks are state machines on one Boost.Asio thread here,

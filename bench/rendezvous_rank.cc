@@ -18,8 +18,8 @@
 
 #include "bench/bench_args.h"
 #include "hvdrun/hvdrun.h"
-#include "runtime/env.h"
-#include "runtime/world.h"
+#include "runtime/core/env.h"
+#include "runtime/world/world.h"
 
 using Clock = std::chrono::steady_clock;
 

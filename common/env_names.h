@@ -1,5 +1,5 @@
 // The HVDRUN_* environment contract between the launcher, which sets these variables in
-// every rank (launcher/plan/rank_env.cc), and the runtime, which reads them (runtime/env.cc),
+// every rank (launcher/plan/rank_env.cc), and the runtime, which reads them (runtime/core/env.cc),
 // with the limits both sides apply. One spelling and one set of limits, so that the two
 // sides cannot drift apart.
 #pragma once

@@ -1,6 +1,6 @@
 // GMAC (NIST SP 800-38D: GCM with no plaintext, the message as additional authenticated
 // data) over AES-128, of our own for the same reason as sha256.h: libhvdrun imports no
-// crypto library. It authenticates the frames host leaders exchange (runtime/frame_comm.h):
+// crypto library. It authenticates the frames host leaders exchange (runtime/frames/frame_comm.h):
 // HMAC-SHA256 cannot keep up with the wire, GHASH on carry-less multiply can. AES and
 // GHASH each have a portable path and a hardware one (AES-NI, PCLMULQDQ), picked at run
 // time; tests check each against the other and against the GCM specification's vectors.

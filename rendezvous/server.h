@@ -64,7 +64,7 @@ struct ServerStats {
   /// Bytes read from clients so far.
   std::uint64_t received_bytes = 0;
   /// Connections accepted so far (a job whose hosts check in through their leaders
-  /// opens one per host, runtime/world.h).
+  /// opens one per host, runtime/world/world.h).
   std::uint64_t accepted = 0;
 };
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/nccl_comm.h"
+#include "runtime/nccl/nccl_comm.h"
 #include "tests/support/processes.h"
 
 using namespace hvdrun::testing;

@@ -20,7 +20,17 @@ BELOW = {
     "rendezvous": ["common"],
     "compat": ["hostfile", "common"],
     "hvdrun": [],
-    "runtime": ["hvdrun", "rendezvous", "common"],
+    "runtime/core": ["hvdrun", "rendezvous", "common"],
+    "runtime/reduce": ["runtime/core"],
+    "runtime/shm": ["runtime/reduce"],
+    "runtime/frames": ["runtime/reduce"],
+    "runtime/gloo": ["runtime/reduce"],
+    "runtime/nccl": ["runtime/core"],
+    "runtime/host": ["runtime/shm", "runtime/frames", "runtime/gloo"],
+    "runtime/engine": ["runtime/reduce"],
+    "runtime/world": ["runtime/host", "runtime/nccl", "runtime/engine"],
+    "runtime/api": ["runtime/world"],
+    "runtime": ["runtime/api"],  # libhvdrun.so itself (its anchor file, runtime/empty.cc)
     "launcher/process": ["common"],
     "launcher/plan": ["compat", "hostfile", "common"],
     "launcher/agent": ["launcher/plan", "launcher/process"],
@@ -36,7 +46,7 @@ BELOW = {
 # skipped wherever they are).
 NOT_LIBRARIES = {"tests", "bench", "fuzz", "examples", "build", "packaging", "cmake"}
 # Folders whose sub-folders are libraries of their own.
-SPLIT = {"launcher"}
+SPLIT = {"launcher", "runtime"}
 SOURCE = re.compile(r'\s*#\s*include\s+"([^"]+)"')
 
 
@@ -44,10 +54,10 @@ def library_of(path):
     """The library a path (a source's, relative to the tree, or an include's) belongs to,
     or None for one that is no library's."""
     parts = path.split("/")
-    if parts[0] in SPLIT and len(parts) > 2:
-        return parts[0] + "/" + parts[1]
     if parts[:3] == ["runtime", "include", "hvdrun"]:
         return "hvdrun"
+    if parts[0] in SPLIT and len(parts) > 2:
+        return parts[0] + "/" + parts[1]
     return parts[0] if len(parts) > 1 else None
 
 

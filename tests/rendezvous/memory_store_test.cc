@@ -15,7 +15,7 @@
 #include "common/error.h"
 #include "common/fd.h"
 #include "rendezvous/memory_store.h"
-#include "runtime/gloo_comm.h"
+#include "runtime/gloo/gloo_comm.h"
 
 using hvdrun::rendezvous::MemoryStore;
 using hvdrun::rendezvous::Store;

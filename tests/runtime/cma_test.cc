@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/shm_comm.h"
-#include "runtime/shm_exchange.h"
+#include "runtime/shm/shm_comm.h"
+#include "runtime/shm/shm_exchange.h"
 
 using namespace std::chrono_literals;
 using hvdrun::runtime::ShmComm;

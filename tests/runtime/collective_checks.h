@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "hvdrun/hvdrun.h"
-#include "runtime/reduce.h"
+#include "runtime/reduce/reduce.h"
 
 namespace hvdrun_test {
 

@@ -1,4 +1,4 @@
-// The rank's end of the agent's control channel (runtime/control_link.h) over a real
+// The rank's end of the agent's control channel (runtime/core/control_link.h) over a real
 // socketpair, the test playing the agent: an end-generation sets the process's end mark,
 // a placement is handed to whoever waits for it, the rank's declarations reach the agent,
 // and the channel's end (the agent gone) ends the generation. Waits are on the end mark's
@@ -13,8 +13,8 @@
 
 #include "common/control_protocol.h"
 #include "common/fd.h"
-#include "runtime/control_link.h"
-#include "runtime/generation_end.h"
+#include "runtime/core/control_link.h"
+#include "runtime/core/generation_end.h"
 
 using hvdrun::UniqueFd;
 using hvdrun::runtime::ControlLink;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/device_watchdog.h"
+#include "runtime/nccl/device_watchdog.h"
 
 using hvdrun::runtime::DeviceWatchdog;
 using namespace std::chrono_literals;

@@ -1,4 +1,4 @@
-// init() under a control channel (runtime/api.cc, place()): a rank whose generation the
+// init() under a control channel (runtime/api/api.cc, place()): a rank whose generation the
 // agent ended joins the placement the agent sent at its next init(), says it left, keeps
 // that placement across later plain re-inits, and fails with a clear error when the agent
 // is gone. A standalone rank (size 1) stands in for a job: the placement moves its
@@ -15,7 +15,7 @@
 #include "common/control_protocol.h"
 #include "common/fd.h"
 #include "hvdrun/hvdrun.h"
-#include "runtime/generation_end.h"
+#include "runtime/core/generation_end.h"
 
 using hvdrun::UniqueFd;
 using hvdrun::runtime::generation_end;

@@ -2,7 +2,7 @@
 // process (one per simulated rank) whose rounds meet in an in-memory allgather. Checks
 // agreement, mismatches, names in any order, duplicate names, join's stand-ins, shutdown,
 // fatal failures and stall reports. Runs under ASan and TSan in CI.
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 
 #include <array>
 #include <atomic>
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "hvdrun/hvdrun.h"
-#include "runtime/negotiation.h"
+#include "runtime/engine/negotiation.h"
 
 using hvdrun::DataType;
 using hvdrun::runtime::DuplicateName;

@@ -1,4 +1,4 @@
-// The host leaders' authenticated mesh (runtime/frame_comm.h) over loopback, with threads
+// The host leaders' authenticated mesh (runtime/frames/frame_comm.h) over loopback, with threads
 // standing in for ranks on one MemoryStore: every collective against values computed here,
 // a stranger at the listening port refused without holding up the job, and frames written
 // into a connection by something other than the peer rejected with an error naming the
@@ -22,9 +22,9 @@
 
 #include "common/fd.h"
 #include "rendezvous/memory_store.h"
-#include "runtime/frame_comm.h"
-#include "runtime/reduce.h"
-#include "runtime/shm_reduce.h"
+#include "runtime/frames/frame_comm.h"
+#include "runtime/reduce/reduce.h"
+#include "runtime/reduce/shm_reduce.h"
 #include "tests/runtime/loopback_socket.h"
 #include "tests/support/captured_log.h"
 

@@ -1,4 +1,4 @@
-// The host leaders' mesh (runtime/frame_comm.h) when a dial's first attempts fail: a
+// The host leaders' mesh (runtime/frames/frame_comm.h) when a dial's first attempts fail: a
 // doorman stands in front of rank 0's frame port (rank 1 reads the doorman's address from
 // the store) and closes rank 1's first connections as an acceptor's pending cap or a reset
 // would, before relaying the next one to rank 0. The dial is tried again and the pair
@@ -22,7 +22,7 @@
 
 #include "common/fd.h"
 #include "rendezvous/memory_store.h"
-#include "runtime/frame_comm.h"
+#include "runtime/frames/frame_comm.h"
 #include "tests/runtime/loopback_socket.h"
 
 using hvdrun::DataType;

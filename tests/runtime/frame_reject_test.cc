@@ -1,4 +1,4 @@
-// What a rejected frame leaves behind in the host leaders' mesh (runtime/frame_comm.h): a
+// What a rejected frame leaves behind in the host leaders' mesh (runtime/frames/frame_comm.h): a
 // peer's connection carries a frame whose tag does not check, or one cut short, into a
 // collective that receives straight into the caller's buffer (a broadcast, an in-place
 // allgather, whose large steps send on a second thread); the call fails, and every byte of
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "rendezvous/memory_store.h"
-#include "runtime/frame_comm.h"
+#include "runtime/frames/frame_comm.h"
 
 using hvdrun::rendezvous::MemoryStore;
 using hvdrun::runtime::FrameComm;

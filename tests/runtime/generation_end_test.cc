@@ -1,4 +1,4 @@
-// The generation's end mark (runtime/generation_end.h): a collective waiting for a peer
+// The generation's end mark (runtime/core/generation_end.h): a collective waiting for a peer
 // that will never come fails within moments of the mark, with its reason, instead of at
 // the op timeout (60 s here), on both host paths: the host's shared segment and the
 // leaders' frame mesh across hosts. Threads stand in for ranks; the mark is the process's,
@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "rendezvous/memory_store.h"
-#include "runtime/frame_comm.h"
-#include "runtime/generation_end.h"
-#include "runtime/shm_comm.h"
+#include "runtime/core/generation_end.h"
+#include "runtime/frames/frame_comm.h"
+#include "runtime/shm/shm_comm.h"
 
 using hvdrun::DataType;
 using hvdrun::ReduceOp;

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <string>
 
-#include "runtime/nccl_comm.h"
+#include "runtime/nccl/nccl_comm.h"
 #include "tests/runtime/job_harness.h"
 
 using namespace std::chrono_literals;

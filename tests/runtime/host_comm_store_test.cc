@@ -1,4 +1,4 @@
-// The host path over a MemoryStore (runtime/host_comm.h): every rank's HostComm takes the
+// The host path over a MemoryStore (runtime/host/host_comm.h): every rank's HostComm takes the
 // store as a rendezvous::Store, so a job of threads in one process runs its collectives
 // without a rendezvous server. Inside a "host" they go through the shared segment; across
 // simulated hosts the leaders' mesh connects over loopback, found through the store.
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "rendezvous/memory_store.h"
-#include "runtime/env.h"
-#include "runtime/host_comm.h"
+#include "runtime/core/env.h"
+#include "runtime/host/host_comm.h"
 
 using hvdrun::DataType;
 using hvdrun::ReduceOp;

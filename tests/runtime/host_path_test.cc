@@ -22,9 +22,9 @@
 #include <thread>
 
 #include "common/fd.h"
-#include "runtime/reduce.h"
-#include "runtime/shm_comm.h"
-#include "runtime/shm_reduce.h"
+#include "runtime/reduce/reduce.h"
+#include "runtime/reduce/shm_reduce.h"
+#include "runtime/shm/shm_comm.h"
 #include "tests/runtime/job_harness.h"
 
 using namespace std::chrono_literals;

@@ -1,4 +1,4 @@
-// The NCCL communicator's abort at the generation's end (runtime/abort_on_end.h), with the
+// The NCCL communicator's abort at the generation's end (runtime/nccl/abort_on_end.h), with the
 // abort faked: what ncclCommAbort would be given is recorded instead, so the watching is
 // tested without a GPU. The mark is the process's, as in generation_end_test.cc.
 #include <catch2/catch.hpp>
@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/abort_on_end.h"
-#include "runtime/generation_end.h"
+#include "runtime/core/generation_end.h"
+#include "runtime/nccl/abort_on_end.h"
 
 using hvdrun::runtime::AbortOnEnd;
 using hvdrun::runtime::generation_end;

@@ -1,4 +1,4 @@
-// The NCCL bootstrap over a MemoryStore (runtime/nccl_bootstrap.h): the unique ids are
+// The NCCL bootstrap over a MemoryStore (runtime/nccl/nccl_bootstrap.h): the unique ids are
 // opaque bytes to it, so the exchange is tested without a GPU, NCCL or a rendezvous
 // server. Threads stand in for ranks.
 #include <catch2/catch.hpp>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "rendezvous/memory_store.h"
-#include "runtime/nccl_bootstrap.h"
+#include "runtime/nccl/nccl_bootstrap.h"
 
 using hvdrun::rendezvous::MemoryStore;
 using namespace std::chrono_literals;

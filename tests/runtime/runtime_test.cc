@@ -7,11 +7,11 @@
 #include <thread>
 
 #include "hvdrun/hvdrun.h"
-#include "runtime/env.h"
-#include "runtime/nccl_comm.h"
-#include "runtime/process_set.h"
-#include "runtime/reduce.h"
-#include "runtime/world.h"
+#include "runtime/core/env.h"
+#include "runtime/nccl/nccl_comm.h"
+#include "runtime/reduce/reduce.h"
+#include "runtime/world/process_set.h"
+#include "runtime/world/world.h"
 #include "tests/runtime/job_harness.h"
 #include "tests/support/processes.h"
 

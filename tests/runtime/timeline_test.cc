@@ -1,9 +1,9 @@
-// The timeline writer (runtime/timeline.h): the files it writes are parsed back (a small
+// The timeline writer (runtime/core/timeline.h): the files it writes are parsed back (a small
 // strict JSON reader here, and python3's json module on one of them) and their events
 // checked: rows per collective, nested phases, rank-ready and marker events, arguments,
 // escaping; many threads at once; start/stop/start; a file that parses while the writer
 // runs and after the process dies without stop(); errors. Runs under ASan and TSan in CI.
-#include "runtime/timeline.h"
+#include "runtime/core/timeline.h"
 
 #include <sys/resource.h>
 #include <sys/stat.h>

@@ -1,0 +1,137 @@
+// One rank's membership in a job: the rendezvous connection, the check-in with every
+// other rank, and the communicators built on top. api.cc holds the single instance.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "rendezvous/client.h"
+#include "runtime/core/env.h"
+#include "runtime/engine/negotiation.h"
+#include "runtime/host/host_comm.h"
+#include "runtime/nccl/nccl_comm.h"
+
+namespace hvdrun::rendezvous {
+class Server;
+}  // namespace hvdrun::rendezvous
+
+namespace hvdrun::runtime {
+
+/// Joined job state. Construction performs the whole start-up under the start timeout.
+class World {
+ public:
+  /// Connects, checks in, waits for every rank (naming the missing ones on timeout),
+  /// builds the host-memory paths (shared memory inside the host, Gloo across hosts)
+  /// and, when possible, NCCL. A standalone environment (a program started without
+  /// hvdrun) gets a rendezvous of its own on loopback, so the single rank joins the same
+  /// way a rank of `hvdrun -np 1` does. Throws Error.
+  explicit World(Environment env);
+  ~World();
+
+  /// The environment this rank was started with.
+  const Environment& env() const { return env_; }
+  /// Barrier through the host's shared segment (and the host leaders' Gloo), or through
+  /// the store when HVDRUN_HOST_PATH=gloo, outside negotiation (for tools that drive the
+  /// World directly); on timeout names the ranks that did not arrive.
+  void barrier();
+  /// One exchange of a negotiation round (an allgather of `bytes` per rank, in rank
+  /// order, of which only each rank's first `used` need arrive: Engine::Hooks::exchange)
+  /// through the host path: the segment inside a host, the leaders' Gloo across hosts.
+  /// Throws when a peer is lost, naming `head`. Every rank has entered the round when it
+  /// returns, so it is also a barrier.
+  void exchange(const void* mine, std::size_t used, void* all, std::size_t bytes,
+                const Request* head);
+  /// Runs a ready collective that this rank, having joined, did not submit: an
+  /// allreduce of the op's identity (zeros for Sum and Average), on the device when the
+  /// others' tensors are there; nothing for a barrier. Throws when a peer is lost.
+  void stand_in(const Ready& ready);
+  /// The error of `what` failing because a peer broke (its exception `cause`): rank,
+  /// size, host and the likely reason, in the same words wherever it happens.
+  Error peer_failure(const std::string& what, const std::exception& cause) const;
+  /// Stall reports across hosts: says through the rendezvous that this rank is inside
+  /// negotiation round `round`; stall_missing() then lists the ranks that have not said
+  /// so. Never throw (a report is best effort).
+  void stall_arrived(long long round) noexcept;
+  std::vector<int> stall_missing(long long round) noexcept;
+  /// Leaves the job: a final barrier (so no rank closes a connection a peer is still
+  /// reading from; skipped when `farewell` is false, after a collective failed and the
+  /// peers are gone or going), then the communicators are released. Failures are
+  /// logged, not thrown. Called by the destructor when not called before.
+  void leave(bool farewell = true);
+  /// The host-memory communicator.
+  HostComm& host() { return *host_; }
+  /// The GPU communicator, or nullptr (see nccl_status()).
+  NcclComm* nccl() { return nccl_.get(); }
+  /// Why there is no NCCL communicator ("" when there is one).
+  const std::string& nccl_status() const { return nccl_status_; }
+  /// Local IP of the rendezvous connection (used for collective traffic); a rank that
+  /// checked in through its host's leader has the leader's.
+  const std::string& local_address() const { return local_address_; }
+  /// Key prefix of this job generation ("hvdrun/g0").
+  const std::string& prefix() const { return prefix_; }
+  /// A host-memory communicator among the members of a process set (`env`: this rank's
+  /// place in it, runtime/world/process_set.h), under `prefix`. Collective among the members.
+  std::unique_ptr<HostComm> subset_host(const Environment& env, const std::string& prefix);
+  /// A NCCL communicator of `size` ranks in which this rank is `rank`, on this rank's
+  /// device. Collective among those ranks.
+  std::unique_ptr<NcclComm> subset_nccl(const std::string& key, int rank, int size);
+
+ private:
+  // Standalone: starts own_rendezvous_ and points env_ at it.
+  void serve_own_rendezvous();
+  void check_in(std::chrono::steady_clock::time_point deadline);
+  void check_in_host(std::chrono::steady_clock::time_point deadline);
+  void await_world(std::chrono::steady_clock::time_point deadline);
+  std::chrono::milliseconds checkin_timeout() const;
+  bool has_gpu() const;
+  // The rendezvous connection, opened on first use (a rank that checked in through its
+  // host's leader may never need one).
+  rendezvous::Client& store();
+  // Options of a rendezvous connection of this rank; `role` tells connections apart.
+  rendezvous::ClientOptions client_options(std::chrono::milliseconds connect,
+                                           std::chrono::milliseconds call,
+                                           const std::string& role) const;
+  void build_nccl(std::chrono::steady_clock::time_point deadline);
+  std::string who() const;
+  // The barrier behind barrier() and join(): returns the rank that arrived last.
+  int arrive(std::chrono::milliseconds timeout);
+  // Declared first so it is destroyed last: the rendezvous this World serves itself
+  // when it runs standalone (null in a job).
+  std::unique_ptr<rendezvous::Server> own_rendezvous_;
+  // The stall reports' own connection (the engine's may be busy in a round).
+  std::unique_ptr<rendezvous::Client> stall_store_;
+  std::mutex stall_mu_;
+  // How long leave() waits in its final barrier.
+  static constexpr std::chrono::milliseconds kFarewellTimeout{10000};
+
+  Environment env_;
+  std::string prefix_;
+  // Keys under prefix_.
+  rendezvous::Key key(std::string_view part) const { return rendezvous::Key(prefix_) / part; }
+  std::unique_ptr<rendezvous::Client> store_;
+  std::unique_ptr<HostComm> host_;
+  std::unique_ptr<NcclComm> nccl_;
+  std::string nccl_status_;
+  std::string local_address_;
+  long gpus_ = 0;  // ranks of the job that see a GPU, as counted at check-in
+  long long barrier_seq_ = 0;
+  bool left_ = false;
+};
+
+/// Jobs of at least this many ranks check in through their hosts' leaders by default
+/// (HVDRUN_CHECKIN=auto): below it, every rank's own connection costs the server little
+/// and a late rank is named by the rendezvous itself.
+inline constexpr int kCheckinThroughLeaderFrom = 256;
+
+/// True when this rank checks in through its host's leader: HVDRUN_CHECKIN=host, or auto
+/// in a job of kCheckinThroughLeaderFrom ranks or more; with the shared-memory host path
+/// and more than one local rank.
+bool checks_in_through_leader(const Environment& env);
+
+/// Comma-separated rank list, abbreviated past 32 entries.
+std::string format_ranks(const std::vector<int>& ranks);
+
+}  // namespace hvdrun::runtime
