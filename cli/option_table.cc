@@ -61,6 +61,8 @@ const std::array kOwnOptions = {
             kRun},
     OptSpec{"prefix-output-with-timestamp", 0, false, nullptr, "Output",
             "prefix each output line with the time", kRun},
+    OptSpec{"ranks-filter", 0, false, "LIST", "Output",
+            "show only these ranks' output, e.g. 0,3-5 (files keep all)", kRun},
     OptSpec{"json", 0, false, nullptr, "Output", "print the check report or --dry-run as JSON",
             kRun | kCheck},
     OptSpec{"verbose", 0, false, nullptr, "Output", "log launch progress (like --log-level info)",

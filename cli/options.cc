@@ -358,6 +358,37 @@ void apply_hosts_and_ssh(const Values& v, launcher::LaunchOptions& o) {
   if (v.given("remote-hvdrun")) o.remote_hvdrun = v.nonempty("remote-hvdrun");
 }
 
+// --ranks-filter's list: ranks and ranges ("0,3-5"), ascending and without repeats.
+std::vector<int> parse_rank_list(const std::string& text) {
+  const auto bad = [&](const std::string& why) {
+    return UsageError("bad value " + quote(text) + " for --ranks-filter: " + why +
+                      "; expected ranks and ranges such as 0,3-5");
+  };
+  constexpr long kMaxRank = 1 << 24;
+  const auto number = [&](std::string_view digits) {
+    if (digits.empty() || digits.size() > 8 ||
+        digits.find_first_not_of("0123456789") != std::string_view::npos)
+      throw bad(quote(std::string(digits)) + " is not a rank");
+    return std::stol(std::string(digits));
+  };
+  std::vector<int> ranks;
+  std::string_view rest(text);
+  while (true) {
+    const std::string_view item = rest.substr(0, rest.find(','));
+    const auto dash = item.find('-');
+    const long first = number(item.substr(0, dash));
+    const long last = dash == std::string_view::npos ? first : number(item.substr(dash + 1));
+    if (last < first) throw bad(quote(std::string(item)) + " runs backwards");
+    if (last - first >= kMaxRank) throw bad(quote(std::string(item)) + " is too wide");
+    for (long r = first; r <= last; ++r) ranks.push_back(static_cast<int>(r));
+    if (item.size() == rest.size()) break;
+    rest.remove_prefix(item.size() + 1);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
+
 // The options of `run` alone: interface, output, and the ranks' environment.
 void apply_run_options(const Values& v, const std::vector<Found>& found,
                        launcher::LaunchOptions& o) {
@@ -370,6 +401,7 @@ void apply_run_options(const Values& v, const std::vector<Found>& found,
   }
   if (v.given("output-filename")) o.output_filename = v.nonempty("output-filename");
   o.prefix_timestamp = v.given("prefix-output-with-timestamp");
+  if (v.given("ranks-filter")) o.console_ranks = parse_rank_list(v.nonempty("ranks-filter"));
   // The tuning flags' variables come first: -x entries after them, so an explicit -x wins.
   std::vector<std::pair<std::string, std::string>> knobs;
   for (const auto& f : found) {

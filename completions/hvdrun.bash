@@ -8,7 +8,7 @@
 # Options that take a value (the next word, or --opt=value).
 _hvdrun_value_opts="-np --num-proc -H --hosts --hostfile -x --env --start-timeout
   --network-interface -p --ssh-port -i --ssh-identity-file --ssh-config --remote-hvdrun
-  --output-filename --log-level --fusion-threshold-mb --cycle-time-ms --cache-capacity
+  --output-filename --ranks-filter --log-level --fusion-threshold-mb --cycle-time-ms --cache-capacity
   --autotune-log-file --autotune-warmup-samples --autotune-steps-per-sample
   --autotune-bayes-opt-max-samples --autotune-gaussian-process-noise --timeline-filename
   --stall-check-warning-time-seconds --stall-check-shutdown-time-seconds --num-nccl-streams

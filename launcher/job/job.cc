@@ -175,6 +175,7 @@ void Job::send_hello(Host& h) {
 void Job::start_relay() {
   RelayOptions ro;
   ro.timestamp = opt_.prefix_timestamp;
+  ro.console_ranks = opt_.console_ranks;
   ro.output_dir = opt_.output_filename;
   ro.stdout_fd = ctx_.stdout_fd;
   ro.stderr_fd = ctx_.stderr_fd;

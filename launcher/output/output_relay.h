@@ -32,6 +32,10 @@ struct RelayOptions {
   std::string output_dir;
   /// Lines of stderr kept per rank for failure messages.
   std::size_t tail_lines = 10;
+  /// --ranks-filter: the ranks (process numbers) whose lines reach stdout_fd/stderr_fd,
+  /// ascending; empty: every rank. The others' output still goes to their files and
+  /// their stderr tails.
+  std::vector<int> console_ranks;
   /// Where tagged stdout / stderr lines go.
   int stdout_fd = 1;
   int stderr_fd = 2;

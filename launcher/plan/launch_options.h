@@ -79,6 +79,9 @@ struct LaunchOptions {
   std::string log_level = "warning";
   /// --prefix-output-with-timestamp.
   bool prefix_timestamp = false;
+  /// --ranks-filter LIST: the ranks whose output reaches the console (every rank's still
+  /// goes to --output-filename's files and into failure messages). Empty: every rank.
+  std::vector<int> console_ranks;
   /// --remote-hvdrun PATH: hvdrun on remote hosts; empty means this binary's own path.
   std::string remote_hvdrun;
   /// --json: machine-readable preflight report (check) or plan (--dry-run).

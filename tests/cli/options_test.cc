@@ -116,6 +116,8 @@ TEST_CASE("every option reaches LaunchOptions") {
                                  "--log-level",
                                  "INFO",
                                  "--prefix-output-with-timestamp",
+                                 "--ranks-filter",
+                                 "5,0-2,1",
                                  "--remote-hvdrun",
                                  "/opt/hvdrun/bin/hvdrun",
                                  "prog",
@@ -130,6 +132,7 @@ TEST_CASE("every option reaches LaunchOptions") {
   CHECK(o.start_timeout_s == 45);
   CHECK(o.network_interface == "eth0");
   CHECK(o.output_filename == "/tmp/out dir");
+  CHECK(o.console_ranks == std::vector<int>{0, 1, 2, 5});
   CHECK(o.env == std::vector<std::string>{"A=1", "B", "C=x y=z", "D="});
   CHECK(o.verbose);
   CHECK(o.log_level == "info");
@@ -227,6 +230,15 @@ TEST_CASE("bad command lines are usage errors with one precise line") {
       {"--launcher exec:ssh -np 1 x",
        "--launcher 'exec:ssh': the command has no {host}; put {host} where the host name goes, "
        "as in exec:docker exec -i {host}"},
+      {"--ranks-filter 3-1 x",
+       "bad value '3-1' for --ranks-filter: '3-1' runs backwards; expected ranks and ranges "
+       "such as 0,3-5"},
+      {"--ranks-filter 0,,2 x",
+       "bad value '0,,2' for --ranks-filter: '' is not a rank; expected ranks and ranges such as "
+       "0,3-5"},
+      {"--ranks-filter -1 x",
+       "bad value '-1' for --ranks-filter: '' is not a rank; expected ranks and ranges such as "
+       "0,3-5"},
       {"-np 4x x",
        "bad value '4x' for -np; expected a whole number of processes from 1 to 1048576, as in -np "
        "4"},

@@ -181,6 +181,31 @@ TEST_CASE("output-filename writes each rank's raw output also for -np 1") {
   CHECK(count(h.out, "<stdout>:out") == np);
 }
 
+TEST_CASE("--ranks-filter shows only its ranks on the console, the files keep every rank") {
+  TempDir tmp("it");
+  const std::string dir = tmp.path() + "/logs";
+  Hvdrun h({"-np", "4", "--ranks-filter", "0,2", "--output-filename", dir, "sh", "-c",
+            "echo out $HVDRUN_RANK; echo err $HVDRUN_RANK >&2"});
+  REQUIRE(h.wait() == 0);
+  auto out = lines(h.out);
+  std::sort(out.begin(), out.end());
+  CHECK(out == std::vector<std::string>{"[0]<stdout>:out 0", "[2]<stdout>:out 2"});
+  auto err = lines(h.err);
+  std::sort(err.begin(), err.end());
+  CHECK(err == std::vector<std::string>{"[0]<stderr>:err 0", "[2]<stderr>:err 2"});
+  for (int r = 0; r < 4; ++r) {
+    const std::string rd = dir + "/rank." + std::to_string(r);
+    CHECK(read_file(rd + "/stdout") == "out " + std::to_string(r) + "\n");
+    CHECK(read_file(rd + "/stderr") == "err " + std::to_string(r) + "\n");
+  }
+  // A rank the console hides that fails is still quoted, once, in the failure message.
+  Hvdrun failing({"-np", "2", "--ranks-filter", "0", "sh", "-c",
+                  "if [ $HVDRUN_RANK = 1 ]; then echo failing >&2; exit 5; fi; sleep 30"});
+  CHECK(failing.wait() == 5);
+  CHECK(failing.err.find("[1]<stderr>") == std::string::npos);
+  CHECK(count(failing.err, "    failing\n") == 1);
+}
+
 TEST_CASE("100 MB of long lines without a final newline pass through byte-exact") {
   TempDir tmp("it");
   // Lines from 1 byte to 3 MB (beyond the relay's 1 MiB long-line limit), no final newline.
