@@ -1,6 +1,7 @@
 // hvdrun's entry point: parse the command line, dispatch, map the outcome to an exit code.
 // All the work lives in the libraries (cli/, launcher/) that the tests link too.
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <spdlog/sinks/stdout_sinks.h>
@@ -23,6 +24,7 @@
 #include "launcher/hosts/slurm_launch.h"
 #include "launcher/plan/launch_plan.h"
 #include "launcher/plan/rank_env.h"
+#include "launcher/process/subprocess.h"
 #include "launcher/start/launch.h"
 
 namespace {
@@ -112,6 +114,10 @@ int main(int argc, char** argv) {
         "-x {0}: {0} is not set here, so no rank gets it; set it before hvdrun, or "
         "write -x {0}=VALUE",
         name);
+  // SIGUSR1 and SIGUSR2 are for the ranks: the job loop forwards them. Held from here on,
+  // so that one arriving while the hosts start, or between two generations of an elastic
+  // job, does not end hvdrun; it reaches the ranks once the job loop runs.
+  const hvdrun::launcher::SignalMask for_the_ranks({SIGUSR1, SIGUSR2});
   try {
     if (cmd.options.elastic.enabled()) return hvdrun::launcher::run_elastic(cmd.options);
     return hvdrun::launcher::launch(cmd.options);

@@ -22,6 +22,8 @@ const std::array kOwnOptions = {
     OptSpec{"hostfile", 0, false, "FILE", "Job", "read hosts from FILE ('host slots=N' lines)",
             kRun | kCheck},
     OptSpec{"env", 'x', false, "NAME[=VALUE]", "Job", "set NAME in every rank (repeatable)", kRun},
+    OptSpec{"kill-grace", 0, false, "SEC", "Job",
+            "seconds between SIGTERM and SIGKILL when ranks stop (default 3)", kRun},
     OptSpec{"start-timeout", 0, false, "SEC", "Job", "start deadline in seconds (default 30)",
             kRun | kCheck},
     OptSpec{"network-interface", 0, false, "IF", "Job", "interface whose address the ranks use",

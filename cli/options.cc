@@ -356,6 +356,10 @@ void apply_hosts_and_ssh(const Values& v, launcher::LaunchOptions& o) {
                                       kMaxStartTimeout, "whole seconds", "--start-timeout 60");
   }
   if (v.given("remote-hvdrun")) o.remote_hvdrun = v.nonempty("remote-hvdrun");
+  if (v.given("kill-grace")) {
+    o.kill_grace_s = number_option(spec_named("kill-grace"), v.str("kill-grace"), 0, 3600,
+                                   "whole seconds", "--kill-grace 30");
+  }
 }
 
 // --ranks-filter's list: ranks and ranges ("0,3-5"), ascending and without repeats.

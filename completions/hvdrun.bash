@@ -6,7 +6,7 @@
 #   source completions/hvdrun.bash
 
 # Options that take a value (the next word, or --opt=value).
-_hvdrun_value_opts="-np --num-proc -H --hosts --hostfile -x --env --start-timeout
+_hvdrun_value_opts="-np --num-proc -H --hosts --hostfile -x --env --start-timeout --kill-grace
   --network-interface -p --ssh-port -i --ssh-identity-file --ssh-config --remote-hvdrun
   --output-filename --ranks-filter --log-level --fusion-threshold-mb --cycle-time-ms --cache-capacity
   --autotune-log-file --autotune-warmup-samples --autotune-steps-per-sample
@@ -159,7 +159,7 @@ _hvdrun() {
       COMPREPLY=($(compgen -v -- "$cur"))
       return 0
       ;;
-    -np | --num-proc | -p | --ssh-port | --start-timeout | --min-np | --max-np | --slots-per-host | \
+    -np | --num-proc | -p | --ssh-port | --start-timeout | --kill-grace | --min-np | --max-np | --slots-per-host | \
       --reset-limit | --max-restarts | --blacklist-cooldown-range | --elastic-timeout)
       return 0
       ;;

@@ -104,6 +104,8 @@ void Agent::handle(proto::Message& m) {
     job_control(true);
   } else if (std::holds_alternative<proto::Resume>(m)) {
     job_control(false);
+  } else if (auto* sig = std::get_if<proto::Signal>(&m)) {
+    forward_signal(sig->signo);
   } else if (auto* g = std::get_if<proto::Regenerate>(&m)) {
     regenerate(*g);
   } else if (auto* f = std::get_if<proto::Fatal>(&m)) {
@@ -193,7 +195,9 @@ bool Agent::report_fatal(const std::string& message) {
 }
 
 int Agent::run() {
-  SignalMask signals({SIGCHLD, SIGTERM, SIGINT, SIGHUP});
+  // SIGUSR1 and SIGUSR2 sent to the agent itself (Slurm's --signal reaches the step's
+  // tasks, the agents) go on to its ranks, as the launcher's forwarded ones do.
+  SignalMask signals({SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2});
   // Orphans of the ranks' trees come here, not to init, so that sweep_groups() finds them.
   if (!become_subreaper())
     spdlog::warn(
@@ -235,6 +239,9 @@ void Agent::take_signals(SignalMask& signals) {
     spdlog::debug("signal {}", SignalMask::last());
     in_eof_ = true;
     begin_kill(have_hello_ ? hello_.kill_grace_ms : 3000, "agent received a signal");
+  }
+  for (int sig : {SIGUSR1, SIGUSR2}) {
+    if (signals.take(sig) > 0) forward_signal(sig);
   }
 }
 

@@ -140,6 +140,8 @@ const char* name_of(Type t) {
       return "regenerate";
     case Type::rank_left:
       return "rank-left";
+    case Type::signal:
+      return "signal";
   }
   return "unknown";
 }
@@ -318,6 +320,12 @@ Message decode_payload(Type type, std::string_view payload) {
       r.done();
       return m;
     }
+    case Type::signal: {
+      Signal m;
+      m.signo = r.i32();
+      r.done();
+      return m;
+    }
     case Type::regenerate:
       return decode_regenerate(r);
     case Type::fatal: {
@@ -419,6 +427,11 @@ struct EncodeVisitor {
     w.i32(m.generation);
     w.finish(Type::rank_left, out);
   }
+  void operator()(const Signal& m) {
+    Writer w;
+    w.i32(m.signo);
+    w.finish(Type::signal, out);
+  }
   void operator()(const Regenerate& m) {
     Writer w;
     w.i32(m.generation);
@@ -487,11 +500,11 @@ std::optional<Message> Decoder::next() {
 }
 
 const char* type_name(const Message& msg) {
-  static constexpr Type kTypes[] = {Type::hello,        Type::agent_hello, Type::spawn,
-                                    Type::rank_started, Type::output,      Type::rank_exited,
-                                    Type::kill,         Type::heartbeat,   Type::fatal,
-                                    Type::suspend,      Type::resume,      Type::rank_stopped,
-                                    Type::rank_elastic, Type::regenerate,  Type::rank_left};
+  static constexpr Type kTypes[] = {
+      Type::hello,        Type::agent_hello, Type::spawn,     Type::rank_started,
+      Type::output,       Type::rank_exited, Type::kill,      Type::heartbeat,
+      Type::fatal,        Type::suspend,     Type::resume,    Type::rank_stopped,
+      Type::rank_elastic, Type::regenerate,  Type::rank_left, Type::signal};
   return name_of(kTypes[msg.index()]);
 }
 

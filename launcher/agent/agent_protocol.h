@@ -32,8 +32,8 @@ inline constexpr std::uint32_t kMagic = 0x48564441;
 /// interface's addresses on its host (the Horovod rendezvous admits exactly those).
 /// 5: a spawn names which of the agent's own variables its rank starts from, and defaults
 /// (launcher/plan/rank_env.h). 6: rank-elastic, regenerate and rank-left (in-process elastic
-/// recovery, docs/elastic.md; the launcher does not send regenerate yet).
-inline constexpr std::uint32_t kVersion = 6;
+/// recovery, docs/elastic.md). 7: signal (SIGUSR1 and SIGUSR2 forwarded to the ranks).
+inline constexpr std::uint32_t kVersion = 7;
 /// Largest frame accepted (type byte + payload).
 inline constexpr std::uint32_t kMaxFrameBytes = 16u << 20;
 /// Largest output chunk an agent puts in one frame.
@@ -62,6 +62,7 @@ enum class Type : std::uint8_t {
   rank_elastic = 13,  ///< agent -> launcher
   regenerate = 14,    ///< launcher -> agent
   rank_left = 15,     ///< agent -> launcher
+  signal = 16,        ///< launcher -> agent
 };
 
 /// Which output stream of a rank.
@@ -232,10 +233,17 @@ struct RankLeft {
   bool operator==(const RankLeft&) const = default;
 };
 
+/// A signal the launcher received for the ranks (SIGUSR1 or SIGUSR2, as Slurm's --signal or
+/// a spot instance's notice sends): the agent sends it to every rank's process.
+struct Signal {
+  std::int32_t signo = 0;
+  bool operator==(const Signal&) const = default;
+};
+
 /// Any decoded message.
 using Message =
     std::variant<Hello, AgentHello, Spawn, RankStarted, Output, RankExited, Kill, Heartbeat, Fatal,
-                 Suspend, Resume, RankStopped, RankElastic, Regenerate, RankLeft>;
+                 Suspend, Resume, RankStopped, RankElastic, Regenerate, RankLeft, Signal>;
 
 /// Appends the frame for `msg` to `out`. Throws ProtocolError when it would exceed
 /// kMaxFrameBytes (for instance a spawn with a gigantic environment).

@@ -190,6 +190,22 @@ void Agent::job_control(bool suspend) {
   spdlog::debug("{} {} rank group(s)", suspend ? "stopped" : "continued", n);
 }
 
+void Agent::forward_signal(int signo) {
+  // Only the signals the launcher forwards: a frame asking for another is refused rather
+  // than passed on to the ranks.
+  if (signo != SIGUSR1 && signo != SIGUSR2)
+    throw proto::ProtocolError("agent protocol: signal " + std::to_string(signo) +
+                               " is not one the launcher forwards (SIGUSR1, SIGUSR2)");
+  if (killing_) return;
+  // To each rank's own process, not its group (as mpirun and srun deliver them): the
+  // program decides what its children hear (a data loader's workers, a shell's sleep).
+  int n = 0;
+  for (auto& [rank, r] : ranks_) {
+    if (!r.reaped && r.pid > 0 && ::kill(r.pid, signo) == 0) ++n;
+  }
+  spdlog::debug("{} sent to {} rank(s)", strsignal(signo), n);
+}
+
 void Agent::sweep_groups() {
   // Anything a rank left behind in its process group goes too, and so does whatever this
   // agent adopted: what the ranks started in sessions of their own.

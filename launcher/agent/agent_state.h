@@ -93,6 +93,7 @@ class Agent {
   void report_exits();
   void begin_kill(std::uint32_t grace_ms, const char* why);
   void job_control(bool suspend);
+  void forward_signal(int signo);
   void flush_queue();
   bool all_done() const;
   void sweep_groups();

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -232,6 +233,7 @@ void Job::supervise() {
 bool Job::turn() {
   if (!handle_interrupt()) return false;
   if (ctx_.clock->take_suspend()) suspend();
+  for (int sig : ctx_.clock->take_forwarded()) forward_signal(sig);
   if (all_done()) return false;
   const auto t = now();
   if (teardown_overdue(t)) return false;
@@ -268,6 +270,19 @@ void Job::suspend() {
   flush_links(t + milliseconds(1000));
   spdlog::debug("resumed after {} ms",
                 std::chrono::duration_cast<milliseconds>(t - before).count());
+}
+
+// SIGUSR1 or SIGUSR2 to hvdrun (Slurm's --signal, a spot instance's notice): every agent
+// sends it to its ranks' processes. Not in a teardown: the ranks are being stopped.
+void Job::forward_signal(int sig) {
+  if (stopping()) return;
+  int hosts = 0;
+  for (Host& h : hosts_) {
+    if (h.closed) continue;
+    send(h, proto::Signal{sig});
+    ++hosts;
+  }
+  spdlog::info("{} forwarded to the ranks on {}", strsignal(sig), counted(hosts, "host"));
 }
 
 // Writes every host's queued frames, waiting for the links to take them until `deadline`.
@@ -542,6 +557,7 @@ int run_job(const LaunchPlan& plan, const LaunchOptions& options, const JobHooks
 
 int run_job(const LaunchPlan& plan, const LaunchOptions& options, const JobHooks& hooks) {
   JobContext context = process_context();
+  if (options.kill_grace_s) context.kill_grace = std::chrono::seconds(*options.kill_grace_s);
   SystemJobClock clock;  // before any thread starts
   context.clock = &clock;
   return run_job(plan, options, hooks, context);

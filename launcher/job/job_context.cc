@@ -36,7 +36,7 @@ milliseconds env_duration(const char* (*getenv)(const char*), const char* name,
 
 }  // namespace
 
-SystemJobClock::SystemJobClock() : signals_({SIGINT, SIGTERM, SIGHUP, SIGTSTP}) {}
+SystemJobClock::SystemJobClock() : signals_({SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGUSR1, SIGUSR2}) {}
 
 JobClock::Clock::time_point SystemJobClock::now() { return Clock::now(); }
 
@@ -63,6 +63,14 @@ int SystemJobClock::take_interrupt() {
 }
 
 bool SystemJobClock::take_suspend() { return signals_.take(SIGTSTP) > 0; }
+
+std::vector<int> SystemJobClock::take_forwarded() {
+  std::vector<int> out;
+  for (int sig : {SIGUSR1, SIGUSR2}) {
+    if (signals_.take(sig) > 0) out.push_back(sig);
+  }
+  return out;
+}
 
 void SystemJobClock::stop_self() { ::kill(::getpid(), SIGSTOP); }
 

@@ -30,13 +30,16 @@ class JobClock {
   virtual int take_interrupt() = 0;
   /// True when a suspend request (SIGTSTP: Ctrl-Z) arrived since the last call.
   virtual bool take_suspend() { return false; }
+  /// The signals for the ranks (SIGUSR1, SIGUSR2) that arrived since the last call, each
+  /// once however often it came.
+  virtual std::vector<int> take_forwarded() { return {}; }
   /// Stops this process as a shell job stops (SIGSTOP); returns once it is continued.
   virtual void stop_self() {}
 };
 
-/// The real clock: steady_clock and ppoll, with SIGINT, SIGTERM, SIGHUP and SIGTSTP
-/// blocked except inside the wait. Construct it before any thread starts, so that every thread
-/// inherits the block and only the loop sees those signals.
+/// The real clock: steady_clock and ppoll, with SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGUSR1
+/// and SIGUSR2 blocked except inside the wait. Construct it before any thread starts, so
+/// that every thread inherits the block and only the loop sees those signals.
 class SystemJobClock : public JobClock {
  public:
   SystemJobClock();
@@ -44,6 +47,7 @@ class SystemJobClock : public JobClock {
   int wait(std::vector<pollfd>& fds, Clock::time_point until) override;
   int take_interrupt() override;
   bool take_suspend() override;
+  std::vector<int> take_forwarded() override;
   void stop_self() override;
 
  private:

@@ -116,6 +116,7 @@ class Job {
   bool turn();
   bool handle_interrupt();
   void suspend();
+  void forward_signal(int sig);
   void flush_links(Clock::time_point deadline);
   void check_frozen();
   std::string stopped_ranks_text();

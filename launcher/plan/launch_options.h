@@ -79,6 +79,9 @@ struct LaunchOptions {
   std::string log_level = "warning";
   /// --prefix-output-with-timestamp.
   bool prefix_timestamp = false;
+  /// --kill-grace SEC: between SIGTERM and SIGKILL when ranks are stopped; unset:
+  /// HVDRUN_KILL_GRACE, else 3 s.
+  std::optional<int> kill_grace_s;
   /// --ranks-filter LIST: the ranks whose output reaches the console (every rank's still
   /// goes to --output-filename's files and into failure messages). Empty: every rank.
   std::vector<int> console_ranks;

@@ -149,6 +149,53 @@ TEST_CASE("SIGINT and SIGTERM stop every rank with exit 130 and 143") {
                 static_cast<int>(processes_with(marker).size()), "nothing"});
 }
 
+TEST_CASE("SIGUSR1 and SIGUSR2 to hvdrun reach every rank and the job goes on") {
+  TempDir tmp("it");
+  // Each rank notes the signals it got and ends once it has both; a rank that got none
+  // would wait for ever (the test's deadline fails it).
+  const std::string dir = tmp.path();
+  Hvdrun h({"-np", "3", "sh", "-c",
+            "trap 'touch " + dir + "/usr1.$HVDRUN_RANK' USR1; trap 'touch " + dir +
+                "/usr2.$HVDRUN_RANK' USR2; echo ready; while [ ! -e " + dir +
+                "/usr1.$HVDRUN_RANK ] || [ ! -e " + dir +
+                "/usr2.$HVDRUN_RANK ]; do sleep 0.05; done; echo both"});
+  h.read_until([](const std::string& out) { return count(out, "ready") == 3; });
+  h.signal(SIGUSR1);
+  h.signal(SIGUSR2);
+  CHECK(h.wait(20s) == 0);
+  CHECK(count(h.out, "both") == 3);
+  for (int r = 0; r < 3; ++r) {
+    CHECK(access((dir + "/usr1." + std::to_string(r)).c_str(), F_OK) == 0);
+    CHECK(access((dir + "/usr2." + std::to_string(r)).c_str(), F_OK) == 0);
+  }
+}
+
+TEST_CASE("kill-grace: --kill-grace gives a rank that checkpoints on SIGTERM the time it needs") {
+  TempDir tmp("it");
+  // On SIGTERM each rank takes 4 s to write its checkpoint: more than the 3 s default.
+  const std::string dir = tmp.path();
+  const auto run = [&](std::vector<std::string> grace) {
+    std::vector<std::string> args = {"-np", "2"};
+    args.insert(args.end(), grace.begin(), grace.end());
+    args.insert(args.end(),
+                {"sh", "-c",
+                 "trap 'sleep 4; echo saved > " + dir +
+                     "/ckpt-$0.$HVDRUN_RANK; exit 0' TERM; echo ready; while :; do sleep 0.1; "
+                     "done",
+                 grace.empty() ? "default" : "given"});
+    Hvdrun h(args);
+    h.read_until([](const std::string& out) { return count(out, "ready") == 2; });
+    h.signal(SIGTERM);
+    CHECK(h.wait(30s) == 143);
+  };
+  run({"--kill-grace", "20"});
+  for (int r = 0; r < 2; ++r)
+    CHECK(read_file(dir + "/ckpt-given." + std::to_string(r)) == "saved\n");
+  run({});  // the default: SIGKILL after 3 s, before the checkpoints are written
+  for (int r = 0; r < 2; ++r)
+    CHECK(access((dir + "/ckpt-default." + std::to_string(r)).c_str(), F_OK) != 0);
+}
+
 TEST_CASE("SIGKILL of hvdrun leaves no rank alive") {
   std::string marker = unique_marker();
   Hvdrun h({"-np", "4", "sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"},
@@ -181,7 +228,8 @@ TEST_CASE("output-filename writes each rank's raw output also for -np 1") {
   CHECK(count(h.out, "<stdout>:out") == np);
 }
 
-TEST_CASE("--ranks-filter shows only its ranks on the console, the files keep every rank") {
+TEST_CASE(
+    "ranks-filter: --ranks-filter shows only its ranks on the console, the files keep every rank") {
   TempDir tmp("it");
   const std::string dir = tmp.path() + "/logs";
   Hvdrun h({"-np", "4", "--ranks-filter", "0,2", "--output-filename", dir, "sh", "-c",

@@ -2,6 +2,8 @@
 // malformed input with a clear message.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+
 #include <string>
 
 #include "launcher/agent/agent_protocol.h"
@@ -101,7 +103,8 @@ TEST_CASE("every message survives a round trip whatever the chunking") {
       proto::RankElastic{4, 2},
       regenerate,
       proto::Regenerate{},
-      proto::RankLeft{4, 2}};
+      proto::RankLeft{4, 2},
+      proto::Signal{SIGUSR1}};
   std::string all;
   for (const auto& m : msgs) all += encoded(m);
   for (std::size_t chunk : {std::size_t{1}, std::size_t{3}, std::size_t{7}, all.size()}) {
@@ -184,7 +187,7 @@ TEST_CASE("a version 1 agent hello (no interface field) is read as a version mis
   auto m = d.next();
   REQUIRE(m);
   CHECK(std::get<proto::AgentHello>(*m).version == 1);
-  CHECK(proto::kVersion == 6);
+  CHECK(proto::kVersion == 7);
 }
 
 TEST_CASE("a message larger than the frame limit cannot be encoded") {
