@@ -1,8 +1,9 @@
-"""Builds hvdrun's TensorFlow op library (hvdrun/tensorflow/ops.cc) against the TensorFlow
-installed in this Python, as Horovod builds its own: custom ops must be compiled with the
-installed TensorFlow's headers and C++ ABI, so no prebuilt binary can serve every version.
+"""Builds hvdrun's TensorFlow op library (hvdrun/tensorflow/ops*.cc, SOURCES) against the
+TensorFlow installed in this Python, as Horovod builds its own: custom ops must be compiled
+with the installed TensorFlow's headers and C++ ABI, so no prebuilt binary can serve every
+version.
 
-The library is built once per (source, TensorFlow version, compiler flags) into a cache
+The library is built once per (sources, TensorFlow version, compiler flags) into a cache
 directory and reused: HVDRUN_TF_OPS_CACHE, else $XDG_CACHE_HOME/hvdrun/tf-ops, else
 ~/.cache/hvdrun/tf-ops. Ranks that start together wait on a lock while one of them builds.
 HVDRUN_TF_OPS names a library built elsewhere and skips all of this. The compiler is $CXX,
@@ -31,7 +32,11 @@ import tempfile
 from hvdrun import _safe_path
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.path.join(_HERE, "tensorflow", "ops.cc")
+# The op library's translation units (ops.cc opens with what each holds) and the header
+# they share; the cache key hashes all of them.
+SOURCES = tuple(os.path.join(_HERE, "tensorflow", name)
+                for name in ("ops.cc", "ops_submit.cc", "ops_reduce.cc", "ops_move.cc"))
+HEADERS = (os.path.join(_HERE, "tensorflow", "ops_internal.h"),)
 LIBRARY_NAME = "libhvdrun_tf_ops.so"
 
 
@@ -50,18 +55,30 @@ def _header_dir():
                      "in a checkout's runtime/include); reinstall hvdrun")
 
 
+def compile_flags():
+    """The flags every source is compiled with: hvdrun_c.h's directory and TensorFlow's
+    (scripts/tidy.sh runs clang-tidy with them too)."""
+    import tensorflow as tf
+
+    # TensorFlow's headers are system headers to us: their warnings are not ours.
+    return ["-I" + _header_dir()] + ["-isystem" + f[2:] if f.startswith("-I") else f
+                                     for f in tf.sysconfig.get_compile_flags()]
+
+
 def _command(output, werror):
     import tensorflow as tf
 
-    cflags, lflags = tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
-    # TensorFlow's headers are system headers to us: their warnings are not ours.
-    cflags = ["-isystem" + f[2:] if f.startswith("-I") else f for f in cflags]
     warn = ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-deprecated-declarations"]
     if werror:
         warn.append("-Werror")
+    # One translation unit: ops.cc with the other sources included ahead of it. TensorFlow's
+    # headers take most of a source's compile time, so they are parsed once rather than once
+    # per source (as pip's unity build of libhvdrun does); the sources therefore must not
+    # define one name twice in their anonymous namespaces. scripts/tidy.sh reads each alone.
+    unity = [arg for source in SOURCES[1:] for arg in ("-include", source)] + [SOURCES[0]]
     cxx = shlex.split(os.environ.get("CXX", "c++"))
-    return (cxx + ["-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-I" + _header_dir()] +
-            cflags + warn + [SOURCE, "-o", output] + lflags), tf.__version__
+    return (cxx + ["-shared", "-fPIC", "-O2", "-fvisibility=hidden"] + compile_flags() + warn +
+            unity + ["-o", output] + tf.sysconfig.get_link_flags()), tf.__version__
 
 
 def _cache_dir(cache):
@@ -74,11 +91,11 @@ def _cache_dir(cache):
 
 
 def key_name():
-    """The cache's sub-directory for this source, header and TensorFlow:
+    """The cache's sub-directory for these sources, headers and TensorFlow:
     tf<version>-<first 16 hex digits of their sha256>."""
     probe, version = _command("OUT", False)  # -Werror changes no byte of the result
     key = hashlib.sha256()
-    for name in (SOURCE, os.path.join(_header_dir(), "hvdrun", "hvdrun_c.h")):
+    for name in SOURCES + HEADERS + (os.path.join(_header_dir(), "hvdrun", "hvdrun_c.h"),):
         with open(name, "rb") as f:
             key.update(f.read())
     key.update(" ".join(probe).encode())
@@ -169,7 +186,8 @@ def main(argv):
 
     p = argparse.ArgumentParser(prog="python -m hvdrun._tf_build",
                                 description="Build hvdrun's TensorFlow op library.")
-    p.add_argument("--werror", action="store_true", help="warnings in ops.cc are errors")
+    p.add_argument("--werror", action="store_true",
+                   help="warnings in the op library's sources are errors")
     p.add_argument("--cache", help="cache directory (default: HVDRUN_TF_OPS_CACHE or "
                    "~/.cache/hvdrun/tf-ops)")
     a = p.parse_args(argv)

@@ -153,7 +153,7 @@ TEST_CASE("SIGUSR1 and SIGUSR2 to hvdrun reach every rank and the job goes on") 
   TempDir tmp("it");
   // Each rank notes the signals it got and ends once it has both; a rank that got none
   // would wait for ever (the test's deadline fails it).
-  const std::string dir = tmp.path();
+  const std::string& dir = tmp.path();
   Hvdrun h({"-np", "3", "sh", "-c",
             "trap 'touch " + dir + "/usr1.$HVDRUN_RANK' USR1; trap 'touch " + dir +
                 "/usr2.$HVDRUN_RANK' USR2; echo ready; while [ ! -e " + dir +
@@ -173,7 +173,7 @@ TEST_CASE("SIGUSR1 and SIGUSR2 to hvdrun reach every rank and the job goes on") 
 TEST_CASE("kill-grace: --kill-grace gives a rank that checkpoints on SIGTERM the time it needs") {
   TempDir tmp("it");
   // On SIGTERM each rank takes 4 s to write its checkpoint: more than the 3 s default.
-  const std::string dir = tmp.path();
+  const std::string& dir = tmp.path();
   const auto run = [&](std::vector<std::string> grace) {
     std::vector<std::string> args = {"-np", "2"};
     args.insert(args.end(), grace.begin(), grace.end());
