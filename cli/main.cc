@@ -24,7 +24,6 @@
 #include "launcher/hosts/slurm_launch.h"
 #include "launcher/plan/launch_plan.h"
 #include "launcher/plan/rank_env.h"
-#include "launcher/process/subprocess.h"
 #include "launcher/start/launch.h"
 
 namespace {
@@ -114,10 +113,17 @@ int main(int argc, char** argv) {
         "-x {0}: {0} is not set here, so no rank gets it; set it before hvdrun, or "
         "write -x {0}=VALUE",
         name);
-  // SIGUSR1 and SIGUSR2 are for the ranks: the job loop forwards them. Held from here on,
-  // so that one arriving while the hosts start, or between two generations of an elastic
-  // job, does not end hvdrun; it reaches the ranks once the job loop runs.
-  const hvdrun::launcher::SignalMask for_the_ranks({SIGUSR1, SIGUSR2});
+  // SIGUSR1 and SIGUSR2 are for the ranks: the job loop takes them in its wait and
+  // forwards them. Blocked from here on (in every thread started later; children unblock
+  // them), so that one arriving while the hosts start, or between two generations of an
+  // elastic job, stays pending instead of ending hvdrun, and reaches the ranks once the
+  // job loop runs. Only blocked: the job loop's SignalMask installs the handler, and
+  // nothing else of this process's signal handling (SIGPIPE's) changes before it.
+  sigset_t for_the_ranks;
+  sigemptyset(&for_the_ranks);
+  sigaddset(&for_the_ranks, SIGUSR1);
+  sigaddset(&for_the_ranks, SIGUSR2);
+  ::pthread_sigmask(SIG_BLOCK, &for_the_ranks, nullptr);
   try {
     if (cmd.options.elastic.enabled()) return hvdrun::launcher::run_elastic(cmd.options);
     return hvdrun::launcher::launch(cmd.options);

@@ -105,7 +105,7 @@ def sources(root):
             continue
         for name in files:
             if name.endswith((".cc", ".h", ".c")):
-                yield os.path.join(rel, name).replace(os.sep, "/").lstrip("./")
+                yield os.path.normpath(os.path.join(rel, name)).replace(os.sep, "/")
 
 
 def main(root):
