@@ -108,8 +108,9 @@ std::vector<JobHooks::OpenedHost> open_hosts(const LaunchOptions& options,
     if (auto it = table.links.find(h.name); it != table.links.end() && it->second) {
       opened.link = std::move(it->second);
     } else if (table.preflight) {
-      // The SSH start keeps the sessions of its good hosts in its report when another
-      // failed: this host's is still usable.
+      // The SSH start leaves the sessions of its good hosts in its report when another
+      // failed (a failed launch drops them at once, where a link would wait up to 2 s for
+      // each agent to close): this host's is still usable here.
       for (HostCheck& check : table.preflight->hosts) {
         if (check.host != h.name || check.verdict != Verdict::ok || !check.session ||
             !check.agent_channel)
