@@ -33,6 +33,8 @@ namespace po = boost::program_options;
 
 constexpr int kMaxNp = env_names::kMaxRanks;
 constexpr int kMaxStartTimeout = env_names::kMaxStartTimeoutS;
+// --timeout: a year, far beyond any job, and far from overflowing the clock's arithmetic.
+constexpr int kMaxJobTimeout = 366 * 24 * 3600;
 
 size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -362,10 +364,11 @@ void apply_hosts_and_ssh(const Values& v, launcher::LaunchOptions& o) {
   }
 }
 
-// --ranks-filter's list: ranks and ranges ("0,3-5"), ascending and without repeats.
-std::vector<int> parse_rank_list(const std::string& text) {
+// --ranks-filter's and --local-ranks-filter's list: ranks and ranges ("0,3-5"), ascending
+// and without repeats.
+std::vector<int> parse_rank_list(const std::string& text, const char* flag) {
   const auto bad = [&](const std::string& why) {
-    return UsageError("bad value " + quote(text) + " for --ranks-filter: " + why +
+    return UsageError("bad value " + quote(text) + " for " + flag + ": " + why +
                       "; expected ranks and ranges such as 0,3-5");
   };
   constexpr long kMaxRank = 1 << 24;
@@ -405,7 +408,16 @@ void apply_run_options(const Values& v, const std::vector<Found>& found,
   }
   if (v.given("output-filename")) o.output_filename = v.nonempty("output-filename");
   o.prefix_timestamp = v.given("prefix-output-with-timestamp");
-  if (v.given("ranks-filter")) o.console_ranks = parse_rank_list(v.nonempty("ranks-filter"));
+  if (v.given("ranks-filter"))
+    o.console_ranks = parse_rank_list(v.nonempty("ranks-filter"), "--ranks-filter");
+  if (v.given("local-ranks-filter"))
+    o.console_local_ranks =
+        parse_rank_list(v.nonempty("local-ranks-filter"), "--local-ranks-filter");
+  if (v.given("timeout")) {
+    o.timeout_s = number_option(spec_named("timeout"), v.str("timeout"), 1, kMaxJobTimeout,
+                                "whole seconds", "--timeout 3600");
+  }
+  if (v.given("result-file")) o.result_file = v.nonempty("result-file");
   // The tuning flags' variables come first: -x entries after them, so an explicit -x wins.
   std::vector<std::pair<std::string, std::string>> knobs;
   for (const auto& f : found) {

@@ -37,6 +37,11 @@ inline constexpr const char kGeneration[] = "HVDRUN_GENERATION";
 /// The rank's end of the control channel from its agent (in-process elastic recovery;
 /// set only by an agent that runs it).
 inline constexpr const char kControlFd[] = "HVDRUN_CONTROL_FD";
+/// Where the rank writes its traceback if it dies of an uncaught exception (set by its agent,
+/// a file in the agent's private directory; docs/diagnosis.md#error-files), under both names:
+/// torchelastic's, which torch's @record writes to, and hvdrun's.
+inline constexpr const char kErrorFile[] = "HVDRUN_ERROR_FILE";
+inline constexpr const char kTorchElasticErrorFile[] = "TORCHELASTIC_ERROR_FILE";
 /// 1 in a process the launcher started into a running in-process elastic job (a rank
 /// taking the place of a failed one, on a host back from its cooldown or new to the job):
 /// the runtime runs it as a job of one until its first shutdown() (docs/elastic.md).

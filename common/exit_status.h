@@ -21,6 +21,11 @@ inline constexpr int kUsage = 2;
 /// convention for "the connection, not the command, failed".
 inline constexpr int kLaunchFailed = 255;
 
+/// The job ran past --timeout and hvdrun tore it down: GNU timeout's code for a command
+/// stopped at its time limit, so that scripts that already know it read it the same way.
+/// No hvdrun status is 124 otherwise (a rank's own 124 is indistinguishable, as with timeout).
+inline constexpr int kTimedOut = 124;
+
 /// `hvdrun agent` (started by the launcher, never by users) failed on its own.
 inline constexpr int kAgentFailed = 1;
 
@@ -31,6 +36,7 @@ constexpr int for_signal(int sig) { return 128 + sig; }
 
 /// The statuses the man page documents by number (a rank's own status aside).
 inline constexpr int kDocumented[] = {
-    kOk, kUsage, for_signal(SIGINT), for_signal(SIGPIPE), for_signal(SIGTERM), kLaunchFailed};
+    kOk,           kUsage,   for_signal(SIGINT), for_signal(SIGPIPE), for_signal(SIGTERM),
+    kLaunchFailed, kTimedOut};
 
 }  // namespace hvdrun::exit_status

@@ -7,6 +7,7 @@
 
 # Options that take a value (the next word, or --opt=value).
 _hvdrun_value_opts="-np --num-proc -H --hosts --hostfile -x --env --start-timeout --kill-grace
+  --timeout --result-file --local-ranks-filter
   --network-interface -p --ssh-port -i --ssh-identity-file --ssh-config --remote-hvdrun
   --output-filename --ranks-filter --log-level --fusion-threshold-mb --cycle-time-ms --cache-capacity
   --autotune-log-file --autotune-warmup-samples --autotune-steps-per-sample
@@ -108,7 +109,7 @@ _hvdrun() {
 
   case $opt in
     --hostfile | --ssh-config | -i | --ssh-identity-file | --remote-hvdrun | --autotune-log-file | \
-      --timeline-filename | --host-discovery-script)
+      --timeline-filename | --host-discovery-script | --result-file)
       compopt -o filenames 2>/dev/null
       mapfile -t COMPREPLY < <(compgen -f -- "$cur")
       return 0
@@ -159,7 +160,7 @@ _hvdrun() {
       COMPREPLY=($(compgen -v -- "$cur"))
       return 0
       ;;
-    -np | --num-proc | -p | --ssh-port | --start-timeout | --kill-grace | --min-np | --max-np | --slots-per-host | \
+    -np | --num-proc | -p | --ssh-port | --start-timeout | --kill-grace | --timeout | --min-np | --max-np | --slots-per-host | \
       --reset-limit | --max-restarts | --blacklist-cooldown-range | --elastic-timeout)
       return 0
       ;;

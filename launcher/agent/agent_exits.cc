@@ -125,6 +125,8 @@ void Agent::report_exits() {
     ex.signaled = WIFSIGNALED(r.status);
     ex.value = ex.signaled ? WTERMSIG(r.status) : WEXITSTATUS(r.status);
     ex.stderr_tail = r.tail.lines();
+    if (error_dir_ && (ex.signaled || ex.value != 0))
+      ex.traceback = read_error_file(error_dir_->path(r.rank));
     send(ex);
     r.reported = true;
     spdlog::debug("rank {} {} {}", r.rank, ex.signaled ? "killed by signal" : "exited with",

@@ -234,6 +234,7 @@ RankExited decode_rank_exited(Reader& r) {
   m.signaled = how == 1;
   m.value = r.i32();
   m.stderr_tail = r.strs();
+  m.traceback = r.str();
   r.done();
   return m;
 }
@@ -399,6 +400,7 @@ struct EncodeVisitor {
     w.u8(m.signaled ? 1 : 0);
     w.i32(m.value);
     w.strs(m.stderr_tail);
+    w.str(m.traceback);
     w.finish(Type::rank_exited, out);
   }
   void operator()(const Kill& m) {

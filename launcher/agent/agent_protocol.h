@@ -33,7 +33,8 @@ inline constexpr std::uint32_t kMagic = 0x48564441;
 /// 5: a spawn names which of the agent's own variables its rank starts from, and defaults
 /// (launcher/plan/rank_env.h). 6: rank-elastic, regenerate and rank-left (in-process elastic
 /// recovery, docs/elastic.md). 7: signal (SIGUSR1 and SIGUSR2 forwarded to the ranks).
-inline constexpr std::uint32_t kVersion = 7;
+/// 8: rank-exited carries the traceback of the rank's error file (TORCHELASTIC_ERROR_FILE).
+inline constexpr std::uint32_t kVersion = 8;
 /// Largest frame accepted (type byte + payload).
 inline constexpr std::uint32_t kMaxFrameBytes = 16u << 20;
 /// Largest output chunk an agent puts in one frame.
@@ -153,6 +154,9 @@ struct RankExited {
   std::int32_t value = 0;
   /// The last lines it wrote to stderr, oldest first, without newlines.
   std::vector<std::string> stderr_tail;
+  /// The traceback its error file (TORCHELASTIC_ERROR_FILE) holds, when it failed and wrote
+  /// one; else empty.
+  std::string traceback;
   bool operator==(const RankExited&) const = default;
 };
 

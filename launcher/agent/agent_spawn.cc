@@ -56,6 +56,7 @@ void Agent::spawn(const proto::Spawn& s) {
   r.tail = LineTail(s.stderr_tail_lines);
 
   ensure_cgroup();
+  ensure_error_dir();
   UniqueFd out_r, out_w, err_r, err_w, control_mine, control_rank;
   Child child;
   try {
@@ -71,6 +72,14 @@ void Agent::spawn(const proto::Spawn& s) {
     // whole environment), under what it sets.
     std::vector<std::string> env =
         merge_rank_env(environ, s.host_env, s.env, s.env_defaults).entries();
+    if (error_dir_) {
+      const std::string file = error_dir_->fresh_path(s.rank);
+      for (const char* name : {env_names::kErrorFile, env_names::kTorchElasticErrorFile}) {
+        const std::string prefix = std::string(name) + "=";
+        std::erase_if(env, [&](const std::string& e) { return e.rfind(prefix, 0) == 0; });
+        env.push_back(prefix + file);
+      }
+    }
     if (s.control) {
       int sv[2];
       if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
@@ -244,6 +253,15 @@ std::string cgroup_name(const std::string& job_id) {
 }
 
 }  // namespace
+
+void Agent::ensure_error_dir() {
+  if (std::exchange(error_dir_tried_, true)) return;
+  try {
+    error_dir_.emplace(hello_.job_id);
+  } catch (const SystemError& e) {
+    spdlog::warn("the ranks get no error file (TORCHELASTIC_ERROR_FILE): {}", e.what());
+  }
+}
 
 void Agent::ensure_cgroup() {
   if (cgroup_tried_) return;

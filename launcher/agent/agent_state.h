@@ -19,6 +19,7 @@
 #include "common/control_protocol.h"
 #include "common/fd.h"
 #include "launcher/agent/agent_protocol.h"
+#include "launcher/agent/error_file.h"
 #include "launcher/process/byte_queue.h"
 #include "launcher/process/group_guard.h"
 #include "launcher/process/job_cgroup.h"
@@ -98,6 +99,7 @@ class Agent {
   bool all_done() const;
   void sweep_groups();
   void ensure_cgroup();
+  void ensure_error_dir();
   void remove_cgroup();
   // The steps of run()'s loop.
   void take_signals(SignalMask& signals);
@@ -140,6 +142,9 @@ class Agent {
   // Declared after guard_: on the way out it is emptied while the guard still watches.
   std::optional<JobCgroup> cgroup_;
   bool cgroup_tried_ = false;
+  // The ranks' error files (error_file.h), made at the first spawn; none when it cannot be.
+  std::optional<ErrorDir> error_dir_;
+  bool error_dir_tried_ = false;
   // What the next wait polls: a rank's stdout (0), stderr (1) or exec status (2), or
   // without a rank the launcher stream in (0) or out (1).
   struct Slot {

@@ -264,6 +264,7 @@ std::optional<JobHooks::Reform> Elastic::reform(const Failure& failure) {
 }
 
 int Elastic::run() {
+  const auto job_start = Clock::now();  // --timeout counts over every generation
   hosts_ = discover();
   int& resets = resets_;
   for (;; ++generation_) {
@@ -280,6 +281,7 @@ int Elastic::run() {
     std::optional<Failure> outcome;
     JobHooks hooks;
     hooks.outcome = &outcome;
+    hooks.job_start = job_start;
     np_ = *g.np;
     hooks.should_stop = [this] { return should_grow(np_); };
     hooks.reform = [this](const Failure& f) { return reform(f); };

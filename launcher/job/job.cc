@@ -52,6 +52,7 @@ EnvSource env_source_of(bool local, LaunchMethod method) {
 
 int Job::run() {
   start_time_ = now();
+  started_wall_ = std::chrono::system_clock::now();
   check_command();
   lay_out_hosts();
   const std::string bind_addr = prepare_job_env();
@@ -176,7 +177,8 @@ void Job::send_hello(Host& h) {
 void Job::start_relay() {
   RelayOptions ro;
   ro.timestamp = opt_.prefix_timestamp;
-  ro.console_ranks = opt_.console_ranks;
+  ro.console_ranks = console_ranks(opt_, placement_);
+  ro.console_filtered = !opt_.console_local_ranks.empty();
   ro.output_dir = opt_.output_filename;
   ro.stdout_fd = ctx_.stdout_fd;
   ro.stderr_fd = ctx_.stderr_fd;
@@ -215,6 +217,10 @@ void Job::supervise() {
   // One deadline for the whole start: it began with the preflight when there was one.
   start_deadline_ =
       hooks_.launch_start.value_or(start_time_) + std::chrono::seconds(opt_.start_timeout_s);
+  if (opt_.timeout_s) {
+    timeout_deadline_ = hooks_.job_start.value_or(hooks_.launch_start.value_or(start_time_)) +
+                        std::chrono::seconds(*opt_.timeout_s);
+  }
   next_heartbeat_ = now() + ctx_.heartbeat_interval;
   last_heartbeat_ = now();
   try {
@@ -262,6 +268,7 @@ void Job::suspend() {
   ctx_.clock->stop_self();
   const auto t = now();
   start_deadline_ += t - before;
+  if (timeout_deadline_) *timeout_deadline_ += t - before;
   for (Host& h : hosts_) {
     send(h, proto::Resume{});
     h.last_rx = t;
@@ -318,6 +325,7 @@ void Job::wait_for_events(Clock::time_point t) {
   if (!stopping() && started_ranks_ < workers()) wake = std::min(wake, start_deadline_);
   if (!join_watch_.empty() && !stopping()) wake = std::min(wake, join_deadline_);
   if (teardown_deadline_) wake = std::min(wake, *teardown_deadline_);
+  if (timeout_deadline_ && !stopping()) wake = std::min(wake, *timeout_deadline_);
   if (held_) wake = std::min(wake, held_->until);
   if (left_hold_) wake = std::min(wake, *left_hold_);
   const int ready = ctx_.clock->wait(fds_, wake);
@@ -364,6 +372,7 @@ void Job::rank_done(int rank) {
   RankState& rs = ranks_[static_cast<std::size_t>(rank)];
   if (rs.done) return;
   rs.done = true;
+  rs.ended_wall = std::chrono::system_clock::now();
   ++done_ranks_;
   relay_->end_rank(rank);
 }
@@ -440,6 +449,7 @@ void Job::on_rank_started(Host& h, const proto::RankStarted& st) {
   RankState& rs = ranks_[static_cast<std::size_t>(st.rank)];
   if (rs.started) return;
   rs.started = true;
+  rs.started_wall = std::chrono::system_clock::now();
   ++h.started;
   if (++started_ranks_ == workers()) {
     spdlog::info("{} started in {} ms",
@@ -519,6 +529,7 @@ void Job::check_timers(Clock::time_point t) {
     }
   }
   check_start_deadline(t);
+  check_timeout(t);
   check_join_deadline(t);
   check_growth_or_stop();
 }
@@ -536,6 +547,7 @@ int Job::finish() {
     std::string how = h.link->close(deadline);
     spdlog::debug("host {}: agent {}", h.name, how);
   }
+  write_result_file();
   if (const auto& f = outcome_) {
     write_all(ctx_.stderr_fd, f->message.data(), f->message.size());
     return f->exit_code;

@@ -49,6 +49,9 @@ struct JobHooks {
   /// When the launch began (before the SSH preflight): --start-timeout counts from here.
   /// Unset: from the start of run_job.
   std::optional<std::chrono::steady_clock::time_point> launch_start;
+  /// When the whole job began (an elastic job's first launch): --timeout counts from here.
+  /// Unset: from launch_start.
+  std::optional<std::chrono::steady_clock::time_point> job_start;
   /// Asked on every turn of the job loop while ranks run: a reason to stop the job
   /// (every rank torn down, exit code 0, the reason printed) or nullopt. Unset: never.
   std::function<std::optional<std::string>()> should_stop;

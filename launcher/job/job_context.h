@@ -73,6 +73,8 @@ struct Failure {
   /// Ends an elastic job for good: no restart, no re-formation (discovery has not listed
   /// enough slots for --min-np within --elastic-timeout).
   bool final = false;
+  /// The job ran past --timeout (exit_status::kTimedOut); also final.
+  bool timed_out = false;
 };
 
 /// Everything the job loop takes from its surroundings.

@@ -165,6 +165,7 @@ void Job::host_closed(Host& h, const std::string& why) {
 void Job::on_rank_exited(Host& h, const proto::RankExited& ex) {
   owner_of(h, ex.rank, "rank-exited");
   if (ranks_[static_cast<std::size_t>(ex.rank)].done) return;
+  note_exit(ex.rank, ex);
   rank_done(ex.rank);
   if (ranks_[static_cast<std::size_t>(ex.rank)].rank < 0) {
     // Left out of the current generation (its host is excluded, or left discovery): stopped
@@ -222,7 +223,17 @@ Failure Job::rank_failure(const Host& h, const proto::RankExited& ex, int others
   }
   msg += "\n";
   auto tail = ex.stderr_tail.empty() ? relay_->stderr_tail(ex.rank) : ex.stderr_tail;
-  if (tail.empty()) {
+  if (!ex.traceback.empty()) {
+    // Its error file's traceback says more than the stderr tail, which repeats its end.
+    msg += "hvdrun: rank " + std::to_string(ex.rank) +
+           " raised an exception; its traceback (from its error file, TORCHELASTIC_ERROR_FILE):\n";
+    std::size_t at = 0;
+    while (at < ex.traceback.size()) {
+      const std::size_t end = std::min(ex.traceback.find('\n', at), ex.traceback.size());
+      msg += "    " + ex.traceback.substr(at, end - at) + "\n";
+      at = end + 1;
+    }
+  } else if (tail.empty()) {
     msg += "hvdrun: rank " + std::to_string(ex.rank) + " wrote nothing to stderr\n";
   } else {
     msg += "hvdrun: last lines rank " + std::to_string(ex.rank) + " wrote to stderr:\n";
@@ -276,6 +287,45 @@ void Job::on_fatal(Host& h, const proto::Fatal& f) {
 bool Job::repeats_outcome(const Host& h, const std::string& message) const {
   return !start_failure_reason_.empty() && h.name == start_failure_host_ &&
          start_reason(message) == start_failure_reason_;
+}
+
+// How a rank ended, as its agent reported it, for --result-file.
+void Job::note_exit(int rank, const proto::RankExited& ex) {
+  RankState& rs = ranks_[static_cast<std::size_t>(rank)];
+  rs.exited = true;
+  rs.signaled = ex.signaled;
+  rs.value = ex.value;
+  rs.traceback = ex.traceback;
+  if (rs.cause == nullptr)
+    rs.cause = !ex.signaled && ex.value == 0 ? "exited" : stopping() ? "stopped" : "failed";
+}
+
+// --timeout: the job has run its time. Torn down like a failure, but final (an elastic job
+// does not restart) and with its own exit code.
+void Job::check_timeout(Clock::time_point t) {
+  if (!timeout_deadline_ || stopping() || t < *timeout_deadline_) return;
+  decide_held_failure();  // a failure that came before the time ran out is the verdict
+  if (stopping()) return;
+  report_stacks_before_teardown();
+  const int running = running_ranks();
+  Failure f{exit_status::kTimedOut,
+            "hvdrun: the job ran past --timeout " + std::to_string(*opt_.timeout_s) +
+                " s; stopped " + (running > 0 ? counted(running, "running rank") : "it") +
+                " (exit code " + std::to_string(exit_status::kTimedOut) +
+                "). If the job is only slow, give a larger --timeout; if it hangs, "
+                "docs/diagnosis.md shows how to find where\n",
+            {}};
+  f.timed_out = true;
+  f.final = true;
+  decide(f);
+}
+
+// The hook for the stack report (DESIGN.md, "where a stuck job is stuck"): here every agent
+// will be asked for its ranks' stacks, which are gathered within a bound and printed grouped
+// before the teardown kills the ranks. Not built yet.
+void Job::report_stacks_before_teardown() {
+  spdlog::debug("--timeout {} s: the ranks' stacks are not gathered (not built yet)",
+                *opt_.timeout_s);
 }
 
 void Job::check_start_deadline(Clock::time_point t) {

@@ -39,6 +39,10 @@ bool ip_literal(const std::string& a);
 // else its launch method's (rank_env.h).
 EnvSource env_source_of(bool local, LaunchMethod method);
 
+// The ranks whose output reaches the console: --ranks-filter's, narrowed to those whose local
+// rank --local-ranks-filter names (job_report.cc).
+std::vector<int> console_ranks(const LaunchOptions& o, const hostfile::Placement& placement);
+
 // What the ranks of one kind of host (EnvSource) get besides the per-rank contract.
 struct HostEnv {
   EnvList base;                             // the launcher's forwarded part and -x
@@ -88,6 +92,16 @@ struct RankState {
   // the next one (its agent stops it) and blamed.
   bool late = false;
   Clock::time_point stopped_at;
+  // How it ended, for --result-file (job_report.cc): wall-clock times, its exit as its agent
+  // reported it (exited false: no report, the rank never started or its host was lost),
+  // why, and the traceback of its error file.
+  std::chrono::system_clock::time_point started_wall;
+  std::chrono::system_clock::time_point ended_wall;
+  bool exited = false;
+  bool signaled = false;
+  int value = 0;
+  const char* cause = nullptr;  // set once: "exited", "failed", "stopped", "lost", ...
+  std::string traceback;
 };
 
 class Job {
@@ -176,6 +190,12 @@ class Job {
   void check_left_hold(Clock::time_point t);
   void check_growth_or_stop();
   void check_start_deadline(Clock::time_point t);
+  void check_timeout(Clock::time_point t);
+  // Where the stacks of every rank will be gathered and printed before a --timeout teardown
+  // (DESIGN.md, "where a stuck job is stuck"); says only that they are not gathered yet.
+  void report_stacks_before_teardown();
+  void note_exit(int rank, const proto::RankExited& ex);
+  void write_result_file();
   void watch_joins(std::vector<int> processes);
   void check_join_deadline(Clock::time_point t);
   void watch(std::string what, const ThreadFailure& failure);
@@ -206,6 +226,8 @@ class Job {
   Clock::time_point next_heartbeat_;
   Clock::time_point last_heartbeat_;  // when the agents last heard from this process
   std::optional<Clock::time_point> teardown_deadline_;
+  std::optional<Clock::time_point> timeout_deadline_;   // --timeout
+  std::chrono::system_clock::time_point started_wall_;  // the job's start, for --result-file
   // A rank that failed because a peer was lost (its stderr says so): not yet the job's
   // failure, while the rank that failed first may still report (see on_rank_exited).
   struct HeldFailure {

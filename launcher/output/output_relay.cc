@@ -165,7 +165,7 @@ void OutputRelay::add(int rank, proto::Stream stream, std::string_view bytes) {
     if (rs.file_buf.size() >= opt_.flush_bytes / 4) write_file(rs);
   }
   if (stream == proto::Stream::err) tails_[static_cast<std::size_t>(rank)].add(bytes);
-  if (!opt_.console_ranks.empty() &&
+  if ((opt_.console_filtered || !opt_.console_ranks.empty()) &&
       !std::binary_search(opt_.console_ranks.begin(), opt_.console_ranks.end(), rank))
     return;  // --ranks-filter: kept in its files and tail only
   process(rank, stream, bytes);

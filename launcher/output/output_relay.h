@@ -36,6 +36,9 @@ struct RelayOptions {
   /// ascending; empty: every rank. The others' output still goes to their files and
   /// their stderr tails.
   std::vector<int> console_ranks;
+  /// console_ranks applies even when empty (every rank hidden): --local-ranks-filter, or
+  /// both filters, named no rank of the job.
+  bool console_filtered = false;
   /// Where tagged stdout / stderr lines go.
   int stdout_fd = 1;
   int stderr_fd = 2;

@@ -85,6 +85,16 @@ struct LaunchOptions {
   /// --ranks-filter LIST: the ranks whose output reaches the console (every rank's still
   /// goes to --output-filename's files and into failure messages). Empty: every rank.
   std::vector<int> console_ranks;
+  /// --local-ranks-filter LIST: the local ranks (on every host) whose output reaches the
+  /// console; with --ranks-filter too, a rank's output shows when both lists name it.
+  /// Empty: no such filter.
+  std::vector<int> console_local_ranks;
+  /// --timeout SEC: the job is torn down once it has run this long (counted from the
+  /// launch, preflight included) and hvdrun exits with exit_status::kTimedOut. Unset: none.
+  std::optional<int> timeout_s;
+  /// --result-file FILE: the job's verdict and every rank's end, as JSON, written when the
+  /// job ends (docs/result-file.schema.json). Empty: none.
+  std::string result_file;
   /// --remote-hvdrun PATH: hvdrun on remote hosts; empty means this binary's own path.
   std::string remote_hvdrun;
   /// --json: machine-readable preflight report (check) or plan (--dry-run).

@@ -239,6 +239,15 @@ TEST_CASE("bad command lines are usage errors with one precise line") {
       {"--ranks-filter -1 x",
        "bad value '-1' for --ranks-filter: '' is not a rank; expected ranks and ranges such as "
        "0,3-5"},
+      {"--local-ranks-filter 1-0 x",
+       "bad value '1-0' for --local-ranks-filter: '1-0' runs backwards; expected ranks and "
+       "ranges such as 0,3-5"},
+      {"--timeout 0 x",
+       "bad value '0' for --timeout; expected whole seconds from 1 to 31622400, as in --timeout "
+       "3600"},
+      {"--timeout 1.5 x",
+       "bad value '1.5' for --timeout; expected whole seconds from 1 to 31622400, as in "
+       "--timeout 3600"},
       {"-np 4x x",
        "bad value '4x' for -np; expected a whole number of processes from 1 to 1048576, as in -np "
        "4"},

@@ -71,7 +71,11 @@ TEST_CASE("every message survives a round trip whatever the chunking") {
   spawn.env = {"A=1", "B=two words", "C=line\nbreak", "HVDRUN_SECRET=abc"};
   spawn.env_defaults = {"LANG=C.UTF-8", "OMP_NUM_THREADS=1"};
   spawn.stderr_tail_lines = 5;
-  proto::RankExited exited{3, true, 9, {"Traceback", "ValueError: x"}};
+  proto::RankExited exited{3,
+                           true,
+                           9,
+                           {"Traceback", "ValueError: x"},
+                           "Traceback (most recent call last):\n  ...\nValueError: x\n"};
   proto::Regenerate regenerate;
   regenerate.generation = 3;
   regenerate.reason = "rank 5 on host node3 exited with code 1";
@@ -187,7 +191,7 @@ TEST_CASE("a version 1 agent hello (no interface field) is read as a version mis
   auto m = d.next();
   REQUIRE(m);
   CHECK(std::get<proto::AgentHello>(*m).version == 1);
-  CHECK(proto::kVersion == 7);
+  CHECK(proto::kVersion == 8);
 }
 
 TEST_CASE("a message larger than the frame limit cannot be encoded") {

@@ -2,6 +2,7 @@
 launcher's message, within a deadline (no background thread keeps a process alive);
 ranks that leave with work pending or without shutdown() still exit 0; unsupported
 Horovod API and a missing or wrong library fail with messages that name them."""
+import json
 import os
 import subprocess
 import sys
@@ -104,3 +105,47 @@ def test_unsupported_arguments_name_themselves():
         hvd.allreduce(torch.ones(1), process_set=object())
     with pytest.raises(ValueError, match="not registered"):
         hvd.allreduce(torch.ones(1), process_set=hvd.ProcessSet([0]))
+
+
+SCHEMA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "docs", "result-file.schema.json")
+
+
+def check_result_file(path):
+    """The --result-file at `path`, checked against docs/result-file.schema.json."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    with open(SCHEMA, encoding="utf-8") as f:
+        schema = json.load(f)
+    try:
+        import jsonschema
+    except ImportError:  # the required keys by hand
+        for key in schema["required"]:
+            assert key in data, key
+        for rank in data["ranks"]:
+            for key in schema["$defs"]["rank"]["required"]:
+                assert key in rank, key
+        return data
+    jsonschema.Draft202012Validator(schema).validate(data)
+    return data
+
+
+@pytest.mark.parametrize("mode", ["plain", "record"])
+def test_error_file_traceback_is_quoted_once(mode, tmp_path):
+    result = tmp_path / "result.json"
+    job = run_job(2, "raising_worker.py", mode, timeout=DEADLINE,
+                  launcher_args=["--result-file", str(result)])
+    assert job.code == 1, job.describe()
+    verdict = job.err[job.err.index("hvdrun: rank 1 on host localhost exited with code 1"):]
+    assert "its traceback (from its error file, TORCHELASTIC_ERROR_FILE):" in verdict, \
+        job.describe()
+    assert verdict.count("ValueError: deliberate failure from rank 1") == 1, job.describe()
+    assert 'raise ValueError("deliberate failure from rank 1")' in verdict, job.describe()
+    assert "wrote to stderr" not in verdict, job.describe()
+    data = check_result_file(result)
+    assert (data["exit_code"], data["cause"], data["size"]) == (1, "rank-failed", 2)
+    failed, stopped = data["ranks"][1], data["ranks"][0]
+    assert (failed["exit_code"], failed["signal"], failed["cause"]) == (1, None, "failed")
+    assert "ValueError: deliberate failure from rank 1" in failed["traceback"]
+    assert (stopped["cause"], stopped["traceback"]) == ("stopped", None), data
+    assert failed["start_time"] <= failed["end_time"] <= data["end_time"]

@@ -15,7 +15,7 @@ Horovod names not provided raise an error naming them and what to use instead (s
 docs/python.md). Collectives are matched across ranks by the order they are issued in,
 not by name: every rank issues the same collectives in the same order.
 """
-from hvdrun import _job
+from hvdrun import _error_file, _job
 from hvdrun._job import HorovodFeatureNotSupported
 from hvdrun.torch.compression import Compression
 from hvdrun.torch.functions import (allgather_object, broadcast_object,
@@ -51,6 +51,10 @@ _ALTERNATIVES = {
 
 
 __getattr__ = _job.missing_attribute("hvdrun.torch", "horovod.torch", _ALTERNATIVES)
+
+# An uncaught exception goes to the rank's error file (TORCHELASTIC_ERROR_FILE), for the
+# launcher's failure message and --result-file.
+_error_file.install()
 
 
 __all__ = [

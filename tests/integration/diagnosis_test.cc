@@ -1,0 +1,63 @@
+// hvdrun's diagnosis flags end to end on localhost (docs/diagnosis.md): --timeout tears down a
+// hung job and exits 124 with nothing left running, --local-ranks-filter narrows the console
+// by local rank while the output files keep every rank, and --result-file says how the job
+// and each rank ended. The error files' tracebacks are checked with real Python ranks in
+// tests/python/test_failures.py. Every wait has a deadline.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "tests/support/processes.h"
+
+using namespace hvdrun::testing;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+TEST_CASE("timeout: --timeout ends a job whose ranks hang with exit 124 and nothing left running") {
+  TempDir tmp("it");
+  const std::string result = tmp.path() + "/result.json";
+  const std::string marker = unique_marker();
+  // The ranks ignore SIGTERM: the teardown must go on to SIGKILL after the kill grace.
+  const auto t0 = Clock::now();
+  Hvdrun h({"-np", "2", "--timeout", "2", "--kill-grace", "1", "--result-file", result, "sh", "-c",
+            "trap '' TERM; echo ready; while :; do sleep 1; done"},
+           {marker});
+  CHECK(h.wait(7s) == 124);  // within timeout + 5 s
+  CHECK(ms_since(t0) < 7000);
+  CHECK(count(h.out, "ready") == 2);
+  CHECK(count(h.err, "hvdrun: the job ran past --timeout 2 s; stopped 2 running ranks") == 1);
+  CHECK(wait_none_with(marker, 2s));
+  const std::string json = read_file(result);
+  CHECK(count(json, "\"exit_code\": 124") == 1);
+  CHECK(count(json, "\"cause\": \"timeout\"") == 1);
+  CHECK(count(json, "\"signal\": 9, \"cause\": \"stopped\"") == 2);
+}
+
+TEST_CASE("local-ranks-filter: the console shows local rank 0 of each host, the files all") {
+  TempDir tmp("it");
+  const std::string dir = tmp.path() + "/logs";
+  // Two hosts of this machine: ranks 0-3 on localhost, 4-5 on 127.0.0.1.
+  Hvdrun h({"-np", "6", "-H", "localhost:4,127.0.0.1:2", "--local-ranks-filter", "0",
+            "--output-filename", dir, "sh", "-c",
+            "echo out $HVDRUN_RANK; echo err $HVDRUN_RANK >&2"});
+  REQUIRE(h.wait() == 0);
+  auto out = lines(h.out);
+  std::sort(out.begin(), out.end());
+  CHECK(out == std::vector<std::string>{"[0]<stdout>:out 0", "[4]<stdout>:out 4"});
+  auto err = lines(without_outside_connections(h.err));
+  std::sort(err.begin(), err.end());
+  CHECK(err == std::vector<std::string>{"[0]<stderr>:err 0", "[4]<stderr>:err 4"});
+  for (int r = 0; r < 6; ++r) {
+    const std::string rd = dir + "/rank." + std::to_string(r);
+    CHECK(read_file(rd + "/stdout") == "out " + std::to_string(r) + "\n");
+    CHECK(read_file(rd + "/stderr") == "err " + std::to_string(r) + "\n");
+  }
+  // With --ranks-filter too, a rank shows when both name it: local rank 0 and rank 4.
+  Hvdrun both({"-np", "6", "-H", "localhost:4,127.0.0.1:2", "--local-ranks-filter", "0",
+               "--ranks-filter", "3-5", "sh", "-c", "echo out $HVDRUN_RANK"});
+  REQUIRE(both.wait() == 0);
+  CHECK(lines(both.out) == std::vector<std::string>{"[4]<stdout>:out 4"});
+}
