@@ -108,11 +108,16 @@ int main(int argc, char** argv) {
   }
 
   setup_logging(cmd.options, "hvdrun: [%l] %v");
-  for (const auto& name : hvdrun::launcher::unset_env_names(environ, cmd.options.env))
-    spdlog::warn(
-        "-x {0}: {0} is not set here, so no rank gets it; set it before hvdrun, or "
-        "write -x {0}=VALUE",
-        name);
+  for (const auto& name : hvdrun::launcher::unset_env_names(environ, cmd.options.env)) {
+    if (name.back() == '*') {
+      spdlog::warn("-x {0}: no variable set here matches {0}, so it forwards nothing", name);
+    } else {
+      spdlog::warn(
+          "-x {0}: {0} is not set here, so no rank gets it; set it before hvdrun, or "
+          "write -x {0}=VALUE",
+          name);
+    }
+  }
   // SIGUSR1 and SIGUSR2 are for the ranks: the job loop takes them in its wait and
   // forwards them. Blocked from here on (in every thread started later; children unblock
   // them), so that one arriving while the hosts start, or between two generations of an

@@ -15,6 +15,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "cli/env_options.h"
 #include "cli/option_table.h"
 #include "common/env_names.h"
 #include "common/error.h"
@@ -84,13 +85,6 @@ int number_option(const OptSpec& s, const std::string& text, long lo, long hi, c
                      example);
   }
   return static_cast<int>(*v);
-}
-
-bool valid_env_name(std::string_view name) {
-  if (name.empty() || (name.front() >= '0' && name.front() <= '9')) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-  });
 }
 
 const char* mode_name(unsigned mode) {
@@ -418,23 +412,17 @@ void apply_run_options(const Values& v, const std::vector<Found>& found,
                                 "whole seconds", "--timeout 3600");
   }
   if (v.given("result-file")) o.result_file = v.nonempty("result-file");
-  // The tuning flags' variables come first: -x entries after them, so an explicit -x wins.
-  std::vector<std::pair<std::string, std::string>> knobs;
+  // --config-file, the tuning flags, --env-file, then -x: a later source wins in the ranks.
+  EnvSources sources;
   for (const auto& f : found) {
     if (std::strcmp(f.spec->group, "Horovod") == 0) {
-      knobs.emplace_back(f.spec->name, f.value.value_or(""));
+      sources.knobs.emplace_back(f.spec->name, f.value.value_or(""));
     }
   }
-  o.env = compat::horovod_knob_env(knobs);
-  for (const auto& e : v.list("env")) {
-    std::string_view name = std::string_view(e).substr(0, e.find('='));
-    if (!valid_env_name(name)) {
-      throw UsageError("bad value " + quote(e) +
-                       " for -x/--env; expected NAME or NAME=VALUE "
-                       "where NAME has letters, digits and '_' and does not start with a digit");
-    }
-    o.env.push_back(e);
-  }
+  if (v.given("config-file")) sources.config_file = v.nonempty("config-file");
+  if (v.given("env-file")) sources.env_file = v.nonempty("env-file");
+  sources.items = v.list("env");
+  o.env = rank_env_items(sources);
 }
 
 int whole(const Values& v, const char* name, long lo, long hi, const char* example) {

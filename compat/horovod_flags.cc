@@ -65,14 +65,12 @@ const std::array kKnobs = {
 };
 
 // horovodrun flags hvdrun does not take, with what to do instead.
-const std::array<std::pair<std::string_view, std::string_view>, 7> kRefused = {{
+const std::array<std::pair<std::string_view, std::string_view>, 6> kRefused = {{
     {"--mpi", "hvdrun has no MPI controller; drop --mpi (Horovod programs run in gloo mode)"},
     {"--jsrun", "hvdrun has no jsrun mode; drop --jsrun and give the hosts with -H"},
     {"--mpi-args", "hvdrun does not use mpirun; drop --mpi-args"},
     {"--binding-args", "hvdrun does not use mpirun; drop --binding-args"},
     {"--mpi-threads-disable", "hvdrun does not use MPI; drop --mpi-threads-disable"},
-    {"--config-file",
-     "hvdrun reads no YAML config; give its settings as flags (e.g. --fusion-threshold-mb)"},
     {"--network-interfaces", "hvdrun takes one interface; use --network-interface IF"},
 }};
 
@@ -90,8 +88,8 @@ const std::array<std::pair<std::string_view, std::string_view>, 3> kSingleDashAl
     {"-prefix-timestamp", "prefix-output-with-timestamp"},
 }};
 
-// A non-negative decimal number as horovodrun's float flags take it: digits with at most
-// one '.', e.g. "5", "0.8", "2.5".
+}  // namespace
+
 std::optional<double> parse_decimal(std::string_view text) {
   if (text.empty() || text.size() > 20 || text.front() == '.' || text.back() == '.') {
     return std::nullopt;
@@ -103,8 +101,6 @@ std::optional<double> parse_decimal(std::string_view text) {
   }
   return std::stod(std::string(text));
 }
-
-}  // namespace
 
 std::span<const HorovodKnob> horovod_knobs() { return kKnobs; }
 

@@ -6,6 +6,7 @@
 // flags from here.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -58,6 +59,10 @@ std::string_view horovod_single_dash_alias(std::string_view word);
 /// --blacklist-cooldown-range's value, "MIN MAX" or "MIN,MAX" in seconds, as (MIN, MAX).
 /// Throws UsageError unless both are whole numbers of at most a week and MIN <= MAX.
 std::pair<int, int> horovod_cooldown_range(const std::string& text);
+
+/// A non-negative decimal number as horovodrun's float flags take it: digits with at most
+/// one '.', e.g. "5", "0.8", "2.5"; nullopt for anything else.
+std::optional<double> parse_decimal(std::string_view text);
 
 /// The NAME=VALUE entries that the tuning flags in `given` (name without dashes, value;
 /// "" for a switch) stand for, in the order given; other names are skipped. Throws

@@ -14,7 +14,8 @@ _hvdrun_value_opts="-np --num-proc -H --hosts --hostfile -x --env --start-timeou
   --autotune-bayes-opt-max-samples --autotune-gaussian-process-noise --timeline-filename
   --stall-check-warning-time-seconds --stall-check-shutdown-time-seconds --num-nccl-streams
   --thread-affinity --gloo-timeout-seconds --launcher --min-np --max-np --host-discovery-script
-  --slots-per-host --reset-limit --max-restarts --blacklist-cooldown-range --elastic-timeout"
+  --slots-per-host --reset-limit --max-restarts --blacklist-cooldown-range --elastic-timeout
+  --env-file --config-file"
 _hvdrun_flag_opts="--prefix-output-with-timestamp --json --dry-run --verbose --check-build --version
   -h --help --gloo --disable-cache --hierarchical-allreduce --no-hierarchical-allreduce
   --hierarchical-allgather --no-hierarchical-allgather --autotune --timeline-mark-cycles
@@ -110,6 +111,11 @@ _hvdrun() {
   case $opt in
     --hostfile | --ssh-config | -i | --ssh-identity-file | --remote-hvdrun | --autotune-log-file | \
       --timeline-filename | --host-discovery-script | --result-file)
+      compopt -o filenames 2>/dev/null
+      mapfile -t COMPREPLY < <(compgen -f -- "$cur")
+      return 0
+      ;;
+    --env-file | --config-file)
       compopt -o filenames 2>/dev/null
       mapfile -t COMPREPLY < <(compgen -f -- "$cur")
       return 0

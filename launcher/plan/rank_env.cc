@@ -60,7 +60,8 @@ bool forwarded_by_default(std::string_view name) {
        {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX"}) {
     if (name == n) return true;
   }
-  for (std::string_view p : {"CUDA_", "NCCL_", "HOROVOD_", "HVDRUN_", "OMP_"}) {
+  for (std::string_view p :
+       {"CUDA_", "NCCL_", "HOROVOD_", "HVDRUN_", "OMP_", "TORCH_", "UCX_", "FI_"}) {
     if (name.substr(0, p.size()) == p) return true;
   }
   return false;
@@ -83,6 +84,11 @@ bool matches(std::string_view name, std::string_view pattern) {
     return name.substr(0, pattern.size()) == pattern;
   }
   return name == pattern;
+}
+
+// A -x item naming every variable that starts with its prefix ("TORCH_*").
+bool is_pattern(std::string_view item) {
+  return !item.empty() && item.back() == '*' && item.find('=') == std::string_view::npos;
 }
 
 }  // namespace
@@ -112,6 +118,10 @@ EnvList host_base_env(char* const* launcher_env, EnvSource source,
   for (const auto& item : user_env) {
     if (item.find('=') != std::string::npos) {
       base.set_entry(item);
+    } else if (is_pattern(item)) {
+      for (const auto& e : all.entries()) {
+        if (matches(name_of(e), item) && !set_per_rank_only(name_of(e))) base.set_entry(e);
+      }
     } else if (const std::string* e = all.get(item)) {
       base.set_entry(*e);
     }
@@ -125,6 +135,11 @@ std::vector<std::string> unset_env_names(char* const* launcher_env,
   std::vector<std::string> unset;
   for (const auto& item : user_env) {
     if (item.find('=') != std::string::npos || all.get(item) != nullptr) continue;
+    if (is_pattern(item) &&
+        std::any_of(all.entries().begin(), all.entries().end(), [&](const std::string& e) {
+          return matches(name_of(e), item) && !set_per_rank_only(name_of(e));
+        }))
+      continue;
     if (std::find(unset.begin(), unset.end(), item) == unset.end()) unset.push_back(item);
   }
   return unset;

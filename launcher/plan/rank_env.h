@@ -40,7 +40,7 @@ class EnvList {
 
 /// Names forwarded to remote hosts by default: PATH, LD_LIBRARY_PATH, PYTHONPATH,
 /// VIRTUAL_ENV, CONDA_PREFIX and every name starting with CUDA_, NCCL_, HOROVOD_,
-/// HVDRUN_ or OMP_.
+/// HVDRUN_, OMP_, TORCH_, UCX_ or FI_.
 bool forwarded_by_default(std::string_view name);
 
 /// The paths among the forwarded names (PATH, LD_LIBRARY_PATH, PYTHONPATH, VIRTUAL_ENV,
@@ -61,12 +61,14 @@ EnvSource env_source(std::string_view method);
 /// The base environment of a host: all of `launcher_env` for a local host, the forwarded
 /// subset for a login one, the forwarded subset without the paths for a container; then
 /// each -x item (`NAME` takes the launcher's value and is skipped when unset there,
-/// `NAME=VALUE` sets it), which goes over the host's own values too.
+/// `NAME=VALUE` sets it, `PREFIX*` takes every launcher variable whose name starts with
+/// PREFIX), which goes over the host's own values too.
 EnvList host_base_env(char* const* launcher_env, EnvSource source,
                       const std::vector<std::string>& user_env);
 
-/// The -x items of `user_env` that name a variable (no '=') unset in `launcher_env`, each
-/// once: no rank gets them, and the user is told so.
+/// The -x items of `user_env` that name a variable (no '=') unset in `launcher_env`, or a
+/// pattern (`PREFIX*`) that no variable there matches, each once: no rank gets them, and
+/// the user is told so.
 std::vector<std::string> unset_env_names(char* const* launcher_env,
                                          const std::vector<std::string>& user_env);
 

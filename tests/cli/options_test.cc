@@ -469,9 +469,9 @@ TEST_CASE("horovodrun flags that cannot apply say what to do instead") {
       {"--mpi -np 2 x",
        "horovodrun's --mpi is not supported: hvdrun has no MPI controller; drop --mpi (Horovod "
        "programs run in gloo mode)"},
-      {"-np 2 --config-file c.yaml x",
-       "horovodrun's --config-file is not supported: hvdrun reads no YAML config; give its "
-       "settings as flags (e.g. --fusion-threshold-mb)"},
+      {"-np 2 --mpi-threads-disable x",
+       "horovodrun's --mpi-threads-disable is not supported: hvdrun does not use MPI; drop "
+       "--mpi-threads-disable"},
       {"-np 2 --fusion-threshold-mb 1.5 x",
        "bad value '1.5' for --fusion-threshold-mb; expected a whole number from 0, as in "
        "--fusion-threshold-mb 64"},

@@ -266,3 +266,45 @@ TEST_CASE("a login host's ranks get its HOME, USER, LOGNAME, SHELL, LANG and LC_
   CHECK(env.count("SSH_CONNECTION") == 0);     // not one of the login variables
   CHECK(env.count("MAIL") == 0);
 }
+
+TEST_CASE("a -x pattern forwards every launcher variable whose name starts with its prefix") {
+  char* launcher_env[] = {const_cast<char*>("TORCH_SHOW_CPP_STACKTRACES=1"),
+                          const_cast<char*>("TORCH_NCCL_ASYNC_ERROR_HANDLING=3"),
+                          const_cast<char*>("MYAPP_MODE=fast"),
+                          const_cast<char*>("MYAPP_SEED=7"),
+                          const_cast<char*>("MYAPPLE=no"),
+                          const_cast<char*>("OTHER=no"),
+                          const_cast<char*>("HVDRUN_JOINING=1"),
+                          nullptr};
+  const std::vector<std::string> x = {"MYAPP_*", "MYAPP_SEED=8", "HVDRUN_*", "NOPE_*"};
+  auto remote = as_map(host_base_env(launcher_env, EnvSource::login, x));
+  CHECK(remote["MYAPP_MODE"] == "fast");
+  CHECK(remote["MYAPP_SEED"] == "8");  // a later -x NAME=VALUE wins over the pattern
+  CHECK(remote.count("MYAPPLE") == 0);
+  CHECK(remote.count("OTHER") == 0);
+  // A pattern never carries what only some ranks get from the launcher.
+  CHECK(remote.count("HVDRUN_JOINING") == 0);
+  auto container = as_map(host_base_env(launcher_env, EnvSource::container, {"MYAPP_*"}));
+  CHECK(container["MYAPP_MODE"] == "fast");
+  CHECK(container["MYAPP_SEED"] == "7");
+  // A pattern that forwards nothing here is named for the warning (HVDRUN_* matches only
+  // what it never carries); one that forwards something is not.
+  CHECK(unset_env_names(launcher_env, x) == std::vector<std::string>{"HVDRUN_*", "NOPE_*"});
+  CHECK(unset_env_names(launcher_env, {"MYAPP_*", "TORCH_*"}).empty());
+}
+
+TEST_CASE("TORCH_ UCX_ and FI_ variables are forwarded to remote hosts by default") {
+  for (const char* name : {"TORCH_DISTRIBUTED_DEBUG", "UCX_TLS", "FI_PROVIDER", "NCCL_DEBUG"}) {
+    CHECK(forwarded_by_default(name));
+  }
+  for (const char* name : {"TORCH", "UCX", "FI", "FIX_ME", "MY_TORCH_X", "TORCHVISION_X"}) {
+    CHECK_FALSE(forwarded_by_default(name));
+  }
+  char* launcher_env[] = {const_cast<char*>("TORCH_DISTRIBUTED_DEBUG=DETAIL"),
+                          const_cast<char*>("UCX_TLS=rc,sm"), const_cast<char*>("FI_PROVIDER=efa"),
+                          const_cast<char*>("FIRST=no"), nullptr};
+  const std::map<std::string, std::string> want = {
+      {"TORCH_DISTRIBUTED_DEBUG", "DETAIL"}, {"UCX_TLS", "rc,sm"}, {"FI_PROVIDER", "efa"}};
+  CHECK(as_map(host_base_env(launcher_env, EnvSource::login, {})) == want);
+  CHECK(as_map(host_base_env(launcher_env, EnvSource::container, {})) == want);
+}
