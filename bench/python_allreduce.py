@@ -3,10 +3,12 @@ hvdrun.torch's hvd.allreduce (a new output tensor per call, as a program writes 
 by hvdrun; `horovod` the same program on Horovod's horovod.torch, started by `horovodrun
 --gloo`; `torch` times torch.distributed's gloo all_reduce (in place, its only form), started
 by hvdrun. Rank 0 prints "result impl=… bytes=… us=…" per size: the median of 5 timed
-batches, each about 0.2 s of calls after a warm-up.
+batches, each about 0.2 s of calls after a warm-up. BENCH_PRESCALE=F (hvdrun, horovod) passes
+prescale_factor=F and postscale_factor=1/F with every call: the scale factors' cost.
 Usage: hvdrun -np N python3 bench/python_allreduce.py hvdrun|torch BYTES...
        horovodrun --gloo -np N python3 bench/python_allreduce.py horovod BYTES...
 """
+import os
 import statistics
 import sys
 import time
@@ -24,7 +26,12 @@ def main():
         hvd.init()
         rank = hvd.rank()
 
+        scale = float(os.environ.get("BENCH_PRESCALE", "1"))
+
         def op(t):
+            if scale != 1.0:
+                return hvd.allreduce(t, op=hvd.Sum, prescale_factor=scale,
+                                     postscale_factor=1.0 / scale)
             return hvd.allreduce(t, op=hvd.Sum)
 
         def agree_max(t):

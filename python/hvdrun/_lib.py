@@ -10,7 +10,7 @@ import threading
 
 from hvdrun import _safe_path
 
-ABI_REQUIRED = 6
+ABI_REQUIRED = 7
 
 # Element types and reductions of runtime/include/hvdrun/hvdrun_c.h; the values are stable.
 INT32, INT64, FLOAT32, FLOAT64, FLOAT16, BFLOAT16, UINT8 = range(7)
@@ -52,7 +52,7 @@ THEN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_longlong)
 
 
 class Collective(ctypes.Structure):
-    """hvdrun_collective of hvdrun_c.h (ABI version 4)."""
+    """hvdrun_collective of hvdrun_c.h (ABI version 7)."""
     _fields_ = [
         ("kind", ctypes.c_int),
         ("send", ctypes.c_void_p),
@@ -73,6 +73,7 @@ class Collective(ctypes.Structure):
         ("received_splits", ctypes.POINTER(ctypes.c_longlong)),
         ("recv_count", ctypes.c_size_t),
         ("process_set", ctypes.c_int),
+        ("caller_scales", ctypes.c_int),
     ]
 
 
@@ -120,6 +121,7 @@ _SIGNATURES = {
     "hvdrun_sequence": (ctypes.c_longlong, [_handle]),
     "hvdrun_leave": (_c_int, []),
     "hvdrun_add_process_set": (_c_int, [ctypes.POINTER(ctypes.c_int), _c_int]),
+    "hvdrun_reducescatter_rows": (ctypes.c_longlong, [ctypes.c_longlong, _c_int]),
     "hvdrun_remove_process_set": (_c_int, [_c_int]),
     "hvdrun_process_set_ranks": (_c_int, [_c_int, ctypes.POINTER(ctypes.c_int), _c_int]),
     "hvdrun_start_timeline": (_c_int, [ctypes.c_char_p, _c_int]),

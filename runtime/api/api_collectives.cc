@@ -15,21 +15,21 @@
 
 #include "common/log.h"
 #include "hvdrun/hvdrun.h"
-#include "runtime/api/api_group.h"
 #include "runtime/api/api_state.h"
 #include "runtime/core/timeline.h"
 #include "runtime/engine/engine.h"
+#include "runtime/semantics/semantics.h"
 #include "runtime/world/process_set.h"
 #include "runtime/world/world.h"
 
 namespace hvdrun {
 
-using api_detail::alltoall;
-using api_detail::check_splits;
-using api_detail::Group;
 using api_detail::Joined;
 using api_detail::joined;
-using api_detail::slices;
+using semantics::alltoall;
+using semantics::check_splits;
+using semantics::Group;
+using semantics::slices;
 
 namespace {
 
@@ -91,6 +91,10 @@ struct Prepared {
   const runtime::Request* request = nullptr;
   const void* small_input = nullptr;  // carried in the round when small (Window::payload)
   std::uint64_t token = 0;            // names `request` (Engine::run), 0: none
+  // The collective as the transports move it: its prescale applied (semantics::prescaled),
+  // with the buffer that holds a scaled input when its output cannot.
+  Collective moved;
+  std::shared_ptr<std::vector<unsigned char>> scratch;
 };
 
 // The request of a plain host allreduce (no name, shape, type name or process set: what
@@ -260,11 +264,15 @@ Prepared prepare(const Collective& c) {
                                  p.set->ranks.begin())
               : c.root;
 
+  semantics::check_scales(c, fn);
   if (c.device) nccl(*w, fn);  // fails here, at submission, when NCCL is unavailable
+  auto scaled = semantics::prescaled(c);
+  p.moved = scaled.c;
+  p.scratch = std::move(scaled.scratch);
   const bool small =
       !c.device && c.kind == CollectiveKind::kAllreduce && carries_inline(c.count, c.dtype);
   p.j = std::move(j);
-  p.small_input = small ? c.send : nullptr;
+  p.small_input = small ? p.moved.send : nullptr;
   return p;
 }
 
@@ -331,13 +339,18 @@ void move_data(const Group& g, const Collective& a, const runtime::Ready& rd) {
     } else {
       g.host().allgather(a.send, a.recv, a.count * dtype_size(a.dtype));
     }
+    semantics::postscale(a, a.kind == CollectiveKind::kReducescatter
+                                ? counts[static_cast<std::size_t>(g.rank)]
+                                : a.count);
   });
 }
 
 // The body of a submitted collective: keeps its own copy of `c` (the pointers stay the
 // caller's; names and shape are in the request).
-runtime::Engine::Body body_of(const Prepared& p, const Collective& c) {
-  return [g = p.group, set = p.set, a = c](const runtime::Ready& rd) { move_data(g, a, rd); };
+runtime::Engine::Body body_of(const Prepared& p) {
+  return [g = p.group, set = p.set, a = p.moved, scratch = p.scratch](const runtime::Ready& rd) {
+    move_data(g, a, rd);
+  };
 }
 
 Collective host(CollectiveKind kind, const void* send, void* recv, std::size_t count,
@@ -377,8 +390,7 @@ Collective gather(const void* send, void* recv, std::size_t count, DataType dtyp
 
 Handle submit(const Collective& c) {
   auto p = prepare(c);
-  return to_public(c.process_set,
-                   p.engine->submit(*p.request, body_of(p, c), nullptr, p.small_input));
+  return to_public(c.process_set, p.engine->submit(*p.request, body_of(p), nullptr, p.small_input));
 }
 
 Handle submit(const Collective& c, void (*then)(void*, long long), void* arg) {
@@ -386,19 +398,21 @@ Handle submit(const Collective& c, void (*then)(void*, long long), void* arg) {
   runtime::Engine::Body next;
   if (then != nullptr) next = [then, arg](const runtime::Ready& rd) { then(arg, rd.request.seq); };
   return to_public(c.process_set,
-                   p.engine->submit(*p.request, body_of(p, c), std::move(next), p.small_input));
+                   p.engine->submit(*p.request, body_of(p), std::move(next), p.small_input));
 }
 
 void run(const Collective& c) {
   auto p = prepare(c);
   // A small host allreduce whose inputs all ride in the round is reduced by the engine
-  // straight into the output (what move_data would do with it).
+  // straight into the output (what move_data would do with it, when there is no postscale
+  // to apply after).
   const runtime::Engine::InlineResult result{c.recv, c.count, c.dtype, c.op};
-  // run() returns once the collective has run, so its body may refer to the caller's `c`
-  // (small enough to need no allocation).
+  const bool engine_finishes = p.small_input != nullptr && c.postscale == 1.0;
+  // run() returns once the collective has run, so its body may refer to `p` (small enough
+  // to need no allocation).
   p.engine->run(
-      *p.request, [&p, &c](const runtime::Ready& rd) { move_data(p.group, c, rd); }, p.small_input,
-      p.small_input != nullptr ? &result : nullptr, p.token);
+      *p.request, [&p](const runtime::Ready& rd) { move_data(p.group, p.moved, rd); },
+      p.small_input, engine_finishes ? &result : nullptr, p.token);
 }
 
 std::int64_t sequence(Handle handle) {

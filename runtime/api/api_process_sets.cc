@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "common/log.h"
@@ -14,6 +15,7 @@
 #include "runtime/api/api_state.h"
 #include "runtime/core/timeline.h"
 #include "runtime/engine/engine.h"
+#include "runtime/semantics/semantics.h"
 #include "runtime/world/process_set.h"
 #include "runtime/world/world.h"
 
@@ -148,6 +150,21 @@ std::vector<int> process_set_ranks(int id) {
     throw Error("hvdrun::process_set_ranks: process set " + std::to_string(id) +
                 " does not exist (never added, or removed)");
   return it->second->ranks;
+}
+
+std::int64_t reducescatter_rows(std::int64_t rows, int process_set) {
+  if (rows < 0)
+    throw Error("hvdrun::reducescatter_rows: " + std::to_string(rows) +
+                " rows; a first dimension cannot be negative");
+  const auto ranks = process_set_ranks(process_set);
+  const int me = joined("reducescatter_rows")->world->env().rank;
+  const auto it = std::find(ranks.begin(), ranks.end(), me);
+  if (it == ranks.end())
+    throw Error("hvdrun::reducescatter_rows: this rank (" + std::to_string(me) +
+                ") is not in process set " + std::to_string(process_set) + " (ranks " +
+                runtime::ranks_text(ranks) + "); only its members reduce-scatter in it");
+  return semantics::slice_rows(rows, static_cast<int>(ranks.size()),
+                               static_cast<int>(it - ranks.begin()));
 }
 
 DuplicateProcessSet::DuplicateProcessSet(int existing, const std::vector<int>& ranks)

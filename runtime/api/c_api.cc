@@ -105,6 +105,9 @@ hvdrun::Collective from_c(const hvdrun_collective* c, size_t size) {
   k.received_splits = reinterpret_cast<std::int64_t*>(c->received_splits);
   k.recv_count = c->recv_count;
   k.process_set = c->process_set;
+  // ABI 6 callers end at process_set and apply the scale factors themselves.
+  constexpr std::size_t kAbi7 = offsetof(hvdrun_collective, caller_scales) + sizeof(int);
+  k.caller_scales = size < kAbi7 || c->caller_scales != 0;
   return k;
 }
 
@@ -275,6 +278,15 @@ int hvdrun_process_set_ranks(int id, int* out, int cap) {
     for (std::size_t i = 0; i < ranks.size() && static_cast<int>(i) < cap; ++i) out[i] = ranks[i];
     return static_cast<int>(ranks.size());
   });
+}
+
+long long hvdrun_reducescatter_rows(long long rows, int process_set) {
+  try {
+    return hvdrun::reducescatter_rows(rows, process_set);
+  } catch (const std::exception& e) {
+    g_last_error = e.what();
+  }
+  return -1;
 }
 
 int hvdrun_start_timeline(const char* path, int mark_cycles) {

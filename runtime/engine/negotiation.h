@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "hvdrun/hvdrun.h"
+#include "runtime/reduce/shm_reduce.h"
 
 namespace hvdrun::runtime {
 
@@ -177,24 +178,6 @@ inline void reduce_payloads_here(const unsigned char* base, std::size_t stride, 
     sum_few<float>(base, stride, ranks, recv, count);
   else
     reduce_payloads(base, stride, ranks, recv, count, dtype, op);
-}
-
-/// Bytes per element of `dtype` (dtype_size() without its check: `dtype` is valid).
-constexpr std::size_t element_bytes(DataType dtype) {
-  switch (dtype) {
-    case DataType::kUInt8:
-      return 1;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt32:
-    case DataType::kFloat32:
-      return 4;
-    case DataType::kInt64:
-    case DataType::kFloat64:
-      return 8;
-  }
-  return 0;
 }
 
 /// What a round decided: the collectives to run now, in this order, on every rank.

@@ -12,6 +12,24 @@
 
 namespace hvdrun::runtime {
 
+/// Bytes per element of `dtype` (dtype_size() without its check: `dtype` is valid).
+constexpr std::size_t element_bytes(DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8:
+      return 1;
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kInt32:
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kInt64:
+    case DataType::kFloat64:
+      return 8;
+  }
+  return 0;
+}
+
 /// dst[i] = dst[i] op src[i] for `n` elements of `dtype`; kAverage reduces as kSum.
 /// `dst` and `src` must not overlap.
 void reduce_into(void* dst, const void* src, std::size_t n, DataType dtype, ReduceOp op);

@@ -29,7 +29,8 @@ BELOW = {
     "runtime/host": ["runtime/shm", "runtime/frames", "runtime/gloo"],
     "runtime/engine": ["runtime/reduce"],
     "runtime/world": ["runtime/host", "runtime/nccl", "runtime/engine"],
-    "runtime/api": ["runtime/world"],
+    "runtime/semantics": ["runtime/world"],
+    "runtime/api": ["runtime/semantics"],
     "runtime": ["runtime/api"],  # libhvdrun.so itself (its anchor file, runtime/empty.cc)
     "launcher/process": ["common"],
     "launcher/plan": ["compat", "hostfile", "common"],

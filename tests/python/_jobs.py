@@ -54,9 +54,10 @@ def launcher():
 
 
 def run_job(np, worker, *args, hosts=None, ssh_config=None, env=None, forward=(),
-            timeout=90, launcher_args=()):
+            timeout=90, launcher_args=(), python=None):
     """Runs `hvdrun -np N [-H hosts] [launcher_args] python3 workers/<worker> args` (or the
-    absolute path `worker`) and returns its Job."""
+    absolute path `worker`) and returns its Job; the ranks run `python` (default: this
+    interpreter)."""
     cmd = [launcher(), "-np", str(np)] + list(launcher_args)
     if hosts:
         cmd += ["-H", hosts]
@@ -67,7 +68,7 @@ def run_job(np, worker, *args, hosts=None, ssh_config=None, env=None, forward=()
     for name in ("HVDRUN_LIBRARY", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE") + tuple(forward):
         if name in full_env:
             cmd += ["-x", name]
-    cmd += [sys.executable, os.path.join(WORKERS, worker)] + [str(a) for a in args]
+    cmd += [python or sys.executable, os.path.join(WORKERS, worker)] + [str(a) for a in args]
     proc = subprocess.Popen(cmd, env=full_env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -150,6 +150,35 @@ static int async_mode(void) {
   CHECK(strstr(hvdrun_last_error(), "NCCL") != NULL);
   CHECK(hvdrun_broadcast_device(b, 4, HVDRUN_INT64, 0, NULL) == -1);
 
+  /* ABI 7: the library applies the scale factors to host buffers, once; a caller built for
+   * ABI 6 (the shorter structure) applies them itself and the library only agrees on them;
+   * factors on device buffers are refused unless the caller applies them. */
+  {
+    float in[3] = {2.0f, -4.0f, 1.0f + (float)rank}, out[3] = {0, 0, 0};
+    hvdrun_collective c;
+    memset(&c, 0, sizeof c);
+    c.kind = HVDRUN_KIND_ALLREDUCE;
+    c.send = in;
+    c.recv = out;
+    c.count = 3;
+    c.dtype = HVDRUN_FLOAT32;
+    c.op = HVDRUN_AVERAGE;
+    c.prescale = 0.5;
+    c.postscale = 3.0;
+    CHECK(hvdrun_run(&c, sizeof c) == 0);
+    /* (rank_sum of 1 + r) / size: exact for the sizes the test runs (1, 2, 4). */
+    const float mean = 1.0f + (float)(size - 1) / 2.0f;
+    CHECK(out[0] == 3.0f && out[1] == -6.0f && out[2] == mean * 0.5f * 3.0f);
+    CHECK(in[0] == 2.0f && in[2] == 1.0f + (float)rank); /* the input is left alone */
+    CHECK(hvdrun_run(&c, offsetof(hvdrun_collective, caller_scales)) == 0);
+    CHECK(out[0] == 2.0f && out[1] == -4.0f && out[2] == mean);
+    c.device = 1;
+    c.send = c.recv = b;
+    c.dtype = HVDRUN_INT64;
+    CHECK(hvdrun_run(&c, sizeof c) == -1);
+    CHECK(strstr(hvdrun_last_error(), "caller_scales") != NULL);
+  }
+
   /* Back-to-back collectives of one size reuse the library's buffers: a fast rank's
    * next call must never overwrite a slow rank's result before it was copied out. */
   {
@@ -319,7 +348,14 @@ static int scatter_mode(void) {
   c.recv_count = (size_t)size * (size_t)(rank + 1) - (rank == 0 ? 1u : 0u);
   CHECK(hvdrun_run(&c, sizeof c) == -1);
   CHECK(strstr(hvdrun_last_error(), "rank 0 is sent") != NULL);
-  /* reducescatter of 7 rows of 2: ranks below 7 % size get one row more. */
+  /* reducescatter of 7 rows of 2: ranks below 7 % size get one row more, the split the
+   * library tells a binding (ABI 7), which refuses what no rank could run. */
+  CHECK(hvdrun_reducescatter_rows(7, 0) == 7 / size + (rank < 7 % size ? 1 : 0));
+  CHECK(hvdrun_reducescatter_rows(0, 0) == 0);
+  CHECK(hvdrun_reducescatter_rows(-1, 0) == -1);
+  CHECK(strstr(hvdrun_last_error(), "cannot be negative") != NULL);
+  CHECK(hvdrun_reducescatter_rows(7, 9999) == -1);
+  CHECK(strstr(hvdrun_last_error(), "does not exist") != NULL);
   float rows[14], mine[8];
   long long shape[2] = {7, 2};
   for (int i = 0; i < 14; ++i) rows[i] = (float)(i * (rank + 1));

@@ -45,7 +45,8 @@ def _bind(path):
     lib = _lib.lib()
     names = ("hvdrun_submit_then", "hvdrun_wait", "hvdrun_poll", "hvdrun_last_error",
              "hvdrun_rank", "hvdrun_size", "hvdrun_local_rank", "hvdrun_local_size",
-             "hvdrun_cross_rank", "hvdrun_cross_size", "hvdrun_process_set_ranks")
+             "hvdrun_cross_rank", "hvdrun_cross_size", "hvdrun_process_set_ranks",
+             "hvdrun_reducescatter_rows")
     fns = (ctypes.c_void_p * len(names))(
         *[ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names])
     bind = ctypes.CDLL(path).hvdrun_tf_bind

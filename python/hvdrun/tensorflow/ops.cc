@@ -102,23 +102,6 @@ int reduce_type(tf::DataType t) {
   }
 }
 
-// Multiplies `n` elements at `p` by `factor` as Horovod does: floating point in its own
-// precision (half precision through float, rounded once), integers through double and
-// truncated.
-template <typename T>
-void scale_as(void* p, std::size_t n, double factor) {
-  auto* v = static_cast<T*>(p);
-  if constexpr (std::is_integral_v<T>) {
-    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<T>(static_cast<double>(v[i]) * factor);
-  } else if constexpr (std::is_same_v<T, Eigen::half> || std::is_same_v<T, Eigen::bfloat16>) {
-    const float f = static_cast<float>(factor);
-    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<T>(static_cast<float>(v[i]) * f);
-  } else {
-    const T f = static_cast<T>(factor);
-    for (std::size_t i = 0; i < n; ++i) v[i] *= f;
-  }
-}
-
 }  // namespace
 
 absl::Status reduced_type(tf::DataType t, const char* what, int* ctype) {
@@ -139,28 +122,6 @@ std::string type_name_of(tf::DataType t) {
       return "float16";
     default:
       return tf::DataTypeString(t);  // int32, bfloat16, bool, ...
-  }
-}
-
-void scale(tf::DataType t, void* p, std::size_t n, double factor) {
-  if (factor == 1.0 || n == 0) return;
-  switch (t) {
-    case tf::DT_INT32:
-      return scale_as<std::int32_t>(p, n, factor);
-    case tf::DT_INT64:
-      return scale_as<std::int64_t>(p, n, factor);
-    case tf::DT_FLOAT:
-      return scale_as<float>(p, n, factor);
-    case tf::DT_DOUBLE:
-      return scale_as<double>(p, n, factor);
-    case tf::DT_HALF:
-      return scale_as<Eigen::half>(p, n, factor);
-    case tf::DT_BFLOAT16:
-      return scale_as<Eigen::bfloat16>(p, n, factor);
-    case tf::DT_UINT8:
-      return scale_as<std::uint8_t>(p, n, factor);
-    default:
-      return;
   }
 }
 
@@ -243,13 +204,14 @@ REGISTER_KERNEL_BUILDER(Name("HvdrunQuery").Device(::tensorflow::DEVICE_CPU), hv
 // libhvdrun it loaded. Returns 0.
 extern "C" __attribute__((visibility("default"))) int hvdrun_tf_bind(void** fns, int count) {
   using hvdrun_tf::g_abi;
-  if (count != 11) return -1;
+  if (count != 12) return -1;
   g_abi.submit_then = reinterpret_cast<decltype(g_abi.submit_then)>(fns[0]);
   g_abi.wait = reinterpret_cast<decltype(g_abi.wait)>(fns[1]);
   g_abi.poll = reinterpret_cast<decltype(g_abi.poll)>(fns[2]);
   g_abi.last_error = reinterpret_cast<decltype(g_abi.last_error)>(fns[3]);
   for (int i = 0; i < 6; ++i) g_abi.query[i] = reinterpret_cast<int (*)()>(fns[4 + i]);
   g_abi.process_set_ranks = reinterpret_cast<decltype(g_abi.process_set_ranks)>(fns[10]);
+  g_abi.reducescatter_rows = reinterpret_cast<decltype(g_abi.reducescatter_rows)>(fns[11]);
   hvdrun_tf::g_bound.store(true);
   return 0;
 }

@@ -32,6 +32,7 @@ struct Abi {
   const char* (*last_error)() = nullptr;
   int (*query[6])() = {};  // rank, size, local_rank, local_size, cross_rank, cross_size
   int (*process_set_ranks)(int, int*, int) = nullptr;
+  long long (*reducescatter_rows)(long long, int) = nullptr;
 };
 extern Abi g_abi;
 extern std::atomic<bool> g_bound;  // set once hvdrun_tf_bind has filled g_abi
@@ -53,8 +54,6 @@ absl::Status place_in(int ps, int* me, int* n, const char* what);
 absl::Status reduced_type(tf::DataType t, const char* what, int* ctype);
 // The element type as Python spells it (tf.float32.name), for messages about mismatches.
 std::string type_name_of(tf::DataType t);
-// Multiplies `n` elements of type `t` at `p` by `factor`, as Horovod does.
-void scale(tf::DataType t, void* p, std::size_t n, double factor);
 
 // The tensor's bytes, for libhvdrun to read or write (TensorFlow hands out const data).
 inline char* bytes_of(const tf::Tensor& t) { return const_cast<char*>(t.tensor_data().data()); }

@@ -1,7 +1,6 @@
 // The reducing kernels and their ops: allreduce, grouped allreduce (fusion buffers) and
-// reducescatter. Scale factors are applied here, in the tensor's own element type, as
-// Horovod applies them; libhvdrun only agrees on them across ranks (and divides for
-// Average).
+// reducescatter. The scale factors and Average are libhvdrun's to apply (host tensors):
+// the kernels pass them on with the collective and do no arithmetic of their own.
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -37,24 +36,6 @@ class Reducing : public Base {
     return c;
   }
 
-  // The collective's send buffer with the prescale applied: `count` elements of `t` (`bytes`
-  // in all) from `send`, copied into `into` first unless it is `send` (an input forwarded
-  // to its output, or a fusion buffer), and scaled there.
-  const void* prescaled(tf::DataType t, const void* send, void* into, std::size_t bytes,
-                        std::size_t count) const {
-    if (into != send) std::memcpy(into, send, bytes);
-    scale(t, into, count, prescale_);
-    return into;
-  }
-
-  // What finishes the op: the first `count` elements of `out` postscaled; nothing when the
-  // factor is 1.
-  std::function<void()> postscaled(tf::DataType t, tf::Tensor* out, std::size_t count) const {
-    const double post = postscale_;
-    if (post == 1.0) return nullptr;
-    return [out, count, t, post] { scale(t, bytes_of(*out), count, post); };
-  }
-
   int op_ = HVDRUN_SUM;
   float prescale_ = 1.0F;
   float postscale_ = 1.0F;
@@ -78,12 +59,7 @@ class Allreduce : public Reducing {
     if (!widen) TF_RETURN_IF_ERROR(reduced_type(t, "allreduce", &ctype));
     const void* send = in.tensor_data().data();
     void* recv = bytes_of(*out);
-    if (widen) {
-      send = recv = widened(op, in, out);
-    } else {
-      if (prescale_ != 1.0F) send = prescaled(t, send, recv, in.TotalBytes(), n);
-      op->finish = postscaled(t, out, n);
-    }
+    if (widen) send = recv = widened(op, in, out);
     auto c = reduction(op, HVDRUN_KIND_ALLREDUCE, ctype, tensor_name_, dims_of(in.shape()), t);
     c.send = send;
     c.recv = recv;
@@ -92,9 +68,9 @@ class Allreduce : public Reducing {
     return absl::OkStatus();
   }
 
-  // An int8/int16 input widened to int32 in a buffer of the op, prescaled there; the op's
-  // finish postscales the buffer and narrows it into `out`. Returns the buffer, which the
-  // collective reduces in place.
+  // An int8/int16 input widened to int32 in a buffer of the op; the op's finish narrows
+  // the reduced (and scaled) buffer into `out`. Returns the buffer, which the collective
+  // reduces in place.
   std::int32_t* widened(Op* op, const tf::Tensor& in, tf::Tensor* out) const {
     const tf::DataType t = in.dtype();
     const auto n = static_cast<std::size_t>(in.NumElements());
@@ -103,10 +79,7 @@ class Allreduce : public Reducing {
     for (std::size_t i = 0; i < n; ++i)
       w[i] = t == tf::DT_INT8 ? static_cast<const std::int8_t*>(send)[i]
                               : static_cast<const std::int16_t*>(send)[i];
-    scale(tf::DT_INT32, w, n, prescale_);
-    const double post = postscale_;
-    op->finish = [w, out, n, t, post] {
-      scale(tf::DT_INT32, w, n, post);
+    op->finish = [w, out, n, t] {
       char* o = bytes_of(*out);
       for (std::size_t i = 0; i < n; ++i) {
         if (t == tf::DT_INT8)
@@ -148,13 +121,9 @@ class GroupedAllreduce : public Reducing {
           ctx->forward_input_or_allocate_output({i}, i, ctx->input(i).shape(), &outs[i]));
     }
     const auto buckets = plan(op, outs);
-    op->finish = [buckets, outs, t, post = static_cast<double>(postscale_)] {
+    op->finish = [buckets, outs] {
       for (const Bucket& b : buckets) {
-        if (b.fused == nullptr) {
-          scale(t, bytes_of(*outs[b.first]), b.count, post);
-          continue;
-        }
-        scale(t, b.fused, b.count, post);
+        if (b.fused == nullptr) continue;
         std::size_t at = 0;
         for (int i = b.first; i < b.last; ++i) {
           std::memcpy(bytes_of(*outs[i]), b.fused + at, outs[i]->TotalBytes());
@@ -170,9 +139,6 @@ class GroupedAllreduce : public Reducing {
         send = ctx->input(bk.first).tensor_data().data();
         recv = bytes_of(*outs[bk.first]);
       }
-      // A fusion buffer is its own send buffer: prescaled() copies nothing into it.
-      if (prescale_ != 1.0F)
-        send = prescaled(t, send, recv, outs[bk.first]->TotalBytes(), bk.count);
       const std::string name =
           tensor_name_.empty() ? std::string() : tensor_name_ + "." + std::to_string(b);
       const auto count = static_cast<long long>(bk.count);
@@ -236,14 +202,13 @@ class Reducescatter : public Reducing {
     TF_RETURN_IF_ERROR(reduced_type(t, "reducescatter", &ctype));
     const long long first = in.dim_size(0);
     tf::TensorShape shape = in.shape();
-    shape.set_dim(0, first / rows.n + (rows.me < first % rows.n ? 1 : 0));
+    const long long mine = g_abi.reducescatter_rows(first, ps_);  // libhvdrun's split
+    if (mine < 0) return absl::InvalidArgumentError(last_error());
+    shape.set_dim(0, mine);
     tf::Tensor* out = nullptr;
     TF_RETURN_IF_ERROR(ctx->allocate_output(0, shape, &out));
     const auto count = static_cast<std::size_t>(in.NumElements());
     const void* send = in.tensor_data().data();
-    if (prescale_ != 1.0F && count > 0)
-      send = prescaled(t, send, op->buffer(in.TotalBytes()).data(), in.TotalBytes(), count);
-    op->finish = postscaled(t, out, static_cast<std::size_t>(out->NumElements()));
     auto c = reduction(op, HVDRUN_KIND_REDUCESCATTER, ctype, tensor_name_, dims_of(in.shape()), t);
     c.send = send;
     c.recv = bytes_of(*out);

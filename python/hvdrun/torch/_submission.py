@@ -180,6 +180,8 @@ def _description(kind, ctype, op, root, on_device, name, like, prescale, postsca
     c.op = op
     c.root = root
     c.device = 1 if on_device else 0
+    # libhvdrun scales host buffers; a CUDA tensor's factors are applied here (_scale).
+    c.caller_scales = 1 if on_device else 0
     keep = []
     if name is not None:
         keep.append(str(name).encode())

@@ -98,6 +98,8 @@ def _allreduce_async(tensor, output, op, prescale_factor, postscale_factor, what
     dtype = tensor.dtype
     finish_steps = []
     divide_by = None
+    # libhvdrun applies the scale factors to host tensors; a CUDA tensor's are applied here.
+    scale_here = tensor.is_cuda
     if tensor.is_cuda and op == Average:
         # Summed by NCCL and divided here, as Horovod's GPU path does.
         op, divide_by = Sum, _set_size(ps)
@@ -107,7 +109,7 @@ def _allreduce_async(tensor, output, op, prescale_factor, postscale_factor, what
                 f"hvdrun.torch.{what}: op {_OP_NAMES[op]} on complex tensors is not "
                 "supported; use Sum or Average")
         src = tensor if tensor.is_contiguous() else tensor.contiguous()
-        if prescale_factor != 1.0:
+        if scale_here and prescale_factor != 1.0:
             if in_place:
                 _scale(tensor, prescale_factor)
             else:
@@ -121,7 +123,8 @@ def _allreduce_async(tensor, output, op, prescale_factor, postscale_factor, what
         keep = (tensor, send, recv, output)
     elif dtype in _WIDENED:
         wide = tensor.to(torch.int32)
-        _scale(wide, prescale_factor)
+        if scale_here:
+            _scale(wide, prescale_factor)
         send = recv = wide
         ctype = _lib.INT32
         keep = (tensor, wide, output)
@@ -136,7 +139,7 @@ def _allreduce_async(tensor, output, op, prescale_factor, postscale_factor, what
             "bfloat16, int8/16/32/64, uint8 or complex64/128")
     if divide_by is not None:
         finish_steps.append(lambda: _divide(output, divide_by))
-    if postscale_factor != 1.0:
+    if scale_here and postscale_factor != 1.0:
         finish_steps.append(lambda: _scale(output, postscale_factor))
     h = _submit_allreduce(send, recv, ctype, op, what, name, tensor, prescale_factor,
                           postscale_factor, blocking, ps)

@@ -178,7 +178,9 @@ class _Reducer:
         flat = b.flat[:sum(g.numel() for g in grads)]
         torch.cat(grads, out=flat)
         sent, ctx = self.compression.compress(flat)
-        if self.prescale != 1.0:
+        # libhvdrun scales a host bucket (as Horovod, the compressed one); a CUDA bucket's
+        # factors are applied here.
+        if sent.is_cuda and self.prescale != 1.0:
             sent.mul_(self.prescale)
         if sent.dtype not in mpi_ops._NATIVE:
             raise NotImplementedError(
@@ -186,7 +188,8 @@ class _Reducer:
                 "which libhvdrun cannot reduce")
         b.stream = torch.cuda.current_stream(sent.device) if sent.is_cuda else None
         b.handle = mpi_ops._submit_allreduce(sent, sent, mpi_ops._NATIVE[sent.dtype], self.op,
-                                            "DistributedOptimizer", ps=self.ps)
+                                            "DistributedOptimizer", prescale=self.prescale,
+                                            postscale=self.postscale, ps=self.ps)
         b.sent, b.ctx = sent, ctx
 
     def synchronize(self):
@@ -214,7 +217,7 @@ class _Reducer:
                 if current != b.stream:
                     current.wait_stream(b.stream)
             out = self.compression.decompress(b.sent, b.ctx)
-            if self.postscale != 1.0:
+            if b.sent.is_cuda and self.postscale != 1.0:
                 out.mul_(self.postscale)
             offset = 0
             for p in b.fused:

@@ -167,18 +167,22 @@ def _reducescatter_async(tensor, op, prescale_factor, postscale_factor, what, na
         raise NotImplementedError(
             f"hvdrun.torch.{what}: reducescatter supports op=hvd.Sum and hvd.Average only "
             "(as Horovod)")
-    n, me = _ops._set_size(ps), _ops._set_rank(ps)
-    rows = tensor.shape[0]
+    n = _ops._set_size(ps)
     rest, _row = _rows_and_rest(tensor)
-    out = tensor.new_empty((rows // n + (1 if me < rows % n else 0),) + rest)
+    mine = _lib.lib().hvdrun_reducescatter_rows(tensor.shape[0], ps)  # libhvdrun's split
+    if mine < 0:
+        raise ValueError(f"hvdrun.torch.{what}: {_lib.last_error()}")
+    out = tensor.new_empty((mine,) + rest)
     src = tensor if tensor.is_contiguous() else tensor.contiguous()
     divide_by = None
+    # libhvdrun applies the scale factors to host tensors; a CUDA tensor's are applied here.
+    scale_here = src.is_cuda
     if src.is_cuda and op == Average:
         op, divide_by = Sum, n  # summed by NCCL and divided here, as Horovod's GPU path
     dtype = src.dtype
     if dtype in _ops._NATIVE or dtype in _ops._COMPLEX:
         send, recv = src, out
-        if prescale_factor != 1.0:
+        if scale_here and prescale_factor != 1.0:
             send = src.clone()
             _ops._scale(send, prescale_factor)
         if dtype in _ops._COMPLEX:
@@ -190,7 +194,8 @@ def _reducescatter_async(tensor, op, prescale_factor, postscale_factor, what, na
         finish_steps = []
     elif dtype in _ops._WIDENED:
         send = src.to(torch.int32)
-        _ops._scale(send, prescale_factor)
+        if scale_here:
+            _ops._scale(send, prescale_factor)
         recv = torch.empty(out.shape, dtype=torch.int32, device=out.device)
         ctype = _lib.INT32
         finish_steps = [lambda: out.copy_(recv)]
@@ -200,7 +205,7 @@ def _reducescatter_async(tensor, op, prescale_factor, postscale_factor, what, na
             "bfloat16, int8/16/32/64, uint8 or complex64/128")
     if divide_by is not None:
         finish_steps.append(lambda: _ops._divide(out, divide_by))
-    if postscale_factor != 1.0:
+    if scale_here and postscale_factor != 1.0:
         finish_steps.append(lambda: _ops._scale(out, postscale_factor))
     h = _ops._submit(_lib.KIND_REDUCESCATTER, what, send.data_ptr(), recv.data_ptr(),
                      send.numel(), ctype, _ops._C_OP[op], device_tensor=send, name=name,

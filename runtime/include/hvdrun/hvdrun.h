@@ -156,8 +156,11 @@ struct Collective {
   const std::int64_t* shape = nullptr;  ///< the shape ([count] if null), copied
   int ndim = 0;                         ///< entries in `shape`
   const char* type_name = nullptr;      ///< the caller's element type ("int8"), for checks
-  double prescale = 1.0;                ///< checked for agreement only: the caller applies it
-  double postscale = 1.0;               ///< checked for agreement only: the caller applies it
+  /// Multiplies the input before a reduction (allreduce, reducescatter), applied by the
+  /// library to host buffers with Horovod's arithmetic (docs/runtime.md); agreed by every rank.
+  double prescale = 1.0;
+  /// Multiplies the result after a reduction (after Average's division), as prescale.
+  double postscale = 1.0;
   /// Alltoall: elements of `send` (`count` in all) for each rank, size() entries in rank
   /// order; null splits `count` equally (it must divide). Only the first dimension may
   /// differ between ranks.
@@ -172,6 +175,10 @@ struct Collective {
   /// (shape[0], or `count` without a shape) split as Horovod does (ranks below rows %
   /// size() get one row more).
   std::size_t recv_count = 0;
+  /// The caller applies prescale and postscale itself; the library only checks that the
+  /// ranks agree on them. Device buffers need it (the library has no device scaling yet,
+  /// and refuses factors other than 1 on device buffers without it).
+  bool caller_scales = false;
 };
 
 /// Adds a process set: a subset of ranks whose collectives (Collective::process_set) run
@@ -184,6 +191,11 @@ HVDRUN_API int add_process_set(const std::vector<int>& ranks);
 HVDRUN_API bool remove_process_set(int id);
 /// The ranks of process set `id` (0: every rank), ascending. Throws for an unknown id.
 HVDRUN_API std::vector<int> process_set_ranks(int id);
+/// The rows of this rank's slice when reduce-scatter splits a first dimension of `rows`
+/// among process set `process_set` (0: every rank): ranks below rows % size get one row
+/// more, as in Horovod. What a caller sizes its output by. Throws for an unknown set or
+/// one this rank is not in.
+HVDRUN_API std::int64_t reducescatter_rows(std::int64_t rows, int process_set = 0);
 
 /// add_process_set() of ranks that already form a set.
 class HVDRUN_API DuplicateProcessSet : public Error {

@@ -57,7 +57,7 @@ typedef enum hvdrun_op {
 } hvdrun_op;
 
 /** The ABI version this library implements (HVDRUN_ABI_VERSION of its build). */
-#define HVDRUN_ABI_VERSION 6
+#define HVDRUN_ABI_VERSION 7
 
 /** Identifies one submitted asynchronous collective; valid (> 0) until hvdrun_wait. */
 typedef long long hvdrun_handle;
@@ -191,13 +191,19 @@ typedef struct hvdrun_collective {
   const long long* shape; /**< the caller's shape (NULL: [count]); copied at submission */
   int ndim;               /**< entries in shape */
   const char* type_name;  /**< the caller's element type ("int8"); NULL: dtype's name */
-  double prescale;        /**< agreed only (the caller applies it); 0 is taken as 1 */
-  double postscale;       /**< agreed only (the caller applies it); 0 is taken as 1 */
+  double prescale;        /**< input multiplier (allreduce, reducescatter); 0 is taken as 1 */
+  double postscale;       /**< result multiplier (allreduce, reducescatter); 0 is taken as 1 */
   /* ABI 4 (a caller compiled for ABI 3 passes the shorter size: these are then zero). */
   const long long* splits;    /**< alltoall: elements to each rank (NULL: count / size) */
   long long* received_splits; /**< alltoall: out, elements from each rank (may be NULL) */
   size_t recv_count;          /**< alltoall: elements recv can hold */
   int process_set;            /**< 0: every rank; else an id from hvdrun_add_process_set */
+  /* ABI 7. The library applies prescale and postscale to host buffers with Horovod's
+   * arithmetic (docs/runtime.md); a caller compiled for ABI 6 or earlier passes the shorter
+   * size and keeps applying them itself (they are then only checked for agreement). */
+  int caller_scales; /**< 1: the caller applies prescale and postscale itself, which device
+                          buffers need (the library has no device scaling: factors other
+                          than 1 on device buffers are refused without it) */
 } hvdrun_collective;
 
 /** What hvdrun_submit returns when a collective of the same name is still in flight on
@@ -275,6 +281,15 @@ HVDRUN_C_API int hvdrun_hosts_updated(void);
  *  hvdrun_shutdown() then hvdrun_init() joins the job, whose ranks wait for it (Python's
  *  hvd.elastic.run does so before its first sync). 0 otherwise; -1 before hvdrun_init. */
 HVDRUN_C_API int hvdrun_elastic_joining(void);
+
+/* ---- ABI version 7 ---------------------------------------------------------------- */
+
+/** The rows of this rank's slice when reduce-scatter splits a first dimension of `rows`
+ *  among process set `process_set` (0: every rank); ranks below rows % size get one row
+ *  more, as in Horovod: what a binding sizes its output by. -1 for an unknown set, one
+ *  this rank is not in, or a negative `rows`. (hvdrun_collective.caller_scales is ABI 7
+ *  too.) */
+HVDRUN_C_API long long hvdrun_reducescatter_rows(long long rows, int process_set);
 
 /** Message of the last failure on this thread ("" when none). Valid until the next call. */
 HVDRUN_C_API const char* hvdrun_last_error(void);

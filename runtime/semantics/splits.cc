@@ -1,13 +1,13 @@
-// The collectives' splits (api_group.h): an alltoall's, checked at submission and
+// The collectives' splits (semantics.h): an alltoall's, checked at submission and
 // exchanged before its rows, and a reduce-scatter's row split.
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "runtime/api/api_group.h"
 #include "runtime/core/timeline.h"
+#include "runtime/semantics/semantics.h"
 
-namespace hvdrun::api_detail {
+namespace hvdrun::semantics {
 
 void check_splits(const Collective& c, int n) {
   // (A rank that receives nothing may pass no output; recv_count is checked everywhere.)
@@ -38,7 +38,10 @@ std::vector<std::size_t> slices(const runtime::Request& r, int n) {
   const std::size_t row = rows == 0 ? 0 : r.count / rows;
   const auto N = static_cast<std::size_t>(n);
   std::vector<std::size_t> out(N);
-  for (std::size_t k = 0; k < N; ++k) out[k] = (rows / N + (k < rows % N ? 1 : 0)) * row;
+  for (std::size_t k = 0; k < N; ++k)
+    out[k] = static_cast<std::size_t>(
+                 slice_rows(static_cast<std::int64_t>(rows), n, static_cast<int>(k))) *
+             row;
   return out;
 }
 
@@ -80,4 +83,4 @@ void alltoall(const Group& g, const Collective& a) {
   }
 }
 
-}  // namespace hvdrun::api_detail
+}  // namespace hvdrun::semantics
