@@ -4,7 +4,8 @@
  * buffers. In-place float32 sum at each size from MIN to MAX bytes (x8 per step up to
  * 256 KiB, then x4, so 8 B ... 64 MiB, 256 MiB): two
  * warm-up calls, a barrier, REPS calls (fewer for large sizes), and the slowest rank's
- * time per call. Rank 0 prints one line per size:
+ * time per call. With BENCH_OUT_OF_PLACE=1 in the environment the sum goes into a second
+ * buffer instead (what a framework's new output tensor is). Rank 0 prints one line per size:
  *   result bytes=8 us=1.23 busbw_GBps=0.006
  * busbw is 2(n-1)/n x bytes / time, the bytes each rank's link would carry in a ring.
  *   allreduce_sweep [MIN=8] [MAX=268435456] [REPS=2000]
@@ -26,8 +27,9 @@ static int size_of(void) {
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   return n;
 }
-static int sum_floats(float* buf, size_t n) {
-  return MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+static int sum_floats(float* buf, float* out, size_t n) {
+  return MPI_Allreduce(out == buf ? MPI_IN_PLACE : buf, out, (int)n, MPI_FLOAT, MPI_SUM,
+                       MPI_COMM_WORLD);
 }
 static int max_double(double* v) {
   return MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -40,8 +42,8 @@ static void finish(void) { MPI_Finalize(); }
 #include "hvdrun/hvdrun_c.h"
 static int rank_of(void) { return hvdrun_rank(); }
 static int size_of(void) { return hvdrun_size(); }
-static int sum_floats(float* buf, size_t n) {
-  return hvdrun_allreduce(buf, buf, n, HVDRUN_FLOAT32, HVDRUN_SUM);
+static int sum_floats(float* buf, float* out, size_t n) {
+  return hvdrun_allreduce(buf, out, n, HVDRUN_FLOAT32, HVDRUN_SUM);
 }
 static int max_double(double* v) { return hvdrun_allreduce(v, v, 1, HVDRUN_FLOAT64, HVDRUN_MAX); }
 static int barrier(void) { return hvdrun_barrier(); }
@@ -92,11 +94,14 @@ int main(int argc, char** argv) {
   const int rank = rank_of(), size = size_of();
   float* buf = malloc(hi > 4 ? hi : 4);
   if (buf == NULL) return 1;
+  const char* oop = getenv("BENCH_OUT_OF_PLACE");
+  float* out = oop != NULL && strcmp(oop, "1") == 0 ? malloc(hi > 4 ? hi : 4) : buf;
+  if (out == NULL) return 1;
   /* Warm-up: the small sizes once, unreported, so the first reported size does not pay
    * for the start of the job (launcher, output relay, page faults). */
   for (size_t bytes = lo; bytes <= 4096 && bytes <= hi; bytes *= 8)
     for (int i = 0; i < 500; ++i)
-      if (sum_floats(buf, bytes / 4 > 0 ? bytes / 4 : 1) != 0) return 2;
+      if (sum_floats(buf, out, bytes / 4 > 0 ? bytes / 4 : 1) != 0) return 2;
   for (size_t bytes = lo; bytes <= hi; bytes *= bytes < (256u << 10) ? 8 : 4) {
     size_t n = bytes / 4 > 0 ? bytes / 4 : 1;
     for (size_t i = 0; i < n; ++i) buf[i] = 1.0f;
@@ -105,11 +110,11 @@ int main(int argc, char** argv) {
     if (reps > max_reps) reps = max_reps;
     if (reps < 5) reps = 5;
     for (int i = 0; i < 2; ++i)
-      if (sum_floats(buf, n) != 0) return 2;
+      if (sum_floats(buf, out, n) != 0) return 2;
     if (barrier() != 0) return 2;
     double t0 = now_s();
     for (long i = 0; i < reps; ++i)
-      if (sum_floats(buf, n) != 0) return 2;
+      if (sum_floats(buf, out, n) != 0) return 2;
     double per = (now_s() - t0) / (double)reps;
     if (max_double(&per) != 0) return 2;
     if (rank == 0)
@@ -117,6 +122,7 @@ int main(int argc, char** argv) {
              per * 1e6, 2.0 * (size - 1) / size * (double)(n * 4) / per / 1e9);
     fflush(stdout);
   }
+  if (out != buf) free(out);
   free(buf);
   finish();
   return 0;
