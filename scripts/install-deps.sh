@@ -16,11 +16,12 @@ esac
 
 # What a build with -DHVDRUN_BUILD_TESTS=OFF needs (CMakeLists.txt's find_package calls:
 # Boost with program_options, spdlog and its fmt, OpenSSL, libssh2 through pkg-config,
-# Gloo). NCCL is optional: the NCCL path is compiled when nccl.h is found.
+# Gloo, hwloc through pkg-config for the host topology). NCCL is optional: the NCCL path
+# is compiled when nccl.h is found.
 build_pkgs=(
   build-essential cmake ninja-build pkg-config
   libboost-dev libboost-program-options-dev libspdlog-dev libfmt-dev
-  libssh2-1-dev libssl-dev libgloo-dev
+  libssh2-1-dev libssl-dev libgloo-dev libhwloc-dev
 )
 # The rest of what scripts/test.sh builds and runs.
 test_pkgs=(

@@ -33,7 +33,8 @@ BELOW = {
     "runtime/api": ["runtime/semantics"],
     "runtime": ["runtime/api"],  # libhvdrun.so itself (its anchor file, runtime/empty.cc)
     "launcher/process": ["common"],
-    "launcher/plan": ["compat", "hostfile", "common"],
+    "launcher/topology": ["common"],
+    "launcher/plan": ["launcher/topology", "compat", "hostfile", "common"],
     "launcher/agent": ["launcher/plan", "launcher/process"],
     "launcher/output": ["launcher/agent"],
     "launcher/hosts": ["launcher/agent", "ssh", "rendezvous"],
