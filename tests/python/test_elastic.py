@@ -571,3 +571,75 @@ def test_an_elastic_program_moves_to_its_placement_in_the_same_process():
     assert m, out + err
     assert m.group(1) == "1" and int(m.group(2)) >= 1 and m.group(3) == "True", out
     assert m.group(4) == "[1]", out  # one reset, into generation 1
+
+
+def _size_after(tmp_path, proc, generation, size):
+    """Waits until a generation later than `generation` runs with `size` processes started
+    in it, every one at that size; returns that generation."""
+    def settled():
+        recs = _records(tmp_path)
+        gens = [r[2] for rs in recs.values() for r in rs if r[0] == "start"]
+        gen = max(gens, default=-1)
+        starts = [_first(rs, "start", gen) for rs in recs.values()]
+        starts = [s for s in starts if s]
+        if gen > generation and len(starts) == size and all(s[4] == size for s in starts):
+            return gen
+        return None
+    return _wait_for(f"{size} ranks after generation {generation}", settled, proc)
+
+
+def test_every_elastic_event_over_exec_keeps_the_survivors_in_process(tmp_path):
+    # The events of the SSH tests, one after another in one job whose three hosts
+    # (127.0.0.2-4) are reached through `--launcher exec:` (a stand-in for `kubectl exec`
+    # that runs the agent here): a rank killed, a host's agent killed, a host dropped from
+    # discovery and listed again; a failed host comes back after its 2 s cooldown. Each
+    # time the processes that remain keep their pids and the job settles at the size the
+    # hosts allow; at the end every rank holds the same weights and nothing is left.
+    standin = tmp_path / "standin"
+    standin.write_text("#!/bin/sh\nshift\nexec \"$@\"\n")
+    standin.chmod(0o755)
+    drop = tmp_path / "drop"
+    discover = _discovery(tmp_path, ["127.0.0.2:2", "127.0.0.3:2", "127.0.0.4:2"],
+                          {"127.0.0.4": drop})
+    proc = _start(tmp_path, 6, ["--launcher", f"exec:{standin} {{host}}", "-p", "1",
+                                "--host-discovery-script", str(discover), "--min-np", "2",
+                                "--max-np", "6", "--blacklist-cooldown-range", "2", "2",
+                                "--log-level", "info"],
+                  env={"HVDRUN_DISCOVERY_INTERVAL": "0.5"})
+    with _killed_at_end(proc):
+        recs = _training(tmp_path, proc, 6)
+        by_rank = {_first(r, "start", 0)[3]: pid for pid, r in recs.items()}
+        agent_of = {pid: _first(r, "start", 0)[1] for pid, r in recs.items()}
+        # A rank killed (rank 5, on 127.0.0.4): that host is left out for its cooldown, so
+        # its other rank leaves too; then the host is placed again, with two new processes.
+        os.kill(by_rank[5], signal.SIGKILL)
+        gen = _size_after(tmp_path, proc, 0, 6)
+        kept = {by_rank[r] for r in range(4)}
+        dead = {p: r for r, p in by_rank.items() if p in kept and not _alive(p)}
+        assert not dead, (dead, recs)
+        # A host's agent killed (127.0.0.3 holds ranks 2 and 3): both its ranks go with it,
+        # and the host comes back after its cooldown.
+        os.kill(agent_of[by_rank[2]], signal.SIGKILL)
+        gen = _size_after(tmp_path, proc, gen, 6)
+        kept -= {by_rank[2], by_rank[3]}
+        assert all(_alive(p) for p in kept), recs
+        # Discovery drops 127.0.0.4: its ranks retire at a commit; listed again, it returns.
+        before = set(_records(tmp_path))
+        drop.touch()
+        gen = _size_after(tmp_path, proc, gen, 4)
+        assert all(_alive(p) for p in kept), recs
+        drop.unlink()
+        gen = _size_after(tmp_path, proc, gen, 6)
+        code, out, err = _finish(proc, tmp_path)
+    assert code == 0, out + err
+    recs = _records(tmp_path)
+    finals = {pid: _first(r, "final") for pid, r in recs.items() if _first(r, "final")}
+    assert len(finals) == 6 and all(f[4] == 6 and f[6] == 1 for f in finals.values()), finals
+    assert len({f[2] for f in finals.values()}) == 1, finals  # one last generation
+    # 127.0.0.2's ranks lived through every event in their processes.
+    assert {by_rank[0], by_rank[1]} <= set(finals) and kept <= set(finals), finals
+    assert len(set(recs) - before) == 2, recs  # 127.0.0.4's return started two processes
+    assert "discovery no longer lists 127.0.0.4" in err, err
+    assert "restart" not in err, err
+    assert not any(_alive(pid) for pid in recs), recs
+    assert not any(_alive(r[1]) for rs in recs.values() for r in rs), recs  # the agents
