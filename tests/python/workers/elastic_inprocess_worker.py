@@ -20,10 +20,6 @@ import os
 import sys
 import time
 
-import torch
-
-import hvdrun.torch as hvd
-
 COMMIT_EVERY = 3
 RAISE_AT = 7
 PACE_S = 0.02  # between steps: the program's own pace, so six ranks share two cores
@@ -32,6 +28,8 @@ out_dir = sys.argv[1]
 raise_mode = sys.argv[2:] in (["raise"], ["raise-late"])
 log = open(os.path.join(out_dir, f"pid-{os.getpid()}"), "a", buffering=1)
 
+# Before torch is imported (seconds on a loaded machine), so that the late process has
+# said so well within the launcher's --start-timeout, which stops it.
 if sys.argv[2:] == ["raise-late"] and os.environ.get("HVDRUN_JOINING") == "1":
     try:
         os.close(os.open(os.path.join(out_dir, "late-taken"), os.O_CREAT | os.O_EXCL))
@@ -40,6 +38,10 @@ if sys.argv[2:] == ["raise-late"] and os.environ.get("HVDRUN_JOINING") == "1":
             time.sleep(60)
     except FileExistsError:
         pass  # a later process joins as usual
+
+import torch  # noqa: E402
+
+import hvdrun.torch as hvd  # noqa: E402
 
 hvd.init()
 torch.manual_seed(100 + hvd.rank())
