@@ -531,6 +531,12 @@ Command parse_command_line(const std::vector<std::string>& args) {
     cmd.action = Action::run;
   } else {
     o.json = values.given("json");
+    o.topology = values.given("topology");
+    if (o.topology && !o.hosts.empty()) {
+      throw UsageError(
+          "hvdrun check --topology reports only the machine hvdrun runs on (other hosts' "
+          "topologies are not read yet); drop -H/--hostfile");
+    }
     check_has_no_command(w.command);
     cmd.action = Action::check;
   }

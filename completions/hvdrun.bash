@@ -16,8 +16,8 @@ _hvdrun_value_opts="-np --num-proc -H --hosts --hostfile -x --env --start-timeou
   --thread-affinity --gloo-timeout-seconds --launcher --min-np --max-np --host-discovery-script
   --slots-per-host --reset-limit --max-restarts --blacklist-cooldown-range --elastic-timeout
   --env-file --config-file"
-_hvdrun_flag_opts="--prefix-output-with-timestamp --json --dry-run --verbose --check-build --version
-  -h --help --gloo --disable-cache --hierarchical-allreduce --no-hierarchical-allreduce
+_hvdrun_flag_opts="--prefix-output-with-timestamp --json --topology --dry-run --verbose --check-build
+  --version -h --help --gloo --disable-cache --hierarchical-allreduce --no-hierarchical-allreduce
   --hierarchical-allgather --no-hierarchical-allgather --autotune --timeline-mark-cycles
   --no-stall-check --tcp --log-without-timestamp"
 

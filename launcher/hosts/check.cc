@@ -9,6 +9,7 @@
 #include "common/quote.h"
 #include "common/version.h"
 #include "launcher/plan/start_window.h"
+#include "launcher/topology/topology_report.h"
 #include "ssh/libssh2_session.h"
 
 namespace hvdrun::launcher {
@@ -119,6 +120,12 @@ std::string render_json(const PreflightReport& report) {
 int run_check(const LaunchOptions& options) { return run_check(options, kVersionLine); }
 
 int run_check(const LaunchOptions& options, const std::string& expected_version) {
+  if (options.topology) {
+    const HostTopology topology = load_host_topology();
+    std::cout << (options.json ? render_topology_json(topology) : render_topology_table(topology))
+              << std::flush;
+    return exit_status::kOk;
+  }
   ssh::Libssh2Connector connector;
   PreflightSettings settings;
   settings.expected_version = expected_version;

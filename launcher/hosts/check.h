@@ -10,7 +10,8 @@
 namespace hvdrun::launcher {
 
 /// Runs the preflight with the real libssh2 connector and prints the report to stdout
-/// (JSON with options.json). Returns 0 when every host is ok, 255 otherwise. Every host's
+/// (JSON with options.json); with options.topology, prints this machine's topology instead
+/// and returns 0. Returns 0 when every host is ok, 255 otherwise. Every host's
 /// hvdrun must print this build's version line (common/version.h). A malformed ssh_config
 /// throws UsageError (exit 2).
 int run_check(const LaunchOptions& options);

@@ -99,6 +99,9 @@ struct LaunchOptions {
   std::string remote_hvdrun;
   /// --json: machine-readable preflight report (check) or plan (--dry-run).
   bool json = false;
+  /// --topology (hvdrun check): print this machine's topology (launcher/topology/) instead
+  /// of checking the hosts.
+  bool topology = false;
   /// --launcher.
   LauncherChoice launcher;
   /// --dry-run: print the launch method and the rank placement, start nothing.

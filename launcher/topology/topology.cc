@@ -71,10 +71,11 @@ int numa_of_cpus(hwloc_topology_t topo, hwloc_const_cpuset_t cpuset) {
 
 // The NUMA node an I/O object is attached to: the first node of its nearest non-I/O
 // ancestor (that ancestor is the NUMA node's parent or below on machines that say where
-// their PCI buses are; the Machine, with every node, on those that do not: then -1).
+// their PCI buses are; the Machine on those that do not: then -1, unless it has one node).
 int numa_of_io(hwloc_topology_t topo, hwloc_obj_t obj) {
   hwloc_obj_t a = hwloc_get_non_io_ancestor_obj(topo, obj);
-  if (a == nullptr || a->nodeset == nullptr || a->type == HWLOC_OBJ_MACHINE) return -1;
+  if (a == nullptr || a->nodeset == nullptr) return -1;
+  if (a->type == HWLOC_OBJ_MACHINE && hwloc_bitmap_weight(a->nodeset) != 1) return -1;
   return hwloc_bitmap_first(a->nodeset);
 }
 

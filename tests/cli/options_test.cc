@@ -580,3 +580,16 @@ TEST_CASE("launcher and dry-run flags parse into the options") {
   CHECK(error_of({"--launcher", "exec:sh -c 'x {host}", "-np", "1", "x"}) ==
         "--launcher: unclosed ' in 'sh -c 'x {host}'; close the quote");
 }
+
+TEST_CASE("check --topology reports this machine only") {
+  const Command cmd = parse_command_line(split("check --topology --json"));
+  CHECK(cmd.action == Action::check);
+  CHECK(cmd.options.topology);
+  CHECK(cmd.options.json);
+  CHECK_FALSE(parse_command_line(split("check")).options.topology);
+  CHECK(error_of({"check", "--topology", "-H", "node1,node2"}) ==
+        "hvdrun check --topology reports only the machine hvdrun runs on (other hosts' "
+        "topologies are not read yet); drop -H/--hostfile");
+  CHECK(error_of({"--topology", "true"}) ==
+        "--topology applies only to 'hvdrun check'; expected hvdrun check --topology [options]");
+}

@@ -93,6 +93,16 @@ TEST_CASE("map-by socket alternates packages and bind-to socket gives the packag
   CHECK(p[1].nic == "ib1");
 }
 
+TEST_CASE("map-by socket with GPUs puts each rank in its GPU's package", "[placement]") {
+  const auto p = plan(two_socket_eight_gpu(), 8, {BindTo::socket, MapBy::socket, 1, 1});
+  const std::vector<int> core = {0, 1, 2, 3, 32, 33, 34, 35};
+  for (std::size_t r = 0; r < p.size(); ++r) {
+    CHECK(p[r].cores == std::vector<int>{core[r]});
+    CHECK(cpu_list_text(p[r].cpus) == (r < 4 ? "0-31,64-95" : "32-63,96-127"));
+    CHECK(p[r].nic == (r < 4 ? "ib0" : "ib1"));
+  }
+}
+
 TEST_CASE("bind-to l3 gives every core sharing the rank's L3", "[placement]") {
   const auto p = plan(two_socket_eight_gpu(), 2, {BindTo::l3, MapBy::slot, 4, 0});
   CHECK(cpu_list_text(p[0].cpus) == "0-7,64-71");
