@@ -391,6 +391,37 @@ std::vector<int> parse_rank_list(const std::string& text, const char* flag) {
 }
 
 // The options of `run` alone: interface, output, and the ranks' environment.
+// --bind-to, --map-by, --cpus-per-rank and --report-bindings (docs/placement.md).
+void apply_placement(const Values& v, launcher::LaunchOptions& o) {
+  launcher::PlacementPolicy& p = o.placement;
+  if (v.given("bind-to")) {
+    const auto b = launcher::parse_bind_to(v.str("bind-to"));
+    if (!b) {
+      throw UsageError("bad value " + quote(v.str("bind-to")) +
+                       " for --bind-to; expected none, core, l3, numa or socket");
+    }
+    p.bind_to = *b;
+  }
+  if (v.given("map-by")) {
+    const auto m = launcher::parse_map_by(v.str("map-by"));
+    if (!m) {
+      throw UsageError("bad value " + quote(v.str("map-by")) +
+                       " for --map-by; expected slot, numa or socket");
+    }
+    p.map_by = *m;
+  }
+  if (v.given("cpus-per-rank")) {
+    p.cpus_per_rank = number_option(spec_named("cpus-per-rank"), v.str("cpus-per-rank"), 1, 4096,
+                                    "a whole number of cores", "--cpus-per-rank 4");
+  }
+  if (p.bind_to == launcher::BindTo::none && (v.given("map-by") || v.given("cpus-per-rank"))) {
+    throw UsageError(
+        "--map-by and --cpus-per-rank apply only when binding; add --bind-to core (or l3, numa, "
+        "socket)");
+  }
+  o.report_bindings = v.given("report-bindings");
+}
+
 void apply_run_options(const Values& v, const std::vector<Found>& found,
                        launcher::LaunchOptions& o) {
   if (v.given("network-interface")) {
@@ -519,6 +550,7 @@ Command parse_command_line(const std::vector<std::string>& args) {
   if (values.given("launcher")) o.launcher = launcher::parse_launcher(values.str("launcher"));
   if (mode == kRun) {
     apply_run_options(values, w.found, o);
+    apply_placement(values, o);
     apply_elastic(values, o);
     set_run_command(o, std::move(w.command));
     o.dry_run = values.given("dry-run");

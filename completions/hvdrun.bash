@@ -15,11 +15,11 @@ _hvdrun_value_opts="-np --num-proc -H --hosts --hostfile -x --env --start-timeou
   --stall-check-warning-time-seconds --stall-check-shutdown-time-seconds --num-nccl-streams
   --thread-affinity --gloo-timeout-seconds --launcher --min-np --max-np --host-discovery-script
   --slots-per-host --reset-limit --max-restarts --blacklist-cooldown-range --elastic-timeout
-  --env-file --config-file"
+  --env-file --config-file --bind-to --map-by --cpus-per-rank"
 _hvdrun_flag_opts="--prefix-output-with-timestamp --json --topology --dry-run --verbose --check-build
   --version -h --help --gloo --disable-cache --hierarchical-allreduce --no-hierarchical-allreduce
   --hierarchical-allgather --no-hierarchical-allgather --autotune --timeline-mark-cycles
-  --no-stall-check --tcp --log-without-timestamp"
+  --no-stall-check --tcp --log-without-timestamp --report-bindings"
 
 # Prints the host names listed in a hostfile ('host slots=N' lines, '#' comments).
 _hvdrun_hostfile_hosts() {

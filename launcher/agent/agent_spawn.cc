@@ -24,6 +24,7 @@
 #include "common/fd_limit.h"
 #include "launcher/agent/agent_protocol.h"
 #include "launcher/agent/agent_state.h"
+#include "launcher/plan/placement_env.h"
 #include "launcher/plan/rank_env.h"
 #include "launcher/process/job_cgroup.h"
 #include "launcher/process/line_tail.h"
@@ -31,6 +32,28 @@
 #include "launcher/process/subprocess.h"
 
 namespace hvdrun::launcher::agent_detail {
+namespace {
+
+// This host's topology, read once, on the first rank that is to be bound.
+const HostTopology& this_host() {
+  static const HostTopology topology = load_host_topology();
+  return topology;
+}
+
+// The CPUs and memory nodes of the rank with environment `env`, when its policy binds
+// (placement_env.h). Throws UsageError when this host cannot place it.
+void apply_binding(int rank, const std::vector<std::string>& env, ChildSpec& spec) {
+  if (!policy_from_env(env)) return;
+  const HostTopology& here = this_host();
+  const auto placed = rank_placement(here, here.hostname, env);
+  if (!placed) return;
+  spec.cpus = placed->cpus;
+  spec.mem_nodes = placed->numa;
+  spdlog::debug("rank {} bound to CPUs {} and NUMA nodes {}", rank, cpu_list_text(placed->cpus),
+                cpu_list_text(placed->numa));
+}
+
+}  // namespace
 
 void Agent::spawn(const proto::Spawn& s) {
   // In-process elastic recovery starts a new process under the number of one that ended
@@ -80,6 +103,7 @@ void Agent::spawn(const proto::Spawn& s) {
         env.push_back(prefix + file);
       }
     }
+    apply_binding(s.rank, env, spec);
     if (s.control) {
       int sv[2];
       if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
@@ -104,6 +128,10 @@ void Agent::spawn(const proto::Spawn& s) {
     std::string why = std::string(": ") + e.what();
     if (e.code() == EMFILE || e.code() == ENFILE) why += "; " + fd_limit_advice();
     send(proto::Fatal{s.rank, "cannot start rank " + std::to_string(s.rank) + why});
+    return;
+  } catch (const UsageError& e) {  // the host cannot place the rank as --bind-to asks
+    r.reported = true;
+    send(proto::Fatal{s.rank, "cannot start rank " + std::to_string(s.rank) + ": " + e.what()});
     return;
   }
   const pid_t pid = child.pid;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "hostfile/hosts.h"
+#include "launcher/topology/placement.h"
 
 namespace hvdrun::launcher {
 
@@ -102,6 +103,10 @@ struct LaunchOptions {
   /// --topology (hvdrun check): print this machine's topology (launcher/topology/) instead
   /// of checking the hosts.
   bool topology = false;
+  /// --bind-to, --map-by, --cpus-per-rank: where each rank runs (docs/placement.md).
+  PlacementPolicy placement;
+  /// --report-bindings: print every rank's cores, NUMA node, GPU and NIC before the start.
+  bool report_bindings = false;
   /// --launcher.
   LauncherChoice launcher;
   /// --dry-run: print the launch method and the rank placement, start nothing.

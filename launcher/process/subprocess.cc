@@ -3,7 +3,10 @@
 #include "launcher/process/subprocess.h"
 
 #include <fcntl.h>
+#include <linux/mempolicy.h>
+#include <sched.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,9 +47,50 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
   return out;
 }
 
+// A CPU set and a NUMA node mask, made before the fork so that the child only makes the
+// system calls.
+struct Binding {
+  bool cpus = false;
+  cpu_set_t cpu_set{};
+  static constexpr std::size_t kMaskWords = 16;  // 1024 NUMA nodes
+  bool mem = false;
+  std::array<unsigned long, kMaskWords> nodes{};
+};
+
+Binding binding_of(const ChildSpec& spec) {
+  Binding b;
+  CPU_ZERO(&b.cpu_set);
+  for (int cpu : spec.cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) {
+      CPU_SET(static_cast<std::size_t>(cpu), &b.cpu_set);
+      b.cpus = true;
+    }
+  }
+  constexpr std::size_t kBits = 8 * sizeof(unsigned long);
+  for (int node : spec.mem_nodes) {
+    const auto n = static_cast<std::size_t>(node);
+    if (node >= 0 && n < Binding::kMaskWords * kBits) {
+      b.nodes[n / kBits] |= 1UL << (n % kBits);
+      b.mem = true;
+    }
+  }
+  return b;
+}
+
+// Binds the child as `b` says: false when the CPU set was refused (errno set).
+bool bind_child(const Binding& b) {
+  if (b.cpus && ::sched_setaffinity(0, sizeof b.cpu_set, &b.cpu_set) != 0) return false;
+  if (b.mem) {
+    // Refused inside many containers (no CAP_SYS_NICE is needed, but seccomp may say no).
+    (void)::syscall(SYS_set_mempolicy, MPOL_BIND, b.nodes.data(),
+                    Binding::kMaskWords * 8 * sizeof(unsigned long));
+  }
+  return true;
+}
+
 // The child's side of spawn(). Never returns.
-[[noreturn]] void child(const ChildSpec& spec, pid_t parent, char** argv, char** envp,
-                        int status_fd) {
+[[noreturn]] void child(const ChildSpec& spec, const Binding& binding, pid_t parent, char** argv,
+                        char** envp, int status_fd) {
   // spec is the parent's object, shared copy-on-write: only read here.
   if (spec.cgroup_procs_fd >= 0) (void)!::write(spec.cgroup_procs_fd, "0", 1);
   if (spec.own_group) ::setpgid(0, 0);
@@ -73,6 +117,8 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
   int report[2] = {0, 0};
   if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) {
     report[0] = 1;
+  } else if (!bind_child(binding)) {
+    report[0] = 2;
   } else {
     if (envp) environ = envp;  // execvp searches the child's own PATH
     if (spec.path.empty()) {
@@ -96,11 +142,12 @@ Child spawn(const ChildSpec& spec) {
   UniqueFd status_r;
   UniqueFd status_w;
   if (exec) std::tie(status_r, status_w) = make_pipe();
+  const Binding binding = binding_of(spec);
   const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) throw_errno("starting " + spec.what, "fork");
   if (pid == 0) {
-    child(spec, parent, exec ? argv.data() : nullptr, spec.env ? envp.data() : nullptr,
+    child(spec, binding, parent, exec ? argv.data() : nullptr, spec.env ? envp.data() : nullptr,
           status_w.get());
   }
   // Also from here, so that kill(-pid) works whichever of the two runs first.

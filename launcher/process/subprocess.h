@@ -54,6 +54,13 @@ struct ChildSpec {
   /// A descriptor the child keeps across exec under its own number (its close-on-exec
   /// flag cleared in the child only); -1: none.
   int keep_fd = -1;
+  /// CPUs (kernel numbers) the child is bound to before exec (sched_setaffinity); empty:
+  /// the parent's. A CPU set the kernel refuses fails the start like a failed exec.
+  std::vector<int> cpus;
+  /// NUMA nodes the child's memory is bound to before exec (set_mempolicy MPOL_BIND);
+  /// empty: the parent's policy. A policy the kernel refuses is left as it was (containers
+  /// often forbid it), the CPU binding still holds.
+  std::vector<int> mem_nodes;
 };
 
 /// A started child.

@@ -16,6 +16,7 @@
 #include "launcher/job/job.h"
 #include "launcher/plan/dry_run.h"
 #include "launcher/plan/launch_plan.h"
+#include "launcher/plan/placement_env.h"
 #include "launcher/plan/start_window.h"
 #include "launcher/process/reaper.h"
 #include "launcher/start/host_start.h"
@@ -60,21 +61,26 @@ int launch(const LaunchOptions& options) { return launch(options, JobHooks{}); }
 int launch(const LaunchOptions& options, JobHooks hooks) {
   const LaunchPlan plan = make_plan(options);
   if (options.dry_run) return print_dry_run(plan, options);
+  // Binding: this machine's ranks checked (a refusal stops here) and reported; the policy
+  // then rides in every rank's environment to the agents that apply it.
+  std::string bindings;
+  const LaunchOptions placed = with_placement(plan, options, bindings);
+  if (options.report_bindings) std::fputs(bindings.c_str(), stderr);
   check_fd_budget(plan);
   if (hooks.reform)
-    hooks.open_hosts = [&options](const std::vector<std::string>& hosts) {
-      return open_hosts(options, hosts);
+    hooks.open_hosts = [&placed](const std::vector<std::string>& hosts) {
+      return open_hosts(placed, hosts);
     };
   // Whatever local ranks leave behind, even past a killed agent, ends with the launch.
   const LauncherReaper reaper(hooks.own_children);
-  if (plan.all_local()) return run_job(plan, options, hooks);
+  if (plan.all_local()) return run_job(plan, placed, hooks);
   const auto start = std::chrono::steady_clock::now();
   StartTable started =
-      start_hosts({plan, options, start + std::chrono::seconds(options.start_timeout_s)});
+      start_hosts({plan, placed, start + std::chrono::seconds(placed.start_timeout_s)});
   if (!started.ok()) return report_start_failures(started, hooks.outcome);
   hooks.launch_start = start;
   hooks.remote_link = [&started](const std::string& host) { return started.take(host); };
-  return run_job(plan, options, hooks);
+  return run_job(plan, placed, hooks);
 }
 
 }  // namespace hvdrun::launcher

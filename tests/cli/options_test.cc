@@ -593,3 +593,24 @@ TEST_CASE("check --topology reports this machine only") {
   CHECK(error_of({"--topology", "true"}) ==
         "--topology applies only to 'hvdrun check'; expected hvdrun check --topology [options]");
 }
+
+TEST_CASE("binding flags parse strictly") {
+  const Command cmd = parse_command_line(
+      split("--bind-to numa --map-by socket --cpus-per-rank 4 --report-bindings x"));
+  CHECK(cmd.options.placement.bind_to == hvdrun::launcher::BindTo::numa);
+  CHECK(cmd.options.placement.map_by == hvdrun::launcher::MapBy::socket);
+  CHECK(cmd.options.placement.cpus_per_rank == 4);
+  CHECK(cmd.options.report_bindings);
+  CHECK(parse_command_line(split("x")).options.placement.bind_to == hvdrun::launcher::BindTo::none);
+  CHECK(error_of({"--bind-to", "board", "x"}) ==
+        "bad value 'board' for --bind-to; expected none, core, l3, numa or socket");
+  CHECK(error_of({"--bind-to", "core", "--map-by", "node", "x"}) ==
+        "bad value 'node' for --map-by; expected slot, numa or socket");
+  CHECK(error_of({"--map-by", "numa", "x"}) ==
+        "--map-by and --cpus-per-rank apply only when binding; add --bind-to core (or l3, numa, "
+        "socket)");
+  CHECK(error_of({"--bind-to", "core", "--cpus-per-rank", "0", "x"}).find("--cpus-per-rank") !=
+        std::string::npos);
+  CHECK(error_of({"check", "--bind-to", "core"}) ==
+        "--bind-to does not apply to 'hvdrun check'; see hvdrun --help for the options it takes");
+}

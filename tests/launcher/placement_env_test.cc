@@ -1,0 +1,86 @@
+// The binding policy in the ranks' environment, each rank's placement read back from it, and
+// the launcher's check and report of this machine's ranks, on the two-socket host.
+#include "launcher/plan/placement_env.h"
+
+#include <catch2/catch.hpp>
+
+#include "common/error.h"
+#include "tests/launcher/topology_fixture.h"
+
+namespace hvdrun::launcher {
+namespace {
+
+using Catch::Matchers::Contains;
+
+TEST_CASE("the policy travels in the environment and comes back", "[placement]") {
+  CHECK(placement_env({}).empty());
+  const auto env = placement_env({BindTo::numa, MapBy::socket, 4, 0});
+  CHECK(env == std::vector<std::string>{"HVDRUN_BIND_TO=numa", "HVDRUN_MAP_BY=socket",
+                                        "HVDRUN_CPUS_PER_RANK=4"});
+  const auto back = policy_from_env(env);
+  REQUIRE(back);
+  CHECK(back->bind_to == BindTo::numa);
+  CHECK(back->map_by == MapBy::socket);
+  CHECK(back->cpus_per_rank == 4);
+  CHECK_FALSE(policy_from_env({"HVDRUN_BIND_TO=none"}));
+  CHECK_FALSE(policy_from_env({"PATH=/bin"}));
+  CHECK_THROWS_AS(policy_from_env({"HVDRUN_BIND_TO=board"}), UsageError);
+  CHECK_THROWS_AS(policy_from_env({"HVDRUN_BIND_TO=core", "HVDRUN_CPUS_PER_RANK=x"}), UsageError);
+}
+
+TEST_CASE("an agent places a rank from its local rank and local size", "[placement]") {
+  std::vector<std::string> env = placement_env({BindTo::core, MapBy::slot, 8, 0});
+  env.emplace_back("HVDRUN_LOCAL_RANK=3");
+  env.emplace_back("HVDRUN_LOCAL_SIZE=8");
+  const auto p = rank_placement(testing::two_socket_eight_gpu(), "node1", env);
+  REQUIRE(p);
+  CHECK(cpu_list_text(p->cpus) == "24-31,88-95");
+  CHECK(p->numa == std::vector<int>{1});
+  env.back() = "HVDRUN_LOCAL_SIZE=9";
+  CHECK_THROWS_WITH(rank_placement(testing::two_socket_eight_gpu(), "node1", env),
+                    Contains("host node1: 9 ranks x 8 cores per rank need 72 cores"));
+  CHECK_FALSE(rank_placement(testing::two_socket_eight_gpu(), "node1", {"HVDRUN_LOCAL_RANK=0"}));
+}
+
+LaunchPlan two_host_plan() {
+  LaunchPlan plan;
+  plan.hosts = {PlannedHost{"localhost", 2, true, LaunchMethod::local, {0, 1}},
+                PlannedHost{"node2", 2, false, LaunchMethod::ssh, {2, 3}}};
+  return plan;
+}
+
+TEST_CASE("the launcher checks and reports this machine's ranks", "[placement]") {
+  LaunchOptions o;
+  o.placement = {BindTo::core, MapBy::slot, 2, 0};
+  o.report_bindings = true;
+  std::string report;
+  const LaunchOptions bound =
+      with_placement(two_host_plan(), o, report, [] { return testing::two_socket_eight_gpu(); });
+  CHECK(bound.env == placement_env(o.placement));
+  CHECK(report ==
+        "RANK  HOST       LOCAL  CORES  CPUS       NUMA  GPU  NIC\n"
+        "0     localhost  0      0-1    0-1,64-65  0     -    ib0\n"
+        "1     localhost  1      2-3    2-3,66-67  0     -    ib0\n"
+        "host node2: placed by its agent when its ranks start\n");
+  o.placement.cpus_per_rank = 40;
+  CHECK_THROWS_WITH(
+      with_placement(two_host_plan(), o, report, [] { return testing::two_socket_eight_gpu(); }),
+      Contains("host localhost: 2 ranks x 40 cores per rank need 80 cores"));
+}
+
+TEST_CASE("without binding the launch is left as it was", "[placement]") {
+  LaunchOptions o;
+  o.env = {"A=1"};
+  std::string report;
+  bool read = false;
+  const LaunchOptions same = with_placement(two_host_plan(), o, report, [&] {
+    read = true;
+    return testing::two_socket_eight_gpu();
+  });
+  CHECK(same.env == o.env);
+  CHECK(report.empty());
+  CHECK_FALSE(read);
+}
+
+}  // namespace
+}  // namespace hvdrun::launcher
