@@ -16,86 +16,39 @@ namespace {
 constexpr std::uint32_t kMaxKeys = 1u << 20;
 constexpr std::uint32_t kMaxKeyBytes = 4096;
 
-class Writer {
- public:
-  void u8(std::uint8_t v) { out_.push_back(static_cast<char>(v)); }
-  void u32(std::uint32_t v) {
-    char b[4];
-    put_u32(b, v);
-    out_.append(b, 4);
-  }
-  void u64(std::uint64_t v) {
-    u32(static_cast<std::uint32_t>(v >> 32));
-    u32(static_cast<std::uint32_t>(v));
-  }
-  void str(std::string_view s) {
-    u32(static_cast<std::uint32_t>(s.size()));
-    out_.append(s);
-  }
-  std::string take() { return std::move(out_); }
+using Writer = wire::Writer;
 
- private:
-  std::string out_;
-};
+[[noreturn]] void malformed(wire::Problem problem, std::size_t /*n*/) {
+  throw ProtocolError(problem == wire::Problem::trailing ? "trailing bytes after message"
+                                                         : "truncated message");
+}
 
+// wire::Reader with the rendezvous protocol's bounds on strings and counts.
 class Reader {
  public:
-  explicit Reader(std::string_view in) : in_(in) {}
-  std::uint8_t u8() {
-    need(1);
-    return static_cast<std::uint8_t>(in_[pos_++]);
-  }
-  std::uint32_t u32() {
-    need(4);
-    auto v = get_u32(in_.data() + pos_);
-    pos_ += 4;
-    return v;
-  }
-  std::uint64_t u64() {
-    std::uint64_t hi = u32();
-    return (hi << 32) | u32();
-  }
+  explicit Reader(std::string_view in) : r_(in, &malformed) {}
+  std::uint8_t u8() { return r_.u8(); }
+  std::uint32_t u32() { return r_.u32(); }
+  std::uint64_t u64() { return r_.u64(); }
   std::string str(std::uint32_t limit) {
-    auto n = u32();
+    auto n = r_.length();
     if (n > limit) throw ProtocolError("string of " + std::to_string(n) + " bytes exceeds limit");
-    need(n);
-    std::string s(in_.substr(pos_, n));
-    pos_ += n;
-    return s;
+    return std::string(r_.view(n));
   }
   std::uint32_t count(std::uint32_t limit) {
-    auto n = u32();
+    auto n = r_.u32();
     // Each element takes at least 4 bytes, so a count beyond that is a lie.
-    if (n > limit || n > (in_.size() - pos_) / 4 + 1)
+    if (n > limit || n > r_.left() / 4 + 1)
       throw ProtocolError("element count " + std::to_string(n) + " is implausible");
     return n;
   }
-  void done() const {
-    if (pos_ != in_.size()) throw ProtocolError("trailing bytes after message");
-  }
+  void done() const { r_.done(); }
 
  private:
-  void need(std::size_t n) const {
-    if (in_.size() - pos_ < n) throw ProtocolError("truncated message");
-  }
-  std::string_view in_;
-  std::size_t pos_ = 0;
+  wire::Reader<void (*)(wire::Problem, std::size_t)> r_;
 };
 
 }  // namespace
-
-void put_u32(char* out, std::uint32_t v) {
-  out[0] = static_cast<char>(v >> 24);
-  out[1] = static_cast<char>(v >> 16);
-  out[2] = static_cast<char>(v >> 8);
-  out[3] = static_cast<char>(v);
-}
-
-std::uint32_t get_u32(const char* in) {
-  auto b = reinterpret_cast<const unsigned char*>(in);
-  return (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) | (std::uint32_t{b[2]} << 8) |
-         std::uint32_t{b[3]};
-}
 
 std::string plain_frame(std::string_view payload) {
   std::string out(4, '\0');

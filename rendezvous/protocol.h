@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/wire.h"
 #include "rendezvous/sha256.h"
 
 namespace hvdrun::rendezvous {
@@ -146,10 +147,9 @@ class FrameCodec {
   std::uint64_t recv_seq_ = 0;
 };
 
-/// Writes a big-endian u32 into 4 bytes.
-void put_u32(char* out, std::uint32_t v);
-/// Reads a big-endian u32 from 4 bytes.
-std::uint32_t get_u32(const char* in);
+/// Big-endian u32s, as every hvdrun wire protocol writes them (common/wire.h).
+using wire::get_u32;
+using wire::put_u32;
 /// Unauthenticated length-prefixed frame, used only for the handshake messages.
 std::string plain_frame(std::string_view payload);
 

@@ -4,108 +4,92 @@
 #include <cctype>
 #include <cstring>
 
+#include "common/wire.h"
+
 namespace hvdrun::launcher::proto {
 namespace {
 
-void put_u32(char* p, std::uint32_t v) {
-  p[0] = static_cast<char>(v >> 24);
-  p[1] = static_cast<char>(v >> 16);
-  p[2] = static_cast<char>(v >> 8);
-  p[3] = static_cast<char>(v);
-}
+using wire::get_u32;
+using wire::put_u32;
 
-std::uint32_t get_u32(const char* p) {
-  auto b = [p](int i) { return static_cast<std::uint32_t>(static_cast<unsigned char>(p[i])); };
-  return (b(0) << 24) | (b(1) << 16) | (b(2) << 8) | b(3);
-}
-
-// Builds one payload; the frame header is added by finish().
+// Builds one payload (wire::Writer with the frame limit); the frame header is added by
+// finish().
 class Writer {
  public:
-  void u8(std::uint8_t v) { s_.push_back(static_cast<char>(v)); }
-  void u16(std::uint16_t v) {
-    s_.push_back(static_cast<char>(v >> 8));
-    s_.push_back(static_cast<char>(v));
-  }
-  void u32(std::uint32_t v) {
-    char b[4];
-    put_u32(b, v);
-    s_.append(b, 4);
-  }
-  void i32(std::int32_t v) { u32(static_cast<std::uint32_t>(v)); }
+  void u8(std::uint8_t v) { w_.u8(v); }
+  void u16(std::uint16_t v) { w_.u16(v); }
+  void u32(std::uint32_t v) { w_.u32(v); }
+  void i32(std::int32_t v) { w_.i32(v); }
   void str(std::string_view v) {
     check(v.size());
-    u32(static_cast<std::uint32_t>(v.size()));
-    s_.append(v);
+    w_.str(v);
   }
   void strs(const std::vector<std::string>& v) {
     u32(static_cast<std::uint32_t>(v.size()));
     for (const auto& s : v) str(s);
   }
   void finish(Type type, ByteQueue& out) {
-    check(s_.size() + 1);
+    check(w_.size() + 1);
     char head[5];
-    put_u32(head, static_cast<std::uint32_t>(s_.size() + 1));
+    put_u32(head, static_cast<std::uint32_t>(w_.size() + 1));
     head[4] = static_cast<char>(type);
     out.append(head, 5);
-    out.append(s_);
+    out.append(w_.bytes());
   }
 
  private:
   void check(std::size_t more) const {
-    if (s_.size() + more >= kMaxFrameBytes) {
+    if (w_.size() + more >= kMaxFrameBytes) {
       throw ProtocolError("agent protocol: message larger than the " +
                           std::to_string(kMaxFrameBytes) +
                           "-byte frame limit (is the environment or command line that big?)");
     }
   }
-  std::string s_;
+  wire::Writer w_;
 };
 
-// Reads one payload; every accessor checks the remaining length.
+// A malformed payload of a `what` frame, in the agent protocol's words.
+struct Malformed {
+  const char* what;
+  [[noreturn]] void operator()(wire::Problem problem, std::size_t n) const {
+    fail(problem == wire::Problem::trailing ? std::to_string(n) + " unexpected trailing bytes"
+                                            : std::string("truncated"));
+  }
+  [[noreturn]] void fail(const std::string& why) const {
+    throw ProtocolError(std::string("agent protocol: bad ") + what + " frame: " + why);
+  }
+};
+
+// Reads one payload (wire::Reader); strings and lists are checked against the frame.
 class Reader {
  public:
-  Reader(std::string_view p, const char* what) : p_(p), what_(what) {}
-  std::uint8_t u8() { return static_cast<std::uint8_t>(take(1)[0]); }
-  std::uint16_t u16() {
-    const char* b = take(2);
-    return static_cast<std::uint16_t>((static_cast<unsigned char>(b[0]) << 8) |
-                                      static_cast<unsigned char>(b[1]));
-  }
-  std::uint32_t u32() { return get_u32(take(4)); }
-  std::int32_t i32() { return static_cast<std::int32_t>(u32()); }
+  Reader(std::string_view p, const char* what) : r_(p, Malformed{what}), malformed_{what} {}
+  std::uint8_t u8() { return r_.u8(); }
+  std::uint16_t u16() { return r_.u16(); }
+  std::uint32_t u32() { return r_.u32(); }
+  std::int32_t i32() { return r_.i32(); }
   std::string_view view() {
-    std::uint32_t n = u32();
-    if (n > p_.size()) fail("string of " + std::to_string(n) + " bytes overruns the frame");
-    return {take(n), n};
+    const std::uint32_t n = r_.length();
+    if (n > r_.left()) fail("string of " + std::to_string(n) + " bytes overruns the frame");
+    return r_.view(n);
   }
   std::string str() { return std::string(view()); }
   std::vector<std::string> strs() {
     std::uint32_t n = u32();
     // Each item needs at least its 4-byte length: a count beyond that is garbage.
-    if (n > p_.size() / 4) fail("list of " + std::to_string(n) + " items overruns the frame");
+    if (n > r_.left() / 4) fail("list of " + std::to_string(n) + " items overruns the frame");
     std::vector<std::string> v;
     v.reserve(n);
     for (std::uint32_t i = 0; i < n; ++i) v.push_back(str());
     return v;
   }
-  std::size_t left() const { return p_.size(); }
-  void done() {
-    if (!p_.empty()) fail(std::to_string(p_.size()) + " unexpected trailing bytes");
-  }
-  [[noreturn]] void fail(const std::string& why) const {
-    throw ProtocolError(std::string("agent protocol: bad ") + what_ + " frame: " + why);
-  }
+  std::size_t left() const { return r_.left(); }
+  void done() { r_.done(); }
+  [[noreturn]] void fail(const std::string& why) const { malformed_.fail(why); }
 
  private:
-  const char* take(std::size_t n) {
-    if (n > p_.size()) fail("truncated");
-    const char* d = p_.data();
-    p_.remove_prefix(n);
-    return d;
-  }
-  std::string_view p_;
-  const char* what_;
+  wire::Reader<Malformed> r_;
+  Malformed malformed_;
 };
 
 const char* name_of(Type t) {
