@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/exit_status.h"
+#include "common/quote.h"
 #include "launcher/job/job_state.h"
 
 namespace hvdrun::launcher::job_detail {
@@ -34,39 +35,6 @@ std::vector<int> console_ranks(const LaunchOptions& o, const hostfile::Placement
 }
 
 namespace {
-
-// `s` as a JSON string literal.
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char esc[8];
-          std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(c));
-          out += esc;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
 
 // ISO 8601 in UTC with milliseconds ("2026-11-29T08:15:02.125Z"), or null when unknown.
 std::string json_time(std::chrono::system_clock::time_point t) {
@@ -104,8 +72,8 @@ void Job::write_result_file() {
   if (opt_.result_file.empty()) return;
   std::string j = "{\n  \"version\": 1,\n";
   j += "  \"exit_code\": " + std::to_string(outcome_ ? outcome_->exit_code : exit_status::kOk);
-  j += ",\n  \"cause\": " + json_string(verdict_cause(outcome_));
-  j += ",\n  \"message\": " + (outcome_ ? json_string(outcome_->message) : std::string("null"));
+  j += ",\n  \"cause\": " + json_quote(verdict_cause(outcome_));
+  j += ",\n  \"message\": " + (outcome_ ? json_quote(outcome_->message) : std::string("null"));
   j += ",\n  \"start_time\": " + json_time(started_wall_);
   j += ",\n  \"end_time\": " + json_time(std::chrono::system_clock::now());
   j += ",\n  \"size\": " + std::to_string(placement_.size()) + ",\n  \"ranks\": [";
@@ -116,14 +84,14 @@ void Job::write_result_file() {
     const char* cause = rs.cause != nullptr ? rs.cause : rs.started ? "lost" : "not-started";
     j += p ? ",\n    {" : "\n    {";
     j += "\"rank\": " + std::to_string(rank);
-    j += ", \"host\": " + json_string(hosts_[static_cast<std::size_t>(rs.host)].name);
+    j += ", \"host\": " + json_quote(hosts_[static_cast<std::size_t>(rs.host)].name);
     j += ", \"local_rank\": " +
          json_int_or_null(
              placed, placed ? placement_.ranks[static_cast<std::size_t>(rs.rank)].local_rank : 0);
     j += ", \"exit_code\": " + json_int_or_null(rs.exited && !rs.signaled, rs.value);
     j += ", \"signal\": " + json_int_or_null(rs.exited && rs.signaled, rs.value);
-    j += ", \"cause\": " + json_string(cause);
-    j += ", \"traceback\": " + (rs.traceback.empty() ? "null" : json_string(rs.traceback));
+    j += ", \"cause\": " + json_quote(cause);
+    j += ", \"traceback\": " + (rs.traceback.empty() ? "null" : json_quote(rs.traceback));
     j += ", \"start_time\": " +
          json_time(rs.started ? rs.started_wall : decltype(rs.started_wall){});
     j += ", \"end_time\": " + json_time(rs.ended_wall) + "}";
