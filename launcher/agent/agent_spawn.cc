@@ -93,16 +93,13 @@ void Agent::spawn(const proto::Spawn& s) {
     spec.argv = s.argv;
     // The host's own variables that the launcher asked for (a login's HOME, a container's
     // whole environment), under what it sets.
-    std::vector<std::string> env =
-        merge_rank_env(environ, s.host_env, s.env, s.env_defaults).entries();
+    EnvList merged = merge_rank_env(environ, s.host_env, s.env, s.env_defaults);
     if (error_dir_) {
       const std::string file = error_dir_->fresh_path(s.rank);
-      for (const char* name : {env_names::kErrorFile, env_names::kTorchElasticErrorFile}) {
-        const std::string prefix = std::string(name) + "=";
-        std::erase_if(env, [&](const std::string& e) { return e.rfind(prefix, 0) == 0; });
-        env.push_back(prefix + file);
-      }
+      merged.set(env_names::kErrorFile, file);
+      merged.set(env_names::kTorchElasticErrorFile, file);
     }
+    std::vector<std::string> env = merged.entries();
     apply_binding(s.rank, env, spec);
     if (s.control) {
       int sv[2];
@@ -183,11 +180,16 @@ void Agent::check_exec_status(Rank& r, bool blocking) {
   auto failure = read_exec_failure(r.exec_status.get());
   r.exec_status.reset();
   if (failure) {
-    std::string what = failure->chdir ? "cannot change to directory '" + r.cwd + "'"
-                                      : "cannot execute '" + r.argv0 + "'";
+    std::string what = failure->chdir  ? "cannot change to directory '" + r.cwd + "'"
+                       : failure->bind ? std::string("cannot bind it to its CPUs (--bind-to)")
+                                       : "cannot execute '" + r.argv0 + "'";
+    const std::string hint =
+        failure->bind ? "; the host refused the CPU set its topology gave (a cpuset changed "
+                        "since the agent read it?); run with --bind-to none, or see "
+                        "docs/placement.md"
+                      : exec_failure_hint(failure->chdir, failure->error, r.argv0);
     send(proto::Fatal{r.rank, "cannot start rank " + std::to_string(r.rank) + ": " + what + ": " +
-                                  std::strerror(failure->error) +
-                                  exec_failure_hint(failure->chdir, failure->error, r.argv0)});
+                                  std::strerror(failure->error) + hint});
     r.reported = true;  // the fatal frame stands for its exit report
   } else {
     send(proto::RankStarted{r.rank, r.pid});
