@@ -118,7 +118,7 @@ bool bind_child(const Binding& b) {
   if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) {
     report[0] = 1;
   } else if (!bind_child(binding)) {
-    report[0] = 2;
+    report[0] = 3;
   } else {
     if (envp) environ = envp;  // execvp searches the child's own PATH
     if (spec.path.empty()) {
@@ -162,7 +162,7 @@ std::optional<ExecFailure> read_exec_failure(int exec_status_fd) {
     n = ::read(exec_status_fd, report, sizeof report);
   } while (n < 0 && errno == EINTR);
   if (n != static_cast<ssize_t>(sizeof report)) return std::nullopt;
-  return ExecFailure{report[0] == 1, report[1]};
+  return ExecFailure{report[0] == 1, report[0] == 3, report[1]};
 }
 
 std::string signal_text(int sig) {

@@ -76,8 +76,11 @@ Child spawn(const ChildSpec& spec);
 
 /// Why an exec'd child did not start.
 struct ExecFailure {
-  /// True when changing to the working directory failed, false when exec did.
+  /// True when changing to the working directory failed.
   bool chdir = false;
+  /// True when the CPUs the child was to be bound to were refused (ChildSpec::cpus).
+  bool bind = false;
+  /// (Neither: exec failed.)
   /// The errno of the failed call.
   int error = 0;
 };

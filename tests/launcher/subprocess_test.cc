@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -42,7 +43,7 @@ TEST_CASE("spawn: an exec'd child in its own group, with its environment and std
   CHECK(wait_or_kill(child.pid, in(10s)) == "exited with code 3");
 }
 
-TEST_CASE("spawn: a program that cannot be executed comes back as an ExecFailure") {
+TEST_CASE("spawn: a program that cannot be executed or bound comes back as an ExecFailure") {
   ChildSpec spec;
   spec.argv = {"/nonexistent/program"};
   Child child = spawn(spec);
@@ -51,6 +52,17 @@ TEST_CASE("spawn: a program that cannot be executed comes back as an ExecFailure
   CHECK_FALSE(failure->chdir);
   CHECK(failure->error == ENOENT);
   CHECK(wait_or_kill(child.pid, in(10s)) == "exited with code 127");
+
+  // A CPU set the kernel refuses (a CPU this machine does not have) fails before exec.
+  spec.cpus = {CPU_SETSIZE - 1};
+  child = spawn(spec);
+  failure = read_exec_failure(child.exec_status.get());
+  REQUIRE(failure.has_value());
+  CHECK(failure->bind);
+  CHECK_FALSE(failure->chdir);
+  CHECK(failure->error == EINVAL);
+  CHECK(wait_or_kill(child.pid, in(10s)) == "exited with code 127");
+  spec.cpus.clear();
 
   spec.argv = {"true"};
   spec.cwd = "/nonexistent/dir";
