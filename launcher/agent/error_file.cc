@@ -54,8 +54,8 @@ std::string ErrorDir::fresh_path(int rank) const {
 
 namespace {
 
-// A JSON value as far as the error file needs it: strings and objects; arrays, numbers and
-// literals are checked and dropped.
+// A JSON value as far as the error file needs it: strings and objects; arrays are parsed and
+// dropped, numbers and literals skipped over without a closer check.
 struct Value {
   enum Kind { other, string, object } kind = other;
   std::string text;
