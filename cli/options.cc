@@ -390,7 +390,6 @@ std::vector<int> parse_rank_list(const std::string& text, const char* flag) {
   return ranks;
 }
 
-// The options of `run` alone: interface, output, and the ranks' environment.
 // --bind-to, --map-by, --cpus-per-rank and --report-bindings (docs/placement.md).
 void apply_placement(const Values& v, launcher::LaunchOptions& o) {
   launcher::PlacementPolicy& p = o.placement;
@@ -422,6 +421,7 @@ void apply_placement(const Values& v, launcher::LaunchOptions& o) {
   o.report_bindings = v.given("report-bindings");
 }
 
+// The options of `run` alone: interface, output, and the ranks' environment.
 void apply_run_options(const Values& v, const std::vector<Found>& found,
                        launcher::LaunchOptions& o) {
   if (v.given("network-interface")) {
