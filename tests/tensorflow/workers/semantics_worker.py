@@ -134,43 +134,38 @@ def run_c(rank, size):
     return results
 
 
-def run_torch(rank, size):
+def torch_tensor(x, dtype):
+    if dtype == "bfloat16":  # (torch has no uint16 to take the bits from)
+        return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(x)
+
+
+def torch_bytes(out, dtype):
+    return (out.view(torch.int16) if dtype == "bfloat16" else out).contiguous().numpy().tobytes()
+
+
+def tf_tensor(x, dtype):
+    return tf.bitcast(tf.constant(x), tf.bfloat16) if dtype == "bfloat16" else tf.constant(x)
+
+
+def tf_bytes(out, dtype):
+    return (tf.bitcast(out, tf.uint16) if dtype == "bfloat16" else out).numpy().tobytes()
+
+
+def run_framework(rank, size, tensor, to_bytes):
+    """The grid through hvd (hvdrun.torch or hvdrun.tensorflow): `tensor` makes the
+    framework's tensor of the input bits, `to_bytes` takes the result's bits back."""
     hvd.init()
     ps = hvd.add_process_set(SET)
     ops = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max,
            "product": hvd.Product}
     results = {}
     for key, kind, op, dtype, pre, post, in_set, case in grid(rank, size, SET):
-        x = inputs(rank, case, dtype)
-        if dtype == "bfloat16":  # (torch has no uint16 to take the bits from)
-            t = torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
-        else:
-            t = torch.from_numpy(x)
+        t = tensor(inputs(rank, case, dtype), dtype)
         kw = dict(op=ops[op], prescale_factor=pre, postscale_factor=post,
                   process_set=ps if in_set else hvd.global_process_set)
         out = hvd.reducescatter(t, **kw) if kind == "reducescatter" else hvd.allreduce(t, **kw)
-        if dtype == "bfloat16":
-            out = out.view(torch.int16)
-        results[key] = out.contiguous().numpy().tobytes().hex()
-    hvd.shutdown()
-    return results
-
-
-def run_tf(rank, size):
-    hvd.init()
-    ps = hvd.add_process_set(SET)
-    ops = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max,
-           "product": hvd.Product}
-    results = {}
-    for key, kind, op, dtype, pre, post, in_set, case in grid(rank, size, SET):
-        x = inputs(rank, case, dtype)
-        t = tf.bitcast(tf.constant(x), tf.bfloat16) if dtype == "bfloat16" else tf.constant(x)
-        kw = dict(op=ops[op], prescale_factor=pre, postscale_factor=post,
-                  process_set=ps if in_set else hvd.global_process_set)
-        out = hvd.reducescatter(t, **kw) if kind == "reducescatter" else hvd.allreduce(t, **kw)
-        if dtype == "bfloat16":
-            out = tf.bitcast(out, tf.uint16)
-        results[key] = out.numpy().tobytes().hex()
+        results[key] = to_bytes(out, dtype).hex()
     hvd.shutdown()
     return results
 
@@ -178,7 +173,12 @@ def run_tf(rank, size):
 def main():
     rank, size = int(os.environ["HVDRUN_RANK"]), int(os.environ["HVDRUN_SIZE"])
     assert size == 3, "the grid's process set and reducescatter rows are for 3 ranks"
-    results = {"c": run_c, "torch": run_torch, "tf": run_tf}[FRONT](rank, size)
+    if FRONT == "c":
+        results = run_c(rank, size)
+    elif FRONT == "torch":
+        results = run_framework(rank, size, torch_tensor, torch_bytes)
+    else:
+        results = run_framework(rank, size, tf_tensor, tf_bytes)
     with open(os.path.join(OUT, f"{FRONT}.{rank}.json"), "w") as f:
         json.dump(results, f, sort_keys=True)
     print(f"semantics grid of {len(results)} reductions done ({FRONT})")
