@@ -18,8 +18,9 @@
 #   --changed: only what differs from BASE (default: the merge base with origin/main,
 #   else main, else HEAD~1), committed or not: each changed source, and for a changed
 #   header every source that includes it; with TIDY_UNDER=DIR/ only the sources under
-#   DIR/ (in a full run too: TIDY_UNDER=python/ checks the op library alone). CI runs this;
-#   the full run is for by hand.
+#   DIR/ (in a full run too: TIDY_UNDER=python/ checks the op library alone).
+#   In a full run, TIDY_SKIP=DIR/ leaves the sources under DIR/ out (named as a count):
+#   scripts/test.sh's tidy stage leaves out tests/ (see there why).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:?usage: scripts/tidy.sh BUILD_DIR [FILE...] | BUILD_DIR --changed [BASE]}
@@ -107,6 +108,11 @@ PY
     if [[ $f == -* ]]; then unchecked+=("${f#-}"); else files+=("$f"); fi
   done
   tf_files=("${tf_all[@]}")
+  if [[ -n ${TIDY_SKIP:-} ]]; then
+    mapfile -t skipped < <(printf '%s\n' "${files[@]}" | grep "^$TIDY_SKIP")
+    mapfile -t files < <(printf '%s\n' "${files[@]}" | grep -v "^$TIDY_SKIP")
+    echo "tidy: TIDY_SKIP=$TIDY_SKIP: ${#skipped[@]} sources under it are not checked by this run"
+  fi
   if [[ -n ${TIDY_UNDER:-} ]]; then
     mapfile -t files < <(printf '%s\n' "${files[@]}" | grep "^$TIDY_UNDER")
     mapfile -t unchecked < <(printf '%s\n' "${unchecked[@]}" | grep "^$TIDY_UNDER")
