@@ -7,10 +7,13 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/options.h"
@@ -22,6 +25,7 @@
 #include "launcher/elastic/elastic.h"
 #include "launcher/hosts/check.h"
 #include "launcher/hosts/slurm_launch.h"
+#include "launcher/job/job.h"
 #include "launcher/plan/launch_plan.h"
 #include "launcher/plan/rank_env.h"
 #include "launcher/start/launch.h"
@@ -52,6 +56,41 @@ void setup_logging(const hvdrun::launcher::LaunchOptions& o, const char* pattern
 int usage_error(const std::string& what) {
   std::fprintf(stderr, "hvdrun: error: %s\nTry 'hvdrun --help'.\n", what.c_str());
   return hvdrun::exit_status::kUsage;
+}
+
+// Runs the job. With --result-file, an earlier run's file is removed first (a reader never
+// takes it for this run's), and a launch that ended before any job wrote one (the
+// preflight failed, a host was unreachable, the launch threw) still leaves one.
+int run_launch(const hvdrun::launcher::LaunchOptions& o) {
+  namespace launcher = hvdrun::launcher;
+  const auto started = std::chrono::system_clock::now();
+  if (!o.result_file.empty()) std::remove(o.result_file.c_str());
+  std::optional<launcher::Failure> outcome;
+  std::string message;
+  int code = hvdrun::exit_status::kLaunchFailed;
+  try {
+    if (o.elastic.enabled()) {
+      code = launcher::run_elastic(o);
+    } else {
+      launcher::JobHooks hooks;
+      hooks.outcome = &outcome;
+      code = launcher::launch(o, std::move(hooks));
+    }
+  } catch (const hvdrun::UsageError& e) {
+    code = usage_error(e.what());
+    message = std::string("hvdrun: error: ") + e.what() + "\n";
+  } catch (const std::exception& e) {
+    message = std::string("hvdrun: error: ") + e.what() + "\n";
+    std::fputs(message.c_str(), stderr);
+  }
+  if (!o.result_file.empty() && ::access(o.result_file.c_str(), F_OK) != 0) {
+    if (message.empty() && outcome) message = outcome->message;
+    if (message.empty())
+      message = "hvdrun: the job did not start (exit code " + std::to_string(code) +
+                "); hvdrun's stderr says why\n";
+    launcher::write_unstarted_result_file(o, code, message, started);
+  }
+  return code;
 }
 
 }  // namespace
@@ -129,13 +168,5 @@ int main(int argc, char** argv) {
   sigaddset(&for_the_ranks, SIGUSR1);
   sigaddset(&for_the_ranks, SIGUSR2);
   ::pthread_sigmask(SIG_BLOCK, &for_the_ranks, nullptr);
-  try {
-    if (cmd.options.elastic.enabled()) return hvdrun::launcher::run_elastic(cmd.options);
-    return hvdrun::launcher::launch(cmd.options);
-  } catch (const hvdrun::UsageError& e) {
-    return usage_error(e.what());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hvdrun: error: %s\n", e.what());
-    return hvdrun::exit_status::kLaunchFailed;
-  }
+  return run_launch(cmd.options);
 }

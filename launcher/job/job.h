@@ -122,4 +122,12 @@ int run_job(const LaunchPlan& plan, const LaunchOptions& options, const JobHooks
 /// (process_context) and the real clock.
 int run_job(const LaunchOptions& options, const JobHooks& hooks = {});
 
+/// --result-file for a launch that ended before any job ran (the preflight failed, a host
+/// could not be reached, the launch threw): the verdict `exit_code` with `message`, size 0
+/// and no ranks, in the format the job writes (docs/result-file.schema.json). Nothing when
+/// `options.result_file` is empty; a file that cannot be written is said on stderr.
+void write_unstarted_result_file(const LaunchOptions& options, int exit_code,
+                                 const std::string& message,
+                                 std::chrono::system_clock::time_point started);
+
 }  // namespace hvdrun::launcher

@@ -1,6 +1,7 @@
 // What the job tells besides its output (job_state.h): which ranks the console shows
 // (--ranks-filter, --local-ranks-filter) and the --result-file written when it ends, with
 // the verdict and every rank's end (docs/result-file.schema.json describes the file).
+#include <csignal>
 #include <ctime>
 
 #include <spdlog/spdlog.h>
@@ -64,18 +65,49 @@ const char* verdict_cause(const std::optional<Failure>& f) {
   return "launch-failed";
 }
 
+// The verdict's cause for a launch that ended before any job ran.
+const char* unstarted_cause(int exit_code) {
+  if (exit_code == exit_status::kUsage) return "usage";
+  if (exit_code == exit_status::for_signal(SIGINT) ||
+      exit_code == exit_status::for_signal(SIGTERM) || exit_code == exit_status::for_signal(SIGHUP))
+    return "interrupted";
+  return "launch-failed";
+}
+
+// Written whole to PATH.tmp, then renamed: a reader never sees half a file. A file that
+// cannot be written is said on stderr; the exit code stays the job's.
+void write_whole(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  bool ok = false;
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    ok = f && f.write(text.data(), static_cast<std::streamsize>(text.size())) && f.flush();
+  }
+  if (ok && std::rename(tmp.c_str(), path.c_str()) == 0) return;
+  const int err = errno;
+  std::remove(tmp.c_str());
+  spdlog::error("cannot write --result-file {}: {}", path, std::strerror(err));
+}
+
+// The fields every result file starts with.
+std::string verdict_json(int exit_code, const char* cause, const std::string* message,
+                         std::chrono::system_clock::time_point started) {
+  std::string j = "{\n  \"version\": 1,\n";
+  j += "  \"exit_code\": " + std::to_string(exit_code);
+  j += ",\n  \"cause\": " + json_quote(cause);
+  j += ",\n  \"message\": " + (message != nullptr ? json_quote(*message) : std::string("null"));
+  j += ",\n  \"start_time\": " + json_time(started);
+  j += ",\n  \"end_time\": " + json_time(std::chrono::system_clock::now());
+  return j;
+}
+
 }  // namespace
 
-// Written whole to FILE.tmp, then renamed: a reader never sees half a file. A file that
-// cannot be written is said on stderr; the exit code stays the job's.
 void Job::write_result_file() {
   if (opt_.result_file.empty()) return;
-  std::string j = "{\n  \"version\": 1,\n";
-  j += "  \"exit_code\": " + std::to_string(outcome_ ? outcome_->exit_code : exit_status::kOk);
-  j += ",\n  \"cause\": " + json_quote(verdict_cause(outcome_));
-  j += ",\n  \"message\": " + (outcome_ ? json_quote(outcome_->message) : std::string("null"));
-  j += ",\n  \"start_time\": " + json_time(started_wall_);
-  j += ",\n  \"end_time\": " + json_time(std::chrono::system_clock::now());
+  std::string j =
+      verdict_json(outcome_ ? outcome_->exit_code : exit_status::kOk, verdict_cause(outcome_),
+                   outcome_ ? &outcome_->message : nullptr, started_wall_);
   j += ",\n  \"size\": " + std::to_string(placement_.size()) + ",\n  \"ranks\": [";
   for (std::size_t p = 0; p < ranks_.size(); ++p) {
     const RankState& rs = ranks_[p];
@@ -97,16 +129,21 @@ void Job::write_result_file() {
     j += ", \"end_time\": " + json_time(rs.ended_wall) + "}";
   }
   j += "\n  ]\n}\n";
-  const std::string tmp = opt_.result_file + ".tmp";
-  bool ok = false;
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    ok = f && f.write(j.data(), static_cast<std::streamsize>(j.size())) && f.flush();
-  }
-  if (ok && std::rename(tmp.c_str(), opt_.result_file.c_str()) == 0) return;
-  const int err = errno;
-  std::remove(tmp.c_str());
-  spdlog::error("cannot write --result-file {}: {}", opt_.result_file, std::strerror(err));
+  write_whole(opt_.result_file, j);
 }
 
 }  // namespace hvdrun::launcher::job_detail
+
+namespace hvdrun::launcher {
+
+void write_unstarted_result_file(const LaunchOptions& options, int exit_code,
+                                 const std::string& message,
+                                 std::chrono::system_clock::time_point started) {
+  if (options.result_file.empty()) return;
+  std::string j = job_detail::verdict_json(exit_code, job_detail::unstarted_cause(exit_code),
+                                           &message, started);
+  j += ",\n  \"size\": 0,\n  \"ranks\": []\n}\n";
+  job_detail::write_whole(options.result_file, j);
+}
+
+}  // namespace hvdrun::launcher

@@ -133,7 +133,11 @@ int report_start_failures(const StartTable& table, std::optional<Failure>* outco
                  report.failures(), report.failures() > 1 ? "s" : "", rendered.c_str());
     std::fflush(stderr);
     if (outcome != nullptr) {
-      Failure f{exit_status::kLaunchFailed, "hvdrun: the preflight failed\n", {}};
+      Failure f{exit_status::kLaunchFailed,
+                "hvdrun: " + std::to_string(report.failures()) +
+                    (report.failures() > 1 ? " hosts" : " host") +
+                    " failed the preflight; nothing was started:\n" + rendered,
+                {}};
       for (const auto& check : report.hosts) {
         if (check.verdict != Verdict::ok) f.hosts.push_back(check.host);
       }
@@ -142,14 +146,22 @@ int report_start_failures(const StartTable& table, std::optional<Failure>* outco
     return exit_status::kLaunchFailed;
   }
   const auto& failures = table.unreachable;
-  std::fprintf(stderr, "hvdrun: %zu host%s could not be reached; nothing was started:\n",
-               failures.size(), failures.size() > 1 ? "s" : "");
-  for (const auto& f : failures) std::fprintf(stderr, "  %s\n", f.c_str());
+  std::string text = "hvdrun: " + std::to_string(failures.size()) +
+                     (failures.size() > 1 ? " hosts" : " host") +
+                     " could not be reached; nothing was started:\n";
+  for (const auto& f : failures) text += "  " + f + "\n";
   if (table.skipped > 0) {
-    std::fprintf(stderr, "  (%zu more host%s not tried after the first failure)\n", table.skipped,
-                 table.skipped > 1 ? "s were" : " was");
+    text += "  (" + std::to_string(table.skipped) +
+            (table.skipped > 1 ? " more hosts were" : " more host was") +
+            " not tried after the first failure)\n";
   }
+  std::fputs(text.c_str(), stderr);
   std::fflush(stderr);
+  // The message for --result-file; final: an elastic job ends here, as before any rank.
+  if (outcome != nullptr) {
+    *outcome = Failure{exit_status::kLaunchFailed, std::move(text), {}};
+    (*outcome)->final = true;
+  }
   return exit_status::kLaunchFailed;
 }
 

@@ -59,16 +59,22 @@ TEST_CASE("start table: a host that was not reached or failed the preflight fail
   refused.preflight->hosts.push_back(check("node2", Verdict::auth));
   CHECK_FALSE(refused.ok());
 
-  // Only the preflight names the hosts to blame in the outcome (elastic mode reads it).
+  // Only the preflight names the hosts to blame in the outcome (elastic mode reads it);
+  // an unreachable host's outcome carries the message and is final (no elastic restart).
   std::optional<Failure> outcome;
   CHECK(report_start_failures(refused, &outcome) == hvdrun::exit_status::kLaunchFailed);
   REQUIRE(outcome);
   CHECK(outcome->exit_code == hvdrun::exit_status::kLaunchFailed);
   CHECK(outcome->hosts == std::vector<std::string>{"node2"});
 
-  std::optional<Failure> none;
-  CHECK(report_start_failures(unreachable, &none) == hvdrun::exit_status::kLaunchFailed);
-  CHECK_FALSE(none);
+  std::optional<Failure> unreached;
+  CHECK(report_start_failures(unreachable, &unreached) == hvdrun::exit_status::kLaunchFailed);
+  REQUIRE(unreached);
+  CHECK(unreached->final);
+  CHECK(unreached->hosts.empty());
+  CHECK(unreached->message ==
+        "hvdrun: 1 host could not be reached; nothing was started:\n"
+        "  host node3: the exec: command exited with status 3\n");
 }
 
 TEST_CASE("start: an exec: command that fails is the table's failure, later hosts not tried") {

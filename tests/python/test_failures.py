@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from _jobs import expect_ok, run_job
+from _jobs import expect_ok, launcher, run_job
 
 # A job that has not ended by this has hung. Starting ranks (importing torch from a cold
 # page cache, beside other tests) can take much of it, so the teardown is timed on its own.
@@ -149,3 +149,30 @@ def test_error_file_traceback_is_quoted_once(mode, tmp_path):
     assert "ValueError: deliberate failure from rank 1" in failed["traceback"]
     assert (stopped["cause"], stopped["traceback"]) == ("stopped", None), data
     assert failed["start_time"] <= failed["end_time"] <= data["end_time"]
+
+
+def test_a_launch_that_ends_before_any_rank_still_leaves_a_result_file(tmp_path):
+    """A host that cannot be started (exec: through a command that does not exist): the
+    file an earlier run left is replaced by this run's verdict, with no ranks."""
+    result = tmp_path / "result.json"
+    result.write_text('{"left": "by an earlier run"}\n')
+    proc = subprocess.run([launcher(), "--launcher", "exec:/nonexistent/docker exec -i {host}",
+                           "-H", "c1", "--result-file", str(result), "true"],
+                          capture_output=True, text=True, timeout=DEADLINE, check=False)
+    assert proc.returncode == 255, proc.stderr
+    data = check_result_file(result)
+    assert (data["exit_code"], data["cause"], data["size"], data["ranks"]) == \
+        (255, "launch-failed", 0, []), data
+    assert "could not be reached; nothing was started" in data["message"], data
+    assert "/nonexistent/docker" in data["message"], data
+    assert data["start_time"] <= data["end_time"]
+    # Bad input found once the command line was read (more ranks than cores to bind them
+    # to): exit 2, said as such.
+    np = len(os.sched_getaffinity(0)) + 1
+    proc = subprocess.run([launcher(), "-np", str(np), "-H", f"localhost:{np}", "--bind-to",
+                           "core", "--result-file", str(result), "true"],
+                          capture_output=True, text=True, timeout=DEADLINE, check=False)
+    assert proc.returncode == 2, proc.stderr
+    data = check_result_file(result)
+    assert (data["exit_code"], data["cause"], data["ranks"]) == (2, "usage", []), data
+    assert data["message"].startswith("hvdrun: error: host localhost: "), data
