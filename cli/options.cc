@@ -10,6 +10,7 @@
 #include <cstring>
 #include <optional>
 #include <set>
+#include <string>
 #include <string_view>
 #include <tuple>
 
@@ -25,6 +26,7 @@
 #include "compat/horovod_flags.h"
 #include "hostfile/hosts.h"
 #include "hostfile/placement.h"
+#include "hostfile/resource_filter.h"
 #include "launcher/plan/launch_method.h"
 
 namespace hvdrun::cli {
@@ -418,7 +420,34 @@ void apply_placement(const Values& v, launcher::LaunchOptions& o) {
         "--map-by and --cpus-per-rank apply only when binding; add --bind-to core (or l3, numa, "
         "socket)");
   }
+  if (v.given("gpus-per-rank")) {
+    p.gpus_per_rank = number_option(spec_named("gpus-per-rank"), v.str("gpus-per-rank"), 0, 1024,
+                                    "a whole number of GPUs", "--gpus-per-rank 1");
+  }
   o.report_bindings = v.given("report-bindings");
+  if (v.given("include")) o.include = v.nonempty("include");
+  if (v.given("exclude")) o.exclude = v.nonempty("exclude");
+  if (!o.include.empty() && !o.exclude.empty()) {
+    throw UsageError("--include and --exclude were both given; give one of them");
+  }
+}
+
+// --network-interfaces A,B: an ordered preference of interface names.
+std::vector<std::string> parse_interfaces(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string name = text.substr(start, comma - start);
+    if (name.empty() || name.find_first_of(" \t\n/") != std::string::npos) {
+      throw UsageError("bad value " + quote(text) +
+                       " for --network-interfaces; expected interface names separated by commas, "
+                       "as ib0,eth0");
+    }
+    out.push_back(name);
+    start = comma + 1;
+  }
+  return out;
 }
 
 // The options of `run` alone: interface, output, and the ranks' environment.
@@ -429,6 +458,15 @@ void apply_run_options(const Values& v, const std::vector<Found>& found,
     if (o.network_interface.find_first_of(" \t\n/") != std::string::npos) {
       throw UsageError("bad value " + quote(o.network_interface) +
                        " for --network-interface; expected an interface name such as eth0");
+    }
+  }
+  if (v.given("network-interfaces")) {
+    o.network_interfaces = parse_interfaces(v.nonempty("network-interfaces"));
+    if (!o.network_interface.empty()) {
+      throw UsageError(
+          "--network-interface and --network-interfaces were both given; give --network-interface "
+          "IF for one interface everywhere (also the rendezvous address), or --network-interfaces "
+          "A,B for the first of them present on each host");
     }
   }
   if (v.given("output-filename")) o.output_filename = v.nonempty("output-filename");
@@ -573,7 +611,7 @@ Command parse_command_line(const std::vector<std::string>& args) {
     cmd.action = Action::check;
   }
   // Catch -np larger than the slots now, before anything starts (the launch plan places).
-  if (!o.hosts.empty()) hostfile::ranks_wanted(o.hosts, o.np);
+  if (!o.hosts.empty()) hostfile::ranks_wanted(hostfile::filter_hosts(o.hosts, o.include, o.exclude), o.np);
   return cmd;
 }
 
