@@ -149,6 +149,11 @@ std::optional<RankSetup> rank_setup(const HostTopology& topology, const std::str
   }
   if (p.gpus_per_rank > 0) {
     out.env.push_back("CUDA_VISIBLE_DEVICES=" + visible_devices(out));
+    // hwloc's numbers are the PCI order; CUDA's are only with this (its default is
+    // fastest first).
+    if (from == "hwloc" && !env_value(env, "CUDA_DEVICE_ORDER")) {
+      out.env.emplace_back("CUDA_DEVICE_ORDER=PCI_BUS_ID");
+    }
   } else if (host_gpus) {
     out.env.push_back("CUDA_VISIBLE_DEVICES=" + *host_gpus);
   }

@@ -139,5 +139,26 @@ TEST_CASE("the launcher checks GPU lists and reports GPUs and NICs before the st
                              "lists 4 (0,2,4,6)"));
 }
 
+TEST_CASE("eight ranks with a GPU each land next to it (docs/placement.md's picture)",
+          "[devices]") {
+  LaunchPlan plan;
+  plan.hosts = {PlannedHost{"node1", 8, true, LaunchMethod::local, {0, 1, 2, 3, 4, 5, 6, 7}, {}}};
+  LaunchOptions o;
+  o.placement = {BindTo::core, MapBy::numa, 1, 1};
+  o.report_bindings = true;
+  std::string report;
+  with_placement(plan, o, report, [] { return testing::two_socket_eight_gpu(); }, {});
+  CHECK(report ==
+        "RANK  HOST   LOCAL  CORES  CPUS    NUMA  GPU  NIC\n"
+        "0     node1  0      0      0,64    0     0    ib0\n"
+        "1     node1  1      1      1,65    0     1    ib0\n"
+        "2     node1  2      16     16,80   1     2    ib0\n"
+        "3     node1  3      17     17,81   1     3    ib0\n"
+        "4     node1  4      32     32,96   2     4    ib1\n"
+        "5     node1  5      33     33,97   2     5    ib1\n"
+        "6     node1  6      48     48,112  3     6    ib1\n"
+        "7     node1  7      49     49,113  3     7    ib1\n");
+}
+
 }  // namespace
 }  // namespace hvdrun::launcher
