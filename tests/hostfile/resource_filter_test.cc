@@ -18,7 +18,7 @@ using Ids = std::vector<std::string>;
 // Two hosts of four GPU slots each, as a hostfile `worker-N slots=4` gives them.
 std::vector<HostSlots> two_workers() { return {{"worker-0", 4, {}}, {"worker-1", 4, {}}}; }
 
-TEST_CASE("--include and --exclude select hosts and GPU slots as DeepSpeed does", "[filter]") {
+TEST_CASE("include and exclude select hosts and GPU slots as DeepSpeed does", "[filter]") {
   const auto hosts = two_workers();
   CHECK(filter_hosts(hosts, "", "") == hosts);
   // A host named alone: the whole host.
@@ -45,7 +45,7 @@ TEST_CASE("--include and --exclude select hosts and GPU slots as DeepSpeed does"
         std::vector<HostSlots>{{"localhost", 1, Ids{"1"}}});
 }
 
-TEST_CASE("--include and --exclude refuse what DeepSpeed refuses", "[filter]") {
+TEST_CASE("include and exclude refuse what DeepSpeed refuses", "[filter]") {
   const auto hosts = two_workers();
   CHECK_THROWS_WITH(filter_hosts(hosts, "worker-0", "worker-1"),
                     Contains("--include and --exclude were both given"));

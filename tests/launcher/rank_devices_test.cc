@@ -69,7 +69,7 @@ TEST_CASE("each rank gets its own slice of the host's GPUs", "[devices]") {
   CHECK(value(*whole, "CUDA_VISIBLE_DEVICES") == "1,3");
 }
 
-TEST_CASE("a host without GPUs takes the fake list, and too few GPUs are refused", "[devices]") {
+TEST_CASE("a host without GPUs takes the fake list and too few GPUs are refused", "[devices]") {
   const auto fake = rank_setup(
       no_gpus(), "node1", rank_env_of(2, 3, {"HVDRUN_GPUS_PER_RANK=1", "HVDRUN_FAKE_GPUS=0,1,2"}),
       false);
@@ -139,7 +139,7 @@ TEST_CASE("the launcher checks GPU lists and reports GPUs and NICs before the st
                              "lists 4 (0,2,4,6)"));
 }
 
-TEST_CASE("eight ranks with a GPU each land next to it (docs/placement.md's picture)",
+TEST_CASE("eight ranks with a GPU each land next to it as docs/placement.md draws them",
           "[devices]") {
   LaunchPlan plan;
   plan.hosts = {PlannedHost{"node1", 8, true, LaunchMethod::local, {0, 1, 2, 3, 4, 5, 6, 7}, {}}};
