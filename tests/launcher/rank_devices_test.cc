@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/error.h"
+#include "launcher/plan/dry_run.h"
 #include "launcher/plan/placement_env.h"
 #include "tests/launcher/topology_fixture.h"
 
@@ -158,6 +159,22 @@ TEST_CASE("eight ranks with a GPU each land next to it as docs/placement.md draw
         "5     node1  5      33     33,97   2     5    ib1\n"
         "6     node1  6      48     48,112  3     6    ib1\n"
         "7     node1  7      49     49,113  3     7    ib1\n");
+}
+
+TEST_CASE("the dry run's JSON shows each host's GPU list and each rank's slice", "[devices]") {
+  LaunchPlan plan;
+  plan.launcher.kind = LauncherChoice::ssh;
+  plan.placement = hostfile::place({{"node1", 2, {"2", "6"}}, {"node2", 1, {}}}, std::nullopt);
+  plan.hosts = {PlannedHost{"node1", 2, false, LaunchMethod::ssh, {0, 1}, {"2", "6"}},
+                PlannedHost{"node2", 1, false, LaunchMethod::ssh, {2}, {}}};
+  plan.gpus_per_rank = 1;
+  const std::string json = render_dry_run_json(plan);
+  CHECK_THAT(json, Contains("{\"host\": \"node1\", \"slots\": 2, \"method\": \"ssh\", "
+                            "\"gpus\": [\"2\", \"6\"]}"));
+  CHECK_THAT(json, Contains("\"gpus\": null}]"));
+  CHECK_THAT(json, Contains("{\"rank\": 1, \"host\": \"node1\", \"local_rank\": 1, \"gpus\": "
+                            "[\"6\"]}, {\"rank\": 2, \"host\": \"node2\", \"local_rank\": 0, "
+                            "\"gpus\": null}"));
 }
 
 }  // namespace
