@@ -611,7 +611,8 @@ Command parse_command_line(const std::vector<std::string>& args) {
     cmd.action = Action::check;
   }
   // Catch -np larger than the slots now, before anything starts (the launch plan places).
-  if (!o.hosts.empty()) hostfile::ranks_wanted(hostfile::filter_hosts(o.hosts, o.include, o.exclude), o.np);
+  if (!o.hosts.empty())
+    hostfile::ranks_wanted(hostfile::filter_hosts(o.hosts, o.include, o.exclude), o.np);
   return cmd;
 }
 

@@ -220,8 +220,8 @@ std::string parse_gpu_ids(std::string_view text, std::vector<std::string>& out) 
     const std::string_view id = text.substr(start, comma - start);
     if (id.empty()) return "an empty GPU in " + quote(text);
     const bool ok = std::all_of(id.begin(), id.end(), [](char c) {
-      return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_' ||
-             c == '.' || c == ':' || c == '/';
+      return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_' || c == '.' ||
+             c == ':' || c == '/';
     });
     if (!ok) return "bad GPU " + quote(id);
     if (std::find(out.begin(), out.end(), id) != out.end()) {
@@ -292,7 +292,8 @@ void apply_attributes(std::string_view rest, std::string_view content, bool colo
       have_max_slots = true;
     } else {
       throw UsageError(where + "unknown attribute " + quote(key) + " in " + quote(content) +
-                       "; expected " + kForms + ", with gpus=ID,... (max_slots=N is accepted and ignored)");
+                       "; expected " + kForms +
+                       ", with gpus=ID,... (max_slots=N is accepted and ignored)");
     }
   }
 }

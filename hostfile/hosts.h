@@ -28,7 +28,8 @@ struct HostSlots {
 std::vector<HostSlots> parse_host_list(std::string_view text);
 
 /// Parses hostfile contents: one host per line as `host slots=N`, `host:N` or `host`, with
-/// an optional `gpus=ID,ID,...` (CUDA device numbers or UUIDs); `#` starts a comment; blank lines are ignored. `filename` is used in error messages.
+/// an optional `gpus=ID,ID,...` (CUDA device numbers or UUIDs); `#` starts a comment; blank lines
+/// are ignored. `filename` is used in error messages.
 std::vector<HostSlots> parse_hostfile_text(std::string_view text, std::string_view filename);
 
 /// Parses a GPU list (`0,2,4,6`, or UUIDs such as `GPU-5d2c...`: letters, digits and

@@ -204,7 +204,7 @@ bool find_in_path(const std::string& program, const char* path) {
 LaunchPlan make_plan(const LaunchOptions& options, const PlanEnvironment& env) {
   LaunchPlan plan;
   auto hosts = hostfile::filter_hosts(source_hosts(options, plan, env, options.np.value_or(1)),
-                                     options.include, options.exclude);
+                                      options.include, options.exclude);
   if (plan.source == HostSource::localhost && !options.np) throw np_required(options.command);
   plan.launcher = resolve_launcher(options, plan, env);
   plan.placement = hostfile::place(hosts, options.np);
@@ -222,7 +222,7 @@ LaunchPlan make_plan(const LaunchOptions& options, const PlanEnvironment& env) {
 LaunchPlan make_check_plan(const LaunchOptions& options, const PlanEnvironment& env) {
   LaunchPlan plan;
   auto hosts = hostfile::filter_hosts(source_hosts(options, plan, env, options.np.value_or(1)),
-                                     options.include, options.exclude);
+                                      options.include, options.exclude);
   plan.launcher = resolve_launcher(options, plan, env);
   for (const auto& h : hosts) plan.hosts.push_back(plan_host(h.name, h.slots, plan.launcher));
   return plan;

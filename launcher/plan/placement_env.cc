@@ -50,7 +50,8 @@ std::string gpus_text(const std::vector<int>& gpus, const std::vector<std::strin
   if (ids.empty()) return numbers_text(gpus);
   std::vector<std::string> out;
   for (int g : gpus) {
-    if (g >= 0 && static_cast<std::size_t>(g) < ids.size()) out.push_back(ids[static_cast<std::size_t>(g)]);
+    if (g >= 0 && static_cast<std::size_t>(g) < ids.size())
+      out.push_back(ids[static_cast<std::size_t>(g)]);
   }
   return or_dash(joined(out));
 }

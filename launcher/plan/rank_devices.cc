@@ -32,9 +32,8 @@ int whole(const std::vector<std::string>& env, const char* name, int fallback) {
 // The cores with a hardware thread among `cpus`: what OMP_NUM_THREADS counts.
 int cores_of(const HostTopology& t, const std::vector<int>& cpus) {
   return static_cast<int>(std::count_if(t.cores.begin(), t.cores.end(), [&](const Core& c) {
-    return std::any_of(c.pus.begin(), c.pus.end(), [&](int pu) {
-      return std::binary_search(cpus.begin(), cpus.end(), pu);
-    });
+    return std::any_of(c.pus.begin(), c.pus.end(),
+                       [&](int pu) { return std::binary_search(cpus.begin(), cpus.end(), pu); });
   }));
 }
 

@@ -64,9 +64,8 @@ struct RankSetup {
 /// `omp_given`: the user set OMP_NUM_THREADS (then it is left alone). Throws UsageError
 /// when the host cannot place the rank (plan_placement's refusals, too few GPUs, none of
 /// the interfaces).
-std::optional<RankSetup> rank_setup(const HostTopology& topology, const std::string& host,
-                                    const std::vector<std::string>& env, bool omp_given,
-                                    const std::function<bool(const std::string&)>& present =
-                                        interface_present);
+std::optional<RankSetup> rank_setup(
+    const HostTopology& topology, const std::string& host, const std::vector<std::string>& env,
+    bool omp_given, const std::function<bool(const std::string&)>& present = interface_present);
 
 }  // namespace hvdrun::launcher

@@ -25,14 +25,14 @@ TEST_CASE("include and exclude select hosts and GPU slots as DeepSpeed does", "[
   CHECK(filter_hosts(hosts, "worker-0", "") == std::vector<HostSlots>{{"worker-0", 4, {}}});
   CHECK(filter_hosts(hosts, "", "worker-1") == std::vector<HostSlots>{{"worker-0", 4, {}}});
   // Slots: one rank per GPU kept, those GPUs as the host's list.
-  CHECK(filter_hosts(hosts, "worker-0:1", "") ==
-        std::vector<HostSlots>{{"worker-0", 1, Ids{"1"}}});
+  CHECK(filter_hosts(hosts, "worker-0:1", "") == std::vector<HostSlots>{{"worker-0", 1, Ids{"1"}}});
   CHECK(filter_hosts(hosts, "", "worker-0:1") ==
         std::vector<HostSlots>{{"worker-0", 3, Ids{"0", "2", "3"}}, {"worker-1", 4, {}}});
   CHECK(filter_hosts(hosts, "worker-0:0,2@worker-1", "") ==
         std::vector<HostSlots>{{"worker-0", 2, Ids{"0", "2"}}, {"worker-1", 4, {}}});
-  CHECK(filter_hosts(hosts, "", "worker-0:0,1@worker-1:3") ==
-        std::vector<HostSlots>{{"worker-0", 2, Ids{"2", "3"}}, {"worker-1", 3, Ids{"0", "1", "2"}}});
+  CHECK(
+      filter_hosts(hosts, "", "worker-0:0,1@worker-1:3") ==
+      std::vector<HostSlots>{{"worker-0", 2, Ids{"2", "3"}}, {"worker-1", 3, Ids{"0", "1", "2"}}});
   // The original order stays, whatever the filter's order; all slots named is the whole host.
   CHECK(filter_hosts(hosts, "worker-1@worker-0:0,1,2,3", "") == hosts);
   // Excluding every slot of a host drops it.

@@ -46,8 +46,7 @@ TEST_CASE("each rank gets its own slice of the host's GPUs", "[devices]") {
   }
   const auto near = rank_setup(
       t, "node1",
-      rank_env_of(5, 8,
-                  {"HVDRUN_GPUS_PER_RANK=1", "HVDRUN_BIND_TO=core", "HVDRUN_MAP_BY=numa"}),
+      rank_env_of(5, 8, {"HVDRUN_GPUS_PER_RANK=1", "HVDRUN_BIND_TO=core", "HVDRUN_MAP_BY=numa"}),
       false);
   CHECK(value(*near, "CUDA_VISIBLE_DEVICES") == "5");
   CHECK(near->placed.numa == std::vector<int>{2});  // GPU 5 is on NUMA node 2
@@ -56,8 +55,8 @@ TEST_CASE("each rank gets its own slice of the host's GPUs", "[devices]") {
   // The hostfile's list, then CUDA_VISIBLE_DEVICES, win over hwloc's; ids may be UUIDs.
   const auto listed = rank_setup(
       t, "node1",
-      rank_env_of(1, 2, {"HVDRUN_GPUS_PER_RANK=2", "HVDRUN_HOST_GPUS=0,2,4,6",
-                         "CUDA_VISIBLE_DEVICES=7"}),
+      rank_env_of(1, 2,
+                  {"HVDRUN_GPUS_PER_RANK=2", "HVDRUN_HOST_GPUS=0,2,4,6", "CUDA_VISIBLE_DEVICES=7"}),
       false);
   CHECK(value(*listed, "CUDA_VISIBLE_DEVICES") == "4,6");
   const auto inherited = rank_setup(
@@ -71,9 +70,9 @@ TEST_CASE("each rank gets its own slice of the host's GPUs", "[devices]") {
 }
 
 TEST_CASE("a host without GPUs takes the fake list and too few GPUs are refused", "[devices]") {
-  const auto fake = rank_setup(
-      no_gpus(), "node1", rank_env_of(2, 3, {"HVDRUN_GPUS_PER_RANK=1", "HVDRUN_FAKE_GPUS=0,1,2"}),
-      false);
+  const auto fake =
+      rank_setup(no_gpus(), "node1",
+                 rank_env_of(2, 3, {"HVDRUN_GPUS_PER_RANK=1", "HVDRUN_FAKE_GPUS=0,1,2"}), false);
   REQUIRE(fake);
   CHECK(value(*fake, "CUDA_VISIBLE_DEVICES") == "2");
   CHECK(fake->gpu_ids == std::vector<std::string>{"0", "1", "2"});
@@ -81,21 +80,20 @@ TEST_CASE("a host without GPUs takes the fake list and too few GPUs are refused"
       rank_setup(no_gpus(), "node1", rank_env_of(0, 4, {"HVDRUN_GPUS_PER_RANK=1"}), false),
       Contains("host node1: 4 ranks x 1 GPU per rank need 4 GPUs, and the host has 0") &&
           Contains("; lower -np or --gpus-per-rank (GPUs from hwloc: none)"));
-  CHECK_THROWS_WITH(rank_setup(testing::two_socket_eight_gpu(), "node1",
-                               rank_env_of(0, 3, {"HVDRUN_GPUS_PER_RANK=2",
-                                                  "HVDRUN_HOST_GPUS=0,2,4,6"}),
-                               false),
-                    Contains("3 ranks x 2 GPUs per rank need 6 GPUs, and the host has 4") &&
-                        Contains("the hostfile's gpus=: 0,2,4,6"));
+  CHECK_THROWS_WITH(
+      rank_setup(testing::two_socket_eight_gpu(), "node1",
+                 rank_env_of(0, 3, {"HVDRUN_GPUS_PER_RANK=2", "HVDRUN_HOST_GPUS=0,2,4,6"}), false),
+      Contains("3 ranks x 2 GPUs per rank need 6 GPUs, and the host has 4") &&
+          Contains("the hostfile's gpus=: 0,2,4,6"));
   // Without any of the flags nothing is set up.
   CHECK_FALSE(rank_setup(no_gpus(), "node1", rank_env_of(0, 1, {"HVDRUN_FAKE_GPUS=0"}), false));
 }
 
 TEST_CASE("the first of --network-interfaces on the host is its ranks' NIC", "[devices]") {
   auto has = [](const std::string& name) { return name == "eth1" || name == "ib0"; };
-  const auto s = rank_setup(
-      no_gpus(), "node1", rank_env_of(0, 1, {"HVDRUN_NETWORK_INTERFACES=ib9,eth1,ib0"}), false,
-      has);
+  const auto s =
+      rank_setup(no_gpus(), "node1", rank_env_of(0, 1, {"HVDRUN_NETWORK_INTERFACES=ib9,eth1,ib0"}),
+                 false, has);
   REQUIRE(s);
   CHECK(s->placed.nic == "eth1");
   CHECK(value(*s, "NCCL_SOCKET_IFNAME") == "eth1");
@@ -109,8 +107,7 @@ TEST_CASE("the first of --network-interfaces on the host is its ranks' NIC", "[d
   CHECK_FALSE(interface_present("hvdrun-none0"));
 }
 
-TEST_CASE("the launcher checks GPU lists and reports GPUs and NICs before the start",
-          "[devices]") {
+TEST_CASE("the launcher checks GPU lists and reports GPUs and NICs before the start", "[devices]") {
   LaunchPlan plan;
   plan.hosts = {PlannedHost{"localhost", 2, true, LaunchMethod::local, {0, 1}, {}},
                 PlannedHost{"node2", 2, false, LaunchMethod::ssh, {2, 3}, {"0", "2", "4", "6"}}};
