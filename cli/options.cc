@@ -28,6 +28,7 @@
 #include "hostfile/placement.h"
 #include "hostfile/resource_filter.h"
 #include "launcher/plan/launch_method.h"
+#include "launcher/plan/rank_devices.h"
 
 namespace hvdrun::cli {
 namespace {
@@ -427,27 +428,6 @@ void apply_placement(const Values& v, launcher::LaunchOptions& o) {
   o.report_bindings = v.given("report-bindings");
   if (v.given("include")) o.include = v.nonempty("include");
   if (v.given("exclude")) o.exclude = v.nonempty("exclude");
-  if (!o.include.empty() && !o.exclude.empty()) {
-    throw UsageError("--include and --exclude were both given; give one of them");
-  }
-}
-
-// --network-interfaces A,B: an ordered preference of interface names.
-std::vector<std::string> parse_interfaces(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    const std::string name = text.substr(start, comma - start);
-    if (name.empty() || name.find_first_of(" \t\n/") != std::string::npos) {
-      throw UsageError("bad value " + quote(text) +
-                       " for --network-interfaces; expected interface names separated by commas, "
-                       "as ib0,eth0");
-    }
-    out.push_back(name);
-    start = comma + 1;
-  }
-  return out;
 }
 
 // The options of `run` alone: interface, output, and the ranks' environment.
@@ -461,7 +441,7 @@ void apply_run_options(const Values& v, const std::vector<Found>& found,
     }
   }
   if (v.given("network-interfaces")) {
-    o.network_interfaces = parse_interfaces(v.nonempty("network-interfaces"));
+    o.network_interfaces = launcher::parse_interface_list(v.nonempty("network-interfaces"));
     if (!o.network_interface.empty()) {
       throw UsageError(
           "--network-interface and --network-interfaces were both given; give --network-interface "

@@ -9,6 +9,7 @@
 
 #include "common/env_names.h"
 #include "common/error.h"
+#include "common/quote.h"
 #include "common/whole_number.h"
 #include "launcher/plan/placement_env.h"
 
@@ -104,6 +105,23 @@ HostTopology with_gpu_ids(HostTopology topology, const std::vector<std::string>&
   }
   topology.gpus = std::move(gpus);
   return topology;
+}
+
+std::vector<std::string> parse_interface_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string name = text.substr(start, comma - start);
+    if (name.empty() || name.find_first_of(" \t\n/") != std::string::npos) {
+      throw UsageError("bad value " + quote(text) +
+                       " for --network-interfaces; expected interface names separated by commas, "
+                       "as ib0,eth0");
+    }
+    out.push_back(name);
+    start = comma + 1;
+  }
+  return out;
 }
 
 bool interface_present(const std::string& name) { return ::if_nametoindex(name.c_str()) != 0; }

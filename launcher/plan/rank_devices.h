@@ -46,6 +46,10 @@ HostTopology with_gpu_ids(HostTopology topology, const std::vector<std::string>&
 std::string pick_interface(const std::vector<std::string>& wanted, const std::string& host,
                            const std::function<bool(const std::string&)>& present);
 
+/// --network-interfaces A,B: the names in order. Throws UsageError for an empty name or
+/// one with a space or '/'.
+std::vector<std::string> parse_interface_list(const std::string& text);
+
 /// Whether this machine has a network interface of that name.
 bool interface_present(const std::string& name);
 

@@ -622,7 +622,7 @@ TEST_CASE("GPU and NIC flags parse strictly") {
   CHECK(cmd.options.network_interfaces == std::vector<std::string>{"ib0", "eth0"});
   CHECK(cmd.options.include == "a:0,1@b");
   CHECK(error_of({"--gpus-per-rank", "x", "y"}).find("--gpus-per-rank") != std::string::npos);
-  CHECK(error_of({"--include", "a", "--exclude", "b", "x"}) ==
+  CHECK(error_of({"-H", "a,b", "--include", "a", "--exclude", "b", "x"}) ==
         "--include and --exclude were both given; give one of them");
   CHECK(error_of({"--network-interfaces", "ib0,,eth0", "x"}) ==
         "bad value 'ib0,,eth0' for --network-interfaces; expected interface names separated by "
