@@ -442,12 +442,11 @@ void apply_run_options(const Values& v, const std::vector<Found>& found,
   }
   if (v.given("network-interfaces")) {
     o.network_interfaces = launcher::parse_interface_list(v.nonempty("network-interfaces"));
-    if (!o.network_interface.empty()) {
+    if (!o.network_interface.empty())
       throw UsageError(
           "--network-interface and --network-interfaces were both given; give --network-interface "
           "IF for one interface everywhere (also the rendezvous address), or --network-interfaces "
           "A,B for the first of them present on each host");
-    }
   }
   if (v.given("output-filename")) o.output_filename = v.nonempty("output-filename");
   o.prefix_timestamp = v.given("prefix-output-with-timestamp");
@@ -506,6 +505,8 @@ void apply_elastic(const Values& v, launcher::LaunchOptions& o) {
     throw UsageError(
         "elastic options need elastic mode; add --min-np N or --host-discovery-script PATH");
   if (!e.enabled()) return;
+  if (!o.include.empty() || !o.exclude.empty())
+    throw UsageError("--include and --exclude do not apply in elastic mode; give the hosts to use");
   if (!e.discovery_script.empty() && !o.hosts.empty())
     throw UsageError(
         "--host-discovery-script and -H/--hostfile cannot be used together; the "

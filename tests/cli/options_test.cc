@@ -635,4 +635,6 @@ TEST_CASE("GPU and NIC flags parse strictly") {
         "the allocation");
   CHECK(error_of({"-np", "3", "-H", "a:2,b:2", "--include", "a", "x"}).find("-np") !=
         std::string::npos);
+  CHECK(error_of({"--min-np", "1", "-H", "a:2", "--include", "a", "x"}) ==
+        "--include and --exclude do not apply in elastic mode; give the hosts to use");
 }
