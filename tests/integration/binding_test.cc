@@ -107,3 +107,18 @@ TEST_CASE("each rank sees its own GPU and OMP_NUM_THREADS of its cores and the l
   CHECK(count(refused.err,
               "host localhost: 2 ranks x 2 GPUs per rank need 4 GPUs, and the host has 3") == 1);
 }
+
+TEST_CASE("a hostfile's gpus= list is sliced per rank and include picks from it") {
+  TempDir d("gpus");
+  const std::string hosts = d.path() + "/hosts";
+  write_text(hosts, "localhost slots=2 gpus=5,7\n");
+  const std::string show = "echo CVD=$CUDA_VISIBLE_DEVICES";
+  Hvdrun h({"--hostfile", hosts, "--gpus-per-rank", "1", "sh", "-c", show});
+  REQUIRE(h.wait() == 0);
+  CHECK(count(h.out, "[0]<stdout>:CVD=5") == 1);
+  CHECK(count(h.out, "[1]<stdout>:CVD=7") == 1);
+  // DeepSpeed's form: GPU 7 of localhost only, so one rank.
+  Hvdrun one({"--hostfile", hosts, "--include", "localhost:7", "sh", "-c", show});
+  REQUIRE(one.wait() == 0);
+  CHECK(one.out == "[0]<stdout>:CVD=7\n");
+}
