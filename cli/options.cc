@@ -10,6 +10,7 @@
 #include <cstring>
 #include <optional>
 #include <set>
+#include <string>
 #include <string_view>
 #include <tuple>
 
@@ -25,7 +26,9 @@
 #include "compat/horovod_flags.h"
 #include "hostfile/hosts.h"
 #include "hostfile/placement.h"
+#include "hostfile/resource_filter.h"
 #include "launcher/plan/launch_method.h"
+#include "launcher/plan/rank_devices.h"
 
 namespace hvdrun::cli {
 namespace {
@@ -418,7 +421,13 @@ void apply_placement(const Values& v, launcher::LaunchOptions& o) {
         "--map-by and --cpus-per-rank apply only when binding; add --bind-to core (or l3, numa, "
         "socket)");
   }
+  if (v.given("gpus-per-rank")) {
+    p.gpus_per_rank = number_option(spec_named("gpus-per-rank"), v.str("gpus-per-rank"), 0, 1024,
+                                    "a whole number of GPUs", "--gpus-per-rank 1");
+  }
   o.report_bindings = v.given("report-bindings");
+  if (v.given("include")) o.include = v.nonempty("include");
+  if (v.given("exclude")) o.exclude = v.nonempty("exclude");
 }
 
 // The options of `run` alone: interface, output, and the ranks' environment.
@@ -430,6 +439,14 @@ void apply_run_options(const Values& v, const std::vector<Found>& found,
       throw UsageError("bad value " + quote(o.network_interface) +
                        " for --network-interface; expected an interface name such as eth0");
     }
+  }
+  if (v.given("network-interfaces")) {
+    o.network_interfaces = launcher::parse_interface_list(v.nonempty("network-interfaces"));
+    if (!o.network_interface.empty())
+      throw UsageError(
+          "--network-interface and --network-interfaces were both given; give --network-interface "
+          "IF for one interface everywhere (also the rendezvous address), or --network-interfaces "
+          "A,B for the first of them present on each host");
   }
   if (v.given("output-filename")) o.output_filename = v.nonempty("output-filename");
   o.prefix_timestamp = v.given("prefix-output-with-timestamp");
@@ -488,6 +505,8 @@ void apply_elastic(const Values& v, launcher::LaunchOptions& o) {
     throw UsageError(
         "elastic options need elastic mode; add --min-np N or --host-discovery-script PATH");
   if (!e.enabled()) return;
+  if (!o.include.empty() || !o.exclude.empty())
+    throw UsageError("--include and --exclude do not apply in elastic mode; give the hosts to use");
   if (!e.discovery_script.empty() && !o.hosts.empty())
     throw UsageError(
         "--host-discovery-script and -H/--hostfile cannot be used together; the "
@@ -573,7 +592,8 @@ Command parse_command_line(const std::vector<std::string>& args) {
     cmd.action = Action::check;
   }
   // Catch -np larger than the slots now, before anything starts (the launch plan places).
-  if (!o.hosts.empty()) hostfile::ranks_wanted(o.hosts, o.np);
+  if (!o.hosts.empty())
+    hostfile::ranks_wanted(hostfile::filter_hosts(o.hosts, o.include, o.exclude), o.np);
   return cmd;
 }
 

@@ -30,6 +30,9 @@ inline constexpr const char kSecret[] = "HVDRUN_SECRET";
 inline constexpr const char kStartTimeout[] = "HVDRUN_START_TIMEOUT";
 /// --network-interface, when given.
 inline constexpr const char kNetworkInterface[] = "HVDRUN_NETWORK_INTERFACE";
+/// --gpus-per-rank: each rank's CUDA_VISIBLE_DEVICES is its own GPUs, so its device is the
+/// first it sees (device 0), not local_rank % devices.
+inline constexpr const char kGpusPerRank[] = "HVDRUN_GPUS_PER_RANK";
 /// Seconds a collective may take before the rank ends itself (runtime only).
 inline constexpr const char kOpTimeout[] = "HVDRUN_OP_TIMEOUT";
 /// The generation of an elastic job.

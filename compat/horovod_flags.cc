@@ -65,13 +65,12 @@ const std::array kKnobs = {
 };
 
 // horovodrun flags hvdrun does not take, with what to do instead.
-const std::array<std::pair<std::string_view, std::string_view>, 6> kRefused = {{
+const std::array<std::pair<std::string_view, std::string_view>, 5> kRefused = {{
     {"--mpi", "hvdrun has no MPI controller; drop --mpi (Horovod programs run in gloo mode)"},
     {"--jsrun", "hvdrun has no jsrun mode; drop --jsrun and give the hosts with -H"},
     {"--mpi-args", "hvdrun does not use mpirun; drop --mpi-args"},
     {"--binding-args", "hvdrun does not use mpirun; drop --binding-args"},
     {"--mpi-threads-disable", "hvdrun does not use MPI; drop --mpi-threads-disable"},
-    {"--network-interfaces", "hvdrun takes one interface; use --network-interface IF"},
 }};
 
 // mpirun's flags that users bring along, with what to do instead. --oversubscribe is refused

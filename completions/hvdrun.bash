@@ -15,7 +15,8 @@ _hvdrun_value_opts="-np --num-proc -H --hosts --hostfile -x --env --start-timeou
   --stall-check-warning-time-seconds --stall-check-shutdown-time-seconds --num-nccl-streams
   --thread-affinity --gloo-timeout-seconds --launcher --min-np --max-np --host-discovery-script
   --slots-per-host --reset-limit --max-restarts --blacklist-cooldown-range --elastic-timeout
-  --env-file --config-file --bind-to --map-by --cpus-per-rank"
+  --env-file --config-file --bind-to --map-by --cpus-per-rank --gpus-per-rank --include --exclude
+  --network-interfaces"
 _hvdrun_flag_opts="--prefix-output-with-timestamp --json --topology --dry-run --verbose --check-build
   --version -h --help --gloo --disable-cache --hierarchical-allreduce --no-hierarchical-allreduce
   --hierarchical-allgather --no-hierarchical-allgather --autotune --timeline-mark-cycles
@@ -161,13 +162,21 @@ _hvdrun() {
       COMPREPLY=($(compgen -W "$(ls /sys/class/net 2>/dev/null)" -- "$cur"))
       return 0
       ;;
+    --network-interfaces)
+      # A comma-separated list: complete the name after the last comma.
+      local done_part=${cur%"${cur##*,}"}
+      COMPREPLY=($(compgen -P "$done_part" -W "$(ls /sys/class/net 2>/dev/null)" -- "${cur##*,}"))
+      compopt -o nospace 2>/dev/null
+      return 0
+      ;;
     -x | --env)
       compopt -o nospace 2>/dev/null
       COMPREPLY=($(compgen -v -- "$cur"))
       return 0
       ;;
     -np | --num-proc | -p | --ssh-port | --start-timeout | --kill-grace | --timeout | --min-np | --max-np | --slots-per-host | \
-      --reset-limit | --max-restarts | --blacklist-cooldown-range | --elastic-timeout)
+      --reset-limit | --max-restarts | --blacklist-cooldown-range | --elastic-timeout | --gpus-per-rank | \
+      --cpus-per-rank)
       return 0
       ;;
   esac

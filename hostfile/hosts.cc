@@ -5,6 +5,7 @@
 #include "hostfile/hosts.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <map>
 #include <optional>
@@ -210,6 +211,28 @@ std::vector<HostSlots> parse_host_list(std::string_view text) {
   return hosts;
 }
 
+std::string parse_gpu_ids(std::string_view text, std::vector<std::string>& out) {
+  out.clear();
+  if (text.empty()) return "no GPU listed";
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view id = text.substr(start, comma - start);
+    if (id.empty()) return "an empty GPU in " + quote(text);
+    const bool ok = std::all_of(id.begin(), id.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_' || c == '.' ||
+             c == ':' || c == '/';
+    });
+    if (!ok) return "bad GPU " + quote(id);
+    if (std::find(out.begin(), out.end(), id) != out.end()) {
+      return "GPU " + quote(id) + " listed twice";
+    }
+    out.emplace_back(id);
+    start = comma + 1;
+  }
+  return {};
+}
+
 namespace {
 
 constexpr const char* kForms = "'host slots=N', 'host:N' or 'host'";
@@ -246,6 +269,15 @@ void apply_attributes(std::string_view rest, std::string_view content, bool colo
       }
       h.slots = *slots;
       have_slots_attr = true;
+    } else if (key == "gpus") {
+      if (!h.gpus.empty()) {
+        throw UsageError(where + "gpus given twice in " + quote(content) +
+                         "; expected it at most once");
+      }
+      if (auto err = parse_gpu_ids(value, h.gpus); !err.empty()) {
+        throw UsageError(where + err + " in gpus= of host " + quote(h.name) +
+                         "; expected device numbers or UUIDs separated by commas, as gpus=0,2,4,6");
+      }
     } else if (key == "max_slots") {
       // Accepted for hostfiles shared with mpirun; hvdrun never places more ranks on a
       // host than its slots, so the value is checked and otherwise ignored.
@@ -260,7 +292,8 @@ void apply_attributes(std::string_view rest, std::string_view content, bool colo
       have_max_slots = true;
     } else {
       throw UsageError(where + "unknown attribute " + quote(key) + " in " + quote(content) +
-                       "; expected " + kForms + " (max_slots=N is accepted and ignored)");
+                       "; expected " + kForms +
+                       ", with gpus=ID,... (max_slots=N is accepted and ignored)");
     }
   }
 }

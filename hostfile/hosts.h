@@ -16,6 +16,9 @@ struct HostSlots {
   std::string name;
   /// Number of ranks this host may run; at least 1.
   int slots = 1;
+  /// The host's GPUs for its ranks' CUDA_VISIBLE_DEVICES (hostfile `gpus=0,2,4,6`, or the
+  /// slots --include kept), in the order given; empty: the host's own list.
+  std::vector<std::string> gpus = {};
 
   bool operator==(const HostSlots&) const = default;
 };
@@ -24,9 +27,14 @@ struct HostSlots {
 /// spaces around commas tolerated. A host named twice is an error.
 std::vector<HostSlots> parse_host_list(std::string_view text);
 
-/// Parses hostfile contents: one host per line as `host slots=N`, `host:N` or `host`;
-/// `#` starts a comment; blank lines are ignored. `filename` is used in error messages.
+/// Parses hostfile contents: one host per line as `host slots=N`, `host:N` or `host`, with
+/// an optional `gpus=ID,ID,...` (CUDA device numbers or UUIDs); `#` starts a comment; blank lines
+/// are ignored. `filename` is used in error messages.
 std::vector<HostSlots> parse_hostfile_text(std::string_view text, std::string_view filename);
+
+/// Parses a GPU list (`0,2,4,6`, or UUIDs such as `GPU-5d2c...`: letters, digits and
+/// `-_.:/`, each once) into `out`; returns what is wrong with it, or "" when it is good.
+std::string parse_gpu_ids(std::string_view text, std::vector<std::string>& out);
 
 /// Reads and parses a hostfile. An unreadable file is a UsageError naming the path.
 std::vector<HostSlots> parse_hostfile(const std::string& path);

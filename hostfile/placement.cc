@@ -4,6 +4,7 @@
 #include "hostfile/placement.h"
 
 #include <string>
+#include <utility>
 
 #include "common/env_names.h"
 #include "common/error.h"
@@ -75,7 +76,9 @@ Placement place(const std::vector<HostSlots>& hosts, std::optional<int> np) {
   for (const auto& h : hosts) {
     if (remaining == 0) break;
     int n = remaining < h.slots ? remaining : h.slots;
-    p.hosts.push_back(HostSlots{h.name, n});
+    HostSlots placed = h;
+    placed.slots = n;
+    p.hosts.push_back(std::move(placed));
     if (n > max_local) max_local = n;
     remaining -= n;
   }

@@ -25,6 +25,7 @@
 #include "launcher/agent/agent_protocol.h"
 #include "launcher/agent/agent_state.h"
 #include "launcher/plan/placement_env.h"
+#include "launcher/plan/rank_devices.h"
 #include "launcher/plan/rank_env.h"
 #include "launcher/process/job_cgroup.h"
 #include "launcher/process/line_tail.h"
@@ -40,17 +41,24 @@ const HostTopology& this_host() {
   return topology;
 }
 
-// The CPUs and memory nodes of the rank with environment `env`, when its policy binds
-// (placement_env.h). Throws UsageError when this host cannot place it.
-void apply_binding(int rank, const std::vector<std::string>& env, ChildSpec& spec) {
-  if (!policy_from_env(env)) return;
+// The CPUs and memory nodes of the rank with environment `env`, and its GPUs, OMP_NUM_THREADS
+// and NIC in `env`, when its policy asks for them (placement_env.h, rank_devices.h).
+// `omp_given`: OMP_NUM_THREADS comes from the user, not a default. Throws UsageError when
+// this host cannot place it.
+void apply_placement(int rank, EnvList& env, bool omp_given, ChildSpec& spec) {
+  const std::vector<std::string>& entries = env.entries();
+  if (!policy_from_env(entries) && !env.get(kHostGpusVar) && !env.get(kNetworkInterfacesVar)) {
+    return;
+  }
   const HostTopology& here = this_host();
-  const auto placed = rank_placement(here, here.hostname, env);
-  if (!placed) return;
-  spec.cpus = placed->cpus;
-  spec.mem_nodes = placed->numa;
-  spdlog::debug("rank {} bound to CPUs {} and NUMA nodes {}", rank, cpu_list_text(placed->cpus),
-                cpu_list_text(placed->numa));
+  const auto setup = rank_setup(here, here.hostname, entries, omp_given);
+  if (!setup) return;
+  spec.cpus = setup->placed.cpus;
+  spec.mem_nodes = setup->placed.numa;
+  for (const auto& e : setup->env) env.set_entry(e);
+  spdlog::debug("rank {} bound to CPUs {} and NUMA nodes {}, GPUs {}, NIC {}", rank,
+                cpu_list_text(setup->placed.cpus), cpu_list_text(setup->placed.numa),
+                cpu_list_text(setup->placed.gpus), setup->placed.nic);
 }
 
 }  // namespace
@@ -99,8 +107,10 @@ void Agent::spawn(const proto::Spawn& s) {
       merged.set(env_names::kErrorFile, file);
       merged.set(env_names::kTorchElasticErrorFile, file);
     }
+    const bool omp_given =
+        merge_rank_env(environ, s.host_env, s.env, {}).get("OMP_NUM_THREADS") != nullptr;
+    apply_placement(s.rank, merged, omp_given, spec);
     std::vector<std::string> env = merged.entries();
-    apply_binding(s.rank, env, spec);
     if (s.control) {
       int sv[2];
       if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)

@@ -19,6 +19,7 @@
 #include "common/plural.h"
 #include "launcher/agent/agent_protocol.h"
 #include "launcher/job/job_state.h"
+#include "launcher/plan/rank_devices.h"
 #include "launcher/plan/rank_env.h"
 #include "rendezvous/server.h"
 
@@ -58,8 +59,15 @@ void Job::spawn_rank(Host& h, int worker, const JobEnv& env) {
   s.rank = worker;
   s.argv = opt_.command;
   s.cwd = ctx_.cwd;
-  RankEnv re = rank_env(h.env->base, placement_.ranks[static_cast<std::size_t>(rs.rank)], h.name,
-                        env, h.env->defaults);
+  const hostfile::RankSlot& slot = placement_.ranks[static_cast<std::size_t>(rs.rank)];
+  RankEnv re = rank_env(h.env->base, slot, h.name, env, h.env->defaults);
+  // The host's hostfile gpus= (or --include's slots), which its agent slices per rank.
+  const auto& gpus = placement_.hosts[static_cast<std::size_t>(slot.host_index)].gpus;
+  if (!gpus.empty()) {
+    std::string list;
+    for (const auto& g : gpus) list += (list.empty() ? "" : ",") + g;
+    re.set.set(kHostGpusVar, list);
+  }
   s.host_env = h.env->host_variables;
   s.env = re.set.entries();
   s.env_defaults = re.defaults.entries();

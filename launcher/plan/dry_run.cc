@@ -1,6 +1,10 @@
 // Rendering of a launch plan for --dry-run, as text and as JSON.
 #include "launcher/plan/dry_run.h"
 
+#include <cstddef>
+#include <string>
+#include <vector>
+
 #include "common/quote.h"
 #include "launcher/plan/launch_method.h"
 
@@ -21,6 +25,25 @@ std::string source_text(const LaunchPlan& plan) {
 
 const std::string& host_of(const LaunchPlan& plan, const hostfile::RankSlot& r) {
   return plan.hosts[static_cast<std::size_t>(r.host_index)].name;
+}
+
+std::string json_strings(const std::vector<std::string>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + json_quote(v[i]);
+  return out + "]";
+}
+
+// A rank's GPUs when its host lists them: its slice under --gpus-per-rank, else the whole
+// list; null when its agent chooses them from the host's own.
+std::string rank_gpus(const LaunchPlan& plan, const hostfile::RankSlot& r) {
+  const auto& gpus = plan.hosts[static_cast<std::size_t>(r.host_index)].gpus;
+  if (gpus.empty()) return "null";
+  if (plan.gpus_per_rank == 0) return json_strings(gpus);
+  const auto g = static_cast<std::size_t>(plan.gpus_per_rank);
+  const auto first = static_cast<std::size_t>(r.local_rank) * g;
+  if (first + g > gpus.size()) return "null";
+  return json_strings({gpus.begin() + static_cast<std::ptrdiff_t>(first),
+                       gpus.begin() + static_cast<std::ptrdiff_t>(first + g)});
 }
 
 }  // namespace
@@ -47,13 +70,15 @@ std::string render_dry_run_json(const LaunchPlan& plan) {
     const auto& h = plan.hosts[i];
     out += std::string(i ? ", " : "") + "{\"host\": " + json_quote(h.name) +
            ", \"slots\": " + std::to_string(h.slots) +
-           ", \"method\": " + json_quote(to_string(h.method)) + "}";
+           ", \"method\": " + json_quote(to_string(h.method)) +
+           ", \"gpus\": " + (h.gpus.empty() ? std::string("null") : json_strings(h.gpus)) + "}";
   }
   out += "], \"ranks\": [";
   for (const auto& r : plan.placement.ranks) {
     out += std::string(r.rank ? ", " : "") + "{\"rank\": " + std::to_string(r.rank) +
            ", \"host\": " + json_quote(host_of(plan, r)) +
-           ", \"local_rank\": " + std::to_string(r.local_rank) + "}";
+           ", \"local_rank\": " + std::to_string(r.local_rank) +
+           ", \"gpus\": " + rank_gpus(plan, r) + "}";
   }
   return out + "]}\n";
 }

@@ -70,6 +70,12 @@ struct LaunchOptions {
   int start_timeout_s = 30;
   /// --network-interface IF: address ranks use to reach the rendezvous, and theirs.
   std::string network_interface;
+  /// --network-interfaces A,B: the first of them present on a host is its ranks'
+  /// NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME and HOROVOD_GLOO_IFACE.
+  std::vector<std::string> network_interfaces;
+  /// --include / --exclude: DeepSpeed's filter of the host list (hostfile/resource_filter.h).
+  std::string include;
+  std::string exclude;
   /// --output-filename DIR: also write DIR/rank.N/stdout and stderr.
   std::string output_filename;
   /// -x/--env NAME or NAME=VALUE, in order given.
@@ -103,7 +109,8 @@ struct LaunchOptions {
   /// --topology (hvdrun check): print this machine's topology (launcher/topology/) instead
   /// of checking the hosts.
   bool topology = false;
-  /// --bind-to, --map-by, --cpus-per-rank: where each rank runs (docs/placement.md).
+  /// --bind-to, --map-by, --cpus-per-rank, --gpus-per-rank: where each rank runs
+  /// (docs/placement.md).
   PlacementPolicy placement;
   /// --report-bindings: print every rank's cores, NUMA node, GPU and NIC before the start.
   bool report_bindings = false;

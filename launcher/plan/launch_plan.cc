@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/quote.h"
+#include "hostfile/resource_filter.h"
 #include "launcher/plan/local_host.h"
 
 namespace hvdrun::launcher {
@@ -202,12 +203,15 @@ bool find_in_path(const std::string& program, const char* path) {
 
 LaunchPlan make_plan(const LaunchOptions& options, const PlanEnvironment& env) {
   LaunchPlan plan;
-  auto hosts = source_hosts(options, plan, env, options.np.value_or(1));
+  auto hosts = hostfile::filter_hosts(source_hosts(options, plan, env, options.np.value_or(1)),
+                                      options.include, options.exclude);
   if (plan.source == HostSource::localhost && !options.np) throw np_required(options.command);
   plan.launcher = resolve_launcher(options, plan, env);
   plan.placement = hostfile::place(hosts, options.np);
+  plan.gpus_per_rank = options.placement.gpus_per_rank;
   for (const auto& h : plan.placement.hosts) {
     plan.hosts.push_back(plan_host(h.name, h.slots, plan.launcher));
+    plan.hosts.back().gpus = h.gpus;
   }
   for (const auto& slot : plan.placement.ranks) {
     plan.hosts[static_cast<std::size_t>(slot.host_index)].ranks.push_back(slot.rank);
@@ -217,7 +221,8 @@ LaunchPlan make_plan(const LaunchOptions& options, const PlanEnvironment& env) {
 
 LaunchPlan make_check_plan(const LaunchOptions& options, const PlanEnvironment& env) {
   LaunchPlan plan;
-  auto hosts = source_hosts(options, plan, env, options.np.value_or(1));
+  auto hosts = hostfile::filter_hosts(source_hosts(options, plan, env, options.np.value_or(1)),
+                                      options.include, options.exclude);
   plan.launcher = resolve_launcher(options, plan, env);
   for (const auto& h : hosts) plan.hosts.push_back(plan_host(h.name, h.slots, plan.launcher));
   return plan;

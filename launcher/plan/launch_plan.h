@@ -47,6 +47,8 @@ struct PlannedHost {
   LaunchMethod method = LaunchMethod::local;
   /// The ranks placed here, ascending (empty in a check plan).
   std::vector<int> ranks;
+  /// Its GPUs as the hostfile (`gpus=`) or --include gave them; empty: the host's own.
+  std::vector<std::string> gpus = {};
 };
 
 /// The whole plan.
@@ -61,6 +63,8 @@ struct LaunchPlan {
   hostfile::Placement placement;
   /// The hosts taking part, in the order given.
   std::vector<PlannedHost> hosts;
+  /// --gpus-per-rank (0: GPUs are not given out).
+  int gpus_per_rank = 0;
 
   /// Number of ranks.
   int size() const { return placement.size(); }
@@ -80,7 +84,8 @@ struct PlanEnvironment {
 };
 
 /// The plan of `hvdrun run`: hosts from -H/--hostfile, else the scheduler allocation the
-/// environment describes, else localhost with -np slots; ranks placed in order; hosts that
+/// environment describes, else localhost with -np slots, kept by --include/--exclude; ranks
+/// placed in order; hosts that
 /// get no rank (-np below the slots) left out, so they take no part, not even a login. The
 /// launch method: --launcher, with auto resolved to slurm when the hosts come from a Slurm
 /// allocation and srun is on PATH, else to ssh. Throws UsageError for bad input (no -np and

@@ -1,12 +1,15 @@
-// The policy in the ranks' environment, each rank's placement from it, and the launcher's
-// check and report of this machine's ranks.
+// The policy in the ranks' environment, and the launcher's check and report of this
+// machine's ranks (each set up as its agent will: rank_devices.h).
 #include "launcher/plan/placement_env.h"
+
+#include <unistd.h>
 
 #include <algorithm>
 
 #include "common/env_names.h"
 #include "common/error.h"
 #include "common/whole_number.h"
+#include "launcher/plan/rank_devices.h"
 
 namespace hvdrun::launcher {
 namespace {
@@ -31,29 +34,94 @@ int number_of(const std::vector<std::string>& env, const char* name, int fallbac
 
 std::string or_dash(const std::string& s) { return s.empty() ? "-" : s; }
 
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
 std::string numbers_text(const std::vector<int>& v) {
   std::string out;
   for (int n : v) out += (out.empty() ? "" : ",") + std::to_string(n);
   return or_dash(out);
 }
 
+std::string gpus_text(const std::vector<int>& gpus, const std::vector<std::string>& ids) {
+  if (ids.empty()) return numbers_text(gpus);
+  std::vector<std::string> out;
+  for (int g : gpus) {
+    if (g >= 0 && static_cast<std::size_t>(g) < ids.size())
+      out.push_back(ids[static_cast<std::size_t>(g)]);
+  }
+  return or_dash(joined(out));
+}
+
+constexpr const char kOmp[] = "OMP_NUM_THREADS";
+
+// Whether the user sets NAME for the ranks: in the launcher's environment or with -x.
+bool user_sets(const LaunchOptions& options, const std::vector<std::string>& launcher_env,
+               const char* name) {
+  const std::string prefix = std::string(name) + "=";
+  auto named = [&](const std::string& e) { return e.rfind(prefix, 0) == 0 || e == name; };
+  return std::any_of(launcher_env.begin(), launcher_env.end(), named) ||
+         std::any_of(options.env.begin(), options.env.end(), named);
+}
+
+// A host whose hostfile lists its GPUs is checked against them before the start.
+void check_listed_gpus(const PlannedHost& h, const PlacementPolicy& policy) {
+  const auto need = h.ranks.size() * static_cast<std::size_t>(policy.gpus_per_rank);
+  if (h.gpus.empty() || need <= h.gpus.size()) return;
+  throw UsageError("host " + h.name + ": " + std::to_string(h.ranks.size()) + " ranks x " +
+                   std::to_string(policy.gpus_per_rank) + " GPUs per rank need " +
+                   std::to_string(need) + " GPUs, and its gpus= lists " +
+                   std::to_string(h.gpus.size()) + " (" + joined(h.gpus) +
+                   "); lower -np or --gpus-per-rank, or list more GPUs");
+}
+
+// The rows of this machine's ranks, each set up as its agent will set it up.
+std::string local_report(const HostTopology& t, const PlannedHost& h, const PlacementPolicy& policy,
+                         std::vector<std::string> env, bool omp_given) {
+  const auto n = h.ranks.size();
+  env.push_back(std::string(env_names::kLocalSize) + "=" + std::to_string(n));
+  env.emplace_back();
+  std::vector<RankPlacement> rows;
+  std::vector<std::string> ids;
+  for (std::size_t i = 0; i < n; ++i) {
+    env.back() = std::string(env_names::kLocalRank) + "=" + std::to_string(i);
+    const auto setup = rank_setup(t, h.name, env, omp_given);
+    if (!setup) return render_bindings(h.name, plan_placement(t, h.name, h.ranks, policy));
+    rows.push_back(setup->placed);
+    rows.back().rank = h.ranks[i];
+    ids = setup->gpu_ids;
+  }
+  return render_bindings(h.name, rows, ids);
+}
+
 }  // namespace
 
 std::vector<std::string> placement_env(const PlacementPolicy& policy) {
-  if (policy.bind_to == BindTo::none) return {};
-  return {std::string(kBindToVar) + "=" + std::string(to_string(policy.bind_to)),
-          std::string(kMapByVar) + "=" + std::string(to_string(policy.map_by)),
-          std::string(kCpusPerRankVar) + "=" + std::to_string(policy.cpus_per_rank)};
+  std::vector<std::string> out;
+  if (policy.bind_to != BindTo::none) {
+    out = {std::string(kBindToVar) + "=" + std::string(to_string(policy.bind_to)),
+           std::string(kMapByVar) + "=" + std::string(to_string(policy.map_by)),
+           std::string(kCpusPerRankVar) + "=" + std::to_string(policy.cpus_per_rank)};
+  }
+  if (policy.gpus_per_rank > 0) {
+    out.push_back(std::string(kGpusPerRankVar) + "=" + std::to_string(policy.gpus_per_rank));
+  }
+  return out;
 }
 
 std::optional<PlacementPolicy> policy_from_env(const std::vector<std::string>& env) {
-  const auto bind = value_of(env, kBindToVar);
-  if (!bind) return std::nullopt;
   PlacementPolicy p;
-  const auto b = parse_bind_to(*bind);
-  if (!b) throw UsageError(std::string(kBindToVar) + "=" + *bind + " is not a --bind-to word");
-  p.bind_to = *b;
-  if (p.bind_to == BindTo::none) return std::nullopt;
+  p.gpus_per_rank = number_of(env, kGpusPerRankVar, 0);
+  if (const auto bind = value_of(env, kBindToVar)) {
+    const auto b = parse_bind_to(*bind);
+    if (!b) throw UsageError(std::string(kBindToVar) + "=" + *bind + " is not a --bind-to word");
+    p.bind_to = *b;
+  }
+  if (p.bind_to == BindTo::none && p.gpus_per_rank == 0) return std::nullopt;
+  if (p.bind_to == BindTo::none) return p;
   const std::string map = value_of(env, kMapByVar).value_or("slot");
   const auto m = parse_map_by(map);
   if (!m) throw UsageError(std::string(kMapByVar) + "=" + map + " is not a --map-by word");
@@ -62,55 +130,70 @@ std::optional<PlacementPolicy> policy_from_env(const std::vector<std::string>& e
   return p;
 }
 
-std::optional<RankPlacement> rank_placement(const HostTopology& topology, const std::string& host,
-                                            const std::vector<std::string>& env) {
-  const auto policy = policy_from_env(env);
-  if (!policy) return std::nullopt;
-  const int local_size = number_of(env, env_names::kLocalSize, 1);
-  const int local_rank = number_of(env, env_names::kLocalRank, 0);
-  if (local_rank >= local_size) {
-    throw UsageError("local rank " + std::to_string(local_rank) + " of " +
-                     std::to_string(local_size) + " cannot be placed");
+std::vector<std::string> process_env() {
+  std::vector<std::string> out;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) out.emplace_back(*e);
+  return out;
+}
+
+std::string omp_note(const LaunchOptions& options, const std::vector<std::string>& launcher_env) {
+  if (options.placement.bind_to == BindTo::none || user_sets(options, launcher_env, kOmp)) {
+    return {};
   }
-  std::vector<int> ranks(static_cast<std::size_t>(local_size));
-  for (int i = 0; i < local_size; ++i) ranks[static_cast<std::size_t>(i)] = i;
-  return plan_placement(topology, host, ranks, *policy)[static_cast<std::size_t>(local_rank)];
+  return "hvdrun: OMP_NUM_THREADS is set in each rank to its number of bound cores; give "
+         "-x OMP_NUM_THREADS=N to choose another\n";
 }
 
 LaunchOptions with_placement(const LaunchPlan& plan, const LaunchOptions& options,
-                             std::string& report, const std::function<HostTopology()>& topology) {
+                             std::string& report, const std::function<HostTopology()>& topology,
+                             const std::vector<std::string>& launcher_env) {
   LaunchOptions out = options;
   const PlacementPolicy& policy = options.placement;
-  if (policy.bind_to == BindTo::none && !options.report_bindings) return out;
+  const bool listed = std::any_of(plan.hosts.begin(), plan.hosts.end(),
+                                  [](const PlannedHost& h) { return !h.gpus.empty(); });
+  if (policy.bind_to == BindTo::none && policy.gpus_per_rank == 0 && !listed &&
+      options.network_interfaces.empty() && !options.report_bindings) {
+    return out;
+  }
   const auto locals = std::count_if(plan.hosts.begin(), plan.hosts.end(),
                                     [](const PlannedHost& h) { return h.local; });
   if (policy.bind_to != BindTo::none && locals > 1) {
     throw UsageError("--bind-to needs this machine once in the host list; it is there " +
                      std::to_string(locals) + " times (give it one entry with all its slots)");
   }
+  auto vars = placement_env(policy);
+  if (!options.network_interfaces.empty()) {
+    vars.push_back(std::string(kNetworkInterfacesVar) + "=" + joined(options.network_interfaces));
+  }
   std::optional<HostTopology> here;
   for (const auto& h : plan.hosts) {
+    check_listed_gpus(h, policy);
     if (!h.local) {
       report += "host " + h.name + ": placed by its agent when its ranks start\n";
       continue;
     }
     if (!here) here = topology();
-    const auto placed = plan_placement(*here, h.name, h.ranks, policy);
-    report += render_bindings(h.name, placed);
+    std::vector<std::string> env = launcher_env;
+    for (const auto& e : options.env) {
+      if (e.find('=') != std::string::npos) env.push_back(e);
+    }
+    env.insert(env.end(), vars.begin(), vars.end());
+    if (!h.gpus.empty()) env.push_back(std::string(kHostGpusVar) + "=" + joined(h.gpus));
+    report += local_report(*here, h, policy, env, user_sets(options, launcher_env, kOmp));
   }
-  const auto vars = placement_env(policy);
   out.env.insert(out.env.end(), vars.begin(), vars.end());
   return out;
 }
 
-std::string render_bindings(const std::string& host, const std::vector<RankPlacement>& ranks) {
+std::string render_bindings(const std::string& host, const std::vector<RankPlacement>& ranks,
+                            const std::vector<std::string>& gpu_ids) {
   std::vector<std::vector<std::string>> rows = {
       {"RANK", "HOST", "LOCAL", "CORES", "CPUS", "NUMA", "GPU", "NIC"}};
   for (const auto& r : ranks) {
     const bool bound = !r.cpus.empty();
     rows.push_back({std::to_string(r.rank), host, std::to_string(r.local_rank),
                     bound ? cpu_list_text(r.cores) : "unbound", bound ? cpu_list_text(r.cpus) : "-",
-                    numbers_text(r.numa), numbers_text(r.gpus), or_dash(r.nic)});
+                    numbers_text(r.numa), gpus_text(r.gpus, gpu_ids), or_dash(r.nic)});
   }
   std::vector<std::size_t> width(rows.front().size(), 0);
   for (const auto& row : rows) {

@@ -1,6 +1,7 @@
 // Binding ranks on the hosts that run them: the policy travels in every rank's environment
-// (HVDRUN_BIND_TO, HVDRUN_MAP_BY, HVDRUN_CPUS_PER_RANK), each agent plans its own host from
-// its own topology (launcher/topology/placement.h) and binds the child before exec; the
+// (HVDRUN_BIND_TO, HVDRUN_MAP_BY, HVDRUN_CPUS_PER_RANK, HVDRUN_GPUS_PER_RANK and the
+// variables of rank_devices.h), each agent plans its own host from its own topology
+// (launcher/topology/placement.h) and binds the child before exec; the
 // launcher plans this machine's ranks first, so that a refusal comes before anything
 // starts, and prints them for --report-bindings.
 #pragma once
@@ -20,30 +21,37 @@ inline constexpr const char kBindToVar[] = "HVDRUN_BIND_TO";
 inline constexpr const char kMapByVar[] = "HVDRUN_MAP_BY";
 inline constexpr const char kCpusPerRankVar[] = "HVDRUN_CPUS_PER_RANK";
 
-/// NAME=VALUE for each of them; empty with --bind-to none (nothing to apply).
+/// NAME=VALUE for each of them (with --bind-to none, none of them), and
+/// HVDRUN_GPUS_PER_RANK with --gpus-per-rank.
 std::vector<std::string> placement_env(const PlacementPolicy& policy);
 
-/// The policy a rank's environment carries; nullopt when it binds nothing. Throws
-/// UsageError for a value that is not one of the words or numbers.
+/// The policy a rank's environment carries; nullopt when it neither binds nor gives GPUs.
+/// Throws UsageError for a value that is not one of the words or numbers.
 std::optional<PlacementPolicy> policy_from_env(const std::vector<std::string>& env);
 
-/// Where the rank with this environment runs on `topology` (host `host`): its local rank of
-/// its local size under the environment's policy; nullopt when it binds nothing. Throws
-/// UsageError when the host cannot place it (plan_placement's refusals).
-std::optional<RankPlacement> rank_placement(const HostTopology& topology, const std::string& host,
-                                            const std::vector<std::string>& env);
+/// This process's environment, NAME=VALUE each.
+std::vector<std::string> process_env();
 
-/// The options a launch runs with: with a policy that binds, checks the hosts that are this
-/// machine against its topology (UsageError before anything starts) and adds the policy's
-/// variables to the ranks' (-x). With --report-bindings, writes the table of
-/// render_bindings for this machine's ranks to `report` first. `topology` is read only when
-/// needed.
+/// The options a launch runs with: with a policy that binds or gives GPUs, with
+/// --network-interfaces or a host's GPU list, checks the hosts that are this machine against
+/// its topology and the hosts with a hostfile GPU list against it (UsageError before
+/// anything starts) and adds the variables the agents apply to the ranks' (-x). With
+/// --report-bindings, writes the table of render_bindings for this machine's ranks to
+/// `report` first. `topology` is read only when needed; `launcher_env` is this process's
+/// environment (CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS, HVDRUN_FAKE_GPUS).
 LaunchOptions with_placement(const LaunchPlan& plan, const LaunchOptions& options,
                              std::string& report,
-                             const std::function<HostTopology()>& topology = load_host_topology);
+                             const std::function<HostTopology()>& topology = load_host_topology,
+                             const std::vector<std::string>& launcher_env = process_env());
+
+/// The one line that says hvdrun sets OMP_NUM_THREADS in bound ranks, when it does: a policy
+/// that binds and no OMP_NUM_THREADS in `launcher_env` or -x. Empty otherwise.
+std::string omp_note(const LaunchOptions& options, const std::vector<std::string>& launcher_env);
 
 /// The table of --report-bindings: RANK, HOST, LOCAL, CORES, CPUS, NUMA, GPU, NIC, one row
-/// per rank ("unbound" and "-" where nothing is bound or chosen).
-std::string render_bindings(const std::string& host, const std::vector<RankPlacement>& ranks);
+/// per rank ("unbound" and "-" where nothing is bound or chosen); the GPU column shows
+/// `gpu_ids` at each rank's GPU positions when given (CUDA_VISIBLE_DEVICES values).
+std::string render_bindings(const std::string& host, const std::vector<RankPlacement>& ranks,
+                            const std::vector<std::string>& gpu_ids = {});
 
 }  // namespace hvdrun::launcher

@@ -88,6 +88,9 @@ std::vector<JobHooks::OpenedHost> open_hosts(const LaunchOptions& options,
                                              const std::vector<std::string>& hosts) {
   LaunchOptions o = options;
   o.hosts.clear();
+  // The hosts joining are named already: the start's filter is not applied again.
+  o.include.clear();
+  o.exclude.clear();
   for (const auto& h : hosts) o.hosts.push_back(hostfile::HostSlots{h, 1});
   o.np = static_cast<int>(hosts.size());
   const LaunchPlan plan = make_plan(o);

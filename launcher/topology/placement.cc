@@ -184,7 +184,7 @@ void check_policy(const HostTopology& t, const std::string& host, std::size_t n,
   if (n * g > t.gpus.size()) {
     refuse(host, numbers(n, "rank", "ranks") + " x " + numbers(g, "GPU", "GPUs") +
                      " per rank need " + std::to_string(n * g) + " GPUs, and the host has " +
-                     std::to_string(t.gpus.size()));
+                     std::to_string(t.gpus.size()) + "; lower -np or --gpus-per-rank");
   }
 }
 

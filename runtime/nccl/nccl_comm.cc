@@ -344,7 +344,11 @@ NcclComm::NcclComm(rendezvous::Store& store, const std::string& key, int rank, i
     std::memcpy(ids[i].internal, id_list[i].data(), sizeof ids[i].internal);
   }
 
-  int dev = local_rank % devices;
+  // With --gpus-per-rank, hvdrun gave this rank its own CUDA_VISIBLE_DEVICES: its device is
+  // the first one it sees.
+  const char* own = std::getenv(env_names::kGpusPerRank);
+  const bool own_gpus = own != nullptr && *own != '\0' && std::strcmp(own, "0") != 0;
+  int dev = own_gpus ? 0 : local_rank % devices;
   s_->device = dev;
   if (int rc = Cuda::get().set_device(dev); rc != 0)
     throw Error("nccl: rank " + std::to_string(rank) + ": cudaSetDevice(" + std::to_string(dev) +

@@ -28,7 +28,8 @@ int nccl_version();
 /// An NCCL communicator over all ranks.
 class NcclComm {
  public:
-  /// Builds the communicator: picks device local_rank % devices, exchanges the unique id
+  /// Builds the communicator: picks device local_rank % devices (device 0 under
+  /// --gpus-per-rank, HVDRUN_GPUS_PER_RANK), exchanges the unique id
   /// under `key` (with an NCCL of 2.23 or later and more than 128 ranks, one id per 128
   /// ranks under nccl_id_key(key, i), for ncclCommInitRankScalable; else one id for
   /// ncclCommInitRankConfig), initialises without blocking and aborts at `deadline`. Throws Error

@@ -614,3 +614,27 @@ TEST_CASE("binding flags parse strictly") {
   CHECK(error_of({"check", "--bind-to", "core"}) ==
         "--bind-to does not apply to 'hvdrun check'; see hvdrun --help for the options it takes");
 }
+
+TEST_CASE("GPU and NIC flags parse strictly") {
+  const Command cmd = parse_command_line(
+      split("--gpus-per-rank 2 --network-interfaces ib0,eth0 -H a:4,b:4 --include a:0,1@b x"));
+  CHECK(cmd.options.placement.gpus_per_rank == 2);
+  CHECK(cmd.options.network_interfaces == std::vector<std::string>{"ib0", "eth0"});
+  CHECK(cmd.options.include == "a:0,1@b");
+  CHECK(error_of({"--gpus-per-rank", "x", "y"}).find("--gpus-per-rank") != std::string::npos);
+  CHECK(error_of({"-H", "a,b", "--include", "a", "--exclude", "b", "x"}) ==
+        "--include and --exclude were both given; give one of them");
+  CHECK(error_of({"--network-interfaces", "ib0,,eth0", "x"}) ==
+        "bad value 'ib0,,eth0' for --network-interfaces; expected interface names separated by "
+        "commas, as ib0,eth0");
+  CHECK(error_of({"--network-interface", "lo", "--network-interfaces", "lo", "x"})
+            .find("were both given") != std::string::npos);
+  // The filter is checked against the hosts with -np before anything starts.
+  CHECK(error_of({"-H", "a:2,b:2", "--exclude", "c", "x"}) ==
+        "--exclude: host 'c' is not in the host list (a,b); name a host of -H, the hostfile or "
+        "the allocation");
+  CHECK(error_of({"-np", "3", "-H", "a:2,b:2", "--include", "a", "x"}).find("-np") !=
+        std::string::npos);
+  CHECK(error_of({"--min-np", "1", "-H", "a:2", "--include", "a", "x"}) ==
+        "--include and --exclude do not apply in elastic mode; give the hosts to use");
+}

@@ -247,7 +247,7 @@ TEST_CASE("hostfile errors name file:line, quote the text and say what is expect
        "hosts.txt:1: unexpected '=4' in 'a =4'; expected 'host slots=N', 'host:N' or 'host'"},
       {"a cpus=4\n",
        "hosts.txt:1: unknown attribute 'cpus' in 'a cpus=4'; expected 'host slots=N', 'host:N' or "
-       "'host' (max_slots=N is accepted and ignored)"},
+       "'host', with gpus=ID,... (max_slots=N is accepted and ignored)"},
       {"a max_slots=x\n",
        "hosts.txt:1: bad max_slots 'x' for host 'a'; expected a whole number from 1 to 65536"},
       {"slots=4\n",

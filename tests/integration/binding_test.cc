@@ -1,8 +1,11 @@
 // --bind-to on this machine end to end: every rank's Cpus_allowed_list is the CPU list of
-// the plan that --report-bindings prints, and --bind-to none leaves every CPU allowed.
+// the plan that --report-bindings prints, and --bind-to none leaves every CPU allowed; with
+// --gpus-per-rank and a fake GPU list, each rank's own CUDA_VISIBLE_DEVICES, its
+// OMP_NUM_THREADS and the NIC of --network-interfaces.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -74,4 +77,48 @@ TEST_CASE("more ranks than cores is refused before anything starts when binding"
   CHECK(h.out.empty());
   CHECK(count(h.err, "host localhost: " + np + " ranks x 1 core per rank need " + np + " cores") ==
         1);
+}
+
+TEST_CASE("each rank sees its own GPU and OMP_NUM_THREADS of its cores and the listed NIC") {
+  const HostTopology here = load_host_topology();
+  const int np = static_cast<int>(std::min<std::size_t>(2, here.cores.size()));
+  // Three fake GPUs for two ranks, unless this machine has a list of its own (inherited
+  // CUDA_VISIBLE_DEVICES, or GPUs hwloc finds), which comes first.
+  Hvdrun h({"-np", std::to_string(np), "--gpus-per-rank", "1", "--bind-to", "core",
+            "--network-interfaces", "hvdrun-none0,lo", "--report-bindings", "sh", "-c",
+            "echo CVD=$CUDA_VISIBLE_DEVICES OMP=$OMP_NUM_THREADS IF=$NCCL_SOCKET_IFNAME"},
+           {"HVDRUN_FAKE_GPUS=GPU-a,GPU-b,GPU-c"});
+  REQUIRE(h.wait() == 0);
+  const char* inherited = std::getenv("CUDA_VISIBLE_DEVICES");
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const bool fake = inherited == nullptr && here.gpus.empty();
+  for (int r = 0; r < np; ++r) {
+    const std::string id = r == 0 ? "GPU-a" : "GPU-b";
+    CHECK(count(h.out, "[" + std::to_string(r) + "]<stdout>:CVD=" + (fake ? id : "")) == 1);
+    CHECK(count(h.out, " OMP=" + std::string(omp == nullptr ? "1" : omp) + " IF=lo") == np);
+  }
+  CHECK(count(h.err, "hvdrun: OMP_NUM_THREADS is set in each rank") == (omp == nullptr ? 1 : 0));
+  if (!fake) return;
+  // More GPUs than the host has: refused with the numbers before anything starts.
+  Hvdrun refused({"-np", "2", "--gpus-per-rank", "2", "sh", "-c", "echo started"},
+                 {"HVDRUN_FAKE_GPUS=0,1,2"});
+  CHECK(refused.wait() == 2);
+  CHECK(refused.out.empty());
+  CHECK(count(refused.err,
+              "host localhost: 2 ranks x 2 GPUs per rank need 4 GPUs, and the host has 3") == 1);
+}
+
+TEST_CASE("a hostfile's gpus= list is sliced per rank and include picks from it") {
+  TempDir d("gpus");
+  const std::string hosts = d.path() + "/hosts";
+  write_text(hosts, "localhost slots=2 gpus=5,7\n");
+  const std::string show = "echo CVD=$CUDA_VISIBLE_DEVICES";
+  Hvdrun h({"--hostfile", hosts, "--gpus-per-rank", "1", "sh", "-c", show});
+  REQUIRE(h.wait() == 0);
+  CHECK(count(h.out, "[0]<stdout>:CVD=5") == 1);
+  CHECK(count(h.out, "[1]<stdout>:CVD=7") == 1);
+  // DeepSpeed's form: GPU 7 of localhost only, so one rank.
+  Hvdrun one({"--hostfile", hosts, "--include", "localhost:7", "sh", "-c", show});
+  REQUIRE(one.wait() == 0);
+  CHECK(one.out == "[0]<stdout>:CVD=7\n");
 }

@@ -114,10 +114,11 @@ TEST_CASE("dry run as JSON, with an exec: launcher") {
   REQUIRE(r.code == 0);
   CHECK(r.out ==
         "{\"launcher\": \"exec:docker exec -i {host}\", \"source\": \"-H/--hostfile\", "
-        "\"hosts\": [{\"host\": \"c1\", \"slots\": 2, \"method\": \"exec\"}, {\"host\": \"c2\", "
-        "\"slots\": 1, \"method\": \"exec\"}], \"ranks\": [{\"rank\": 0, \"host\": \"c1\", "
-        "\"local_rank\": 0}, {\"rank\": 1, \"host\": \"c1\", \"local_rank\": 1}, {\"rank\": 2, "
-        "\"host\": \"c2\", \"local_rank\": 0}]}\n");
+        "\"hosts\": [{\"host\": \"c1\", \"slots\": 2, \"method\": \"exec\", \"gpus\": null}, "
+        "{\"host\": \"c2\", \"slots\": 1, \"method\": \"exec\", \"gpus\": null}], \"ranks\": "
+        "[{\"rank\": 0, \"host\": \"c1\", \"local_rank\": 0, \"gpus\": null}, {\"rank\": 1, "
+        "\"host\": \"c1\", \"local_rank\": 1, \"gpus\": null}, {\"rank\": 2, \"host\": \"c2\", "
+        "\"local_rank\": 0, \"gpus\": null}]}\n");
 }
 
 TEST_CASE("a malformed allocation variable is exit 2 naming it and the bad part") {

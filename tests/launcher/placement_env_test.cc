@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/error.h"
+#include "launcher/plan/rank_devices.h"
 #include "tests/launcher/topology_fixture.h"
 
 namespace hvdrun::launcher {
@@ -32,14 +33,17 @@ TEST_CASE("an agent places a rank from its local rank and local size", "[placeme
   std::vector<std::string> env = placement_env({BindTo::core, MapBy::slot, 8, 0});
   env.emplace_back("HVDRUN_LOCAL_RANK=3");
   env.emplace_back("HVDRUN_LOCAL_SIZE=8");
-  const auto p = rank_placement(testing::two_socket_eight_gpu(), "node1", env);
+  const auto p = rank_setup(testing::two_socket_eight_gpu(), "node1", env, false);
   REQUIRE(p);
-  CHECK(cpu_list_text(p->cpus) == "24-31,88-95");
-  CHECK(p->numa == std::vector<int>{1});
+  CHECK(cpu_list_text(p->placed.cpus) == "24-31,88-95");
+  CHECK(p->placed.numa == std::vector<int>{1});
+  // OMP_NUM_THREADS is its cores, not their hardware threads; left alone when the user set it.
+  CHECK(p->env == std::vector<std::string>{"OMP_NUM_THREADS=8"});
+  CHECK(rank_setup(testing::two_socket_eight_gpu(), "node1", env, true)->env.empty());
   env.back() = "HVDRUN_LOCAL_SIZE=9";
-  CHECK_THROWS_WITH(rank_placement(testing::two_socket_eight_gpu(), "node1", env),
+  CHECK_THROWS_WITH(rank_setup(testing::two_socket_eight_gpu(), "node1", env, false),
                     Contains("host node1: 9 ranks x 8 cores per rank need 72 cores"));
-  CHECK_FALSE(rank_placement(testing::two_socket_eight_gpu(), "node1", {"HVDRUN_LOCAL_RANK=0"}));
+  CHECK_FALSE(rank_setup(testing::two_socket_eight_gpu(), "node1", {"HVDRUN_LOCAL_RANK=0"}, false));
 }
 
 LaunchPlan two_host_plan() {

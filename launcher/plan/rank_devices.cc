@@ -1,0 +1,189 @@
+// GPU slices, OMP_NUM_THREADS and the NIC of --network-interfaces for each rank
+// (rank_devices.h; docs/placement.md).
+#include "launcher/plan/rank_devices.h"
+
+#include <net/if.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "common/env_names.h"
+#include "common/error.h"
+#include "common/quote.h"
+#include "common/whole_number.h"
+#include "launcher/plan/placement_env.h"
+
+namespace hvdrun::launcher {
+namespace {
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
+int whole(const std::vector<std::string>& env, const char* name, int fallback) {
+  const auto text = env_value(env, name);
+  if (!text) return fallback;
+  const auto n = parse_whole_number(*text, 0, 1 << 20);
+  if (!n) throw UsageError(std::string(name) + "=" + *text + " is not a whole number");
+  return static_cast<int>(*n);
+}
+
+// The cores with a hardware thread among `cpus`: what OMP_NUM_THREADS counts.
+int cores_of(const HostTopology& t, const std::vector<int>& cpus) {
+  return static_cast<int>(std::count_if(t.cores.begin(), t.cores.end(), [&](const Core& c) {
+    return std::any_of(c.pus.begin(), c.pus.end(),
+                       [&](int pu) { return std::binary_search(cpus.begin(), cpus.end(), pu); });
+  }));
+}
+
+// The GPUs of a rank as CUDA_VISIBLE_DEVICES values.
+std::string visible_devices(const RankSetup& s) {
+  std::vector<std::string> ids;
+  for (int g : s.placed.gpus) ids.push_back(s.gpu_ids[static_cast<std::size_t>(g)]);
+  return joined(ids);
+}
+
+}  // namespace
+
+std::optional<std::string> env_value(const std::vector<std::string>& env, std::string_view name) {
+  std::optional<std::string> out;
+  for (const auto& e : env) {
+    if (e.size() > name.size() && e.compare(0, name.size(), name) == 0 && e[name.size()] == '=') {
+      out = e.substr(name.size() + 1);
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> comma_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    if (comma > start) out.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> host_gpu_ids(const HostTopology& topology,
+                                      const std::vector<std::string>& env, std::string* from) {
+  auto said = [from](const char* where) {
+    if (from != nullptr) *from = where;
+  };
+  for (const char* name : {kHostGpusVar, "CUDA_VISIBLE_DEVICES"}) {
+    if (const auto v = env_value(env, name)) {
+      said(name == kHostGpusVar ? "the hostfile's gpus=" : "CUDA_VISIBLE_DEVICES");
+      return comma_list(*v);
+    }
+  }
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < topology.gpus.size(); ++i) out.push_back(std::to_string(i));
+  if (!out.empty()) {
+    said("hwloc");
+    return out;
+  }
+  said(kFakeGpusVar);
+  if (const auto v = env_value(env, kFakeGpusVar)) return comma_list(*v);
+  said("hwloc");
+  return out;
+}
+
+HostTopology with_gpu_ids(HostTopology topology, const std::vector<std::string>& ids) {
+  std::vector<Gpu> gpus;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    Gpu g;
+    const auto n = parse_whole_number(ids[i], 0, 1 << 20);
+    if (n && static_cast<std::size_t>(*n) < topology.gpus.size()) {
+      g = topology.gpus[static_cast<std::size_t>(*n)];
+    }
+    g.index = static_cast<int>(i);
+    g.name = ids[i];
+    gpus.push_back(std::move(g));
+  }
+  topology.gpus = std::move(gpus);
+  return topology;
+}
+
+std::vector<std::string> parse_interface_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string name = text.substr(start, comma - start);
+    if (name.empty() || name.find_first_of(" \t\n/") != std::string::npos) {
+      throw UsageError("bad value " + quote(text) +
+                       " for --network-interfaces; expected interface names separated by commas, "
+                       "as ib0,eth0");
+    }
+    out.push_back(name);
+    start = comma + 1;
+  }
+  return out;
+}
+
+bool interface_present(const std::string& name) { return ::if_nametoindex(name.c_str()) != 0; }
+
+std::string pick_interface(const std::vector<std::string>& wanted, const std::string& host,
+                           const std::function<bool(const std::string&)>& present) {
+  for (const auto& name : wanted) {
+    if (present(name)) return name;
+  }
+  throw UsageError("host " + host + " has none of the interfaces of --network-interfaces " +
+                   joined(wanted) + "; add one it has (`ip -br link` there lists them)");
+}
+
+std::optional<RankSetup> rank_setup(const HostTopology& topology, const std::string& host,
+                                    const std::vector<std::string>& env, bool omp_given,
+                                    const std::function<bool(const std::string&)>& present) {
+  const auto policy = policy_from_env(env);
+  const auto host_gpus = env_value(env, kHostGpusVar);
+  const std::vector<std::string> wanted =
+      comma_list(env_value(env, kNetworkInterfacesVar).value_or(""));
+  if (!policy && !host_gpus && wanted.empty()) return std::nullopt;
+  const PlacementPolicy p = policy.value_or(PlacementPolicy{});
+  RankSetup out;
+  std::string from;
+  if (p.gpus_per_rank > 0) out.gpu_ids = host_gpu_ids(topology, env, &from);
+  const HostTopology here = p.gpus_per_rank > 0 ? with_gpu_ids(topology, out.gpu_ids) : topology;
+  const int local_size = whole(env, env_names::kLocalSize, 1);
+  const int local_rank = whole(env, env_names::kLocalRank, 0);
+  if (local_rank >= local_size) {
+    throw UsageError("local rank " + std::to_string(local_rank) + " of " +
+                     std::to_string(local_size) + " cannot be placed");
+  }
+  std::vector<int> ranks(static_cast<std::size_t>(local_size));
+  for (int i = 0; i < local_size; ++i) ranks[static_cast<std::size_t>(i)] = i;
+  try {
+    out.placed = plan_placement(here, host, ranks, p)[static_cast<std::size_t>(local_rank)];
+  } catch (const UsageError& e) {
+    if (p.gpus_per_rank == 0) throw;
+    // The planner's refusal, with where the GPUs were counted.
+    throw UsageError(std::string(e.what()) + " (GPUs from " + from + ": " +
+                     (out.gpu_ids.empty() ? "none" : joined(out.gpu_ids)) + ")");
+  }
+  if (p.gpus_per_rank > 0) {
+    out.env.push_back("CUDA_VISIBLE_DEVICES=" + visible_devices(out));
+    // hwloc's numbers are the PCI order; CUDA's are only with this (its default is
+    // fastest first).
+    if (from == "hwloc" && !env_value(env, "CUDA_DEVICE_ORDER")) {
+      out.env.emplace_back("CUDA_DEVICE_ORDER=PCI_BUS_ID");
+    }
+  } else if (host_gpus) {
+    out.env.push_back("CUDA_VISIBLE_DEVICES=" + *host_gpus);
+  }
+  if (!out.placed.cpus.empty() && !omp_given) {
+    out.env.push_back("OMP_NUM_THREADS=" + std::to_string(cores_of(topology, out.placed.cpus)));
+  }
+  if (!wanted.empty()) {
+    out.placed.nic = pick_interface(wanted, host, present);
+    for (const char* name : {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE"}) {
+      out.env.push_back(std::string(name) + "=" + out.placed.nic);
+    }
+  }
+  return out;
+}
+
+}  // namespace hvdrun::launcher
