@@ -69,7 +69,10 @@ int main(int argc, char** argv) {
   }
 
   using hvdrun::cli::Action;
-  if (cmd.action == Action::run || cmd.action == Action::check) {
+  // Join mode's secret is the job's, not the ranks': none of them inherits it.
+  ::unsetenv("HVDRUN_JOB_SECRET");
+  // In join mode srun's tasks are the nodes (`srun --ntasks-per-node=1 hvdrun --nnodes ...`).
+  if ((cmd.action == Action::run && !cmd.options.join.enabled()) || cmd.action == Action::check) {
     // `srun hvdrun ...` in a batch script: every task would launch the whole job. Refuse at
     // once, in one voice (task 0's), before anything starts.
     if (auto refusal = hvdrun::launcher::srun_task_refusal(

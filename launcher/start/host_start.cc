@@ -29,6 +29,7 @@ constexpr Registration kStarters[] = {
     {LaunchMethod::exec, &make_exec_starter},
     {LaunchMethod::slurm, &make_slurm_starter},
     {LaunchMethod::ssh, &make_ssh_starter},
+    {LaunchMethod::join, &make_join_starter},
 };
 
 // The hosts of `plan` whose method is `method`, in plan order.
@@ -142,6 +143,12 @@ int report_start_failures(const StartTable& table, std::optional<Failure>* outco
     return exit_status::kLaunchFailed;
   }
   const auto& failures = table.unreachable;
+  if (table.join) {
+    // Join mode: node 0 says what kept the job from starting (a node that did not come).
+    for (const auto& f : failures) std::fprintf(stderr, "hvdrun: node 0: %s\n", f.c_str());
+    std::fflush(stderr);
+    return exit_status::kLaunchFailed;
+  }
   std::fprintf(stderr, "hvdrun: %zu host%s could not be reached; nothing was started:\n",
                failures.size(), failures.size() > 1 ? "s" : "");
   for (const auto& f : failures) std::fprintf(stderr, "  %s\n", f.c_str());

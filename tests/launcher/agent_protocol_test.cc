@@ -108,6 +108,7 @@ TEST_CASE("every message survives a round trip whatever the chunking") {
       regenerate,
       proto::Regenerate{},
       proto::RankLeft{4, 2},
+      proto::JobEnd{3, "rank 2 failed\n", true},
       proto::Signal{SIGUSR1}};
   std::string all;
   for (const auto& m : msgs) all += encoded(m);
@@ -191,7 +192,7 @@ TEST_CASE("a version 1 agent hello (no interface field) is read as a version mis
   auto m = d.next();
   REQUIRE(m);
   CHECK(std::get<proto::AgentHello>(*m).version == 1);
-  CHECK(proto::kVersion == 8);
+  CHECK(proto::kVersion == 9);
 }
 
 TEST_CASE("a message larger than the frame limit cannot be encoded") {
