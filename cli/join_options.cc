@@ -145,12 +145,13 @@ void endpoint(const GivenFlags& g, launcher::JoinOptions& j) {
     j.endpoint_port = number(g, "master-port", 1, 65535, "--master-port 29500");
 }
 
-// torchrun's program forms: -m MODULE, a .py script under python3, --no-python as given.
+// torchrun's program forms: -m (the command is a module), a .py script under python3,
+// --no-python as given.
 void program(const GivenFlags& g, std::vector<std::string>& command) {
   if (g.count("module") != 0) {
     if (g.count("no-python") != 0)
       throw UsageError("-m runs a Python module, --no-python runs the command as given; give one");
-    command.insert(command.begin(), {"python3", "-m", g.at("module")});
+    if (!command.empty()) command.insert(command.begin(), {"python3", "-m"});
     return;
   }
   if (g.count("no-python") != 0 || command.empty()) return;
@@ -166,7 +167,8 @@ void take_pet_variables(GivenFlags& g, const char* (*getenv)(const char*)) {
     const char* v = getenv(pet_variable(name).c_str());
     if (v == nullptr || *v == '\0') continue;
     const std::string value(v);
-    const bool is_switch = std::string(name) == "standalone" || std::string(name) == "no-python";
+    const std::string n(name);
+    const bool is_switch = n == "standalone" || n == "no-python" || n == "module";
     if (is_switch && value != "1" && value != "true" && value != "True") continue;
     g[name] = is_switch ? std::string() : value;
   }

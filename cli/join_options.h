@@ -22,8 +22,9 @@ const std::vector<const char*>& join_flag_names();
 /// PET_ and the name upper-cased with '_' for '-' ("nnodes" -> "PET_NNODES").
 std::string pet_variable(const std::string& name);
 
-/// Applies `given` to `o` and `command` (the user's command: `-m MODULE` and a first word
-/// ending in `.py` run under python3 unless --no-python). With none of the flags given,
+/// Applies `given` to `o` and `command` (the user's command: with `-m` it is a Python
+/// module run by python3 -m, and a first word ending in `.py` runs under python3 unless
+/// --no-python). With none of the flags given,
 /// nothing changes. One node (--standalone, or --nnodes 1 without an endpoint) is a local
 /// job of --nproc-per-node ranks; more are join mode (o.join), which needs node 0's
 /// endpoint, this node's rank and the job's secret (--secret-file, else `secret_env`, the

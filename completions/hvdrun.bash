@@ -16,12 +16,11 @@ _hvdrun_value_opts="-np --num-proc -H --hosts --hostfile -x --env --start-timeou
   --thread-affinity --gloo-timeout-seconds --launcher --min-np --max-np --host-discovery-script
   --slots-per-host --reset-limit --max-restarts --blacklist-cooldown-range --elastic-timeout
   --env-file --config-file --bind-to --map-by --cpus-per-rank --nnodes --node-rank --nproc-per-node
-  --rdzv-endpoint --rdzv-id --rdzv-backend --rdzv-timeout --master-addr --master-port -m --module
-  --secret-file"
+  --rdzv-endpoint --rdzv-id --rdzv-backend --rdzv-timeout --master-addr --master-port --secret-file"
 _hvdrun_flag_opts="--prefix-output-with-timestamp --json --topology --dry-run --verbose --check-build
   --version -h --help --gloo --disable-cache --hierarchical-allreduce --no-hierarchical-allreduce
   --hierarchical-allgather --no-hierarchical-allgather --autotune --timeline-mark-cycles
-  --no-stall-check --tcp --log-without-timestamp --report-bindings --standalone --no-python"
+  --no-stall-check --tcp --log-without-timestamp --report-bindings --standalone --no-python -m --module"
 
 # Prints the host names listed in a hostfile ('host slots=N' lines, '#' comments).
 _hvdrun_hostfile_hosts() {
@@ -171,7 +170,7 @@ _hvdrun() {
     -np | --num-proc | -p | --ssh-port | --start-timeout | --kill-grace | --timeout | --min-np | --max-np | --slots-per-host | \
       --reset-limit | --max-restarts | --blacklist-cooldown-range | --elastic-timeout | --nnodes | \
       --node-rank | --nproc-per-node | --rdzv-endpoint | --rdzv-id | --rdzv-timeout | --master-addr | \
-      --master-port | -m | --module)
+      --master-port)
       return 0
       ;;
     --rdzv-backend)
