@@ -117,8 +117,7 @@ void refuse_unsupported(const GivenFlags& g, const launcher::LaunchOptions& o) {
     throw UsageError(o.elastic.reset_limit_flag + " " + std::to_string(*o.elastic.reset_limit) +
                      ": a job started with torchrun's flags does not restart yet; drop it (or "
                      "give 0)");
-  if (!o.elastic.discovery_script.empty() || o.elastic.min_np.value_or(1) != 1 ||
-      o.elastic.max_np)
+  if (!o.elastic.discovery_script.empty() || o.elastic.min_np.value_or(1) != 1 || o.elastic.max_np)
     throw UsageError(
         "elastic options cannot be combined with torchrun's flags yet; drop --min-np, "
         "--max-np and --host-discovery-script");
@@ -178,9 +177,9 @@ void take_pet_variables(GivenFlags& g, const char* (*getenv)(const char*)) {
 
 const std::vector<const char*>& join_flag_names() {
   static const std::vector<const char*> names = {
-      "nnodes",      "node-rank",    "nproc-per-node", "rdzv-endpoint", "rdzv-id",
+      "nnodes",       "node-rank",    "nproc-per-node", "rdzv-endpoint", "rdzv-id",
       "rdzv-backend", "rdzv-timeout", "master-addr",    "master-port",   "standalone",
-      "no-python",   "module",       "secret-file"};
+      "no-python",    "module",       "secret-file"};
   return names;
 }
 

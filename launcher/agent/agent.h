@@ -11,10 +11,10 @@ namespace hvdrun::launcher {
 
 /// The job's verdict as the launcher sent it to a joined node's agent (join mode).
 struct JobVerdict {
-  bool known = false;     ///< false: the launcher closed the stream without one
-  int exit_code = 0;      ///< the launcher's exit code
-  std::string message;    ///< its failure report, or empty
-  bool this_host = false; ///< the report names this host
+  bool known = false;      ///< false: the launcher closed the stream without one
+  int exit_code = 0;       ///< the launcher's exit code
+  std::string message;     ///< its failure report, or empty
+  bool this_host = false;  ///< the report names this host
 };
 
 /// Runs the agent on `in_fd` (frames from the launcher) and `out_fd` (frames to it) until

@@ -259,9 +259,9 @@ struct JobEnd {
 };
 
 /// Any decoded message.
-using Message = std::variant<Hello, AgentHello, Spawn, RankStarted, Output, RankExited, Kill,
-                             Heartbeat, Fatal, Suspend, Resume, RankStopped, RankElastic,
-                             Regenerate, RankLeft, Signal, JobEnd>;
+using Message =
+    std::variant<Hello, AgentHello, Spawn, RankStarted, Output, RankExited, Kill, Heartbeat, Fatal,
+                 Suspend, Resume, RankStopped, RankElastic, Regenerate, RankLeft, Signal, JobEnd>;
 
 /// Appends the frame for `msg` to `out`. Throws ProtocolError when it would exceed
 /// kMaxFrameBytes (for instance a spawn with a gigantic environment).

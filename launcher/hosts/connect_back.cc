@@ -287,8 +287,8 @@ void ConnectBackPort::advance(std::uint64_t key, std::vector<ConnectedAgent>& do
     return drop(key);
   gate_.leave(p.id);
   set_nonblocking(p.sock.get(), false);
-  done.push_back({text.substr(0, nl1), text.substr(nl1 + 1, nl2 - nl1 - 1), std::move(p.sock),
-                  text, from});
+  done.push_back(
+      {text.substr(0, nl1), text.substr(nl1 + 1, nl2 - nl1 - 1), std::move(p.sock), text, from});
   pending_.erase(key);
 }
 

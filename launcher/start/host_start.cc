@@ -25,10 +25,8 @@ struct Registration {
 // waits on children of the launcher), then the SSH preflight, whose sessions stay open
 // until the job takes them.
 constexpr Registration kStarters[] = {
-    {LaunchMethod::local, &make_local_starter},
-    {LaunchMethod::exec, &make_exec_starter},
-    {LaunchMethod::slurm, &make_slurm_starter},
-    {LaunchMethod::ssh, &make_ssh_starter},
+    {LaunchMethod::local, &make_local_starter}, {LaunchMethod::exec, &make_exec_starter},
+    {LaunchMethod::slurm, &make_slurm_starter}, {LaunchMethod::ssh, &make_ssh_starter},
     {LaunchMethod::join, &make_join_starter},
 };
 

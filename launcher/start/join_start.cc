@@ -94,8 +94,7 @@ std::string join_bind_address(const LaunchOptions& o) {
 // "node ranks 2, 3" / "node rank 2".
 std::string node_ranks_text(const std::vector<int>& ranks) {
   std::string out = ranks.size() == 1 ? "node rank " : "node ranks ";
-  for (std::size_t i = 0; i < ranks.size(); ++i)
-    out += (i ? ", " : "") + std::to_string(ranks[i]);
+  for (std::size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
   return out;
 }
 
@@ -142,8 +141,8 @@ void JoinStarter::admit(const LaunchOptions& o, const std::vector<const PlannedH
     why = "node rank " + std::to_string(rank) + " already joined from " + joined_[rank];
   }
   if (!why.empty()) {
-    spdlog::warn("join port {}: refused {} claiming to be {}: {}", o.join.endpoint_port,
-                 agent.peer, quote(claim), why);
+    spdlog::warn("join port {}: refused {} claiming to be {}: {}", o.join.endpoint_port, agent.peer,
+                 quote(claim), why);
     send_answer(agent.sock.get(), why);
     return;
   }
@@ -199,9 +198,9 @@ void JoinStarter::start(const StartContext& context, const std::vector<const Pla
     if (joined_.count(r) == 0) missing.push_back(r);
   }
   const std::string message =
-      node_ranks_text(missing) + " did not join within " +
-      std::to_string(o.join.timeout_s) + " s (--rdzv-timeout); start hvdrun with --node-rank " +
-      std::to_string(missing.front()) + (missing.size() > 1 ? " (and the others)" : "") +
+      node_ranks_text(missing) + " did not join within " + std::to_string(o.join.timeout_s) +
+      " s (--rdzv-timeout); start hvdrun with --node-rank " + std::to_string(missing.front()) +
+      (missing.size() > 1 ? " (and the others)" : "") +
       " on its node with the same --nnodes, --rdzv-endpoint, --rdzv-id and secret, and check "
       "that it reaches this node at " +
       o.join.endpoint_host + ":" + std::to_string(o.join.endpoint_port);
@@ -239,8 +238,8 @@ UniqueFd Joiner::try_once(bool& refused, std::string& answer) {
   addrinfo* found = nullptr;
   const std::string port = std::to_string(o_.join.endpoint_port);
   if (const int rc = ::getaddrinfo(o_.join.endpoint_host.c_str(), port.c_str(), &hints, &found)) {
-    last_error_ = std::string("cannot resolve ") + quote(o_.join.endpoint_host) + ": " +
-                  ::gai_strerror(rc);
+    last_error_ =
+        std::string("cannot resolve ") + quote(o_.join.endpoint_host) + ": " + ::gai_strerror(rc);
     return {};
   }
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> list(found, &::freeaddrinfo);
@@ -291,8 +290,8 @@ int Joiner::run() {
                         " refused this node: it holds another secret; give every node the same "
                         "--secret-file or HVDRUN_JOB_SECRET");
     if (sock && !answer.empty())
-      return finish(exit_status::kLaunchFailed, "node 0 at " + where() + " refused this node: " +
-                                                    answer);
+      return finish(exit_status::kLaunchFailed,
+                    "node 0 at " + where() + " refused this node: " + answer);
     if (sock) {
       spdlog::info("node rank {}: joined node 0 at {}", o_.join.node_rank, where());
       JobVerdict verdict;

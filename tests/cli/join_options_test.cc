@@ -33,11 +33,27 @@ TEST_CASE("torchrun's join flags make a join-mode job of nnodes times nproc-per-
   hvdrun::testing::TempDir dir("join-cli");
   const std::string secret = dir.path() + "/secret";
   hvdrun::testing::write_text(secret, "0123456789abcdef0123\n");
-  const auto cmd = parse_command_line({"--nnodes", "3", "--node_rank", "2", "--rdzv-endpoint",
-                                       "node-0.svc:1234", "--nproc-per-node", "4", "--rdzv_id",
-                                       "j1", "--rdzv-backend", "c10d", "--rdzv-timeout", "60",
-                                       "--secret-file", secret, "--max-restarts", "0", "train.py",
-                                       "--lr", "1"});
+  const auto cmd = parse_command_line({"--nnodes",
+                                       "3",
+                                       "--node_rank",
+                                       "2",
+                                       "--rdzv-endpoint",
+                                       "node-0.svc:1234",
+                                       "--nproc-per-node",
+                                       "4",
+                                       "--rdzv_id",
+                                       "j1",
+                                       "--rdzv-backend",
+                                       "c10d",
+                                       "--rdzv-timeout",
+                                       "60",
+                                       "--secret-file",
+                                       secret,
+                                       "--max-restarts",
+                                       "0",
+                                       "train.py",
+                                       "--lr",
+                                       "1"});
   const auto& o = cmd.options;
   CHECK(o.join.enabled());
   CHECK(o.join.nnodes == 3);
@@ -57,14 +73,14 @@ TEST_CASE("torchrun's join flags make a join-mode job of nnodes times nproc-per-
   CHECK(o.env == Args{"TORCHELASTIC_RUN_ID=j1"});
 
   // torchrun's other forms: --master-addr/--master-port, -m, --no-python, one node.
-  const auto m = parse_command_line({"--nnodes", "2", "--node-rank", "0", "--master-addr", "10.1.2.3",
-                                     "--master-port", "29511", "--secret-file", secret, "-m",
-                                     "pkg.train", "--epochs", "2"});
+  const auto m = parse_command_line({"--nnodes", "2", "--node-rank", "0", "--master-addr",
+                                     "10.1.2.3", "--master-port", "29511", "--secret-file", secret,
+                                     "-m", "pkg.train", "--epochs", "2"});
   CHECK(m.options.join.endpoint_host == "10.1.2.3");
   CHECK(m.options.join.endpoint_port == 29511);
   CHECK(m.options.command == Args{"python3", "-m", "pkg.train", "--epochs", "2"});
-  const auto one = parse_command_line({"--standalone", "--nproc-per-node", "3", "--no-python",
-                                       "./a.py"});
+  const auto one =
+      parse_command_line({"--standalone", "--nproc-per-node", "3", "--no-python", "./a.py"});
   CHECK_FALSE(one.options.join.enabled());
   CHECK(one.options.np == 3);
   CHECK(one.options.command == Args{"./a.py"});

@@ -134,10 +134,9 @@ TEST_CASE("join mode: another secret is refused by name and the missing node is 
   CHECK_THAT(err0, Catch::Contains("hvdrun: node 0: node rank 2 did not join within 3 s "
                                    "(--rdzv-timeout)"));
   CHECK_THAT(job.nodes[1]->err, Catch::Contains("node rank 2 did not join within 3 s"));
-  CHECK_THAT(job.nodes[2]->err,
-             Catch::Contains("hvdrun: node rank 2: node 0 at 127.0.0.2:" +
-                             std::to_string(job.port) +
-                             " refused this node: it holds another secret"));
+  CHECK_THAT(job.nodes[2]->err, Catch::Contains("hvdrun: node rank 2: node 0 at 127.0.0.2:" +
+                                                std::to_string(job.port) +
+                                                " refused this node: it holds another secret"));
 }
 
 TEST_CASE("join mode: a failing rank ends every node with its code, and its node says so") {
