@@ -161,8 +161,15 @@ void program(const GivenFlags& g, std::vector<std::string>& command) {
 
 // Flags not given take their PET_ variables (torchrun's, set by a PyTorchJob).
 void take_pet_variables(GivenFlags& g, const char* (*getenv)(const char*)) {
+  const auto names_node0 = [](const std::string& n) {
+    return n == "rdzv-endpoint" || n == "master-addr" || n == "master-port";
+  };
+  // Node 0 named on the command line is named there only, whatever the variables say.
+  const bool node0_given =
+      std::any_of(g.begin(), g.end(), [&](const auto& f) { return names_node0(f.first); });
   for (const char* name : join_flag_names()) {
     if (g.count(name) != 0 || std::string(name) == "secret-file") continue;
+    if (node0_given && names_node0(name)) continue;
     const char* v = getenv(pet_variable(name).c_str());
     if (v == nullptr || *v == '\0') continue;
     const std::string value(v);
