@@ -62,17 +62,23 @@ struct JoinJob {
     for (int r : order) {
       std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 400));
       const auto s = secret_of.find(r);
+      // Node 1 takes the secret from HVDRUN_JOB_SECRET, the others from --secret-file.
+      const bool from_env = r == 1 && s == secret_of.end();
+      std::vector<std::string> env = {marker};
+      if (from_env) env.emplace_back("HVDRUN_JOB_SECRET=a-secret-of-thirty-two-characters");
       std::vector<std::string> args = {
-          "--nnodes",         std::to_string(count),
-          "--node-rank",      std::to_string(r),
-          "--rdzv-endpoint",  "127.0.0.2:" + std::to_string(port),
-          "--nproc-per-node", std::to_string(per_node),
-          "--rdzv-id",        "job-42",
-          "--rdzv-timeout",   std::to_string(timeout_s),
-          "--secret-file",    dir.path() + "/" + (s == secret_of.end() ? "secret" : s->second),
+          "--nnodes",         std::to_string(count),    "--node-rank",
+          std::to_string(r),  "--rdzv-endpoint",        "127.0.0.2:" + std::to_string(port),
+          "--nproc-per-node", std::to_string(per_node), "--rdzv-id",
+          "job-42",           "--rdzv-timeout",         std::to_string(timeout_s),
           "--no-python"};
+      if (!from_env) {
+        args.insert(
+            args.end() - 1,
+            {"--secret-file", dir.path() + "/" + (s == secret_of.end() ? "secret" : s->second)});
+      }
       args.insert(args.end(), command.begin(), command.end());
-      nodes[r] = std::make_unique<Hvdrun>(args, std::vector<std::string>{marker});
+      nodes[r] = std::make_unique<Hvdrun>(args, env);
     }
   }
 
@@ -91,7 +97,7 @@ TEST_CASE("join mode: three nodes in any order run one job with torchrun's varia
   JoinJob job;
   const std::string script =
       "echo \"vars $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR "
-      "$MASTER_PORT $TORCHELASTIC_RUN_ID\"; exec " +
+      "$MASTER_PORT $TORCHELASTIC_RUN_ID ${HVDRUN_JOB_SECRET:-unset}\"; exec " +
       kDemo + " 64";
   job.start(3, 2, 30, {"sh", "-c", script});
   const auto codes = job.wait();
@@ -115,8 +121,9 @@ TEST_CASE("join mode: three nodes in any order run one job with torchrun's varia
     const std::string rest(l.substr(std::min(head.size(), l.size())));
     if (master_port.empty()) master_port = rest;
     CHECK(rest == master_port);
-    CHECK(rest.size() > std::string(" job-42").size());
-    CHECK(rest.substr(rest.find(' ')) == " job-42");
+    // No rank inherits the secret, even where the node took it from HVDRUN_JOB_SECRET.
+    CHECK(rest.size() > std::string(" job-42 unset").size());
+    CHECK(rest.substr(rest.find(' ')) == " job-42 unset");
   }
   CHECK(!master_port.empty());
   // Every rank's output is node 0's to print; the other nodes stay quiet.
