@@ -148,7 +148,7 @@ void JoinStarter::admit(const LaunchOptions& o, const std::vector<const PlannedH
   }
   if (!send_answer(agent.sock.get(), "")) return;
   const PlannedHost& h = *hosts[static_cast<std::size_t>(rank - 1)];
-  const std::string host = l[3];
+  const std::string& host = l[3];
   joined_[rank] = agent.peer + " (" + host + ")";
   spdlog::info("node rank {} joined from {} ({})", rank, agent.peer, host);
   table.links[h.name] = make_tcp_agent_link(
@@ -249,8 +249,10 @@ UniqueFd Joiner::try_once(bool& refused, std::string& answer) {
                            o_.join.run_id + "\n" + kVersionLine + "\n" + host;
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
     UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    // Bounds the connect and node 0's answer below (the agent then polls the socket).
     timeval tv{5, 0};
     ::setsockopt(s.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    ::setsockopt(s.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     if (::connect(s.get(), a->ai_addr, a->ai_addrlen) != 0) {
       last_error_ = std::string("connect: ") + std::strerror(errno);
       continue;
