@@ -146,6 +146,18 @@ TEST_CASE("join mode: another secret is refused by name and the missing node is 
                                                 " refused this node: it holds another secret"));
 }
 
+TEST_CASE("join mode: --dry-run on node 0 shows the nodes' ranks and contacts nothing") {
+  TempDir dir("join-dry");
+  write_text(dir.path() + "/secret", "a-secret-of-thirty-two-characters\n");
+  Hvdrun h({"--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.2:1",
+            "--nproc-per-node", "2", "--secret-file", dir.path() + "/secret", "--dry-run",
+            "--no-python", "true"});
+  REQUIRE(h.wait() == 0);
+  CHECK(h.out ==
+        "launcher: join; hosts from --nnodes and --nproc-per-node; run here without SSH: node0\n"
+        "0 node0 0\n1 node0 1\n2 node1 0\n3 node1 1\n");
+}
+
 TEST_CASE("join mode: a failing rank ends every node with its code, and its node says so") {
   JoinJob job;
   job.start(3, 2, 30,
