@@ -64,7 +64,8 @@ int usage_error(const std::string& what) {
 int run_launch(const hvdrun::launcher::LaunchOptions& o) {
   namespace launcher = hvdrun::launcher;
   const auto started = std::chrono::system_clock::now();
-  if (!o.result_file.empty()) std::remove(o.result_file.c_str());
+  if (!o.result_file.empty() && !(o.join.enabled() && o.join.node_rank != 0))
+    std::remove(o.result_file.c_str());
   std::optional<launcher::Failure> outcome;
   std::string message;
   int code = hvdrun::exit_status::kLaunchFailed;
@@ -83,7 +84,9 @@ int run_launch(const hvdrun::launcher::LaunchOptions& o) {
     message = std::string("hvdrun: error: ") + e.what() + "\n";
     std::fputs(message.c_str(), stderr);
   }
-  if (!o.result_file.empty() && ::access(o.result_file.c_str(), F_OK) != 0) {
+  // In join mode the job, and its file, is node 0's; the other nodes write none.
+  const bool joined_node = o.join.enabled() && o.join.node_rank != 0;
+  if (!o.result_file.empty() && !joined_node && ::access(o.result_file.c_str(), F_OK) != 0) {
     if (message.empty() && outcome) message = outcome->message;
     if (message.empty())
       message = "hvdrun: the job did not start (exit code " + std::to_string(code) +
@@ -108,7 +111,10 @@ int main(int argc, char** argv) {
   }
 
   using hvdrun::cli::Action;
-  if (cmd.action == Action::run || cmd.action == Action::check) {
+  // Join mode's secret is the job's, not the ranks': none of them inherits it.
+  ::unsetenv("HVDRUN_JOB_SECRET");
+  // In join mode srun's tasks are the nodes (`srun --ntasks-per-node=1 hvdrun --nnodes ...`).
+  if ((cmd.action == Action::run && !cmd.options.join.enabled()) || cmd.action == Action::check) {
     // `srun hvdrun ...` in a batch script: every task would launch the whole job. Refuse at
     // once, in one voice (task 0's), before anything starts.
     if (auto refusal = hvdrun::launcher::srun_task_refusal(

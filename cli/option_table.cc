@@ -76,6 +76,30 @@ const std::array kOwnOptions = {
             kRun},
     OptSpec{"elastic-timeout", 0, false, "SEC", "Elastic",
             "how long discovery may fail before the job ends (default 600)", kRun},
+    OptSpec{"nnodes", 0, false, "N", "Join", "torchrun: nodes of a job run on every node", kRun},
+    OptSpec{"node-rank", 0, false, "I", "Join",
+            "torchrun: this node's rank (0: the endpoint's node)", kRun},
+    OptSpec{"nproc-per-node", 0, false, "N", "Join", "torchrun: ranks on each node (default 1)",
+            kRun},
+    OptSpec{"rdzv-endpoint", 0, false, "HOST[:PORT]", "Join",
+            "torchrun: node 0's address (default port 29400)", kRun},
+    OptSpec{"rdzv-id", 0, false, "ID", "Join",
+            "torchrun: the job's id on every node (TORCHELASTIC_RUN_ID; default none)", kRun},
+    OptSpec{"rdzv-backend", 0, false, "NAME", "Join",
+            "torchrun: c10d or static (node 0 holds the rendezvous either way)", kRun},
+    OptSpec{"rdzv-timeout", 0, false, "SEC", "Join",
+            "how long nodes wait for each other to join (default 900)", kRun},
+    OptSpec{"master-addr", 0, false, "HOST", "Join",
+            "torchrun: node 0's address, as --rdzv-endpoint", kRun},
+    OptSpec{"master-port", 0, false, "PORT", "Join", "torchrun: node 0's port (default 29500)",
+            kRun},
+    OptSpec{"standalone", 0, false, nullptr, "Join", "torchrun: one node, no endpoint", kRun},
+    OptSpec{"no-python", 0, false, nullptr, "Join",
+            "torchrun: run the command as given, not a .py file under python3", kRun},
+    OptSpec{"module", 'm', false, nullptr, "Join",
+            "torchrun: the command is a Python module (python3 -m command...)", kRun},
+    OptSpec{"secret-file", 0, false, "FILE", "Join",
+            "the job's secret, the same on every node (else HVDRUN_JOB_SECRET)", kRun},
     OptSpec{"ssh-port", 'p', false, "PORT", "SSH", "SSH port for every host (overrides config)",
             kRun | kCheck},
     OptSpec{"ssh-identity-file", 'i', false, "FILE", "SSH",
@@ -176,8 +200,10 @@ std::string help_text() {
   constexpr size_t kColumn = 30;
   constexpr size_t kIndent = kColumn + 4;
   constexpr size_t kRoom = 80 - kIndent;
-  for (const char* group : {"Job", "Elastic", "SSH", "Output", "Horovod", "Other"}) {
-    if (std::strcmp(group, "Horovod") == 0) {
+  for (const char* group : {"Job", "Elastic", "Join", "SSH", "Output", "Horovod", "Other"}) {
+    if (std::strcmp(group, "Join") == 0) {
+      out += "\nJoin mode (torchrun's flags: the same command on every node; see hvdrun(1)):\n";
+    } else if (std::strcmp(group, "Horovod") == 0) {
       out += "\nHorovod options (horovodrun's; each sets its variable in every rank):\n";
     } else if (std::strcmp(group, "Elastic") == 0) {
       out += "\nElastic options (on with --min-np, --host-discovery-script or --reset-limit):\n";

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <set>
@@ -17,6 +18,7 @@
 #include <boost/program_options.hpp>
 
 #include "cli/env_options.h"
+#include "cli/join_options.h"
 #include "cli/option_table.h"
 #include "common/env_names.h"
 #include "common/error.h"
@@ -146,6 +148,13 @@ std::optional<Token> option_token(const std::string& a) {
     std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
     for (const auto& s : options()) {
       if (name == s.name) t.spec = &s;
+    }
+    // torchrun spells its flags either way: --nproc_per_node is --nproc-per-node.
+    if (!t.spec && name.find('_') != std::string::npos) {
+      std::replace(name.begin(), name.end(), '_', '-');
+      for (const auto& s : options()) {
+        if (name == s.name) t.spec = &s;
+      }
     }
     if (!t.spec) unknown_option(a);
     if (eq != std::string::npos) t.value = a.substr(eq + 1);
@@ -571,6 +580,11 @@ Command parse_command_line(const std::vector<std::string>& args) {
     apply_run_options(values, w.found, o);
     apply_placement(values, o);
     apply_elastic(values, o);
+    GivenFlags join;
+    for (const char* name : join_flag_names()) {
+      if (values.given(name)) join[name] = spec_named(name).arg ? values.str(name) : "";
+    }
+    apply_join(join, o, w.command, [](const char* n) -> const char* { return std::getenv(n); });
     set_run_command(o, std::move(w.command));
     o.dry_run = values.given("dry-run");
     o.json = values.given("json");

@@ -16,11 +16,12 @@ _hvdrun_value_opts="-np --num-proc -H --hosts --hostfile -x --env --start-timeou
   --thread-affinity --gloo-timeout-seconds --launcher --min-np --max-np --host-discovery-script
   --slots-per-host --reset-limit --max-restarts --blacklist-cooldown-range --elastic-timeout
   --env-file --config-file --bind-to --map-by --cpus-per-rank --gpus-per-rank --include --exclude
-  --network-interfaces"
+  --network-interfaces --nnodes --node-rank --nproc-per-node --rdzv-endpoint --rdzv-id --rdzv-backend
+  --rdzv-timeout --master-addr --master-port --secret-file"
 _hvdrun_flag_opts="--prefix-output-with-timestamp --json --topology --dry-run --verbose --check-build
   --version -h --help --gloo --disable-cache --hierarchical-allreduce --no-hierarchical-allreduce
   --hierarchical-allgather --no-hierarchical-allgather --autotune --timeline-mark-cycles
-  --no-stall-check --tcp --log-without-timestamp --report-bindings"
+  --no-stall-check --tcp --log-without-timestamp --report-bindings --standalone --no-python -m --module"
 
 # Prints the host names listed in a hostfile ('host slots=N' lines, '#' comments).
 _hvdrun_hostfile_hosts() {
@@ -111,7 +112,7 @@ _hvdrun() {
 
   case $opt in
     --hostfile | --ssh-config | -i | --ssh-identity-file | --remote-hvdrun | --autotune-log-file | \
-      --timeline-filename | --host-discovery-script | --result-file)
+      --timeline-filename | --host-discovery-script | --result-file | --secret-file)
       compopt -o filenames 2>/dev/null
       mapfile -t COMPREPLY < <(compgen -f -- "$cur")
       return 0
@@ -176,7 +177,12 @@ _hvdrun() {
       ;;
     -np | --num-proc | -p | --ssh-port | --start-timeout | --kill-grace | --timeout | --min-np | --max-np | --slots-per-host | \
       --reset-limit | --max-restarts | --blacklist-cooldown-range | --elastic-timeout | --gpus-per-rank | \
-      --cpus-per-rank)
+      --cpus-per-rank | --nnodes | --node-rank | --nproc-per-node | --rdzv-endpoint | --rdzv-id | \
+      --rdzv-timeout | --master-addr | --master-port)
+      return 0
+      ;;
+    --rdzv-backend)
+      COMPREPLY=($(compgen -W "c10d static" -- "$cur"))
       return 0
       ;;
   esac

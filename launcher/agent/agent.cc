@@ -93,6 +93,11 @@ void Agent::handle(proto::Message& m) {
     send_hello();
     return;
   }
+  if (auto* end = std::get_if<proto::JobEnd>(&m)) {
+    // Also before any hello: a join that failed ends the nodes that had joined.
+    job_end_ = *end;
+    return;
+  }
   if (!have_hello_) throw proto::ProtocolError("agent protocol: expected hello first");
   if (auto* s = std::get_if<proto::Spawn>(&m)) {
     spawn(*s);
@@ -106,6 +111,7 @@ void Agent::handle(proto::Message& m) {
     job_control(false);
   } else if (auto* sig = std::get_if<proto::Signal>(&m)) {
     forward_signal(sig->signo);
+
   } else if (auto* g = std::get_if<proto::Regenerate>(&m)) {
     regenerate(*g);
   } else if (auto* f = std::get_if<proto::Fatal>(&m)) {
@@ -356,12 +362,21 @@ namespace hvdrun::launcher {
 
 using agent_detail::Agent;
 
-int run_agent(int in_fd, int out_fd) {
+int run_agent(int in_fd, int out_fd) { return run_agent(in_fd, out_fd, nullptr); }
+
+int run_agent(int in_fd, int out_fd, JobVerdict* verdict) {
   // The agent's own diagnostics go to its stderr; the launcher shows them (local) or the
   // SSH channel carries them (remote).
   Agent agent(in_fd, out_fd);
+  const auto take_verdict = [&] {
+    if (verdict == nullptr || !agent.job_end()) return;
+    const proto::JobEnd& end = *agent.job_end();
+    *verdict = JobVerdict{true, end.exit_code, end.message, end.this_host};
+  };
   try {
-    return agent.run();
+    const int code = agent.run();
+    take_verdict();
+    return code;
   } catch (const std::exception& e) {
     // Report to the launcher when the stream still works, then make sure no rank survives.
     // The launcher prints the fatal frame; say it here only when it cannot arrive.

@@ -126,6 +126,8 @@ const char* name_of(Type t) {
       return "rank-left";
     case Type::signal:
       return "signal";
+    case Type::job_end:
+      return "job-end";
   }
   return "unknown";
 }
@@ -311,6 +313,14 @@ Message decode_payload(Type type, std::string_view payload) {
       r.done();
       return m;
     }
+    case Type::job_end: {
+      JobEnd m;
+      m.exit_code = r.i32();
+      m.message = r.str();
+      m.this_host = r.u8() != 0;
+      r.done();
+      return m;
+    }
     case Type::regenerate:
       return decode_regenerate(r);
     case Type::fatal: {
@@ -435,6 +445,13 @@ struct EncodeVisitor {
         w.i32(v);
     w.finish(Type::regenerate, out);
   }
+  void operator()(const JobEnd& m) {
+    Writer w;
+    w.i32(m.exit_code);
+    w.str(m.message);
+    w.u8(m.this_host ? 1 : 0);
+    w.finish(Type::job_end, out);
+  }
   void operator()(const Fatal& m) {
     Writer w;
     w.i32(m.rank);
@@ -475,7 +492,8 @@ std::optional<Message> Decoder::next() {
   if (buf_.size() < 4 + static_cast<std::size_t>(len)) return std::nullopt;
   auto type = static_cast<Type>(static_cast<unsigned char>(buf_.data()[4]));
   std::string_view payload(buf_.data() + 5, len - 1);
-  if (first_ && type != Type::hello && type != Type::agent_hello && type != Type::fatal) {
+  if (first_ && type != Type::hello && type != Type::agent_hello && type != Type::fatal &&
+      type != Type::job_end) {
     throw ProtocolError("agent protocol: stream starts with '" + printable_prefix(buf_.view()) +
                         "' instead of a hello frame (does a login script print to stdout?)");
   }
@@ -486,11 +504,12 @@ std::optional<Message> Decoder::next() {
 }
 
 const char* type_name(const Message& msg) {
-  static constexpr Type kTypes[] = {
-      Type::hello,        Type::agent_hello, Type::spawn,     Type::rank_started,
-      Type::output,       Type::rank_exited, Type::kill,      Type::heartbeat,
-      Type::fatal,        Type::suspend,     Type::resume,    Type::rank_stopped,
-      Type::rank_elastic, Type::regenerate,  Type::rank_left, Type::signal};
+  static constexpr Type kTypes[] = {Type::hello,        Type::agent_hello, Type::spawn,
+                                    Type::rank_started, Type::output,      Type::rank_exited,
+                                    Type::kill,         Type::heartbeat,   Type::fatal,
+                                    Type::suspend,      Type::resume,      Type::rank_stopped,
+                                    Type::rank_elastic, Type::regenerate,  Type::rank_left,
+                                    Type::signal,       Type::job_end};
   return name_of(kTypes[msg.index()]);
 }
 

@@ -34,7 +34,8 @@ inline constexpr std::uint32_t kMagic = 0x48564441;
 /// (launcher/plan/rank_env.h). 6: rank-elastic, regenerate and rank-left (in-process elastic
 /// recovery, docs/elastic.md). 7: signal (SIGUSR1 and SIGUSR2 forwarded to the ranks).
 /// 8: rank-exited carries the traceback of the rank's error file (TORCHELASTIC_ERROR_FILE).
-inline constexpr std::uint32_t kVersion = 8;
+/// 9: job-end (join mode: every node exits with the job's code).
+inline constexpr std::uint32_t kVersion = 9;
 /// Largest frame accepted (type byte + payload).
 inline constexpr std::uint32_t kMaxFrameBytes = 16u << 20;
 /// Largest output chunk an agent puts in one frame.
@@ -64,6 +65,7 @@ enum class Type : std::uint8_t {
   regenerate = 14,    ///< launcher -> agent
   rank_left = 15,     ///< agent -> launcher
   signal = 16,        ///< launcher -> agent
+  job_end = 17,       ///< launcher -> agent
 };
 
 /// Which output stream of a rank.
@@ -244,10 +246,22 @@ struct Signal {
   bool operator==(const Signal&) const = default;
 };
 
+/// The job's verdict, sent just before the launcher closes the stream of an agent that is
+/// a node's own hvdrun (join mode), which then exits with the job's code.
+struct JobEnd {
+  /// The launcher's exit code (0 when every rank succeeded).
+  std::int32_t exit_code = 0;
+  /// The failure report the launcher prints, or empty.
+  std::string message;
+  /// Whether the failure names this agent's host.
+  bool this_host = false;
+  bool operator==(const JobEnd&) const = default;
+};
+
 /// Any decoded message.
 using Message =
     std::variant<Hello, AgentHello, Spawn, RankStarted, Output, RankExited, Kill, Heartbeat, Fatal,
-                 Suspend, Resume, RankStopped, RankElastic, Regenerate, RankLeft, Signal>;
+                 Suspend, Resume, RankStopped, RankElastic, Regenerate, RankLeft, Signal, JobEnd>;
 
 /// Appends the frame for `msg` to `out`. Throws ProtocolError when it would exceed
 /// kMaxFrameBytes (for instance a spawn with a gigantic environment).

@@ -72,6 +72,8 @@ class Agent {
   /// Last words after an exception: queued frames, then a fatal frame, within 2 s.
   /// Returns whether they reached the launcher.
   bool report_fatal(const std::string& message);
+  /// The job's verdict, once the launcher sent one (join mode).
+  const std::optional<proto::JobEnd>& job_end() const { return job_end_; }
 
  private:
   void send(const proto::Message& m) {
@@ -128,6 +130,7 @@ class Agent {
   bool killing_ = false;
   bool suspended_ = false;  // job control: ranks stopped, no silence limit
   int exit_code_ = 0;
+  std::optional<proto::JobEnd> job_end_;
   std::optional<Clock::time_point> kill_at_;
   std::optional<Clock::time_point> flush_deadline_;
   Clock::time_point last_rx_ = Clock::now();

@@ -21,6 +21,7 @@
 
 #include "common/deadline.h"
 #include "common/error.h"
+#include "common/quote.h"
 #include "launcher/plan/local_host.h"
 #include "rendezvous/protocol.h"
 
@@ -102,20 +103,21 @@ bool send_all(int fd, std::string_view data) {
   return true;
 }
 
-UniqueFd listen_on(const std::string& address) {
+UniqueFd listen_on(const std::string& address, std::uint16_t port) {
   UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!s) throw_errno("listening for Slurm agents", "socket");
+  if (!s) throw_errno("listening for agents", "socket");
   int one = 1;
   ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in a{};
   a.sin_family = AF_INET;
+  a.sin_port = htons(port);
   if (::inet_pton(AF_INET, address.c_str(), &a.sin_addr) != 1) {
-    throw LaunchError("listening for Slurm agents: bad address '" + address + "'");
+    throw LaunchError("listening for agents: bad address '" + address + "'");
   }
   if (::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    throw_errno("listening for Slurm agents on " + address, "bind");
+    throw_errno("listening for agents on " + address + ":" + std::to_string(port), "bind");
   }
-  if (::listen(s.get(), SOMAXCONN) != 0) throw_errno("listening for Slurm agents", "listen");
+  if (::listen(s.get(), SOMAXCONN) != 0) throw_errno("listening for agents", "listen");
   return s;
 }
 
@@ -140,11 +142,12 @@ struct ConnectBackPort::Pending {
 };
 
 ConnectBackPort::ConnectBackPort(const std::string& bind_address, const std::string& secret,
-                                 PreauthPolicy policy)
-    : listener_(listen_on(bind_address)),
+                                 PreauthPolicy policy, ConnectBackSettings settings)
+    : settings_(std::move(settings)),
+      listener_(listen_on(bind_address, settings_.port)),
       port_(port_of(listener_.get())),
       secret_(secret),
-      gate_("Slurm agents' port " + std::to_string(port_), "that have not authenticated", policy) {}
+      gate_(settings_.name + " " + std::to_string(port_), "that have not authenticated", policy) {}
 
 ConnectBackPort::~ConnectBackPort() { gate_.flush(); }
 
@@ -209,7 +212,7 @@ void ConnectBackPort::accept_all(Clock::time_point now) {
       accept_backoff_ = std::clamp(accept_backoff_ * 2, std::chrono::milliseconds(10),
                                    std::chrono::milliseconds(500));
       gate_.log().warn(std::string("accept: ") + std::strerror(errno),
-                       "Slurm agents' port " + std::to_string(port_) + ": accept failed: " +
+                       settings_.name + " " + std::to_string(port_) + ": accept failed: " +
                            std::strerror(errno) + "; retrying with backoff (up to 500 ms)");
       accept_paused_until_ = now + accept_backoff_;
       return;
@@ -242,7 +245,7 @@ void ConnectBackPort::advance(std::uint64_t key, std::vector<ConnectedAgent>& do
   if (p.want == 4) {
     const std::uint32_t len = rv::get_u32(p.in.data());
     if (len > kMaxHelloText) {
-      gate_.refuse("oversized hello", "Slurm agents' port " + std::to_string(port_) +
+      gate_.refuse("oversized hello", settings_.name + " " + std::to_string(port_) +
                                           ": a connection from " + p.source + " announced a " +
                                           std::to_string(len) + "-byte hello; closed");
       return drop(key);
@@ -255,19 +258,23 @@ void ConnectBackPort::advance(std::uint64_t key, std::vector<ConnectedAgent>& do
   const std::string agent_nonce(hello.substr(4 + text.size(), kNonceBytes));
   const std::string tag(hello.substr(p.want - rv::kMacBytes));
   const rv::Hmac mac(secret_);
-  const std::string where = "Slurm agents' port " + std::to_string(port_) + ": ";
+  const std::string where = settings_.name + " " + std::to_string(port_) + ": ";
+  const auto nl1 = text.find('\n');
+  // The peer's address, and for a local one its owner too.
+  const std::string from = end_text(p.sock.get(), true) +
+                           (p.source.rfind("uid ", 0) == 0 ? " (" + p.source + ")" : std::string());
   if (!same_tag(tag, agent_tag(mac, p.nonce, agent_nonce, text))) {
-    gate_.refuse("wrong secret", where + "a connection from " + p.source +
-                                     " did not prove the step's secret; closed");
+    gate_.refuse("wrong secret", where + "a connection from " + from + " claiming to be " +
+                                     quote(text.substr(0, nl1)) + " did not prove " +
+                                     settings_.secret_name + "; closed");
     return drop(key);
   }
   // NODE \n JOB.STEP \n the address the agent connected to. A relay that passes the
   // handshake along reaches this port from its own connection, so the address the agent
   // named is not the one this connection arrived at.
-  const auto nl1 = text.find('\n');
   const auto nl2 = nl1 == std::string::npos ? nl1 : text.find('\n', nl1 + 1);
   const std::string reached = end_text(p.sock.get(), false);
-  if (nl2 == std::string::npos || text.substr(nl2 + 1) != reached) {
+  if (nl2 == std::string::npos || (settings_.check_reached && text.substr(nl2 + 1) != reached)) {
     gate_.refuse("relayed", where + "an agent's connection from " + p.source + " was meant for " +
                                 (nl2 == std::string::npos ? "?" : text.substr(nl2 + 1)) +
                                 " but arrived at " + reached +
@@ -280,7 +287,8 @@ void ConnectBackPort::advance(std::uint64_t key, std::vector<ConnectedAgent>& do
     return drop(key);
   gate_.leave(p.id);
   set_nonblocking(p.sock.get(), false);
-  done.push_back({text.substr(0, nl1), text.substr(nl1 + 1, nl2 - nl1 - 1), std::move(p.sock)});
+  done.push_back(
+      {text.substr(0, nl1), text.substr(nl1 + 1, nl2 - nl1 - 1), std::move(p.sock), text, from});
   pending_.erase(key);
 }
 
@@ -383,34 +391,13 @@ UniqueFd connect_to(const LauncherAddress& t, std::string& error) {
   return {};
 }
 
-// Both proofs over one connection; empty when the launcher answered, else what went wrong.
-// Nothing that arrives on the socket is read beyond the launcher's proof: the agent
-// protocol that follows is run_agent's.
-std::string prove_both_ways(int fd, const LauncherAddress& t, const std::string& secret) {
-  const auto deadline = Clock::now() + std::chrono::seconds(10);
-  std::string launcher_nonce(kNonceBytes, '\0');
-  if (!read_exact(fd, launcher_nonce.data(), launcher_nonce.size(), deadline))
-    return "no greeting within 10 s";
+// The Slurm agent's hello TEXT: NODE, JOB.STEP, the address it connected to.
+std::string slurm_hello_text(const LauncherAddress& t) {
   const char* node = std::getenv("SLURMD_NODENAME");
   const char* job = std::getenv("SLURM_JOB_ID");
   const char* stepid = std::getenv("SLURM_STEP_ID");
-  const std::string text = (node ? std::string(node) : this_host()) + "\n" + (job ? job : "") +
-                           (job && stepid ? std::string(".") + stepid : "") + "\n" + t.text;
-  const std::string agent_nonce = rv::random_bytes(kNonceBytes);
-  const rv::Hmac key(secret);
-  const auto len = static_cast<std::uint32_t>(text.size());
-  const char len_bytes[4] = {static_cast<char>(len >> 24), static_cast<char>(len >> 16),
-                             static_cast<char>(len >> 8), static_cast<char>(len)};
-  if (!send_all(fd, std::string_view(len_bytes, 4)) || !send_all(fd, text) ||
-      !send_all(fd, agent_nonce) ||
-      !send_all(fd, agent_tag(key, launcher_nonce, agent_nonce, text)))
-    return "the connection broke during the handshake";
-  std::string proof(rv::kMacBytes, '\0');
-  if (!read_exact(fd, proof.data(), proof.size(), deadline))
-    return "it did not prove the step's secret (closed or silent)";
-  if (!same_tag(proof, launcher_tag(key, launcher_nonce, agent_nonce, text)))
-    return "it did not prove the step's secret (a wrong proof)";
-  return {};
+  return (node ? std::string(node) : this_host()) + "\n" + (job ? job : "") +
+         (job && stepid ? std::string(".") + stepid : "") + "\n" + t.text;
 }
 
 }  // namespace
@@ -435,7 +422,10 @@ UniqueFd connect_to_launcher(const std::string& targets, const std::string& secr
   for (const auto& t : list) {
     std::string error;
     UniqueFd s = connect_to(t, error);
-    if (s) error = prove_both_ways(s.get(), t, secret);
+    bool refused = false;
+    if (s)
+      error = prove_to_listener(s.get(), slurm_hello_text(t), secret,
+                                Clock::now() + std::chrono::seconds(10), refused);
     if (error.empty()) return s;
     // Nothing was acted on and nothing but a proof went out: try the next address.
     spdlog::warn("the listener at {} is not the launcher: {}", t.text, error);
@@ -443,6 +433,33 @@ UniqueFd connect_to_launcher(const std::string& targets, const std::string& secr
   }
   throw LaunchError("cannot reach the launcher at any of" + errors + left_out +
                     " use --network-interface to choose the address");
+}
+
+// Both proofs over one connection. Nothing that arrives on the socket is read beyond the
+// listener's proof: the agent protocol that follows is run_agent's.
+std::string prove_to_listener(int fd, const std::string& text, const std::string& secret,
+                              Clock::time_point deadline, bool& refused) {
+  refused = false;
+  std::string launcher_nonce(kNonceBytes, '\0');
+  if (!read_exact(fd, launcher_nonce.data(), launcher_nonce.size(), deadline))
+    return "no greeting in time";
+  const std::string agent_nonce = rv::random_bytes(kNonceBytes);
+  const rv::Hmac key(secret);
+  const auto len = static_cast<std::uint32_t>(text.size());
+  const char len_bytes[4] = {static_cast<char>(len >> 24), static_cast<char>(len >> 16),
+                             static_cast<char>(len >> 8), static_cast<char>(len)};
+  if (!send_all(fd, std::string_view(len_bytes, 4)) || !send_all(fd, text) ||
+      !send_all(fd, agent_nonce) ||
+      !send_all(fd, agent_tag(key, launcher_nonce, agent_nonce, text)))
+    return "the connection broke during the handshake";
+  std::string proof(rv::kMacBytes, '\0');
+  if (!read_exact(fd, proof.data(), proof.size(), deadline)) {
+    refused = true;
+    return "it did not prove the secret (closed or silent)";
+  }
+  if (!same_tag(proof, launcher_tag(key, launcher_nonce, agent_nonce, text)))
+    return "it did not prove the secret (a wrong proof)";
+  return {};
 }
 
 }  // namespace hvdrun::launcher

@@ -35,6 +35,23 @@ struct ConnectedAgent {
   std::string node;  ///< SLURMD_NODENAME (or the host name) the agent reported
   std::string step;  ///< JOB.STEP, for scancel; may be empty
   UniqueFd sock;     ///< blocking; carries the agent protocol from here on
+  std::string text;  ///< the whole TEXT of its hello (join mode reads more lines of it)
+  std::string peer;  ///< the address it connected from, for messages
+};
+
+/// What a port is for. The Slurm agents' port (the defaults) binds a port the kernel
+/// chooses and checks that each agent names the address its connection arrived at; join
+/// mode's port (join_start.cc) binds the endpoint's port, and does not check the address:
+/// a joining node may come through a Service's address translation.
+struct ConnectBackSettings {
+  /// The port in messages.
+  std::string name = "Slurm agents' port";
+  /// The port to bind; 0: the kernel chooses.
+  std::uint16_t port = 0;
+  /// Whether the address an agent names must be where its connection arrived.
+  bool check_reached = true;
+  /// The secret in messages.
+  std::string secret_name = "the step's secret";
 };
 
 /// The listening port and its handshakes in progress. Single-threaded.
@@ -45,7 +62,7 @@ class ConnectBackPort {
   /// Listens on `bind_address` (an IPv4 literal; "0.0.0.0" for every interface), port
   /// chosen by the kernel. Throws SystemError or LaunchError.
   ConnectBackPort(const std::string& bind_address, const std::string& secret,
-                  PreauthPolicy policy = {});
+                  PreauthPolicy policy = {}, ConnectBackSettings settings = {});
   ~ConnectBackPort();
   ConnectBackPort(const ConnectBackPort&) = delete;
   ConnectBackPort& operator=(const ConnectBackPort&) = delete;
@@ -67,6 +84,7 @@ class ConnectBackPort {
   void advance(std::uint64_t key, std::vector<ConnectedAgent>& done);
   void drop(std::uint64_t key);
 
+  ConnectBackSettings settings_;
   UniqueFd listener_;
   std::uint16_t port_ = 0;
   std::string secret_;
@@ -89,5 +107,12 @@ std::string machine_identity();
 /// the agent protocol from here on. Throws LaunchError naming every address tried.
 UniqueFd connect_to_launcher(const std::string& targets, const std::string& secret,
                              const std::string& launcher_identity);
+
+/// The agent's half of the handshake on the connected socket `fd`, its hello carrying
+/// `text`: empty when the listener proved `secret` before `deadline`, else what went wrong.
+/// `refused` is set when the listener closed the connection after the agent's proof: it
+/// holds another secret.
+std::string prove_to_listener(int fd, const std::string& text, const std::string& secret,
+                              std::chrono::steady_clock::time_point deadline, bool& refused);
 
 }  // namespace hvdrun::launcher

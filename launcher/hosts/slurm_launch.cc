@@ -141,8 +141,12 @@ class SrunStep {
 
 class SlurmAgentLink : public AgentLink {
  public:
-  SlurmAgentLink(std::string node, UniqueFd sock, std::shared_ptr<SrunStep> step)
-      : node_(std::move(node)), sock_(std::move(sock)), step_(std::move(step)) {
+  SlurmAgentLink(std::string node, UniqueFd sock, std::shared_ptr<SrunStep> step,
+                 std::string what = {})
+      : node_(std::move(node)),
+        sock_(std::move(sock)),
+        step_(std::move(step)),
+        what_(std::move(what)) {
     launcher_address_ = sock_ip(sock_.get(), false);
     host_address_ = sock_ip(sock_.get(), true);
     set_nonblocking(sock_.get());
@@ -224,6 +228,7 @@ class SlurmAgentLink : public AgentLink {
   }
 
   std::string describe() const override {
+    if (!what_.empty()) return what_;
     return "agent on " + node_ + " (srun step " + (step_ ? step_->step() : "?") + ")";
   }
   std::string launcher_address() const override { return launcher_address_; }
@@ -233,6 +238,7 @@ class SlurmAgentLink : public AgentLink {
   std::string node_;
   UniqueFd sock_;
   std::shared_ptr<SrunStep> step_;
+  std::string what_;
   bool read_eof_ = false;
   bool write_closed_ = false;
   std::string result_;
@@ -260,6 +266,13 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 }
 
 }  // namespace
+
+std::unique_ptr<AgentLink> make_tcp_agent_link(const std::string& node, UniqueFd sock,
+                                               const std::string& what) {
+  int one = 1;
+  ::setsockopt(sock.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return std::make_unique<SlurmAgentLink>(node, std::move(sock), nullptr, what);
+}
 
 std::vector<std::string> srun_command(const SlurmStepSpec& spec) {
   const std::string n = std::to_string(spec.nodes.size());

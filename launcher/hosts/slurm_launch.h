@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fd.h"
 #include "launcher/hosts/agent_link.h"
 
 namespace hvdrun::launcher {
@@ -42,6 +43,11 @@ struct SlurmStepSpec {
 /// Starts the step and waits for every node's agent. Returns one link per node. Throws
 /// LaunchError naming the nodes that did not connect, srun's exit and what to do.
 std::map<std::string, std::unique_ptr<AgentLink>> start_slurm_agents(const SlurmStepSpec& spec);
+
+/// A link to an agent over the connected TCP socket `sock` that proved the secret (a
+/// Slurm node's, or a joined node's in join mode); describe() says `what`.
+std::unique_ptr<AgentLink> make_tcp_agent_link(const std::string& node, UniqueFd sock,
+                                               const std::string& what);
 
 /// The srun command line of a step (no secret in it): for messages, tests and --verbose.
 std::vector<std::string> srun_command(const SlurmStepSpec& spec);

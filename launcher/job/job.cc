@@ -538,6 +538,7 @@ int Job::finish() {
   decide_held_failure();
   for (int r = 0; r < workers(); ++r) relay_->end_rank(r);
   relay_->drain();
+  tell_joined_nodes();
   for (Host& h : hosts_) {
     if (h.link) h.link->close_write();
   }

@@ -132,6 +132,24 @@ void Job::write_result_file() {
   write_whole(opt_.result_file, j);
 }
 
+// Join mode: every joined node's hvdrun exits with the job's code and prints its report,
+// so an orchestrator sees the job's verdict on every node, not only on node 0.
+void Job::tell_joined_nodes() {
+  const int code = outcome_ ? outcome_->exit_code : exit_status::kOk;
+  bool told = false;
+  for (Host& h : hosts_) {
+    if (h.method != LaunchMethod::join || h.closed || !h.link) continue;
+    proto::JobEnd end{code, outcome_ ? outcome_->message : std::string(), false};
+    if (outcome_) {
+      const auto& blamed = outcome_->hosts;
+      end.this_host = std::find(blamed.begin(), blamed.end(), h.name) != blamed.end();
+    }
+    send(h, end);
+    told = true;
+  }
+  if (told) flush_links(now() + std::chrono::seconds(1));
+}
+
 }  // namespace hvdrun::launcher::job_detail
 
 namespace hvdrun::launcher {

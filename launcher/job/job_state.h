@@ -196,6 +196,7 @@ class Job {
   void report_stacks_before_teardown();
   void note_exit(int rank, const proto::RankExited& ex);
   void write_result_file();
+  void tell_joined_nodes();
   void watch_joins(std::vector<int> processes);
   void check_join_deadline(Clock::time_point t);
   void watch(std::string what, const ThreadFailure& failure);
@@ -216,7 +217,7 @@ class Job {
   hostfile::Placement placement_;  // the current generation's, indexed by rank
   std::vector<int> worker_of_;     // the process (ranks_ index) of each current rank
   std::vector<Host> hosts_;
-  HostEnv host_envs_[3];  // by EnvSource
+  HostEnv host_envs_[4];  // by EnvSource
   std::vector<RankState> ranks_;
   std::vector<UniqueFd> output_files_;  // --output-filename, opened before anything starts
   std::optional<OutputRelay> relay_;

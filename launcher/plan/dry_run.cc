@@ -12,6 +12,8 @@ namespace hvdrun::launcher {
 namespace {
 
 std::string source_text(const LaunchPlan& plan) {
+  // Join mode names its nodes node0, node1, ... after their node ranks.
+  if (plan.launcher.kind == LauncherChoice::join) return "--nnodes and --nproc-per-node";
   switch (plan.source) {
     case HostSource::command_line:
       return "-H/--hostfile";

@@ -104,6 +104,8 @@ std::string to_string(const LauncherChoice& choice) {
       return "ssh";
     case LauncherChoice::slurm:
       return "slurm";
+    case LauncherChoice::join:
+      return "join";
     case LauncherChoice::exec:
       break;
   }

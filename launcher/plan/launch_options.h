@@ -46,12 +46,36 @@ struct LauncherChoice {
     ssh,        ///< SSH (hosts that are this machine run locally)
     slurm,      ///< one `srun` step, one agent per node
     exec,       ///< a user's command per host (`exec:COMMAND`)
+    join,       ///< join mode: the other nodes' hvdrun connect to this one (JoinOptions)
   };
   Kind kind = automatic;
   /// For exec: the command's words, `{host}` not yet replaced.
   std::vector<std::string> exec_argv;
 
   bool operator==(const LauncherChoice&) const = default;
+};
+
+/// Join mode (torchrun's way, docs/kubernetes.md): the same hvdrun command runs on every
+/// node; node 0 runs the job and its own host's agent, every other node's hvdrun is that
+/// host's agent and connects to node 0's endpoint.
+struct JoinOptions {
+  /// --nnodes N; 0: not join mode.
+  int nnodes = 0;
+  /// --node-rank I: 0 is the node at the endpoint.
+  int node_rank = 0;
+  /// --rdzv-endpoint HOST[:PORT] (or --master-addr and --master-port).
+  std::string endpoint_host;
+  int endpoint_port = 29400;
+  /// --rdzv-id: the job's name on every node (TORCHELASTIC_RUN_ID); nodes of another id
+  /// are refused.
+  std::string run_id = "none";
+  /// --rdzv-timeout SEC: how long node 0 waits for the others, and the others try to
+  /// reach node 0.
+  int timeout_s = 900;
+  /// The job's secret (--secret-file or HVDRUN_JOB_SECRET): every node proves it.
+  std::string secret;
+
+  bool enabled() const { return nnodes > 0; }
 };
 
 /// Options of `hvdrun [run]` and `hvdrun check`.
@@ -122,6 +146,8 @@ struct LaunchOptions {
   std::vector<std::string> command;
   /// Elastic mode's settings.
   ElasticOptions elastic;
+  /// Join mode's settings.
+  JoinOptions join;
   /// The generation this launch is (HVDRUN_GENERATION of its ranks): 0, or the number of
   /// restarts so far in elastic mode.
   int generation = 0;

@@ -30,6 +30,11 @@ PlannedHost plan_host(const std::string& name, int slots, const LauncherChoice& 
       h.local = false;
       h.method = LaunchMethod::exec;
       break;
+    case LauncherChoice::join:
+      // Node 0 (the first host) is this one; every other node's hvdrun connects to it.
+      h.local = false;
+      h.method = LaunchMethod::join;
+      break;
     default:
       h.local = is_local_host(name);
       h.method = h.local ? LaunchMethod::local : LaunchMethod::ssh;
@@ -151,6 +156,8 @@ std::string_view to_string(LaunchMethod method) {
       return "slurm";
     case LaunchMethod::exec:
       return "exec";
+    case LaunchMethod::join:
+      return "join";
   }
   return "?";
 }
@@ -212,6 +219,10 @@ LaunchPlan make_plan(const LaunchOptions& options, const PlanEnvironment& env) {
   for (const auto& h : plan.placement.hosts) {
     plan.hosts.push_back(plan_host(h.name, h.slots, plan.launcher));
     plan.hosts.back().gpus = h.gpus;
+  }
+  if (plan.launcher.kind == LauncherChoice::join && !plan.hosts.empty()) {
+    plan.hosts.front().local = true;
+    plan.hosts.front().method = LaunchMethod::local;
   }
   for (const auto& slot : plan.placement.ranks) {
     plan.hosts[static_cast<std::size_t>(slot.host_index)].ranks.push_back(slot.rank);

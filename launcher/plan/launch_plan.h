@@ -30,9 +30,10 @@ enum class LaunchMethod {
   ssh,    ///< `hvdrun agent` in the SSH session the preflight opened
   slurm,  ///< one agent per node from a single `srun` step, back to the launcher over TCP
   exec,   ///< the --launcher exec: command with `{host}` replaced, over its stdin/stdout
+  join,   ///< join mode: the node's own hvdrun connected to node 0 over TCP
 };
 
-/// "local", "ssh", "slurm" or "exec".
+/// "local", "ssh", "slurm", "exec" or "join".
 std::string_view to_string(LaunchMethod method);
 
 /// One host of the plan.

@@ -96,6 +96,7 @@ bool is_pattern(std::string_view item) {
 EnvSource env_source(std::string_view method) {
   if (method == "local") return EnvSource::launcher;
   if (method == "exec") return EnvSource::container;
+  if (method == "join") return EnvSource::node;
   return EnvSource::login;
 }
 
@@ -107,7 +108,8 @@ EnvList host_base_env(char* const* launcher_env, EnvSource source,
     for (const auto& e : all.entries()) {
       if (!set_per_rank_only(name_of(e))) base.set_entry(e);
     }
-  } else {
+  } else if (source != EnvSource::node) {
+    // A joined node was started with its own environment: nothing of node 0's goes over it.
     for (const auto& e : all.entries()) {
       const std::string_view name = name_of(e);
       if (forwarded_by_default(name) && !set_per_rank_only(name) &&
@@ -152,6 +154,7 @@ std::vector<std::string> host_variables(EnvSource source) {
     case EnvSource::login:
       return {"HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_*"};
     case EnvSource::container:
+    case EnvSource::node:
       return {"*"};
   }
   return {};

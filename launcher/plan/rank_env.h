@@ -53,9 +53,10 @@ enum class EnvSource {
   launcher,   ///< a local host: the launcher's whole environment
   login,      ///< SSH or srun: the host's own login variables, the forwarded set on top
   container,  ///< exec: everything the agent got, the forwarded set but the paths on top
+  node,       ///< join: everything the node's own hvdrun got, only -x items on top
 };
 
-/// The source for a host reached by `method` ("local", "ssh", "slurm" or "exec").
+/// The source for a host reached by `method` ("local", "ssh", "slurm", "exec" or "join").
 EnvSource env_source(std::string_view method);
 
 /// The base environment of a host: all of `launcher_env` for a local host, the forwarded

@@ -25,10 +25,9 @@ struct Registration {
 // waits on children of the launcher), then the SSH preflight, whose sessions stay open
 // until the job takes them.
 constexpr Registration kStarters[] = {
-    {LaunchMethod::local, &make_local_starter},
-    {LaunchMethod::exec, &make_exec_starter},
-    {LaunchMethod::slurm, &make_slurm_starter},
-    {LaunchMethod::ssh, &make_ssh_starter},
+    {LaunchMethod::local, &make_local_starter}, {LaunchMethod::exec, &make_exec_starter},
+    {LaunchMethod::slurm, &make_slurm_starter}, {LaunchMethod::ssh, &make_ssh_starter},
+    {LaunchMethod::join, &make_join_starter},
 };
 
 // The hosts of `plan` whose method is `method`, in plan order.
@@ -149,10 +148,16 @@ int report_start_failures(const StartTable& table, std::optional<Failure>* outco
     return exit_status::kLaunchFailed;
   }
   const auto& failures = table.unreachable;
-  std::string text = "hvdrun: " + std::to_string(failures.size()) +
-                     (failures.size() > 1 ? " hosts" : " host") +
-                     " could not be reached; nothing was started:\n";
-  for (const auto& f : failures) text += "  " + f + "\n";
+  std::string text;
+  if (table.join) {
+    // Join mode: node 0 says what kept the job from starting (a node that did not come).
+    for (const auto& f : failures) text += "hvdrun: node 0: " + f + "\n";
+  } else {
+    text = "hvdrun: " + std::to_string(failures.size()) +
+           (failures.size() > 1 ? " hosts" : " host") +
+           " could not be reached; nothing was started:\n";
+    for (const auto& f : failures) text += "  " + f + "\n";
+  }
   if (table.skipped > 0) {
     text += "  (" + std::to_string(table.skipped) +
             (table.skipped > 1 ? " more hosts were" : " more host was") +

@@ -1,4 +1,4 @@
-// The launch methods' start: one HostStarter per method (local, ssh, exec:, slurm) starts
+// The launch methods' start: one HostStarter per method (local, ssh, exec:, slurm, join) starts
 // the plan's hosts of its method and leaves a link per host, or what failed, in one
 // StartTable. The methods run in the order registered (host_start.cc); the first that
 // fails ends the start, and nothing further is started.
@@ -43,6 +43,8 @@ struct StartTable {
   std::size_t skipped = 0;
   /// The preflight's verdicts, when hosts were reached over SSH.
   std::optional<PreflightReport> preflight;
+  /// Join mode's start: its failures are node 0's, not unreachable hosts.
+  bool join = false;
 
   /// True when no host failed.
   bool ok() const;
@@ -72,6 +74,7 @@ std::unique_ptr<HostStarter> make_local_starter();  ///< local_start.cc
 std::unique_ptr<HostStarter> make_exec_starter();   ///< exec_start.cc
 std::unique_ptr<HostStarter> make_slurm_starter();  ///< slurm_start.cc
 std::unique_ptr<HostStarter> make_ssh_starter();    ///< ssh_start.cc
+std::unique_ptr<HostStarter> make_join_starter();   ///< join_start.cc
 
 /// Starts every host of `context.plan` with its method's starter, method after method in
 /// the order registered, and stops after the first method with a failure.

@@ -59,6 +59,8 @@ void check_fd_budget(const LaunchPlan& plan) {
 int launch(const LaunchOptions& options) { return launch(options, JobHooks{}); }
 
 int launch(const LaunchOptions& options, JobHooks hooks) {
+  if (options.join.enabled() && options.join.node_rank != 0 && !options.dry_run)
+    return run_joined_node(options);
   const LaunchPlan plan = make_plan(options);
   if (options.dry_run) return print_dry_run(plan, options);
   // Binding: this machine's ranks checked (a refusal stops here) and reported; the policy
@@ -79,7 +81,8 @@ int launch(const LaunchOptions& options, JobHooks hooks) {
   StartTable started =
       start_hosts({plan, placed, start + std::chrono::seconds(placed.start_timeout_s)});
   if (!started.ok()) return report_start_failures(started, hooks.outcome);
-  hooks.launch_start = start;
+  // Join mode waited for the nodes under --rdzv-timeout: --start-timeout counts from now.
+  hooks.launch_start = options.join.enabled() ? std::chrono::steady_clock::now() : start;
   hooks.remote_link = [&started](const std::string& host) { return started.take(host); };
   return run_job(plan, placed, hooks);
 }

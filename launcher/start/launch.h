@@ -21,4 +21,10 @@ int launch(const LaunchOptions& options);
 /// failure names the hosts that failed it.
 int launch(const LaunchOptions& options, JobHooks hooks);
 
+/// Join mode on a node other than node 0 (join_start.cc): connects to node 0 under
+/// --rdzv-timeout, proves the job's secret, runs this host's agent on that connection, and
+/// returns the job's exit code as node 0 sent it (255 when this node was refused, never
+/// joined, or node 0 went away without a verdict), each such case said on stderr.
+int run_joined_node(const LaunchOptions& options);
+
 }  // namespace hvdrun::launcher

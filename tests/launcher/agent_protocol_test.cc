@@ -108,6 +108,7 @@ TEST_CASE("every message survives a round trip whatever the chunking") {
       regenerate,
       proto::Regenerate{},
       proto::RankLeft{4, 2},
+      proto::JobEnd{3, "rank 2 failed\n", true},
       proto::Signal{SIGUSR1}};
   std::string all;
   for (const auto& m : msgs) all += encoded(m);
@@ -173,12 +174,12 @@ TEST_CASE("malformed payloads are protocol errors") {
 }
 
 TEST_CASE("a hello with another version decodes far enough to report the mismatch") {
-  std::string p = std::string("HVDA") + std::string("\0\0\0\x09", 4) + "future fields";
+  std::string p = std::string("HVDA") + std::string("\0\0\0\x0a", 4) + "future fields";
   proto::Decoder d;
   d.feed(frame(1, p));
   auto m = d.next();
   REQUIRE(m);
-  CHECK(std::get<proto::Hello>(*m).version == 9);
+  CHECK(std::get<proto::Hello>(*m).version == 10);
 }
 
 TEST_CASE("a version 1 agent hello (no interface field) is read as a version mismatch") {
@@ -191,7 +192,7 @@ TEST_CASE("a version 1 agent hello (no interface field) is read as a version mis
   auto m = d.next();
   REQUIRE(m);
   CHECK(std::get<proto::AgentHello>(*m).version == 1);
-  CHECK(proto::kVersion == 8);
+  CHECK(proto::kVersion == 9);
 }
 
 TEST_CASE("a message larger than the frame limit cannot be encoded") {

@@ -1,0 +1,240 @@
+// torchrun's flags and join mode's: the node count, this node's rank, node 0's endpoint,
+// the job's secret, and torchrun's ways of naming the program (-m, --no-python).
+#include "cli/join_options.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <sstream>
+
+#include "common/env_names.h"
+#include "common/error.h"
+#include "common/quote.h"
+#include "common/whole_number.h"
+#include "hostfile/hosts.h"
+
+namespace hvdrun::cli {
+namespace {
+
+constexpr long kMaxNodes = 100000;
+constexpr long kMaxPerNode = 4096;
+constexpr std::size_t kMinSecret = 16;
+constexpr const char* kSecretVar = "HVDRUN_JOB_SECRET";
+
+int number(const GivenFlags& g, const char* name, long lo, long hi, const char* example) {
+  const std::string& text = g.at(name);
+  auto v = parse_whole_number(text, lo, hi);
+  if (!v) {
+    throw UsageError("bad value " + quote(text) + " for --" + name + "; expected a whole number " +
+                     "from " + std::to_string(lo) + " to " + std::to_string(hi) + ", as in " +
+                     example);
+  }
+  return static_cast<int>(*v);
+}
+
+// HOST[:PORT]; IPv4 or a name (join mode reaches node 0 over IPv4).
+void parse_endpoint(const std::string& text, int default_port, launcher::JoinOptions& j) {
+  if (!text.empty() && text.front() == '[')
+    throw UsageError("--rdzv-endpoint " + quote(text) +
+                     ": join mode reaches node 0 over IPv4 only for now; give its name or IPv4 "
+                     "address");
+  const auto colon = text.rfind(':');
+  j.endpoint_host = text.substr(0, colon);
+  j.endpoint_port = default_port;
+  if (colon != std::string::npos) {
+    auto port = parse_whole_number(text.substr(colon + 1), 1, 65535);
+    if (!port)
+      throw UsageError("bad port in --rdzv-endpoint " + quote(text) +
+                       "; expected HOST:PORT with a port from 1 to 65535, as in node-0:29400");
+    j.endpoint_port = static_cast<int>(*port);
+  }
+  if (j.endpoint_host.empty())
+    throw UsageError("--rdzv-endpoint " + quote(text) + " names no host; expected HOST:PORT");
+}
+
+std::string read_secret_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw UsageError("--secret-file " + quote(path) +
+                     " cannot be read; give a readable file holding the job's secret");
+  std::ostringstream text;
+  text << in.rdbuf();
+  std::string s = text.str();
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  return s;
+}
+
+// The secret every node proves: --secret-file, else HVDRUN_JOB_SECRET (which no rank must
+// inherit, so it leaves this process's environment).
+std::string job_secret(const GivenFlags& g, const char* secret_env) {
+  std::string secret;
+  std::string from;
+  if (g.count("secret-file") != 0) {
+    secret = read_secret_file(g.at("secret-file"));
+    from = "--secret-file " + quote(g.at("secret-file"));
+  } else if (secret_env != nullptr) {
+    secret = secret_env;
+    from = kSecretVar;
+  }
+  if (from.empty())
+    throw UsageError(std::string("join mode needs the job's secret on every node, and none is "
+                                 "given; write one to a file on every node (e.g. head -c 32 "
+                                 "/dev/urandom | base64 > secret) and pass --secret-file FILE, "
+                                 "or set ") +
+                     kSecretVar + " (in Kubernetes from a Secret: docs/kubernetes.md)");
+  if (secret.size() < kMinSecret)
+    throw UsageError("the job's secret from " + from + " has " + std::to_string(secret.size()) +
+                     " characters, fewer than " + std::to_string(kMinSecret) +
+                     "; use a random one, e.g. head -c 32 /dev/urandom | base64");
+  return secret;
+}
+
+// torchrun's --nproc-per-node: a number; gpu/auto/cpu are not built yet.
+int per_node(const GivenFlags& g) {
+  if (g.count("nproc-per-node") == 0) return 1;
+  const std::string& v = g.at("nproc-per-node");
+  if (v == "gpu" || v == "auto" || v == "cpu" || v == "xpu")
+    throw UsageError("--nproc-per-node " + v +
+                     " is not supported yet; give the number of ranks per node, e.g. "
+                     "--nproc-per-node 8 for one per GPU on an 8-GPU node");
+  return number(g, "nproc-per-node", 1, kMaxPerNode, "--nproc-per-node 8");
+}
+
+// What torchrun has and hvdrun's join mode does not: refused with what to do instead.
+void refuse_unsupported(const GivenFlags& g, const launcher::LaunchOptions& o) {
+  if (g.count("rdzv-backend") != 0) {
+    const std::string& b = g.at("rdzv-backend");
+    if (b != "c10d" && b != "static")
+      throw UsageError("--rdzv-backend " + quote(b) +
+                       " is not supported: node 0's hvdrun holds the rendezvous; drop "
+                       "--rdzv-backend (c10d and static are accepted and mean the same)");
+  }
+  if (g.count("nnodes") != 0 && g.at("nnodes").find(':') != std::string::npos)
+    throw UsageError("--nnodes " + g.at("nnodes") +
+                     ": a range of nodes (elastic join) is not supported yet; give one number, "
+                     "or use hvdrun's elastic mode (--min-np, --host-discovery-script)");
+  if (o.elastic.reset_limit && *o.elastic.reset_limit > 0)
+    throw UsageError(o.elastic.reset_limit_flag + " " + std::to_string(*o.elastic.reset_limit) +
+                     ": a job started with torchrun's flags does not restart yet; drop it (or "
+                     "give 0)");
+  if (!o.elastic.discovery_script.empty() || o.elastic.min_np.value_or(1) != 1 || o.elastic.max_np)
+    throw UsageError(
+        "elastic options cannot be combined with torchrun's flags yet; drop --min-np, "
+        "--max-np and --host-discovery-script");
+  if (o.np || !o.hosts.empty())
+    throw UsageError(
+        "-np and -H/--hostfile cannot be combined with torchrun's flags: the job has "
+        "--nproc-per-node ranks on each of --nnodes nodes; drop -np and -H/--hostfile");
+  if (o.launcher.kind != launcher::LauncherChoice::automatic)
+    throw UsageError(
+        "--launcher cannot be combined with torchrun's flags: every node starts its own "
+        "hvdrun; drop --launcher");
+}
+
+// node 0's endpoint from --rdzv-endpoint, or --master-addr and --master-port.
+void endpoint(const GivenFlags& g, launcher::JoinOptions& j) {
+  const bool master = g.count("master-addr") != 0 || g.count("master-port") != 0;
+  if (g.count("rdzv-endpoint") != 0 && master)
+    throw UsageError(
+        "--rdzv-endpoint and --master-addr/--master-port both name node 0; give one of them");
+  if (g.count("rdzv-endpoint") != 0) return parse_endpoint(g.at("rdzv-endpoint"), 29400, j);
+  if (g.count("master-addr") == 0) return;
+  parse_endpoint(g.at("master-addr"), 29500, j);
+  if (g.count("master-port") != 0)
+    j.endpoint_port = number(g, "master-port", 1, 65535, "--master-port 29500");
+}
+
+// torchrun's program forms: -m (the command is a module), a .py script under python3,
+// --no-python as given.
+void program(const GivenFlags& g, std::vector<std::string>& command) {
+  if (g.count("module") != 0) {
+    if (g.count("no-python") != 0)
+      throw UsageError("-m runs a Python module, --no-python runs the command as given; give one");
+    if (!command.empty()) command.insert(command.begin(), {"python3", "-m"});
+    return;
+  }
+  if (g.count("no-python") != 0 || command.empty()) return;
+  const std::string& first = command.front();
+  if (first.size() > 3 && first.compare(first.size() - 3, 3, ".py") == 0)
+    command.insert(command.begin(), "python3");
+}
+
+// Flags not given take their PET_ variables (torchrun's, set by a PyTorchJob).
+void take_pet_variables(GivenFlags& g, const char* (*getenv)(const char*)) {
+  const auto names_node0 = [](const std::string& n) {
+    return n == "rdzv-endpoint" || n == "master-addr" || n == "master-port";
+  };
+  // Node 0 named on the command line is named there only, whatever the variables say.
+  const bool node0_given =
+      std::any_of(g.begin(), g.end(), [&](const auto& f) { return names_node0(f.first); });
+  for (const char* name : join_flag_names()) {
+    if (g.count(name) != 0 || std::string(name) == "secret-file") continue;
+    if (node0_given && names_node0(name)) continue;
+    const char* v = getenv(pet_variable(name).c_str());
+    if (v == nullptr || *v == '\0') continue;
+    const std::string value(v);
+    const std::string n(name);
+    const bool is_switch = n == "standalone" || n == "no-python" || n == "module";
+    if (is_switch && value != "1" && value != "true" && value != "True") continue;
+    g[name] = is_switch ? std::string() : value;
+  }
+}
+
+}  // namespace
+
+const std::vector<const char*>& join_flag_names() {
+  static const std::vector<const char*> names = {
+      "nnodes",       "node-rank",    "nproc-per-node", "rdzv-endpoint", "rdzv-id",
+      "rdzv-backend", "rdzv-timeout", "master-addr",    "master-port",   "standalone",
+      "no-python",    "module",       "secret-file"};
+  return names;
+}
+
+std::string pet_variable(const std::string& name) {
+  std::string out = "PET_";
+  for (char c : name)
+    out += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+void apply_join(GivenFlags g, launcher::LaunchOptions& o, std::vector<std::string>& command,
+                const char* (*getenv)(const char*)) {
+  if (g.empty()) return;
+  take_pet_variables(g, getenv);
+  refuse_unsupported(g, o);
+  o.elastic = {};  // --max-restarts 0: no restarts, as without it
+  program(g, command);
+  launcher::JoinOptions& j = o.join;
+  const int nproc = per_node(g);
+  const bool standalone = g.count("standalone") != 0;
+  const int nnodes = g.count("nnodes") != 0 ? number(g, "nnodes", 1, kMaxNodes, "--nnodes 4") : 1;
+  if (g.count("rdzv-id") != 0) j.run_id = g.at("rdzv-id");
+  o.env.push_back("TORCHELASTIC_RUN_ID=" + j.run_id);
+  endpoint(g, j);
+  if (standalone && (nnodes != 1 || !j.endpoint_host.empty()))
+    throw UsageError(
+        "--standalone runs one node with its own rendezvous; drop --nnodes and "
+        "--rdzv-endpoint/--master-addr, or drop --standalone");
+  if (nnodes == 1 && j.endpoint_host.empty()) {
+    o.np = nproc;  // one node: a local job of nproc ranks
+    return;
+  }
+  if (j.endpoint_host.empty())
+    throw UsageError("--nnodes " + std::to_string(nnodes) +
+                     " needs node 0's address on every node: --rdzv-endpoint HOST:PORT (or "
+                     "--master-addr HOST --master-port PORT)");
+  if (g.count("node-rank") == 0)
+    throw UsageError("--nnodes " + std::to_string(nnodes) +
+                     " needs this node's --node-rank (0 on node 0, the endpoint's node; 1 to " +
+                     std::to_string(nnodes - 1) + " on the others)");
+  j.node_rank = number(g, "node-rank", 0, nnodes - 1, "--node-rank 1");
+  if (g.count("rdzv-timeout") != 0)
+    j.timeout_s = number(g, "rdzv-timeout", 1, env_names::kMaxStartTimeoutS, "--rdzv-timeout 900");
+  j.secret = job_secret(g, getenv(kSecretVar));
+  j.nnodes = nnodes;
+  o.launcher.kind = launcher::LauncherChoice::join;
+  for (int n = 0; n < nnodes; ++n) o.hosts.push_back({"node" + std::to_string(n), nproc});
+  o.np = nnodes * nproc;
+}
+
+}  // namespace hvdrun::cli

@@ -1,0 +1,133 @@
+// torchrun's flags on hvdrun's command line (cli/join_options.h): what join mode gets from
+// them, torchrun's spellings and PET_ variables, and what is refused before anything starts.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cli/join_options.h"
+#include "cli/options.h"
+#include "common/error.h"
+#include "tests/support/processes.h"
+
+using hvdrun::UsageError;
+using hvdrun::cli::parse_command_line;
+using hvdrun::launcher::LauncherChoice;
+using Args = std::vector<std::string>;
+
+namespace {
+
+std::string error_of(const Args& args) {
+  try {
+    parse_command_line(args);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+}  // namespace
+
+TEST_CASE("torchrun's join flags make a join-mode job of nnodes times nproc-per-node ranks") {
+  hvdrun::testing::TempDir dir("join-cli");
+  const std::string secret = dir.path() + "/secret";
+  hvdrun::testing::write_text(secret, "0123456789abcdef0123\n");
+  const auto cmd = parse_command_line({"--nnodes",
+                                       "3",
+                                       "--node_rank",
+                                       "2",
+                                       "--rdzv-endpoint",
+                                       "node-0.svc:1234",
+                                       "--nproc-per-node",
+                                       "4",
+                                       "--rdzv_id",
+                                       "j1",
+                                       "--rdzv-backend",
+                                       "c10d",
+                                       "--rdzv-timeout",
+                                       "60",
+                                       "--secret-file",
+                                       secret,
+                                       "--max-restarts",
+                                       "0",
+                                       "train.py",
+                                       "--lr",
+                                       "1"});
+  const auto& o = cmd.options;
+  CHECK(o.join.enabled());
+  CHECK(o.join.nnodes == 3);
+  CHECK(o.join.node_rank == 2);
+  CHECK(o.join.endpoint_host == "node-0.svc");
+  CHECK(o.join.endpoint_port == 1234);
+  CHECK(o.join.run_id == "j1");
+  CHECK(o.join.timeout_s == 60);
+  CHECK(o.join.secret == "0123456789abcdef0123");
+  CHECK(o.launcher.kind == LauncherChoice::join);
+  CHECK(o.np == 12);
+  REQUIRE(o.hosts.size() == 3);
+  CHECK(o.hosts[2].name == "node2");
+  CHECK(o.hosts[2].slots == 4);
+  CHECK_FALSE(o.elastic.enabled());
+  CHECK(o.command == Args{"python3", "train.py", "--lr", "1"});
+  CHECK(o.env == Args{"TORCHELASTIC_RUN_ID=j1"});
+
+  // torchrun's other forms: --master-addr/--master-port, -m, --no-python, one node.
+  const auto m = parse_command_line({"--nnodes", "2", "--node-rank", "0", "--master-addr",
+                                     "10.1.2.3", "--master-port", "29511", "--secret-file", secret,
+                                     "-m", "pkg.train", "--epochs", "2"});
+  CHECK(m.options.join.endpoint_host == "10.1.2.3");
+  CHECK(m.options.join.endpoint_port == 29511);
+  CHECK(m.options.command == Args{"python3", "-m", "pkg.train", "--epochs", "2"});
+  const auto one =
+      parse_command_line({"--standalone", "--nproc-per-node", "3", "--no-python", "./a.py"});
+  CHECK_FALSE(one.options.join.enabled());
+  CHECK(one.options.np == 3);
+  CHECK(one.options.command == Args{"./a.py"});
+  CHECK(hvdrun::cli::pet_variable("nproc-per-node") == "PET_NPROC_PER_NODE");
+}
+
+TEST_CASE("what join mode does not support is refused before anything starts") {
+  ::unsetenv("HVDRUN_JOB_SECRET");
+  const Args base = {"--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "n0:1"};
+  auto with = [&](Args extra) {
+    Args a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    a.emplace_back("true");
+    return error_of(a);
+  };
+  CHECK_THAT(with({}), Catch::Contains("join mode needs the job's secret on every node") &&
+                           Catch::Contains("--secret-file FILE, or set HVDRUN_JOB_SECRET"));
+  ::setenv("HVDRUN_JOB_SECRET", "short", 1);
+  CHECK_THAT(with({}), Catch::Contains("HVDRUN_JOB_SECRET has 5 characters, fewer than 16"));
+  ::setenv("HVDRUN_JOB_SECRET", "a-long-enough-job-secret", 1);
+  CHECK(with({}) == "<no error>");
+  CHECK_THAT(with({"--rdzv-backend", "etcd"}), Catch::Contains("--rdzv-backend 'etcd' is not"));
+  CHECK_THAT(with({"--max-restarts", "3"}), Catch::Contains("--max-restarts 3: a job started"));
+  CHECK_THAT(with({"-np", "2"}), Catch::Contains("-np and -H/--hostfile cannot be combined"));
+  CHECK_THAT(with({"--launcher", "ssh"}), Catch::Contains("--launcher cannot be combined"));
+  CHECK_THAT(with({"--nproc-per-node", "gpu"}),
+             Catch::Contains("--nproc-per-node gpu is not supported yet"));
+  CHECK_THAT(with({"--master-addr", "x"}), Catch::Contains("both name node 0; give one of them"));
+  CHECK_THAT(error_of({"--nnodes", "1:4", "true"}),
+             Catch::Contains("a range of nodes (elastic join) is not supported yet"));
+  CHECK_THAT(error_of({"--nnodes", "2", "--node-rank", "1", "true"}),
+             Catch::Contains("needs node 0's address on every node: --rdzv-endpoint HOST:PORT"));
+  CHECK_THAT(error_of({"--nnodes", "2", "--rdzv-endpoint", "n0", "true"}),
+             Catch::Contains("needs this node's --node-rank"));
+  CHECK_THAT(error_of({"--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "n0", "true"}),
+             Catch::Contains("bad value '2' for --node-rank"));
+  CHECK_THAT(error_of({"--standalone", "--nnodes", "2", "true"}),
+             Catch::Contains("--standalone runs one node"));
+  // torchrun's PET_ variables stand in for flags not given (a PyTorchJob sets them).
+  ::setenv("PET_NNODES", "2", 1);
+  ::setenv("PET_NODE_RANK", "1", 1);
+  ::setenv("PET_MASTER_ADDR", "n0", 1);
+  const auto pet = parse_command_line({"--nproc-per-node", "2", "true"});
+  CHECK(pet.options.join.nnodes == 2);
+  CHECK(pet.options.join.node_rank == 1);
+  CHECK(pet.options.join.endpoint_host == "n0");
+  CHECK(pet.options.join.endpoint_port == 29500);
+  for (const char* v : {"PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "HVDRUN_JOB_SECRET"})
+    ::unsetenv(v);
+}
