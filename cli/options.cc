@@ -20,6 +20,7 @@
 #include "cli/env_options.h"
 #include "cli/join_options.h"
 #include "cli/option_table.h"
+#include "cli/rank_list.h"
 #include "common/env_names.h"
 #include "common/error.h"
 #include "common/quote.h"
@@ -368,38 +369,6 @@ void apply_hosts_and_ssh(const Values& v, launcher::LaunchOptions& o) {
     o.kill_grace_s = number_option(spec_named("kill-grace"), v.str("kill-grace"), 0, 3600,
                                    "whole seconds", "--kill-grace 30");
   }
-}
-
-// --ranks-filter's and --local-ranks-filter's list: ranks and ranges ("0,3-5"), ascending
-// and without repeats.
-std::vector<int> parse_rank_list(const std::string& text, const char* flag) {
-  const auto bad = [&](const std::string& why) {
-    return UsageError("bad value " + quote(text) + " for " + flag + ": " + why +
-                      "; expected ranks and ranges such as 0,3-5");
-  };
-  constexpr long kMaxRank = 1 << 24;
-  const auto number = [&](std::string_view digits) {
-    if (digits.empty() || digits.size() > 8 ||
-        digits.find_first_not_of("0123456789") != std::string_view::npos)
-      throw bad(quote(std::string(digits)) + " is not a rank");
-    return std::stol(std::string(digits));
-  };
-  std::vector<int> ranks;
-  std::string_view rest(text);
-  while (true) {
-    const std::string_view item = rest.substr(0, rest.find(','));
-    const auto dash = item.find('-');
-    const long first = number(item.substr(0, dash));
-    const long last = dash == std::string_view::npos ? first : number(item.substr(dash + 1));
-    if (last < first) throw bad(quote(std::string(item)) + " runs backwards");
-    if (last - first >= kMaxRank) throw bad(quote(std::string(item)) + " is too wide");
-    for (long r = first; r <= last; ++r) ranks.push_back(static_cast<int>(r));
-    if (item.size() == rest.size()) break;
-    rest.remove_prefix(item.size() + 1);
-  }
-  std::sort(ranks.begin(), ranks.end());
-  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-  return ranks;
 }
 
 // --bind-to, --map-by, --cpus-per-rank and --report-bindings (docs/placement.md).
