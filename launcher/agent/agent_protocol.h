@@ -34,7 +34,8 @@ inline constexpr std::uint32_t kMagic = 0x48564441;
 /// (launcher/plan/rank_env.h). 6: rank-elastic, regenerate and rank-left (in-process elastic
 /// recovery, docs/elastic.md). 7: signal (SIGUSR1 and SIGUSR2 forwarded to the ranks).
 /// 8: rank-exited carries the traceback of the rank's error file (TORCHELASTIC_ERROR_FILE).
-inline constexpr std::uint32_t kVersion = 8;
+/// 9: stacks-request and stacks (the stack report, docs/diagnosis.md#the-stack-report).
+inline constexpr std::uint32_t kVersion = 9;
 /// Largest frame accepted (type byte + payload).
 inline constexpr std::uint32_t kMaxFrameBytes = 16u << 20;
 /// Largest output chunk an agent puts in one frame.
@@ -64,6 +65,8 @@ enum class Type : std::uint8_t {
   regenerate = 14,    ///< launcher -> agent
   rank_left = 15,     ///< agent -> launcher
   signal = 16,        ///< launcher -> agent
+  stacks_request = 17,  ///< launcher -> agent
+  stacks = 18,          ///< agent -> launcher
 };
 
 /// Which output stream of a rank.
@@ -244,10 +247,42 @@ struct Signal {
   bool operator==(const Signal&) const = default;
 };
 
+/// Asks for every rank's stack report: the agent signals each rank that can answer and
+/// sends what they wrote within `wait_ms`.
+struct StacksRequest {
+  std::uint32_t id = 0;  ///< echoed in the answer
+  std::uint32_t wait_ms = 3000;
+  bool operator==(const StacksRequest&) const = default;
+};
+
+/// How one rank answered a stacks request.
+enum class StackStatus : std::uint8_t {
+  whole = 0,       ///< its report ends with the end line
+  partial = 1,     ///< no end line within the wait: what it wrote by then (maybe nothing)
+  no_handler = 2,  ///< it catches no stack signal (not an hvdrun program): text says more
+};
+
+/// One rank's stack report (common/stack_file.h), at most kMaxStackText bytes of it.
+struct RankStacks {
+  std::int32_t rank = 0;
+  StackStatus status = StackStatus::whole;
+  std::string text;
+  bool operator==(const RankStacks&) const = default;
+};
+/// Largest report of one rank carried (a longer one keeps its start and its end).
+inline constexpr std::size_t kMaxStackText = 64u << 10;
+
+/// The answer to a stacks request: every running rank of the host.
+struct Stacks {
+  std::uint32_t id = 0;
+  std::vector<RankStacks> ranks;
+  bool operator==(const Stacks&) const = default;
+};
+
 /// Any decoded message.
-using Message =
-    std::variant<Hello, AgentHello, Spawn, RankStarted, Output, RankExited, Kill, Heartbeat, Fatal,
-                 Suspend, Resume, RankStopped, RankElastic, Regenerate, RankLeft, Signal>;
+using Message = std::variant<Hello, AgentHello, Spawn, RankStarted, Output, RankExited, Kill,
+                             Heartbeat, Fatal, Suspend, Resume, RankStopped, RankElastic,
+                             Regenerate, RankLeft, Signal, StacksRequest, Stacks>;
 
 /// Appends the frame for `msg` to `out`. Throws ProtocolError when it would exceed
 /// kMaxFrameBytes (for instance a spawn with a gigantic environment).

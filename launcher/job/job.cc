@@ -240,6 +240,8 @@ bool Job::turn() {
   if (!handle_interrupt()) return false;
   if (ctx_.clock->take_suspend()) suspend();
   for (int sig : ctx_.clock->take_forwarded()) forward_signal(sig);
+  if (ctx_.clock->take_stacks_request() && !stopping() && !stacks_)
+    request_stacks("SIGQUIT; the job goes on", false);
   if (all_done()) return false;
   const auto t = now();
   if (teardown_overdue(t)) return false;
@@ -325,7 +327,8 @@ void Job::wait_for_events(Clock::time_point t) {
   if (!stopping() && started_ranks_ < workers()) wake = std::min(wake, start_deadline_);
   if (!join_watch_.empty() && !stopping()) wake = std::min(wake, join_deadline_);
   if (teardown_deadline_) wake = std::min(wake, *teardown_deadline_);
-  if (timeout_deadline_ && !stopping()) wake = std::min(wake, *timeout_deadline_);
+  if (timeout_deadline_ && !stopping() && !stacks_) wake = std::min(wake, *timeout_deadline_);
+  if (stacks_) wake = std::min(wake, stacks_->until);
   if (held_) wake = std::min(wake, held_->until);
   if (left_hold_) wake = std::min(wake, *left_hold_);
   const int ready = ctx_.clock->wait(fds_, wake);
@@ -398,6 +401,8 @@ void Job::handle(Host& h, proto::Message& m) {
     on_rank_elastic(h, *e);
   } else if (auto* l = std::get_if<proto::RankLeft>(&m)) {
     on_rank_left(h, *l);
+  } else if (auto* stacks = std::get_if<proto::Stacks>(&m)) {
+    on_stacks(h, *stacks);
   } else {
     throw proto::ProtocolError(std::string("agent protocol: unexpected ") + proto::type_name(m) +
                                " frame from the agent");
@@ -529,6 +534,7 @@ void Job::check_timers(Clock::time_point t) {
     }
   }
   check_start_deadline(t);
+  check_stacks(t);
   check_timeout(t);
   check_join_deadline(t);
   check_growth_or_stop();

@@ -108,7 +108,12 @@ TEST_CASE("every message survives a round trip whatever the chunking") {
       regenerate,
       proto::Regenerate{},
       proto::RankLeft{4, 2},
-      proto::Signal{SIGUSR1}};
+      proto::Signal{SIGUSR1},
+      proto::StacksRequest{7, 3000},
+      proto::Stacks{7,
+                    {{0, proto::StackStatus::whole, "File \"a.py\", line 3\nhvdrun-stacks-end\n"},
+                     {1, proto::StackStatus::no_handler, ""}}},
+      proto::Stacks{}};
   std::string all;
   for (const auto& m : msgs) all += encoded(m);
   for (std::size_t chunk : {std::size_t{1}, std::size_t{3}, std::size_t{7}, all.size()}) {
@@ -191,7 +196,7 @@ TEST_CASE("a version 1 agent hello (no interface field) is read as a version mis
   auto m = d.next();
   REQUIRE(m);
   CHECK(std::get<proto::AgentHello>(*m).version == 1);
-  CHECK(proto::kVersion == 8);
+  CHECK(proto::kVersion == 9);
 }
 
 TEST_CASE("a message larger than the frame limit cannot be encoded") {
