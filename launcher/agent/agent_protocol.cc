@@ -534,12 +534,12 @@ std::optional<Message> Decoder::next() {
 }
 
 const char* type_name(const Message& msg) {
-  static constexpr Type kTypes[] = {
-      Type::hello,        Type::agent_hello, Type::spawn,     Type::rank_started,
-      Type::output,       Type::rank_exited, Type::kill,      Type::heartbeat,
-      Type::fatal,        Type::suspend,     Type::resume,    Type::rank_stopped,
-      Type::rank_elastic, Type::regenerate,  Type::rank_left, Type::signal,
-      Type::stacks_request, Type::stacks};
+  static constexpr Type kTypes[] = {Type::hello,        Type::agent_hello,    Type::spawn,
+                                    Type::rank_started, Type::output,         Type::rank_exited,
+                                    Type::kill,         Type::heartbeat,      Type::fatal,
+                                    Type::suspend,      Type::resume,         Type::rank_stopped,
+                                    Type::rank_elastic, Type::regenerate,     Type::rank_left,
+                                    Type::signal,       Type::stacks_request, Type::stacks};
   return name_of(kTypes[msg.index()]);
 }
 

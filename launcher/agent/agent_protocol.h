@@ -49,22 +49,22 @@ class ProtocolError : public std::runtime_error {
 
 /// Frame type codes (stable on the wire).
 enum class Type : std::uint8_t {
-  hello = 1,          ///< launcher -> agent
-  agent_hello = 2,    ///< agent -> launcher
-  spawn = 3,          ///< launcher -> agent
-  rank_started = 4,   ///< agent -> launcher
-  output = 5,         ///< agent -> launcher
-  rank_exited = 6,    ///< agent -> launcher
-  kill = 7,           ///< launcher -> agent
-  heartbeat = 8,      ///< both ways
-  fatal = 9,          ///< both ways
-  suspend = 10,       ///< launcher -> agent
-  resume = 11,        ///< launcher -> agent
-  rank_stopped = 12,  ///< agent -> launcher
-  rank_elastic = 13,  ///< agent -> launcher
-  regenerate = 14,    ///< launcher -> agent
-  rank_left = 15,     ///< agent -> launcher
-  signal = 16,        ///< launcher -> agent
+  hello = 1,            ///< launcher -> agent
+  agent_hello = 2,      ///< agent -> launcher
+  spawn = 3,            ///< launcher -> agent
+  rank_started = 4,     ///< agent -> launcher
+  output = 5,           ///< agent -> launcher
+  rank_exited = 6,      ///< agent -> launcher
+  kill = 7,             ///< launcher -> agent
+  heartbeat = 8,        ///< both ways
+  fatal = 9,            ///< both ways
+  suspend = 10,         ///< launcher -> agent
+  resume = 11,          ///< launcher -> agent
+  rank_stopped = 12,    ///< agent -> launcher
+  rank_elastic = 13,    ///< agent -> launcher
+  regenerate = 14,      ///< launcher -> agent
+  rank_left = 15,       ///< agent -> launcher
+  signal = 16,          ///< launcher -> agent
   stacks_request = 17,  ///< launcher -> agent
   stacks = 18,          ///< agent -> launcher
 };

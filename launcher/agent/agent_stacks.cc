@@ -91,15 +91,16 @@ void Agent::request_stacks(const proto::StacksRequest& req) {
     if (!error_dir_ || !catches(r.pid, sig)) {
       w.answer.ranks.push_back(
           {n, proto::StackStatus::no_handler,
-           proc_text(r.pid, "it has no stack report (it loads neither libhvdrun nor the hvdrun "
-                            "Python package)")});
+           proc_text(r.pid,
+                     "it has no stack report (it loads neither libhvdrun nor the hvdrun "
+                     "Python package)")});
       continue;
     }
     // Emptied first: what the file holds afterwards is this request's.
     if (::truncate(error_dir_->stack_path(n).c_str(), 0) != 0 || ::kill(r.pid, sig) != 0) {
-      w.answer.ranks.push_back({n, proto::StackStatus::no_handler,
-                                proc_text(r.pid, std::string("cannot ask it: ") +
-                                                     std::strerror(errno))});
+      w.answer.ranks.push_back(
+          {n, proto::StackStatus::no_handler,
+           proc_text(r.pid, std::string("cannot ask it: ") + std::strerror(errno))});
       continue;
     }
     w.waiting.push_back(n);

@@ -36,7 +36,8 @@ milliseconds env_duration(const char* (*getenv)(const char*), const char* name,
 
 }  // namespace
 
-SystemJobClock::SystemJobClock() : signals_({SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGUSR1, SIGUSR2, SIGQUIT}) {}
+SystemJobClock::SystemJobClock()
+    : signals_({SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGUSR1, SIGUSR2, SIGQUIT}) {}
 
 JobClock::Clock::time_point SystemJobClock::now() { return Clock::now(); }
 

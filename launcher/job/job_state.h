@@ -230,7 +230,7 @@ class Job {
   Clock::time_point next_heartbeat_;
   Clock::time_point last_heartbeat_;  // when the agents last heard from this process
   std::optional<Clock::time_point> teardown_deadline_;
-  std::optional<Clock::time_point> timeout_deadline_;   // --timeout
+  std::optional<Clock::time_point> timeout_deadline_;  // --timeout
   // A stack report being gathered: the hosts still to answer, until when, what came.
   struct StacksGather {
     std::uint32_t id = 0;
@@ -243,7 +243,7 @@ class Job {
   std::optional<StacksGather> stacks_;
   std::uint32_t stacks_requests_ = 0;
   bool timeout_stacks_done_ = false;  // the report before the --timeout teardown is out
-  static constexpr milliseconds kStacksWait{3000};  // what each agent waits for its ranks
+  static constexpr milliseconds kStacksWait{3000};      // what each agent waits for its ranks
   std::chrono::system_clock::time_point started_wall_;  // the job's start, for --result-file
   // A rank that failed because a peer was lost (its stderr says so): not yet the job's
   // failure, while the rank that failed first may still report (see on_rank_exited).

@@ -70,8 +70,8 @@ std::string Engine::wait_report(milliseconds patience) {
   const auto give_up = Clock::now() + patience;
   while (!lock.try_lock()) {
     // The lock is held only briefly outside an exchange; a report never waits long for it.
-    if (Clock::now() >= give_up) return "the engine is busy (its lock was not free within " +
-                                         stall_seconds(patience) + ")";
+    if (Clock::now() >= give_up)
+      return "the engine is busy (its lock was not free within " + stall_seconds(patience) + ")";
     std::this_thread::sleep_for(milliseconds(5));
   }
   if (!waits()) return {};

@@ -52,8 +52,9 @@ TEST_CASE("stack report: the program's innermost frame and the collective it wai
 
 TEST_CASE("stack report: ranks with the same stacks are one group, the others their own") {
   std::vector<RankStackAnswer> answers;
-  answers.push_back({3, "node2", RankStackAnswer::Kind::whole,
-                     python_report("bb", "hvdrun-wait: allreduce 'grad' float32[4] waiting 9 s\n")});
+  answers.push_back(
+      {3, "node2", RankStackAnswer::Kind::whole,
+       python_report("bb", "hvdrun-wait: allreduce 'grad' float32[4] waiting 9 s\n")});
   answers.push_back(
       {0, "node1", RankStackAnswer::Kind::whole,
        python_report("aa", "hvdrun-wait: allreduce 'grad' float32[4] waiting 8.5 s\n")});
@@ -66,8 +67,9 @@ TEST_CASE("stack report: ranks with the same stacks are one group, the others th
                      "process 'sleep' (pid 7), state S; it has no stack report\n"});
   const std::string out = format_stack_report(answers, "--timeout 8 s", "3 s");
   CHECK(out.rfind("hvdrun: where the ranks are (--timeout 8 s):\n", 0) == 0);
-  CHECK(out.find("ranks 0, 3: train.py:45 in step -> allreduce 'grad' float32[4] waiting 8.5 s\n") !=
-        std::string::npos);
+  CHECK(
+      out.find("ranks 0, 3: train.py:45 in step -> allreduce 'grad' float32[4] waiting 8.5 s\n") !=
+      std::string::npos);
   CHECK(out.find("rank 1: train.py:12 in <module>, no collective\n") != std::string::npos);
   CHECK(out.find("rank 2: no answer within 3 s\n") != std::string::npos);
   CHECK(out.find("rank 4: process 'sleep' (pid 7), state S; it has no stack report\n") !=
