@@ -109,9 +109,10 @@ bool install() {
   const char* path = std::getenv(stack_file::kFileEnv);
   const char* sig_text = std::getenv(stack_file::kSignalEnv);
   if (path == nullptr || sig_text == nullptr) return false;
-  const int sig = std::atoi(sig_text);
+  char* end = nullptr;
+  const long sig = std::strtol(sig_text, &end, 10);
   // Only the signal this build expects: another number is no request of an hvdrun agent.
-  if (sig != stack_file::signal_number()) return false;
+  if (*end != '\0' || sig != stack_file::signal_number()) return false;
   g_report.file = ::open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
   if (g_report.file < 0) return false;
   int pipe_fds[2];
@@ -126,7 +127,7 @@ bool install() {
   sa.sa_sigaction = on_signal;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  return ::sigaction(sig, &sa, &g_report.previous) == 0;
+  return ::sigaction(static_cast<int>(sig), &sa, &g_report.previous) == 0;
 }
 
 // As the library loads: before the Python package registers its dump (which then chains to

@@ -42,9 +42,8 @@ TEST_CASE("stacks: a C rank's collective and another's C frame are reported befo
   const std::string marker = unique_marker();
   const auto t0 = Clock::now();
   // Rank 1 blocks in stuck_in_c(); rank 0 waits in an allreduce that rank 1 never issues.
-  Hvdrun h(
-      {"-np", "2", "--timeout", "3", HVDRUN_BINARY_DIR "/tests/runtime/runtime_c_worker", "stuck"},
-      {marker});
+  const std::string worker = HVDRUN_BINARY_DIR "/tests/runtime/runtime_c_worker";
+  Hvdrun h({"-np", "2", "--timeout", "3", worker, "stuck"}, {marker});
   CHECK(h.wait(10s) == 124);
   CHECK(ms_since(t0) < 8000);  // within timeout + 5 s, the report included
   INFO(h.err);
