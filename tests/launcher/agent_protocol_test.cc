@@ -178,12 +178,12 @@ TEST_CASE("malformed payloads are protocol errors") {
 }
 
 TEST_CASE("a hello with another version decodes far enough to report the mismatch") {
-  std::string p = std::string("HVDA") + std::string("\0\0\0\x09", 4) + "future fields";
+  std::string p = std::string("HVDA") + std::string("\0\0\0\x0a", 4) + "future fields";
   proto::Decoder d;
   d.feed(frame(1, p));
   auto m = d.next();
   REQUIRE(m);
-  CHECK(std::get<proto::Hello>(*m).version == 9);
+  CHECK(std::get<proto::Hello>(*m).version == 10);
 }
 
 TEST_CASE("a version 1 agent hello (no interface field) is read as a version mismatch") {
