@@ -123,11 +123,14 @@ int main(int argc, char** argv) {
   // them), so that one arriving while the hosts start, or between two generations of an
   // elastic job, stays pending instead of ending hvdrun, and reaches the ranks once the
   // job loop runs. Only blocked: the job loop's SignalMask installs the handler, and
-  // nothing else of this process's signal handling (SIGPIPE's) changes before it.
+  // nothing else of this process's signal handling (SIGPIPE's) changes before it. SIGQUIT
+  // (the stack report) the same: one that comes during the start asks for a report once
+  // the job loop runs, instead of ending hvdrun with a core dump.
   sigset_t for_the_ranks;
   sigemptyset(&for_the_ranks);
   sigaddset(&for_the_ranks, SIGUSR1);
   sigaddset(&for_the_ranks, SIGUSR2);
+  sigaddset(&for_the_ranks, SIGQUIT);
   ::pthread_sigmask(SIG_BLOCK, &for_the_ranks, nullptr);
   try {
     if (cmd.options.elastic.enabled()) return hvdrun::launcher::run_elastic(cmd.options);
