@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "launcher/elastic/elastic.h"
 #include "launcher/hosts/check.h"
 #include "launcher/hosts/slurm_launch.h"
+#include "launcher/job/stacks_socket.h"
 #include "launcher/plan/launch_plan.h"
 #include "launcher/plan/rank_env.h"
 #include "launcher/start/launch.h"
@@ -102,6 +104,14 @@ int main(int argc, char** argv) {
       } catch (const std::exception& e) {
         std::fprintf(stderr, "hvdrun agent: error: %s\n", e.what());
         return hvdrun::exit_status::kAgentFailed;
+      }
+    case Action::stacks:
+      try {
+        return hvdrun::launcher::run_stacks_client(
+            cmd.stacks_pid > 0 ? std::optional<int>(cmd.stacks_pid) : std::nullopt);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "hvdrun stacks: %s\n", e.what());
+        return hvdrun::exit_status::kUsage;
       }
     case Action::run:
       break;

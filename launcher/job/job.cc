@@ -223,6 +223,7 @@ void Job::supervise() {
   }
   next_heartbeat_ = now() + ctx_.heartbeat_interval;
   last_heartbeat_ = now();
+  open_stacks_socket();
   try {
     while (turn()) {
     }
@@ -251,6 +252,7 @@ bool Job::turn() {
     if (!h.outq.empty()) service(h, /*read=*/false);
   }
   wait_for_events(t);
+  accept_stacks_clients();
   check_servers();
   check_timers(now());
   for (Host& h : hosts_) service(h, /*read=*/false);  // send what the timers queued
@@ -321,6 +323,7 @@ void Job::wait_for_events(Clock::time_point t) {
   for (const Watched& w : watched_) {
     if (!w.reported) fds_.push_back({w.failure->fd(), POLLIN, 0});
   }
+  if (stacks_socket_) fds_.push_back({stacks_socket_->fd(), POLLIN, 0});
   fd_host_.resize(fds_.size(), -1);
   auto wake = next_heartbeat_;
   if (paused) wake = std::min(wake, t + milliseconds(5));

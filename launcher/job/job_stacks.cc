@@ -1,7 +1,8 @@
 // The stack report on the launcher's side (docs/diagnosis.md#the-stack-report): every agent
 // is asked for its ranks' stacks (a stacks-request frame), each answers within kStacksWait
 // with what its ranks wrote, and the report, grouped (stack_report.h), is printed on hvdrun's
-// stderr: before the --timeout teardown, and on SIGQUIT, after which the job goes on.
+// stderr: before the --timeout teardown, and on SIGQUIT or `hvdrun stacks` (which gets it
+// too), after which the job goes on.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -86,8 +87,36 @@ void Job::check_stacks(Clock::time_point t) {
   const std::string report = format_stack_report(std::move(g.got), g.why, wait_text);
   relay_->flush();
   write_all(ctx_.stderr_fd, report.data(), report.size());
+  for (UniqueFd& c : stacks_clients_) (void)write_all(c.get(), report.data(), report.size());
+  stacks_clients_.clear();
   if (g.for_timeout) timeout_stacks_done_ = true;
   stacks_.reset();
+}
+
+// `hvdrun stacks` (stacks_socket.h): where it connects while the job runs. A job that cannot
+// listen runs without it.
+void Job::open_stacks_socket() {
+  try {
+    stacks_socket_.emplace();
+  } catch (const std::exception& e) {
+    spdlog::debug("no socket for hvdrun stacks: {}", e.what());
+  }
+}
+
+// Each connection asks for a report (one gathering serves all that came meanwhile).
+void Job::accept_stacks_clients() {
+  if (!stacks_socket_) return;
+  bool fresh = false;
+  while (UniqueFd c = stacks_socket_->accept_client()) {
+    if (stopping()) {
+      static constexpr char kStopping[] = "hvdrun: the job is stopping; no report\n";
+      (void)write_all(c.get(), kStopping, sizeof kStopping - 1);
+      continue;
+    }
+    stacks_clients_.push_back(std::move(c));
+    fresh = true;
+  }
+  if (fresh && !stacks_) request_stacks("hvdrun stacks; the job goes on", false);
 }
 
 }  // namespace hvdrun::launcher::job_detail

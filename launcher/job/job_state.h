@@ -21,6 +21,7 @@
 #include "launcher/job/job.h"
 #include "launcher/job/job_context.h"
 #include "launcher/job/stack_report.h"
+#include "launcher/job/stacks_socket.h"
 #include "launcher/output/output_relay.h"
 #include "launcher/plan/launch_options.h"
 #include "launcher/plan/launch_plan.h"
@@ -198,6 +199,8 @@ class Job {
   void request_stacks(const std::string& why, bool for_timeout);
   void on_stacks(Host& h, const proto::Stacks& s);
   void check_stacks(Clock::time_point t);
+  void open_stacks_socket();
+  void accept_stacks_clients();
   void note_exit(int rank, const proto::RankExited& ex);
   void write_result_file();
   void watch_joins(std::vector<int> processes);
@@ -243,6 +246,9 @@ class Job {
   std::optional<StacksGather> stacks_;
   std::uint32_t stacks_requests_ = 0;
   bool timeout_stacks_done_ = false;  // the report before the --timeout teardown is out
+  // `hvdrun stacks` (stacks_socket.h): where it connects, and who waits for the report.
+  std::optional<StacksSocket> stacks_socket_;
+  std::vector<UniqueFd> stacks_clients_;
   static constexpr milliseconds kStacksWait{3000};      // what each agent waits for its ranks
   std::chrono::system_clock::time_point started_wall_;  // the job's start, for --result-file
   // A rank that failed because a peer was lost (its stderr says so): not yet the job's

@@ -1,8 +1,8 @@
 """The stack report (docs/diagnosis.md#the-stack-report) with real Python ranks: a hung job of
 4 ranks (ranks 0 and 3 in an allreduce, rank 1 in time.sleep, rank 2 in queue.get). SIGQUIT to
-hvdrun prints where every rank is and the job goes on; --timeout prints it again, then tears
-the job down (exit 124) within its time + 5 s with nothing left running. Over the loopback SSH
-cluster too, where the agents are remote."""
+hvdrun, or `hvdrun stacks PID` from another terminal, prints where every rank is and the job
+goes on; --timeout prints it again, then tears the job down (exit 124) within its time + 5 s
+with nothing left running. Over the loopback SSH cluster too, where the agents are remote."""
 import os
 import re
 import signal
@@ -128,6 +128,31 @@ def check_report(lines, err):
     assert expected(lines), "\n".join(lines) + "\n" + err
 
 
+def ask_from_another_terminal(job, earlier):
+    """`hvdrun stacks PID` gets the same report (and hvdrun prints it too); another user
+    cannot reach the job's socket, in a directory only its owner may enter."""
+    p = subprocess.run([launcher(), "stacks", str(job.proc.pid)], capture_output=True,
+                       text=True, timeout=20)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("hvdrun: where the ranks are (hvdrun stacks; the job goes on):")
+    check_report(report(p.stdout, 0), p.stdout)
+    job.wait_for("the report on hvdrun's stderr too",
+                 lambda j: named(j.err, earlier) == {0, 1, 2, 3}, 10)
+    if os.geteuid() != 0:
+        return
+    path = f"/tmp/hvdrun-0/job-{job.proc.pid}.sock"
+    if os.environ.get("XDG_RUNTIME_DIR", "").startswith("/"):
+        path = f"{os.environ['XDG_RUNTIME_DIR']}/hvdrun/job-{job.proc.pid}.sock"
+    other = subprocess.run(
+        ["runuser", "-u", "nobody", "--", sys.executable, "-c",
+         "import socket,sys\ns=socket.socket(socket.AF_UNIX)\n"
+         "try:\n s.connect(sys.argv[1]); print(s.recv(200).decode())\n"
+         "except OSError as e: print(type(e).__name__)", path],
+        capture_output=True, text=True, timeout=20)
+    assert other.stdout.strip() in ("PermissionError", "FileNotFoundError") or \
+        "refused" in other.stdout, other.stdout + other.stderr
+
+
 @pytest.mark.parametrize("where", ["local", "ssh"])
 def test_stack_report_on_sigquit_and_timeout(where, request):
     marker = f"HVDRUN_TEST_MARKER={uuid.uuid4().hex}"
@@ -156,6 +181,9 @@ def test_stack_report_on_sigquit_and_timeout(where, request):
         if expected(report(job.err, asked - 1)):
             break
     check_report(report(job.err, asked - 1), job.describe())
+    if where == "local":
+        ask_from_another_terminal(job, asked)
+        asked += 1
     # The job goes on: every rank still runs.
     assert job.proc.poll() is None, job.describe()
     assert all(os.path.exists(f"/proc/{p}") for p in ranks)
