@@ -163,7 +163,7 @@ std::string help_text() {
       "Subcommands:\n"
       "  run      launch the job (the default)\n"
       "  check    check SSH, host key, login and remote hvdrun on every host\n"
-      "  stacks   print where every rank of a running job is (its stacks, its collective)\n"
+      "  stacks   print where each rank of a running job is: its stacks and collective\n"
       "  agent    internal: started on each host by the launcher over SSH\n";
   // Descriptions start in one column; an option wider than it gets its description on
   // the next line, as argparse does.
