@@ -3,7 +3,8 @@
 // (docs/diagnosis.md#the-stack-report). The agent names the file and the signal in the
 // rank's environment, empties the file and sends the signal; the rank's handlers append
 // its Python stacks (faulthandler), its native frames (a C or C++ program), the collectives
-// it waits in, and last kEndLine, which tells the agent that the report is whole.
+// it waits in, and last kEndLine, which tells the agent that the report is whole. And the
+// words of a rank that ended a stall, after which the launcher asks the others.
 #pragma once
 
 #include <signal.h>
@@ -26,5 +27,10 @@ inline constexpr const char kNoWait[] = "hvdrun-wait: none";
 inline constexpr const char kNativeLine[] = "hvdrun-native-frames:";
 /// The last line of a whole report.
 inline constexpr const char kEndLine[] = "hvdrun-stacks-end";
+
+/// In the last stderr lines of a rank that ended itself past
+/// HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: the launcher gathers the others' reports first.
+inline constexpr const char kStallShutdown[] =
+    "Ending this rank: HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=";
 
 }  // namespace hvdrun::stack_file

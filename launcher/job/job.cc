@@ -544,6 +544,7 @@ void Job::check_timers(Clock::time_point t) {
 }
 
 int Job::finish() {
+  if (stall_failure_) decide(*stall_failure_);  // every rank ended before its report came
   decide_held_failure();
   for (int r = 0; r < workers(); ++r) relay_->end_rank(r);
   relay_->drain();

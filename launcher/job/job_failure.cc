@@ -101,6 +101,8 @@ void Job::job_failure(const Failure& f) {
 // A failure the job does not survive: the first decides the exit code; every one stops
 // the job (a teardown already begun goes on).
 void Job::decide(const Failure& f) {
+  if (stall_failure_ && !outcome_) outcome_ = *stall_failure_;  // it came first
+  stall_failure_.reset();
   if (!outcome_) outcome_ = f;
   begin_teardown();
 }
@@ -197,6 +199,7 @@ void Job::on_rank_exited(Host& h, const proto::RankExited& ex) {
     if (all_done()) decide_held_failure();
     return;
   }
+  if (stall_ended(h, ex, tail)) return;
   held_.reset();  // this one came first: the held rank failed because of it
   // In process the others are not stopped (unless the re-formation is refused).
   job_failure(rank_failure(h, ex, in_process_ ? 0 : running_ranks()));

@@ -12,6 +12,7 @@
 
 #include "common/fd.h"
 #include "common/seconds_text.h"
+#include "common/stack_file.h"
 #include "launcher/agent/agent_protocol.h"
 #include "launcher/job/job_state.h"
 #include "launcher/job/stack_report.h"
@@ -91,6 +92,26 @@ void Job::check_stacks(Clock::time_point t) {
   stacks_clients_.clear();
   if (g.for_timeout) timeout_stacks_done_ = true;
   stacks_.reset();
+  if (stall_failure_) job_failure(*stall_failure_);  // the stall's failure, now reported
+}
+
+// A rank that ended itself past HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: before its failure
+// stops the job, where the others are (the rank that never came is the one to see). The
+// ranks that wait with it end alike meanwhile: the same stall, no failure of their own.
+bool Job::stall_ended(const Host& h, const proto::RankExited& ex,
+                      const std::vector<std::string>& tail) {
+  const bool stall = std::any_of(tail.begin(), tail.end(), [](const std::string& line) {
+    return line.find(stack_file::kStallShutdown) != std::string::npos;
+  });
+  if (!stall || in_process_) return false;
+  if (stall_failure_) return true;
+  if (stacks_ || running_ranks() == 0) return false;
+  held_.reset();
+  stall_failure_ = rank_failure(h, ex, running_ranks());
+  request_stacks("rank " + std::to_string(ranks_[static_cast<std::size_t>(ex.rank)].rank) +
+                     " ended a stall past HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
+                 false);
+  return true;
 }
 
 // `hvdrun stacks` (stacks_socket.h): where it connects while the job runs. A job that cannot

@@ -199,6 +199,8 @@ class Job {
   void request_stacks(const std::string& why, bool for_timeout);
   void on_stacks(Host& h, const proto::Stacks& s);
   void check_stacks(Clock::time_point t);
+  bool stall_ended(const Host& h, const proto::RankExited& ex,
+                   const std::vector<std::string>& tail);
   void open_stacks_socket();
   void accept_stacks_clients();
   void note_exit(int rank, const proto::RankExited& ex);
@@ -248,6 +250,9 @@ class Job {
   bool timeout_stacks_done_ = false;  // the report before the --timeout teardown is out
   // `hvdrun stacks` (stacks_socket.h): where it connects, and who waits for the report.
   std::optional<StacksSocket> stacks_socket_;
+  // A rank that ended itself past HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: its failure, decided
+  // once the report of where the others are is out.
+  std::optional<Failure> stall_failure_;
   std::vector<UniqueFd> stacks_clients_;
   static constexpr milliseconds kStacksWait{3000};      // what each agent waits for its ranks
   std::chrono::system_clock::time_point started_wall_;  // the job's start, for --result-file

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
@@ -45,10 +46,15 @@ std::vector<int> job_pids(const std::string& dir) {
   std::vector<int> pids;
   if (DIR* d = ::opendir(dir.c_str())) {
     while (const dirent* e = ::readdir(d)) {
-      int pid = 0;
-      char tail[8] = {};
-      if (std::sscanf(e->d_name, "job-%d.so%7s", &pid, tail) == 2 && std::strcmp(tail, "ck") == 0)
-        pids.push_back(pid);
+      const std::string name = e->d_name;
+      static constexpr std::string_view kHead = "job-", kTail = ".sock";
+      if (name.size() <= kHead.size() + kTail.size() || name.rfind(kHead, 0) != 0 ||
+          name.compare(name.size() - kTail.size(), kTail.size(), kTail) != 0)
+        continue;
+      const std::string digits =
+          name.substr(kHead.size(), name.size() - kHead.size() - kTail.size());
+      if (digits.size() <= 9 && digits.find_first_not_of("0123456789") == std::string::npos)
+        pids.push_back(std::stoi(digits));
     }
     ::closedir(d);
   }
@@ -73,9 +79,9 @@ UniqueFd connect_job(const std::string& dir, int pid) {
 
 std::string stacks_socket_dir() {
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-  const std::string dir = runtime != nullptr && *runtime == '/'
-                              ? std::string(runtime) + "/hvdrun"
-                              : "/tmp/hvdrun-" + std::to_string(::getuid());
+  std::string dir = runtime != nullptr && *runtime == '/'
+                        ? std::string(runtime) + "/hvdrun"
+                        : "/tmp/hvdrun-" + std::to_string(::getuid());
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) throw_errno(dir, "mkdir");
   struct stat st {};
   if (::lstat(dir.c_str(), &st) != 0) throw_errno(dir, "lstat");

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/seconds_text.h"
+#include "common/stack_file.h"
 #include "common/thread_failure.h"
 #include "runtime/engine/engine.h"
 
@@ -135,7 +136,7 @@ void Engine::watch_stalls() {
     waited = std::chrono::duration_cast<milliseconds>(Clock::now() - progress_since_);
     std::string text = stall_text(waited, round >= 0, absent);
     if (ends)
-      text += ". Ending this rank: HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" +
+      text += std::string(". ") + stack_file::kStallShutdown +
               std::to_string(stall_.shutdown.count() / 1000);
     else
       text += " (reported once per stall; HOROVOD_STALL_CHECK_TIME_SECONDS=" +

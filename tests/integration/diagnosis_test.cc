@@ -1,8 +1,9 @@
 // hvdrun's diagnosis flags end to end on localhost (docs/diagnosis.md): --timeout tears down a
 // hung job and exits 124 with nothing left running, --local-ranks-filter narrows the console
 // by local rank while the output files keep every rank, and --result-file says how the job
-// and each rank ended; before the --timeout teardown the stack report names the collective a
-// C rank waits in and the C function another is stuck in. The error files' tracebacks and the
+// and each rank ended; before the teardown of --timeout or of a stall past
+// HOROVOD_STALL_SHUTDOWN_TIME_SECONDS the stack report names the collective a C rank waits in
+// and the C function another is stuck in. The error files' tracebacks and the
 // stack report of Python ranks are checked in tests/python (test_failures.py,
 // test_stacks.py). Every wait has a deadline.
 #include <catch2/catch.hpp>
@@ -38,7 +39,7 @@ TEST_CASE("timeout: --timeout ends a job whose ranks hang with exit 124 and noth
   CHECK(count(json, "\"signal\": 9, \"cause\": \"stopped\"") == 2);
 }
 
-TEST_CASE("stacks: a C rank's collective and another's C frame are reported before the teardown") {
+TEST_CASE("stacks: a C rank's collective and another's C frame are reported before a teardown") {
   const std::string marker = unique_marker();
   const auto t0 = Clock::now();
   // Rank 1 blocks in stuck_in_c(); rank 0 waits in an allreduce that rank 1 never issues.
@@ -56,6 +57,21 @@ TEST_CASE("stacks: a C rank's collective and another's C frame are reported befo
   CHECK(count(h.err, ", no collective\n") == 1);
   // The report comes before the teardown's message.
   CHECK(h.err.find("where the ranks are") < h.err.find("ran past --timeout 3 s"));
+  CHECK(wait_none_with(marker, 2s));
+
+  // Rank 0 ends its stall past HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: the report says where
+  // rank 1 is before the failure stops the job.
+  Hvdrun stall({"-np", "2", "-x", "HOROVOD_STALL_CHECK_TIME_SECONDS=1", "-x",
+                "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=2", worker, "stuck"},
+               {marker});
+  CHECK(stall.wait(15s) == 70);
+  INFO(stall.err);
+  CHECK(count(stall.err,
+              "hvdrun: where the ranks are (rank 0 ended a stall past "
+              "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS):\nrank 1: "
+              "runtime_c_worker(stuck_in_c+") == 1);
+  CHECK(stall.err.find("where the ranks are") <
+        stall.err.find("hvdrun: rank 0 on host localhost exited with code 70"));
   CHECK(wait_none_with(marker, 2s));
 }
 
