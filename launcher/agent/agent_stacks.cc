@@ -1,6 +1,7 @@
 // The agent's part of the stack report (docs/diagnosis.md#the-stack-report). On a
 // stacks-request it empties the stack file of each running rank (common/stack_file.h) and
-// sends the rank the stack signal, but only a rank that catches it (its /proc status says so):
+// sends the rank the stack signal, but only a rank that catches it (its /proc status says so;
+// behind a wrapper, the wrapper's child that does):
 // the default action of a real-time signal would end any other. It answers once every
 // signalled rank's file ends with the end line, or when the request's wait is over, with what
 // the files hold by then. A rank that catches no such signal (a program that loads neither
@@ -19,6 +20,8 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/stack_file.h"
 #include "launcher/agent/agent_state.h"
@@ -46,6 +49,25 @@ bool catches(pid_t pid, int sig) {
     return ((mask >> (sig - 1)) & 1) != 0;
   }
   return false;
+}
+
+// The process of the rank's tree that answers: the rank itself, else the first descendant that
+// catches the signal (behind a wrapper: `sh -c "python train.py; ..."`), breadth first, a few
+// levels down; 0 when none does.
+pid_t answering(pid_t pid, int sig) {
+  std::vector<pid_t> level{pid};
+  for (int depth = 0; depth < 4 && !level.empty(); ++depth) {
+    std::vector<pid_t> next;
+    for (pid_t p : level) {
+      if (catches(p, sig)) return p;
+      const std::string id = std::to_string(p);
+      std::ifstream in("/proc/" + id + "/task/" + id + "/children");
+      pid_t child = 0;
+      while (in >> child) next.push_back(child);
+    }
+    level = std::move(next);
+  }
+  return 0;
 }
 
 // What /proc says of a rank that cannot answer itself.
@@ -88,7 +110,8 @@ void Agent::request_stacks(const proto::StacksRequest& req) {
   const int sig = stack_file::signal_number();
   for (auto& [n, r] : ranks_) {
     if (r.reaped || r.pid <= 0) continue;
-    if (!error_dir_ || !catches(r.pid, sig)) {
+    const pid_t target = error_dir_ ? answering(r.pid, sig) : 0;
+    if (target == 0) {
       w.answer.ranks.push_back(
           {n, proto::StackStatus::no_handler,
            proc_text(r.pid,
@@ -97,7 +120,7 @@ void Agent::request_stacks(const proto::StacksRequest& req) {
       continue;
     }
     // Emptied first: what the file holds afterwards is this request's.
-    if (::truncate(error_dir_->stack_path(n).c_str(), 0) != 0 || ::kill(r.pid, sig) != 0) {
+    if (::truncate(error_dir_->stack_path(n).c_str(), 0) != 0 || ::kill(target, sig) != 0) {
       w.answer.ranks.push_back(
           {n, proto::StackStatus::no_handler,
            proc_text(r.pid, std::string("cannot ask it: ") + std::strerror(errno))});

@@ -60,9 +60,9 @@ TEST_CASE("stacks: a C rank's collective and another's C frame are reported befo
   CHECK(wait_none_with(marker, 2s));
 
   // Rank 0 ends its stall past HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: the report says where
-  // rank 1 is before the failure stops the job.
+  // rank 1 is before the failure stops the job. Behind a wrapper shell, its child answers.
   Hvdrun stall({"-np", "2", "-x", "HOROVOD_STALL_CHECK_TIME_SECONDS=1", "-x",
-                "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=2", worker, "stuck"},
+                "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=2", "sh", "-c", worker + " stuck; exit $?"},
                {marker});
   CHECK(stall.wait(15s) == 70);
   INFO(stall.err);
