@@ -92,11 +92,10 @@ ReadStacks read_stacks(const std::string& text) {
   ReadStacks r;
   std::vector<std::string> python, native;
   bool in_native = false;
-  std::string no_wait_note;
   for (const std::string& line : lines_of(text)) {
     if (line == stack_file::kEndLine) continue;
     if (starts_with(line, stack_file::kNoWait)) {
-      no_wait_note = line.substr(std::string(stack_file::kNoWait).size());
+      r.no_wait_note = line.substr(std::string(stack_file::kNoWait).size());
       continue;
     }
     if (starts_with(line, stack_file::kWaitPrefix)) {
@@ -118,7 +117,7 @@ ReadStacks read_stacks(const std::string& text) {
     r.stacks.pop_back();
   r.where = python_where(python);
   if (r.where.empty()) r.where = native_where(native);
-  if (r.waits.empty() && !no_wait_note.empty()) r.key += "none" + no_wait_note + "\n";
+  if (r.waits.empty() && !r.no_wait_note.empty()) r.key += "none" + r.no_wait_note + "\n";
   return r;
 }
 
@@ -149,7 +148,7 @@ std::string summary(const RankStackAnswer& a, const ReadStacks& r, const std::st
   std::string s = r.where.empty() ? std::string("(no frame)") : r.where;
   if (a.kind == Kind::partial)
     return s + ", collectives unknown (libhvdrun did not answer within " + wait_text + ")";
-  if (r.waits.empty()) return s + ", no collective";
+  if (r.waits.empty()) return s + ", no collective" + r.no_wait_note;
   s += " -> ";
   for (std::size_t i = 0; i < r.waits.size(); ++i) s += (i ? "; " : "") + r.waits[i];
   return s;

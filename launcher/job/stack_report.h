@@ -26,6 +26,7 @@ struct RankStackAnswer {
 struct ReadStacks {
   std::string where;               ///< "train.py:45 in step", or "" when no frame is known
   std::vector<std::string> waits;  ///< "allreduce 'x' float32[4] waiting 61 s", ...
+  std::string no_wait_note;        ///< with no waits: " (hvdrun is not initialised)" or """
   std::string stacks;              ///< the stack lines as written (indented by the printer)
   std::string key;                 ///< stacks and waits without addresses and times
 };

@@ -48,6 +48,8 @@ TEST_CASE("stack report: the program's innermost frame and the collective it wai
       "hvdrun-wait: none\nhvdrun-stacks-end\n");
   CHECK(native.where == "c_worker(block_here+0x1a)");
   CHECK(native.waits.empty());
+  CHECK(read_stacks("hvdrun-wait: none (hvdrun is not initialised)\nhvdrun-stacks-end\n")
+            .no_wait_note == " (hvdrun is not initialised)");
 }
 
 TEST_CASE("stack report: ranks with the same stacks are one group, the others their own") {
