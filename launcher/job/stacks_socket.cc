@@ -99,10 +99,16 @@ StacksSocket::StacksSocket() : path_(socket_path(stacks_socket_dir(), ::getpid()
   if (::bind(listen_.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0)
     throw_errno(path_, "bind");
   if (::listen(listen_.get(), 8) != 0) throw_errno(path_, "listen");
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) == 0) inode_ = st.st_ino;
   set_nonblocking(listen_.get());
 }
 
-StacksSocket::~StacksSocket() { ::unlink(path_.c_str()); }
+StacksSocket::~StacksSocket() {
+  // Only its own: a later job of this process (an elastic job's next run) may listen there.
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) == 0 && st.st_ino == inode_) ::unlink(path_.c_str());
+}
 
 UniqueFd StacksSocket::accept_client() {
   for (;;) {

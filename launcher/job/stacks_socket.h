@@ -4,6 +4,8 @@
 // user's connection (root's included) is refused: the peer's uid is checked (SO_PEERCRED).
 #pragma once
 
+#include <sys/types.h>
+
 #include <optional>
 #include <string>
 
@@ -34,6 +36,7 @@ class StacksSocket {
  private:
   std::string path_;
   UniqueFd listen_;
+  ino_t inode_ = 0;  // of the socket file bound at path_
 };
 
 /// `hvdrun stacks [PID]`: asks the running job of hvdrun PID (without: the only one of this
