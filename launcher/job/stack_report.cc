@@ -70,12 +70,14 @@ std::string python_where(const std::vector<std::string>& stack) {
   return base_name(m[1].str()) + ":" + m[2].str() + " in " + m[3].str();
 }
 
-// The innermost native frame outside the C library, libhvdrun and the C++ runtime (those
-// are the signal handler's own frames and the calls the program waits in).
+// The innermost native frame outside the C library, libhvdrun, the C++ runtime and a
+// sanitizer's (those are the signal handler's own frames, its interceptors', and the calls
+// the program waits in).
 std::string native_where(const std::vector<std::string>& frames) {
   for (const std::string& f : frames) {
     bool system = false;
-    for (const char* lib : {"libc.so", "libhvdrun", "libstdc++", "ld-linux", "libpthread"})
+    for (const char* lib : {"libc.so", "libhvdrun", "libstdc++", "ld-linux", "libpthread",
+                            "libasan", "libtsan", "libubsan"})
       system = system || f.find(lib) != std::string::npos;
     if (system) continue;
     const std::string name = base_name(f);
