@@ -26,6 +26,7 @@
 #include "launcher/hosts/check.h"
 #include "launcher/hosts/slurm_launch.h"
 #include "launcher/job/job.h"
+#include "launcher/job/stacks_socket.h"
 #include "launcher/plan/launch_plan.h"
 #include "launcher/plan/rank_env.h"
 #include "launcher/start/launch.h"
@@ -148,6 +149,14 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "hvdrun agent: error: %s\n", e.what());
         return hvdrun::exit_status::kAgentFailed;
       }
+    case Action::stacks:
+      try {
+        return hvdrun::launcher::run_stacks_client(
+            cmd.stacks_pid > 0 ? std::optional<int>(cmd.stacks_pid) : std::nullopt);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "hvdrun stacks: %s\n", e.what());
+        return hvdrun::exit_status::kUsage;
+      }
     case Action::run:
       break;
   }
@@ -168,11 +177,14 @@ int main(int argc, char** argv) {
   // them), so that one arriving while the hosts start, or between two generations of an
   // elastic job, stays pending instead of ending hvdrun, and reaches the ranks once the
   // job loop runs. Only blocked: the job loop's SignalMask installs the handler, and
-  // nothing else of this process's signal handling (SIGPIPE's) changes before it.
+  // nothing else of this process's signal handling (SIGPIPE's) changes before it. SIGQUIT
+  // (the stack report) the same: one that comes during the start asks for a report once
+  // the job loop runs, instead of ending hvdrun with a core dump.
   sigset_t for_the_ranks;
   sigemptyset(&for_the_ranks);
   sigaddset(&for_the_ranks, SIGUSR1);
   sigaddset(&for_the_ranks, SIGUSR2);
+  sigaddset(&for_the_ranks, SIGQUIT);
   ::pthread_sigmask(SIG_BLOCK, &for_the_ranks, nullptr);
   return run_launch(cmd.options);
 }

@@ -185,6 +185,7 @@ std::string help_text() {
       "Usage:\n"
       "  hvdrun [run] [options] [--] command [args...]\n"
       "  hvdrun check [options]\n"
+      "  hvdrun stacks [PID]\n"
       "  hvdrun --check-build | --version | --help\n"
       "\n"
       "Runs command as one process (rank) per slot on the given hosts, starting remote\n"
@@ -194,6 +195,7 @@ std::string help_text() {
       "Subcommands:\n"
       "  run      launch the job (the default)\n"
       "  check    check SSH, host key, login and remote hvdrun on every host\n"
+      "  stacks   print where each rank of a running job is: its stacks and collective\n"
       "  agent    internal: started on each host by the launcher over SSH\n";
   // Descriptions start in one column; an option wider than it gets its description on
   // the next line, as argparse does.

@@ -10,7 +10,7 @@
 namespace hvdrun::cli {
 
 /// What the command line asks for.
-enum class Action { run, check, agent, help, version, check_build };
+enum class Action { run, check, agent, stacks, help, version, check_build };
 
 /// The parsed command line.
 struct Command {
@@ -18,6 +18,8 @@ struct Command {
   launcher::LaunchOptions options;
   /// Text for --help (filled for Action::help).
   std::string help_text;
+  /// `hvdrun stacks PID`: the hvdrun whose job to ask (0: the only one running).
+  int stacks_pid = 0;
 };
 
 /// Parses `args` (argv without argv[0]). Throws UsageError with a one-line message.

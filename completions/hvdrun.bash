@@ -1,4 +1,4 @@
-# Bash completion for hvdrun: options, the run/check subcommands, file and directory
+# Bash completion for hvdrun: options, the run/check/stacks subcommands, file and directory
 # arguments, log levels, network interfaces, and host names for -H taken from the
 # --hostfile already on the line (plus localhost and ~/.ssh/config aliases). Once the
 # user's command has started, the command and its arguments complete as usual.
@@ -87,6 +87,10 @@ _hvdrun() {
       run | check)
         if [[ -z $subcommand && $i -eq 1 ]]; then subcommand=$w; else command_start=$i; break; fi
         ;;
+      stacks)
+        # hvdrun stacks [PID]: nothing to complete (the pid of a running hvdrun).
+        if ((i == 1)); then COMPREPLY=(); return 0; fi
+        command_start=$i; break ;;
       *) command_start=$i; break ;;
     esac
   done
@@ -190,7 +194,7 @@ _hvdrun() {
   if [[ $cur == -* ]]; then
     COMPREPLY=($(compgen -W "$_hvdrun_value_opts $_hvdrun_flag_opts" -- "$cur"))
   elif [[ -z $subcommand ]] && ((cword == 1)); then
-    COMPREPLY=($(compgen -W "run check" -- "$cur") $(compgen -c -- "$cur"))
+    COMPREPLY=($(compgen -W "run check stacks" -- "$cur") $(compgen -c -- "$cur"))
   else
     COMPREPLY=($(compgen -c -- "$cur"))
   fi

@@ -114,6 +114,8 @@ void Agent::handle(proto::Message& m) {
 
   } else if (auto* g = std::get_if<proto::Regenerate>(&m)) {
     regenerate(*g);
+  } else if (auto* q = std::get_if<proto::StacksRequest>(&m)) {
+    request_stacks(*q);
   } else if (auto* f = std::get_if<proto::Fatal>(&m)) {
     spdlog::error("launcher reported: {}", f->message);
     begin_kill(hello_.kill_grace_ms, "launcher failed");
@@ -203,7 +205,9 @@ bool Agent::report_fatal(const std::string& message) {
 int Agent::run() {
   // SIGUSR1 and SIGUSR2 sent to the agent itself (Slurm's --signal reaches the step's
   // tasks, the agents) go on to its ranks, as the launcher's forwarded ones do.
-  SignalMask signals({SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2});
+  // SIGQUIT (a terminal's Ctrl-\ reaches a local agent in hvdrun's process group) asks hvdrun
+  // for the stack report: the agent takes it, so that it does not end it.
+  SignalMask signals({SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGQUIT});
   // Orphans of the ranks' trees come here, not to init, so that sweep_groups() finds them.
   if (!become_subreaper())
     spdlog::warn(
@@ -249,10 +253,12 @@ void Agent::take_signals(SignalMask& signals) {
   for (int sig : {SIGUSR1, SIGUSR2}) {
     if (signals.take(sig) > 0) forward_signal(sig);
   }
+  if (signals.take(SIGQUIT) > 0) spdlog::debug("SIGQUIT: left to hvdrun (the stack report)");
 }
 
 // The SIGKILL after the grace, the launcher's silence limit, and our own heartbeat.
 void Agent::check_timers(Clock::time_point now) {
+  check_stacks(now, false);
   if (killing_ && kill_at_ && now >= *kill_at_) {
     for (auto& [n, r] : ranks_) {
       if (!r.reaped && r.pid > 0) ::kill(-r.pid, SIGKILL);
@@ -320,6 +326,8 @@ Clock::time_point Agent::collect_pollfds(Clock::time_point now) {
     wake = std::min(wake, last_rx_ + milliseconds(hello_.heartbeat_timeout_ms) + milliseconds(1));
   }
   if (flush_deadline_) wake = std::min(wake, *flush_deadline_);
+  // A stacks request: look at the ranks' files every few milliseconds until they are whole.
+  if (stacks_) wake = std::min(wake, std::min(stacks_->until, now + milliseconds(10)));
   return wake;
 }
 

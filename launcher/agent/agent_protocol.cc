@@ -128,6 +128,10 @@ const char* name_of(Type t) {
       return "signal";
     case Type::job_end:
       return "job-end";
+    case Type::stacks_request:
+      return "stacks-request";
+    case Type::stacks:
+      return "stacks";
   }
   return "unknown";
 }
@@ -251,6 +255,24 @@ Regenerate decode_regenerate(Reader& r) {
   return m;
 }
 
+Stacks decode_stacks(Reader& r) {
+  Stacks m;
+  m.id = r.u32();
+  const std::uint32_t n = r.u32();
+  constexpr std::size_t kLeast = 4 + 1 + 4;  // rank, status, empty text
+  if (n > r.left() / kLeast) r.fail("list of " + std::to_string(n) + " ranks overruns the frame");
+  m.ranks.resize(n);
+  for (auto& rs : m.ranks) {
+    rs.rank = r.i32();
+    const std::uint8_t status = r.u8();
+    if (status > 2) r.fail("stack status " + std::to_string(status));
+    rs.status = static_cast<StackStatus>(status);
+    rs.text = r.str();
+  }
+  r.done();
+  return m;
+}
+
 Message decode_payload(Type type, std::string_view payload) {
   Reader r(payload, name_of(type));
   switch (type) {
@@ -321,6 +343,15 @@ Message decode_payload(Type type, std::string_view payload) {
       r.done();
       return m;
     }
+    case Type::stacks_request: {
+      StacksRequest m;
+      m.id = r.u32();
+      m.wait_ms = r.u32();
+      r.done();
+      return m;
+    }
+    case Type::stacks:
+      return decode_stacks(r);
     case Type::regenerate:
       return decode_regenerate(r);
     case Type::fatal: {
@@ -428,6 +459,23 @@ struct EncodeVisitor {
     w.i32(m.signo);
     w.finish(Type::signal, out);
   }
+  void operator()(const StacksRequest& m) {
+    Writer w;
+    w.u32(m.id);
+    w.u32(m.wait_ms);
+    w.finish(Type::stacks_request, out);
+  }
+  void operator()(const Stacks& m) {
+    Writer w;
+    w.u32(m.id);
+    w.u32(static_cast<std::uint32_t>(m.ranks.size()));
+    for (const auto& rs : m.ranks) {
+      w.i32(rs.rank);
+      w.u8(static_cast<std::uint8_t>(rs.status));
+      w.str(rs.text);
+    }
+    w.finish(Type::stacks, out);
+  }
   void operator()(const Regenerate& m) {
     Writer w;
     w.i32(m.generation);
@@ -504,12 +552,12 @@ std::optional<Message> Decoder::next() {
 }
 
 const char* type_name(const Message& msg) {
-  static constexpr Type kTypes[] = {Type::hello,        Type::agent_hello, Type::spawn,
-                                    Type::rank_started, Type::output,      Type::rank_exited,
-                                    Type::kill,         Type::heartbeat,   Type::fatal,
-                                    Type::suspend,      Type::resume,      Type::rank_stopped,
-                                    Type::rank_elastic, Type::regenerate,  Type::rank_left,
-                                    Type::signal,       Type::job_end};
+  static constexpr Type kTypes[] = {
+      Type::hello,        Type::agent_hello,    Type::spawn,     Type::rank_started,
+      Type::output,       Type::rank_exited,    Type::kill,      Type::heartbeat,
+      Type::fatal,        Type::suspend,        Type::resume,    Type::rank_stopped,
+      Type::rank_elastic, Type::regenerate,     Type::rank_left, Type::signal,
+      Type::job_end,      Type::stacks_request, Type::stacks};
   return name_of(kTypes[msg.index()]);
 }
 

@@ -35,7 +35,8 @@ inline constexpr std::uint32_t kMagic = 0x48564441;
 /// recovery, docs/elastic.md). 7: signal (SIGUSR1 and SIGUSR2 forwarded to the ranks).
 /// 8: rank-exited carries the traceback of the rank's error file (TORCHELASTIC_ERROR_FILE).
 /// 9: job-end (join mode: every node exits with the job's code).
-inline constexpr std::uint32_t kVersion = 9;
+/// 10: stacks-request and stacks (the stack report, docs/diagnosis.md#the-stack-report).
+inline constexpr std::uint32_t kVersion = 10;
 /// Largest frame accepted (type byte + payload).
 inline constexpr std::uint32_t kMaxFrameBytes = 16u << 20;
 /// Largest output chunk an agent puts in one frame.
@@ -49,23 +50,25 @@ class ProtocolError : public std::runtime_error {
 
 /// Frame type codes (stable on the wire).
 enum class Type : std::uint8_t {
-  hello = 1,          ///< launcher -> agent
-  agent_hello = 2,    ///< agent -> launcher
-  spawn = 3,          ///< launcher -> agent
-  rank_started = 4,   ///< agent -> launcher
-  output = 5,         ///< agent -> launcher
-  rank_exited = 6,    ///< agent -> launcher
-  kill = 7,           ///< launcher -> agent
-  heartbeat = 8,      ///< both ways
-  fatal = 9,          ///< both ways
-  suspend = 10,       ///< launcher -> agent
-  resume = 11,        ///< launcher -> agent
-  rank_stopped = 12,  ///< agent -> launcher
-  rank_elastic = 13,  ///< agent -> launcher
-  regenerate = 14,    ///< launcher -> agent
-  rank_left = 15,     ///< agent -> launcher
-  signal = 16,        ///< launcher -> agent
-  job_end = 17,       ///< launcher -> agent
+  hello = 1,            ///< launcher -> agent
+  agent_hello = 2,      ///< agent -> launcher
+  spawn = 3,            ///< launcher -> agent
+  rank_started = 4,     ///< agent -> launcher
+  output = 5,           ///< agent -> launcher
+  rank_exited = 6,      ///< agent -> launcher
+  kill = 7,             ///< launcher -> agent
+  heartbeat = 8,        ///< both ways
+  fatal = 9,            ///< both ways
+  suspend = 10,         ///< launcher -> agent
+  resume = 11,          ///< launcher -> agent
+  rank_stopped = 12,    ///< agent -> launcher
+  rank_elastic = 13,    ///< agent -> launcher
+  regenerate = 14,      ///< launcher -> agent
+  rank_left = 15,       ///< agent -> launcher
+  signal = 16,          ///< launcher -> agent
+  job_end = 17,         ///< launcher -> agent
+  stacks_request = 18,  ///< launcher -> agent
+  stacks = 19,          ///< agent -> launcher
 };
 
 /// Which output stream of a rank.
@@ -258,10 +261,42 @@ struct JobEnd {
   bool operator==(const JobEnd&) const = default;
 };
 
+/// Asks for every rank's stack report: the agent signals each rank that can answer and
+/// sends what they wrote within `wait_ms`.
+struct StacksRequest {
+  std::uint32_t id = 0;  ///< echoed in the answer
+  std::uint32_t wait_ms = 3000;
+  bool operator==(const StacksRequest&) const = default;
+};
+
+/// How one rank answered a stacks request.
+enum class StackStatus : std::uint8_t {
+  whole = 0,       ///< its report ends with the end line
+  partial = 1,     ///< no end line within the wait: what it wrote by then (maybe nothing)
+  no_handler = 2,  ///< it catches no stack signal (not an hvdrun program): text says more
+};
+
+/// One rank's stack report (common/stack_file.h), at most kMaxStackText bytes of it.
+struct RankStacks {
+  std::int32_t rank = 0;
+  StackStatus status = StackStatus::whole;
+  std::string text;
+  bool operator==(const RankStacks&) const = default;
+};
+/// Largest report of one rank carried (a longer one keeps its start and its end).
+inline constexpr std::size_t kMaxStackText = 64u << 10;
+
+/// The answer to a stacks request: every running rank of the host.
+struct Stacks {
+  std::uint32_t id = 0;
+  std::vector<RankStacks> ranks;
+  bool operator==(const Stacks&) const = default;
+};
+
 /// Any decoded message.
-using Message =
-    std::variant<Hello, AgentHello, Spawn, RankStarted, Output, RankExited, Kill, Heartbeat, Fatal,
-                 Suspend, Resume, RankStopped, RankElastic, Regenerate, RankLeft, Signal, JobEnd>;
+using Message = std::variant<Hello, AgentHello, Spawn, RankStarted, Output, RankExited, Kill,
+                             Heartbeat, Fatal, Suspend, Resume, RankStopped, RankElastic,
+                             Regenerate, RankLeft, Signal, JobEnd, StacksRequest, Stacks>;
 
 /// Appends the frame for `msg` to `out`. Throws ProtocolError when it would exceed
 /// kMaxFrameBytes (for instance a spawn with a gigantic environment).

@@ -22,6 +22,7 @@
 #include "common/error.h"
 #include "common/fd.h"
 #include "common/fd_limit.h"
+#include "common/stack_file.h"
 #include "launcher/agent/agent_protocol.h"
 #include "launcher/agent/agent_state.h"
 #include "launcher/plan/placement_env.h"
@@ -106,6 +107,9 @@ void Agent::spawn(const proto::Spawn& s) {
       const std::string file = error_dir_->fresh_path(s.rank);
       merged.set(env_names::kErrorFile, file);
       merged.set(env_names::kTorchElasticErrorFile, file);
+      // The stack report (agent_stacks.cc): the file and the signal that asks for it.
+      merged.set(stack_file::kFileEnv, error_dir_->fresh_stack_path(s.rank));
+      merged.set(stack_file::kSignalEnv, std::to_string(stack_file::signal_number()));
     }
     const bool omp_given =
         merge_rank_env(environ, s.host_env, s.env, {}).get("OMP_NUM_THREADS") != nullptr;

@@ -97,6 +97,9 @@ class Agent {
   void begin_kill(std::uint32_t grace_ms, const char* why);
   void job_control(bool suspend);
   void forward_signal(int signo);
+  // The stack report (agent_stacks.cc): signal the ranks, answer once they wrote or in time.
+  void request_stacks(const proto::StacksRequest& req);
+  void check_stacks(Clock::time_point now, bool finish);
   void flush_queue();
   bool all_done() const;
   void sweep_groups();
@@ -148,6 +151,14 @@ class Agent {
   // The ranks' error files (error_file.h), made at the first spawn; none when it cannot be.
   std::optional<ErrorDir> error_dir_;
   bool error_dir_tried_ = false;
+  // The stacks request being answered: the ranks signalled and until when they may write.
+  struct StacksWait {
+    std::uint32_t id = 0;
+    Clock::time_point until;
+    std::vector<int> waiting;
+    proto::Stacks answer;
+  };
+  std::optional<StacksWait> stacks_;
   // What the next wait polls: a rank's stdout (0), stderr (1) or exec status (2), or
   // without a rank the launcher stream in (0) or out (1).
   struct Slot {

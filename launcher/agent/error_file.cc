@@ -3,6 +3,7 @@
 #include "launcher/agent/error_file.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/fd.h"
 
 namespace hvdrun::launcher {
 
@@ -49,6 +51,18 @@ std::string ErrorDir::path(int rank) const {
 std::string ErrorDir::fresh_path(int rank) const {
   std::string p = path(rank);
   ::unlink(p.c_str());
+  return p;
+}
+
+std::string ErrorDir::stack_path(int rank) const {
+  return dir_ + "/rank-" + std::to_string(rank) + ".stacks";
+}
+
+std::string ErrorDir::fresh_stack_path(int rank) const {
+  std::string p = stack_path(rank);
+  ::unlink(p.c_str());
+  UniqueFd fd(::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd) throw_errno("the stack file " + p, "open");
   return p;
 }
 

@@ -12,8 +12,8 @@
 
 namespace hvdrun::launcher {
 
-/// A directory (0700, under $TMPDIR or /tmp) holding the error files of one agent's ranks;
-/// removed with its files when destroyed.
+/// A directory (0700, under $TMPDIR or /tmp) holding the error files and stack files of one
+/// agent's ranks; removed with its files when destroyed.
 class ErrorDir {
  public:
   /// Makes `hvdrun-errors-JOB-XXXXXX`. Throws SystemError when it cannot.
@@ -27,6 +27,11 @@ class ErrorDir {
   std::string fresh_path(int rank) const;
   /// The same path, as it is.
   std::string path(int rank) const;
+  /// The stack file of that rank (common/stack_file.h), made afresh, empty, mode 0600.
+  /// Throws SystemError when it cannot be made.
+  std::string fresh_stack_path(int rank) const;
+  /// The same path, as it is.
+  std::string stack_path(int rank) const;
 
  private:
   std::string dir_;

@@ -223,6 +223,7 @@ void Job::supervise() {
   }
   next_heartbeat_ = now() + ctx_.heartbeat_interval;
   last_heartbeat_ = now();
+  open_stacks_socket();
   try {
     while (turn()) {
     }
@@ -240,6 +241,8 @@ bool Job::turn() {
   if (!handle_interrupt()) return false;
   if (ctx_.clock->take_suspend()) suspend();
   for (int sig : ctx_.clock->take_forwarded()) forward_signal(sig);
+  if (ctx_.clock->take_stacks_request() && !stopping() && !stacks_)
+    request_stacks("SIGQUIT; the job goes on", false);
   if (all_done()) return false;
   const auto t = now();
   if (teardown_overdue(t)) return false;
@@ -249,6 +252,7 @@ bool Job::turn() {
     if (!h.outq.empty()) service(h, /*read=*/false);
   }
   wait_for_events(t);
+  accept_stacks_clients();
   check_servers();
   check_timers(now());
   for (Host& h : hosts_) service(h, /*read=*/false);  // send what the timers queued
@@ -319,13 +323,15 @@ void Job::wait_for_events(Clock::time_point t) {
   for (const Watched& w : watched_) {
     if (!w.reported) fds_.push_back({w.failure->fd(), POLLIN, 0});
   }
+  if (stacks_socket_) fds_.push_back({stacks_socket_->fd(), POLLIN, 0});
   fd_host_.resize(fds_.size(), -1);
   auto wake = next_heartbeat_;
   if (paused) wake = std::min(wake, t + milliseconds(5));
   if (!stopping() && started_ranks_ < workers()) wake = std::min(wake, start_deadline_);
   if (!join_watch_.empty() && !stopping()) wake = std::min(wake, join_deadline_);
   if (teardown_deadline_) wake = std::min(wake, *teardown_deadline_);
-  if (timeout_deadline_ && !stopping()) wake = std::min(wake, *timeout_deadline_);
+  if (timeout_deadline_ && !stopping() && !stacks_) wake = std::min(wake, *timeout_deadline_);
+  if (stacks_) wake = std::min(wake, stacks_->until);
   if (held_) wake = std::min(wake, held_->until);
   if (left_hold_) wake = std::min(wake, *left_hold_);
   const int ready = ctx_.clock->wait(fds_, wake);
@@ -398,6 +404,8 @@ void Job::handle(Host& h, proto::Message& m) {
     on_rank_elastic(h, *e);
   } else if (auto* l = std::get_if<proto::RankLeft>(&m)) {
     on_rank_left(h, *l);
+  } else if (auto* stacks = std::get_if<proto::Stacks>(&m)) {
+    on_stacks(h, *stacks);
   } else {
     throw proto::ProtocolError(std::string("agent protocol: unexpected ") + proto::type_name(m) +
                                " frame from the agent");
@@ -529,12 +537,14 @@ void Job::check_timers(Clock::time_point t) {
     }
   }
   check_start_deadline(t);
+  check_stacks(t);
   check_timeout(t);
   check_join_deadline(t);
   check_growth_or_stop();
 }
 
 int Job::finish() {
+  if (stall_failure_) decide(*stall_failure_);  // every rank ended before its report came
   decide_held_failure();
   for (int r = 0; r < workers(); ++r) relay_->end_rank(r);
   relay_->drain();

@@ -36,7 +36,8 @@ milliseconds env_duration(const char* (*getenv)(const char*), const char* name,
 
 }  // namespace
 
-SystemJobClock::SystemJobClock() : signals_({SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGUSR1, SIGUSR2}) {}
+SystemJobClock::SystemJobClock()
+    : signals_({SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGUSR1, SIGUSR2, SIGQUIT}) {}
 
 JobClock::Clock::time_point SystemJobClock::now() { return Clock::now(); }
 
@@ -71,6 +72,8 @@ std::vector<int> SystemJobClock::take_forwarded() {
   }
   return out;
 }
+
+bool SystemJobClock::take_stacks_request() { return signals_.take(SIGQUIT) > 0; }
 
 void SystemJobClock::stop_self() { ::kill(::getpid(), SIGSTOP); }
 

@@ -33,12 +33,14 @@ class JobClock {
   /// The signals for the ranks (SIGUSR1, SIGUSR2) that arrived since the last call, each
   /// once however often it came.
   virtual std::vector<int> take_forwarded() { return {}; }
+  /// True when SIGQUIT (Ctrl-\ on a terminal) asked for a stack report since the last call.
+  virtual bool take_stacks_request() { return false; }
   /// Stops this process as a shell job stops (SIGSTOP); returns once it is continued.
   virtual void stop_self() {}
 };
 
-/// The real clock: steady_clock and ppoll, with SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGUSR1
-/// and SIGUSR2 blocked except inside the wait. Construct it before any thread starts, so
+/// The real clock: steady_clock and ppoll, with SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGUSR1,
+/// SIGUSR2 and SIGQUIT blocked except inside the wait. Construct it before any thread starts, so
 /// that every thread inherits the block and only the loop sees those signals.
 class SystemJobClock : public JobClock {
  public:
@@ -48,6 +50,7 @@ class SystemJobClock : public JobClock {
   int take_interrupt() override;
   bool take_suspend() override;
   std::vector<int> take_forwarded() override;
+  bool take_stacks_request() override;
   void stop_self() override;
 
  private:

@@ -101,6 +101,8 @@ void Job::job_failure(const Failure& f) {
 // A failure the job does not survive: the first decides the exit code; every one stops
 // the job (a teardown already begun goes on).
 void Job::decide(const Failure& f) {
+  if (stall_failure_ && !outcome_) outcome_ = *stall_failure_;  // it came first
+  stall_failure_.reset();
   if (!outcome_) outcome_ = f;
   begin_teardown();
 }
@@ -197,6 +199,7 @@ void Job::on_rank_exited(Host& h, const proto::RankExited& ex) {
     if (all_done()) decide_held_failure();
     return;
   }
+  if (stall_ended(h, ex, tail)) return;
   held_.reset();  // this one came first: the held rank failed because of it
   // In process the others are not stopped (unless the re-formation is refused).
   job_failure(rank_failure(h, ex, in_process_ ? 0 : running_ranks()));
@@ -301,31 +304,23 @@ void Job::note_exit(int rank, const proto::RankExited& ex) {
 }
 
 // --timeout: the job has run its time. Torn down like a failure, but final (an elastic job
-// does not restart) and with its own exit code.
+// does not restart) and with its own exit code; first the ranks' stacks are gathered and
+// printed (a few seconds at most), so that a hung job says where it hangs.
 void Job::check_timeout(Clock::time_point t) {
   if (!timeout_deadline_ || stopping() || t < *timeout_deadline_) return;
   decide_held_failure();  // a failure that came before the time ran out is the verdict
-  if (stopping()) return;
-  report_stacks_before_teardown();
+  if (stopping() || !report_stacks_before_teardown()) return;
   const int running = running_ranks();
   Failure f{exit_status::kTimedOut,
             "hvdrun: the job ran past --timeout " + std::to_string(*opt_.timeout_s) +
                 " s; stopped " + (running > 0 ? counted(running, "running rank") : "it") +
                 " (exit code " + std::to_string(exit_status::kTimedOut) +
-                "). If the job is only slow, give a larger --timeout; if it hangs, "
-                "docs/diagnosis.md shows how to find where\n",
+                "). If the job is only slow, give a larger --timeout; if it hangs, the "
+                "report above shows where each rank was (docs/diagnosis.md)\n",
             {}};
   f.timed_out = true;
   f.final = true;
   decide(f);
-}
-
-// The hook for the stack report (DESIGN.md, "where a stuck job is stuck"): here every agent
-// will be asked for its ranks' stacks, which are gathered within a bound and printed grouped
-// before the teardown kills the ranks. Not built yet.
-void Job::report_stacks_before_teardown() {
-  spdlog::debug("--timeout {} s: the ranks' stacks are not gathered (not built yet)",
-                *opt_.timeout_s);
 }
 
 void Job::check_start_deadline(Clock::time_point t) {

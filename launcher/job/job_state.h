@@ -20,6 +20,8 @@
 #include "launcher/hosts/agent_link.h"
 #include "launcher/job/job.h"
 #include "launcher/job/job_context.h"
+#include "launcher/job/stack_report.h"
+#include "launcher/job/stacks_socket.h"
 #include "launcher/output/output_relay.h"
 #include "launcher/plan/launch_options.h"
 #include "launcher/plan/launch_plan.h"
@@ -191,9 +193,16 @@ class Job {
   void check_growth_or_stop();
   void check_start_deadline(Clock::time_point t);
   void check_timeout(Clock::time_point t);
-  // Where the stacks of every rank will be gathered and printed before a --timeout teardown
-  // (DESIGN.md, "where a stuck job is stuck"); says only that they are not gathered yet.
-  void report_stacks_before_teardown();
+  // The stack report (job_stacks.cc, docs/diagnosis.md#the-stack-report): before a
+  // --timeout teardown (true once printed; until then the teardown waits) and on SIGQUIT.
+  bool report_stacks_before_teardown();
+  void request_stacks(const std::string& why, bool for_timeout);
+  void on_stacks(Host& h, const proto::Stacks& s);
+  void check_stacks(Clock::time_point t);
+  bool stall_ended(const Host& h, const proto::RankExited& ex,
+                   const std::vector<std::string>& tail);
+  void open_stacks_socket();
+  void accept_stacks_clients();
   void note_exit(int rank, const proto::RankExited& ex);
   void write_result_file();
   void tell_joined_nodes();
@@ -227,7 +236,26 @@ class Job {
   Clock::time_point next_heartbeat_;
   Clock::time_point last_heartbeat_;  // when the agents last heard from this process
   std::optional<Clock::time_point> teardown_deadline_;
-  std::optional<Clock::time_point> timeout_deadline_;   // --timeout
+  std::optional<Clock::time_point> timeout_deadline_;  // --timeout
+  // A stack report being gathered: the hosts still to answer, until when, what came.
+  struct StacksGather {
+    std::uint32_t id = 0;
+    std::string why;
+    bool for_timeout = false;
+    Clock::time_point until;
+    std::vector<int> hosts;  // indexes into hosts_ not yet answered
+    std::vector<RankStackAnswer> got;
+  };
+  std::optional<StacksGather> stacks_;
+  std::uint32_t stacks_requests_ = 0;
+  bool timeout_stacks_done_ = false;  // the report before the --timeout teardown is out
+  // `hvdrun stacks` (stacks_socket.h): where it connects, and who waits for the report.
+  std::optional<StacksSocket> stacks_socket_;
+  // A rank that ended itself past HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: its failure, decided
+  // once the report of where the others are is out.
+  std::optional<Failure> stall_failure_;
+  std::vector<UniqueFd> stacks_clients_;
+  static constexpr milliseconds kStacksWait{3000};      // what each agent waits for its ranks
   std::chrono::system_clock::time_point started_wall_;  // the job's start, for --result-file
   // A rank that failed because a peer was lost (its stderr says so): not yet the job's
   // failure, while the rank that failed first may still report (see on_rank_exited).

@@ -88,6 +88,10 @@ void retire_if_closed() {
 
 }  // namespace
 
+std::shared_ptr<Joined> api_detail::joined_if_any() {
+  return g_live.load(std::memory_order_acquire);
+}
+
 std::shared_ptr<Joined> api_detail::joined(const char* fn) {
   // The common case: a joined job whose engine has not shut down.
   if (auto j = g_live.load(std::memory_order_acquire); j && !j->engine->closed()) return j;

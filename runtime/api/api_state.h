@@ -33,6 +33,10 @@ struct Joined {
 /// this process has not joined one (before init(), after shutdown()).
 std::shared_ptr<Joined> joined(const char* fn);
 
+/// The joined job as collectives see it, or null (before init(), after shutdown()); never
+/// throws and takes no lock (the stack report's thread asks it).
+std::shared_ptr<Joined> joined_if_any();
+
 /// The timeline (HOROVOD_TIMELINE, start_timeline()): one per process, written on rank 0
 /// as Horovod's; never destroyed (its writer is stopped by shutdown()).
 runtime::Timeline& timeline();

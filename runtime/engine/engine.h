@@ -147,6 +147,11 @@ class Engine {
   /// collectives that can then never complete fail. After a fatal failure it returns at
   /// once. Returns false when the job had failed.
   bool shutdown();
+  /// What this rank waits in, for the stack report (common/stack_file.h): the oldest
+  /// collective ("allreduce 'loss' float32[4]"), how many more, and how long the queue has
+  /// not moved ("waiting 61 s", unless the stall inspector is disabled); "" when none.
+  /// Waits at most `patience` for the engine's lock. Never called on the collective path.
+  std::string wait_report(std::chrono::milliseconds patience);
   /// The first fatal failure's message, "" while there was none.
   std::string failure();
   /// True once a shutdown completed here because another rank asked for it (as in
@@ -317,6 +322,8 @@ class Engine {
   long long exchanging_round_ = -1;
   long long rounds_ = 0;
   bool stall_reported_ = false;
+  // When the queue last moved, as the stall inspector saw it (to a tick). mu_ held.
+  std::chrono::steady_clock::time_point progress_since_{};
   std::thread thread_;
   std::thread stall_thread_;
 };

@@ -1,11 +1,14 @@
 // The engine's stall inspector (engine.h, StallPolicy): a thread that watches how long
 // this rank has waited for a collective and says which ranks it waits for, as Horovod's
-// stall inspector does, and ends the job past HOROVOD_STALL_SHUTDOWN_TIME_SECONDS.
+// stall inspector does, and ends the job past HOROVOD_STALL_SHUTDOWN_TIME_SECONDS; and what
+// this rank waits in for the stack report (wait_report).
 #include <algorithm>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/seconds_text.h"
+#include "common/stack_file.h"
 #include "common/thread_failure.h"
 #include "runtime/engine/engine.h"
 
@@ -63,6 +66,27 @@ std::string Engine::stall_text(milliseconds waited, bool in_round, const std::ve
   return s;
 }
 
+std::string Engine::wait_report(milliseconds patience) {
+  std::unique_lock lock(mu_, std::defer_lock);
+  const auto give_up = Clock::now() + patience;
+  while (!lock.try_lock()) {
+    // The lock is held only briefly outside an exchange; a report never waits long for it.
+    if (Clock::now() >= give_up)
+      return "the engine is busy (its lock was not free within " + stall_seconds(patience) + ")";
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  if (!waits()) return {};
+  const Request& oldest = expressing_ ? express_head_ : queue_.front()->req;
+  const std::size_t more = queue_.size() - (expressing_ ? 0 : 1);
+  std::string s = label(oldest) + " " + tensor_text(oldest);
+  if (more > 0) s += " and " + std::to_string(more) + " more";
+  // The stall inspector's clock: when the queue last moved (none when it is disabled).
+  if (!stall_.disabled)
+    s += " waiting " +
+         stall_seconds(std::chrono::duration_cast<milliseconds>(Clock::now() - progress_since_));
+  return s;
+}
+
 void Engine::watch_stalls() {
   if (stall_.disabled) return;
   std::unique_lock lock(mu_);
@@ -72,20 +96,21 @@ void Engine::watch_stalls() {
   // observation (to a tick), so collectives read no clock.
   std::uint64_t seen_progress = progress_;
   long long seen_round = exchanging_round_;
-  auto progress_since = Clock::now(), round_since = progress_since;
+  progress_since_ = Clock::now();
+  auto round_since = progress_since_;
   while (!stopping_) {
     stall_cv_.wait_for(lock, tick, [&] { return stopping_; });
     const auto now = Clock::now();
     if (progress_ != seen_progress) {
       seen_progress = progress_;
-      progress_since = now;
+      progress_since_ = now;
     }
     if (exchanging_round_ != seen_round) {
       seen_round = exchanging_round_;
       round_since = now;
     }
     if (stopping_ || !waits()) continue;
-    auto waited = std::chrono::duration_cast<milliseconds>(now - progress_since);
+    auto waited = std::chrono::duration_cast<milliseconds>(now - progress_since_);
     // Blocked inside one round (some rank has not entered it), as opposed to rounds
     // that keep completing without agreement, where the last table says it all.
     const long long round =
@@ -108,10 +133,10 @@ void Engine::watch_stalls() {
     }
     if (!waits()) continue;
     stall_reported_ = true;
-    waited = std::chrono::duration_cast<milliseconds>(Clock::now() - progress_since);
+    waited = std::chrono::duration_cast<milliseconds>(Clock::now() - progress_since_);
     std::string text = stall_text(waited, round >= 0, absent);
     if (ends)
-      text += ". Ending this rank: HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" +
+      text += std::string(". ") + stack_file::kStallShutdown +
               std::to_string(stall_.shutdown.count() / 1000);
     else
       text += " (reported once per stall; HOROVOD_STALL_CHECK_TIME_SECONDS=" +

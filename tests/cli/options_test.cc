@@ -183,6 +183,17 @@ TEST_CASE("subcommands, help, version and check-build") {
                                  "--log-level debug --remote-hvdrun /x"))
             .action == Action::check);
 
+  cmd = parse_command_line(split("stacks"));
+  CHECK(cmd.action == Action::stacks);
+  CHECK(cmd.stacks_pid == 0);
+  cmd = parse_command_line(split("stacks 4242"));
+  CHECK(cmd.action == Action::stacks);
+  CHECK(cmd.stacks_pid == 4242);
+  CHECK_THROWS_WITH(parse_command_line(split("stacks -np")),
+                    "'hvdrun stacks -np': expected the pid of a running hvdrun, as in hvdrun "
+                    "stacks 4242");
+  CHECK_THROWS_AS(parse_command_line(split("stacks 1 2")), hvdrun::UsageError);
+
   cmd = parse_command_line(split("agent"));
   CHECK(cmd.action == Action::agent);
   cmd = parse_command_line(split("agent --log-level trace"));

@@ -55,6 +55,9 @@ expect "hostfile is a file" "$work/hostfile.b" hvdrun --hostfile "$work/hostfile
 expect "-np takes a number" "" hvdrun -np ""
 sub=$(complete_line hvdrun ch | grep -x check)
 [[ $sub == check ]] || fail "subcommand check not offered"
+sub=$(complete_line hvdrun sta | grep -x stacks)
+[[ $sub == stacks ]] || fail "subcommand stacks not offered"
+[[ -z $(complete_line hvdrun stacks "") ]] || fail "hvdrun stacks offers completions (it takes a pid)"
 # --launcher: the four methods; exec: waits for its command.
 got=$(complete_line hvdrun --launcher "" | sort | tr '\n' ' ')
 [[ $got == "auto exec: slurm ssh " ]] || fail "--launcher completes '$got'"

@@ -108,8 +108,13 @@ TEST_CASE("every message survives a round trip whatever the chunking") {
       regenerate,
       proto::Regenerate{},
       proto::RankLeft{4, 2},
+      proto::Signal{SIGUSR1},
       proto::JobEnd{3, "rank 2 failed\n", true},
-      proto::Signal{SIGUSR1}};
+      proto::StacksRequest{7, 3000},
+      proto::Stacks{7,
+                    {{0, proto::StackStatus::whole, "File \"a.py\", line 3\nhvdrun-stacks-end\n"},
+                     {1, proto::StackStatus::no_handler, ""}}},
+      proto::Stacks{}};
   std::string all;
   for (const auto& m : msgs) all += encoded(m);
   for (std::size_t chunk : {std::size_t{1}, std::size_t{3}, std::size_t{7}, all.size()}) {
@@ -174,12 +179,12 @@ TEST_CASE("malformed payloads are protocol errors") {
 }
 
 TEST_CASE("a hello with another version decodes far enough to report the mismatch") {
-  std::string p = std::string("HVDA") + std::string("\0\0\0\x0a", 4) + "future fields";
+  std::string p = std::string("HVDA") + std::string("\0\0\0\x0b", 4) + "future fields";
   proto::Decoder d;
   d.feed(frame(1, p));
   auto m = d.next();
   REQUIRE(m);
-  CHECK(std::get<proto::Hello>(*m).version == 10);
+  CHECK(std::get<proto::Hello>(*m).version == 11);
 }
 
 TEST_CASE("a version 1 agent hello (no interface field) is read as a version mismatch") {
@@ -192,7 +197,7 @@ TEST_CASE("a version 1 agent hello (no interface field) is read as a version mis
   auto m = d.next();
   REQUIRE(m);
   CHECK(std::get<proto::AgentHello>(*m).version == 1);
-  CHECK(proto::kVersion == 9);
+  CHECK(proto::kVersion == 10);
 }
 
 TEST_CASE("a message larger than the frame limit cannot be encoded") {

@@ -14,7 +14,9 @@
  *               standing in for an allreduce (Min: the identity); init after shutdown
  *   scatter     ABI version 4: alltoall with uneven splits and received splits, an output
  *               too small refused on every rank, reducescatter with uneven rows, and a
- *               caller compiled for ABI 3 (the shorter struct) still accepted */
+ *               caller compiled for ABI 3 (the shorter struct) still accepted
+ *   stuck       the stack report: rank 1 blocks in stuck_in_c() (pause), the others wait in
+ *               an allreduce it never issues; each says "ready" first */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -391,6 +393,20 @@ static int scatter_mode(void) {
   return 0;
 }
 
+/* Not inlined and exported (the worker links with ENABLE_EXPORTS): the stack report's native
+ * frames name it. */
+__attribute__((noinline)) void stuck_in_c(void) {
+  for (;;) pause();
+}
+
+static int stuck_mode(void) {
+  printf("ready\n");
+  fflush(stdout);
+  if (rank == 1) stuck_in_c();
+  float v[4] = {1, 2, 3, 4};
+  return hvdrun_allreduce(v, v, 4, HVDRUN_FLOAT32, HVDRUN_SUM) == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "sum";
   if (hvdrun_init() != 0) {
@@ -405,6 +421,8 @@ int main(int argc, char** argv) {
     return negotiate_mode();
   else if (strcmp(mode, "scatter") == 0)
     return scatter_mode();
+  else if (strcmp(mode, "stuck") == 0)
+    return stuck_mode();
   else if (strcmp(mode, "async-lost") == 0)
     rc = async_lost_mode();
   else

@@ -21,7 +21,7 @@ docs/tensorflow.md).
 import tensorflow as tf
 
 from hvdrun.tensorflow import util
-from hvdrun import _error_file, _job
+from hvdrun import _error_file, _job, _stacks
 from hvdrun._job import HorovodFeatureNotSupported
 from hvdrun.tensorflow import _keras_optimizer, mpi_ops
 from hvdrun.tensorflow._collectives import (allreduce, grouped_allreduce,
@@ -50,6 +50,8 @@ _WHAT = "hvdrun.tensorflow"
 # An uncaught exception goes to the rank's error file (TORCHELASTIC_ERROR_FILE), for the
 # launcher's failure message and --result-file.
 _error_file.install()
+# Its stacks and the collectives it waits in, when its agent asks (the stack report).
+_stacks.install()
 
 # Horovod's module has it (the collectives' `average=`); still an attribute here now that
 # they live in _collectives.py, so that a program calling it runs.

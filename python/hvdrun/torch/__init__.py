@@ -15,7 +15,7 @@ Horovod names not provided raise an error naming them and what to use instead (s
 docs/python.md). Collectives are matched across ranks by the order they are issued in,
 not by name: every rank issues the same collectives in the same order.
 """
-from hvdrun import _error_file, _job
+from hvdrun import _error_file, _job, _stacks
 from hvdrun._job import HorovodFeatureNotSupported
 from hvdrun.torch.compression import Compression
 from hvdrun.torch.functions import (allgather_object, broadcast_object,
@@ -55,6 +55,8 @@ __getattr__ = _job.missing_attribute("hvdrun.torch", "horovod.torch", _ALTERNATI
 # An uncaught exception goes to the rank's error file (TORCHELASTIC_ERROR_FILE), for the
 # launcher's failure message and --result-file.
 _error_file.install()
+# Its stacks and the collectives it waits in, when its agent asks (the stack report).
+_stacks.install()
 
 
 __all__ = [
