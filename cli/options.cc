@@ -520,25 +520,6 @@ void set_run_command(launcher::LaunchOptions& o, std::vector<std::string> comman
 
 }  // namespace
 
-// `hvdrun stacks [PID]`: no options, at most the pid of an hvdrun.
-Command stacks_command(const std::vector<std::string>& args) {
-  Command cmd;
-  cmd.action = Action::stacks;
-  if (args.size() > 2)
-    throw UsageError(
-        "'hvdrun stacks' takes at most one argument, the pid of the hvdrun to ask; got " +
-        std::to_string(args.size() - 1));
-  if (args.size() == 2) {
-    const std::string& p = args[1];
-    if (p.empty() || p.size() > 9 || p.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoi(p) == 0)
-      throw UsageError("'hvdrun stacks " + p +
-                       "': expected the pid of a running hvdrun, as in hvdrun stacks 4242");
-    cmd.stacks_pid = std::stoi(p);
-  }
-  return cmd;
-}
-
 Command parse_command_line(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "stacks") return stacks_command(args);
   size_t first = 0;

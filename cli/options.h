@@ -22,6 +22,10 @@ struct Command {
   int stacks_pid = 0;
 };
 
+/// `hvdrun stacks [PID]`: `args` starts with "stacks". Throws UsageError for more arguments
+/// or a PID that is not a number.
+Command stacks_command(const std::vector<std::string>& args);
+
 /// Parses `args` (argv without argv[0]). Throws UsageError with a one-line message.
 Command parse_command_line(const std::vector<std::string>& args);
 
