@@ -24,6 +24,9 @@ set(CPACK_DEBIAN_PACKAGE_SECTION devel)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "openssh-client")
+# hwloc is opened when a topology is first read (launcher/topology/hwloc_loader.cc), so the
+# shared-library scan cannot see it: placement needs it, a plain launch does not.
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libhwloc15")
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 # A packaged program linking libhvdrun resolves it from the build tree, not the system.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS

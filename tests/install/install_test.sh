@@ -3,7 +3,7 @@
 # prefix elsewhere (the installed tree must be relocatable), then
 #   cmake      build tests/install/consumer with find_package(hvdrun) and run it at -np 2
 #   pkgconfig  build the same program with `pkg-config --cflags --libs hvdrun`, run it
-#   deb        make the .deb with cpack and check its file list and Depends
+#   deb        make the .deb with cpack and check its file list, Depends and Recommends
 # Usage: install_test.sh MODE BUILD_DIR SOURCE_DIR CXX
 # Exit 77 means skipped (a tool is missing).
 set -euo pipefail
@@ -83,6 +83,7 @@ case $mode in
     for d in openssh-client libc6 libstdc++6; do
       grep -q "$d" <<<"$depends" || fail "Depends lacks $d"
     done
+    grep -q libhwloc15 <<<"$(dpkg-deb -f "$deb" Recommends)" || fail "Recommends lacks libhwloc15"
     [[ $(dpkg-deb -f "$deb" Package) == hvdrun ]] || fail "package name is not hvdrun"
     ;;
   *) fail "unknown mode (cmake|pkgconfig|deb)" ;;
