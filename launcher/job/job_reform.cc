@@ -19,6 +19,7 @@
 #include "common/plural.h"
 #include "launcher/agent/agent_protocol.h"
 #include "launcher/job/job_state.h"
+#include "launcher/plan/placement_env.h"
 #include "launcher/plan/rank_devices.h"
 #include "launcher/plan/rank_env.h"
 #include "rendezvous/server.h"
@@ -61,12 +62,11 @@ void Job::spawn_rank(Host& h, int worker, const JobEnv& env) {
   s.cwd = ctx_.cwd;
   const hostfile::RankSlot& slot = placement_.ranks[static_cast<std::size_t>(rs.rank)];
   RankEnv re = rank_env(h.env->base, slot, h.name, env, h.env->defaults);
-  // The host's hostfile gpus= (or --include's slots), which its agent slices per rank.
-  const auto& gpus = placement_.hosts[static_cast<std::size_t>(slot.host_index)].gpus;
-  if (!gpus.empty()) {
-    std::string list;
-    for (const auto& g : gpus) list += (list.empty() ? "" : ",") + g;
-    re.set.set(kHostGpusVar, list);
+  // The host's hostfile gpus= (or --include's slots), which its agent slices per rank. By
+  // name: a generation re-formed or grown in process keeps the placement's ranks, not
+  // necessarily its host list in the same order (or at all, for a host new to the job).
+  for (const hostfile::HostSlots& ph : placement_.hosts) {
+    if (ph.name == h.name && !ph.gpus.empty()) re.set.set(kHostGpusVar, comma_joined(ph.gpus));
   }
   s.host_env = h.env->host_variables;
   s.env = re.set.entries();

@@ -34,12 +34,6 @@ int number_of(const std::vector<std::string>& env, const char* name, int fallbac
 
 std::string or_dash(const std::string& s) { return s.empty() ? "-" : s; }
 
-std::string joined(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : ",") + s;
-  return out;
-}
-
 std::string numbers_text(const std::vector<int>& v) {
   std::string out;
   for (int n : v) out += (out.empty() ? "" : ",") + std::to_string(n);
@@ -53,7 +47,7 @@ std::string gpus_text(const std::vector<int>& gpus, const std::vector<std::strin
     if (g >= 0 && static_cast<std::size_t>(g) < ids.size())
       out.push_back(ids[static_cast<std::size_t>(g)]);
   }
-  return or_dash(joined(out));
+  return or_dash(comma_joined(out));
 }
 
 constexpr const char kOmp[] = "OMP_NUM_THREADS";
@@ -74,7 +68,7 @@ void check_listed_gpus(const PlannedHost& h, const PlacementPolicy& policy) {
   throw UsageError("host " + h.name + ": " + std::to_string(h.ranks.size()) + " ranks x " +
                    std::to_string(policy.gpus_per_rank) + " GPUs per rank need " +
                    std::to_string(need) + " GPUs, and its gpus= lists " +
-                   std::to_string(h.gpus.size()) + " (" + joined(h.gpus) +
+                   std::to_string(h.gpus.size()) + " (" + comma_joined(h.gpus) +
                    "); lower -np or --gpus-per-rank, or list more GPUs");
 }
 
@@ -98,6 +92,12 @@ std::string local_report(const HostTopology& t, const PlannedHost& h, const Plac
 }
 
 }  // namespace
+
+std::string comma_joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
 
 std::vector<std::string> placement_env(const PlacementPolicy& policy) {
   std::vector<std::string> out;
@@ -163,7 +163,8 @@ LaunchOptions with_placement(const LaunchPlan& plan, const LaunchOptions& option
   }
   auto vars = placement_env(policy);
   if (!options.network_interfaces.empty()) {
-    vars.push_back(std::string(kNetworkInterfacesVar) + "=" + joined(options.network_interfaces));
+    vars.push_back(std::string(kNetworkInterfacesVar) + "=" +
+                   comma_joined(options.network_interfaces));
   }
   std::optional<HostTopology> here;
   for (const auto& h : plan.hosts) {
@@ -178,7 +179,7 @@ LaunchOptions with_placement(const LaunchPlan& plan, const LaunchOptions& option
       if (e.find('=') != std::string::npos) env.push_back(e);
     }
     env.insert(env.end(), vars.begin(), vars.end());
-    if (!h.gpus.empty()) env.push_back(std::string(kHostGpusVar) + "=" + joined(h.gpus));
+    if (!h.gpus.empty()) env.push_back(std::string(kHostGpusVar) + "=" + comma_joined(h.gpus));
     report += local_report(*here, h, policy, env, user_sets(options, launcher_env, kOmp));
   }
   out.env.insert(out.env.end(), vars.begin(), vars.end());

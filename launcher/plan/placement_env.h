@@ -54,4 +54,7 @@ std::string omp_note(const LaunchOptions& options, const std::vector<std::string
 std::string render_bindings(const std::string& host, const std::vector<RankPlacement>& ranks,
                             const std::vector<std::string>& gpu_ids = {});
 
+/// `items` joined with commas ("0,2,4"), as the GPU and interface lists are written.
+std::string comma_joined(const std::vector<std::string>& items);
+
 }  // namespace hvdrun::launcher

@@ -16,12 +16,6 @@
 namespace hvdrun::launcher {
 namespace {
 
-std::string joined(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : ",") + s;
-  return out;
-}
-
 int whole(const std::vector<std::string>& env, const char* name, int fallback) {
   const auto text = env_value(env, name);
   if (!text) return fallback;
@@ -42,7 +36,7 @@ int cores_of(const HostTopology& t, const std::vector<int>& cpus) {
 std::string visible_devices(const RankSetup& s) {
   std::vector<std::string> ids;
   for (int g : s.placed.gpus) ids.push_back(s.gpu_ids[static_cast<std::size_t>(g)]);
-  return joined(ids);
+  return comma_joined(ids);
 }
 
 }  // namespace
@@ -132,7 +126,7 @@ std::string pick_interface(const std::vector<std::string>& wanted, const std::st
     if (present(name)) return name;
   }
   throw UsageError("host " + host + " has none of the interfaces of --network-interfaces " +
-                   joined(wanted) + "; add one it has (`ip -br link` there lists them)");
+                   comma_joined(wanted) + "; add one it has (`ip -br link` there lists them)");
 }
 
 std::optional<RankSetup> rank_setup(const HostTopology& topology, const std::string& host,
@@ -162,7 +156,7 @@ std::optional<RankSetup> rank_setup(const HostTopology& topology, const std::str
     if (p.gpus_per_rank == 0) throw;
     // The planner's refusal, with where the GPUs were counted.
     throw UsageError(std::string(e.what()) + " (GPUs from " + from + ": " +
-                     (out.gpu_ids.empty() ? "none" : joined(out.gpu_ids)) + ")");
+                     (out.gpu_ids.empty() ? "none" : comma_joined(out.gpu_ids)) + ")");
   }
   if (p.gpus_per_rank > 0) {
     out.env.push_back("CUDA_VISIBLE_DEVICES=" + visible_devices(out));
