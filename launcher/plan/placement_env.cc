@@ -24,14 +24,6 @@ std::optional<std::string> value_of(const std::vector<std::string>& env, const c
   return out;
 }
 
-int number_of(const std::vector<std::string>& env, const char* name, int fallback) {
-  const auto text = value_of(env, name);
-  if (!text) return fallback;
-  const auto n = parse_whole_number(*text, 0, 1 << 20);
-  if (!n) throw UsageError(std::string(name) + "=" + *text + " is not a whole number");
-  return static_cast<int>(*n);
-}
-
 std::string or_dash(const std::string& s) { return s.empty() ? "-" : s; }
 
 std::string numbers_text(const std::vector<int>& v) {
@@ -93,6 +85,14 @@ std::string local_report(const HostTopology& t, const PlannedHost& h, const Plac
 
 }  // namespace
 
+int env_number(const std::vector<std::string>& env, const char* name, int fallback) {
+  const auto text = value_of(env, name);
+  if (!text) return fallback;
+  const auto n = parse_whole_number(*text, 0, 1 << 20);
+  if (!n) throw UsageError(std::string(name) + "=" + *text + " is not a whole number");
+  return static_cast<int>(*n);
+}
+
 std::string comma_joined(const std::vector<std::string>& items) {
   std::string out;
   for (const auto& s : items) out += (out.empty() ? "" : ",") + s;
@@ -114,7 +114,7 @@ std::vector<std::string> placement_env(const PlacementPolicy& policy) {
 
 std::optional<PlacementPolicy> policy_from_env(const std::vector<std::string>& env) {
   PlacementPolicy p;
-  p.gpus_per_rank = number_of(env, kGpusPerRankVar, 0);
+  p.gpus_per_rank = env_number(env, kGpusPerRankVar, 0);
   if (const auto bind = value_of(env, kBindToVar)) {
     const auto b = parse_bind_to(*bind);
     if (!b) throw UsageError(std::string(kBindToVar) + "=" + *bind + " is not a --bind-to word");
@@ -126,7 +126,7 @@ std::optional<PlacementPolicy> policy_from_env(const std::vector<std::string>& e
   const auto m = parse_map_by(map);
   if (!m) throw UsageError(std::string(kMapByVar) + "=" + map + " is not a --map-by word");
   p.map_by = *m;
-  p.cpus_per_rank = number_of(env, kCpusPerRankVar, 1);
+  p.cpus_per_rank = env_number(env, kCpusPerRankVar, 1);
   return p;
 }
 

@@ -54,6 +54,10 @@ std::string omp_note(const LaunchOptions& options, const std::vector<std::string
 std::string render_bindings(const std::string& host, const std::vector<RankPlacement>& ranks,
                             const std::vector<std::string>& gpu_ids = {});
 
+/// The whole number NAME=N in a NAME=VALUE list (the last one wins), `fallback` when there
+/// is none. Throws UsageError when N is not a whole number (0 to 2^20).
+int env_number(const std::vector<std::string>& env, const char* name, int fallback);
+
 /// `items` joined with commas ("0,2,4"), as the GPU and interface lists are written.
 std::string comma_joined(const std::vector<std::string>& items);
 

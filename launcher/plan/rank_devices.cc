@@ -16,14 +16,6 @@
 namespace hvdrun::launcher {
 namespace {
 
-int whole(const std::vector<std::string>& env, const char* name, int fallback) {
-  const auto text = env_value(env, name);
-  if (!text) return fallback;
-  const auto n = parse_whole_number(*text, 0, 1 << 20);
-  if (!n) throw UsageError(std::string(name) + "=" + *text + " is not a whole number");
-  return static_cast<int>(*n);
-}
-
 // The cores with a hardware thread among `cpus`: what OMP_NUM_THREADS counts.
 int cores_of(const HostTopology& t, const std::vector<int>& cpus) {
   return static_cast<int>(std::count_if(t.cores.begin(), t.cores.end(), [&](const Core& c) {
@@ -142,8 +134,8 @@ std::optional<RankSetup> rank_setup(const HostTopology& topology, const std::str
   std::string from;
   if (p.gpus_per_rank > 0) out.gpu_ids = host_gpu_ids(topology, env, &from);
   const HostTopology here = p.gpus_per_rank > 0 ? with_gpu_ids(topology, out.gpu_ids) : topology;
-  const int local_size = whole(env, env_names::kLocalSize, 1);
-  const int local_rank = whole(env, env_names::kLocalRank, 0);
+  const int local_size = env_number(env, env_names::kLocalSize, 1);
+  const int local_rank = env_number(env, env_names::kLocalRank, 0);
   if (local_rank >= local_size) {
     throw UsageError("local rank " + std::to_string(local_rank) + " of " +
                      std::to_string(local_size) + " cannot be placed");
