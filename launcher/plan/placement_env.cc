@@ -14,16 +14,6 @@
 namespace hvdrun::launcher {
 namespace {
 
-// The value of NAME in a NAME=VALUE list (the last one wins, as in an environment).
-std::optional<std::string> value_of(const std::vector<std::string>& env, const char* name) {
-  const std::string prefix = std::string(name) + "=";
-  std::optional<std::string> out;
-  for (const auto& e : env) {
-    if (e.rfind(prefix, 0) == 0) out = e.substr(prefix.size());
-  }
-  return out;
-}
-
 std::string or_dash(const std::string& s) { return s.empty() ? "-" : s; }
 
 std::string numbers_text(const std::vector<int>& v) {
@@ -86,7 +76,7 @@ std::string local_report(const HostTopology& t, const PlannedHost& h, const Plac
 }  // namespace
 
 int env_number(const std::vector<std::string>& env, const char* name, int fallback) {
-  const auto text = value_of(env, name);
+  const auto text = env_value(env, name);
   if (!text) return fallback;
   const auto n = parse_whole_number(*text, 0, 1 << 20);
   if (!n) throw UsageError(std::string(name) + "=" + *text + " is not a whole number");
@@ -115,14 +105,14 @@ std::vector<std::string> placement_env(const PlacementPolicy& policy) {
 std::optional<PlacementPolicy> policy_from_env(const std::vector<std::string>& env) {
   PlacementPolicy p;
   p.gpus_per_rank = env_number(env, kGpusPerRankVar, 0);
-  if (const auto bind = value_of(env, kBindToVar)) {
+  if (const auto bind = env_value(env, kBindToVar)) {
     const auto b = parse_bind_to(*bind);
     if (!b) throw UsageError(std::string(kBindToVar) + "=" + *bind + " is not a --bind-to word");
     p.bind_to = *b;
   }
   if (p.bind_to == BindTo::none && p.gpus_per_rank == 0) return std::nullopt;
   if (p.bind_to == BindTo::none) return p;
-  const std::string map = value_of(env, kMapByVar).value_or("slot");
+  const std::string map = env_value(env, kMapByVar).value_or("slot");
   const auto m = parse_map_by(map);
   if (!m) throw UsageError(std::string(kMapByVar) + "=" + map + " is not a --map-by word");
   p.map_by = *m;

@@ -9,25 +9,14 @@
 #include "cli/join_options.h"
 #include "cli/options.h"
 #include "common/error.h"
+#include "tests/cli/parse_error.h"
 #include "tests/support/processes.h"
 
 using hvdrun::UsageError;
 using hvdrun::cli::parse_command_line;
 using hvdrun::launcher::LauncherChoice;
+using hvdrun::testing::error_of;
 using Args = std::vector<std::string>;
-
-namespace {
-
-std::string error_of(const Args& args) {
-  try {
-    parse_command_line(args);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
-}  // namespace
 
 TEST_CASE("torchrun's join flags make a join-mode job of nnodes times nproc-per-node ranks") {
   hvdrun::testing::TempDir dir("join-cli");

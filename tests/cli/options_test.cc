@@ -12,12 +12,14 @@
 
 #include "cli/options.h"
 #include "common/error.h"
+#include "tests/cli/parse_error.h"
 
 using hvdrun::UsageError;
 using hvdrun::cli::Action;
 using hvdrun::cli::Command;
 using hvdrun::cli::parse_command_line;
 using hvdrun::hostfile::HostSlots;
+using hvdrun::testing::error_of;
 
 namespace {
 
@@ -29,15 +31,6 @@ Args split(const std::string& line) {
   std::string w;
   while (in >> w) out.push_back(w);
   return out;
-}
-
-std::string error_of(const Args& args) {
-  try {
-    parse_command_line(args);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "<no error>";
 }
 
 }  // namespace
