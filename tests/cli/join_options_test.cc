@@ -12,7 +12,6 @@
 #include "tests/cli/parse_error.h"
 #include "tests/support/processes.h"
 
-using hvdrun::UsageError;
 using hvdrun::cli::parse_command_line;
 using hvdrun::launcher::LauncherChoice;
 using hvdrun::testing::error_of;

@@ -14,7 +14,6 @@
 #include "common/error.h"
 #include "tests/cli/parse_error.h"
 
-using hvdrun::UsageError;
 using hvdrun::cli::Action;
 using hvdrun::cli::Command;
 using hvdrun::cli::parse_command_line;
