@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/deadline.h"
 #include "common/error.h"
 
 namespace hvdrun::launcher {
@@ -165,10 +166,9 @@ int run_stacks_client(std::optional<int> pid) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
   std::string got;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    const int left = poll_ms_left(deadline);
     pollfd p{fd.get(), POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) == 0) break;
+    if (left == 0 || ::poll(&p, 1, left) == 0) break;
     char buf[1 << 16];
     const ssize_t n = ::read(fd.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
