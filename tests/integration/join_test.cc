@@ -28,12 +28,13 @@ namespace {
 
 const std::string kDemo = HVDRUN_BINARY_DIR "/examples/allreduce_demo";
 
-// A port free on `ip` a moment ago (node 0 binds it next).
-int free_port(const char* ip) {
+// A port free on every address a moment ago: node 0 binds it next on 0.0.0.0, so one free
+// on 127.0.0.2 alone may be another test's on 127.0.0.1 (EADDRINUSE).
+int free_port() {
   hvdrun::UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  ::inet_pton(AF_INET, ip, &a.sin_addr);
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
   REQUIRE(::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
   socklen_t len = sizeof a;
   ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len);
@@ -45,7 +46,7 @@ int free_port(const char* ip) {
 struct JoinJob {
   TempDir dir{"join"};
   std::string marker = unique_marker();
-  int port = free_port("127.0.0.2");
+  int port = free_port();
   std::map<int, std::unique_ptr<Hvdrun>> nodes;
 
   JoinJob() {
