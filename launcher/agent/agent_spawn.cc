@@ -133,6 +133,7 @@ void Agent::spawn(const proto::Spawn& s) {
     spec.stderr_fd = err_w.get();
     spec.death_signal = SIGKILL;
     spec.cgroup_procs_fd = cgroup_ ? cgroup_->procs_fd() : -1;
+    spec.cgroup_dir_fd = cgroup_ ? cgroup_->dir_fd() : -1;
     child = launcher::spawn(spec);
   } catch (const SystemError& e) {
     r.reported = true;

@@ -204,6 +204,36 @@ int remove_empty_job_cgroups(const std::string& prefix) {
   return removed;
 }
 
+namespace {
+
+// Whether a child can join the cgroup: that needs write access to the common ancestor's
+// cgroup.procs as well, which mkdir did not test. A short child is started in it where the
+// kernel allows (fork_into_cgroup), else it joins by writing to cgroup.procs. Empty: it can;
+// else why not.
+std::string try_joining(const std::string& dir, int dir_fd, int procs_fd) {
+  pid_t pid = fork_into_cgroup(dir_fd);
+  if (pid == 0) ::_exit(0);
+  if (pid < 0) {
+    ChildSpec probe;
+    probe.what = "a cgroup probe";
+    probe.own_group = false;
+    probe.main = [procs_fd]() -> int { return ::write(procs_fd, "0", 1) == 1 ? 0 : errno; };
+    try {
+      pid = spawn(probe).pid;
+    } catch (const std::exception& e) {
+      return std::string("cannot try it: ") + e.what();  // no cgroup is no failure
+    }
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return {};
+  return "a process cannot join " + dir + " (" +
+         (WIFEXITED(status) ? std::strerror(WEXITSTATUS(status)) : describe_exit(status)) + ")";
+}
+
+}  // namespace
+
 std::optional<JobCgroup> JobCgroup::create(const std::string& name, std::string& why_not) {
   const auto parent = own_cgroup_dir(why_not);
   if (!parent) return std::nullopt;
@@ -214,44 +244,29 @@ std::optional<JobCgroup> JobCgroup::create(const std::string& name, std::string&
   }
   const std::string procs_path = dir + "/cgroup.procs";
   // From here the object owns the directory: every return below that fails removes it.
+  UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   JobCgroup cg(std::move(dir), UniqueFd(::open(procs_path.c_str(), O_WRONLY | O_CLOEXEC)));
-  if (!cg.procs_) {
-    why_not = "cannot open " + procs_path + ": " + std::strerror(errno);
+  cg.dir_fd_ = std::move(dir_fd);
+  if (!cg.procs_ || !cg.dir_fd_) {
+    why_not = "cannot open " + (cg.procs_ ? cg.dir_ : procs_path) + ": " + std::strerror(errno);
     return std::nullopt;
   }
-  // Joining needs write access to the common ancestor's cgroup.procs as well, which mkdir
-  // did not test: a short child tries it.
-  ChildSpec probe;
-  probe.what = "a cgroup probe";
-  probe.own_group = false;
-  probe.main = [fd = cg.procs_.get()]() -> int { return ::write(fd, "0", 1) == 1 ? 0 : errno; };
-  pid_t pid = -1;
-  try {
-    pid = spawn(probe).pid;
-  } catch (const std::exception& e) {
-    why_not = std::string("cannot try it: ") + e.what();  // no cgroup is no failure
-    return std::nullopt;
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    why_not = "a process cannot join " + cg.dir_ + " (" +
-              (WIFEXITED(status) ? std::strerror(WEXITSTATUS(status)) : describe_exit(status)) +
-              ")";
-    return std::nullopt;
-  }
+  why_not = try_joining(cg.dir_, cg.dir_fd_.get(), cg.procs_.get());
+  if (!why_not.empty()) return std::nullopt;
   return std::optional<JobCgroup>(std::move(cg));
 }
 
 JobCgroup::JobCgroup(JobCgroup&& other) noexcept
-    : dir_(std::exchange(other.dir_, {})), procs_(std::move(other.procs_)) {}
+    : dir_(std::exchange(other.dir_, {})),
+      procs_(std::move(other.procs_)),
+      dir_fd_(std::move(other.dir_fd_)) {}
 
 JobCgroup& JobCgroup::operator=(JobCgroup&& other) noexcept {
   if (this != &other) {
     release_now();
     dir_ = std::exchange(other.dir_, {});
     procs_ = std::move(other.procs_);
+    dir_fd_ = std::move(other.dir_fd_);
   }
   return *this;
 }
@@ -270,6 +285,7 @@ void JobCgroup::release_now() noexcept {
 std::string JobCgroup::remove(Clock::time_point deadline, bool use_kill_file) {
   if (dir_.empty()) return {};
   procs_.reset();
+  dir_fd_.reset();
   return kill_cgroup(std::exchange(dir_, {}), deadline, use_kill_file);
 }
 

@@ -61,7 +61,7 @@ std::vector<pid_t> cgroup_pids(const std::string& dir);
 class JobCgroup {
  public:
   /// Makes the cgroup `name` (e.g. hvdrun-JOB-PID) and checks that a child can join it.
-  /// Returns nullopt, and says why in `why_not`, where that cannot be done. Forks a short
+  /// Returns nullopt, and says why in `why_not`, where that cannot be done. Starts a short
   /// probe process: only from a single-threaded process.
   static std::optional<JobCgroup> create(const std::string& name, std::string& why_not);
   ~JobCgroup();
@@ -76,6 +76,9 @@ class JobCgroup {
   /// Its cgroup.procs, open for writing: a child that writes "0" to it joins the cgroup
   /// (ChildSpec::cgroup_procs_fd).
   int procs_fd() const { return procs_.get(); }
+  /// The directory itself, open: a child started by fork_into_cgroup with it begins in the
+  /// cgroup (ChildSpec::cgroup_dir_fd).
+  int dir_fd() const { return dir_fd_.get(); }
   /// Empties and removes the cgroup now (the destructor's work); returns kill_cgroup's
   /// verdict. Idempotent.
   std::string remove(std::chrono::steady_clock::time_point deadline, bool use_kill_file = true);
@@ -87,6 +90,7 @@ class JobCgroup {
 
   std::string dir_;
   UniqueFd procs_;
+  UniqueFd dir_fd_;
 };
 
 }  // namespace hvdrun::launcher

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <linux/mempolicy.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -13,16 +14,27 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <thread>
 #include <tuple>
 #include <utility>
 
+#include "common/deadline.h"
 #include "common/error.h"
 #include "common/fd_limit.h"
 
 extern char** environ;
+
+// Sanitizers' run-time libraries make their locks safe for fork() alone (fork_into_cgroup).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HVDRUN_FORK_ONLY 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define HVDRUN_FORK_ONLY 1
+#endif
+#endif
 
 namespace hvdrun::launcher {
 namespace {
@@ -90,9 +102,9 @@ bool bind_child(const Binding& b) {
 
 // The child's side of spawn(). Never returns.
 [[noreturn]] void child(const ChildSpec& spec, const Binding& binding, pid_t parent, char** argv,
-                        char** envp, int status_fd) {
+                        char** envp, int status_fd, bool join_cgroup) {
   // spec is the parent's object, shared copy-on-write: only read here.
-  if (spec.cgroup_procs_fd >= 0) (void)!::write(spec.cgroup_procs_fd, "0", 1);
+  if (join_cgroup) (void)!::write(spec.cgroup_procs_fd, "0", 1);
   if (spec.own_group) ::setpgid(0, 0);
   if (spec.death_signal != 0) {
     ::prctl(PR_SET_PDEATHSIG, spec.death_signal);
@@ -144,15 +156,37 @@ Child spawn(const ChildSpec& spec) {
   if (exec) std::tie(status_r, status_w) = make_pipe();
   const Binding binding = binding_of(spec);
   const pid_t parent = ::getpid();
-  pid_t pid = ::fork();
+  // Only an exec'd child starts in its cgroup by clone3: a `main` child runs arbitrary code.
+  pid_t pid = exec && spec.cgroup_dir_fd >= 0 ? fork_into_cgroup(spec.cgroup_dir_fd) : -1;
+  const bool started_in_cgroup = pid >= 0;
+  if (!started_in_cgroup) pid = ::fork();
   if (pid < 0) throw_errno("starting " + spec.what, "fork");
   if (pid == 0) {
     child(spec, binding, parent, exec ? argv.data() : nullptr, spec.env ? envp.data() : nullptr,
-          status_w.get());
+          status_w.get(), !started_in_cgroup && spec.cgroup_procs_fd >= 0);
   }
   // Also from here, so that kill(-pid) works whichever of the two runs first.
   if (spec.own_group) ::setpgid(pid, pid);
   return Child{pid, std::move(status_r)};
+}
+
+pid_t fork_into_cgroup(int cgroup_dir_fd) {
+#if defined(SYS_clone3) && !defined(HVDRUN_FORK_ONLY)
+  // struct clone_args of <linux/sched.h> up to its cgroup field (the size tells the kernel).
+  struct {
+    std::uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+        set_tid_size, cgroup;
+  } args{};
+  constexpr std::uint64_t kCloneIntoCgroup = 0x200000000ULL;
+  args.flags = kCloneIntoCgroup;
+  args.exit_signal = SIGCHLD;
+  args.cgroup = static_cast<std::uint64_t>(cgroup_dir_fd);
+  return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
+#else
+  (void)cgroup_dir_fd;
+  errno = ENOSYS;
+  return -1;
+#endif
 }
 
 std::optional<ExecFailure> read_exec_failure(int exec_status_fd) {
@@ -179,8 +213,25 @@ std::string describe_exit(int wait_status) {
   return "ended with status " + std::to_string(wait_status);
 }
 
+namespace {
+
+// Blocks until PID has ended or DEADLINE has passed: a pidfd turns readable when its process
+// exits, so the caller learns of the exit at once rather than at its next look. False when no
+// pidfd can be had (a kernel before 5.3): the caller then looks at intervals.
+bool await_end(pid_t pid, std::chrono::steady_clock::time_point deadline) {
+  const UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!fd) return false;
+  pollfd ended{fd.get(), POLLIN, 0};
+  while (::poll(&ended, 1, poll_ms_left(deadline)) < 0 && errno == EINTR) {
+  }
+  return true;
+}
+
+}  // namespace
+
 std::string wait_or_kill(pid_t pid, std::chrono::steady_clock::time_point deadline) {
   auto delay = std::chrono::microseconds(200);
+  bool by_pidfd = true;
   for (;;) {
     int status = 0;
     pid_t r = ::waitpid(pid, &status, WNOHANG);
@@ -192,6 +243,8 @@ std::string wait_or_kill(pid_t pid, std::chrono::steady_clock::time_point deadli
       }
       return "did not exit in time and was killed";
     }
+    if (by_pidfd) by_pidfd = await_end(pid, deadline);
+    if (by_pidfd) continue;
     std::this_thread::sleep_for(delay);
     delay = std::min(delay * 2, std::chrono::microseconds(20000));
   }

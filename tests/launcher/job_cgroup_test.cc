@@ -57,11 +57,14 @@ TEST_CASE("this process's cgroup v2 is the 0:: line, placed under the mount's ro
 
 TEST_CASE("a job cgroup holds what a child starts with setsid and is emptied and removed") {
   const bool kill_file = GENERATE(true, false);
+  // Started in the cgroup by clone3, or (where that is refused) joined through cgroup.procs.
+  const bool by_clone = GENERATE(true, false);
   std::string why_not;
   auto cg = JobCgroup::create("hvdrun-test-" + std::to_string(::getpid()), why_not);
   if (!cg) HVDRUN_SKIP("cgroup v2 is not writable here: " << why_not);
   const std::string dir = cg->dir();
-  INFO("cgroup " << dir << (kill_file ? " (cgroup.kill)" : " (freeze and SIGKILL)"));
+  INFO("cgroup " << dir << (kill_file ? " (cgroup.kill)" : " (freeze and SIGKILL)")
+                 << (by_clone ? ", started in it" : ", joined by cgroup.procs"));
   TempDir tmp("cg");
   // The child leaves its group and session through a grandchild, then exits: the
   // grandchild is nobody's child here, so only the cgroup still knows it is the job's.
@@ -70,6 +73,7 @@ TEST_CASE("a job cgroup holds what a child starts with setsid and is emptied and
                "setsid sh -c 'echo $$ > " + tmp.path() + "/g.tmp && mv " + tmp.path() + "/g.tmp " +
                    tmp.path() + "/g; exec sleep 300' </dev/null >/dev/null 2>&1 &"};
   spec.cgroup_procs_fd = cg->procs_fd();
+  if (by_clone) spec.cgroup_dir_fd = cg->dir_fd();
   const pid_t child = spawn(spec).pid;
   int status = 0;
   REQUIRE(::waitpid(child, &status, 0) == child);
@@ -92,4 +96,24 @@ TEST_CASE("a cgroup that cannot be made is reported, not thrown") {
   auto cg = JobCgroup::create("no-such-parent-" + std::to_string(::getpid()) + "/x", why_not);
   CHECK_FALSE(cg);
   CHECK_FALSE(why_not.empty());
+}
+
+TEST_CASE("fork_into_cgroup starts the child in the cgroup, or refuses and starts none") {
+  std::string why_not;
+  auto cg = JobCgroup::create("hvdrun-clone-" + std::to_string(::getpid()), why_not);
+  if (!cg) HVDRUN_SKIP("cgroup v2 is not writable here: " << why_not);
+  const pid_t pid = fork_into_cgroup(cg->dir_fd());
+  if (pid == 0) ::_exit(::pause());  // waits here, in the cgroup, for the SIGKILL below
+  if (pid < 0) {
+    // A kernel before 5.7, a seccomp filter, or a sanitizer build: nothing was started.
+    CHECK((errno == ENOSYS || errno == EINVAL || errno == E2BIG || errno == EPERM));
+    CHECK(cgroup_pids(cg->dir()).empty());
+    return;
+  }
+  CHECK(cgroup_pids(cg->dir()) == std::vector<pid_t>{pid});
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFSIGNALED(status));
+  CHECK(cg->remove(std::chrono::steady_clock::now() + 5s).empty());
 }
