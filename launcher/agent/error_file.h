@@ -12,8 +12,9 @@
 
 namespace hvdrun::launcher {
 
-/// A directory (0700, under $TMPDIR or /tmp) holding the error files and stack files of one
-/// agent's ranks; removed with its files when destroyed.
+/// A directory (0700) holding the error files and stack files of one agent's ranks, on a
+/// memory file system where the user has one ($XDG_RUNTIME_DIR, else /dev/shm), else under
+/// $TMPDIR or /tmp; removed with its files when destroyed.
 class ErrorDir {
  public:
   /// Makes `hvdrun-errors-JOB-XXXXXX`. Throws SystemError when it cannot.

@@ -3,8 +3,11 @@
 #include "launcher/agent/error_file.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "tests/support/processes.h"
@@ -75,4 +78,37 @@ TEST_CASE("error file: the agent's directory is private and fresh paths drop a f
   }
   struct stat st {};
   CHECK(::stat(where.c_str(), &st) != 0);  // removed with its files
+}
+
+TEST_CASE("error file: the directory goes to $XDG_RUNTIME_DIR, then /dev/shm, then $TMPDIR") {
+  // Restores a variable the test changes, whatever it held.
+  struct Saved {
+    const char* name;
+    std::optional<std::string> value;
+    explicit Saved(const char* n) : name(n) {
+      if (const char* v = std::getenv(n)) value = v;
+    }
+    ~Saved() {
+      if (value) {
+        ::setenv(name, value->c_str(), 1);
+      } else {
+        ::unsetenv(name);
+      }
+    }
+  } runtime("XDG_RUNTIME_DIR"), tmpdir("TMPDIR");
+  const auto parent_of = [](const ErrorDir& d) {
+    const std::string p = d.path(0);
+    const std::string dir = p.substr(0, p.rfind('/'));
+    return dir.substr(0, dir.rfind('/'));
+  };
+  hvdrun::testing::TempDir mine("xdg");
+  ::setenv("XDG_RUNTIME_DIR", mine.path().c_str(), 1);
+  CHECK(parent_of(ErrorDir("job2")) == mine.path());
+  // One that is not there (an inherited value, under Slurm say) is passed over.
+  ::setenv("XDG_RUNTIME_DIR", (mine.path() + "/gone").c_str(), 1);
+  struct stat st {};
+  const bool shm = ::stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) &&
+                   ::access("/dev/shm", W_OK | X_OK) == 0;
+  ::setenv("TMPDIR", mine.path().c_str(), 1);
+  CHECK(parent_of(ErrorDir("job3")) == (shm ? "/dev/shm" : mine.path()));
 }
