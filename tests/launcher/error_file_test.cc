@@ -107,8 +107,8 @@ TEST_CASE("error file: the directory goes to $XDG_RUNTIME_DIR, then /dev/shm, th
   // One that is not there (an inherited value, under Slurm say) is passed over.
   ::setenv("XDG_RUNTIME_DIR", (mine.path() + "/gone").c_str(), 1);
   struct stat st {};
-  const bool shm = ::stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) &&
-                   ::access("/dev/shm", W_OK | X_OK) == 0;
+  const bool shm =
+      ::stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && ::access("/dev/shm", W_OK | X_OK) == 0;
   ::setenv("TMPDIR", mine.path().c_str(), 1);
   CHECK(parent_of(ErrorDir("job3")) == (shm ? "/dev/shm" : mine.path()));
 }
