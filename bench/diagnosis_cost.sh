@@ -8,8 +8,16 @@
 #           libhvdrun's C ABI) at NP ranks, median of its per-call time over ROUNDS runs.
 # Prints the medians and the ratio this tree / baseline (above 1: slower).
 #
+# Two launch fixes came after the diagnosis work (ranks born in the job's cgroup instead of
+# joining it through cgroup.procs, and the launcher woken by its agent's pidfd instead of a
+# backoff); they make every launch faster, so against the plain baseline this tree gains time.
+# To weigh what the diagnosis work itself costs, the same fixes are applied to the baseline
+# (bench/diagnosis_base_launch.patch, made for 7654a7b) and built as a second baseline,
+# "base+fixes", timed in the same rotation.
+#
 # Usage: bench/diagnosis_cost.sh [base-ref=7654a7b] [rounds=15] [np=2]
-# The baseline is built once in build-diag-base/ from a worktree in .bench-diag/.
+# The baselines are built in build-diag-base/ and build-diag-fixed/ from worktrees in
+# .bench-diag/ and .bench-diag-fixed/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=${1:-7654a7b}
@@ -24,8 +32,20 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DC
 cmake --build build --target hvdrun hvdrun_allreduce_sweep >/dev/null
 [[ -d .bench-diag ]] || git worktree add --detach .bench-diag "$base" >/dev/null
 git -C .bench-diag checkout -q --detach "$base"
+git -C .bench-diag reset -q --hard
 cmake -S .bench-diag -B build-diag-base -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" >/dev/null
 cmake --build build-diag-base --target hvdrun hvdrun_allreduce_sweep >/dev/null
+trees=(build build-diag-base)
+[[ -d .bench-diag-fixed ]] || git worktree add --detach .bench-diag-fixed "$base" >/dev/null
+git -C .bench-diag-fixed checkout -q --detach "$base"
+git -C .bench-diag-fixed reset -q --hard
+if git -C .bench-diag-fixed apply "$PWD/bench/diagnosis_base_launch.patch" 2>/dev/null; then
+  cmake -S .bench-diag-fixed -B build-diag-fixed -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" >/dev/null
+  cmake --build build-diag-fixed --target hvdrun hvdrun_allreduce_sweep >/dev/null
+  trees+=(build-diag-fixed)
+else
+  echo "bench/diagnosis_cost.sh: the launch fixes do not apply to $base; no base+fixes figures" >&2
+fi
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -44,27 +64,31 @@ small_us() {  # small_us TREE
   "$1/cli/hvdrun" -np "$np" "$1/tests/runtime/hvdrun_allreduce_sweep" 8 8 |
     sed -n 's/.*result .*bytes=8 .*us=\([0-9.]*\).*/\1/p' | head -n 1
 }
-launch_us build >/dev/null  # warm the page cache of both trees
-launch_us build-diag-base >/dev/null
+for t in "${trees[@]}"; do launch_us "$t" >/dev/null; done  # warm the page cache of each
 for _ in $(seq "$rounds"); do
-  launch_us build >>"$out/launch.now"
-  launch_us build-diag-base >>"$out/launch.base"
-  small_us build >>"$out/small.now"
-  small_us build-diag-base >>"$out/small.base"
+  for t in "${trees[@]}"; do
+    launch_us "$t" >>"$out/launch.$t"
+    small_us "$t" >>"$out/small.$t"
+  done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-python3 - "$out" <<'PY'
-import statistics, sys
-out = sys.argv[1]
+python3 - "$out" "${trees[@]}" <<'PY'
+import os, statistics, sys
+out, trees = sys.argv[1], sys.argv[2:]
+names = {"build": "this tree", "build-diag-base": "baseline", "build-diag-fixed": "base+fixes"}
 def median(name):
     values = [float(v) for v in open(f"{out}/{name}").read().split()]
     if not values:
         sys.exit(f"bench/diagnosis_cost.sh: no figures in {name}")
     return statistics.median(values)
-print(f"{'figure':<22} {'this tree':>10} {'baseline':>10} {'ratio':>6}")
+header = f"{'figure':<22}" + "".join(f" {names[t]:>11}" for t in trees)
+header += "".join(f" {'/' + names[t]:>12}" for t in trees[1:])
+print(header)
 for label, name, scale, unit in (("launch -np N true", "launch", 1000.0, "ms"),
                                  ("8-byte allreduce", "small", 1.0, "us")):
-    now, base = median(name + ".now") / scale, median(name + ".base") / scale
-    print(f"{label + ' (' + unit + ')':<22} {now:>10.2f} {base:>10.2f} {now / base:>6.2f}")
+    m = [median(f"{name}.{t}") / scale for t in trees]
+    row = f"{label + ' (' + unit + ')':<22}" + "".join(f" {v:>11.2f}" for v in m)
+    row += "".join(f" {m[0] / v:>12.2f}" for v in m[1:])
+    print(row)
 PY
