@@ -215,6 +215,12 @@ class Engine {
   // entry, held on exit; the driver's seat given up.
   void go_on(Slot& slot, std::exception_ptr broken, std::uint64_t seen,
              std::unique_lock<std::mutex>& lock);
+  // The end of an express round in which every rank carried the same small allreduce
+  // alone: the briefs' payloads, which this driver owns until end_round(), reduced into
+  // `result`, and the round closed. `slot`: the queued slot that was it, taken out and done;
+  // nullptr for express_inline()'s, which was never queued. mu_ not held on entry (the
+  // exchange's), held on exit.
+  void finish_riding(const InlineResult& result, Slot* slot, std::unique_lock<std::mutex>& lock);
   // Writes brief_ for a window of one cached request, `bytes` of `input` riding in it.
   void announce_alone(std::int64_t id, std::int64_t seq, const void* input, std::size_t bytes);
   // Whether this rank waits for a collective: queued, or in an express round. mu_ held.

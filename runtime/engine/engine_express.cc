@@ -33,16 +33,7 @@ bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const Inlin
   // what it made ready. A small allreduce whose inputs all rode in the round is reduced
   // here, from the briefs this driver owns until end_round(), as its body would.
   if (result != nullptr && bytes > 0) {
-    reduce_payloads_here(briefs_[0].payload(), sizeof(Brief), size_, result->recv, result->count,
-                         result->dtype, result->op);
-    leave_exchange(lock);
-    queue_.pop_front();  // this slot: only the driver takes slots out, others append
-    // finish() but for its body: run() destroys the slot as soon as it returns, and
-    // end_round() wakes whoever waits.
-    slot.done = true;
-    ++progress_;
-    stall_reported_ = false;
-    end_round();
+    finish_riding(*result, &slot, lock);
     return true;
   }
   Alone alone;
@@ -54,6 +45,24 @@ bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const Inlin
   execute(plan_.ready[0], lock);
   end_round();
   return true;
+}
+
+void Engine::finish_riding(const InlineResult& result, Slot* slot,
+                           std::unique_lock<std::mutex>& lock) {
+  reduce_payloads_here(briefs_[0].payload(), sizeof(Brief), size_, result.recv, result.count,
+                       result.dtype, result.op);
+  leave_exchange(lock);
+  if (slot != nullptr) {
+    queue_.pop_front();  // this slot: only the driver takes slots out, others append
+    // finish() but for its body: run() destroys the slot as soon as it returns, and
+    // end_round() wakes whoever waits.
+    slot->done = true;
+  } else {
+    expressing_ = false;
+  }
+  ++progress_;
+  stall_reported_ = false;
+  end_round();
 }
 
 void Engine::go_on(Slot& slot, std::exception_ptr broken, std::uint64_t seen,
@@ -111,13 +120,7 @@ bool Engine::express_inline(const Request& req, Body& body, const void* input,
   if (!broken && agreed_as_mine(briefs_, brief_, book_)) {
     // Every rank carried this same collective alone: its result is the briefs' payloads
     // reduced, as express() would do.
-    reduce_payloads_here(briefs_[0].payload(), sizeof(Brief), size_, result.recv, result.count,
-                         result.dtype, result.op);
-    leave_exchange(lock);
-    expressing_ = false;
-    ++progress_;
-    stall_reported_ = false;
-    end_round();
+    finish_riding(result, nullptr, lock);
     return true;
   }
   // Another round: the collective becomes the oldest queued one, as if enqueue() had put it
