@@ -37,11 +37,15 @@ def train(jobs, tmp_path, worker):
     jobs.append(job)
     assert job.wait() == {0: 0, 1: 0, 2: 0}, job.describe()
     job.assert_nothing_left()
-    ports = {line.split("MASTER_PORT=")[1].split()[0]
-             for line in job.out(0).splitlines() if "<stdout>:trained rank" in line}
-    assert len(ports) == 1, job.describe()
-    # MASTER_PORT is a port of its own, not the join port node 0's hvdrun holds.
-    assert ports != {str(job.port)}, job.describe()
+    trained = [dict(w.split("=") for w in line.split() if "=" in w)
+               for line in job.out(0).splitlines() if "<stdout>:trained rank" in line]
+    assert len(trained) == SIZE, job.describe()
+    # MASTER_PORT is one port for every rank, and a port of its own: not the join port
+    # node 0's hvdrun holds, nor hvdrun's or Horovod's rendezvous.
+    assert len({t["MASTER_PORT"] for t in trained}) == 1, job.describe()
+    for t in trained:
+        assert t["MASTER_PORT"] not in (str(job.port), t["HVDRUN_RENDEZVOUS_PORT"],
+                                        t["HOROVOD_GLOO_RENDEZVOUS_PORT"]), job.describe()
     return job
 
 

@@ -20,5 +20,7 @@ for step in range(tiny.STEPS):
     tiny.loss(net, hvd.rank(), step).backward()
     opt.step()
 torch.save(net.state_dict(), os.path.join(out, f"horovod-{hvd.rank()}.pt"))
-print(f"trained rank {hvd.rank()} of {hvd.size()} MASTER_PORT={os.environ['MASTER_PORT']}")
+print(f"trained rank {hvd.rank()} of {hvd.size()} MASTER_PORT={os.environ['MASTER_PORT']} "
+      f"HVDRUN_RENDEZVOUS_PORT={os.environ['HVDRUN_RENDEZVOUS_PORT']} "
+      f"HOROVOD_GLOO_RENDEZVOUS_PORT={os.environ['HOROVOD_GLOO_RENDEZVOUS_PORT']}")
 hvd.shutdown()
