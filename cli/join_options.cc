@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <fstream>
+#include <random>
 #include <sstream>
+#include <utility>
 
 #include "common/env_names.h"
 #include "common/error.h"
@@ -180,7 +183,57 @@ void take_pet_variables(GivenFlags& g, const char* (*getenv)(const char*)) {
   }
 }
 
+// torchrun's name for a run without --rdzv-id under --standalone: a random UUID (version 4).
+std::string random_run_id() {
+  std::random_device rd;
+  std::string hex;
+  for (int i = 0; i < 4; ++i) {
+    char word[9];
+    std::snprintf(word, sizeof word, "%08x", static_cast<unsigned>(rd()));
+    hex += word;
+  }
+  hex[12] = '4';                                                    // version 4
+  hex[16] = "89ab"[std::stoi(hex.substr(16, 1), nullptr, 16) & 3];  // RFC 4122 variant
+  return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" +
+         hex.substr(16, 4) + "-" + hex.substr(20);
+}
+
+// The variables torchrun's agent gives every worker besides the rank's coordinates (those
+// come from compat/env.h in every hvdrun job): the run's id, and no restarts. The ranks'
+// store is rank 0's own (MASTER_PORT is a port of its own, not the endpoint's), so
+// TORCHELASTIC_USE_AGENT_STORE is False, whatever the pod's environment says.
+void torchrun_variables(const std::string& run_id, std::vector<std::string>& env) {
+  env.push_back("TORCHELASTIC_RUN_ID=" + run_id);
+  env.emplace_back("TORCHELASTIC_RESTART_COUNT=0");
+  env.emplace_back("TORCHELASTIC_MAX_RESTARTS=0");
+  env.emplace_back("TORCHELASTIC_USE_AGENT_STORE=False");
+}
+
+// torchrun's flags that hvdrun does not take, each with what to do instead.
+constexpr std::pair<const char*, const char*> kTorchrunOnly[] = {
+    {"--rdzv-conf",
+     "its join_timeout is hvdrun's --rdzv-timeout SEC; its other keys have no counterpart"},
+    {"--log-dir",
+     "node 0 prints every rank's output tagged [RANK]<stdout>; --output-filename DIR also "
+     "writes it to a file per rank"},
+    {"--redirects", "every rank's output reaches node 0 tagged by rank; drop it"},
+    {"--tee", "every rank's output reaches node 0 tagged by rank; drop it"},
+    {"--monitor-interval", "hvdrun learns of a rank's exit at once; drop it"},
+    {"--role", "every rank's ROLE_NAME is 'default'; drop it"},
+    {"--local-addr", "--network-interface IF chooses the address a node is reached at"},
+    {"--run-path", "a command ending in .py runs under python3; drop --run-path"},
+    {"--start-method", "every rank is a process of its own; drop it"},
+};
+
 }  // namespace
+
+std::string torchrun_flag_advice(std::string name) {
+  std::replace(name.begin(), name.end(), '_', '-');
+  for (const auto& [flag, advice] : kTorchrunOnly) {
+    if (name == flag) return "torchrun's " + name + " is not supported: " + advice;
+  }
+  return {};
+}
 
 const std::vector<const char*>& join_flag_names() {
   static const std::vector<const char*> names = {
@@ -208,15 +261,25 @@ void apply_join(GivenFlags g, launcher::LaunchOptions& o, std::vector<std::strin
   const int nproc = per_node(g);
   const bool standalone = g.count("standalone") != 0;
   const int nnodes = g.count("nnodes") != 0 ? number(g, "nnodes", 1, kMaxNodes, "--nnodes 4") : 1;
-  if (g.count("rdzv-id") != 0) j.run_id = g.at("rdzv-id");
-  o.env.push_back("TORCHELASTIC_RUN_ID=" + j.run_id);
+  if (g.count("rdzv-id") != 0)
+    j.run_id = g.at("rdzv-id");
+  else if (standalone)
+    j.run_id = random_run_id();
+  torchrun_variables(j.run_id, o.env);
   endpoint(g, j);
   if (standalone && (nnodes != 1 || !j.endpoint_host.empty()))
     throw UsageError(
         "--standalone runs one node with its own rendezvous; drop --nnodes and "
         "--rdzv-endpoint/--master-addr, or drop --standalone");
-  if (nnodes == 1 && j.endpoint_host.empty()) {
-    o.np = nproc;  // one node: a local job of nproc ranks
+  if (nnodes == 1) {
+    // One node: a local job of nproc ranks. No other node joins, so an endpoint (which
+    // names this node) is not listened on, and no secret is needed.
+    if (g.count("node-rank") != 0 && g.at("node-rank") != "0")
+      throw UsageError("--node-rank " + g.at("node-rank") +
+                       " with --nnodes 1: one node is node rank 0; drop --node-rank or give "
+                       "--nnodes with the number of nodes");
+    j = {};  // not join mode
+    o.np = nproc;
     return;
   }
   if (j.endpoint_host.empty())

@@ -22,6 +22,11 @@ const std::vector<const char*>& join_flag_names();
 /// PET_ and the name upper-cased with '_' for '-' ("nnodes" -> "PET_NNODES").
 std::string pet_variable(const std::string& name);
 
+/// What to do instead of torchrun's flag `name` ("--log-dir" or "--log_dir") that hvdrun
+/// does not take: a whole message ("torchrun's --log-dir is not supported: ..."), or empty
+/// when `name` is not one of torchrun's.
+std::string torchrun_flag_advice(std::string name);
+
 /// Applies `given` to `o` and `command` (the user's command: with `-m` it is a Python
 /// module run by python3 -m, and a first word ending in `.py` runs under python3 unless
 /// --no-python). With none of the flags given,

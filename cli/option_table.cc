@@ -84,7 +84,9 @@ const std::array kOwnOptions = {
     OptSpec{"rdzv-endpoint", 0, false, "HOST[:PORT]", "Join",
             "torchrun: node 0's address (default port 29400)", kRun},
     OptSpec{"rdzv-id", 0, false, "ID", "Join",
-            "torchrun: the job's id on every node (TORCHELASTIC_RUN_ID; default none)", kRun},
+            "torchrun: the job's id on every node (TORCHELASTIC_RUN_ID; default none, a "
+            "random UUID with --standalone)",
+            kRun},
     OptSpec{"rdzv-backend", 0, false, "NAME", "Join",
             "torchrun: c10d or static (node 0 holds the rendezvous either way)", kRun},
     OptSpec{"rdzv-timeout", 0, false, "SEC", "Join",

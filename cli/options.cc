@@ -61,6 +61,8 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   if (std::string refused = compat::refused_flag_message(name); !refused.empty()) {
     throw UsageError(refused);
   }
+  if (std::string advice = torchrun_flag_advice(std::string(name)); !advice.empty())
+    throw UsageError(advice);
   std::string best;
   size_t best_d = 3;
   for (const auto& s : options()) {

@@ -60,3 +60,9 @@ fi
 "$(dirname "$0")/tf-venv.sh" ||
   echo "install-deps: WARNING: the TensorFlow virtualenv could not be made (PyPI unreachable?);" \
     "tests/tensorflow will be reported skipped until scripts/tf-venv.sh succeeds" >&2
+
+# The virtualenv in which tests/manifests checks docs/kubernetes.md's manifests against the
+# Kubernetes schemas (kubernetes-validate from PyPI). Without it those tests are skipped.
+"$(dirname "$0")/k8s-venv.sh" ||
+  echo "install-deps: WARNING: the manifests' virtualenv could not be made (PyPI unreachable?);" \
+    "tests/manifests will be reported skipped until scripts/k8s-venv.sh succeeds" >&2

@@ -150,10 +150,17 @@ void Job::host_closed(Host& h, const std::string& why) {
   for (int r : lost) rank_done(r);
   if (!stopping()) {
     held_.reset();
+    // In join mode the agent is a node's own hvdrun, which the orchestrator started: name
+    // that node (its rank, name and address) and where to look for why it ended.
+    const bool joined = h.method == LaunchMethod::join && h.link;
+    const std::string who =
+        joined ? "host " + h.name + ", " + h.link->describe() + "," : "the agent on host " + h.name;
     job_failure(Failure{exit_status::kLaunchFailed,
-                        "hvdrun: the agent on host " + h.name + " ended unexpectedly (" + how +
-                            ") while rank" + (lost.size() > 1 ? "s " : " ") + rank_list(lost) +
-                            (lost.size() > 1 ? " were" : " was") + " running; stopped the job\n",
+                        "hvdrun: " + who + " ended unexpectedly (" + how + ") while rank" +
+                            (lost.size() > 1 ? "s " : " ") + rank_list(lost) +
+                            (lost.size() > 1 ? " were" : " was") + " running; stopped the job" +
+                            (joined ? "; that node's own log (its pod's) says why it ended" : "") +
+                            "\n",
                         {h.name}});
   }
 }

@@ -2,6 +2,7 @@
 // them, torchrun's spellings and PET_ variables, and what is refused before anything starts.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -58,7 +59,8 @@ TEST_CASE("torchrun's join flags make a join-mode job of nnodes times nproc-per-
   CHECK(o.hosts[2].slots == 4);
   CHECK_FALSE(o.elastic.enabled());
   CHECK(o.command == Args{"python3", "train.py", "--lr", "1"});
-  CHECK(o.env == Args{"TORCHELASTIC_RUN_ID=j1"});
+  CHECK(o.env == Args{"TORCHELASTIC_RUN_ID=j1", "TORCHELASTIC_RESTART_COUNT=0",
+                      "TORCHELASTIC_MAX_RESTARTS=0", "TORCHELASTIC_USE_AGENT_STORE=False"});
 
   // torchrun's other forms: --master-addr/--master-port, -m, --no-python, one node.
   const auto m = parse_command_line({"--nnodes", "2", "--node-rank", "0", "--master-addr",
@@ -72,6 +74,19 @@ TEST_CASE("torchrun's join flags make a join-mode job of nnodes times nproc-per-
   CHECK_FALSE(one.options.join.enabled());
   CHECK(one.options.np == 3);
   CHECK(one.options.command == Args{"./a.py"});
+  // --standalone without --rdzv-id: a random UUID names the run, as torchrun's does.
+  const std::string& id = one.options.env.at(0);
+  CHECK(id.size() == std::string("TORCHELASTIC_RUN_ID=").size() + 36);
+  CHECK(id.substr(id.size() - 36 + 14, 1) == "4");
+  // One node with an endpoint (torchrun's single-node c10d line): a local job, no secret.
+  ::unsetenv("HVDRUN_JOB_SECRET");
+  const auto c10d = parse_command_line({"--nnodes", "1", "--nproc_per_node", "2", "--rdzv_backend",
+                                        "c10d", "--rdzv_endpoint", "127.0.0.1:29400", "t.py"});
+  CHECK_FALSE(c10d.options.join.enabled());
+  CHECK(c10d.options.np == 2);
+  CHECK(c10d.options.hosts.empty());
+  CHECK_THAT(error_of({"--nnodes", "1", "--node-rank", "1", "--rdzv-endpoint", "n0", "true"}),
+             Catch::Contains("--node-rank 1 with --nnodes 1: one node is node rank 0"));
   CHECK(hvdrun::cli::pet_variable("nproc-per-node") == "PET_NPROC_PER_NODE");
 }
 
@@ -107,6 +122,19 @@ TEST_CASE("what join mode does not support is refused before anything starts") {
              Catch::Contains("bad value '2' for --node-rank"));
   CHECK_THAT(error_of({"--standalone", "--nnodes", "2", "true"}),
              Catch::Contains("--standalone runs one node"));
+  // torchrun's flags that hvdrun does not take say what to do instead, in either spelling.
+  CHECK_THAT(error_of({"--standalone", "--rdzv_conf", "join_timeout=5", "true"}),
+             Catch::Contains("torchrun's --rdzv-conf is not supported: its join_timeout is "
+                             "hvdrun's --rdzv-timeout SEC"));
+  CHECK_THAT(error_of({"--log-dir=/tmp/x", "true"}),
+             Catch::Contains("torchrun's --log-dir is not supported: node 0 prints"));
+  for (const char* flag : {"--redirects", "--tee", "--monitor_interval", "--role", "--local_addr",
+                           "--run_path", "--start_method"}) {
+    std::string dashed(flag);
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    CHECK_THAT(error_of({flag, "x", "true"}),
+               Catch::StartsWith("torchrun's " + dashed + " is not supported: "));
+  }
   // torchrun's PET_ variables stand in for flags not given (a PyTorchJob sets them).
   ::setenv("PET_NNODES", "2", 1);
   ::setenv("PET_NODE_RANK", "1", 1);
