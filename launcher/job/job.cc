@@ -35,6 +35,7 @@
 #include "launcher/output/output_relay.h"
 #include "launcher/plan/launch_plan.h"
 #include "launcher/plan/local_host.h"
+#include "launcher/plan/placement_env.h"
 #include "launcher/plan/rank_env.h"
 #include "launcher/process/subprocess.h"
 #include "rendezvous/server.h"
@@ -164,6 +165,7 @@ void Job::send_hello(Host& h) {
   hello.log_level = opt_.verbose ? "debug" : opt_.log_level;
   hello.job_id = std::to_string(::getpid());
   hello.network_interface = opt_.network_interface;
+  hello.want_topology = !h.local && wants_topology(opt_);
   // Every agent must notice a launcher that is gone but whose connection is not, and a
   // local one a launcher stopped by SIGSTOP: no host goes on running half a job.
   hello.heartbeat_timeout_ms = static_cast<std::uint32_t>(ctx_.heartbeat_timeout.count());
@@ -422,6 +424,7 @@ void Job::on_agent_hello(Host& h, const proto::AgentHello& hello) {
   h.hello = true;
   h.info = hello;
   if (!h.local && horovod_) admit_interface(h, hello.iface_addrs);
+  report_bindings(h);
   spdlog::debug(
       "host {}: agent pid {} on {} ready after {} ms; interface toward the launcher: '{}'", h.name,
       hello.pid, hello.hostname,

@@ -44,6 +44,16 @@ LaunchOptions with_placement(const LaunchPlan& plan, const LaunchOptions& option
                              const std::function<HostTopology()>& topology = load_host_topology,
                              const std::vector<std::string>& launcher_env = process_env());
 
+/// Whether the agents send their host's topology with their readiness: a launch that binds,
+/// gives GPUs, names NICs or reports bindings.
+bool wants_topology(const LaunchOptions& options);
+
+/// The rows of --report-bindings for host `h`, which is not this machine, planned from
+/// `topology`, the one its agent sent, with `placed`'s policy (with_placement's options) as
+/// its agent will plan them. Throws UsageError as that agent will refuse.
+std::string host_report(const HostTopology& topology, const PlannedHost& h,
+                        const LaunchOptions& placed);
+
 /// The one line that says hvdrun sets OMP_NUM_THREADS in bound ranks, when it does: a policy
 /// that binds and no OMP_NUM_THREADS in `launcher_env` or -x. Empty otherwise.
 std::string omp_note(const LaunchOptions& options, const std::vector<std::string>& launcher_env);

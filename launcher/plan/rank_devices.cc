@@ -123,7 +123,8 @@ std::string pick_interface(const std::vector<std::string>& wanted, const std::st
 
 std::optional<RankSetup> rank_setup(const HostTopology& topology, const std::string& host,
                                     const std::vector<std::string>& env, bool omp_given,
-                                    const std::function<bool(const std::string&)>& present) {
+                                    const std::function<bool(const std::string&)>& present,
+                                    bool nic_given) {
   const auto policy = policy_from_env(env);
   const auto host_gpus = env_value(env, kHostGpusVar);
   const std::vector<std::string> wanted =
@@ -163,9 +164,14 @@ std::optional<RankSetup> rank_setup(const HostTopology& topology, const std::str
   if (!out.placed.cpus.empty() && !omp_given) {
     out.env.push_back("OMP_NUM_THREADS=" + std::to_string(cores_of(topology, out.placed.cpus)));
   }
-  if (!wanted.empty()) {
-    out.placed.nic = pick_interface(wanted, host, present);
-    for (const char* name : {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE"}) {
+  // The NIC nearest the rank's GPU or bound node, where a host has several to choose from
+  // and the user named none (--network-interfaces, --network-interface, -x or the shell).
+  const bool placed_near = !out.placed.gpus.empty() || !out.placed.cpus.empty();
+  const bool nearest = wanted.empty() && !nic_given && topology.nics.size() > 1 && placed_near &&
+                       !out.placed.nic.empty() && present(out.placed.nic);
+  if (!wanted.empty()) out.placed.nic = pick_interface(wanted, host, present);
+  if (!wanted.empty() || nearest) {
+    for (const char* name : kNicVars) {
       out.env.push_back(std::string(name) + "=" + out.placed.nic);
     }
   }

@@ -64,8 +64,7 @@ TEST_CASE("the launcher checks and reports this machine's ranks", "[placement]")
   CHECK(report ==
         "RANK  HOST       LOCAL  CORES  CPUS       NUMA  GPU  NIC\n"
         "0     localhost  0      0-1    0-1,64-65  0     -    ib0\n"
-        "1     localhost  1      2-3    2-3,66-67  0     -    ib0\n"
-        "host node2: placed by its agent when its ranks start\n");
+        "1     localhost  1      2-3    2-3,66-67  0     -    ib0\n");
   o.placement.cpus_per_rank = 40;
   CHECK_THROWS_WITH(
       with_placement(two_host_plan(), o, report, [] { return testing::two_socket_eight_gpu(); }),
