@@ -61,7 +61,7 @@ void apply_placement(int rank, EnvList& env, const EnvList& given, ChildSpec& sp
                  interface_present, nic_given);
   if (!setup) return;
   spec.cpus = setup->placed.cpus;
-  spec.mem_nodes = setup->placed.numa;
+  if (setup->bind_memory) spec.mem_nodes = setup->placed.numa;
   for (const auto& e : setup->env) env.set_entry(e);
   spdlog::debug("rank {} bound to CPUs {} and NUMA nodes {}, GPUs {}, NIC {}", rank,
                 cpu_list_text(setup->placed.cpus), cpu_list_text(setup->placed.numa),

@@ -164,6 +164,9 @@ LaunchOptions with_placement(const LaunchPlan& plan, const LaunchOptions& option
                      std::to_string(locals) + " times (give it one entry with all its slots)");
   }
   auto vars = placement_env(policy);
+  if (options.bind_to_given && policy.bind_to == BindTo::none && policy.gpus_per_rank > 0) {
+    vars.push_back(std::string(kBindToVar) + "=none");  // no default binding near the GPUs
+  }
   if (!options.network_interfaces.empty()) {
     vars.push_back(std::string(kNetworkInterfacesVar) + "=" +
                    comma_joined(options.network_interfaces));

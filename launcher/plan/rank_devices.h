@@ -61,6 +61,10 @@ struct RankSetup {
   std::vector<std::string> gpu_ids;
   /// NAME=VALUE to set in its environment, over what is there.
   std::vector<std::string> env;
+  /// Whether its memory is bound to its NUMA nodes: not under the default binding (first
+  /// touch from its bound CPUs puts memory there anyway, and a full node must not fail a job
+  /// that ran unbound before).
+  bool bind_memory = true;
 };
 
 /// The setup of the rank with environment `env` on `topology` (host `host`): nullopt when

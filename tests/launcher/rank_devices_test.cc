@@ -41,7 +41,9 @@ TEST_CASE("each rank gets its own slice of the host's GPUs", "[devices]") {
     REQUIRE(s);
     CHECK(value(*s, "CUDA_VISIBLE_DEVICES") ==
           std::to_string(2 * r) + "," + std::to_string(2 * r + 1));
-    CHECK(s->placed.cpus.empty());  // GPUs alone bind nothing
+    // GPUs without --bind-to: the default binding, to its GPUs' NUMA node (OMP left alone).
+    CHECK(s->placed.numa == std::vector<int>{r});
+    CHECK(s->placed.cpus == t.numa(r)->cpus);
     CHECK(value(*s, "OMP_NUM_THREADS") == "<unset>");
   }
   const auto near = rank_setup(
@@ -67,6 +69,34 @@ TEST_CASE("each rank gets its own slice of the host's GPUs", "[devices]") {
   const auto whole = rank_setup(t, "node1", rank_env_of(0, 2, {"HVDRUN_HOST_GPUS=1,3"}), false);
   REQUIRE(whole);
   CHECK(value(*whole, "CUDA_VISIBLE_DEVICES") == "1,3");
+}
+
+TEST_CASE("the default binding is the NUMA node of the rank's GPU, where hwloc knows it",
+          "[devices]") {
+  const HostTopology t = testing::two_socket_eight_gpu();
+  const auto setup = [&](const HostTopology& host, std::vector<std::string> extra) {
+    extra.emplace_back("HVDRUN_GPUS_PER_RANK=1");
+    return rank_setup(host, "node1", rank_env_of(5, 8, extra), false);
+  };
+  const auto near = setup(t, {});
+  CHECK(near->placed.numa == std::vector<int>{2});  // GPU 5
+  CHECK(cpu_list_text(near->placed.cpus) == "32-47,96-111");
+  CHECK_FALSE(near->bind_memory);  // its CPUs only: first touch puts its memory there
+  CHECK(setup(t, {"HVDRUN_BIND_TO=numa", "HVDRUN_MAP_BY=numa"})->bind_memory);
+  // --bind-to none (HVDRUN_BIND_TO=none) turns it off.
+  CHECK(setup(t, {"HVDRUN_BIND_TO=none"})->placed.cpus.empty());
+  // A GPU whose node hwloc does not know (ids it has not seen, a fake list): unbound.
+  CHECK(setup(t, {"CUDA_VISIBLE_DEVICES=GPU-a,GPU-b,GPU-c,GPU-d,GPU-e,GPU-f,GPU-g,GPU-h"})
+            ->placed.cpus.empty());
+  HostTopology unknown = t;
+  unknown.gpus[0].numa = -1;
+  CHECK(setup(unknown, {})->placed.cpus.empty());
+  // A placement the planner refuses (GPU 5 on a node without cores) leaves it unbound.
+  HostTopology coreless = t;
+  for (auto& g : coreless.gpus) g.numa = 2;
+  coreless.numa_nodes[2].cpus.clear();
+  for (auto& c : coreless.cores) c.numa = c.numa == 2 ? 1 : c.numa;
+  CHECK(setup(coreless, {})->placed.cpus.empty());
 }
 
 TEST_CASE("a host without GPUs takes the fake list and too few GPUs are refused", "[devices]") {
