@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env_names.h"
 #include "launcher/plan/launch_plan.h"
 #include "launcher/topology/placement.h"
 #include "launcher/topology/topology.h"
@@ -17,7 +18,7 @@
 namespace hvdrun::launcher {
 
 /// The variables that carry the policy to the agents.
-inline constexpr const char kBindToVar[] = "HVDRUN_BIND_TO";
+inline constexpr const char* kBindToVar = env_names::kBindTo;
 inline constexpr const char kMapByVar[] = "HVDRUN_MAP_BY";
 inline constexpr const char kCpusPerRankVar[] = "HVDRUN_CPUS_PER_RANK";
 
