@@ -424,18 +424,14 @@ void Job::on_agent_hello(Host& h, const proto::AgentHello& hello) {
   h.hello = true;
   h.info = hello;
   if (!h.local && horovod_) admit_interface(h, hello.iface_addrs);
-  report_bindings(h);
+  if (!place_host(h)) return;  // refused: the job fails before any rank starts
   spdlog::debug(
       "host {}: agent pid {} on {} ready after {} ms; interface toward the launcher: '{}'", h.name,
       hello.pid, hello.hostname,
       std::chrono::duration_cast<milliseconds>(now() - start_time_).count(), hello.iface);
   const Host& first = hosts_[static_cast<std::size_t>(placement_.ranks[0].host_index)];
-  if (stopping() || !first.hello) return;
-  if (&h != &first) {
-    if (!h.spawned && !h.closed) send_spawns(h);
-    return;
-  }
-  // Rank 0's host (MASTER_PORT) answered: every host that was waiting for it goes now.
+  if (stopping() || !first.hello || !every_host_placed()) return;
+  // Rank 0's host (MASTER_PORT) answered, and when placing every host did: those waiting go.
   for (Host& other : hosts_) {
     if (other.hello && !other.spawned && !other.closed) send_spawns(other);
   }

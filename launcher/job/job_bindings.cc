@@ -1,9 +1,13 @@
-// --report-bindings for the hosts that are not this machine: each agent sends its host's
-// topology with its readiness (agent protocol 11), and the launcher prints that host's rows,
-// planned from it as the agent will plan them, before its ranks start.
+// Placing the hosts that are not this machine: each agent sends its host's topology with its
+// readiness (agent protocol 11); the launcher plans that host's ranks from it as the agent
+// will, refuses the job before any rank starts when they cannot be placed, and prints their
+// rows for --report-bindings.
+#include <algorithm>
+#include <stdexcept>
 #include <string>
 
 #include "common/error.h"
+#include "common/exit_status.h"
 #include "common/fd.h"
 #include "launcher/job/job_state.h"
 #include "launcher/plan/placement_env.h"
@@ -11,13 +15,17 @@
 
 namespace hvdrun::launcher::job_detail {
 
-void Job::report_bindings(const Host& h) {
-  if (h.local || !opt_.report_bindings) return;
+// A host whose agent is ready: its ranks planned from the topology it sent, as that agent will
+// plan them, and printed with --report-bindings. False when they cannot be placed: the job
+// fails with the planner's message (exit 2), before any rank of any host starts, for the
+// ranks wait until every host is placed (every_host_placed).
+bool Job::place_host(const Host& h) {
   const auto index = static_cast<std::size_t>(h.index);
-  std::string text;
-  if (index >= plan_.hosts.size() || plan_.hosts[index].name != h.name) {
-    return;  // a host an elastic job grew onto: its agent places its ranks as they start
+  if (h.local || !wants_topology(opt_) || index >= plan_.hosts.size() ||
+      plan_.hosts[index].name != h.name) {
+    return true;  // this machine was placed before the start; a grown host places its own
   }
+  std::string text;
   if (h.info.topology.empty()) {
     text = "host " + h.name +
            ": its agent sent no topology (it says why in its log); its "
@@ -26,13 +34,21 @@ void Job::report_bindings(const Host& h) {
     try {
       text = host_report(topology_from_wire(h.info.topology), plan_.hosts[index], opt_);
     } catch (const UsageError& e) {
-      // Its agent refuses the same when the ranks start, and that ends the job.
-      text = "host " + h.name + ": " + e.what() + "\n";
+      fail(exit_status::kUsage, std::string("hvdrun: ") + e.what() + "\n", {h.name});
+      return false;
     } catch (const std::runtime_error& e) {
       text = "host " + h.name + ": its agent's topology cannot be read: " + e.what() + "\n";
     }
   }
-  write_all(ctx_.stderr_fd, text.data(), text.size());
+  if (opt_.report_bindings) write_all(ctx_.stderr_fd, text.data(), text.size());
+  return true;
+}
+
+// Whether ranks may start: without a placement to check, at once; with one, once every host
+// has answered (or is gone), so that a refusal comes before anything starts.
+bool Job::every_host_placed() const {
+  return !wants_topology(opt_) || std::all_of(hosts_.begin(), hosts_.end(),
+                                              [](const Host& h) { return h.hello || h.closed; });
 }
 
 }  // namespace hvdrun::launcher::job_detail

@@ -147,6 +147,18 @@ TEST_CASE("bind-to core on an SSH host gives each rank its own CPUs of that host
   CHECK(h.err.find("RANK  HOST   LOCAL  CORES  CPUS") < h.err.find("0     node1  0"));
 }
 
+TEST_CASE("an SSH host that cannot place its ranks stops the job before any rank starts") {
+  const HostTopology here = load_host_topology();  // node1's, behind sshd
+  const std::string np = std::to_string(here.cores.size() + 1);
+  Hvdrun h({"--ssh-config", ssh_cluster().ssh_config(), "-H", "localhost:1,node1:" + np,
+            "--bind-to", "core", "sh", "-c", "echo started"});
+  CHECK(h.wait() == 2);
+  CHECK(h.out.empty());  // not even this machine's rank 0
+  CHECK(count(h.err, "hvdrun: host node1: " + np + " ranks x 1 core per rank need " + np +
+                         " cores, and " + std::to_string(here.cores.size()) +
+                         " cores are allowed here") == 1);
+}
+
 TEST_CASE("bind-to none on SSH hosts leaves every allowed CPU and the default memory policy") {
   Hvdrun h(
       {"--ssh-config", ssh_cluster().ssh_config(), "-H", "node1:1,node2:1", "sh", "-c", kShow});
