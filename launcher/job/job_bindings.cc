@@ -34,7 +34,7 @@ bool Job::place_host(const Host& h) {
     try {
       text = host_report(topology_from_wire(h.info.topology), plan_.hosts[index], opt_);
     } catch (const UsageError& e) {
-      fail(exit_status::kUsage, std::string("hvdrun: ") + e.what() + "\n", {h.name});
+      fail(exit_status::kUsage, std::string("hvdrun: error: ") + e.what() + "\n", {h.name});
       return false;
     } catch (const std::runtime_error& e) {
       text = "host " + h.name + ": its agent's topology cannot be read: " + e.what() + "\n";

@@ -154,7 +154,7 @@ TEST_CASE("an SSH host that cannot place its ranks stops the job before any rank
             "--bind-to", "core", "sh", "-c", "echo started"});
   CHECK(h.wait() == 2);
   CHECK(h.out.empty());  // not even this machine's rank 0
-  CHECK(count(h.err, "hvdrun: host node1: " + np + " ranks x 1 core per rank need " + np +
+  CHECK(count(h.err, "hvdrun: error: host node1: " + np + " ranks x 1 core per rank need " + np +
                          " cores, and " + std::to_string(here.cores.size()) +
                          " cores are allowed here") == 1);
 }
