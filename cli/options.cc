@@ -383,6 +383,7 @@ void apply_placement(const Values& v, launcher::LaunchOptions& o) {
                        " for --bind-to; expected none, core, l3, numa or socket");
     }
     p.bind_to = *b;
+    o.bind_to_given = true;
   }
   if (v.given("map-by")) {
     const auto m = launcher::parse_map_by(v.str("map-by"));

@@ -33,6 +33,10 @@ inline constexpr const char kNetworkInterface[] = "HVDRUN_NETWORK_INTERFACE";
 /// --gpus-per-rank: each rank's CUDA_VISIBLE_DEVICES is its own GPUs, so its device is the
 /// first it sees (device 0), not local_rank % devices.
 inline constexpr const char kGpusPerRank[] = "HVDRUN_GPUS_PER_RANK";
+/// --bind-to (launcher/plan/placement_env.h): set (and not "none") when the rank's agent bound
+/// it to cores no other rank of the host was mapped to, so the rank may spin while it waits
+/// even when it may run on fewer CPUs than the host has ranks (runtime/shm).
+inline constexpr const char kBindTo[] = "HVDRUN_BIND_TO";
 /// Seconds a collective may take before the rank ends itself (runtime only).
 inline constexpr const char kOpTimeout[] = "HVDRUN_OP_TIMEOUT";
 /// The generation of an elastic job.

@@ -32,6 +32,7 @@
 #include "launcher/plan/local_host.h"
 #include "launcher/process/reaper.h"
 #include "launcher/process/subprocess.h"
+#include "launcher/topology/topology_wire.h"
 
 namespace hvdrun::launcher::agent_detail {
 
@@ -72,6 +73,15 @@ void Agent::send_hello() {
       spdlog::debug("no interface toward {}: {}", hello_.launcher_addr, e.what());
     }
     spdlog::debug("interface toward {}: '{}'", hello_.launcher_addr, hello.iface);
+  }
+  if (hello_.want_topology) {
+    // The launcher plans and reports this host's ranks from it; without it, it says so and
+    // the ranks are placed here as they start.
+    try {
+      hello.topology = topology_to_wire(this_host());
+    } catch (const std::exception& e) {
+      spdlog::warn("this host's topology cannot be sent to the launcher: {}", e.what());
+    }
   }
   send(hello);
 }

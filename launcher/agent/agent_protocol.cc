@@ -169,6 +169,7 @@ Hello decode_hello(Reader& r) {
   m.launcher_addr = r.str();
   m.job_id = r.str();
   m.network_interface = r.str();
+  m.want_topology = r.u8() != 0;
   r.done();
   return m;
 }
@@ -183,6 +184,7 @@ AgentHello decode_agent_hello(Reader& r) {
   m.free_port = r.u16();
   m.iface = r.str();
   m.iface_addrs = r.strs();
+  m.topology = r.str();
   r.done();
   return m;
 }
@@ -379,6 +381,7 @@ struct EncodeVisitor {
     w.str(m.launcher_addr);
     w.str(m.job_id);
     w.str(m.network_interface);
+    w.u8(m.want_topology ? 1 : 0);
     w.finish(Type::hello, out);
   }
   void operator()(const AgentHello& m) {
@@ -390,6 +393,7 @@ struct EncodeVisitor {
     w.u16(m.free_port);
     w.str(m.iface);
     w.strs(m.iface_addrs);
+    w.str(m.topology);
     w.finish(Type::agent_hello, out);
   }
   void operator()(const Spawn& m) {

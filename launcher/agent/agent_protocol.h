@@ -36,7 +36,9 @@ inline constexpr std::uint32_t kMagic = 0x48564441;
 /// 8: rank-exited carries the traceback of the rank's error file (TORCHELASTIC_ERROR_FILE).
 /// 9: job-end (join mode: every node exits with the job's code).
 /// 10: stacks-request and stacks (the stack report, docs/diagnosis.md#the-stack-report).
-inline constexpr std::uint32_t kVersion = 10;
+/// 11: the hello may ask for the host's topology, and the agent's hello carries it
+/// (launcher/topology/topology_wire.h), so the launcher plans every host from its own.
+inline constexpr std::uint32_t kVersion = 11;
 /// Largest frame accepted (type byte + payload).
 inline constexpr std::uint32_t kMaxFrameBytes = 16u << 20;
 /// Largest output chunk an agent puts in one frame.
@@ -94,6 +96,9 @@ struct Hello {
   std::string job_id;
   /// --network-interface, or empty: the agent reports that interface's addresses.
   std::string network_interface;
+  /// Whether the agent reads its host's topology and sends it in its hello (a launch that
+  /// binds, gives GPUs, names NICs or reports bindings): reading it costs hwloc's load.
+  bool want_topology = false;
   bool operator==(const Hello&) const = default;
 };
 
@@ -111,6 +116,9 @@ struct AgentHello {
   std::string iface;
   /// The addresses of the hello's network_interface on this host (empty without one).
   std::vector<std::string> iface_addrs;
+  /// The host's topology as topology_to_wire() writes it, when the hello asked for it and
+  /// it could be read; else empty.
+  std::string topology;
   bool operator==(const AgentHello&) const = default;
 };
 

@@ -10,9 +10,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -34,28 +36,32 @@
 #include "launcher/process/subprocess.h"
 
 namespace hvdrun::launcher::agent_detail {
-namespace {
 
-// This host's topology, read once, on the first rank that is to be bound.
 const HostTopology& this_host() {
   static const HostTopology topology = load_host_topology();
   return topology;
 }
 
+namespace {
+
 // The CPUs and memory nodes of the rank with environment `env`, and its GPUs, OMP_NUM_THREADS
 // and NIC in `env`, when its policy asks for them (placement_env.h, rank_devices.h).
-// `omp_given`: OMP_NUM_THREADS comes from the user, not a default. Throws UsageError when
-// this host cannot place it.
-void apply_placement(int rank, EnvList& env, bool omp_given, ChildSpec& spec) {
+// `given`: the rank's variables without hvdrun's defaults, to tell what the user set
+// (OMP_NUM_THREADS, the NIC's variables). Throws UsageError when this host cannot place it.
+void apply_placement(int rank, EnvList& env, const EnvList& given, ChildSpec& spec) {
   const std::vector<std::string>& entries = env.entries();
   if (!policy_from_env(entries) && !env.get(kHostGpusVar) && !env.get(kNetworkInterfacesVar)) {
     return;
   }
   const HostTopology& here = this_host();
-  const auto setup = rank_setup(here, here.hostname, entries, omp_given);
+  const bool nic_given = std::any_of(std::begin(kNicVars), std::end(kNicVars),
+                                     [&](const char* name) { return given.get(name) != nullptr; });
+  const auto setup =
+      rank_setup(here, here.hostname, entries, given.get("OMP_NUM_THREADS") != nullptr,
+                 interface_present, nic_given);
   if (!setup) return;
   spec.cpus = setup->placed.cpus;
-  spec.mem_nodes = setup->placed.numa;
+  if (setup->bind_memory) spec.mem_nodes = setup->placed.numa;
   for (const auto& e : setup->env) env.set_entry(e);
   spdlog::debug("rank {} bound to CPUs {} and NUMA nodes {}, GPUs {}, NIC {}", rank,
                 cpu_list_text(setup->placed.cpus), cpu_list_text(setup->placed.numa),
@@ -111,9 +117,7 @@ void Agent::spawn(const proto::Spawn& s) {
       merged.set(stack_file::kFileEnv, error_dir_->fresh_stack_path(s.rank));
       merged.set(stack_file::kSignalEnv, std::to_string(stack_file::signal_number()));
     }
-    const bool omp_given =
-        merge_rank_env(environ, s.host_env, s.env, {}).get("OMP_NUM_THREADS") != nullptr;
-    apply_placement(s.rank, merged, omp_given, spec);
+    apply_placement(s.rank, merged, merge_rank_env(environ, s.host_env, s.env, {}), spec);
     std::vector<std::string> env = merged.entries();
     if (s.control) {
       int sv[2];

@@ -25,6 +25,7 @@
 #include "launcher/process/job_cgroup.h"
 #include "launcher/process/line_tail.h"
 #include "launcher/process/subprocess.h"
+#include "launcher/topology/topology.h"
 
 namespace hvdrun::launcher::agent_detail {
 
@@ -168,5 +169,9 @@ class Agent {
   std::vector<pollfd> fds_;
   std::vector<Slot> slots_;
 };
+
+// This host's topology, read once (hwloc's load), on the first rank that is to be bound or
+// when the launcher's hello asks for it. Throws std::runtime_error when hwloc cannot read it.
+const HostTopology& this_host();
 
 }  // namespace hvdrun::launcher::agent_detail

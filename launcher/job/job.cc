@@ -35,6 +35,7 @@
 #include "launcher/output/output_relay.h"
 #include "launcher/plan/launch_plan.h"
 #include "launcher/plan/local_host.h"
+#include "launcher/plan/placement_env.h"
 #include "launcher/plan/rank_env.h"
 #include "launcher/process/subprocess.h"
 #include "rendezvous/server.h"
@@ -164,6 +165,7 @@ void Job::send_hello(Host& h) {
   hello.log_level = opt_.verbose ? "debug" : opt_.log_level;
   hello.job_id = std::to_string(::getpid());
   hello.network_interface = opt_.network_interface;
+  hello.want_topology = !h.local && wants_topology(opt_);
   // Every agent must notice a launcher that is gone but whose connection is not, and a
   // local one a launcher stopped by SIGSTOP: no host goes on running half a job.
   hello.heartbeat_timeout_ms = static_cast<std::uint32_t>(ctx_.heartbeat_timeout.count());
@@ -422,17 +424,14 @@ void Job::on_agent_hello(Host& h, const proto::AgentHello& hello) {
   h.hello = true;
   h.info = hello;
   if (!h.local && horovod_) admit_interface(h, hello.iface_addrs);
+  if (!place_host(h)) return;  // refused: the job fails before any rank starts
   spdlog::debug(
       "host {}: agent pid {} on {} ready after {} ms; interface toward the launcher: '{}'", h.name,
       hello.pid, hello.hostname,
       std::chrono::duration_cast<milliseconds>(now() - start_time_).count(), hello.iface);
   const Host& first = hosts_[static_cast<std::size_t>(placement_.ranks[0].host_index)];
-  if (stopping() || !first.hello) return;
-  if (&h != &first) {
-    if (!h.spawned && !h.closed) send_spawns(h);
-    return;
-  }
-  // Rank 0's host (MASTER_PORT) answered: every host that was waiting for it goes now.
+  if (stopping() || !first.hello || !every_host_placed()) return;
+  // Rank 0's host (MASTER_PORT) answered, and when placing every host did: those waiting go.
   for (Host& other : hosts_) {
     if (other.hello && !other.spawned && !other.closed) send_spawns(other);
   }

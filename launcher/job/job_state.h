@@ -146,6 +146,8 @@ class Job {
   void handle(Host& h, proto::Message& m);
   void on_agent_hello(Host& h, const proto::AgentHello& hello);
   void admit_interface(const Host& h, const std::vector<std::string>& addrs);
+  bool place_host(const Host& h);
+  bool every_host_placed() const;
   void on_rank_started(Host& h, const proto::RankStarted& st);
   void on_rank_exited(Host& h, const proto::RankExited& ex);
   Failure rank_failure(const Host& h, const proto::RankExited& ex, int others);

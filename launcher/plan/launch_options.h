@@ -136,6 +136,9 @@ struct LaunchOptions {
   /// --bind-to, --map-by, --cpus-per-rank, --gpus-per-rank: where each rank runs
   /// (docs/placement.md).
   PlacementPolicy placement;
+  /// --bind-to was given (none too): the default binding next to a rank's GPUs
+  /// (docs/placement.md) applies only without it.
+  bool bind_to_given = false;
   /// --report-bindings: print every rank's cores, NUMA node, GPU and NIC before the start.
   bool report_bindings = false;
   /// --launcher.

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 
 #include "common/env_names.h"
 #include "common/error.h"
@@ -55,8 +56,18 @@ void check_listed_gpus(const PlannedHost& h, const PlacementPolicy& policy) {
 }
 
 // The rows of this machine's ranks, each set up as its agent will set it up.
-std::string local_report(const HostTopology& t, const PlannedHost& h, const PlacementPolicy& policy,
-                         std::vector<std::string> env, bool omp_given) {
+// Whether the user names the ranks' NIC: --network-interface, or one of its variables.
+bool nic_given(const LaunchOptions& options, const std::vector<std::string>& launcher_env) {
+  return !options.network_interface.empty() ||
+         std::any_of(std::begin(kNicVars), std::end(kNicVars),
+                     [&](const char* name) { return user_sets(options, launcher_env, name); });
+}
+
+// `present`: whether the host has a network interface of that name.
+std::string local_report(const HostTopology& t, const PlannedHost& h, const LaunchOptions& options,
+                         std::vector<std::string> env, const std::vector<std::string>& launcher_env,
+                         const std::function<bool(const std::string&)>& present) {
+  const PlacementPolicy& policy = options.placement;
   const auto n = h.ranks.size();
   env.push_back(std::string(env_names::kLocalSize) + "=" + std::to_string(n));
   env.emplace_back();
@@ -64,7 +75,8 @@ std::string local_report(const HostTopology& t, const PlannedHost& h, const Plac
   std::vector<std::string> ids;
   for (std::size_t i = 0; i < n; ++i) {
     env.back() = std::string(env_names::kLocalRank) + "=" + std::to_string(i);
-    const auto setup = rank_setup(t, h.name, env, omp_given);
+    const auto setup = rank_setup(t, h.name, env, user_sets(options, launcher_env, kOmp), present,
+                                  nic_given(options, launcher_env));
     if (!setup) return render_bindings(h.name, plan_placement(t, h.name, h.ranks, policy));
     rows.push_back(setup->placed);
     rows.back().rank = h.ranks[i];
@@ -152,6 +164,9 @@ LaunchOptions with_placement(const LaunchPlan& plan, const LaunchOptions& option
                      std::to_string(locals) + " times (give it one entry with all its slots)");
   }
   auto vars = placement_env(policy);
+  if (options.bind_to_given && policy.bind_to == BindTo::none && policy.gpus_per_rank > 0) {
+    vars.push_back(std::string(kBindToVar) + "=none");  // no default binding near the GPUs
+  }
   if (!options.network_interfaces.empty()) {
     vars.push_back(std::string(kNetworkInterfacesVar) + "=" +
                    comma_joined(options.network_interfaces));
@@ -159,10 +174,7 @@ LaunchOptions with_placement(const LaunchPlan& plan, const LaunchOptions& option
   std::optional<HostTopology> here;
   for (const auto& h : plan.hosts) {
     check_listed_gpus(h, policy);
-    if (!h.local) {
-      report += "host " + h.name + ": placed by its agent when its ranks start\n";
-      continue;
-    }
+    if (!h.local) continue;  // reported from its agent's topology when it is ready
     if (!here) here = topology();
     std::vector<std::string> env = launcher_env;
     for (const auto& e : options.env) {
@@ -170,10 +182,30 @@ LaunchOptions with_placement(const LaunchPlan& plan, const LaunchOptions& option
     }
     env.insert(env.end(), vars.begin(), vars.end());
     if (!h.gpus.empty()) env.push_back(std::string(kHostGpusVar) + "=" + comma_joined(h.gpus));
-    report += local_report(*here, h, policy, env, user_sets(options, launcher_env, kOmp));
+    report += local_report(*here, h, options, env, launcher_env, interface_present);
   }
   out.env.insert(out.env.end(), vars.begin(), vars.end());
   return out;
+}
+
+bool wants_topology(const LaunchOptions& options) {
+  return options.placement.bind_to != BindTo::none || options.placement.gpus_per_rank > 0 ||
+         !options.network_interfaces.empty() || options.report_bindings;
+}
+
+std::string host_report(const HostTopology& topology, const PlannedHost& h,
+                        const LaunchOptions& placed) {
+  std::vector<std::string> env;
+  for (const auto& e : placed.env) {
+    if (e.find('=') != std::string::npos) env.push_back(e);
+  }
+  if (!h.gpus.empty()) env.push_back(std::string(kHostGpusVar) + "=" + comma_joined(h.gpus));
+  // Its interfaces as its agent listed them (all of them, when it listed none).
+  const auto present = [&](const std::string& name) {
+    const auto& names = topology.interfaces;
+    return names.empty() || std::find(names.begin(), names.end(), name) != names.end();
+  };
+  return local_report(topology, h, placed, env, {}, present);
 }
 
 std::string render_bindings(const std::string& host, const std::vector<RankPlacement>& ranks,

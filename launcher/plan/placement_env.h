@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env_names.h"
 #include "launcher/plan/launch_plan.h"
 #include "launcher/topology/placement.h"
 #include "launcher/topology/topology.h"
@@ -17,7 +18,7 @@
 namespace hvdrun::launcher {
 
 /// The variables that carry the policy to the agents.
-inline constexpr const char kBindToVar[] = "HVDRUN_BIND_TO";
+inline constexpr const char* kBindToVar = env_names::kBindTo;
 inline constexpr const char kMapByVar[] = "HVDRUN_MAP_BY";
 inline constexpr const char kCpusPerRankVar[] = "HVDRUN_CPUS_PER_RANK";
 
@@ -43,6 +44,16 @@ LaunchOptions with_placement(const LaunchPlan& plan, const LaunchOptions& option
                              std::string& report,
                              const std::function<HostTopology()>& topology = load_host_topology,
                              const std::vector<std::string>& launcher_env = process_env());
+
+/// Whether the agents send their host's topology with their readiness: a launch that binds,
+/// gives GPUs, names NICs or reports bindings.
+bool wants_topology(const LaunchOptions& options);
+
+/// The rows of --report-bindings for host `h`, which is not this machine, planned from
+/// `topology`, the one its agent sent, with `placed`'s policy (with_placement's options) as
+/// its agent will plan them. Throws UsageError as that agent will refuse.
+std::string host_report(const HostTopology& topology, const PlannedHost& h,
+                        const LaunchOptions& placed);
 
 /// The one line that says hvdrun sets OMP_NUM_THREADS in bound ranks, when it does: a policy
 /// that binds and no OMP_NUM_THREADS in `launcher_env` or -x. Empty otherwise.

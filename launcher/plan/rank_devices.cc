@@ -121,9 +121,37 @@ std::string pick_interface(const std::vector<std::string>& wanted, const std::st
                    comma_joined(wanted) + "; add one it has (`ip -br link` there lists them)");
 }
 
+namespace {
+
+// The default binding (docs/placement.md): with GPUs given out and no --bind-to, every
+// rank of the host bound to the NUMA node of its first GPU, when hwloc knows each GPU's node
+// and the planner can place them there; otherwise nullopt (unbound, as before).
+std::optional<std::vector<RankPlacement>> default_binding(const HostTopology& t,
+                                                          const std::string& host,
+                                                          const std::vector<int>& ranks,
+                                                          const PlacementPolicy& p,
+                                                          const std::vector<std::string>& env) {
+  if (p.bind_to != BindTo::none || p.gpus_per_rank == 0 || env_value(env, kBindToVar)) {
+    return std::nullopt;
+  }
+  const auto needed = ranks.size() * static_cast<std::size_t>(p.gpus_per_rank);
+  if (needed > t.gpus.size()) return std::nullopt;  // the plain plan refuses it with the numbers
+  for (std::size_t g = 0; g < needed; ++g) {
+    if (t.gpus[g].numa < 0) return std::nullopt;
+  }
+  try {
+    return plan_placement(t, host, ranks, {BindTo::numa, MapBy::numa, 1, p.gpus_per_rank});
+  } catch (const UsageError&) {
+    return std::nullopt;  // a default never refuses what the unbound plan allows
+  }
+}
+
+}  // namespace
+
 std::optional<RankSetup> rank_setup(const HostTopology& topology, const std::string& host,
                                     const std::vector<std::string>& env, bool omp_given,
-                                    const std::function<bool(const std::string&)>& present) {
+                                    const std::function<bool(const std::string&)>& present,
+                                    bool nic_given) {
   const auto policy = policy_from_env(env);
   const auto host_gpus = env_value(env, kHostGpusVar);
   const std::vector<std::string> wanted =
@@ -143,7 +171,11 @@ std::optional<RankSetup> rank_setup(const HostTopology& topology, const std::str
   std::vector<int> ranks(static_cast<std::size_t>(local_size));
   for (int i = 0; i < local_size; ++i) ranks[static_cast<std::size_t>(i)] = i;
   try {
-    out.placed = plan_placement(here, host, ranks, p)[static_cast<std::size_t>(local_rank)];
+    const auto near = default_binding(here, host, ranks, p, env);
+    out.placed = near ? (*near)[static_cast<std::size_t>(local_rank)]
+                      : plan_placement(here, host, ranks, p)[static_cast<std::size_t>(local_rank)];
+    omp_given = omp_given || near.has_value();
+    out.bind_memory = !near.has_value();
   } catch (const UsageError& e) {
     if (p.gpus_per_rank == 0) throw;
     // The planner's refusal, with where the GPUs were counted.
@@ -163,9 +195,14 @@ std::optional<RankSetup> rank_setup(const HostTopology& topology, const std::str
   if (!out.placed.cpus.empty() && !omp_given) {
     out.env.push_back("OMP_NUM_THREADS=" + std::to_string(cores_of(topology, out.placed.cpus)));
   }
-  if (!wanted.empty()) {
-    out.placed.nic = pick_interface(wanted, host, present);
-    for (const char* name : {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE"}) {
+  // The NIC nearest the rank's GPU or bound node, where a host has several to choose from
+  // and the user named none (--network-interfaces, --network-interface, -x or the shell).
+  const bool placed_near = !out.placed.gpus.empty() || !out.placed.cpus.empty();
+  const bool nearest = wanted.empty() && !nic_given && topology.nics.size() > 1 && placed_near &&
+                       !out.placed.nic.empty() && present(out.placed.nic);
+  if (!wanted.empty()) out.placed.nic = pick_interface(wanted, host, present);
+  if (!wanted.empty() || nearest) {
+    for (const char* name : kNicVars) {
       out.env.push_back(std::string(name) + "=" + out.placed.nic);
     }
   }

@@ -61,15 +61,28 @@ struct RankSetup {
   std::vector<std::string> gpu_ids;
   /// NAME=VALUE to set in its environment, over what is there.
   std::vector<std::string> env;
+  /// Whether its memory is bound to its NUMA nodes: not under the default binding (first
+  /// touch from its bound CPUs puts memory there anyway, and a full node must not fail a job
+  /// that ran unbound before).
+  bool bind_memory = true;
 };
 
 /// The setup of the rank with environment `env` on `topology` (host `host`): nullopt when
 /// none of --bind-to, --gpus-per-rank, a host GPU list or --network-interfaces applies.
-/// `omp_given`: the user set OMP_NUM_THREADS (then it is left alone). Throws UsageError
-/// when the host cannot place the rank (plan_placement's refusals, too few GPUs, none of
-/// the interfaces).
+/// `omp_given`: the user set OMP_NUM_THREADS (then it is left alone). The NIC: the first of
+/// --network-interfaces that `present` says the host has; without that list, on a host with
+/// several NICs, the planner's nearest to the rank's GPU or bound NUMA node, unless
+/// `nic_given` (the user named NCCL's, Gloo's or Horovod's interface: it is left alone).
+/// Throws UsageError when the host cannot place the rank (plan_placement's refusals, too few
+/// GPUs, none of the interfaces).
 std::optional<RankSetup> rank_setup(
     const HostTopology& topology, const std::string& host, const std::vector<std::string>& env,
-    bool omp_given, const std::function<bool(const std::string&)>& present = interface_present);
+    bool omp_given, const std::function<bool(const std::string&)>& present = interface_present,
+    bool nic_given = false);
+
+/// The variables a rank's NIC is set in (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME,
+/// HOROVOD_GLOO_IFACE): one of them set by the user turns the nearest NIC off.
+inline constexpr const char* kNicVars[] = {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
+                                           "HOROVOD_GLOO_IFACE"};
 
 }  // namespace hvdrun::launcher

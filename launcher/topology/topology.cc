@@ -2,6 +2,7 @@
 #include "launcher/topology/topology.h"
 
 #include <hwloc.h>
+#include <net/if.h>
 
 #include <algorithm>
 #include <array>
@@ -214,7 +215,14 @@ const NumaNode* HostTopology::numa(int os_index) const {
 }
 
 HostTopology load_host_topology() {
-  return load([](hwloc_topology_t) {}, true);
+  HostTopology t = load([](hwloc_topology_t) {}, true);
+  if (auto* names = ::if_nameindex(); names != nullptr) {
+    for (auto* n = names; n->if_index != 0 && n->if_name != nullptr; ++n) {
+      t.interfaces.emplace_back(n->if_name);
+    }
+    ::if_freenameindex(names);
+  }
+  return t;
 }
 
 HostTopology load_topology_xml(const std::string& xml) {

@@ -82,6 +82,10 @@ struct HostTopology {
   /// The PUs (kernel CPU numbers) this process may use: its cgroup cpuset, a scheduler's
   /// allocation, its affinity mask as hwloc reads them. Ascending.
   std::vector<int> allowed_cpus;
+  /// Every network interface name of the host, virtual ones too (`lo`, bridges): what
+  /// --network-interfaces may name there. Read from this machine, not from hwloc: empty for
+  /// an XML or synthetic topology.
+  std::vector<std::string> interfaces;
 
   /// The NUMA node with kernel number `os_index`, or nullptr.
   const NumaNode* numa(int os_index) const;

@@ -605,6 +605,8 @@ TEST_CASE("binding flags parse strictly") {
   CHECK(cmd.options.placement.cpus_per_rank == 4);
   CHECK(cmd.options.report_bindings);
   CHECK(parse_command_line(split("x")).options.placement.bind_to == hvdrun::launcher::BindTo::none);
+  CHECK((cmd.options.bind_to_given && !parse_command_line(split("x")).options.bind_to_given));
+  CHECK(parse_command_line(split("--bind-to none x")).options.bind_to_given);  // no default
   CHECK(error_of({"--bind-to", "board", "x"}) ==
         "bad value 'board' for --bind-to; expected none, core, l3, numa or socket");
   CHECK(error_of({"--bind-to", "core", "--map-by", "node", "x"}) ==

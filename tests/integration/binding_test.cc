@@ -1,7 +1,11 @@
 // --bind-to on this machine end to end: every rank's Cpus_allowed_list is the CPU list of
 // the plan that --report-bindings prints, and --bind-to none leaves every CPU allowed; with
 // --gpus-per-rank and a fake GPU list, each rank's own CUDA_VISIBLE_DEVICES, its
-// OMP_NUM_THREADS and the NIC of --network-interfaces.
+// OMP_NUM_THREADS and the NIC of --network-interfaces; the default binding next to each
+// rank's GPU and the NIC nearest it, on this machine's two CPUs seen through an hwloc XML
+// (HWLOC_XMLFILE) as two NUMA nodes with a GPU and a NIC each.
+#include <net/if.h>
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -11,6 +15,7 @@
 
 #include "launcher/topology/placement.h"
 #include "launcher/topology/topology.h"
+#include "tests/skip.h"
 #include "tests/support/processes.h"
 
 using hvdrun::launcher::BindTo;
@@ -39,6 +44,45 @@ std::vector<std::string> allowed_lists(const std::string& out, int np) {
   }
   return got;
 }
+
+// This machine's CPUs 0 and 1 as two packages of one NUMA node each, GPU cuda0 and NIC lo on
+// node 0, cuda1 and eth0 on node 1: what hwloc reads with HWLOC_XMLFILE set.
+constexpr const char* kTwoNodesXml = R"(<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE topology SYSTEM "hwloc2.dtd">
+<topology version="2.0">
+ <object type="Machine" os_index="0" cpuset="0x3" complete_cpuset="0x3" allowed_cpuset="0x3"
+   nodeset="0x3" complete_nodeset="0x3" allowed_nodeset="0x3">
+  <object type="Package" os_index="0" cpuset="0x1" complete_cpuset="0x1" nodeset="0x1" complete_nodeset="0x1">
+   <object type="NUMANode" os_index="0" cpuset="0x1" complete_cpuset="0x1" nodeset="0x1" complete_nodeset="0x1" local_memory="1073741824"/>
+   <object type="Core" os_index="0" cpuset="0x1" complete_cpuset="0x1" nodeset="0x1" complete_nodeset="0x1">
+    <object type="PU" os_index="0" cpuset="0x1" complete_cpuset="0x1" nodeset="0x1" complete_nodeset="0x1"/>
+   </object>
+   <object type="Bridge" bridge_type="0-1" depth="0" bridge_pci="0000:[17-18]">
+    <object type="PCIDev" pci_busid="0000:17:00.0" pci_type="0302 [10de:2330] [10de:16c1] a1">
+     <object type="OSDev" name="cuda0" osdev_type="5"/>
+    </object>
+    <object type="PCIDev" pci_busid="0000:18:00.0" pci_type="0200 [15b3:1021] [15b3:0041] 00">
+     <object type="OSDev" name="lo" osdev_type="2"/>
+    </object>
+   </object>
+  </object>
+  <object type="Package" os_index="1" cpuset="0x2" complete_cpuset="0x2" nodeset="0x2" complete_nodeset="0x2">
+   <object type="NUMANode" os_index="1" cpuset="0x2" complete_cpuset="0x2" nodeset="0x2" complete_nodeset="0x2" local_memory="1073741824"/>
+   <object type="Core" os_index="1" cpuset="0x2" complete_cpuset="0x2" nodeset="0x2" complete_nodeset="0x2">
+    <object type="PU" os_index="1" cpuset="0x2" complete_cpuset="0x2" nodeset="0x2" complete_nodeset="0x2"/>
+   </object>
+   <object type="Bridge" bridge_type="0-1" depth="0" bridge_pci="0000:[b1-b2]">
+    <object type="PCIDev" pci_busid="0000:b1:00.0" pci_type="0302 [10de:2330] [10de:16c1] a1">
+     <object type="OSDev" name="cuda1" osdev_type="5"/>
+    </object>
+    <object type="PCIDev" pci_busid="0000:b2:00.0" pci_type="0200 [15b3:1021] [15b3:0041] 00">
+     <object type="OSDev" name="eth0" osdev_type="2"/>
+    </object>
+   </object>
+  </object>
+ </object>
+</topology>
+)";
 
 }  // namespace
 
@@ -121,4 +165,34 @@ TEST_CASE("a hostfile's gpus= list is sliced per rank and include picks from it"
   Hvdrun one({"--hostfile", hosts, "--include", "localhost:7", "sh", "-c", show});
   REQUIRE(one.wait() == 0);
   CHECK(one.out == "[0]<stdout>:CVD=7\n");
+}
+
+TEST_CASE("GPUs are bound next to by default and each rank's NIC is the one nearest its GPU") {
+  const HostTopology here = load_host_topology();
+  const auto& cpus = here.allowed_cpus;
+  if (cpus.size() < 2 || cpus[0] != 0 || cpus[1] != 1 || ::if_nametoindex("eth0") == 0) {
+    HVDRUN_SKIP("needs CPUs 0 and 1 and an interface eth0");
+  }
+  TempDir d("xml");
+  write_text(d.path() + "/two.xml", kTwoNodesXml);
+  const std::vector<std::string> env = {"HWLOC_XMLFILE=" + d.path() + "/two.xml"};
+  const std::string show =
+      "echo \"IF=$NCCL_SOCKET_IFNAME,$GLOO_SOCKET_IFNAME,$HOROVOD_GLOO_IFACE "
+      "CVD=$CUDA_VISIBLE_DEVICES "
+      "CPUS=$(awk '/^Cpus_allowed_list/{print $2}' /proc/self/status) OMP=$OMP_NUM_THREADS\"";
+  Hvdrun h({"-np", "2", "--gpus-per-rank", "1", "--report-bindings", "sh", "-c", show}, env);
+  INFO("stderr: " << h.err);
+  REQUIRE(h.wait() == 0);
+  CHECK(count(h.out, "[0]<stdout>:IF=lo,lo,lo CVD=0 CPUS=0 OMP=1\n") == 1);
+  CHECK(count(h.out, "[1]<stdout>:IF=eth0,eth0,eth0 CVD=1 CPUS=1 OMP=1\n") == 1);
+  CHECK(count(h.err, "1     localhost  1      1      1     1     1    eth0\n") == 1);
+  CHECK(count(h.err, "OMP_NUM_THREADS is set") == 0);  // the default binding leaves it
+  // --bind-to none: unbound, the NIC still the nearest its GPU; the user's NIC left alone.
+  Hvdrun off({"-np", "2", "--gpus-per-rank", "1", "--bind-to", "none", "-x",
+              "GLOO_SOCKET_IFNAME=eth0", "sh", "-c", show},
+             env);
+  REQUIRE(off.wait() == 0);
+  CHECK(count(off.out, " CPUS=" + cpu_list_text(cpus) + " ") == 2);
+  CHECK(count(off.out, "[0]<stdout>:IF=lo,lo,lo") == 0);
+  CHECK(count(off.out, ",eth0,") == 2);
 }

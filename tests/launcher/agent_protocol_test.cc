@@ -90,9 +90,16 @@ TEST_CASE("every message survives a round trip whatever the chunking") {
   hello.launcher_addr = "10.0.0.1";
   hello.job_id = "4711";
   hello.network_interface = "ib0";
+  hello.want_topology = true;
   std::vector<proto::Message> msgs = {
       hello,
-      proto::AgentHello{proto::kVersion, 1234, "node1", 29500, "eth1", {"10.0.0.2", "fe80::1"}},
+      proto::AgentHello{proto::kVersion,
+                        1234,
+                        "node1",
+                        29500,
+                        "eth1",
+                        {"10.0.0.2", "fe80::1"},
+                        "host node1\nallowed 0-1\n"},
       spawn,
       proto::RankStarted{7, 4321},
       proto::Output{7, proto::Stream::err, std::string_view("some\nbytes\0here", 15)},
@@ -179,12 +186,12 @@ TEST_CASE("malformed payloads are protocol errors") {
 }
 
 TEST_CASE("a hello with another version decodes far enough to report the mismatch") {
-  std::string p = std::string("HVDA") + std::string("\0\0\0\x0b", 4) + "future fields";
+  std::string p = std::string("HVDA") + std::string("\0\0\0\x0c", 4) + "future fields";
   proto::Decoder d;
   d.feed(frame(1, p));
   auto m = d.next();
   REQUIRE(m);
-  CHECK(std::get<proto::Hello>(*m).version == 11);
+  CHECK(std::get<proto::Hello>(*m).version == 12);
 }
 
 TEST_CASE("a version 1 agent hello (no interface field) is read as a version mismatch") {
@@ -197,7 +204,7 @@ TEST_CASE("a version 1 agent hello (no interface field) is read as a version mis
   auto m = d.next();
   REQUIRE(m);
   CHECK(std::get<proto::AgentHello>(*m).version == 1);
-  CHECK(proto::kVersion == 10);
+  CHECK(proto::kVersion == 11);
 }
 
 TEST_CASE("a message larger than the frame limit cannot be encoded") {

@@ -67,7 +67,7 @@ void FakeAgentLink::exit_rank(int rank, bool signaled, int value) {
 void FakeAgentLink::on_frame(const proto::Message& m) {
   if (std::holds_alternative<proto::Hello>(m)) {
     if (script_.answers) {
-      proto::encode(proto::AgentHello{proto::kVersion, 4242, "fake-host", 29500, "lo", {}},
+      proto::encode(proto::AgentHello{proto::kVersion, 4242, "fake-host", 29500, "lo", {}, {}},
                     to_launcher_);
     }
   } else if (const auto* s = std::get_if<proto::Spawn>(&m)) {

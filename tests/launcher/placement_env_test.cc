@@ -64,8 +64,7 @@ TEST_CASE("the launcher checks and reports this machine's ranks", "[placement]")
   CHECK(report ==
         "RANK  HOST       LOCAL  CORES  CPUS       NUMA  GPU  NIC\n"
         "0     localhost  0      0-1    0-1,64-65  0     -    ib0\n"
-        "1     localhost  1      2-3    2-3,66-67  0     -    ib0\n"
-        "host node2: placed by its agent when its ranks start\n");
+        "1     localhost  1      2-3    2-3,66-67  0     -    ib0\n");
   o.placement.cpus_per_rank = 40;
   CHECK_THROWS_WITH(
       with_placement(two_host_plan(), o, report, [] { return testing::two_socket_eight_gpu(); }),
@@ -84,6 +83,22 @@ TEST_CASE("without binding the launch is left as it was", "[placement]") {
   CHECK(same.env == o.env);
   CHECK(report.empty());
   CHECK_FALSE(read);
+}
+
+TEST_CASE("GPUs are bound next to by default, and --bind-to none says no", "[placement]") {
+  LaunchOptions o;
+  o.placement.gpus_per_rank = 1;
+  o.report_bindings = true;
+  const auto topology = [] { return testing::two_socket_eight_gpu(); };
+  std::string report;
+  CHECK(with_placement(two_host_plan(), o, report, topology, {}).env ==
+        std::vector<std::string>{"HVDRUN_GPUS_PER_RANK=1"});
+  CHECK_THAT(report, Contains("0     localhost  0      0      0-15,64-79  0     0    ib0\n"));
+  o.bind_to_given = true;  // --bind-to none
+  report.clear();
+  CHECK(with_placement(two_host_plan(), o, report, topology, {}).env ==
+        std::vector<std::string>{"HVDRUN_GPUS_PER_RANK=1", "HVDRUN_BIND_TO=none"});
+  CHECK_THAT(report, Contains("0     localhost  0      unbound  -     -     0    ib0\n"));
 }
 
 }  // namespace

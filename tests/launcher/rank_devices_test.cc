@@ -41,7 +41,9 @@ TEST_CASE("each rank gets its own slice of the host's GPUs", "[devices]") {
     REQUIRE(s);
     CHECK(value(*s, "CUDA_VISIBLE_DEVICES") ==
           std::to_string(2 * r) + "," + std::to_string(2 * r + 1));
-    CHECK(s->placed.cpus.empty());  // GPUs alone bind nothing
+    // GPUs without --bind-to: the default binding, to its GPUs' NUMA node (OMP left alone).
+    CHECK(s->placed.numa == std::vector<int>{r});
+    CHECK(s->placed.cpus == t.numa(r)->cpus);
     CHECK(value(*s, "OMP_NUM_THREADS") == "<unset>");
   }
   const auto near = rank_setup(
@@ -69,6 +71,34 @@ TEST_CASE("each rank gets its own slice of the host's GPUs", "[devices]") {
   CHECK(value(*whole, "CUDA_VISIBLE_DEVICES") == "1,3");
 }
 
+TEST_CASE("the default binding is the NUMA node of the rank's GPU, where hwloc knows it",
+          "[devices]") {
+  const HostTopology t = testing::two_socket_eight_gpu();
+  const auto setup = [&](const HostTopology& host, std::vector<std::string> extra) {
+    extra.emplace_back("HVDRUN_GPUS_PER_RANK=1");
+    return rank_setup(host, "node1", rank_env_of(5, 8, extra), false);
+  };
+  const auto near = setup(t, {});
+  CHECK(near->placed.numa == std::vector<int>{2});  // GPU 5
+  CHECK(cpu_list_text(near->placed.cpus) == "32-47,96-111");
+  CHECK_FALSE(near->bind_memory);  // its CPUs only: first touch puts its memory there
+  CHECK(setup(t, {"HVDRUN_BIND_TO=numa", "HVDRUN_MAP_BY=numa"})->bind_memory);
+  // --bind-to none (HVDRUN_BIND_TO=none) turns it off.
+  CHECK(setup(t, {"HVDRUN_BIND_TO=none"})->placed.cpus.empty());
+  // A GPU whose node hwloc does not know (ids it has not seen, a fake list): unbound.
+  CHECK(setup(t, {"CUDA_VISIBLE_DEVICES=GPU-a,GPU-b,GPU-c,GPU-d,GPU-e,GPU-f,GPU-g,GPU-h"})
+            ->placed.cpus.empty());
+  HostTopology unknown = t;
+  unknown.gpus[0].numa = -1;
+  CHECK(setup(unknown, {})->placed.cpus.empty());
+  // A placement the planner refuses (GPU 5 on a node without cores) leaves it unbound.
+  HostTopology coreless = t;
+  for (auto& g : coreless.gpus) g.numa = 2;
+  coreless.numa_nodes[2].cpus.clear();
+  for (auto& c : coreless.cores) c.numa = c.numa == 2 ? 1 : c.numa;
+  CHECK(setup(coreless, {})->placed.cpus.empty());
+}
+
 TEST_CASE("a host without GPUs takes the fake list and too few GPUs are refused", "[devices]") {
   const auto fake =
       rank_setup(no_gpus(), "node1",
@@ -87,6 +117,40 @@ TEST_CASE("a host without GPUs takes the fake list and too few GPUs are refused"
           Contains("the hostfile's gpus=: 0,2,4,6"));
   // Without any of the flags nothing is set up.
   CHECK_FALSE(rank_setup(no_gpus(), "node1", rank_env_of(0, 1, {"HVDRUN_FAKE_GPUS=0"}), false));
+}
+
+TEST_CASE("without --network-interfaces a rank's NIC is the one nearest its GPU", "[devices]") {
+  const HostTopology t = testing::two_socket_eight_gpu();  // ib0 on NUMA 0, ib1 on NUMA 2
+  auto all = [](const std::string&) { return true; };
+  const auto gpu = [&](int local, std::vector<std::string> extra) {
+    extra.emplace_back("HVDRUN_GPUS_PER_RANK=1");
+    return rank_setup(t, "node1", rank_env_of(local, 8, extra), false, all);
+  };
+  // GPUs alone, unbound: GPU 1 is on node 0 (ib0), GPU 5 on node 2 (ib1).
+  for (const auto& [local, nic] : {std::pair{1, "ib0"}, std::pair{5, "ib1"}}) {
+    const auto s = gpu(local, {});
+    REQUIRE(s);
+    CHECK(s->placed.nic == nic);
+    for (const char* name : kNicVars) CHECK(value(*s, name) == nic);
+  }
+  // Bound without GPUs: the NIC of its bound node's package (cores 32-39 are on node 2).
+  const auto bound = rank_setup(
+      t, "node1", rank_env_of(4, 8, {"HVDRUN_BIND_TO=core", "HVDRUN_CPUS_PER_RANK=8"}), false, all);
+  CHECK(bound->placed.numa == std::vector<int>{2});
+  CHECK(value(*bound, "NCCL_SOCKET_IFNAME") == "ib1");
+  // The user's own choice, a host with one NIC, or a name the host lacks: left alone.
+  CHECK(rank_setup(t, "node1", rank_env_of(5, 8, {"HVDRUN_GPUS_PER_RANK=1"}), false, all, true)
+            ->env ==
+        std::vector<std::string>{"CUDA_VISIBLE_DEVICES=5", "CUDA_DEVICE_ORDER=PCI_BUS_ID"});
+  HostTopology one = t;
+  one.nics.pop_back();
+  CHECK(value(*rank_setup(one, "node1", rank_env_of(5, 8, {"HVDRUN_GPUS_PER_RANK=1"}), false, all),
+              "NCCL_SOCKET_IFNAME") == "<unset>");
+  auto no_ib1 = [](const std::string& name) { return name != "ib1"; };
+  CHECK(value(*rank_setup(t, "node1", rank_env_of(5, 8, {"HVDRUN_GPUS_PER_RANK=1"}), false, no_ib1),
+              "NCCL_SOCKET_IFNAME") == "<unset>");
+  // --network-interfaces wins over the nearest.
+  CHECK(value(*gpu(5, {"HVDRUN_NETWORK_INTERFACES=ib0"}), "NCCL_SOCKET_IFNAME") == "ib0");
 }
 
 TEST_CASE("the first of --network-interfaces on the host is its ranks' NIC", "[devices]") {
@@ -122,8 +186,17 @@ TEST_CASE("the launcher checks GPU lists and reports GPUs and NICs before the st
   CHECK(report ==
         "RANK  HOST       LOCAL  CORES  CPUS  NUMA  GPU  NIC\n"
         "0     localhost  0      0      0,64  0     0,1  lo\n"
-        "1     localhost  1      1      1,65  0     2,3  lo\n"
-        "host node2: placed by its agent when its ranks start\n");
+        "1     localhost  1      1      1,65  0     2,3  lo\n");
+  // node2 from the topology its agent sent: its gpus= list, its own interfaces.
+  HostTopology node2 = testing::two_socket_eight_gpu();
+  node2.interfaces = {"lo", "ib0"};
+  CHECK(host_report(node2, plan.hosts[1], placed) ==
+        "RANK  HOST   LOCAL  CORES  CPUS  NUMA  GPU  NIC\n"
+        "2     node2  0      0      0,64  0     0,2  lo\n"
+        "3     node2  1      1      1,65  0     4,6  lo\n");
+  node2.interfaces = {"ib0"};
+  CHECK_THROWS_WITH(host_report(node2, plan.hosts[1], placed),
+                    Contains("host node2 has none of the interfaces of --network-interfaces lo"));
   CHECK(env_value(placed.env, "HVDRUN_GPUS_PER_RANK") == "2");
   CHECK(env_value(placed.env, "HVDRUN_NETWORK_INTERFACES") == "lo");
   CHECK_THAT(omp_note(o, {"PATH=/bin"}), Contains("hvdrun: OMP_NUM_THREADS is set in each rank"));
