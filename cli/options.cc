@@ -253,9 +253,15 @@ Walk walk(const std::vector<std::string>& args, size_t i, unsigned mode) {
 // an error. Every token is handed over as --name or --name=value, so a value that looks
 // like an option (`-np -1`) reaches our own checks instead of confusing Boost.
 po::variables_map store_strictly(const std::vector<Found>& found, unsigned mode) {
+  // Only the options given are described, each once however often it was given: describing
+  // all of them (about 80) took more instructions than the rest of a launch's parse.
   po::options_description desc;
-  for (const auto& s : options()) {
-    if (!(s.modes & mode)) continue;
+  std::vector<const OptSpec*> described;
+  for (const auto& f : found) {
+    const OptSpec& s = *f.spec;
+    if (!(s.modes & mode) || std::find(described.begin(), described.end(), &s) != described.end())
+      continue;
+    described.push_back(&s);
     if (!s.arg) {
       desc.add_options()(s.name, po::bool_switch());
     } else if (std::strcmp(s.name, "env") == 0) {

@@ -46,13 +46,16 @@ namespace {
 
 // The CPUs and memory nodes of the rank with environment `env`, and its GPUs, OMP_NUM_THREADS
 // and NIC in `env`, when its policy asks for them (placement_env.h, rank_devices.h).
-// `given`: the rank's variables without hvdrun's defaults, to tell what the user set
-// (OMP_NUM_THREADS, the NIC's variables). Throws UsageError when this host cannot place it.
-void apply_placement(int rank, EnvList& env, const EnvList& given, ChildSpec& spec) {
+// `s`'s variables without hvdrun's defaults tell what the user set (OMP_NUM_THREADS, the NIC's
+// variables); they are merged only for a rank that is placed. Throws UsageError when this
+// host cannot place it.
+void apply_placement(const proto::Spawn& s, EnvList& env, ChildSpec& spec) {
+  const int rank = s.rank;
   const std::vector<std::string>& entries = env.entries();
   if (!policy_from_env(entries) && !env.get(kHostGpusVar) && !env.get(kNetworkInterfacesVar)) {
     return;
   }
+  const EnvList given = merge_rank_env(environ, s.host_env, s.env, {});
   const HostTopology& here = this_host();
   const bool nic_given = std::any_of(std::begin(kNicVars), std::end(kNicVars),
                                      [&](const char* name) { return given.get(name) != nullptr; });
@@ -117,7 +120,7 @@ void Agent::spawn(const proto::Spawn& s) {
       merged.set(stack_file::kFileEnv, error_dir_->fresh_stack_path(s.rank));
       merged.set(stack_file::kSignalEnv, std::to_string(stack_file::signal_number()));
     }
-    apply_placement(s.rank, merged, merge_rank_env(environ, s.host_env, s.env, {}), spec);
+    apply_placement(s, merged, spec);
     std::vector<std::string> env = merged.entries();
     if (s.control) {
       int sv[2];
