@@ -8,10 +8,11 @@
 #           libhvdrun's C ABI) at NP ranks, median of its per-call time over ROUNDS runs.
 # Prints the medians and the ratio this tree / baseline (above 1: slower).
 #
-# Two launch fixes came after the diagnosis work (ranks born in the job's cgroup instead of
-# joining it through cgroup.procs, and the launcher woken by its agent's pidfd instead of a
-# backoff); they make every launch faster, so against the plain baseline this tree gains time.
-# To weigh what the diagnosis work itself costs, the same fixes are applied to the baseline
+# Three launch fixes came after the diagnosis work (ranks born in the job's cgroup instead of
+# joining it through cgroup.procs, the launcher woken by its agent's pidfd instead of a
+# backoff, and only the options given described to Boost.Program_options); they make every
+# launch faster, so against the plain baseline this tree gains time. To weigh what the
+# diagnosis work itself costs, the same fixes are applied to the baseline
 # (bench/diagnosis_base_launch.patch, made for 7654a7b) and built as a second baseline,
 # "base+fixes", timed in the same rotation.
 #
