@@ -2,6 +2,8 @@
 // the job's secret, and torchrun's ways of naming the program (-m, --no-python).
 #include "cli/join_options.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -15,6 +17,8 @@
 #include "common/quote.h"
 #include "common/whole_number.h"
 #include "hostfile/hosts.h"
+#include "launcher/plan/rank_devices.h"
+#include "launcher/topology/topology.h"
 
 namespace hvdrun::cli {
 namespace {
@@ -92,15 +96,61 @@ std::string job_secret(const GivenFlags& g, const char* secret_env) {
   return secret;
 }
 
-// torchrun's --nproc-per-node: a number; gpu/auto/cpu are not built yet.
-int per_node(const GivenFlags& g) {
+// The GPUs this node's ranks would take one each: --gpus-per-rank's list (rank_devices.h),
+// CUDA_VISIBLE_DEVICES, else the GPUs hwloc finds, else HVDRUN_FAKE_GPUS. `where` says
+// which, or why none were found.
+std::size_t local_gpus(const char* (*getenv)(const char*), std::string& where) {
+  std::vector<std::string> env;
+  for (const char* name : {"CUDA_VISIBLE_DEVICES", launcher::kFakeGpusVar})
+    if (const char* value = getenv(name)) env.push_back(std::string(name) + "=" + value);
+  launcher::HostTopology here;
+  std::string unread;
+  if (!launcher::env_value(env, "CUDA_VISIBLE_DEVICES")) {
+    try {
+      here = launcher::load_host_topology();
+    } catch (const std::exception& e) {
+      unread = std::string(" (hwloc could not read this machine: ") + e.what() + ")";
+    }
+  }
+  const std::size_t n = launcher::host_gpu_ids(here, env, &where).size();
+  where += unread;
+  return n;
+}
+
+// The CPUs this process may run on (a Slurm step's or a container's, not the machine's).
+std::size_t allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return static_cast<std::size_t>(std::max(1, CPU_COUNT(&set)));
+}
+
+// torchrun's --nproc-per-node: a number, or `gpu` (one rank per GPU of this node), `cpu`
+// (one per CPU it may run on) or `auto` (gpu where the node has GPUs, else cpu). `from`
+// says how a word was counted, for node 0's message when nodes disagree.
+int per_node(const GivenFlags& g, const char* (*getenv)(const char*), std::string& from) {
   if (g.count("nproc-per-node") == 0) return 1;
   const std::string& v = g.at("nproc-per-node");
-  if (v == "gpu" || v == "auto" || v == "cpu" || v == "xpu")
-    throw UsageError("--nproc-per-node " + v +
-                     " is not supported yet; give the number of ranks per node, e.g. "
-                     "--nproc-per-node 8 for one per GPU on an 8-GPU node");
-  return number(g, "nproc-per-node", 1, kMaxPerNode, "--nproc-per-node 8");
+  if (v != "gpu" && v != "auto" && v != "cpu") {
+    if (v == "xpu")
+      throw UsageError(
+          "--nproc-per-node xpu is not supported: hvdrun counts CUDA GPUs and CPUs; give a "
+          "number, or gpu, cpu or auto");
+    return number(g, "nproc-per-node", 1, kMaxPerNode, "--nproc-per-node 8");
+  }
+  std::size_t n = 0;
+  std::string where;
+  if (v != "cpu") n = local_gpus(getenv, where);
+  if (v == "gpu" && n == 0)
+    throw UsageError("--nproc-per-node gpu: this node has no GPU (looked in " + where +
+                     "); give the number of ranks, or --nproc-per-node cpu or auto");
+  if (n == 0) {
+    n = allowed_cpus();
+    where = "the CPUs this node may use";
+  }
+  n = std::min<std::size_t>(n, kMaxPerNode);
+  from = "--nproc-per-node " + v + ": " + std::to_string(n) + " from " + where;
+  return static_cast<int>(n);
 }
 
 // What torchrun has and hvdrun's join mode does not: refused with what to do instead.
@@ -258,7 +308,7 @@ void apply_join(GivenFlags g, launcher::LaunchOptions& o, std::vector<std::strin
   o.elastic = {};  // --max-restarts 0: no restarts, as without it
   program(g, command);
   launcher::JoinOptions& j = o.join;
-  const int nproc = per_node(g);
+  const int nproc = per_node(g, getenv, j.ranks_per_node_from);
   const bool standalone = g.count("standalone") != 0;
   const int nnodes = g.count("nnodes") != 0 ? number(g, "nnodes", 1, kMaxNodes, "--nnodes 4") : 1;
   if (g.count("rdzv-id") != 0)
@@ -298,6 +348,7 @@ void apply_join(GivenFlags g, launcher::LaunchOptions& o, std::vector<std::strin
   o.launcher.kind = launcher::LauncherChoice::join;
   for (int n = 0; n < nnodes; ++n) o.hosts.push_back({"node" + std::to_string(n), nproc});
   o.np = nnodes * nproc;
+  j.ranks_per_node = nproc;
 }
 
 }  // namespace hvdrun::cli

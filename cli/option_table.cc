@@ -79,7 +79,9 @@ const std::array kOwnOptions = {
     OptSpec{"nnodes", 0, false, "N", "Join", "torchrun: nodes of a job run on every node", kRun},
     OptSpec{"node-rank", 0, false, "I", "Join",
             "torchrun: this node's rank (0: the endpoint's node)", kRun},
-    OptSpec{"nproc-per-node", 0, false, "N", "Join", "torchrun: ranks on each node (default 1)",
+    OptSpec{"nproc-per-node", 0, false, "N|gpu|cpu|auto", "Join",
+            "torchrun: ranks on each node (default 1); gpu: one per GPU, cpu: one per CPU, auto: "
+            "gpu if any, else cpu",
             kRun},
     OptSpec{"rdzv-endpoint", 0, false, "HOST[:PORT]", "Join",
             "torchrun: node 0's address (default port 29400)", kRun},

@@ -181,12 +181,16 @@ _hvdrun() {
       ;;
     -np | --num-proc | -p | --ssh-port | --start-timeout | --kill-grace | --timeout | --min-np | --max-np | --slots-per-host | \
       --reset-limit | --max-restarts | --blacklist-cooldown-range | --elastic-timeout | --gpus-per-rank | \
-      --cpus-per-rank | --nnodes | --node-rank | --nproc-per-node | --rdzv-endpoint | --rdzv-id | \
+      --cpus-per-rank | --nnodes | --node-rank | --rdzv-endpoint | --rdzv-id | \
       --rdzv-timeout | --master-addr | --master-port)
       return 0
       ;;
     --rdzv-backend)
       COMPREPLY=($(compgen -W "c10d static" -- "$cur"))
+      return 0
+      ;;
+    --nproc-per-node)
+      COMPREPLY=($(compgen -W "gpu cpu auto" -- "$cur"))
       return 0
       ;;
   esac

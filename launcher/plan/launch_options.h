@@ -74,6 +74,11 @@ struct JoinOptions {
   int timeout_s = 900;
   /// The job's secret (--secret-file or HVDRUN_JOB_SECRET): every node proves it.
   std::string secret;
+  /// --nproc-per-node as a number: every node must run as many ranks (node 0 checks each
+  /// joining node's count), and `ranks_per_node_from` says how a word (gpu, cpu, auto) was
+  /// counted on this node, for the message when they differ; empty for a number.
+  int ranks_per_node = 1;
+  std::string ranks_per_node_from;
 
   bool enabled() const { return nnodes > 0; }
 };

@@ -6,7 +6,8 @@
 // After the secret's handshake (connect_back.h) node 0 answers once, before the agent
 // protocol starts: u32 length | TEXT, empty when the node is taken, else why it is not
 // (another --rdzv-id, another hvdrun version, a node rank out of range or taken).
-// The joining node's hello TEXT is "node rank I\nRUN_ID\nVERSION\nHOSTNAME".
+// The joining node's hello TEXT is "node rank I\nRUN_ID\nVERSION\nHOSTNAME\nranks N\nFROM":
+// N its --nproc-per-node, FROM how a word (gpu, cpu, auto) was counted there, or empty.
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -98,6 +99,18 @@ std::string node_ranks_text(const std::vector<int>& ranks) {
   return out;
 }
 
+// Why a joining node whose hello `l` names another number of ranks than node 0's is refused.
+std::string unequal_ranks(const std::vector<std::string>& l, const JoinOptions& mine) {
+  const auto counted = [](const std::string& from) {
+    return from.empty() ? std::string() : " (" + from + ")";
+  };
+  const std::string theirs = l.size() < 5 ? std::string("?") : l[4].substr(l[4].find(' ') + 1);
+  return "it runs " + theirs + " ranks per node" + counted(l.size() < 6 ? "" : l[5]) +
+         ", node 0 runs " + std::to_string(mine.ranks_per_node) +
+         counted(mine.ranks_per_node_from) +
+         "; every node runs as many: give every node the same --nproc-per-node number";
+}
+
 // Node 0's side: waits for every other node under --rdzv-timeout.
 class JoinStarter final : public HostStarter {
  public:
@@ -139,6 +152,8 @@ void JoinStarter::admit(const LaunchOptions& o, const std::vector<const PlannedH
           std::to_string(o.join.nnodes - 1) + " besides node 0";
   } else if (joined_.count(rank) != 0) {
     why = "node rank " + std::to_string(rank) + " already joined from " + joined_[rank];
+  } else if (l.size() < 5 || l[4] != "ranks " + std::to_string(o.join.ranks_per_node)) {
+    why = unequal_ranks(l, o.join);
   }
   if (!why.empty()) {
     spdlog::warn("join port {}: refused {} claiming to be {}: {}", o.join.endpoint_port, agent.peer,
@@ -247,7 +262,9 @@ UniqueFd Joiner::try_once(bool& refused, std::string& answer) {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   const std::string text = "node rank " + std::to_string(o_.join.node_rank) + "\n" +
-                           o_.join.run_id + "\n" + kVersionLine + "\n" + host;
+                           o_.join.run_id + "\n" + kVersionLine + "\n" + host + "\nranks " +
+                           std::to_string(o_.join.ranks_per_node) + "\n" +
+                           o_.join.ranks_per_node_from;
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
     UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     // Bounds the connect and node 0's answer below (the agent then polls the socket).

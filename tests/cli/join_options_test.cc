@@ -2,8 +2,11 @@
 // them, torchrun's spellings and PET_ variables, and what is refused before anything starts.
 #include <catch2/catch.hpp>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -109,8 +112,8 @@ TEST_CASE("what join mode does not support is refused before anything starts") {
   CHECK_THAT(with({"--max-restarts", "3"}), Catch::Contains("--max-restarts 3: a job started"));
   CHECK_THAT(with({"-np", "2"}), Catch::Contains("-np and -H/--hostfile cannot be combined"));
   CHECK_THAT(with({"--launcher", "ssh"}), Catch::Contains("--launcher cannot be combined"));
-  CHECK_THAT(with({"--nproc-per-node", "gpu"}),
-             Catch::Contains("--nproc-per-node gpu is not supported yet"));
+  CHECK_THAT(with({"--nproc-per-node", "xpu"}),
+             Catch::Contains("--nproc-per-node xpu is not supported"));
   CHECK_THAT(with({"--master-addr", "x"}), Catch::Contains("both name node 0; give one of them"));
   CHECK_THAT(error_of({"--nnodes", "1:4", "true"}),
              Catch::Contains("a range of nodes (elastic join) is not supported yet"));
@@ -146,4 +149,63 @@ TEST_CASE("what join mode does not support is refused before anything starts") {
   CHECK(pet.options.join.endpoint_port == 29500);
   for (const char* v : {"PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "HVDRUN_JOB_SECRET"})
     ::unsetenv(v);
+}
+
+TEST_CASE("--nproc-per-node gpu, cpu and auto count this node's GPUs or CPUs, as torchrun does") {
+  // Restores the variables the case sets, whatever they held.
+  struct Saved {
+    std::string name;
+    std::optional<std::string> value;
+    explicit Saved(std::string n) : name(std::move(n)) {
+      if (const char* v = std::getenv(name.c_str())) value = v;
+    }
+    ~Saved() {
+      if (value) {
+        ::setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        ::unsetenv(name.c_str());
+      }
+    }
+  } fake("HVDRUN_FAKE_GPUS"), visible("CUDA_VISIBLE_DEVICES"), secret("HVDRUN_JOB_SECRET");
+  ::setenv("HVDRUN_JOB_SECRET", "a-long-enough-job-secret", 1);
+  const auto job = [](const std::string& word) {
+    return parse_command_line({"--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "n0:1",
+                               "--nproc-per-node", word, "true"})
+        .options;
+  };
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
+  const int cpus = CPU_COUNT(&set);
+
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  ::setenv("HVDRUN_FAKE_GPUS", "0,1,2", 1);
+  auto o = job("gpu");
+  CHECK(o.join.ranks_per_node == 3);
+  CHECK(o.np == 6);
+  REQUIRE(o.hosts.size() == 2);
+  CHECK(o.hosts[1].slots == 3);
+  CHECK_THAT(o.join.ranks_per_node_from, Catch::Contains("--nproc-per-node gpu: 3 from"));
+  CHECK(job("auto").join.ranks_per_node == 3);
+  CHECK(job("cpu").join.ranks_per_node == cpus);
+  CHECK(job("4").join.ranks_per_node_from.empty());
+
+  // CUDA_VISIBLE_DEVICES is what torch.cuda.device_count() sees: it wins.
+  ::setenv("CUDA_VISIBLE_DEVICES", "1,3", 1);
+  o = job("gpu");
+  CHECK(o.join.ranks_per_node == 2);
+  CHECK_THAT(o.join.ranks_per_node_from, Catch::Contains("CUDA_VISIBLE_DEVICES"));
+
+  // No GPU: gpu is refused with what to do, auto falls back to the CPUs.
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  const Args none = {"--nnodes",         "2",   "--node-rank", "1", "--rdzv-endpoint", "n0:1",
+                     "--nproc-per-node", "gpu", "true"};
+  CHECK_THAT(error_of(none), Catch::Contains("--nproc-per-node gpu: this node has no GPU") &&
+                                 Catch::Contains("--nproc-per-node cpu or auto"));
+  o = job("auto");
+  CHECK(o.join.ranks_per_node == cpus);
+  CHECK_THAT(o.join.ranks_per_node_from, Catch::Contains("the CPUs this node may use"));
+  // One node: a local job of that many ranks.
+  const auto one = parse_command_line({"--standalone", "--nproc-per-node", "cpu", "true"});
+  CHECK(one.options.np == cpus);
 }

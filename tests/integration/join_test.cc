@@ -54,8 +54,11 @@ struct JoinJob {
     write_text(dir.path() + "/other", "another-secret-of-32-characters!\n");
   }
 
+  // `per_node_of`: a node's own --nproc-per-node word; `env_of`: its extra variables.
   void start(int count, int per_node, int timeout_s, const std::vector<std::string>& command,
-             const std::map<int, std::string>& secret_of = {}) {
+             const std::map<int, std::string>& secret_of = {},
+             const std::map<int, std::string>& per_node_of = {},
+             const std::map<int, std::vector<std::string>>& env_of = {}) {
     std::vector<int> order(static_cast<std::size_t>(count));
     for (int i = 0; i < count; ++i) order[static_cast<std::size_t>(i)] = i;
     std::mt19937 rng(std::random_device{}());
@@ -66,13 +69,18 @@ struct JoinJob {
       // Node 1 takes the secret from HVDRUN_JOB_SECRET, the others from --secret-file.
       const bool from_env = r == 1 && s == secret_of.end();
       std::vector<std::string> env = {marker};
+      if (const auto e = env_of.find(r); e != env_of.end())
+        env.insert(env.end(), e->second.begin(), e->second.end());
+      const auto word = per_node_of.find(r);
+      const std::string nproc = word == per_node_of.end() ? std::to_string(per_node) : word->second;
       if (from_env) env.emplace_back("HVDRUN_JOB_SECRET=a-secret-of-thirty-two-characters");
-      std::vector<std::string> args = {
-          "--nnodes",         std::to_string(count),    "--node-rank",
-          std::to_string(r),  "--rdzv-endpoint",        "127.0.0.2:" + std::to_string(port),
-          "--nproc-per-node", std::to_string(per_node), "--rdzv-id",
-          "job-42",           "--rdzv-timeout",         std::to_string(timeout_s),
-          "--no-python"};
+      std::vector<std::string> args = {"--nnodes",         std::to_string(count),
+                                       "--node-rank",      std::to_string(r),
+                                       "--rdzv-endpoint",  "127.0.0.2:" + std::to_string(port),
+                                       "--nproc-per-node", nproc,
+                                       "--rdzv-id",        "job-42",
+                                       "--rdzv-timeout",   std::to_string(timeout_s),
+                                       "--no-python"};
       if (!from_env) {
         args.insert(
             args.end() - 1,
@@ -145,6 +153,19 @@ TEST_CASE("join mode: another secret is refused by name and the missing node is 
   CHECK_THAT(job.nodes[2]->err, Catch::Contains("hvdrun: node rank 2: node 0 at 127.0.0.2:" +
                                                 std::to_string(job.port) +
                                                 " refused this node: it holds another secret"));
+}
+
+TEST_CASE("join mode: a node that counts another number of ranks per node is refused") {
+  JoinJob job;
+  // Node 1 counts its GPUs (three visible), node 0 was given 2.
+  job.start(2, 2, 3, {"true"}, {}, {{1, "gpu"}}, {{1, {"CUDA_VISIBLE_DEVICES=0,1,2"}}});
+  const auto codes = job.wait();
+  CHECK(codes == std::map<int, int>{{0, 255}, {1, 255}});
+  CHECK_THAT(job.nodes[1]->err,
+             Catch::Contains("refused this node: it runs 3 ranks per node (--nproc-per-node "
+                             "gpu: 3 from CUDA_VISIBLE_DEVICES), node 0 runs 2; every node runs "
+                             "as many"));
+  CHECK_THAT(job.nodes[0]->err, Catch::Contains("node rank 1 did not join within 3 s"));
 }
 
 TEST_CASE("join mode: --dry-run on node 0 shows the nodes' ranks and contacts nothing") {
