@@ -151,7 +151,9 @@ TEST_CASE("what join mode does not support is refused before anything starts") {
     ::unsetenv(v);
 }
 
-TEST_CASE("--nproc-per-node gpu, cpu and auto count this node's GPUs or CPUs, as torchrun does") {
+TEST_CASE(
+    "join mode's --nproc-per-node gpu, cpu and auto count this node's GPUs or CPUs, as torchrun "
+    "does") {
   // Restores the variables the case sets, whatever they held.
   struct Saved {
     std::string name;
