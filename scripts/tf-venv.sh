@@ -8,16 +8,6 @@
 #   scripts/tf-venv.sh [DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=${1:-${HVDRUN_TF_VENV:-$HOME/.cache/hvdrun/tf-venv}}
-req=tests/tensorflow/requirements.txt
-stamp=$venv/hvdrun-requirements.txt
-if [[ -x $venv/bin/python ]] && cmp -s "$req" "$stamp"; then
-  echo "tf-venv: $venv is up to date"
-  exit 0
-fi
-echo "tf-venv: creating $venv from $req"
-rm -rf "$venv"
-/usr/bin/python3 -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req"
-cp "$req" "$stamp"
-"$venv/bin/python" -c 'import tensorflow as tf, keras; print("tf-venv: TensorFlow", tf.__version__, "Keras", keras.__version__)' 2>/dev/null
+. scripts/venv-common.sh
+make_venv tf-venv "${1:-${HVDRUN_TF_VENV:-$HOME/.cache/hvdrun/tf-venv}}" tests/tensorflow/requirements.txt \
+  'import tensorflow as tf, keras; print("tf-venv: TensorFlow", tf.__version__, "Keras", keras.__version__)'
