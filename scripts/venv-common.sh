@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/tf-venv.sh and scripts/k8s-venv.sh: make_venv NAME VENV REQUIREMENTS
 # CHECK creates (or brings up to date) a virtualenv of Debian's python3 with REQUIREMENTS
 # from PyPI, left as it is when it was made from the same requirements (a copy of them is
