@@ -24,6 +24,7 @@
 #include "launcher/agent/agent.h"
 #include "launcher/elastic/elastic.h"
 #include "launcher/hosts/check.h"
+#include "launcher/hosts/host_topologies.h"
 #include "launcher/hosts/slurm_launch.h"
 #include "launcher/job/job.h"
 #include "launcher/job/stacks_socket.h"
@@ -145,6 +146,14 @@ int main(int argc, char** argv) {
       setup_logging(cmd.options, "hvdrun agent: [%l] %v");
       try {
         return hvdrun::launcher::run_agent_main();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "hvdrun agent: error: %s\n", e.what());
+        return hvdrun::exit_status::kAgentFailed;
+      }
+    case Action::agent_topology:
+      try {
+        std::fputs(hvdrun::launcher::topology_probe_text().c_str(), stdout);
+        return hvdrun::exit_status::kOk;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "hvdrun agent: error: %s\n", e.what());
         return hvdrun::exit_status::kAgentFailed;

@@ -107,13 +107,15 @@ const char* mode_name(unsigned mode) {
 }
 
 [[noreturn]] void wrong_mode(const OptSpec& s, unsigned mode) {
-  if (s.modes == kCheck) {
+  if (mode == kRun && (s.modes & (kRun | kCheck)) == kCheck) {
     throw UsageError(shown(s) + " applies only to 'hvdrun check'; expected hvdrun check " +
                      shown(s) + " [options]");
   }
   if (mode == kAgent) {
     throw UsageError(
-        "'hvdrun agent' is started by hvdrun itself and accepts only --log-level; got " + shown(s));
+        "'hvdrun agent' is started by hvdrun itself and accepts only --log-level and "
+        "--topology; got " +
+        shown(s));
   }
   throw UsageError(shown(s) + " does not apply to '" + mode_name(mode) +
                    "'; see hvdrun --help for the options it takes");
@@ -353,7 +355,9 @@ void check_build_alone(const std::vector<Found>& found, const std::vector<std::s
 
 // The options `run` and `check` share: ranks, hosts, SSH and the start deadline.
 void apply_hosts_and_ssh(const Values& v, launcher::LaunchOptions& o) {
-  if (v.given("num-proc")) {
+  if (v.given("num-proc") && v.str("num-proc") == "auto") {
+    o.np_auto = true;
+  } else if (v.given("num-proc")) {
     o.np = number_option(spec_named("num-proc"), v.str("num-proc"), 1, kMaxNp,
                          "a whole number of processes", "-np 4");
   }
@@ -545,7 +549,7 @@ Command parse_command_line(const std::vector<std::string>& args) {
       throw UsageError("'hvdrun agent' takes no arguments; got " + quote(w.command.front()) +
                        " (it is started by hvdrun itself)");
     }
-    cmd.action = Action::agent;
+    cmd.action = values.given("topology") ? Action::agent_topology : Action::agent;
     return cmd;
   }
   if (values.given("check-build")) {
@@ -576,16 +580,14 @@ Command parse_command_line(const std::vector<std::string>& args) {
   } else {
     o.json = values.given("json");
     o.topology = values.given("topology");
-    if (o.topology && !o.hosts.empty()) {
-      throw UsageError(
-          "hvdrun check --topology reports only the machine hvdrun runs on (other hosts' "
-          "topologies are not read yet); drop -H/--hostfile");
-    }
     check_has_no_command(w.command);
     cmd.action = Action::check;
   }
-  // Catch -np larger than the slots now, before anything starts (the launch plan places).
-  if (!o.hosts.empty())
+  // Catch -np larger than the slots now, before anything starts (the launch plan places);
+  // hosts counted from their GPUs are counted at the launch.
+  const bool counted = std::any_of(o.hosts.begin(), o.hosts.end(),
+                                   [](const hostfile::HostSlots& h) { return h.auto_slots; });
+  if (!o.hosts.empty() && !counted && !o.np_auto)
     hostfile::ranks_wanted(hostfile::filter_hosts(o.hosts, o.include, o.exclude), o.np);
   return cmd;
 }

@@ -10,7 +10,9 @@
 namespace hvdrun::cli {
 
 /// What the command line asks for.
-enum class Action { run, check, agent, stacks, help, version, check_build };
+/// `agent_topology`: `hvdrun agent --topology`, the probe that `hvdrun check --topology` and
+/// `--dry-run` run on each SSH host (its host's topology and GPU list, then exit).
+enum class Action { run, check, agent, agent_topology, stacks, help, version, check_build };
 
 /// The parsed command line.
 struct Command {

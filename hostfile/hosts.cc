@@ -190,7 +190,9 @@ std::vector<HostSlots> parse_host_list(std::string_view text) {
       throw UsageError("-H: " + err);
     }
     HostSlots h{name, 1};
-    if (slots_text) {
+    if (slots_text && *slots_text == "auto") {
+      h.auto_slots = true;
+    } else if (slots_text) {
       auto slots = parse_slots(*slots_text);
       if (!slots) {
         throw UsageError("-H: " + bad_slots_message(*slots_text, name, display(name) + ":4"));
@@ -263,12 +265,16 @@ void apply_attributes(std::string_view rest, std::string_view content, bool colo
         throw UsageError(where + "slot count given twice in " + quote(content) +
                          "; expected either 'host slots=N' or 'host:N'");
       }
+      have_slots_attr = true;
+      if (value == "auto") {
+        h.auto_slots = true;
+        continue;
+      }
       auto slots = parse_slots(value);
       if (!slots) {
         throw UsageError(where + bad_slots_message(value, h.name, display(h.name) + " slots=4"));
       }
       h.slots = *slots;
-      have_slots_attr = true;
     } else if (key == "gpus") {
       if (!h.gpus.empty()) {
         throw UsageError(where + "gpus given twice in " + quote(content) +
@@ -318,7 +324,9 @@ HostSlots parse_hostfile_line(std::string_view content, const std::string& where
     throw UsageError(where + err);
   }
   HostSlots h{name, 1};
-  if (colon_slots) {
+  if (colon_slots && *colon_slots == "auto") {
+    h.auto_slots = true;
+  } else if (colon_slots) {
     auto slots = parse_slots(*colon_slots);
     if (!slots) {
       throw UsageError(where + bad_slots_message(*colon_slots, name, display(name) + ":4"));

@@ -19,15 +19,20 @@ struct HostSlots {
   /// The host's GPUs for its ranks' CUDA_VISIBLE_DEVICES (hostfile `gpus=0,2,4,6`, or the
   /// slots --include kept), in the order given; empty: the host's own list.
   std::vector<std::string> gpus = {};
+  /// `host:auto` (hostfile `slots=auto`, or -np auto): one slot per GPU the host has, counted
+  /// before the launch (launcher/hosts/host_topologies.h); `slots` is 1 until then.
+  bool auto_slots = false;
 
   bool operator==(const HostSlots&) const = default;
 };
 
-/// Parses a `-H` value: `host`, `host:slots`, `[ipv6]`, `[ipv6]:slots`, comma-separated,
+/// Parses a `-H` value: `host`, `host:slots`, `[ipv6]`, `[ipv6]:slots`, comma-separated
+/// (`auto` for slots: one per GPU, HostSlots::auto_slots),
 /// spaces around commas tolerated. A host named twice is an error.
 std::vector<HostSlots> parse_host_list(std::string_view text);
 
-/// Parses hostfile contents: one host per line as `host slots=N`, `host:N` or `host`, with
+/// Parses hostfile contents: one host per line as `host slots=N`, `host:N` or `host` (N may be
+/// `auto`), with
 /// an optional `gpus=ID,ID,...` (CUDA device numbers or UUIDs); `#` starts a comment; blank lines
 /// are ignored. `filename` is used in error messages.
 std::vector<HostSlots> parse_hostfile_text(std::string_view text, std::string_view filename);

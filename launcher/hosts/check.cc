@@ -1,6 +1,7 @@
 // Rendering of the preflight report and the `hvdrun check` entry point.
 #include "launcher/hosts/check.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
@@ -8,6 +9,8 @@
 #include "common/exit_status.h"
 #include "common/quote.h"
 #include "common/version.h"
+#include "launcher/hosts/host_topologies.h"
+#include "launcher/plan/placement_env.h"
 #include "launcher/plan/start_window.h"
 #include "launcher/topology/topology_report.h"
 #include "ssh/libssh2_session.h"
@@ -119,13 +122,57 @@ std::string render_json(const PreflightReport& report) {
 
 int run_check(const LaunchOptions& options) { return run_check(options, kVersionLine); }
 
-int run_check(const LaunchOptions& options, const std::string& expected_version) {
-  if (options.topology) {
+std::string render_probed(const LaunchPlan& plan, const ProbedHosts& probed, bool json) {
+  std::string out =
+      json ? "{\"ok\": " + std::string(probed.report.ok() ? "true" : "false") + ", \"hosts\": ["
+           : "";
+  for (std::size_t i = 0; i < plan.hosts.size(); ++i) {
+    const std::string& name = plan.hosts[i].name;
+    const ProbedHost& p = probed.hosts[i];
+    if (json) {
+      out += std::string(i ? ", " : "") + "{\"host\": " + json_quote(name) + ", \"topology\": " +
+             (p.topology ? render_topology_json(*p.topology) : std::string("null")) +
+             ", \"gpu_ids\": [";
+      for (std::size_t g = 0; g < p.gpu_ids.size(); ++g)
+        out += (g ? ", " : "") + json_quote(p.gpu_ids[g]);
+      out += "], \"gpus_from\": " + json_quote(p.gpus_from) +
+             ", \"error\": " + (p.topology ? std::string("null") : json_quote(p.why_not)) + "}";
+      continue;
+    }
+    out += (i ? "\n" : "") + std::string("== ") + name + " ==\n";
+    if (!p.topology) {
+      out += "not read: " + p.why_not + "\n";
+      const std::string& fix = probed.report.hosts[i].fix;
+      if (!fix.empty()) out += "fix: " + fix + "\n";
+      continue;
+    }
+    out += render_topology_table(*p.topology);
+    if (!p.gpu_ids.empty())
+      out +=
+          "GPUs its ranks are given: " + comma_joined(p.gpu_ids) + " (from " + p.gpus_from + ")\n";
+  }
+  return json ? out + "]}\n" : out;
+}
+
+// `hvdrun check --topology`: this machine alone without hosts, else every host given.
+int run_topology_check(const LaunchOptions& options) {
+  if (options.hosts.empty()) {
     const HostTopology topology = load_host_topology();
     std::cout << (options.json ? render_topology_json(topology) : render_topology_table(topology))
               << std::flush;
     return exit_status::kOk;
   }
+  const LaunchPlan plan = make_check_plan(options);
+  ssh::Libssh2Connector connector;
+  const ProbedHosts probed = probe_hosts(plan, options, connector);
+  std::cout << render_probed(plan, probed, options.json) << std::flush;
+  const bool all = std::all_of(probed.hosts.begin(), probed.hosts.end(),
+                               [](const ProbedHost& p) { return p.topology.has_value(); });
+  return all ? exit_status::kOk : exit_status::kLaunchFailed;
+}
+
+int run_check(const LaunchOptions& options, const std::string& expected_version) {
+  if (options.topology) return run_topology_check(options);
   ssh::Libssh2Connector connector;
   PreflightSettings settings;
   settings.expected_version = expected_version;

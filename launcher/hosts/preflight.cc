@@ -30,9 +30,30 @@ std::string first_line(const std::string& text) {
   return line;
 }
 
+// The remote command: the version, and the agent or the topology probe in the same shell.
+std::string remote_command(const std::string& remote_hvdrun, const PreflightSettings& settings) {
+  const std::string hvdrun = ssh::shell_quote(remote_hvdrun);
+  if (settings.start_agent)
+    return hvdrun + " --version && echo " + kAgentMarker + " && exec " + hvdrun + " agent";
+  if (settings.read_topology)
+    return hvdrun + " --version && echo " + kTopologyMarker + " && exec " + hvdrun +
+           " agent --topology";
+  return hvdrun + " --version";
+}
+
+// What follows the topology marker's line in `out`; the whole of `out` is cut to before it.
+std::string split_at_marker(std::string& out) {
+  const std::string line = std::string(kTopologyMarker) + "\n";
+  const auto at = out.rfind(line);
+  if (at == std::string::npos || (at != 0 && out[at - 1] != '\n')) return {};
+  std::string after = out.substr(at + line.size());
+  out.resize(at);
+  return after;
+}
+
 void check_one(HostCheck& check, const Target& target, ssh::Connector& connector, Deadline deadline,
-               const std::string& remote_hvdrun, const std::string& expected_version,
-               bool start_agent) {
+               const std::string& remote_hvdrun, const PreflightSettings& settings) {
+  const std::string& expected_version = settings.expected_version;
   const auto start = Clock::now();
   check.address = target.hostname + ":" + std::to_string(target.port);
   auto finish = [&] {
@@ -48,15 +69,13 @@ void check_one(HostCheck& check, const Target& target, ssh::Connector& connector
     std::unique_ptr<ssh::Channel> agent;
     std::string after_marker;
     try {
-      const std::string version = ssh::shell_quote(remote_hvdrun) + " --version";
-      if (start_agent) {
+      const std::string command = remote_command(remote_hvdrun, settings);
+      if (settings.start_agent) {
         // One shell for both: the agent then waits, silent, for the launcher's hello.
-        agent = ssh::run_until_marker(*session,
-                                      version + " && echo " + kAgentMarker + " && exec " +
-                                          ssh::shell_quote(remote_hvdrun) + " agent",
-                                      kAgentMarker, deadline, result, after_marker);
+        agent =
+            ssh::run_until_marker(*session, command, kAgentMarker, deadline, result, after_marker);
       } else {
-        result = ssh::run_command(*session, version, deadline);
+        result = ssh::run_command(*session, command, deadline);
       }
     } catch (const ssh::SessionError& e) {
       check.verdict = Verdict::timeout;
@@ -65,6 +84,7 @@ void check_one(HostCheck& check, const Target& target, ssh::Connector& connector
       finish();
       return;
     }
+    if (settings.read_topology) check.topology = split_at_marker(result.out);
     // Shell start-up files on the host may print before hvdrun does: any line of the
     // output that is exactly the expected version counts.
     bool found = false;
@@ -94,6 +114,16 @@ void check_one(HostCheck& check, const Target& target, ssh::Connector& connector
     check.verdict = Verdict::hvdrun_missing;
     const std::string install = "install " + expected_version + " at " + remote_hvdrun + " on " +
                                 target.alias + " (same path as here), or pass --remote-hvdrun PATH";
+    if (code != 0 && found && settings.read_topology) {
+      // The version answered; the topology probe after it did not.
+      std::string why = first_line(result.err);
+      check.detail = "`" + remote_hvdrun + " agent --topology` exited with " +
+                     std::to_string(code) + (why.empty() ? "" : ": " + why);
+      check.fix = "run `" + remote_hvdrun + " agent --topology` on " + target.alias +
+                  " to see why (hwloc reads the host's hardware there)";
+      finish();
+      return;
+    }
     if (code == 127 || code == 126) {
       std::string why = first_line(result.err);
       check.detail = remote_hvdrun + (code == 127 ? " not found" : " not executable") +
@@ -206,8 +236,7 @@ PreflightReport preflight(const LaunchPlan& plan, const LaunchOptions& options,
   std::atomic<std::size_t> next{0};
   auto worker = [&] {
     for (std::size_t i; (i = next.fetch_add(1)) < remote.size();) {
-      check_one(report.hosts[remote[i]], targets[i], connector, deadline, remote_hvdrun,
-                settings.expected_version, settings.start_agent);
+      check_one(report.hosts[remote[i]], targets[i], connector, deadline, remote_hvdrun, settings);
     }
   };
   const std::size_t n_threads = std::min<std::size_t>(

@@ -46,6 +46,9 @@ struct HostCheck {
   /// With PreflightSettings::start_agent, for ok remote hosts: the channel running
   /// `hvdrun agent`, which waits for the launcher's hello.
   std::unique_ptr<ssh::Channel> agent_channel;
+  /// With PreflightSettings::read_topology, for ok remote hosts: what `hvdrun agent
+  /// --topology` printed there (host_topologies.h reads it).
+  std::string topology;
 };
 
 /// All hosts, in the order given.
@@ -76,7 +79,14 @@ struct PreflightSettings {
   /// shell per host, not two (start-up files in the shell can take a good part of a
   /// second). The agent's channel is handed back in HostCheck::agent_channel.
   bool start_agent = false;
+  /// Run `hvdrun agent --topology` in the same shell after the version: each ok remote
+  /// host's topology comes back in HostCheck::topology (`hvdrun check --topology`,
+  /// `--dry-run` with a placement, `-H host:auto`). Not with start_agent.
+  bool read_topology = false;
 };
+
+/// The line the topology probe's command prints between the version and the topology.
+inline constexpr const char* kTopologyMarker = "hvdrun-topology-follows";
 
 /// The line the preflight's command prints between the version and the agent's stream.
 inline constexpr const char* kAgentMarker = "hvdrun-agent-starting";

@@ -87,6 +87,8 @@ struct JoinOptions {
 struct LaunchOptions {
   /// -np; empty means "all slots".
   std::optional<int> np;
+  /// -np auto: one rank per GPU on every host (each host counted as `host:auto`).
+  bool np_auto = false;
   /// Hosts from -H or --hostfile; empty means localhost with np slots.
   std::vector<hostfile::HostSlots> hosts;
   /// -p/--ssh-port: overrides the port from ssh_config for every host.

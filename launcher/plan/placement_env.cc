@@ -55,7 +55,6 @@ void check_listed_gpus(const PlannedHost& h, const PlacementPolicy& policy) {
                    "); lower -np or --gpus-per-rank, or list more GPUs");
 }
 
-// The rows of this machine's ranks, each set up as its agent will set it up.
 // Whether the user names the ranks' NIC: --network-interface, or one of its variables.
 bool nic_given(const LaunchOptions& options, const std::vector<std::string>& launcher_env) {
   return !options.network_interface.empty() ||
@@ -63,29 +62,32 @@ bool nic_given(const LaunchOptions& options, const std::vector<std::string>& lau
                      [&](const char* name) { return user_sets(options, launcher_env, name); });
 }
 
-// `present`: whether the host has a network interface of that name.
-std::string local_report(const HostTopology& t, const PlannedHost& h, const LaunchOptions& options,
-                         std::vector<std::string> env, const std::vector<std::string>& launcher_env,
-                         const std::function<bool(const std::string&)>& present) {
-  const PlacementPolicy& policy = options.placement;
+}  // namespace
+
+HostBindings host_bindings(const HostTopology& t, const PlannedHost& h, const LaunchOptions& placed,
+                           const std::vector<std::string>& launcher_env,
+                           const std::function<bool(const std::string&)>& present) {
+  const PlacementPolicy& policy = placed.placement;
+  std::vector<std::string> env = launcher_env;
+  for (const auto& e : placed.env) {
+    if (e.find('=') != std::string::npos) env.push_back(e);
+  }
+  if (!h.gpus.empty()) env.push_back(std::string(kHostGpusVar) + "=" + comma_joined(h.gpus));
   const auto n = h.ranks.size();
   env.push_back(std::string(env_names::kLocalSize) + "=" + std::to_string(n));
   env.emplace_back();
-  std::vector<RankPlacement> rows;
-  std::vector<std::string> ids;
+  HostBindings out;
   for (std::size_t i = 0; i < n; ++i) {
     env.back() = std::string(env_names::kLocalRank) + "=" + std::to_string(i);
-    const auto setup = rank_setup(t, h.name, env, user_sets(options, launcher_env, kOmp), present,
-                                  nic_given(options, launcher_env));
-    if (!setup) return render_bindings(h.name, plan_placement(t, h.name, h.ranks, policy));
-    rows.push_back(setup->placed);
-    rows.back().rank = h.ranks[i];
-    ids = setup->gpu_ids;
+    const auto setup = rank_setup(t, h.name, env, user_sets(placed, launcher_env, kOmp), present,
+                                  nic_given(placed, launcher_env));
+    if (!setup) return {plan_placement(t, h.name, h.ranks, policy), {}};
+    out.ranks.push_back(setup->placed);
+    out.ranks.back().rank = h.ranks[i];
+    out.gpu_ids = setup->gpu_ids;
   }
-  return render_bindings(h.name, rows, ids);
+  return out;
 }
-
-}  // namespace
 
 int env_number(const std::vector<std::string>& env, const char* name, int fallback) {
   const auto text = env_value(env, name);
@@ -171,20 +173,16 @@ LaunchOptions with_placement(const LaunchPlan& plan, const LaunchOptions& option
     vars.push_back(std::string(kNetworkInterfacesVar) + "=" +
                    comma_joined(options.network_interfaces));
   }
+  out.env.insert(out.env.end(), vars.begin(), vars.end());
   std::optional<HostTopology> here;
   for (const auto& h : plan.hosts) {
     check_listed_gpus(h, policy);
     if (!h.local) continue;  // reported from its agent's topology when it is ready
     if (!here) here = topology();
-    std::vector<std::string> env = launcher_env;
-    for (const auto& e : options.env) {
-      if (e.find('=') != std::string::npos) env.push_back(e);
-    }
-    env.insert(env.end(), vars.begin(), vars.end());
-    if (!h.gpus.empty()) env.push_back(std::string(kHostGpusVar) + "=" + comma_joined(h.gpus));
-    report += local_report(*here, h, options, env, launcher_env, interface_present);
+    // Each rank set up as its agent will set it up.
+    const HostBindings b = host_bindings(*here, h, out, launcher_env, interface_present);
+    report += render_bindings(h.name, b.ranks, b.gpu_ids);
   }
-  out.env.insert(out.env.end(), vars.begin(), vars.end());
   return out;
 }
 
@@ -193,19 +191,20 @@ bool wants_topology(const LaunchOptions& options) {
          !options.network_interfaces.empty() || options.report_bindings;
 }
 
-std::string host_report(const HostTopology& topology, const PlannedHost& h,
-                        const LaunchOptions& placed) {
-  std::vector<std::string> env;
-  for (const auto& e : placed.env) {
-    if (e.find('=') != std::string::npos) env.push_back(e);
-  }
-  if (!h.gpus.empty()) env.push_back(std::string(kHostGpusVar) + "=" + comma_joined(h.gpus));
+HostBindings remote_bindings(const HostTopology& topology, const PlannedHost& h,
+                             const LaunchOptions& placed) {
   // Its interfaces as its agent listed them (all of them, when it listed none).
   const auto present = [&](const std::string& name) {
     const auto& names = topology.interfaces;
     return names.empty() || std::find(names.begin(), names.end(), name) != names.end();
   };
-  return local_report(topology, h, placed, env, {}, present);
+  return host_bindings(topology, h, placed, {}, present);
+}
+
+std::string host_report(const HostTopology& topology, const PlannedHost& h,
+                        const LaunchOptions& placed) {
+  const HostBindings b = remote_bindings(topology, h, placed);
+  return render_bindings(h.name, b.ranks, b.gpu_ids);
 }
 
 std::string render_bindings(const std::string& host, const std::vector<RankPlacement>& ranks,

@@ -49,6 +49,29 @@ LaunchOptions with_placement(const LaunchPlan& plan, const LaunchOptions& option
 /// gives GPUs, names NICs or reports bindings.
 bool wants_topology(const LaunchOptions& options);
 
+/// Where each rank of one host runs.
+struct HostBindings {
+  /// Its ranks in local-rank order: cores, CPUs, NUMA nodes, GPUs (positions in gpu_ids
+  /// when that is given) and NIC.
+  std::vector<RankPlacement> ranks;
+  /// The host's GPU list the ranks' slices come from (CUDA_VISIBLE_DEVICES values); empty
+  /// when no GPU is given out.
+  std::vector<std::string> gpu_ids;
+};
+
+/// The ranks of host `h` on `t`, each set up as its agent will set it up with `placed`'s
+/// options (with_placement's) and the environment `launcher_env` (this process's for this
+/// machine, none for another host); `present` says whether the host has an interface.
+/// Throws UsageError as that agent will refuse.
+HostBindings host_bindings(const HostTopology& t, const PlannedHost& h, const LaunchOptions& placed,
+                           const std::vector<std::string>& launcher_env,
+                           const std::function<bool(const std::string&)>& present);
+
+/// host_bindings for a host that is not this machine, from the topology its agent sent (or
+/// its probe printed): its interfaces are the ones that topology lists.
+HostBindings remote_bindings(const HostTopology& topology, const PlannedHost& h,
+                             const LaunchOptions& placed);
+
 /// The rows of --report-bindings for host `h`, which is not this machine, planned from
 /// `topology`, the one its agent sent, with `placed`'s policy (with_placement's options) as
 /// its agent will plan them. Throws UsageError as that agent will refuse.

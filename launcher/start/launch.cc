@@ -7,28 +7,72 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 #include "common/error.h"
 #include "common/exit_status.h"
 #include "common/fd_limit.h"
 #include "common/plural.h"
+#include "launcher/hosts/host_topologies.h"
 #include "launcher/job/job.h"
 #include "launcher/plan/dry_run.h"
 #include "launcher/plan/launch_plan.h"
 #include "launcher/plan/placement_env.h"
+#include "launcher/plan/rank_devices.h"
 #include "launcher/plan/start_window.h"
 #include "launcher/process/reaper.h"
 #include "launcher/start/host_start.h"
+#include "ssh/libssh2_session.h"
 
 namespace hvdrun::launcher {
 
 namespace {
 
+// With a placement, each host's ranks planned from its topology: this machine's read here,
+// each SSH host's read there (its preflight, as a launch would run it). A host that cannot
+// place its ranks is refused here as the launch would refuse it (UsageError).
+std::vector<PlannedBindings> dry_run_bindings(const LaunchPlan& plan, const LaunchOptions& options,
+                                              bool& hosts_ok) {
+  ssh::Libssh2Connector connector;
+  const ProbedHosts probed = probe_hosts(plan, options, connector);
+  hosts_ok = probed.report.ok();
+  std::string ignored;
+  const LaunchOptions placed = with_placement(plan, options, ignored, [&] {
+    for (std::size_t i = 0; i < plan.hosts.size(); ++i) {
+      if (!plan.hosts[i].local) continue;
+      if (!probed.hosts[i].topology) throw std::runtime_error(probed.hosts[i].why_not);
+      return *probed.hosts[i].topology;
+    }
+    throw std::logic_error("with_placement asked for this machine's topology without it");
+  });
+  std::vector<PlannedBindings> out;
+  for (std::size_t i = 0; i < plan.hosts.size(); ++i) {
+    const PlannedHost& h = plan.hosts[i];
+    const ProbedHost& p = probed.hosts[i];
+    PlannedBindings b;
+    if (!p.topology) {
+      b.why_not = p.why_not;
+    } else if (h.local) {
+      b.bindings = host_bindings(*p.topology, h, placed, process_env(), interface_present);
+    } else {
+      b.bindings = remote_bindings(*p.topology, h, placed);
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
 int print_dry_run(const LaunchPlan& plan, const LaunchOptions& options) {
-  std::fputs((options.json ? render_dry_run_json(plan) : render_dry_run(plan)).c_str(), stdout);
+  bool hosts_ok = true;
+  const std::vector<PlannedBindings> bindings = wants_topology(options)
+                                                    ? dry_run_bindings(plan, options, hosts_ok)
+                                                    : std::vector<PlannedBindings>{};
+  std::fputs(
+      (options.json ? render_dry_run_json(plan, bindings) : render_dry_run(plan, bindings)).c_str(),
+      stdout);
   std::fflush(stdout);
-  return exit_status::kOk;
+  return hosts_ok ? exit_status::kOk : exit_status::kLaunchFailed;
 }
 
 // The launcher holds about two descriptors per host for the whole job (a pipe pair or a
@@ -58,9 +102,12 @@ void check_fd_budget(const LaunchPlan& plan) {
 
 int launch(const LaunchOptions& options) { return launch(options, JobHooks{}); }
 
-int launch(const LaunchOptions& options, JobHooks hooks) {
-  if (options.join.enabled() && options.join.node_rank != 0 && !options.dry_run)
-    return run_joined_node(options);
+int launch(const LaunchOptions& given, JobHooks hooks) {
+  if (given.join.enabled() && given.join.node_rank != 0 && !given.dry_run)
+    return run_joined_node(given);
+  ssh::Libssh2Connector connector;
+  // `host:auto` and -np auto: each such host's GPUs counted first, over SSH where remote.
+  const LaunchOptions options = with_counted_slots(given, connector);
   const LaunchPlan plan = make_plan(options);
   if (options.dry_run) return print_dry_run(plan, options);
   // Binding: this machine's ranks checked (a refusal stops here) and reported; the policy

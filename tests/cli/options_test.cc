@@ -332,9 +332,11 @@ TEST_CASE("bad command lines are usage errors with one precise line") {
        "--check-build does not apply to 'hvdrun check'; see hvdrun --help for the options it "
        "takes"},
       {"agent -np 2",
-       "'hvdrun agent' is started by hvdrun itself and accepts only --log-level; got -np"},
+       "'hvdrun agent' is started by hvdrun itself and accepts only --log-level and --topology; "
+       "got -np"},
       {"agent --verbose",
-       "'hvdrun agent' is started by hvdrun itself and accepts only --log-level; got --verbose"},
+       "'hvdrun agent' is started by hvdrun itself and accepts only --log-level and --topology; "
+       "got --verbose"},
       {"agent x", "'hvdrun agent' takes no arguments; got 'x' (it is started by hvdrun itself)"},
       {"--check-build -np 2", "--check-build takes no other options; got -np"},
       {"--check-build x", "--check-build takes no command; got 'x'"},
@@ -584,15 +586,18 @@ TEST_CASE("launcher and dry-run flags parse into the options") {
         "--launcher: unclosed ' in 'sh -c 'x {host}'; close the quote");
 }
 
-TEST_CASE("check --topology reports this machine only") {
+TEST_CASE("check --topology reports this machine, or each host given") {
   const Command cmd = parse_command_line(split("check --topology --json"));
   CHECK(cmd.action == Action::check);
   CHECK(cmd.options.topology);
   CHECK(cmd.options.json);
   CHECK_FALSE(parse_command_line(split("check")).options.topology);
-  CHECK(error_of({"check", "--topology", "-H", "node1,node2"}) ==
-        "hvdrun check --topology reports only the machine hvdrun runs on (other hosts' "
-        "topologies are not read yet); drop -H/--hostfile");
+  const Command hosts = parse_command_line(split("check --topology -H node1,node2"));
+  CHECK(hosts.options.topology);
+  CHECK(hosts.options.hosts.size() == 2);
+  // The probe each SSH host runs for it.
+  CHECK(parse_command_line(split("agent --topology")).action == Action::agent_topology);
+  CHECK(parse_command_line(split("agent")).action == Action::agent);
   CHECK(error_of({"--topology", "true"}) ==
         "--topology applies only to 'hvdrun check'; expected hvdrun check --topology [options]");
 }

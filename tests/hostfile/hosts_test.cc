@@ -72,6 +72,25 @@ TEST_CASE("host list (-H) accepts horovodrun's forms") {
   }
 }
 
+TEST_CASE("a host's slots may be auto: one per GPU, counted at the launch") {
+  const Hosts h = parse_host_list("node1:auto,node2:2,[fe80::1]:auto");
+  REQUIRE(h.size() == 3);
+  CHECK(h[0].auto_slots);
+  CHECK(h[0].slots == 1);
+  CHECK_FALSE(h[1].auto_slots);
+  CHECK(h[2].name == "fe80::1");
+  CHECK(h[2].auto_slots);
+  const Hosts f = parse_hostfile_text("a slots=auto gpus=0,1\nb:auto\nc slots=3\n", "hf");
+  REQUIRE(f.size() == 3);
+  CHECK(f[0].auto_slots);
+  CHECK(f[0].gpus == std::vector<std::string>{"0", "1"});
+  CHECK(f[1].auto_slots);
+  CHECK_FALSE(f[2].auto_slots);
+  CHECK_THROWS_WITH(parse_host_list("node1:Auto"),
+                    "-H: bad slot count 'Auto' for host 'node1'; expected a whole number from 1 "
+                    "to 65536, as in node1:4");
+}
+
 TEST_CASE("host list (-H) rejects malformed lists with a precise message") {
   struct Case {
     std::string text;

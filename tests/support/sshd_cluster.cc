@@ -223,7 +223,8 @@ void SshAgent::add(const std::string& key, const std::string& passphrase) {
   if (st != 0) throw std::runtime_error("ssh-add " + key + " failed: " + out);
 }
 
-SshdCluster::SshdCluster(int hosts) : hosts_(hosts) {
+SshdCluster::SshdCluster(int hosts, std::vector<std::string> session_env)
+    : session_env_(std::move(session_env)), hosts_(hosts) {
   if (hosts < 1 || hosts > 254) throw std::runtime_error("sshd cluster: 1 to 254 hosts");
   char tmpl[] = "/tmp/hvdrun-sshd-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("sshd cluster: mkdtemp failed");
@@ -317,7 +318,9 @@ void SshdCluster::start_daemons() {
           // is tested on its own, with the scripted SSH layer (preflight_fake_test).
           // LC_TIME: a locale variable that sessions get from the host, as a site's login
           // sets them (remote_test: a rank takes its host's, not the launcher's).
-          << "SetEnv SHLVL=1 LC_TIME=C.UTF-8\n";
+          << "SetEnv SHLVL=1 LC_TIME=C.UTF-8";
+      for (const auto& e : session_env_) cfg << " " << e;
+      cfg << "\n";
       const std::string cfg_path = write_file("sshd_config." + std::to_string(g), cfg.str(), 0600);
       const std::string log_path = dir_ + "/sshd." + std::to_string(g) + ".log";
       pid_t pid = ::fork();

@@ -23,7 +23,9 @@ class SshdCluster {
  public:
   /// Starts sshd for `hosts` addresses (1..254) and waits, under a deadline, until every
   /// address accepts. Throws std::runtime_error with sshd's log when it cannot start.
-  explicit SshdCluster(int hosts);
+  /// `session_env`: NAME=VALUE pairs every session gets (sshd's SetEnv), as a site's hosts
+  /// set them for logins (HVDRUN_FAKE_GPUS: a host's own GPU list).
+  explicit SshdCluster(int hosts, std::vector<std::string> session_env = {});
   ~SshdCluster();
   SshdCluster(const SshdCluster&) = delete;
   SshdCluster& operator=(const SshdCluster&) = delete;
@@ -62,6 +64,7 @@ class SshdCluster {
   void start_daemons();
   void stop_daemons() noexcept;
 
+  std::vector<std::string> session_env_;
   int hosts_;
   int port_ = 0;
   std::string dir_;
