@@ -179,7 +179,11 @@ _hvdrun() {
       COMPREPLY=($(compgen -v -- "$cur"))
       return 0
       ;;
-    -np | --num-proc | -p | --ssh-port | --start-timeout | --kill-grace | --timeout | --min-np | --max-np | --slots-per-host | \
+    -np | --num-proc)
+      COMPREPLY=($(compgen -W "auto" -- "$cur"))
+      return 0
+      ;;
+    -p | --ssh-port | --start-timeout | --kill-grace | --timeout | --min-np | --max-np | --slots-per-host | \
       --reset-limit | --max-restarts | --blacklist-cooldown-range | --elastic-timeout | --gpus-per-rank | \
       --cpus-per-rank | --nnodes | --node-rank | --rdzv-endpoint | --rdzv-id | \
       --rdzv-timeout | --master-addr | --master-port)

@@ -52,7 +52,7 @@ expect "-H second host in a list" "node1:4,node2" hvdrun --hostfile "$work/hosts
 expect "--hosts with --hostfile=" $'node1\nnode2' hvdrun --hostfile="$work/hosts" --hosts no
 expect "log levels" $'trace' hvdrun --log-level tr
 expect "hostfile is a file" "$work/hostfile.b" hvdrun --hostfile "$work/hostfile."
-expect "-np takes a number" "" hvdrun -np ""
+expect "-np takes a number or auto" "auto" hvdrun -np ""
 sub=$(complete_line hvdrun ch | grep -x check)
 [[ $sub == check ]] || fail "subcommand check not offered"
 sub=$(complete_line hvdrun sta | grep -x stacks)
