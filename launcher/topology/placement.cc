@@ -145,10 +145,24 @@ std::vector<int> numa_of(const HostTopology& t, const std::vector<int>& cpus) {
   return {out.begin(), out.end()};
 }
 
+// The NICs a rank may be given: those that are up with an address, where the host's
+// interfaces are known (an XML or synthetic topology lists none: all of its NICs).
+std::vector<Nic> usable_nics(const HostTopology& t) {
+  if (t.interfaces.empty()) return t.nics;
+  std::vector<Nic> out;
+  for (const auto& nic : t.nics) {
+    if (std::find(t.addressed.begin(), t.addressed.end(), nic.name) != t.addressed.end())
+      out.push_back(nic);
+  }
+  return out;
+}
+
 // The NIC nearest a rank: on its GPU's NUMA node, else on its own NUMA node, else in the
-// same package, else any; among equally near ones, the local rank picks round-robin.
+// same package, else any; among equally near ones, the local rank picks round-robin. Only
+// NICs with an address count; none when no NIC has one.
 std::string nearest_nic(const HostTopology& t, const RankPlacement& r) {
-  if (t.nics.empty()) return {};
+  const std::vector<Nic> nics = usable_nics(t);
+  if (nics.empty()) return {};
   int numa = r.numa.empty() ? -1 : r.numa.front();
   if (!r.gpus.empty() && t.gpus[static_cast<std::size_t>(r.gpus.front())].numa >= 0) {
     numa = t.gpus[static_cast<std::size_t>(r.gpus.front())].numa;
@@ -158,16 +172,16 @@ std::string nearest_nic(const HostTopology& t, const RankPlacement& r) {
     return n == nullptr ? -1 : n->package;
   };
   std::vector<const Nic*> near;
-  for (const auto& nic : t.nics) {
+  for (const auto& nic : nics) {
     if (numa >= 0 && nic.numa == numa) near.push_back(&nic);
   }
   if (near.empty() && package(numa) >= 0) {
-    for (const auto& nic : t.nics) {
+    for (const auto& nic : nics) {
       if (package(nic.numa) == package(numa)) near.push_back(&nic);
     }
   }
   if (near.empty()) {
-    for (const auto& nic : t.nics) near.push_back(&nic);
+    for (const auto& nic : nics) near.push_back(&nic);
   }
   return near[static_cast<std::size_t>(r.local_rank) % near.size()]->name;
 }

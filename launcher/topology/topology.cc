@@ -2,7 +2,9 @@
 #include "launcher/topology/topology.h"
 
 #include <hwloc.h>
+#include <ifaddrs.h>
 #include <net/if.h>
+#include <netinet/in.h>
 
 #include <algorithm>
 #include <array>
@@ -214,6 +216,27 @@ const NumaNode* HostTopology::numa(int os_index) const {
   return nullptr;
 }
 
+// The interfaces that are up with an address a socket can use: IPv4, or IPv6 beyond
+// link-local (which needs a scope that NCCL's and Gloo's peers do not know), sorted.
+std::vector<std::string> addressed_interfaces() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return {};
+  const std::unique_ptr<ifaddrs, decltype(&::freeifaddrs)> owned(list, &::freeifaddrs);
+  std::vector<std::string> out;
+  for (const ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_name == nullptr || (a->ifa_flags & IFF_UP) == 0) continue;
+    const int family = a->ifa_addr->sa_family;
+    const bool usable =
+        family == AF_INET ||
+        (family == AF_INET6 &&
+         !IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(a->ifa_addr)->sin6_addr));
+    if (usable) out.emplace_back(a->ifa_name);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 HostTopology load_host_topology() {
   HostTopology t = load([](hwloc_topology_t) {}, true);
   if (auto* names = ::if_nameindex(); names != nullptr) {
@@ -222,6 +245,7 @@ HostTopology load_host_topology() {
     }
     ::if_freenameindex(names);
   }
+  if (!t.interfaces.empty()) t.addressed = addressed_interfaces();
   return t;
 }
 

@@ -86,6 +86,10 @@ struct HostTopology {
   /// --network-interfaces may name there. Read from this machine, not from hwloc: empty for
   /// an XML or synthetic topology.
   std::vector<std::string> interfaces;
+  /// Of those, the ones that are up and carry an IPv4 or IPv6 address (not only a link-local
+  /// one): where NCCL's and Gloo's sockets can listen. A NIC without one (an InfiniBand port
+  /// without IPoIB, a cable unplugged) is never given to a rank. Empty with `interfaces`.
+  std::vector<std::string> addressed;
 
   /// The NUMA node with kernel number `os_index`, or nullptr.
   const NumaNode* numa(int os_index) const;

@@ -96,6 +96,8 @@ void read_line(std::string_view line, HostTopology& t) {
     t.gpus.push_back({r.number<int>(1), r.text(2), r.text(3), r.number<int>(4)});
   } else if (kind == "if") {
     t.interfaces.push_back(LineReader(line, 2).text(1));
+  } else if (kind == "addr") {
+    t.addressed.push_back(LineReader(line, 2).text(1));
   } else if (kind == "nic") {
     const LineReader r(line, 4);
     t.nics.push_back({r.text(1), r.text(2), r.number<int>(3)});
@@ -125,6 +127,7 @@ std::string topology_to_wire(const HostTopology& t) {
     out += "nic " + field(n.name) + " " + field(n.pci_bus_id) + " " + std::to_string(n.numa) + "\n";
   }
   for (const auto& name : t.interfaces) out += "if " + field(name) + "\n";
+  for (const auto& name : t.addressed) out += "addr " + field(name) + "\n";
   return out;
 }
 

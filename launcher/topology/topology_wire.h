@@ -14,7 +14,8 @@ namespace hvdrun::launcher {
 
 /// `t` as text: "host NAME", "allowed CPULIST", then "package I", "numa OS PACKAGE BYTES
 /// CPULIST", "core I PACKAGE NUMA L3 CPULIST", "gpu I NAME PCI NUMA", "nic NAME PCI NUMA",
-/// "if NAME" (every interface), one a line ("-" for an empty field or list).
+/// "if NAME" (every interface), "addr NAME" (each that is up with an address), one a line
+/// ("-" for an empty field or list).
 std::string topology_to_wire(const HostTopology& t);
 
 /// The topology `text` describes. Throws std::runtime_error naming the line that is not one

@@ -41,6 +41,22 @@ TEST_CASE("bind-to none binds nothing and still gives GPUs and the nearest NIC",
   }
 }
 
+TEST_CASE("a NIC without an address is given to no rank", "[placement]") {
+  HostTopology t = two_socket_eight_gpu();
+  // The host's interfaces are known (read from the machine): ib0 is down or has no IPoIB
+  // address, so every rank gets ib1, the NIC with one, however far from its GPU.
+  t.interfaces = {"lo", "ib0", "ib1"};
+  t.addressed = {"ib1", "lo"};
+  for (const auto& p : plan(t, 8, {BindTo::none, MapBy::slot, 1, 1})) CHECK(p.nic == "ib1");
+  // No NIC with an address: none is chosen (NCCL and Gloo then pick their own).
+  t.addressed = {"lo"};
+  for (const auto& p : plan(t, 2, {BindTo::core, MapBy::slot, 1, 0})) CHECK(p.nic.empty());
+  // Unknown interfaces (an XML or synthetic topology): every NIC counts, as above.
+  t.interfaces.clear();
+  t.addressed.clear();
+  CHECK(plan(t, 8, {BindTo::none, MapBy::slot, 1, 1})[0].nic == "ib0");
+}
+
 TEST_CASE("map-by slot bind-to core gives consecutive cores and their threads", "[placement]") {
   const auto plan8 = plan(two_socket_eight_gpu(), 8, {BindTo::core, MapBy::slot, 8, 0});
   for (int r = 0; r < 8; ++r) {
