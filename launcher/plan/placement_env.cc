@@ -141,18 +141,38 @@ std::vector<std::string> process_env() {
 }
 
 std::string omp_note(const LaunchOptions& options, const std::vector<std::string>& launcher_env) {
-  if (options.placement.bind_to == BindTo::none || user_sets(options, launcher_env, kOmp)) {
-    return {};
+  std::string out;
+  if (options.placement.cpus_per_rank == kEqualShare && options.placement.bind_to != BindTo::none) {
+    out =
+        "hvdrun: inside Slurm with --cpus-per-task, each rank is bound to an equal share of "
+        "its node's CPUs in the allocation, as srun binds its tasks; --bind-to none turns "
+        "this off\n";
   }
-  return "hvdrun: OMP_NUM_THREADS is set in each rank to its number of bound cores; give "
+  if (options.placement.bind_to == BindTo::none || user_sets(options, launcher_env, kOmp)) {
+    return out;
+  }
+  return out +
+         "hvdrun: OMP_NUM_THREADS is set in each rank to its number of bound cores; give "
          "-x OMP_NUM_THREADS=N to choose another\n";
+}
+
+bool slurm_equal_share(const LaunchPlan& plan, const LaunchOptions& options,
+                       const std::vector<std::string>& launcher_env) {
+  if (options.bind_to_given || options.placement.gpus_per_rank > 0) return false;
+  const bool srun = std::any_of(plan.hosts.begin(), plan.hosts.end(), [](const PlannedHost& h) {
+    return h.method == LaunchMethod::slurm;
+  });
+  const auto per_task = env_value(launcher_env, kSlurmCpusPerTaskVar);
+  return srun && per_task && parse_whole_number(*per_task, 1, 1 << 20).has_value();
 }
 
 LaunchOptions with_placement(const LaunchPlan& plan, const LaunchOptions& options,
                              std::string& report, const std::function<HostTopology()>& topology,
                              const std::vector<std::string>& launcher_env) {
   LaunchOptions out = options;
-  const PlacementPolicy& policy = options.placement;
+  if (slurm_equal_share(plan, options, launcher_env))
+    out.placement = {BindTo::core, MapBy::slot, kEqualShare, 0};
+  const PlacementPolicy& policy = out.placement;
   const bool listed = std::any_of(plan.hosts.begin(), plan.hosts.end(),
                                   [](const PlannedHost& h) { return !h.gpus.empty(); });
   if (policy.bind_to == BindTo::none && policy.gpus_per_rank == 0 && !listed &&

@@ -33,7 +33,17 @@ std::optional<PlacementPolicy> policy_from_env(const std::vector<std::string>& e
 /// This process's environment, NAME=VALUE each.
 std::vector<std::string> process_env();
 
-/// The options a launch runs with: with a policy that binds or gives GPUs, with
+/// Slurm's --cpus-per-task as salloc and sbatch pass it to the programs of the allocation.
+inline constexpr const char kSlurmCpusPerTaskVar[] = "SLURM_CPUS_PER_TASK";
+
+/// Whether a launch binds each rank to an equal share of its node's CPUs: inside a Slurm
+/// allocation (agents started by srun) with --cpus-per-task (SLURM_CPUS_PER_TASK in
+/// `launcher_env`) and neither --bind-to nor --gpus-per-rank given.
+bool slurm_equal_share(const LaunchPlan& plan, const LaunchOptions& options,
+                       const std::vector<std::string>& launcher_env);
+
+/// The options a launch runs with: under slurm_equal_share, --bind-to core with an equal
+/// share of cores (kEqualShare) each; with a policy that binds or gives GPUs, with
 /// --network-interfaces or a host's GPU list, checks the hosts that are this machine against
 /// its topology and the hosts with a hostfile GPU list against it (UsageError before
 /// anything starts) and adds the variables the agents apply to the ranks' (-x). With
@@ -78,8 +88,9 @@ HostBindings remote_bindings(const HostTopology& topology, const PlannedHost& h,
 std::string host_report(const HostTopology& topology, const PlannedHost& h,
                         const LaunchOptions& placed);
 
-/// The one line that says hvdrun sets OMP_NUM_THREADS in bound ranks, when it does: a policy
-/// that binds and no OMP_NUM_THREADS in `launcher_env` or -x. Empty otherwise.
+/// The lines that say what hvdrun chose for the ranks (`options` as with_placement returned
+/// them): the equal share inside Slurm, and OMP_NUM_THREADS in bound ranks (a policy that
+/// binds and no OMP_NUM_THREADS in `launcher_env` or -x). Empty when neither.
 std::string omp_note(const LaunchOptions& options, const std::vector<std::string>& launcher_env);
 
 /// The table of --report-bindings: RANK, HOST, LOCAL, CORES, CPUS, NUMA, GPU, NIC, one row

@@ -115,7 +115,7 @@ int launch(const LaunchOptions& given, JobHooks hooks) {
   std::string bindings;
   const LaunchOptions placed = with_placement(plan, options, bindings);
   if (options.report_bindings) std::fputs(bindings.c_str(), stderr);
-  std::fputs(omp_note(options, process_env()).c_str(), stderr);
+  std::fputs(omp_note(placed, process_env()).c_str(), stderr);
   check_fd_budget(plan);
   if (hooks.reform)
     hooks.open_hosts = [&placed](const std::vector<std::string>& hosts) {

@@ -230,8 +230,13 @@ void check_gpu_node_has_cores(const HostTopology& t, const std::string& host,
 
 std::vector<RankPlacement> plan_placement(const HostTopology& topology, const std::string& host,
                                           const std::vector<int>& ranks,
-                                          const PlacementPolicy& policy) {
+                                          const PlacementPolicy& asked) {
   const std::size_t n = ranks.size();
+  PlacementPolicy policy = asked;
+  if (policy.cpus_per_rank == kEqualShare) {
+    policy.cpus_per_rank =
+        std::max(1, static_cast<int>(topology.cores.size() / std::max<std::size_t>(n, 1)));
+  }
   check_policy(topology, host, n, policy);
   std::vector<std::vector<int>> gpus(n);
   for (std::size_t r = 0; r < n; ++r) {

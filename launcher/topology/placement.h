@@ -30,13 +30,18 @@ enum class MapBy {
   socket  ///< package by package, round-robin (or its GPU's package, when it has GPUs)
 };
 
+/// PlacementPolicy::cpus_per_rank for an equal share of the host's allowed cores: its
+/// allowed cores divided by its ranks, at least 1 (inside Slurm with --cpus-per-task, the
+/// default: the CPUs the allocation gives a node, split among its ranks).
+inline constexpr int kEqualShare = 0;
+
 /// How ranks are placed on a host.
 struct PlacementPolicy {
   /// --bind-to (default none: today's behaviour).
   BindTo bind_to = BindTo::none;
   /// --map-by (default slot).
   MapBy map_by = MapBy::slot;
-  /// --cpus-per-rank: cores each rank is mapped to (1 or more).
+  /// --cpus-per-rank: cores each rank is mapped to (1 or more), or kEqualShare.
   int cpus_per_rank = 1;
   /// GPUs each rank gets (0: none assigned).
   int gpus_per_rank = 0;

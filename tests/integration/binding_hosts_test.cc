@@ -170,7 +170,7 @@ TEST_CASE("bind-to none on SSH hosts leaves every allowed CPU and the default me
   }
 }
 
-TEST_CASE("under Slurm with --cpus-per-task=1, bound ranks stay inside the step's CPUs") {
+TEST_CASE("under Slurm with --cpus-per-task=1, ranks are bound inside the step's CPUs") {
   if (!SlurmCluster::available()) HVDRUN_SKIP("the Slurm and munge packages are not installed");
   const HostTopology here = load_host_topology();
   if (here.cores.size() < 2) HVDRUN_SKIP("binding two ranks needs two cores");
@@ -186,4 +186,22 @@ TEST_CASE("under Slurm with --cpus-per-task=1, bound ranks stay inside the step'
   CHECK(got[0].agent == got[1].agent);
   // Reported as its agent placed them, from that agent's own topology.
   CHECK(reported_cpus(h.err, "node1", 2) == std::vector<std::string>{got[0].cpus, got[1].cpus});
+
+  // Without --bind-to, --cpus-per-task binds each rank to an equal share of its node's CPUs
+  // (here one core of two), as srun binds its tasks, and says so once.
+  CapturedProcess d(cluster.client({"salloc", "-N1", "-n2", "--cpus-per-task=1", "--quiet",
+                                    hvdrun_binary(), "sh", "-c", kShow}));
+  INFO("stderr (default): " << d.err);
+  REQUIRE(d.wait(std::chrono::seconds(60)) == 0);
+  check_bound(here, seen_by_rank(d.out, 2));
+  CHECK(count(d.err,
+              "hvdrun: inside Slurm with --cpus-per-task, each rank is bound to an equal "
+              "share of its node's CPUs in the allocation") == 1);
+  // --bind-to none turns it off.
+  CapturedProcess n(cluster.client({"salloc", "-N1", "-n2", "--cpus-per-task=1", "--quiet",
+                                    hvdrun_binary(), "--bind-to", "none", "sh", "-c", kShow}));
+  INFO("stderr (none): " << n.err);
+  REQUIRE(n.wait(std::chrono::seconds(60)) == 0);
+  for (const auto& r : seen_by_rank(n.out, 2)) CHECK(r.cpus == r.agent);
+  CHECK(n.err.find("equal share") == std::string::npos);
 }

@@ -53,6 +53,38 @@ LaunchPlan two_host_plan() {
   return plan;
 }
 
+TEST_CASE("inside Slurm with --cpus-per-task, ranks get an equal share of their node's cores",
+          "[placement]") {
+  LaunchPlan plan;
+  plan.hosts = {PlannedHost{"n1", 3, false, LaunchMethod::slurm, {0, 1, 2}}};
+  const std::vector<std::string> slurm_env = {"SLURM_CPUS_PER_TASK=4"};
+  std::string report;
+  const LaunchOptions placed =
+      with_placement(plan, LaunchOptions{}, report, testing::two_socket_eight_gpu, slurm_env);
+  CHECK(placed.placement.bind_to == BindTo::core);
+  CHECK(placed.placement.cpus_per_rank == kEqualShare);
+  CHECK(placed.env == std::vector<std::string>{"HVDRUN_BIND_TO=core", "HVDRUN_MAP_BY=slot",
+                                               "HVDRUN_CPUS_PER_RANK=0"});
+  CHECK_THAT(omp_note(placed, slurm_env), Contains("each rank is bound to an equal share"));
+  // Each agent then splits its node's allowed cores: 64 among 3 ranks, 21 each.
+  std::vector<std::string> env = placed.env;
+  env.insert(env.end(), {"HVDRUN_LOCAL_RANK=2", "HVDRUN_LOCAL_SIZE=3"});
+  const auto p = rank_setup(testing::two_socket_eight_gpu(), "n1", env, false);
+  REQUIRE(p);
+  CHECK(p->placed.cores.size() == 21);
+  CHECK(p->placed.cores.front() == 42);
+  // Not without --cpus-per-task, not with a --bind-to or GPUs of the user's, not over SSH.
+  CHECK_FALSE(slurm_equal_share(plan, LaunchOptions{}, {"PATH=/bin"}));
+  LaunchOptions given;
+  given.bind_to_given = true;
+  CHECK_FALSE(slurm_equal_share(plan, given, slurm_env));
+  LaunchOptions gpus;
+  gpus.placement.gpus_per_rank = 1;
+  CHECK_FALSE(slurm_equal_share(plan, gpus, slurm_env));
+  plan.hosts.front().method = LaunchMethod::ssh;
+  CHECK_FALSE(slurm_equal_share(plan, LaunchOptions{}, slurm_env));
+}
+
 TEST_CASE("the launcher checks and reports this machine's ranks", "[placement]") {
   LaunchOptions o;
   o.placement = {BindTo::core, MapBy::slot, 2, 0};
