@@ -108,7 +108,9 @@ std::vector<std::string> placement_env(const PlacementPolicy& policy) {
   if (policy.bind_to != BindTo::none) {
     out = {std::string(kBindToVar) + "=" + std::string(to_string(policy.bind_to)),
            std::string(kMapByVar) + "=" + std::string(to_string(policy.map_by)),
-           std::string(kCpusPerRankVar) + "=" + std::to_string(policy.cpus_per_rank)};
+           std::string(kCpusPerRankVar) + "=" +
+               (policy.cpus_per_rank == kEqualShare ? std::string(kEqualShareWord)
+                                                    : std::to_string(policy.cpus_per_rank))};
   }
   if (policy.gpus_per_rank > 0) {
     out.push_back(std::string(kGpusPerRankVar) + "=" + std::to_string(policy.gpus_per_rank));
@@ -130,7 +132,9 @@ std::optional<PlacementPolicy> policy_from_env(const std::vector<std::string>& e
   const auto m = parse_map_by(map);
   if (!m) throw UsageError(std::string(kMapByVar) + "=" + map + " is not a --map-by word");
   p.map_by = *m;
-  p.cpus_per_rank = env_number(env, kCpusPerRankVar, 1);
+  p.cpus_per_rank = env_value(env, kCpusPerRankVar) == kEqualShareWord
+                        ? kEqualShare
+                        : env_number(env, kCpusPerRankVar, 1);
   return p;
 }
 
@@ -145,8 +149,8 @@ std::string omp_note(const LaunchOptions& options, const std::vector<std::string
   if (options.placement.cpus_per_rank == kEqualShare && options.placement.bind_to != BindTo::none) {
     out =
         "hvdrun: inside Slurm with --cpus-per-task, each rank is bound to an equal share of "
-        "its node's CPUs in the allocation, as srun binds its tasks; --bind-to none turns "
-        "this off\n";
+        "its node's CPUs in the allocation, as srun binds its tasks (unbound on a node with "
+        "fewer cores than ranks); --bind-to none turns this off\n";
   }
   if (options.placement.bind_to == BindTo::none || user_sets(options, launcher_env, kOmp)) {
     return out;

@@ -21,6 +21,8 @@ namespace hvdrun::launcher {
 inline constexpr const char* kBindToVar = env_names::kBindTo;
 inline constexpr const char kMapByVar[] = "HVDRUN_MAP_BY";
 inline constexpr const char kCpusPerRankVar[] = "HVDRUN_CPUS_PER_RANK";
+/// Its value for kEqualShare.
+inline constexpr const char kEqualShareWord[] = "share";
 
 /// NAME=VALUE for each of them (with --bind-to none, none of them), and
 /// HVDRUN_GPUS_PER_RANK with --gpus-per-rank.

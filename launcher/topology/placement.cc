@@ -234,8 +234,11 @@ std::vector<RankPlacement> plan_placement(const HostTopology& topology, const st
   const std::size_t n = ranks.size();
   PlacementPolicy policy = asked;
   if (policy.cpus_per_rank == kEqualShare) {
-    policy.cpus_per_rank =
-        std::max(1, static_cast<int>(topology.cores.size() / std::max<std::size_t>(n, 1)));
+    // A default, never a refusal: a node with fewer allowed cores than ranks (hardware
+    // threads counted as Slurm's CPUs) runs its ranks unbound.
+    const std::size_t cores = topology.cores.size();
+    policy.cpus_per_rank = static_cast<int>(n > 0 && cores >= n ? cores / n : 1);
+    if (cores < n) policy.bind_to = BindTo::none;
   }
   check_policy(topology, host, n, policy);
   std::vector<std::vector<int>> gpus(n);

@@ -31,9 +31,10 @@ enum class MapBy {
 };
 
 /// PlacementPolicy::cpus_per_rank for an equal share of the host's allowed cores: its
-/// allowed cores divided by its ranks, at least 1 (inside Slurm with --cpus-per-task, the
-/// default: the CPUs the allocation gives a node, split among its ranks).
-inline constexpr int kEqualShare = 0;
+/// allowed cores divided by its ranks; on a host with fewer allowed cores than ranks, no
+/// binding (inside Slurm with --cpus-per-task, the default: the CPUs the allocation gives a
+/// node, split among its ranks).
+inline constexpr int kEqualShare = -1;
 
 /// How ranks are placed on a host.
 struct PlacementPolicy {

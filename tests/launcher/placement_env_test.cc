@@ -64,7 +64,7 @@ TEST_CASE("inside Slurm with --cpus-per-task, ranks get an equal share of their 
   CHECK(placed.placement.bind_to == BindTo::core);
   CHECK(placed.placement.cpus_per_rank == kEqualShare);
   CHECK(placed.env == std::vector<std::string>{"HVDRUN_BIND_TO=core", "HVDRUN_MAP_BY=slot",
-                                               "HVDRUN_CPUS_PER_RANK=0"});
+                                               "HVDRUN_CPUS_PER_RANK=share"});
   CHECK_THAT(omp_note(placed, slurm_env), Contains("each rank is bound to an equal share"));
   // Each agent then splits its node's allowed cores: 64 among 3 ranks, 21 each.
   std::vector<std::string> env = placed.env;
@@ -73,6 +73,11 @@ TEST_CASE("inside Slurm with --cpus-per-task, ranks get an equal share of their 
   REQUIRE(p);
   CHECK(p->placed.cores.size() == 21);
   CHECK(p->placed.cores.front() == 42);
+  // More ranks than cores (hardware threads counted as CPUs): unbound, never refused.
+  const auto many = plan_placement(testing::two_socket_eight_gpu(), "n1", std::vector<int>(65, 0),
+                                   placed.placement);
+  CHECK(many.size() == 65);
+  CHECK(many.back().cpus.empty());
   // Not without --cpus-per-task, not with a --bind-to or GPUs of the user's, not over SSH.
   CHECK_FALSE(slurm_equal_share(plan, LaunchOptions{}, {"PATH=/bin"}));
   LaunchOptions given;
