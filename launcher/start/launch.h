@@ -19,7 +19,7 @@ int launch(const LaunchOptions& options);
 /// Same, with `hooks` for the job (their remote_link and launch_start are set here) and,
 /// when `hooks.outcome` is set, the failure that decided it left there: a preflight
 /// failure names the hosts that failed it.
-int launch(const LaunchOptions& options, JobHooks hooks);
+int launch(const LaunchOptions& given, JobHooks hooks);
 
 /// Join mode on a node other than node 0 (join_start.cc): connects to node 0 under
 /// --rdzv-timeout, proves the job's secret, runs this host's agent on that connection, and
