@@ -11,12 +11,14 @@
 #include <random>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "common/env_names.h"
 #include "common/error.h"
 #include "common/quote.h"
 #include "common/whole_number.h"
 #include "hostfile/hosts.h"
+#include "launcher/plan/join_layout.h"
 #include "launcher/plan/rank_devices.h"
 #include "launcher/topology/topology.h"
 
@@ -127,7 +129,8 @@ std::size_t allowed_cpus() {
 
 // torchrun's --nproc-per-node: a number, or `gpu` (one rank per GPU of this node), `cpu`
 // (one per CPU it may run on) or `auto` (gpu where the node has GPUs, else cpu). `from`
-// says how a word was counted, for node 0's message when nodes disagree.
+// says how a word was counted, empty for a number: node 0 lets the nodes' counts differ only
+// when every node counted its own, and quotes `from` when it refuses a node.
 int per_node(const GivenFlags& g, const char* (*getenv)(const char*), std::string& from) {
   if (g.count("nproc-per-node") == 0) return 1;
   const std::string& v = g.at("nproc-per-node");
@@ -346,8 +349,9 @@ void apply_join(GivenFlags g, launcher::LaunchOptions& o, std::vector<std::strin
   j.secret = job_secret(g, getenv(kSecretVar));
   j.nnodes = nnodes;
   o.launcher.kind = launcher::LauncherChoice::join;
-  for (int n = 0; n < nnodes; ++n) o.hosts.push_back({"node" + std::to_string(n), nproc});
-  o.np = nnodes * nproc;
+  // Every node with this node's count: the plan as far as this node knows it. Node 0 lays
+  // the ranks out again from the counts the other nodes' hellos carry.
+  o = launcher::laid_out(o, launcher::join_layout(std::vector<int>(nnodes, nproc)));
   j.ranks_per_node = nproc;
 }
 

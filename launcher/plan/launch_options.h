@@ -74,9 +74,11 @@ struct JoinOptions {
   int timeout_s = 900;
   /// The job's secret (--secret-file or HVDRUN_JOB_SECRET): every node proves it.
   std::string secret;
-  /// --nproc-per-node as a number: every node must run as many ranks (node 0 checks each
-  /// joining node's count), and `ranks_per_node_from` says how a word (gpu, cpu, auto) was
-  /// counted on this node, for the message when they differ; empty for a number.
+  /// This node's --nproc-per-node, as a number of ranks; `ranks_per_node_from` says how a
+  /// word (gpu, cpu, auto) was counted here, and is empty for a number. Node 0 checks each
+  /// joining node's count against its own (count_refusal, join_layout.h): numbers must be
+  /// equal; when every node gave a word the counts may differ, and node 0 lays the ranks out
+  /// node by node from the counts the hellos carried before any rank starts.
   int ranks_per_node = 1;
   std::string ranks_per_node_from;
 

@@ -45,6 +45,10 @@ struct StartTable {
   std::optional<PreflightReport> preflight;
   /// Join mode's start: its failures are node 0's, not unreachable hosts.
   bool join = false;
+  /// Join mode, once every node has joined: each node's count of ranks by node rank (node
+  /// 0's own first), as their hellos said; the job's ranks are laid out from it
+  /// (join_layout.h).
+  std::vector<int> join_ranks;
 
   /// True when no host failed.
   bool ok() const;

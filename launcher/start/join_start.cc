@@ -7,7 +7,10 @@
 // protocol starts: u32 length | TEXT, empty when the node is taken, else why it is not
 // (another --rdzv-id, another hvdrun version, a node rank out of range or taken).
 // The joining node's hello TEXT is "node rank I\nRUN_ID\nVERSION\nHOSTNAME\nranks N\nFROM":
-// N its --nproc-per-node, FROM how a word (gpu, cpu, auto) was counted there, or empty.
+// N its --nproc-per-node count, FROM how a word (gpu, cpu, auto) was counted there, or empty
+// for a number. Once every node has joined, node 0 lays the ranks out node by node from
+// those counts (join_layout.h) and leaves them in the start's table; the job, and with it
+// every rank, starts only after that.
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -25,21 +28,25 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include <spdlog/spdlog.h>
 
 #include "common/deadline.h"
+#include "common/env_names.h"
 #include "common/error.h"
 #include "common/exit_status.h"
 #include "common/plural.h"
 #include "common/quote.h"
 #include "common/version.h"
+#include "common/whole_number.h"
 #include "launcher/agent/agent.h"
 #include "launcher/agent/agent_protocol.h"
 #include "launcher/hosts/connect_back.h"
 #include "launcher/hosts/slurm_launch.h"
+#include "launcher/plan/join_layout.h"
 #include "launcher/plan/local_host.h"
 #include "launcher/start/host_start.h"
 #include "launcher/start/launch.h"
@@ -99,16 +106,14 @@ std::string node_ranks_text(const std::vector<int>& ranks) {
   return out;
 }
 
-// Why a joining node whose hello `l` names another number of ranks than node 0's is refused.
-std::string unequal_ranks(const std::vector<std::string>& l, const JoinOptions& mine) {
-  const auto counted = [](const std::string& from) {
-    return from.empty() ? std::string() : " (" + from + ")";
-  };
-  const std::string theirs = l.size() < 5 ? std::string("?") : l[4].substr(l[4].find(' ') + 1);
-  return "it runs " + theirs + " ranks per node" + counted(l.size() < 6 ? "" : l[5]) +
-         ", node 0 runs " + std::to_string(mine.ranks_per_node) +
-         counted(mine.ranks_per_node_from) +
-         "; every node runs as many: give every node the same --nproc-per-node number";
+// The count of ranks a hello's "ranks N" line names, or nothing when it names none.
+std::optional<int> hello_ranks(const std::vector<std::string>& l) {
+  constexpr std::string_view kRanks = "ranks ";
+  if (l.size() < 5 || l[4].rfind(kRanks, 0) != 0) return std::nullopt;
+  const auto n =
+      parse_whole_number(std::string_view(l[4]).substr(kRanks.size()), 1, env_names::kMaxRanks);
+  if (!n) return std::nullopt;
+  return static_cast<int>(*n);
 }
 
 // Node 0's side: waits for every other node under --rdzv-timeout.
@@ -121,10 +126,13 @@ class JoinStarter final : public HostStarter {
   // Takes `agent` as its node's link, or answers why not.
   void admit(const LaunchOptions& o, const std::vector<const PlannedHost*>& hosts,
              ConnectedAgent& agent, StartTable& table);
+  // Every node has joined: the ranks laid out from the nodes' counts into `table`.
+  void lay_out(const LaunchOptions& o, StartTable& table) const;
   // Ends the links already taken with the launch's failure, so those nodes exit with it.
   static void fail_joined(StartTable& table, const std::string& message);
 
   std::map<int, std::string> joined_;  // node rank -> where it came from
+  std::map<int, int> ranks_;           // node rank -> the ranks its hello said it runs
 };
 
 void JoinStarter::admit(const LaunchOptions& o, const std::vector<const PlannedHost*>& hosts,
@@ -139,6 +147,7 @@ void JoinStarter::admit(const LaunchOptions& o, const std::vector<const PlannedH
       rank = -1;
     }
   }
+  const std::optional<int> ranks = hello_ranks(l);
   std::string why;
   if (l.size() < 4) {
     why = "its hello is not a joining node's";
@@ -152,8 +161,10 @@ void JoinStarter::admit(const LaunchOptions& o, const std::vector<const PlannedH
           std::to_string(o.join.nnodes - 1) + " besides node 0";
   } else if (joined_.count(rank) != 0) {
     why = "node rank " + std::to_string(rank) + " already joined from " + joined_[rank];
-  } else if (l.size() < 5 || l[4] != "ranks " + std::to_string(o.join.ranks_per_node)) {
-    why = unequal_ranks(l, o.join);
+  } else if (!ranks) {
+    why = "its hello names no count of ranks; install the same hvdrun on every node";
+  } else {
+    why = count_refusal(o.join, *ranks, l.size() < 6 ? std::string() : l[5]);
   }
   if (!why.empty()) {
     spdlog::warn("join port {}: refused {} claiming to be {}: {}", o.join.endpoint_port, agent.peer,
@@ -165,10 +176,27 @@ void JoinStarter::admit(const LaunchOptions& o, const std::vector<const PlannedH
   const PlannedHost& h = *hosts[static_cast<std::size_t>(rank - 1)];
   const std::string& host = l[3];
   joined_[rank] = agent.peer + " (" + host + ")";
+  ranks_[rank] = *ranks;
   spdlog::info("node rank {} joined from {} ({})", rank, agent.peer, host);
   table.links[h.name] = make_tcp_agent_link(
       h.name, std::move(agent.sock),
       "node rank " + std::to_string(rank) + "'s hvdrun on " + host + " at " + agent.peer);
+}
+
+void JoinStarter::lay_out(const LaunchOptions& o, StartTable& table) const {
+  std::vector<int> counts = {o.join.ranks_per_node};
+  for (const auto& [rank, n] : ranks_) counts.push_back(n);  // node rank 1, 2, ... in order
+  try {
+    const std::vector<JoinNode> layout = join_layout(counts);
+    const long long size = layout.back().first_rank + static_cast<long long>(layout.back().ranks);
+    spdlog::info("node 0: every node joined; {} laid out node by node: {}", counted(size, "rank"),
+                 layout_text(layout));
+  } catch (const UsageError& e) {
+    table.unreachable.emplace_back(e.what());
+    fail_joined(table, std::string("hvdrun: node 0: ") + e.what() + "\n");
+    return;
+  }
+  table.join_ranks = std::move(counts);
 }
 
 void JoinStarter::fail_joined(StartTable& table, const std::string& message) {
@@ -207,7 +235,7 @@ void JoinStarter::start(const StartContext& context, const std::vector<const Pla
   while (table.links.size() < hosts.size() && Clock::now() < deadline) {
     for (ConnectedAgent& agent : port->serve(deadline)) admit(o, hosts, agent, table);
   }
-  if (table.links.size() == hosts.size()) return;
+  if (table.links.size() == hosts.size()) return lay_out(o, table);
   std::vector<int> missing;
   for (int r = 1; r < o.join.nnodes; ++r) {
     if (joined_.count(r) == 0) missing.push_back(r);

@@ -1,6 +1,7 @@
 // launch(): a short list of passes. Plan the hosts; check what the launch needs before
 // anything starts (the descriptor budget); start every host with its launch method
-// (host_start.h); run the job on the links they left; report a start that failed.
+// (host_start.h); in join mode, plan again from the counts of ranks the nodes said they run
+// (join_layout.h); run the job on the links they left; report a start that failed.
 #include "launcher/start/launch.h"
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "launcher/hosts/host_topologies.h"
 #include "launcher/job/job.h"
 #include "launcher/plan/dry_run.h"
+#include "launcher/plan/join_layout.h"
 #include "launcher/plan/launch_plan.h"
 #include "launcher/plan/placement_env.h"
 #include "launcher/plan/rank_devices.h"
@@ -128,10 +130,15 @@ int launch(const LaunchOptions& given, JobHooks hooks) {
   StartTable started =
       start_hosts({plan, placed, start + std::chrono::seconds(placed.start_timeout_s)});
   if (!started.ok()) return report_start_failures(started, hooks.outcome);
-  // Join mode waited for the nodes under --rdzv-timeout: --start-timeout counts from now.
-  hooks.launch_start = options.join.enabled() ? std::chrono::steady_clock::now() : start;
   hooks.remote_link = [&started](const std::string& host) { return started.take(host); };
-  return run_job(plan, placed, hooks);
+  if (!options.join.enabled()) return run_job(plan, placed, hooks);
+  // Join mode waited for the nodes under --rdzv-timeout: --start-timeout counts from now.
+  hooks.launch_start = std::chrono::steady_clock::now();
+  // The plan above gave every node this node's count; each node's own count came with its
+  // hello. No rank has started yet (the job starts them all), so the job runs on the plan
+  // those counts make: node 0's ranks first, then node 1's, and so on.
+  const LaunchOptions joined = laid_out(placed, join_layout(started.join_ranks));
+  return run_job(make_plan(joined), joined, hooks);
 }
 
 }  // namespace hvdrun::launcher

@@ -125,6 +125,11 @@ TEST_CASE("what join mode does not support is refused before anything starts") {
              Catch::Contains("bad value '2' for --node-rank"));
   CHECK_THAT(error_of({"--standalone", "--nnodes", "2", "true"}),
              Catch::Contains("--standalone runs one node"));
+  // More ranks than a job may have: every node says so, not only node 0.
+  CHECK_THAT(error_of({"--nnodes", "1000", "--node-rank", "1", "--rdzv-endpoint", "n0:1",
+                       "--nproc-per-node", "4096", "true"}),
+             Catch::Contains("the nodes' --nproc-per-node counts add up to more than 1048576 "
+                             "ranks, more than a job may have"));
   // torchrun's flags that hvdrun does not take say what to do instead, in either spelling.
   CHECK_THAT(error_of({"--standalone", "--rdzv_conf", "join_timeout=5", "true"}),
              Catch::Contains("torchrun's --rdzv-conf is not supported: its join_timeout is "

@@ -1,7 +1,8 @@
 // Join mode end to end (docs/kubernetes.md): three independent hvdrun processes, one per
 // "node" (node 0 listening on 127.0.0.2), started in random order with small random delays,
-// run one job. The job's result, torchrun's variables, a node with another secret, a node
-// that never comes, and a failing rank, as every node sees them; nothing is left running.
+// run one job. The job's result, torchrun's variables, nodes that count different numbers
+// of GPUs, counts that must agree and do not, a node with another secret, a node that never
+// comes, and a failing rank, as every node sees them; nothing is left running.
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <random>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "common/fd.h"
+#include "launcher/topology/topology.h"
 #include "tests/support/processes.h"
 
 using namespace hvdrun::testing;
@@ -155,17 +158,68 @@ TEST_CASE("join mode: another secret is refused by name and the missing node is 
                                                 " refused this node: it holds another secret"));
 }
 
-TEST_CASE("join mode: a node that counts another number of ranks per node is refused") {
+TEST_CASE("join mode: nodes that count different numbers of GPUs run their own counts") {
+  // Node 0 has two GPUs, node 1 one, node 2 three: fake ones, unless this machine has GPUs
+  // of its own (or an inherited CUDA_VISIBLE_DEVICES), which come first; then each node is
+  // given its list in CUDA_VISIBLE_DEVICES, which wins over both.
+  const bool fake = std::getenv("CUDA_VISIBLE_DEVICES") == nullptr &&
+                    hvdrun::launcher::load_host_topology().gpus.empty();
+  const std::string gpus = fake ? "HVDRUN_FAKE_GPUS=" : "CUDA_VISIBLE_DEVICES=";
   JoinJob job;
-  // Node 1 counts its GPUs (three visible), node 0 was given 2.
-  job.start(2, 2, 3, {"true"}, {}, {{1, "gpu"}}, {{1, {"CUDA_VISIBLE_DEVICES=0,1,2"}}});
+  const std::string script =
+      "echo \"vars $HVDRUN_RANK $HVDRUN_SIZE $HVDRUN_LOCAL_RANK $HVDRUN_LOCAL_SIZE "
+      "$HVDRUN_CROSS_RANK $HVDRUN_CROSS_SIZE $HVDRUN_HOSTNAME $RANK $WORLD_SIZE $LOCAL_RANK "
+      "$LOCAL_WORLD_SIZE $GROUP_RANK $GROUP_WORLD_SIZE\"; exec " +
+      kDemo + " 64";
+  job.start(3, 0, 30, {"sh", "-c", script}, {}, {{0, "gpu"}, {1, "gpu"}, {2, "gpu"}},
+            {{0, {gpus + "0,1"}}, {1, {gpus + "0"}}, {2, {gpus + "0,1,2"}}});
   const auto codes = job.wait();
-  CHECK(codes == std::map<int, int>{{0, 255}, {1, 255}});
+  const std::string& out = job.nodes[0]->out;
+  INFO("node 0's stdout: " << out << "\nnode 0's stderr: " << job.nodes[0]->err << "\nnode 1's: "
+                           << job.nodes[1]->err << "\nnode 2's: " << job.nodes[2]->err);
+  CHECK(codes == std::map<int, int>{{0, 0}, {1, 0}, {2, 0}});
+  // Ranks 0-1 on node 0, 2 on node 1, 3-5 on node 2; a cross communicator per local rank
+  // over the nodes that have it (Horovod's).
+  const std::vector<std::string> want = {
+      "0 6 0 2 0 3 node0 0 6 0 2 0 3", "1 6 1 2 0 2 node0 1 6 1 2 0 3",
+      "2 6 0 1 1 3 node1 2 6 0 1 1 3", "3 6 0 3 2 3 node2 3 6 0 3 2 3",
+      "4 6 1 3 1 2 node2 4 6 1 3 2 3", "5 6 2 3 0 1 node2 5 6 2 3 2 3"};
+  for (std::size_t r = 0; r < want.size(); ++r) {
+    const std::string tag = "[" + std::to_string(r) + "]<stdout>:";
+    CHECK(count(out, tag + "vars " + want[r] + "\n") == 1);
+    // The runtime sees the same layout.
+    const int local = r < 2 ? static_cast<int>(r) : r < 3 ? 0 : static_cast<int>(r) - 3;
+    const int local_size = r < 2 ? 2 : r < 3 ? 1 : 3;
+    CHECK(count(out, tag + "rank " + std::to_string(r) + "/6 (local " + std::to_string(local) +
+                         "/" + std::to_string(local_size) +
+                         "): allreduce sum of 64 floats = 21, expected 21: ok\n") == 1);
+  }
+  CHECK(count(out, "[0]<stdout>:allreduce_demo: 6 ranks on 3 host(s): all ranks agree") == 1);
+}
+
+TEST_CASE("join mode: numbers of ranks per node that disagree are refused") {
+  JoinJob job;
+  // Node 0 was given 2. Node 1 was given 3: a typo. Node 2 counts its GPUs (two visible):
+  // a word beside a number, refused whatever the count.
+  job.start(3, 2, 3, {"true"}, {}, {{1, "3"}, {2, "gpu"}}, {{2, {"CUDA_VISIBLE_DEVICES=0,1"}}});
+  const auto codes = job.wait();
+  CHECK(codes == std::map<int, int>{{0, 255}, {1, 255}, {2, 255}});
+  const std::string where = "node 0 at 127.0.0.2:" + std::to_string(job.port);
   CHECK_THAT(job.nodes[1]->err,
-             Catch::Contains("refused this node: it runs 3 ranks per node (--nproc-per-node "
-                             "gpu: 3 from CUDA_VISIBLE_DEVICES), node 0 runs 2; every node runs "
-                             "as many"));
-  CHECK_THAT(job.nodes[0]->err, Catch::Contains("node rank 1 did not join within 3 s"));
+             Catch::Contains("hvdrun: node rank 1: " + where +
+                             " refused this node: it runs 3 ranks per node, node 0 runs 2; every "
+                             "node runs as many: give every node the same --nproc-per-node "
+                             "number"));
+  CHECK_THAT(job.nodes[2]->err,
+             Catch::Contains("hvdrun: node rank 2: " + where +
+                             " refused this node: it counts its own ranks (--nproc-per-node gpu: "
+                             "2 from CUDA_VISIBLE_DEVICES) and node 0 was given a number "
+                             "(--nproc-per-node 2); nodes may run different numbers of ranks "
+                             "only when every node counts its own: give every node the same "
+                             "--nproc-per-node (gpu, cpu or auto on every node, or the same "
+                             "number on every node)"));
+  CHECK_THAT(job.nodes[0]->err, Catch::Contains("claiming to be 'node rank 1': it runs 3 ranks"));
+  CHECK_THAT(job.nodes[0]->err, Catch::Contains("node ranks 1, 2 did not join within 3 s"));
 }
 
 TEST_CASE("join mode: --dry-run on node 0 shows the nodes' ranks and contacts nothing") {
