@@ -16,7 +16,8 @@ namespace {
 // hvdrun's own options; options() adds horovodrun's tuning flags (compat/horovod_flags.h)
 // before the "Other" group.
 const std::array kOwnOptions = {
-    OptSpec{"num-proc", 0, true, "N", "Job", "number of ranks, or auto: one per GPU (default: all slots)", kRun | kCheck},
+    OptSpec{"num-proc", 0, true, "N", "Job",
+            "number of ranks, or auto: one per GPU (default: all slots)", kRun | kCheck},
     OptSpec{"hosts", 'H', false, "HOST[:SLOTS],...", "Job",
             "hosts with slots, e.g. node1:4,[fe80::1]:2", kRun | kCheck},
     OptSpec{"hostfile", 0, false, "FILE", "Job", "read hosts from FILE ('host slots=N' lines)",

@@ -144,8 +144,10 @@ LaunchOptions with_counted_slots(const LaunchOptions& options, ssh::Connector& c
                         ":auto: " + std::string(to_string(check.verdict)) + ": " + check.detail +
                         (check.fix.empty() ? "" : "; " + check.fix));
     if (plan.hosts[i].method != LaunchMethod::ssh && plan.hosts[i].method != LaunchMethod::local)
-      throw UsageError("host " + name + ": " + name + ":auto counts its GPUs before the start, "
-                       "and it is " + check.detail + "; give its number of slots");
+      throw UsageError("host " + name + ": " + name +
+                       ":auto counts its GPUs before the start, "
+                       "and it is " +
+                       check.detail + "; give its number of slots");
     if (p.gpu_ids.empty())
       throw UsageError("host " + name + ": " + name + ":auto found no GPU there (looked in " +
                        p.gpus_from + (p.why_not.empty() ? "" : "; " + p.why_not) +

@@ -73,7 +73,7 @@ struct RankPlacement {
 /// without cores) when binding to numa, a bad cpus-per-rank or GPU count.
 std::vector<RankPlacement> plan_placement(const HostTopology& topology, const std::string& host,
                                           const std::vector<int>& ranks,
-                                          const PlacementPolicy& policy);
+                                          const PlacementPolicy& asked);
 
 /// The word for each value, as the flags spell them.
 std::string_view to_string(BindTo b);

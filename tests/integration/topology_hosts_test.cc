@@ -56,8 +56,9 @@ TEST_CASE("check --topology reads each SSH host there and names a host it cannot
   Hvdrun j({"check", "--topology", "--json", "--ssh-config", cfg, "-H", "node1,node2"});
   CHECK(j.wait() == 0);
   CHECK(j.out.rfind("{\"ok\": true, \"hosts\": [{\"host\": \"node1\", \"topology\": {", 0) == 0);
-  CHECK(count(j.out, "\"gpu_ids\": [\"GPU-a\", \"GPU-b\", \"GPU-c\"], \"gpus_from\": "
-                     "\"HVDRUN_FAKE_GPUS\", \"error\": null}") == 2);
+  CHECK(count(j.out,
+              "\"gpu_ids\": [\"GPU-a\", \"GPU-b\", \"GPU-c\"], \"gpus_from\": "
+              "\"HVDRUN_FAKE_GPUS\", \"error\": null}") == 2);
 }
 
 TEST_CASE("a dry run with a binding plans each SSH host from the topology it printed") {
@@ -73,8 +74,8 @@ TEST_CASE("a dry run with a binding plans each SSH host from the topology it pri
     CHECK(h.out.find("{\"rank\": " + std::to_string(i + 1) +
                      ", \"host\": \"node1\", \"local_rank\": " + std::to_string(i) +
                      ", \"gpus\": null, \"binding\": {\"cores\": " + json_numbers(plan[i].cores) +
-                     ", \"cpus\": " + json_numbers(plan[i].cpus) + ", \"numa\": " +
-                     json_numbers(plan[i].numa) + ", \"gpus\": [], \"nic\": ") !=
+                     ", \"cpus\": " + json_numbers(plan[i].cpus) +
+                     ", \"numa\": " + json_numbers(plan[i].numa) + ", \"gpus\": [], \"nic\": ") !=
           std::string::npos);
   }
   CHECK(h.out.find("started") == std::string::npos);
@@ -104,8 +105,9 @@ TEST_CASE("host:auto and -np auto run one rank per GPU each SSH host has") {
   // A count beside -np auto, and a host with no GPU, are refused before anything starts.
   Hvdrun given({"-np", "auto", "--ssh-config", cfg, "-H", "node1:2", "true"});
   CHECK(given.wait() == 2);
-  CHECK(count(given.err, "-np auto gives each host one rank per GPU, and host node1 is given 2 "
-                         "slots; write node1:auto, or drop -np auto and give -np N") == 1);
+  CHECK(count(given.err,
+              "-np auto gives each host one rank per GPU, and host node1 is given 2 "
+              "slots; write node1:auto, or drop -np auto and give -np N") == 1);
   Hvdrun none({"-H", "localhost:auto", "true"}, {"HVDRUN_FAKE_GPUS="});
   CHECK(none.wait() == 2);
   CHECK(count(none.err, "host localhost: localhost:auto found no GPU there") == 1);

@@ -39,8 +39,7 @@ TEST_CASE("a topology goes through its wire text unchanged", "[topology]") {
   // interface with an address is one of the host's interfaces.
   CHECK(std::find(here.addressed.begin(), here.addressed.end(), "lo") != here.addressed.end());
   for (const auto& name : here.addressed) {
-    CHECK(std::find(here.interfaces.begin(), here.interfaces.end(), name) !=
-          here.interfaces.end());
+    CHECK(std::find(here.interfaces.begin(), here.interfaces.end(), name) != here.interfaces.end());
   }
 }
 
