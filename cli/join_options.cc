@@ -177,6 +177,10 @@ void refuse_unsupported(const GivenFlags& g, const launcher::LaunchOptions& o) {
     throw UsageError(
         "elastic options cannot be combined with torchrun's flags yet; drop --min-np, "
         "--max-np and --host-discovery-script");
+  if (o.np_auto)
+    throw UsageError(
+        "-np auto cannot be combined with torchrun's flags: give --nproc-per-node gpu, and each "
+        "node runs one rank per GPU it has");
   if (o.np || !o.hosts.empty())
     throw UsageError(
         "-np and -H/--hostfile cannot be combined with torchrun's flags: the job has "

@@ -111,6 +111,9 @@ TEST_CASE("what join mode does not support is refused before anything starts") {
   CHECK_THAT(with({"--rdzv-backend", "etcd"}), Catch::Contains("--rdzv-backend 'etcd' is not"));
   CHECK_THAT(with({"--max-restarts", "3"}), Catch::Contains("--max-restarts 3: a job started"));
   CHECK_THAT(with({"-np", "2"}), Catch::Contains("-np and -H/--hostfile cannot be combined"));
+  CHECK_THAT(with({"-np", "auto"}),
+             Catch::Contains(
+                 "-np auto cannot be combined with torchrun's flags: give --nproc-per-node gpu"));
   CHECK_THAT(with({"--launcher", "ssh"}), Catch::Contains("--launcher cannot be combined"));
   CHECK_THAT(with({"--nproc-per-node", "xpu"}),
              Catch::Contains("--nproc-per-node xpu is not supported"));
