@@ -381,8 +381,14 @@ bool Engine::settle(std::unique_lock<std::mutex>& lock, std::exception_ptr broke
         gather(&window_, Window::block(window_.inline_bytes), table_.data(),
                Window::block(inline_limit()), sizeof(Window), head);
         learned = true;
-      } else if (!(brief = plan_briefs(briefs_, cache_, book_, plan_))) {
-        expand(briefs_, cache_, table_);
+      } else {
+        // Every request cached: the steady state needs no plan(), any other round is
+        // planned from the windows the briefs rebuild.
+        brief = agreed_steady(briefs_, cache_, book_);
+        if (brief)
+          plan_steady(briefs_, cache_, plan_);
+        else
+          expand(briefs_, cache_, table_);
       }
     } catch (...) {
       broken = std::current_exception();

@@ -25,7 +25,9 @@ bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const Inlin
   announce_alone(id, slot.req.seq, slot.small_input, bytes);
   const std::uint64_t seen = enter_exchange(lock);
   std::exception_ptr broken = gather_briefs(&slot.req);
-  if (broken || is_control(slot.req.kind) || !agreed_as_mine(briefs_, brief_, book_)) {
+  // The steady-state decision from this rank's own brief; a round it refuses is decided
+  // again, from every brief, as drive() decides its rounds.
+  if (broken || is_control(slot.req.kind) || !agreed_steady(briefs_, cache_, book_, &brief_)) {
     go_on(slot, std::move(broken), seen, lock);
     return true;
   }
@@ -36,11 +38,7 @@ bool Engine::express(Slot& slot, std::unique_lock<std::mutex>& lock, const Inlin
     finish_riding(*result, &slot, lock);
     return true;
   }
-  Alone alone;
-  alone.id = static_cast<std::uint32_t>(id);
-  alone.seq = slot.req.seq;
-  alone.inline_all = bytes > 0;
-  plan_alone(alone, briefs_, cache_, plan_);
+  plan_steady(briefs_, cache_, plan_);
   leave_exchange(lock);
   execute(plan_.ready[0], lock);
   end_round();
@@ -117,7 +115,7 @@ bool Engine::express_inline(const Request& req, Body& body, const void* input,
   expressing_ = true;
   const std::uint64_t seen = enter_exchange(lock);
   std::exception_ptr broken = gather_briefs(&express_head_);
-  if (!broken && agreed_as_mine(briefs_, brief_, book_)) {
+  if (!broken && agreed_steady(briefs_, cache_, book_, &brief_)) {
     // Every rank carried this same collective alone: its result is the briefs' payloads
     // reduced, as express() would do.
     finish_riding(result, nullptr, lock);

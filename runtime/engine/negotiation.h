@@ -294,36 +294,28 @@ void brief_of(const Window& window, const RequestCache& cache, Brief& out);
 /// True when any brief has a request the cache lacks (the round needs whole windows).
 bool needs_windows(const std::vector<Brief>& briefs);
 
-/// The steady state as the briefs show it: every rank announced the same single cached
-/// collective alone (no join, no shutdown).
-struct Alone {
-  std::uint32_t id = 0;     ///< its cache id
-  std::int64_t seq = -1;    ///< its position
-  bool inline_all = false;  ///< an allreduce whose every rank carried its input in the round
-};
+/// The steady-state decision, the one every path into a round takes: true when every
+/// rank's brief announces the same single cached collective (neither a join nor a shutdown)
+/// at the same position. The round is then ready without plan(): plan_steady() builds its
+/// Plan, or a blocking small allreduce reduces the briefs' payloads itself. Counts the
+/// round in `book` when true; returns false and leaves it alone otherwise, and for no
+/// briefs or a book no round has sized yet (plan() sizes it).
+///
+/// `mine`: this rank's own brief (its copy among `briefs`), when the caller knows it
+/// announces one cached collective that is neither a join nor a shutdown. The round is then
+/// accepted only when every brief is `mine` up to its payload (header and entry), byte for
+/// byte: no cache lookup, and every rank still decides alike. Whatever it accepts is
+/// accepted without `mine` too; a round it refuses may still be steady without `mine`
+/// (inputs carried by some ranks only), so its caller goes on to a round that decides again
+/// without it.
+bool agreed_steady(const std::vector<Brief>& briefs, const RequestCache& cache, JoinBook& book,
+                   const Brief* mine = nullptr);
 
-/// Decides whether a round is the steady state, as plan_briefs() does, without building
-/// the Ready (a blocking small allreduce then reduces the briefs' payloads itself). Counts
-/// the round in `book` when it is; returns false and leaves both alone otherwise.
-bool agreed_alone(const std::vector<Brief>& briefs, const RequestCache& cache, JoinBook& book,
-                  Alone& out);
-
-/// agreed_alone() for a rank whose own brief `mine` announces one cached collective that is
-/// neither a join nor a shutdown (the caller knows): true when every brief is `mine` up to
-/// its payload, byte for byte. Every rank then decides alike, and agreed_alone() would
-/// accept the round, with inline_all when mine.inline_bytes > 0. Counts the round in `book`
-/// when true; a round it refuses may still be agreed by agreed_alone() (inputs carried by
-/// some ranks only).
-bool agreed_as_mine(const std::vector<Brief>& briefs, const Brief& mine, JoinBook& book);
-
-/// The steady state decided from the briefs alone: agreed_alone(), then the collective
-/// ready and agreed in `out`. Returns false (and leaves `out` alone) otherwise; the round
-/// is then planned from whole windows.
-bool plan_briefs(const std::vector<Brief>& briefs, const RequestCache& cache, JoinBook& book,
-                 Plan& out);
-/// The Plan for a round agreed_alone() accepted.
-void plan_alone(const Alone& alone, const std::vector<Brief>& briefs, const RequestCache& cache,
-                Plan& out);
+/// The Plan for a round agreed_steady() accepted: its one collective ready and agreed, with
+/// inline_data when every rank carried its input (a host allreduce whose every brief has
+/// exactly its bytes inline; with agreed_steady()'s `mine`, when mine.inline_bytes > 0).
+/// Reuses `out`'s first Ready rather than building a new one.
+void plan_steady(const std::vector<Brief>& briefs, const RequestCache& cache, Plan& out);
 
 /// Rebuilds every rank's window from briefs that are all cached.
 void expand(const std::vector<Brief>& briefs, const RequestCache& cache,

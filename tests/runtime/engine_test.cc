@@ -698,57 +698,6 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "negotiation: a rank accepts the steady state from its own brief only when every brief is "
-    "the same, and leaves the rest to agreed_alone",
-    "[runtime][negotiation][cache]") {
-  using hvdrun::runtime::Brief;
-  using hvdrun::runtime::BriefEntry;
-  hvdrun::runtime::RequestCache cache;
-  hvdrun::runtime::JoinBook book;
-  // One round from whole windows: the request is cached and the book sized.
-  std::vector<Window> t(3);
-  for (auto& w : t) {
-    w.requests[0] = allreduce(2);
-    w.requests[0].seq = 0;
-    w.count = 1;
-  }
-  cache.learn(t, hvdrun::runtime::plan(t, book));
-  REQUIRE(cache.find(allreduce(2)) == 0);
-  Brief mine;
-  mine.count = 1;
-  BriefEntry e;
-  e.id = 0;
-  e.seq = 1;
-  mine.set_entry(0, e);
-  mine.inline_bytes = 8;
-  std::memcpy(mine.payload(), "12345678", 8);
-  std::vector<Brief> briefs(3, mine);
-  std::memcpy(briefs[2].payload(), "abcdefgh", 8);  // payloads differ: they are the inputs
-  const long long before = book.round;
-  CHECK(hvdrun::runtime::agreed_as_mine(briefs, mine, book));
-  CHECK(book.round == before + 1);
-
-  hvdrun::runtime::Alone alone;
-  // Another position on one rank: no steady state for either function.
-  auto other = briefs;
-  e.seq = 2;
-  other[1].set_entry(0, e);
-  CHECK_FALSE(hvdrun::runtime::agreed_as_mine(other, mine, book));
-  CHECK_FALSE(hvdrun::runtime::agreed_alone(other, cache, book, alone));
-  // One rank did not carry its input: refused here, agreed by agreed_alone() without
-  // inline data (the engine then runs the bodies).
-  other = briefs;
-  other[0].inline_bytes = 0;
-  CHECK_FALSE(hvdrun::runtime::agreed_as_mine(other, mine, book));
-  CHECK(book.round == before + 1);
-  REQUIRE(hvdrun::runtime::agreed_alone(other, cache, book, alone));
-  CHECK_FALSE(alone.inline_all);
-  // A book not sized by a round yet (plan() sizes it): never the steady state.
-  hvdrun::runtime::JoinBook fresh;
-  CHECK_FALSE(hvdrun::runtime::agreed_as_mine(briefs, mine, fresh));
-}
-
-TEST_CASE(
     "engine: a blocking small allreduce whose input only some ranks carried runs every "
     "rank's body, with the right sums",
     "[runtime][engine][cache]") {
