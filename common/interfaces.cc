@@ -2,6 +2,7 @@
 #include "common/interfaces.h"
 
 #include <arpa/inet.h>
+#include <net/if.h>
 #include <netinet/in.h>
 
 #include <cstring>
@@ -82,6 +83,24 @@ std::string interface_for_address(const std::string& ip) {
     }
   }
   return subnet_match;
+}
+
+bool usable_address(const ifaddrs& a) {
+  if (a.ifa_addr == nullptr || a.ifa_name == nullptr || (a.ifa_flags & IFF_UP) == 0) return false;
+  if (a.ifa_addr->sa_family == AF_INET) return true;
+  return a.ifa_addr->sa_family == AF_INET6 &&
+         !IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(a.ifa_addr)->sin6_addr);
+}
+
+std::string interface_address(const std::string& name, int family) {
+  const auto list = list_interfaces();
+  std::string other;
+  for (const ifaddrs* it = list.get(); it != nullptr; it = it->ifa_next) {
+    if (!usable_address(*it) || name != it->ifa_name) continue;
+    if (it->ifa_addr->sa_family == family) return address_text(it->ifa_addr);
+    if (other.empty()) other = address_text(it->ifa_addr);
+  }
+  return other;
 }
 
 }  // namespace hvdrun

@@ -30,4 +30,14 @@ std::string address_text(const sockaddr* sa);
 /// address. Throws SystemError when the interface list cannot be read.
 std::string interface_for_address(const std::string& ip);
 
+/// Whether `a`, one entry of a getifaddrs() list, is an address a socket can listen on and
+/// other hosts can dial: its interface is up, and it is IPv4, or IPv6 beyond link-local
+/// (which needs a scope the peers do not know).
+bool usable_address(const ifaddrs& a);
+
+/// The numeric text of the first usable_address() of interface `name`: of `family`
+/// (AF_INET or AF_INET6) when it has one, else of the other. Empty when it has none, or
+/// the interfaces cannot be listed.
+std::string interface_address(const std::string& name, int family);
+
 }  // namespace hvdrun

@@ -2,15 +2,15 @@
 #include "launcher/topology/topology.h"
 
 #include <hwloc.h>
-#include <ifaddrs.h>
 #include <net/if.h>
-#include <netinet/in.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
+
+#include "common/interfaces.h"
 
 namespace hvdrun::launcher {
 namespace {
@@ -216,21 +216,12 @@ const NumaNode* HostTopology::numa(int os_index) const {
   return nullptr;
 }
 
-// The interfaces that are up with an address a socket can use: IPv4, or IPv6 beyond
-// link-local (which needs a scope that NCCL's and Gloo's peers do not know), sorted.
+// The interfaces that are up with an address a socket can use (usable_address), sorted.
 std::vector<std::string> addressed_interfaces() {
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return {};
-  const std::unique_ptr<ifaddrs, decltype(&::freeifaddrs)> owned(list, &::freeifaddrs);
+  const InterfaceList list = list_interfaces();
   std::vector<std::string> out;
-  for (const ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || a->ifa_name == nullptr || (a->ifa_flags & IFF_UP) == 0) continue;
-    const int family = a->ifa_addr->sa_family;
-    const bool usable =
-        family == AF_INET ||
-        (family == AF_INET6 &&
-         !IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(a->ifa_addr)->sin6_addr));
-    if (usable) out.emplace_back(a->ifa_name);
+  for (const ifaddrs* a = list.get(); a != nullptr; a = a->ifa_next) {
+    if (usable_address(*a)) out.emplace_back(a->ifa_name);
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());

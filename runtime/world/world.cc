@@ -62,6 +62,29 @@ std::string World::who() const {
          env_.hostname;
 }
 
+std::string mesh_address(const std::string& toward_rendezvous, const char* gloo_ifname) {
+  if (gloo_ifname == nullptr || *gloo_ifname == '\0') return toward_rendezvous;
+  const int family = toward_rendezvous.find(':') == std::string::npos ? AF_INET : AF_INET6;
+  const std::string names = gloo_ifname;
+  for (std::size_t at = 0; at <= names.size();) {
+    const std::size_t comma = std::min(names.find(',', at), names.size());
+    const std::string address = interface_address(names.substr(at, comma - at), family);
+    if (!address.empty()) return address;
+    at = comma + 1;
+  }
+  hvdrun::log().warn(
+      "hvdrun: GLOO_SOCKET_IFNAME={}: no interface of that name has an address on this host; "
+      "the host path listens on {}, the address toward the rendezvous",
+      names, toward_rendezvous);
+  return toward_rendezvous;
+}
+
+// GLOO_SOCKET_IFNAME, else HOROVOD_GLOO_IFACE.
+const char* gloo_ifname() {
+  const char* name = std::getenv("GLOO_SOCKET_IFNAME");
+  return name != nullptr ? name : std::getenv("HOROVOD_GLOO_IFACE");
+}
+
 bool checks_in_through_leader(const Environment& env) {
   const bool wanted =
       env.checkin == "host" || (env.checkin == "auto" && env.size >= kCheckinThroughLeaderFrom);
@@ -82,14 +105,13 @@ World::World(Environment env) : env_(std::move(env)) {
     // the host's segment, and connect later only if they need the store themselves.
     if (env_.local_rank == 0) store();
     host_ = std::make_unique<HostComm>(store_.get(), prefix_, env_,
-                                       store_ ? store_->local_address() : std::string(), deadline,
-                                       true);
+                                       store_ ? local_address_ : std::string(), deadline, true);
     check_in_host(deadline);
     host_->join_hosts(deadline);
   } else {
     check_in(deadline);
-    host_ =
-        std::make_unique<HostComm>(store_.get(), prefix_, env_, store().local_address(), deadline);
+    store();  // sets local_address_
+    host_ = std::make_unique<HostComm>(store_.get(), prefix_, env_, local_address_, deadline);
   }
   build_nccl(deadline);
   hvdrun::log().debug("hvdrun: {} joined in {} ms via {}; host memory: {}", who(),
@@ -124,7 +146,7 @@ rendezvous::Client& World::store() {
   if (store_) return *store_;
   store_ = std::make_unique<rendezvous::Client>(
       client_options(env_.start_timeout, std::max(env_.start_timeout, milliseconds(30000)), ""));
-  local_address_ = store_->local_address();
+  local_address_ = mesh_address(store_->local_address(), gloo_ifname());
   return *store_;
 }
 
@@ -261,7 +283,7 @@ void World::check_in_host(Clock::time_point deadline) {
     if (n == env_.size) store_->set(key("ready"), "1");
     await_world(deadline);
     reply.gpus = static_cast<std::int32_t>(gpus_);
-    std::strncpy(reply.address, store_->local_address().c_str(), sizeof(reply.address) - 1);
+    std::strncpy(reply.address, local_address_.c_str(), sizeof(reply.address) - 1);
   });
   gpus_ = reply.gpus;
   if (!store_) local_address_.assign(reply.address, strnlen(reply.address, sizeof reply.address));
@@ -299,9 +321,11 @@ void World::build_nccl(Clock::time_point deadline) {
 
 std::unique_ptr<HostComm> World::subset_host(const Environment& env, const std::string& prefix) {
   const auto deadline = std::chrono::steady_clock::now() + env_.start_timeout;
-  return std::make_unique<HostComm>(
-      &store(), prefix, env, local_address_.empty() ? store().local_address() : local_address_,
-      deadline);
+  return std::make_unique<HostComm>(&store(), prefix, env,
+                                    local_address_.empty()
+                                        ? mesh_address(store().local_address(), gloo_ifname())
+                                        : local_address_,
+                                    deadline);
 }
 
 std::unique_ptr<NcclComm> World::subset_nccl(const std::string& key, int rank, int size) {

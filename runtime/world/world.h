@@ -126,6 +126,14 @@ class World {
 /// and a late rank is named by the rendezvous itself.
 inline constexpr int kCheckinThroughLeaderFrom = 256;
 
+/// The address this host's leader listens on for the leaders' mesh and Gloo pairs: the
+/// first address (of `toward_rendezvous`'s family, else any) of the first interface in
+/// `gloo_ifname` (GLOO_SOCKET_IFNAME, else HOROVOD_GLOO_IFACE: a name or a comma-separated
+/// list, as the agent sets it to the rank's NIC or the user did) that has one; else
+/// `toward_rendezvous`, the address this host reaches the rendezvous from. Null or empty
+/// `gloo_ifname`: `toward_rendezvous`.
+std::string mesh_address(const std::string& toward_rendezvous, const char* gloo_ifname);
+
 /// True when this rank checks in through its host's leader: HVDRUN_CHECKIN=host, or auto
 /// in a job of kCheckinThroughLeaderFrom ranks or more; with the shared-memory host path
 /// and more than one local rank.

@@ -1,6 +1,7 @@
 // A rank program for the runtime tests: linked against libhvdrun.so like a user's
 // program, started N times by job_harness with the HVDRUN_* environment. The scenario
 // (argv[1]) says what to check; the exit code says whether it held (0 = yes).
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <unistd.h>
 
@@ -168,6 +169,7 @@ struct TcpSocket {
   int state = 0;
   int local_port = 0;
   int remote_port = 0;
+  std::string local_address;  ///< as /proc/net/tcp writes it ("0100007F" for 127.0.0.1)
 };
 
 // Reads /proc/net/tcp{,6}: inode -> socket.
@@ -185,7 +187,7 @@ std::map<std::string, TcpSocket> tcp_sockets() {
       std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
       in >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
       out[inode] = {static_cast<int>(std::strtol(state.c_str(), nullptr, 16)), port_of(local),
-                    port_of(remote)};
+                    port_of(remote), local.substr(0, local.find(':'))};
     }
   }
   return out;
@@ -219,6 +221,16 @@ void check_sockets(const std::string& mode) {
   auto table = tcp_sockets();
   int other = 0, to_rendezvous = 0;
   std::string seen;
+  // HVDRUN_TEST_MESH_ADDR (IPv4): every socket of the leaders' mesh is on that address.
+  std::string mesh_hex;
+  if (const char* a = std::getenv("HVDRUN_TEST_MESH_ADDR")) {
+    in_addr in{};
+    if (::inet_pton(AF_INET, a, &in) != 1) fail(std::string("bad HVDRUN_TEST_MESH_ADDR ") + a);
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%08X", in.s_addr);
+    mesh_hex = hex;
+  }
+  int off_mesh = 0;
   if (DIR* d = ::opendir("/proc/self/fd")) {
     while (dirent* e = ::readdir(d)) {
       char target[256] = {};
@@ -239,7 +251,9 @@ void check_sockets(const std::string& mode) {
         ++other;
         seen += " state=" + std::to_string(sock.state) +
                 "/local port=" + std::to_string(sock.local_port) +
-                "/remote port=" + std::to_string(sock.remote_port);
+                "/remote port=" + std::to_string(sock.remote_port) +
+                "/local address=" + sock.local_address;
+        if (!mesh_hex.empty() && sock.local_address != mesh_hex) ++off_mesh;
       }
     }
     ::closedir(d);
@@ -248,6 +262,8 @@ void check_sockets(const std::string& mode) {
     fail("expected " + std::to_string(want_rendezvous) + " rendezvous connection(s), saw " +
          std::to_string(to_rendezvous));
   if (expect_tcp && other == 0) fail("HVDRUN_HOST_PATH=gloo but no Gloo socket was seen");
+  if (!mesh_hex.empty() && leader_tcp && (other == 0 || off_mesh != 0))
+    fail("expected the leaders' mesh on " + mesh_hex + ", saw:" + seen);
   if (!expect_tcp && !leader_tcp && other != 0)
     fail("TCP sockets besides the rendezvous connection:" + seen);
   std::ifstream maps("/proc/self/maps");
