@@ -68,7 +68,7 @@ std::string mesh_address(const std::string& toward_rendezvous, const char* gloo_
   const std::string names = gloo_ifname;
   for (std::size_t at = 0; at <= names.size();) {
     const std::size_t comma = std::min(names.find(',', at), names.size());
-    const std::string address = interface_address(names.substr(at, comma - at), family);
+    std::string address = interface_address(names.substr(at, comma - at), family);
     if (!address.empty()) return address;
     at = comma + 1;
   }
