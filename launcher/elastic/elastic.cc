@@ -258,8 +258,13 @@ std::optional<JobHooks::Reform> Elastic::reform(const Failure& failure) {
   exclude(failure);
   JobHooks::Reform how;
   for (const auto& [host, until] : blacklist_.active(Clock::now())) how.excluded.push_back(host);
-  how.min_np = e_.min_np.value_or(1);
   how.max_np = e_.max_np;
+  if (opt_.join.elastic()) {
+    // Elastic join counts nodes (MIN of --nnodes MIN:MAX), whatever each runs.
+    how.min_hosts = opt_.join.min_nodes;
+  } else {
+    how.min_np = e_.min_np.value_or(1);
+  }
   return how;
 }
 
@@ -311,6 +316,7 @@ int Elastic::run() {
     next_discovery_ = Clock::now() + interval_;
     const int code = launch_(g, hooks);
     if (!outcome || outcome->interrupted || outcome->final || reform_failed_) return code;
+    if (!e_.restarts) return code;  // elastic join: the other nodes ended with the generation
     if (outcome->requested) continue;  // growing costs no restart
     last_ = outcome;
     if (e_.reset_limit && ++resets > *e_.reset_limit) {

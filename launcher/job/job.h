@@ -70,6 +70,9 @@ struct JobHooks {
     std::vector<std::string> excluded;
     int min_np = 1;
     std::optional<int> max_np;
+    /// The fewest hosts the next generation may run on (elastic join: MIN of --nnodes
+    /// MIN:MAX); 1 elsewhere.
+    int min_hosts = 1;
   };
   /// Asked on a failure (a rank failed, a host or its agent was lost) in a generation
   /// running in process: counts the reset and blames the hosts, then returns how to

@@ -185,18 +185,23 @@ void JoinStarter::admit(const LaunchOptions& o, const std::vector<const PlannedH
 
 void JoinStarter::lay_out(const LaunchOptions& o, StartTable& table) const {
   std::vector<int> counts = {o.join.ranks_per_node};
-  for (const auto& [rank, n] : ranks_) counts.push_back(n);  // node rank 1, 2, ... in order
+  for (const auto& [rank, n] : ranks_) counts.push_back(n);  // by node rank, in order
   try {
-    const std::vector<JoinNode> layout = join_layout(counts);
+    std::vector<JoinNode> layout = join_layout(counts);
+    // In elastic join a node up to MAX may be missing: each node keeps its node rank's name.
+    auto node = ranks_.begin();
+    for (std::size_t i = 1; i < layout.size(); ++i, ++node)
+      layout[i].name = "node" + std::to_string(node->first);
     const long long size = layout.back().first_rank + static_cast<long long>(layout.back().ranks);
-    spdlog::info("node 0: every node joined; {} laid out node by node: {}", counted(size, "rank"),
-                 layout_text(layout));
+    spdlog::info("node 0: {} joined; {} laid out node by node: {}",
+                 o.join.elastic() ? counted(static_cast<long long>(layout.size()), "node")
+                                  : std::string("every node"),
+                 counted(size, "rank"), layout_text(layout));
+    table.join_nodes = std::move(layout);
   } catch (const UsageError& e) {
     table.unreachable.emplace_back(e.what());
     fail_joined(table, std::string("hvdrun: node 0: ") + e.what() + "\n");
-    return;
   }
-  table.join_ranks = std::move(counts);
 }
 
 void JoinStarter::fail_joined(StartTable& table, const std::string& message) {
@@ -229,21 +234,40 @@ void JoinStarter::start(const StartContext& context, const std::vector<const Pla
                                 "--rdzv-endpoint HOST:PORT on every node");
     return;
   }
+  // Elastic join: MIN nodes (node 0 among them) are enough to start, after the last call.
+  const std::size_t enough =
+      o.join.elastic() ? static_cast<std::size_t>(o.join.min_nodes - 1) : hosts.size();
   spdlog::info("node 0: waiting for {} on {}:{} (--rdzv-timeout {} s)",
-               counted(static_cast<long long>(hosts.size()), "node"), bind, o.join.endpoint_port,
+               counted(static_cast<long long>(enough), "node"), bind, o.join.endpoint_port,
                o.join.timeout_s);
-  while (table.links.size() < hosts.size() && Clock::now() < deadline) {
+  while (table.links.size() < enough && Clock::now() < deadline) {
     for (ConnectedAgent& agent : port->serve(deadline)) admit(o, hosts, agent, table);
   }
-  if (table.links.size() == hosts.size()) return lay_out(o, table);
+  if (table.links.size() >= enough && table.links.size() < hosts.size()) {
+    // torchrun's last call: the nodes that come within it start with the others.
+    spdlog::info("node 0: {} of at most {} joined; waiting {} s more for the others "
+                 "(HVDRUN_JOIN_LAST_CALL)",
+                 counted(static_cast<long long>(table.links.size() + 1), "node"),
+                 o.join.nnodes, o.join.last_call_s);
+    const auto last_call = Clock::now() + std::chrono::seconds(o.join.last_call_s);
+    while (table.links.size() < hosts.size() && Clock::now() < last_call) {
+      for (ConnectedAgent& agent : port->serve(last_call)) admit(o, hosts, agent, table);
+    }
+  }
+  if (table.links.size() >= enough) return lay_out(o, table);
   std::vector<int> missing;
   for (int r = 1; r < o.join.nnodes; ++r) {
     if (joined_.count(r) == 0) missing.push_back(r);
   }
+  const std::string few =
+      o.join.elastic() ? "only " + counted(static_cast<long long>(table.links.size() + 1), "node") +
+                             " of the " + std::to_string(o.join.min_nodes) +
+                             " that --nnodes MIN:MAX needs at least joined; "
+                       : std::string();
   const std::string message =
-      node_ranks_text(missing) + " did not join within " + std::to_string(o.join.timeout_s) +
-      " s (--rdzv-timeout); start hvdrun with --node-rank " + std::to_string(missing.front()) +
-      (missing.size() > 1 ? " (and the others)" : "") +
+      few + node_ranks_text(missing) + " did not join within " +
+      std::to_string(o.join.timeout_s) + " s (--rdzv-timeout); start hvdrun with --node-rank " +
+      std::to_string(missing.front()) + (missing.size() > 1 ? " (and the others)" : "") +
       " on its node with the same --nnodes, --rdzv-endpoint, --rdzv-id and secret, and check "
       "that it reaches this node at " +
       o.join.endpoint_host + ":" + std::to_string(o.join.endpoint_port);

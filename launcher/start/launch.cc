@@ -136,8 +136,9 @@ int launch(const LaunchOptions& given, JobHooks hooks) {
   hooks.launch_start = std::chrono::steady_clock::now();
   // The plan above gave every node this node's count; each node's own count came with its
   // hello. No rank has started yet (the job starts them all), so the job runs on the plan
-  // those counts make: node 0's ranks first, then node 1's, and so on.
-  const LaunchOptions joined = laid_out(placed, join_layout(started.join_ranks));
+  // those counts make: node 0's ranks first, then node 1's, and so on (in elastic join, the
+  // nodes that came).
+  const LaunchOptions joined = laid_out(placed, started.join_nodes);
   return run_job(make_plan(joined), joined, hooks);
 }
 

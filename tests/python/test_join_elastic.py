@@ -1,0 +1,83 @@
+"""Elastic join (docs/kubernetes.md): `--nnodes MIN:MAX` on three independent hvdrun
+processes, one per "node". A Horovod elastic program (hvd.elastic.run) trains on the three;
+node 2's hvdrun is killed with SIGKILL and the job goes on in process on nodes 0 and 1 (the
+same processes, from the last commit), which finish with exit 0 and the same weights on
+every rank; nothing of the job is left running."""
+import os
+import signal
+
+import pytest
+
+from _jobs import WORKERS
+from _join import JoinJob, python, wait_until
+
+# elastic_inprocess_worker.py: one file of records per process, "stop" in the directory
+# ends the training at the next commit.
+from test_elastic import _first, _records
+
+
+@pytest.fixture
+def jobs():
+    """The jobs a test starts; any node still running at its end is killed."""
+    started = []
+    yield started
+    for job in started:
+        job.kill()
+
+
+def _worker(tmp_path):
+    return [python(), os.path.join(WORKERS, "elastic_inprocess_worker.py"), str(tmp_path)]
+
+
+def _in_generation(tmp_path, generation, count, job):
+    """Waits until `count` processes have made a commit in `generation`; the records."""
+    def there():
+        recs = _records(tmp_path)
+        return sum(1 for r in recs.values() if _first(r, "step", generation)) >= count
+    wait_until(f"{count} ranks training in generation {generation}\n{job.describe()}", there, 120)
+    return _records(tmp_path)
+
+
+def test_a_node_killed_leaves_the_job_running_in_process_on_the_others(jobs, tmp_path):
+    job = JoinJob(tmp_path, 3, 1, _worker(tmp_path), flags=("--log-level", "info"),
+                  node_range=(2, 3), timeout=60, env={"HVDRUN_JOIN_LAST_CALL": "60"}).start()
+    jobs.append(job)
+    recs = _in_generation(tmp_path, 0, 3, job)
+    assert "node 0: 3 nodes joined; 3 ranks laid out" in job.err(0), job.describe()
+    by_rank = {_first(r, "start", 0)[3]: pid for pid, r in recs.items()}
+    assert sorted(by_rank) == [0, 1, 2], recs
+    # Node 2's hvdrun is the agent of rank 2 (node by node: node 2 runs rank 2).
+    assert _first(recs[by_rank[2]], "start", 0)[1] == job.procs[2].pid, recs
+    job.procs[2].send_signal(signal.SIGKILL)
+    assert job.procs[2].wait(timeout=30) == -signal.SIGKILL
+    recs = _in_generation(tmp_path, 1, 2, job)
+    open(tmp_path / "stop", "w").close()
+    codes = job.wait(timeout=120)
+    assert codes == {0: 0, 1: 0, 2: -signal.SIGKILL}, job.describe()
+    job.assert_nothing_left()
+    recs = _records(tmp_path)
+    assert len(recs) == 3, recs  # no process started anew: node 2 is gone
+    for rank in (0, 1):
+        pid = by_rank[rank]
+        start = _first(recs[pid], "start", 1)
+        assert start and start[3] == rank and start[4] == 2 and start[5] > 0, recs[pid]
+        final = _first(recs[pid], "final")
+        assert final and final[4] == 2 and final[6] == 1, recs[pid]  # weights identical
+    assert _first(recs[by_rank[2]], "final") is None, recs
+    err = job.err(0)
+    assert "hvdrun: host node2, node rank 2's hvdrun on " in err, job.describe()
+    assert "generation 1 runs in process with 2 ranks (2 kept, 0 started anew)" in err, \
+        job.describe()
+
+
+def test_fewer_nodes_than_min_end_the_job_as_without_a_range(jobs, tmp_path):
+    job = JoinJob(tmp_path, 2, 1, _worker(tmp_path), node_range=(2, 3), timeout=60,
+                  env={"HVDRUN_JOIN_LAST_CALL": "0"}).start()
+    jobs.append(job)
+    _in_generation(tmp_path, 0, 2, job)
+    job.procs[1].send_signal(signal.SIGKILL)
+    codes = job.wait(timeout=60)
+    assert codes == {0: 255, 1: -signal.SIGKILL}, job.describe()
+    assert ("hvdrun: elastic: only 1 node left for generation 1, fewer than the 2 nodes that "
+            "--nnodes MIN:MAX asks for (its MIN); ending the job") in job.err(0), job.describe()
+    job.assert_nothing_left()
