@@ -103,6 +103,9 @@ struct JobHooks {
     bool local = false;
   };
   std::function<std::vector<OpenedHost>(const std::vector<std::string>& hosts)> open_hosts;
+  /// Told when the agent link of `host` closed while the job ran (its agent ended or the
+  /// connection was lost): elastic join lets that node join again. Unset: nothing.
+  std::function<void(const std::string& host)> host_closed;
 
   /// What only tests set.
   JobTestHooks test;

@@ -25,6 +25,8 @@
 
 namespace hvdrun::launcher {
 
+class JoinPort;
+
 /// What every method's start reads.
 struct StartContext {
   const LaunchPlan& plan;
@@ -50,6 +52,9 @@ struct StartTable {
   /// each with the ranks its hello said it runs, laid out node by node (join_layout.h). In
   /// elastic join the node ranks may have gaps (a node up to MAX that did not come).
   std::vector<JoinNode> join_nodes;
+  /// Elastic join: node 0's port, open while the job runs for the nodes that come later
+  /// (follow_joins, join_port.h); null otherwise.
+  std::shared_ptr<JoinPort> join_port;
 
   /// True when no host failed.
   bool ok() const;

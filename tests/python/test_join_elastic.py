@@ -2,7 +2,9 @@
 processes, one per "node". A Horovod elastic program (hvd.elastic.run) trains on the three;
 node 2's hvdrun is killed with SIGKILL and the job goes on in process on nodes 0 and 1 (the
 same processes, from the last commit), which finish with exit 0 and the same weights on
-every rank; nothing of the job is left running."""
+every rank. Node 2 started again (its pod recreated) joins the running job: its new rank
+joins the survivors in process. Fewer nodes than MIN end the job; nothing of the job is left
+running."""
 import os
 import signal
 
@@ -38,7 +40,7 @@ def _in_generation(tmp_path, generation, count, job):
     return _records(tmp_path)
 
 
-def test_a_node_killed_leaves_the_job_running_in_process_on_the_others(jobs, tmp_path):
+def test_a_node_killed_leaves_the_job_running_in_process_and_rejoins(jobs, tmp_path):
     job = JoinJob(tmp_path, 3, 1, _worker(tmp_path), flags=("--log-level", "info"),
                   node_range=(2, 3), timeout=60, env={"HVDRUN_JOIN_LAST_CALL": "60"}).start()
     jobs.append(job)
@@ -48,25 +50,37 @@ def test_a_node_killed_leaves_the_job_running_in_process_on_the_others(jobs, tmp
     assert sorted(by_rank) == [0, 1, 2], recs
     # Node 2's hvdrun is the agent of rank 2 (node by node: node 2 runs rank 2).
     assert _first(recs[by_rank[2]], "start", 0)[1] == job.procs[2].pid, recs
-    job.procs[2].send_signal(signal.SIGKILL)
-    assert job.procs[2].wait(timeout=30) == -signal.SIGKILL
-    recs = _in_generation(tmp_path, 1, 2, job)
+    killed = job.procs[2]
+    killed.send_signal(signal.SIGKILL)
+    assert killed.wait(timeout=30) == -signal.SIGKILL
+    _in_generation(tmp_path, 1, 2, job)
+    # The pod is recreated: node rank 2 joins the running job, its rank started anew.
+    job.start_node(2)
+    _in_generation(tmp_path, 2, 3, job)
     open(tmp_path / "stop", "w").close()
     codes = job.wait(timeout=120)
-    assert codes == {0: 0, 1: 0, 2: -signal.SIGKILL}, job.describe()
+    assert codes == {0: 0, 1: 0, 2: 0}, job.describe()
     job.assert_nothing_left()
     recs = _records(tmp_path)
-    assert len(recs) == 3, recs  # no process started anew: node 2 is gone
+    assert len(recs) == 4, recs  # the three at the start and one on the node that came back
     for rank in (0, 1):
         pid = by_rank[rank]
         start = _first(recs[pid], "start", 1)
         assert start and start[3] == rank and start[4] == 2 and start[5] > 0, recs[pid]
-        final = _first(recs[pid], "final")
-        assert final and final[4] == 2 and final[6] == 1, recs[pid]  # weights identical
+        assert _first(recs[pid], "start", 2)[3:5] == (rank, 3), recs[pid]
     assert _first(recs[by_rank[2]], "final") is None, recs
+    back = next(pid for pid in recs if pid not in by_rank.values())
+    assert _first(recs[back], "start", 2)[1:5] == (job.procs[2].pid, 2, 2, 3), recs[back]
+    for pid in recs:
+        if pid == by_rank[2]:
+            continue
+        final = _first(recs[pid], "final")
+        assert final and final[4] == 3 and final[6] == 1, recs[pid]  # weights identical
     err = job.err(0)
     assert "hvdrun: host node2, node rank 2's hvdrun on " in err, job.describe()
     assert "generation 1 runs in process with 2 ranks (2 kept, 0 started anew)" in err, \
+        job.describe()
+    assert "generation 2 runs in process with 3 ranks (2 kept, 1 started anew)" in err, \
         job.describe()
 
 
