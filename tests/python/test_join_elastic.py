@@ -84,6 +84,27 @@ def test_a_node_killed_leaves_the_job_running_in_process_and_rejoins(jobs, tmp_p
         job.describe()
 
 
+def test_a_node_that_comes_after_the_start_joins_the_running_job(jobs, tmp_path):
+    # Nodes 0 and 1 start the job (no last call); node 2, up to MAX, comes later.
+    job = JoinJob(tmp_path, 2, 1, _worker(tmp_path), node_range=(2, 3), timeout=60,
+                  env={"HVDRUN_JOIN_LAST_CALL": "0"}).start()
+    jobs.append(job)
+    _in_generation(tmp_path, 0, 2, job)
+    job.start_node(2)
+    _in_generation(tmp_path, 1, 3, job)
+    open(tmp_path / "stop", "w").close()
+    codes = job.wait(timeout=120)
+    assert codes == {0: 0, 1: 0, 2: 0}, job.describe()
+    job.assert_nothing_left()
+    recs = _records(tmp_path)
+    assert len(recs) == 3, recs
+    for pid, r in recs.items():
+        final = _first(r, "final")
+        assert final and final[2] == 1 and final[4] == 3 and final[6] == 1, r
+    assert "generation 1 runs in process with 3 ranks (2 kept, 1 started anew)" in job.err(0), \
+        job.describe()
+
+
 def test_fewer_nodes_than_min_end_the_job_as_without_a_range(jobs, tmp_path):
     job = JoinJob(tmp_path, 2, 1, _worker(tmp_path), node_range=(2, 3), timeout=60,
                   env={"HVDRUN_JOIN_LAST_CALL": "0"}).start()
