@@ -251,7 +251,8 @@ int node_count(const GivenFlags& g, int& min) {
                      std::to_string(kMaxNodes) + ", as in --nnodes 2:4");
   if (*lo > *hi)
     throw UsageError("--nnodes " + text + ": MIN " + std::to_string(*lo) + " is above MAX " +
-                     std::to_string(*hi) + "; give MIN:MAX with MIN no more than MAX, as in "
+                     std::to_string(*hi) +
+                     "; give MIN:MAX with MIN no more than MAX, as in "
                      "--nnodes 2:4");
   if (*lo < *hi) min = static_cast<int>(*lo);
   return static_cast<int>(*hi);

@@ -316,7 +316,7 @@ int Elastic::run() {
     next_discovery_ = Clock::now() + interval_;
     const int code = launch_(g, hooks);
     if (!outcome || outcome->interrupted || outcome->final || reform_failed_) return code;
-    if (!e_.restarts) return code;  // elastic join: the other nodes ended with the generation
+    if (!e_.restarts) return code;     // elastic join: the other nodes ended with the generation
     if (outcome->requested) continue;  // growing costs no restart
     last_ = outcome;
     if (e_.reset_limit && ++resets > *e_.reset_limit) {

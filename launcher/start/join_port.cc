@@ -187,8 +187,9 @@ void follow_joins(const std::shared_ptr<JoinPort>& port, JobHooks& hooks) {
     for (const std::string& h : hosts) {
       JobHooks::OpenedHost opened{h, port->take(h), "", LaunchMethod::join, false};
       if (!opened.link)
-        opened.error = "its node has not joined node 0 again; it joins when its hvdrun starts "
-                       "with its node rank";
+        opened.error =
+            "its node has not joined node 0 again; it joins when its hvdrun starts "
+            "with its node rank";
       out.push_back(std::move(opened));
     }
     return out;

@@ -124,9 +124,9 @@ void JoinStarter::too_few(const LaunchOptions& o, const JoinPort& port, StartTab
                 " that --nnodes MIN:MAX needs at least joined; "
           : std::string();
   const std::string message =
-      few + node_ranks_text(missing) + " did not join within " +
-      std::to_string(o.join.timeout_s) + " s (--rdzv-timeout); start hvdrun with --node-rank " +
-      std::to_string(missing.front()) + (missing.size() > 1 ? " (and the others)" : "") +
+      few + node_ranks_text(missing) + " did not join within " + std::to_string(o.join.timeout_s) +
+      " s (--rdzv-timeout); start hvdrun with --node-rank " + std::to_string(missing.front()) +
+      (missing.size() > 1 ? " (and the others)" : "") +
       " on its node with the same --nnodes, --rdzv-endpoint, --rdzv-id and secret, and check "
       "that it reaches this node at " +
       o.join.endpoint_host + ":" + std::to_string(o.join.endpoint_port);
@@ -155,13 +155,13 @@ void JoinStarter::start(const StartContext& context, const std::vector<const Pla
   while (port->ranks().size() < enough && Clock::now() < deadline) port->serve(deadline);
   if (port->ranks().size() >= enough && port->ranks().size() < hosts.size()) {
     // torchrun's last call: the nodes that come within it start with the others.
-    spdlog::info("node 0: {} of at most {} joined; waiting {} s more for the others "
-                 "(HVDRUN_JOIN_LAST_CALL)",
-                 counted(static_cast<long long>(port->ranks().size() + 1), "node"),
-                 o.join.nnodes, o.join.last_call_s);
+    spdlog::info(
+        "node 0: {} of at most {} joined; waiting {} s more for the others "
+        "(HVDRUN_JOIN_LAST_CALL)",
+        counted(static_cast<long long>(port->ranks().size() + 1), "node"), o.join.nnodes,
+        o.join.last_call_s);
     const auto last_call = Clock::now() + std::chrono::seconds(o.join.last_call_s);
-    while (port->ranks().size() < hosts.size() && Clock::now() < last_call)
-      port->serve(last_call);
+    while (port->ranks().size() < hosts.size() && Clock::now() < last_call) port->serve(last_call);
   }
   table.links = port->take_links();
   if (port->ranks().size() < enough) return too_few(o, *port, table);

@@ -221,8 +221,8 @@ TEST_CASE("join mode's --nnodes MIN:MAX makes an elastic job of MAX nodes that n
   ::setenv("HVDRUN_JOB_SECRET", "a-long-enough-job-secret", 1);
   ::unsetenv("HVDRUN_JOIN_LAST_CALL");
   const auto job = [](const std::string& nnodes, const std::string& rank, Args extra = {}) {
-    Args a = {"--nnodes", nnodes, "--node-rank", rank, "--rdzv-endpoint", "n0:1",
-              "--nproc-per-node", "2"};
+    Args a = {"--nnodes",        nnodes, "--node-rank",      rank,
+              "--rdzv-endpoint", "n0:1", "--nproc-per-node", "2"};
     a.insert(a.end(), extra.begin(), extra.end());
     a.emplace_back("true");
     return a;
@@ -271,8 +271,8 @@ TEST_CASE("join mode's --nnodes MIN:MAX makes an elastic job of MAX nodes that n
     CHECK_THAT(error_of(job(bad, "1")),
                Catch::Contains("for --nnodes; expected N or MIN:MAX, whole numbers from 1 to "
                                "100000, as in --nnodes 2:4"));
-  CHECK_THAT(error_of(job("2:3", "3")), Catch::Contains("bad value '3' for --node-rank") &&
-                                            Catch::Contains("from 0 to 2"));
+  CHECK_THAT(error_of(job("2:3", "3")),
+             Catch::Contains("bad value '3' for --node-rank") && Catch::Contains("from 0 to 2"));
   CHECK_THAT(error_of({"--nnodes", "2:3", "--rdzv-endpoint", "n0:1", "true"}),
              Catch::Contains("--nnodes 2:3 needs this node's --node-rank"));
   CHECK_THAT(error_of({"--nnodes", "2:3", "--node-rank", "1", "true"}),

@@ -80,14 +80,14 @@ struct JoinJob {
       const auto word = per_node_of.find(r);
       const std::string nproc = word == per_node_of.end() ? std::to_string(per_node) : word->second;
       if (from_env) env.emplace_back("HVDRUN_JOB_SECRET=a-secret-of-thirty-two-characters");
-      std::vector<std::string> args = {"--nnodes",
-                                       nnodes.empty() ? std::to_string(count) : nnodes,
-                                       "--node-rank",      std::to_string(r),
-                                       "--rdzv-endpoint",  "127.0.0.2:" + std::to_string(port),
-                                       "--nproc-per-node", nproc,
-                                       "--rdzv-id",        "job-42",
-                                       "--rdzv-timeout",   std::to_string(timeout_s),
-                                       "--no-python"};
+      std::vector<std::string> args = {
+          "--nnodes",         nnodes.empty() ? std::to_string(count) : nnodes,
+          "--node-rank",      std::to_string(r),
+          "--rdzv-endpoint",  "127.0.0.2:" + std::to_string(port),
+          "--nproc-per-node", nproc,
+          "--rdzv-id",        "job-42",
+          "--rdzv-timeout",   std::to_string(timeout_s),
+          "--no-python"};
       if (!from_env) {
         args.insert(
             args.end() - 1,
@@ -257,8 +257,8 @@ TEST_CASE("join mode: --nnodes 2:3 starts on the nodes that came once the last c
   JoinJob job;
   job.nnodes = "2:3";
   // Node 2 never comes: node 0 starts the job of two nodes when the last call (1 s) ends.
-  job.start(2, 2, 30, {"sh", "-c", "echo \"size $WORLD_SIZE $HVDRUN_GENERATION\""},
-            {}, {}, {{0, {"HVDRUN_JOIN_LAST_CALL=1"}}});
+  job.start(2, 2, 30, {"sh", "-c", "echo \"size $WORLD_SIZE $HVDRUN_GENERATION\""}, {}, {},
+            {{0, {"HVDRUN_JOIN_LAST_CALL=1"}}});
   const auto codes = job.wait();
   INFO("node 0's stderr: " << job.nodes[0]->err << "\nnode 1's: " << job.nodes[1]->err);
   CHECK(codes == std::map<int, int>{{0, 0}, {1, 0}});
