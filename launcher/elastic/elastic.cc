@@ -255,7 +255,9 @@ std::optional<JobHooks::Reform> Elastic::reform(const Failure& failure) {
         std::to_string(failure.exit_code));
     return std::nullopt;
   }
-  exclude(failure);
+  // Elastic join excludes no node: a lost one is gone (its link closed), and one that comes
+  // back is a new pod, taken at once; a rank that failed is replaced on its node.
+  if (!opt_.join.elastic()) exclude(failure);
   JobHooks::Reform how;
   for (const auto& [host, until] : blacklist_.active(Clock::now())) how.excluded.push_back(host);
   how.max_np = e_.max_np;

@@ -2,7 +2,7 @@
 processes, one per "node". A Horovod elastic program (hvd.elastic.run) trains on the three;
 node 2's hvdrun is killed with SIGKILL and the job goes on in process on nodes 0 and 1 (the
 same processes, from the last commit), which finish with exit 0 and the same weights on
-every rank. Node 2 started again (its pod recreated) joins the running job: its new rank
+every rank. A rank that raises is replaced on its node. Node 2 started again (its pod recreated) joins the running job: its new rank
 joins the survivors in process. Fewer nodes than MIN end the job; nothing of the job is left
 running."""
 import os
@@ -102,6 +102,25 @@ def test_a_node_that_comes_after_the_start_joins_the_running_job(jobs, tmp_path)
         final = _first(r, "final")
         assert final and final[2] == 1 and final[4] == 3 and final[6] == 1, r
     assert "generation 1 runs in process with 3 ranks (2 kept, 1 started anew)" in job.err(0), \
+        job.describe()
+
+
+def test_a_rank_that_raises_is_replaced_on_its_node(jobs, tmp_path):
+    # Rank 1 (node 1's) raises at step 7: a new process takes its place on node 1, which
+    # stays in the job (no node is excluded in a join), and rank 0 goes on in its process.
+    job = JoinJob(tmp_path, 2, 1, _worker(tmp_path) + ["raise"], node_range=(2, 3), timeout=60,
+                  env={"HVDRUN_JOIN_LAST_CALL": "0"}).start()
+    jobs.append(job)
+    _in_generation(tmp_path, 1, 2, job)
+    open(tmp_path / "stop", "w").close()
+    codes = job.wait(timeout=120)
+    assert codes == {0: 0, 1: 0}, job.describe()
+    job.assert_nothing_left()
+    recs = _records(tmp_path)
+    assert len(recs) == 3, recs
+    fresh = [pid for pid, r in recs.items() if _first(r, "start", 0) is None]
+    assert len(fresh) == 1 and _first(recs[fresh[0]], "start", 1)[1] == job.procs[1].pid, recs
+    assert "generation 1 runs in process with 2 ranks (1 kept, 1 started anew)" in job.err(0), \
         job.describe()
 
 
