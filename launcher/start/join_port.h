@@ -56,7 +56,7 @@ class JoinPort {
 
  private:
   void admit(ConnectedAgent& agent);
-  std::string refusal(const std::vector<std::string>& hello, int rank) const;
+  std::string refusal(const std::vector<std::string>& l, int rank) const;
 
   JoinOptions join_;
   std::string bind_;

@@ -119,7 +119,7 @@ void JoinStarter::too_few(const LaunchOptions& o, const JoinPort& port, StartTab
   }
   const std::string few =
       o.join.elastic()
-          ? "only " + counted(static_cast<long long>(port.ranks().size() + 1), "node") +
+          ? "only " + counted(static_cast<long long>(port.ranks().size()) + 1, "node") +
                 " of the " + std::to_string(o.join.min_nodes) +
                 " that --nnodes MIN:MAX needs at least joined; "
           : std::string();
@@ -158,7 +158,7 @@ void JoinStarter::start(const StartContext& context, const std::vector<const Pla
     spdlog::info(
         "node 0: {} of at most {} joined; waiting {} s more for the others "
         "(HVDRUN_JOIN_LAST_CALL)",
-        counted(static_cast<long long>(port->ranks().size() + 1), "node"), o.join.nnodes,
+        counted(static_cast<long long>(port->ranks().size()) + 1, "node"), o.join.nnodes,
         o.join.last_call_s);
     const auto last_call = Clock::now() + std::chrono::seconds(o.join.last_call_s);
     while (port->ranks().size() < hosts.size() && Clock::now() < last_call) port->serve(last_call);
