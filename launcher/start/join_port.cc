@@ -120,8 +120,12 @@ std::string JoinPort::refusal(const std::vector<std::string>& l, int rank) const
     return "--nnodes " + nnodes + " takes node ranks 1 to " + std::to_string(join_.nnodes - 1) +
            " besides node 0";
   }
-  if (const auto it = joined_.find(rank); it != joined_.end())
-    return "node rank " + std::to_string(rank) + " already joined from " + it->second;
+  if (const auto it = joined_.find(rank); it != joined_.end()) {
+    // In elastic join the node may be the same node's next pod, come before node 0 has
+    // seen the last one go (its link closes at the heartbeat timeout): it tries again.
+    return (join_.elastic() ? kJoinLater : "") +
+           ("node rank " + std::to_string(rank) + " already joined from " + it->second);
+  }
   const std::optional<int> ranks = hello_ranks(l);
   if (!ranks) return "its hello names no count of ranks; install the same hvdrun on every node";
   return count_refusal(join_, *ranks, l.size() < 6 ? std::string() : l[5]);
@@ -132,6 +136,12 @@ void JoinPort::admit(ConnectedAgent& agent) {
   const std::string claim = l.empty() ? std::string("?") : l[0];
   const int rank = claimed_rank(claim);
   const std::string why = refusal(l, rank);
+  if (why.rfind(kJoinLater, 0) == 0) {
+    spdlog::info("join port {}: {} claiming to be {} is to try again: {}", join_.endpoint_port,
+                 agent.peer, quote(claim), why.substr(std::string_view(kJoinLater).size()));
+    send_answer(agent.sock.get(), why);
+    return;
+  }
   if (!why.empty()) {
     spdlog::warn("join port {}: refused {} claiming to be {}: {}", join_.endpoint_port, agent.peer,
                  quote(claim), why);

@@ -6,7 +6,8 @@
 // (restarted with its node rank, or new up to MAX) joins as elastic growth adds a host.
 //
 // After the secret's handshake (connect_back.h) node 0 answers once, before the agent
-// protocol starts: u32 length | TEXT, empty when the node is taken, else why it is not.
+// protocol starts: u32 length | TEXT, empty when the node is taken, else why it is not
+// (kJoinLater and why, when it may try again).
 // The joining node's hello TEXT is "node rank I\nRUN_ID\nVERSION\nHOSTNAME\nranks N\nFROM":
 // N its --nproc-per-node count, FROM how a word (gpu, cpu, auto) was counted there, or empty
 // for a number.
@@ -27,6 +28,10 @@
 #include "launcher/plan/launch_options.h"
 
 namespace hvdrun::launcher {
+
+/// The start of node 0's answer that asks a joining node to try again later (elastic join:
+/// its node rank is still held by the node's last hvdrun); the rest says why.
+inline constexpr const char* kJoinLater = "later: ";
 
 /// The join port and the nodes it admitted.
 class JoinPort {

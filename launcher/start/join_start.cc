@@ -256,6 +256,12 @@ int Joiner::run() {
                     "node 0 at " + where() +
                         " refused this node: it holds another secret; give every node the same "
                         "--secret-file or HVDRUN_JOB_SECRET");
+    if (sock && answer.rfind(kJoinLater, 0) == 0) {
+      // Elastic join: node 0 still holds this node rank's last hvdrun (a pod recreated
+      // before node 0 saw the old one go): try again until it has.
+      last_error_ = "node 0 says: " + answer.substr(std::string_view(kJoinLater).size());
+      sock.reset();
+    }
     if (sock && !answer.empty())
       return finish(exit_status::kLaunchFailed,
                     "node 0 at " + where() + " refused this node: " + answer);

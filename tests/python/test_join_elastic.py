@@ -1,16 +1,18 @@
-"""Elastic join (docs/kubernetes.md): `--nnodes MIN:MAX` on three independent hvdrun
-processes, one per "node". A Horovod elastic program (hvd.elastic.run) trains on the three;
-node 2's hvdrun is killed with SIGKILL and the job goes on in process on nodes 0 and 1 (the
-same processes, from the last commit), which finish with exit 0 and the same weights on
-every rank. A rank that raises is replaced on its node. Node 2 started again (its pod recreated) joins the running job: its new rank
-joins the survivors in process. Fewer nodes than MIN end the job; nothing of the job is left
-running."""
+"""Elastic join (docs/kubernetes.md): `--nnodes MIN:MAX` on independent hvdrun processes,
+one per "node", running a Horovod elastic program (hvd.elastic.run). Node 2's hvdrun is
+killed with SIGKILL and the job goes on in process on nodes 0 and 1 (the same processes,
+from the last commit); node 2 started again (its pod recreated) joins the running job, its
+new rank joining the survivors in process; all finish with exit 0 and the same weights on
+every rank. A node that comes after the start joins the running job; a rank that raises is
+replaced on its node; a second hvdrun of a node rank still running is asked to try again;
+fewer nodes than MIN end the job. Nothing of a job is left running."""
 import os
 import signal
+import subprocess
 
 import pytest
 
-from _jobs import WORKERS
+from _jobs import WORKERS, launcher
 from _join import JoinJob, python, wait_until
 
 # elastic_inprocess_worker.py: one file of records per process, "stop" in the directory
@@ -122,6 +124,27 @@ def test_a_rank_that_raises_is_replaced_on_its_node(jobs, tmp_path):
     assert len(fresh) == 1 and _first(recs[fresh[0]], "start", 1)[1] == job.procs[1].pid, recs
     assert "generation 1 runs in process with 2 ranks (1 kept, 1 started anew)" in job.err(0), \
         job.describe()
+
+
+def test_a_node_rank_still_running_makes_its_double_wait(jobs, tmp_path):
+    # A second hvdrun of node rank 1 (a pod recreated before node 0 saw the last one go)
+    # is asked to try again, not refused: it keeps trying until its --rdzv-timeout.
+    job = JoinJob(tmp_path, 2, 1, _worker(tmp_path), node_range=(2, 3), timeout=60,
+                  env={"HVDRUN_JOIN_LAST_CALL": "0"}).start()
+    jobs.append(job)
+    _in_generation(tmp_path, 0, 2, job)
+    args = list(job.args)
+    args[args.index("--rdzv-timeout") + 1] = "3"
+    double = subprocess.run([launcher(), "--node-rank", "1", *args], stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=60)
+    assert double.returncode == 255, double.stderr
+    assert "hvdrun: node rank 1: could not join node 0 at 127.0.0.2:" in double.stderr, \
+        double.stderr
+    assert "within 3 s (--rdzv-timeout): node 0 says: node rank 1 already joined from " in \
+        double.stderr, double.stderr
+    open(tmp_path / "stop", "w").close()
+    assert job.wait(timeout=120) == {0: 0, 1: 0}, job.describe()
+    job.assert_nothing_left()
 
 
 def test_fewer_nodes_than_min_end_the_job_as_without_a_range(jobs, tmp_path):
