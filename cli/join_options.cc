@@ -29,6 +29,7 @@ constexpr long kMaxNodes = 100000;
 constexpr long kMaxPerNode = 4096;
 constexpr std::size_t kMinSecret = 16;
 constexpr const char* kSecretVar = "HVDRUN_JOB_SECRET";
+constexpr const char* kLastCallVar = "HVDRUN_JOIN_LAST_CALL";
 
 int number(const GivenFlags& g, const char* name, long lo, long hi, const char* example) {
   const std::string& text = g.at(name);
@@ -165,18 +166,16 @@ void refuse_unsupported(const GivenFlags& g, const launcher::LaunchOptions& o) {
                        " is not supported: node 0's hvdrun holds the rendezvous; drop "
                        "--rdzv-backend (c10d and static are accepted and mean the same)");
   }
-  if (g.count("nnodes") != 0 && g.at("nnodes").find(':') != std::string::npos)
-    throw UsageError("--nnodes " + g.at("nnodes") +
-                     ": a range of nodes (elastic join) is not supported yet; give one number, "
-                     "or use hvdrun's elastic mode (--min-np, --host-discovery-script)");
-  if (o.elastic.reset_limit && *o.elastic.reset_limit > 0)
+  const bool range = g.count("nnodes") != 0 && g.at("nnodes").find(':') != std::string::npos;
+  if (!range && o.elastic.reset_limit && *o.elastic.reset_limit > 0)
     throw UsageError(o.elastic.reset_limit_flag + " " + std::to_string(*o.elastic.reset_limit) +
-                     ": a job started with torchrun's flags does not restart yet; drop it (or "
-                     "give 0)");
+                     ": a job of a fixed number of nodes started with torchrun's flags does not "
+                     "restart; drop it (or give 0), or give --nnodes MIN:MAX, whose job recovers "
+                     "in process up to that many times");
   if (!o.elastic.discovery_script.empty() || o.elastic.min_np.value_or(1) != 1 || o.elastic.max_np)
     throw UsageError(
-        "elastic options cannot be combined with torchrun's flags yet; drop --min-np, "
-        "--max-np and --host-discovery-script");
+        "elastic options cannot be combined with torchrun's flags; drop --min-np, --max-np and "
+        "--host-discovery-script (--nnodes MIN:MAX makes a join-mode job elastic)");
   if (o.np_auto)
     throw UsageError(
         "-np auto cannot be combined with torchrun's flags: give --nproc-per-node gpu, and each "
@@ -237,6 +236,55 @@ void take_pet_variables(GivenFlags& g, const char* (*getenv)(const char*)) {
     const bool is_switch = n == "standalone" || n == "no-python" || n == "module";
     if (is_switch && value != "1" && value != "true" && value != "True") continue;
     g[name] = is_switch ? std::string() : value;
+  }
+}
+
+// --nnodes N, or MIN:MAX (elastic join): the most nodes, and in `min` the fewest (0
+// without a range, or when MIN is MAX).
+int node_count(const GivenFlags& g, int& min) {
+  min = 0;
+  if (g.count("nnodes") == 0) return 1;
+  const std::string& text = g.at("nnodes");
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) return number(g, "nnodes", 1, kMaxNodes, "--nnodes 4");
+  const auto lo = parse_whole_number(text.substr(0, colon), 1, kMaxNodes);
+  const auto hi = parse_whole_number(text.substr(colon + 1), 1, kMaxNodes);
+  if (!lo || !hi)
+    throw UsageError("bad value " + quote(text) +
+                     " for --nnodes; expected N or MIN:MAX, whole numbers from 1 to " +
+                     std::to_string(kMaxNodes) + ", as in --nnodes 2:4");
+  if (*lo > *hi)
+    throw UsageError("--nnodes " + text + ": MIN " + std::to_string(*lo) + " is above MAX " +
+                     std::to_string(*hi) +
+                     "; give MIN:MAX with MIN no more than MAX, as in "
+                     "--nnodes 2:4");
+  if (*lo < *hi) min = static_cast<int>(*lo);
+  return static_cast<int>(*hi);
+}
+
+// Elastic join (--nnodes MIN:MAX, docs/kubernetes.md): node 0 runs the job in elastic mode,
+// recovering in process only (the other nodes' hvdrun cannot be started again), at least
+// MIN nodes' ranks, each node's at least one; --max-restarts bounds the recoveries.
+void elastic_join(int min_nodes, int nproc, std::optional<int> reset_limit,
+                  launcher::LaunchOptions& o, const char* (*getenv)(const char*)) {
+  launcher::JoinOptions& j = o.join;
+  j.min_nodes = min_nodes;
+  if (const char* v = getenv(kLastCallVar); v != nullptr && *v != '\0') {
+    const auto s = parse_whole_number(v, 0, env_names::kMaxStartTimeoutS);
+    if (!s)
+      throw UsageError("bad value " + quote(v) + " for " + kLastCallVar +
+                       "; expected whole seconds from 0 to " +
+                       std::to_string(env_names::kMaxStartTimeoutS) + ", as in 30");
+    j.last_call_s = static_cast<int>(*s);
+  }
+  launcher::ElasticOptions& e = o.elastic;
+  e.min_np = j.ranks_per_node_from.empty() ? min_nodes * nproc : min_nodes;
+  e.restarts = false;
+  e.reset_limit = reset_limit;
+  e.reset_limit_flag = "--max-restarts";
+  for (std::string& v : o.env) {
+    if (v.rfind("TORCHELASTIC_MAX_RESTARTS=", 0) == 0 && reset_limit)
+      v = "TORCHELASTIC_MAX_RESTARTS=" + std::to_string(*reset_limit);
   }
 }
 
@@ -312,12 +360,14 @@ void apply_join(GivenFlags g, launcher::LaunchOptions& o, std::vector<std::strin
   if (g.empty()) return;
   take_pet_variables(g, getenv);
   refuse_unsupported(g, o);
+  const std::optional<int> reset_limit = o.elastic.reset_limit;
   o.elastic = {};  // --max-restarts 0: no restarts, as without it
   program(g, command);
   launcher::JoinOptions& j = o.join;
   const int nproc = per_node(g, getenv, j.ranks_per_node_from);
   const bool standalone = g.count("standalone") != 0;
-  const int nnodes = g.count("nnodes") != 0 ? number(g, "nnodes", 1, kMaxNodes, "--nnodes 4") : 1;
+  int min_nodes = 0;
+  const int nnodes = node_count(g, min_nodes);
   if (g.count("rdzv-id") != 0)
     j.run_id = g.at("rdzv-id");
   else if (standalone)
@@ -339,12 +389,13 @@ void apply_join(GivenFlags g, launcher::LaunchOptions& o, std::vector<std::strin
     o.np = nproc;
     return;
   }
+  const std::string& nnodes_text = g.at("nnodes");  // more than one node: given
   if (j.endpoint_host.empty())
-    throw UsageError("--nnodes " + std::to_string(nnodes) +
+    throw UsageError("--nnodes " + nnodes_text +
                      " needs node 0's address on every node: --rdzv-endpoint HOST:PORT (or "
                      "--master-addr HOST --master-port PORT)");
   if (g.count("node-rank") == 0)
-    throw UsageError("--nnodes " + std::to_string(nnodes) +
+    throw UsageError("--nnodes " + nnodes_text +
                      " needs this node's --node-rank (0 on node 0, the endpoint's node; 1 to " +
                      std::to_string(nnodes - 1) + " on the others)");
   j.node_rank = number(g, "node-rank", 0, nnodes - 1, "--node-rank 1");
@@ -357,6 +408,7 @@ void apply_join(GivenFlags g, launcher::LaunchOptions& o, std::vector<std::strin
   // the ranks out again from the counts the other nodes' hellos carry.
   o = launcher::laid_out(o, launcher::join_layout(std::vector<int>(nnodes, nproc)));
   j.ranks_per_node = nproc;
+  if (min_nodes > 0) elastic_join(min_nodes, nproc, reset_limit, o, getenv);
 }
 
 }  // namespace hvdrun::cli

@@ -72,7 +72,8 @@ int run_launch(const hvdrun::launcher::LaunchOptions& o) {
   std::string message;
   int code = hvdrun::exit_status::kLaunchFailed;
   try {
-    if (o.elastic.enabled()) {
+    // In elastic join the generations are node 0's; another node is an agent of them all.
+    if (o.elastic.enabled() && !(o.join.enabled() && o.join.node_rank != 0)) {
       code = launcher::run_elastic(o);
     } else {
       launcher::JobHooks hooks;

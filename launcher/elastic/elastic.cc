@@ -255,11 +255,18 @@ std::optional<JobHooks::Reform> Elastic::reform(const Failure& failure) {
         std::to_string(failure.exit_code));
     return std::nullopt;
   }
-  exclude(failure);
+  // Elastic join excludes no node: a lost one is gone (its link closed), and one that comes
+  // back is a new pod, taken at once; a rank that failed is replaced on its node.
+  if (!opt_.join.elastic()) exclude(failure);
   JobHooks::Reform how;
   for (const auto& [host, until] : blacklist_.active(Clock::now())) how.excluded.push_back(host);
-  how.min_np = e_.min_np.value_or(1);
   how.max_np = e_.max_np;
+  if (opt_.join.elastic()) {
+    // Elastic join counts nodes (MIN of --nnodes MIN:MAX), whatever each runs.
+    how.min_hosts = opt_.join.min_nodes;
+  } else {
+    how.min_np = e_.min_np.value_or(1);
+  }
   return how;
 }
 
@@ -311,6 +318,7 @@ int Elastic::run() {
     next_discovery_ = Clock::now() + interval_;
     const int code = launch_(g, hooks);
     if (!outcome || outcome->interrupted || outcome->final || reform_failed_) return code;
+    if (!e_.restarts) return code;     // elastic join: the other nodes ended with the generation
     if (outcome->requested) continue;  // growing costs no restart
     last_ = outcome;
     if (e_.reset_limit && ++resets > *e_.reset_limit) {

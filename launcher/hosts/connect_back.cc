@@ -155,7 +155,7 @@ std::vector<ConnectedAgent> ConnectBackPort::serve(Clock::time_point until) {
   std::vector<ConnectedAgent> done;
   std::vector<pollfd> fds;
   std::vector<std::uint64_t> keys;
-  for (;;) {
+  for (bool polled = false;; polled = true) {
     auto now = Clock::now();
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (it->second->deadline > now) {
@@ -165,7 +165,7 @@ std::vector<ConnectedAgent> ConnectBackPort::serve(Clock::time_point until) {
       gate_.leave(it->second->id);
       it = pending_.erase(it);
     }
-    if (!done.empty() || now >= until) return done;
+    if (!done.empty() || (now >= until && polled)) return done;
 
     fds.clear();
     keys.clear();

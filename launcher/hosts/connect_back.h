@@ -72,7 +72,8 @@ class ConnectBackPort {
 
   /// Serves until `until`: accepts, advances every handshake as its bytes arrive and
   /// closes those past their deadline. Returns the agents that authenticated meanwhile
-  /// (possibly none); returns early once at least one has.
+  /// (possibly none); returns early once at least one has. Looks once even when `until`
+  /// has passed (without waiting), so that a caller's loop may poll the port.
   std::vector<ConnectedAgent> serve(Clock::time_point until);
 
   /// The gate's counters (pending, evicted, refused), for logs and tests.

@@ -70,6 +70,9 @@ struct JobHooks {
     std::vector<std::string> excluded;
     int min_np = 1;
     std::optional<int> max_np;
+    /// The fewest hosts the next generation may run on (elastic join: MIN of --nnodes
+    /// MIN:MAX); 1 elsewhere.
+    int min_hosts = 1;
   };
   /// Asked on a failure (a rank failed, a host or its agent was lost) in a generation
   /// running in process: counts the reset and blames the hosts, then returns how to
@@ -100,6 +103,9 @@ struct JobHooks {
     bool local = false;
   };
   std::function<std::vector<OpenedHost>(const std::vector<std::string>& hosts)> open_hosts;
+  /// Told when the agent link of `host` closed while the job ran (its agent ended or the
+  /// connection was lost): elastic join lets that node join again. Unset: nothing.
+  std::function<void(const std::string& host)> host_closed;
 
   /// What only tests set.
   JobTestHooks test;

@@ -125,6 +125,7 @@ void Job::host_closed(Host& h, const std::string& why) {
   if (h.closed) return;
   h.closed = true;
   h.outq.clear();
+  if (hooks_.host_closed) hooks_.host_closed(h.name);
   std::vector<int> lost;
   for (int r : h.ranks) {
     RankState& rs = ranks_[static_cast<std::size_t>(r)];

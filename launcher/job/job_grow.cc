@@ -78,7 +78,8 @@ bool Job::follow_hosts(const std::vector<hostfile::HostSlots>& hosts) {
   }
   members.insert(members.end(), fresh.begin(), fresh.end());
   if (!fresh.empty())
-    why += (why.empty() ? "" : "; ") + std::string("discovery found ") +
+    why += (why.empty() ? "" : "; ") +
+           (opt_.join.elastic() ? "a node joined with " : std::string("discovery found ")) +
            counted(static_cast<long long>(fresh.size()), "more slot");
   // The ranks move at their next commit; a generation that has not formed yet (ranks
   // still checking in) has none to come, so it ends now instead, as after a failure.

@@ -159,12 +159,11 @@ bool Job::reform(const JobHooks::Reform& how, const Failure& f, bool blamed) {
     }
   }
   const std::string why = f.message.substr(0, f.message.find('\n'));
-  if (static_cast<int>(members.size()) < how.min_np) {
+  std::string limit;
+  if (const std::string left = too_few_left(how, members, limit); !left.empty()) {
     write_all(ctx_.stderr_fd, f.message.data(), f.message.size());
-    const std::string msg =
-        "hvdrun: elastic: only " + counted(static_cast<long long>(members.size()), "rank") +
-        " left for generation " + std::to_string(generation_ + 1) + ", fewer than --min-np " +
-        std::to_string(how.min_np) + "; ending the job\n";
+    const std::string msg = "hvdrun: elastic: only " + left + " left for generation " +
+                            std::to_string(generation_ + 1) + ", " + limit + "; ending the job\n";
     write_all(ctx_.stderr_fd, msg.data(), msg.size());
     return false;
   }
@@ -183,6 +182,25 @@ bool Job::reform(const JobHooks::Reform& how, const Failure& f, bool blamed) {
   // Every member leaves the old generation at once (its collectives fail): all must come.
   watch_joins(members);
   return true;
+}
+
+// When `members` are too few for a next generation: how many there are ("1 node"), with
+// the bound they miss in `limit` ("fewer than the 2 nodes that --nnodes MIN:MAX asks
+// for"); empty when they are enough.
+std::string Job::too_few_left(const JobHooks::Reform& how, const std::vector<int>& members,
+                              std::string& limit) const {
+  if (static_cast<int>(members.size()) < how.min_np) {
+    limit = "fewer than --min-np " + std::to_string(how.min_np);
+    return counted(static_cast<long long>(members.size()), "rank");
+  }
+  std::vector<int> hosts;
+  for (int w : members) hosts.push_back(ranks_[static_cast<std::size_t>(w)].host);
+  std::sort(hosts.begin(), hosts.end());
+  const auto n = std::unique(hosts.begin(), hosts.end()) - hosts.begin();
+  if (n >= how.min_hosts) return {};
+  limit = "fewer than the " + std::to_string(how.min_hosts) +
+          " nodes that --nnodes MIN:MAX asks for (its MIN)";
+  return counted(static_cast<long long>(n), "node");
 }
 
 // The slots discovery's latest answer lists on host h beyond the `members` placed there

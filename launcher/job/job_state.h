@@ -170,6 +170,8 @@ class Job {
   bool follow_hosts(const std::vector<hostfile::HostSlots>& hosts);
   bool generation_formed() const;
   int free_listed_slots(const Host& h, const std::vector<int>& members) const;
+  std::string too_few_left(const JobHooks::Reform& how, const std::vector<int>& members,
+                           std::string& limit) const;
   std::vector<int> retiring_processes(const std::vector<hostfile::HostSlots>& hosts,
                                       std::string& why) const;
   void hold_leaving(const std::string& why, int usable);

@@ -35,6 +35,10 @@ struct ElasticOptions {
   /// --elastic-timeout SEC: how long a discovery script may take, and how long the job
   /// waits for a failing script to recover.
   int elastic_timeout_s = 600;
+  /// False in elastic join (--nnodes MIN:MAX): a failure is recovered in process only, and
+  /// a generation that ends ends the job, as the other nodes' hvdrun end with it (nothing
+  /// could start them again).
+  bool restarts = true;
 
   bool enabled() const { return !discovery_script.empty() || min_np.has_value(); }
 };
@@ -59,8 +63,16 @@ struct LauncherChoice {
 /// node; node 0 runs the job and its own host's agent, every other node's hvdrun is that
 /// host's agent and connects to node 0's endpoint.
 struct JoinOptions {
-  /// --nnodes N; 0: not join mode.
+  /// --nnodes N, or MAX of --nnodes MIN:MAX; 0: not join mode.
   int nnodes = 0;
+  /// MIN of --nnodes MIN:MAX (elastic join); 0 without a range. Node 0 starts the job once
+  /// MIN nodes (itself included) have joined and the last call has passed; the job goes on
+  /// in process while at least MIN nodes are left.
+  int min_nodes = 0;
+  /// How long node 0 waits for more nodes once MIN have joined (HVDRUN_JOIN_LAST_CALL,
+  /// seconds; torchrun's last_call_timeout, 30 s by default); it starts at once when every
+  /// node up to MAX has joined.
+  int last_call_s = 30;
   /// --node-rank I: 0 is the node at the endpoint.
   int node_rank = 0;
   /// --rdzv-endpoint HOST[:PORT] (or --master-addr and --master-port).
@@ -83,6 +95,8 @@ struct JoinOptions {
   std::string ranks_per_node_from;
 
   bool enabled() const { return nnodes > 0; }
+  /// Elastic join: a range of nodes.
+  bool elastic() const { return min_nodes > 0 && min_nodes < nnodes; }
 };
 
 /// Options of `hvdrun [run]` and `hvdrun check`.

@@ -19,10 +19,13 @@
 #include "launcher/hosts/preflight.h"
 #include "launcher/job/job.h"
 #include "launcher/job/job_context.h"
+#include "launcher/plan/join_layout.h"
 #include "launcher/plan/launch_options.h"
 #include "launcher/plan/launch_plan.h"
 
 namespace hvdrun::launcher {
+
+class JoinPort;
 
 /// What every method's start reads.
 struct StartContext {
@@ -45,10 +48,13 @@ struct StartTable {
   std::optional<PreflightReport> preflight;
   /// Join mode's start: its failures are node 0's, not unreachable hosts.
   bool join = false;
-  /// Join mode, once every node has joined: each node's count of ranks by node rank (node
-  /// 0's own first), as their hellos said; the job's ranks are laid out from it
-  /// (join_layout.h).
-  std::vector<int> join_ranks;
+  /// Join mode, once the nodes have joined: the nodes in node-rank order (node 0 first),
+  /// each with the ranks its hello said it runs, laid out node by node (join_layout.h). In
+  /// elastic join the node ranks may have gaps (a node up to MAX that did not come).
+  std::vector<JoinNode> join_nodes;
+  /// Elastic join: node 0's port, open while the job runs for the nodes that come later
+  /// (follow_joins, join_port.h); null otherwise.
+  std::shared_ptr<JoinPort> join_port;
 
   /// True when no host failed.
   bool ok() const;

@@ -3,14 +3,10 @@
 // method's HostStarter); every other node connects to node 0, proves the job's secret and
 // runs the agent on that connection (run_joined_node), then exits with the job's code.
 //
-// After the secret's handshake (connect_back.h) node 0 answers once, before the agent
-// protocol starts: u32 length | TEXT, empty when the node is taken, else why it is not
-// (another --rdzv-id, another hvdrun version, a node rank out of range or taken).
-// The joining node's hello TEXT is "node rank I\nRUN_ID\nVERSION\nHOSTNAME\nranks N\nFROM":
-// N its --nproc-per-node count, FROM how a word (gpu, cpu, auto) was counted there, or empty
-// for a number. Once every node has joined, node 0 lays the ranks out node by node from
-// those counts (join_layout.h) and leaves them in the start's table; the job, and with it
-// every rank, starts only after that.
+// The port and the admission of a node (the hello, node 0's answer) are join_port.h's.
+// Once every node has joined (in elastic join: MIN nodes and the last call), node 0 lays the
+// ranks out node by node from their counts (join_layout.h) and leaves them in the start's
+// table; the job, and with it every rank, starts only after that.
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -49,6 +45,7 @@
 #include "launcher/plan/join_layout.h"
 #include "launcher/plan/local_host.h"
 #include "launcher/start/host_start.h"
+#include "launcher/start/join_port.h"
 #include "launcher/start/launch.h"
 
 namespace hvdrun::launcher {
@@ -59,46 +56,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::uint32_t kMaxAnswer = 4096;
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  for (;;) {
-    const auto nl = text.find('\n', start);
-    out.push_back(text.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
-    if (nl == std::string::npos) return out;
-    start = nl + 1;
-  }
-}
-
-bool send_answer(int fd, const std::string& text) {
-  const auto len = static_cast<std::uint32_t>(text.size());
-  std::string out = {static_cast<char>(len >> 24), static_cast<char>(len >> 16),
-                     static_cast<char>(len >> 8), static_cast<char>(len)};
-  out += text;
-  std::string_view rest(out);
-  while (!rest.empty()) {
-    const ssize_t w = ::send(fd, rest.data(), rest.size(), MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    rest.remove_prefix(static_cast<std::size_t>(w));
-  }
-  return true;
-}
-
-// Where node 0 listens: --network-interface's address, else the endpoint's address when it
-// is this machine's (a node name that resolves to this pod), else every interface (the
-// endpoint may be a Service address that reaches this node through translation).
-std::string join_bind_address(const LaunchOptions& o) {
-  if (!o.network_interface.empty()) return interface_address(o.network_interface);
-  in_addr v4{};
-  if (::inet_pton(AF_INET, o.join.endpoint_host.c_str(), &v4) == 1) {
-    const auto mine = local_addresses();
-    if (std::find(mine.begin(), mine.end(), o.join.endpoint_host) != mine.end())
-      return o.join.endpoint_host;
-  }
-  return "0.0.0.0";
-}
-
 // "node ranks 2, 3" / "node rank 2".
 std::string node_ranks_text(const std::vector<int>& ranks) {
   std::string out = ranks.size() == 1 ? "node rank " : "node ranks ";
@@ -106,97 +63,41 @@ std::string node_ranks_text(const std::vector<int>& ranks) {
   return out;
 }
 
-// The count of ranks a hello's "ranks N" line names, or nothing when it names none.
-std::optional<int> hello_ranks(const std::vector<std::string>& l) {
-  constexpr std::string_view kRanks = "ranks ";
-  if (l.size() < 5 || l[4].rfind(kRanks, 0) != 0) return std::nullopt;
-  const auto n =
-      parse_whole_number(std::string_view(l[4]).substr(kRanks.size()), 1, env_names::kMaxRanks);
-  if (!n) return std::nullopt;
-  return static_cast<int>(*n);
-}
-
-// Node 0's side: waits for every other node under --rdzv-timeout.
+// Node 0's side: waits for the other nodes under --rdzv-timeout (elastic join: for MIN of
+// them, then the last call for the others up to MAX).
 class JoinStarter final : public HostStarter {
  public:
   void start(const StartContext& context, const std::vector<const PlannedHost*>& hosts,
              StartTable& table) override;
 
  private:
-  // Takes `agent` as its node's link, or answers why not.
-  void admit(const LaunchOptions& o, const std::vector<const PlannedHost*>& hosts,
-             ConnectedAgent& agent, StartTable& table);
-  // Every node has joined: the ranks laid out from the nodes' counts into `table`.
-  void lay_out(const LaunchOptions& o, StartTable& table) const;
+  // Enough nodes have joined: the ranks laid out from the nodes' counts into `table`.
+  static void lay_out(const LaunchOptions& o, const JoinPort& port, StartTable& table);
   // Ends the links already taken with the launch's failure, so those nodes exit with it.
   static void fail_joined(StartTable& table, const std::string& message);
-
-  std::map<int, std::string> joined_;  // node rank -> where it came from
-  std::map<int, int> ranks_;           // node rank -> the ranks its hello said it runs
+  // Too few nodes joined within --rdzv-timeout: names the missing ones.
+  static void too_few(const LaunchOptions& o, const JoinPort& port, StartTable& table);
 };
 
-void JoinStarter::admit(const LaunchOptions& o, const std::vector<const PlannedHost*>& hosts,
-                        ConnectedAgent& agent, StartTable& table) {
-  const std::vector<std::string> l = lines_of(agent.text);
-  const std::string claim = l.empty() ? std::string("?") : l[0];
-  int rank = -1;
-  if (claim.rfind("node rank ", 0) == 0) {
-    try {
-      rank = std::stoi(claim.substr(10));
-    } catch (const std::exception&) {
-      rank = -1;
-    }
-  }
-  const std::optional<int> ranks = hello_ranks(l);
-  std::string why;
-  if (l.size() < 4) {
-    why = "its hello is not a joining node's";
-  } else if (l[1] != o.join.run_id) {
-    why = "it belongs to --rdzv-id " + quote(l[1]) + ", this job is " + quote(o.join.run_id);
-  } else if (l[2] != kVersionLine) {
-    why = "it runs " + quote(l[2]) + ", node 0 runs " + quote(kVersionLine) +
-          "; install the same hvdrun on every node";
-  } else if (rank < 1 || rank >= o.join.nnodes) {
-    why = "--nnodes " + std::to_string(o.join.nnodes) + " takes node ranks 1 to " +
-          std::to_string(o.join.nnodes - 1) + " besides node 0";
-  } else if (joined_.count(rank) != 0) {
-    why = "node rank " + std::to_string(rank) + " already joined from " + joined_[rank];
-  } else if (!ranks) {
-    why = "its hello names no count of ranks; install the same hvdrun on every node";
-  } else {
-    why = count_refusal(o.join, *ranks, l.size() < 6 ? std::string() : l[5]);
-  }
-  if (!why.empty()) {
-    spdlog::warn("join port {}: refused {} claiming to be {}: {}", o.join.endpoint_port, agent.peer,
-                 quote(claim), why);
-    send_answer(agent.sock.get(), why);
-    return;
-  }
-  if (!send_answer(agent.sock.get(), "")) return;
-  const PlannedHost& h = *hosts[static_cast<std::size_t>(rank - 1)];
-  const std::string& host = l[3];
-  joined_[rank] = agent.peer + " (" + host + ")";
-  ranks_[rank] = *ranks;
-  spdlog::info("node rank {} joined from {} ({})", rank, agent.peer, host);
-  table.links[h.name] = make_tcp_agent_link(
-      h.name, std::move(agent.sock),
-      "node rank " + std::to_string(rank) + "'s hvdrun on " + host + " at " + agent.peer);
-}
-
-void JoinStarter::lay_out(const LaunchOptions& o, StartTable& table) const {
+void JoinStarter::lay_out(const LaunchOptions& o, const JoinPort& port, StartTable& table) {
   std::vector<int> counts = {o.join.ranks_per_node};
-  for (const auto& [rank, n] : ranks_) counts.push_back(n);  // node rank 1, 2, ... in order
+  for (const auto& [rank, n] : port.ranks()) counts.push_back(n);  // by node rank, in order
   try {
-    const std::vector<JoinNode> layout = join_layout(counts);
+    std::vector<JoinNode> layout = join_layout(counts);
+    // In elastic join a node up to MAX may be missing: each node keeps its node rank's name.
+    auto node = port.ranks().begin();
+    for (std::size_t i = 1; i < layout.size(); ++i, ++node)
+      layout[i].name = "node" + std::to_string(node->first);
     const long long size = layout.back().first_rank + static_cast<long long>(layout.back().ranks);
-    spdlog::info("node 0: every node joined; {} laid out node by node: {}", counted(size, "rank"),
-                 layout_text(layout));
+    spdlog::info("node 0: {} joined; {} laid out node by node: {}",
+                 o.join.elastic() ? counted(static_cast<long long>(layout.size()), "node")
+                                  : std::string("every node"),
+                 counted(size, "rank"), layout_text(layout));
+    table.join_nodes = std::move(layout);
   } catch (const UsageError& e) {
     table.unreachable.emplace_back(e.what());
     fail_joined(table, std::string("hvdrun: node 0: ") + e.what() + "\n");
-    return;
   }
-  table.join_ranks = std::move(counts);
 }
 
 void JoinStarter::fail_joined(StartTable& table, const std::string& message) {
@@ -211,37 +112,19 @@ void JoinStarter::fail_joined(StartTable& table, const std::string& message) {
   table.links.clear();
 }
 
-void JoinStarter::start(const StartContext& context, const std::vector<const PlannedHost*>& hosts,
-                        StartTable& table) {
-  const LaunchOptions& o = context.options;
-  table.join = true;
-  const auto deadline = Clock::now() + std::chrono::seconds(o.join.timeout_s);
-  std::optional<ConnectBackPort> port;
-  const std::string bind = join_bind_address(o);
-  try {
-    port.emplace(bind, o.join.secret, PreauthPolicy{},
-                 ConnectBackSettings{"join port", static_cast<std::uint16_t>(o.join.endpoint_port),
-                                     false, "the job's secret"});
-  } catch (const std::exception& e) {
-    table.unreachable.push_back(std::string("node 0 cannot listen for the other nodes: ") +
-                                e.what() +
-                                "; is another job using that port? Choose another port in "
-                                "--rdzv-endpoint HOST:PORT on every node");
-    return;
-  }
-  spdlog::info("node 0: waiting for {} on {}:{} (--rdzv-timeout {} s)",
-               counted(static_cast<long long>(hosts.size()), "node"), bind, o.join.endpoint_port,
-               o.join.timeout_s);
-  while (table.links.size() < hosts.size() && Clock::now() < deadline) {
-    for (ConnectedAgent& agent : port->serve(deadline)) admit(o, hosts, agent, table);
-  }
-  if (table.links.size() == hosts.size()) return lay_out(o, table);
+void JoinStarter::too_few(const LaunchOptions& o, const JoinPort& port, StartTable& table) {
   std::vector<int> missing;
   for (int r = 1; r < o.join.nnodes; ++r) {
-    if (joined_.count(r) == 0) missing.push_back(r);
+    if (port.ranks().count(r) == 0) missing.push_back(r);
   }
+  const std::string few =
+      o.join.elastic()
+          ? "only " + counted(static_cast<long long>(port.ranks().size()) + 1, "node") +
+                " of the " + std::to_string(o.join.min_nodes) +
+                " that --nnodes MIN:MAX needs at least joined; "
+          : std::string();
   const std::string message =
-      node_ranks_text(missing) + " did not join within " + std::to_string(o.join.timeout_s) +
+      few + node_ranks_text(missing) + " did not join within " + std::to_string(o.join.timeout_s) +
       " s (--rdzv-timeout); start hvdrun with --node-rank " + std::to_string(missing.front()) +
       (missing.size() > 1 ? " (and the others)" : "") +
       " on its node with the same --nnodes, --rdzv-endpoint, --rdzv-id and secret, and check "
@@ -249,6 +132,42 @@ void JoinStarter::start(const StartContext& context, const std::vector<const Pla
       o.join.endpoint_host + ":" + std::to_string(o.join.endpoint_port);
   table.unreachable.push_back(message);
   fail_joined(table, "hvdrun: node 0: " + message + "\n");
+}
+
+void JoinStarter::start(const StartContext& context, const std::vector<const PlannedHost*>& hosts,
+                        StartTable& table) {
+  const LaunchOptions& o = context.options;
+  table.join = true;
+  const auto deadline = Clock::now() + std::chrono::seconds(o.join.timeout_s);
+  std::shared_ptr<JoinPort> port;
+  try {
+    port = std::make_shared<JoinPort>(o);
+  } catch (const LaunchError& e) {
+    table.unreachable.emplace_back(e.what());
+    return;
+  }
+  // Elastic join: MIN nodes (node 0 among them) are enough to start, after the last call.
+  const std::size_t enough =
+      o.join.elastic() ? static_cast<std::size_t>(o.join.min_nodes - 1) : hosts.size();
+  spdlog::info("node 0: waiting for {} on {}:{} (--rdzv-timeout {} s)",
+               counted(static_cast<long long>(enough), "node"), port->bind_address(),
+               o.join.endpoint_port, o.join.timeout_s);
+  while (port->ranks().size() < enough && Clock::now() < deadline) port->serve(deadline);
+  if (port->ranks().size() >= enough && port->ranks().size() < hosts.size()) {
+    // torchrun's last call: the nodes that come within it start with the others.
+    spdlog::info(
+        "node 0: {} of at most {} joined; waiting {} s more for the others "
+        "(HVDRUN_JOIN_LAST_CALL)",
+        counted(static_cast<long long>(port->ranks().size()) + 1, "node"), o.join.nnodes,
+        o.join.last_call_s);
+    const auto last_call = Clock::now() + std::chrono::seconds(o.join.last_call_s);
+    while (port->ranks().size() < hosts.size() && Clock::now() < last_call) port->serve(last_call);
+  }
+  table.links = port->take_links();
+  if (port->ranks().size() < enough) return too_few(o, *port, table);
+  lay_out(o, *port, table);
+  // Elastic join: the port stays open while the job runs, for the nodes that come later.
+  if (o.join.elastic() && table.ok()) table.join_port = std::move(port);
 }
 
 // The joining node's connection attempts: one address of the endpoint after another,
@@ -337,6 +256,12 @@ int Joiner::run() {
                     "node 0 at " + where() +
                         " refused this node: it holds another secret; give every node the same "
                         "--secret-file or HVDRUN_JOB_SECRET");
+    if (sock && answer.rfind(kJoinLater, 0) == 0) {
+      // Elastic join: node 0 still holds this node rank's last hvdrun (a pod recreated
+      // before node 0 saw the old one go): try again until it has.
+      last_error_ = "node 0 says: " + answer.substr(std::string_view(kJoinLater).size());
+      sock.reset();
+    }
     if (sock && !answer.empty())
       return finish(exit_status::kLaunchFailed,
                     "node 0 at " + where() + " refused this node: " + answer);

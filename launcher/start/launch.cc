@@ -25,6 +25,7 @@
 #include "launcher/plan/start_window.h"
 #include "launcher/process/reaper.h"
 #include "launcher/start/host_start.h"
+#include "launcher/start/join_port.h"
 #include "ssh/libssh2_session.h"
 
 namespace hvdrun::launcher {
@@ -136,8 +137,11 @@ int launch(const LaunchOptions& given, JobHooks hooks) {
   hooks.launch_start = std::chrono::steady_clock::now();
   // The plan above gave every node this node's count; each node's own count came with its
   // hello. No rank has started yet (the job starts them all), so the job runs on the plan
-  // those counts make: node 0's ranks first, then node 1's, and so on.
-  const LaunchOptions joined = laid_out(placed, join_layout(started.join_ranks));
+  // those counts make: node 0's ranks first, then node 1's, and so on (in elastic join, the
+  // nodes that came).
+  const LaunchOptions joined = laid_out(placed, started.join_nodes);
+  // Elastic join: nodes that join later come through node 0's port, not discovery.
+  if (started.join_port && hooks.reform) follow_joins(started.join_port, hooks);
   return run_job(make_plan(joined), joined, hooks);
 }
 

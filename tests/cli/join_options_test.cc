@@ -109,7 +109,9 @@ TEST_CASE("what join mode does not support is refused before anything starts") {
   ::setenv("HVDRUN_JOB_SECRET", "a-long-enough-job-secret", 1);
   CHECK(with({}) == "<no error>");
   CHECK_THAT(with({"--rdzv-backend", "etcd"}), Catch::Contains("--rdzv-backend 'etcd' is not"));
-  CHECK_THAT(with({"--max-restarts", "3"}), Catch::Contains("--max-restarts 3: a job started"));
+  CHECK_THAT(with({"--max-restarts", "3"}),
+             Catch::Contains("--max-restarts 3: a job of a fixed number of nodes") &&
+                 Catch::Contains("or give --nnodes MIN:MAX"));
   CHECK_THAT(with({"-np", "2"}), Catch::Contains("-np and -H/--hostfile cannot be combined"));
   CHECK_THAT(with({"-np", "auto"}),
              Catch::Contains(
@@ -118,8 +120,6 @@ TEST_CASE("what join mode does not support is refused before anything starts") {
   CHECK_THAT(with({"--nproc-per-node", "xpu"}),
              Catch::Contains("--nproc-per-node xpu is not supported"));
   CHECK_THAT(with({"--master-addr", "x"}), Catch::Contains("both name node 0; give one of them"));
-  CHECK_THAT(error_of({"--nnodes", "1:4", "true"}),
-             Catch::Contains("a range of nodes (elastic join) is not supported yet"));
   CHECK_THAT(error_of({"--nnodes", "2", "--node-rank", "1", "true"}),
              Catch::Contains("needs node 0's address on every node: --rdzv-endpoint HOST:PORT"));
   CHECK_THAT(error_of({"--nnodes", "2", "--rdzv-endpoint", "n0", "true"}),
@@ -218,4 +218,70 @@ TEST_CASE(
   // One node: a local job of that many ranks.
   const auto one = parse_command_line({"--standalone", "--nproc-per-node", "cpu", "true"});
   CHECK(one.options.np == cpus);
+}
+
+TEST_CASE("join mode's --nnodes MIN:MAX makes an elastic job of MAX nodes that needs MIN") {
+  ::setenv("HVDRUN_JOB_SECRET", "a-long-enough-job-secret", 1);
+  ::unsetenv("HVDRUN_JOIN_LAST_CALL");
+  const auto job = [](const std::string& nnodes, const std::string& rank, Args extra = {}) {
+    Args a = {"--nnodes",        nnodes, "--node-rank",      rank,
+              "--rdzv-endpoint", "n0:1", "--nproc-per-node", "2"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    a.emplace_back("true");
+    return a;
+  };
+  const auto o = parse_command_line(job("2:4", "3")).options;
+  CHECK(o.join.nnodes == 4);
+  CHECK(o.join.min_nodes == 2);
+  CHECK(o.join.elastic());
+  CHECK(o.join.node_rank == 3);
+  CHECK(o.join.last_call_s == 30);
+  CHECK(o.np == 8);
+  CHECK(o.hosts.size() == 4);
+  // Node 0 runs the generations: elastic mode, in process only, at least MIN nodes' ranks.
+  CHECK(o.elastic.enabled());
+  CHECK(o.elastic.min_np == 4);
+  CHECK_FALSE(o.elastic.max_np);
+  CHECK_FALSE(o.elastic.restarts);
+  CHECK_FALSE(o.elastic.reset_limit);
+  // --max-restarts bounds the recoveries in process, and TORCHELASTIC_MAX_RESTARTS says it.
+  const auto limited = parse_command_line(job("1:3", "0", {"--max-restarts", "5"})).options;
+  CHECK(limited.elastic.reset_limit == 5);
+  CHECK(limited.elastic.reset_limit_flag == "--max-restarts");
+  CHECK(limited.join.min_nodes == 1);
+  CHECK(std::find(limited.env.begin(), limited.env.end(), "TORCHELASTIC_MAX_RESTARTS=5") !=
+        limited.env.end());
+  // MIN equal to MAX is a fixed number of nodes; 1:1 one node, a local job.
+  const auto fixed = parse_command_line(job("3:3", "1")).options;
+  CHECK(fixed.join.nnodes == 3);
+  CHECK_FALSE(fixed.join.elastic());
+  CHECK_FALSE(fixed.elastic.enabled());
+  const auto one = parse_command_line({"--nnodes", "1:1", "--nproc-per-node", "2", "true"});
+  CHECK_FALSE(one.options.join.enabled());
+  CHECK(one.options.np == 2);
+  // The last call, from HVDRUN_JOIN_LAST_CALL.
+  ::setenv("HVDRUN_JOIN_LAST_CALL", "0", 1);
+  CHECK(parse_command_line(job("2:3", "1")).options.join.last_call_s == 0);
+  ::setenv("HVDRUN_JOIN_LAST_CALL", "soon", 1);
+  CHECK_THAT(error_of(job("2:3", "1")),
+             Catch::Contains("bad value 'soon' for HVDRUN_JOIN_LAST_CALL; expected whole seconds"));
+  ::unsetenv("HVDRUN_JOIN_LAST_CALL");
+  // Bad ranges, node ranks past MAX, and what a range cannot be combined with.
+  CHECK_THAT(error_of(job("3:2", "1")),
+             Catch::Contains("--nnodes 3:2: MIN 3 is above MAX 2; give MIN:MAX with MIN no more "
+                             "than MAX"));
+  for (const char* bad : {"0:2", "2:", ":3", "1:100001", "a:b", "1:2:3"})
+    CHECK_THAT(error_of(job(bad, "1")),
+               Catch::Contains("for --nnodes; expected N or MIN:MAX, whole numbers from 1 to "
+                               "100000, as in --nnodes 2:4"));
+  CHECK_THAT(error_of(job("2:3", "3")),
+             Catch::Contains("bad value '3' for --node-rank") && Catch::Contains("from 0 to 2"));
+  CHECK_THAT(error_of({"--nnodes", "2:3", "--rdzv-endpoint", "n0:1", "true"}),
+             Catch::Contains("--nnodes 2:3 needs this node's --node-rank"));
+  CHECK_THAT(error_of({"--nnodes", "2:3", "--node-rank", "1", "true"}),
+             Catch::Contains("--nnodes 2:3 needs node 0's address on every node"));
+  CHECK_THAT(error_of(job("2:3", "1", {"--min-np", "2"})),
+             Catch::Contains("elastic options cannot be combined with torchrun's flags") &&
+                 Catch::Contains("--nnodes MIN:MAX makes a join-mode job elastic"));
+  ::unsetenv("HVDRUN_JOB_SECRET");
 }

@@ -2,7 +2,8 @@
 // "node" (node 0 listening on 127.0.0.2), started in random order with small random delays,
 // run one job. The job's result, torchrun's variables, nodes that count different numbers
 // of GPUs, counts that must agree and do not, a node with another secret, a node that never
-// comes, and a failing rank, as every node sees them; nothing is left running.
+// comes, a failing rank, and elastic join's start with fewer nodes than MAX, as every node
+// sees them; nothing is left running.
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
@@ -51,6 +52,8 @@ struct JoinJob {
   std::string marker = unique_marker();
   int port = free_port();
   std::map<int, std::unique_ptr<Hvdrun>> nodes;
+  // --nnodes as given (MIN:MAX for elastic join); empty: the count of nodes started.
+  std::string nnodes;
 
   JoinJob() {
     write_text(dir.path() + "/secret", "a-secret-of-thirty-two-characters\n");
@@ -77,13 +80,14 @@ struct JoinJob {
       const auto word = per_node_of.find(r);
       const std::string nproc = word == per_node_of.end() ? std::to_string(per_node) : word->second;
       if (from_env) env.emplace_back("HVDRUN_JOB_SECRET=a-secret-of-thirty-two-characters");
-      std::vector<std::string> args = {"--nnodes",         std::to_string(count),
-                                       "--node-rank",      std::to_string(r),
-                                       "--rdzv-endpoint",  "127.0.0.2:" + std::to_string(port),
-                                       "--nproc-per-node", nproc,
-                                       "--rdzv-id",        "job-42",
-                                       "--rdzv-timeout",   std::to_string(timeout_s),
-                                       "--no-python"};
+      std::vector<std::string> args = {
+          "--nnodes",         nnodes.empty() ? std::to_string(count) : nnodes,
+          "--node-rank",      std::to_string(r),
+          "--rdzv-endpoint",  "127.0.0.2:" + std::to_string(port),
+          "--nproc-per-node", nproc,
+          "--rdzv-id",        "job-42",
+          "--rdzv-timeout",   std::to_string(timeout_s),
+          "--no-python"};
       if (!from_env) {
         args.insert(
             args.end() - 1,
@@ -247,4 +251,26 @@ TEST_CASE("join mode: a failing rank ends every node with its code, and its node
   }
   CHECK_THAT(job.nodes[1]->err, Catch::Contains("node rank 1: the failure above is this node's"));
   CHECK(count(job.nodes[2]->err, "this node's") == 0);
+}
+
+TEST_CASE("join mode: --nnodes 2:3 starts on the nodes that came once the last call passed") {
+  JoinJob job;
+  job.nnodes = "2:3";
+  // Node 2 never comes: node 0 starts the job of two nodes when the last call (1 s) ends.
+  job.start(2, 2, 30, {"sh", "-c", "echo \"size $WORLD_SIZE $HVDRUN_GENERATION\""}, {}, {},
+            {{0, {"HVDRUN_JOIN_LAST_CALL=1"}}});
+  const auto codes = job.wait();
+  INFO("node 0's stderr: " << job.nodes[0]->err << "\nnode 1's: " << job.nodes[1]->err);
+  CHECK(codes == std::map<int, int>{{0, 0}, {1, 0}});
+  CHECK(count(job.nodes[0]->out, "<stdout>:size 4 0\n") == 4);
+
+  // Fewer than MIN within --rdzv-timeout: node 0 says how many came and who did not.
+  JoinJob alone;
+  alone.nnodes = "2:3";
+  alone.start(1, 1, 2, {"true"});
+  CHECK(alone.wait() == std::map<int, int>{{0, 255}});
+  CHECK_THAT(alone.nodes[0]->err,
+             Catch::Contains("hvdrun: node 0: only 1 node of the 2 that --nnodes MIN:MAX needs "
+                             "at least joined; node ranks 1, 2 did not join within 2 s "
+                             "(--rdzv-timeout)"));
 }

@@ -273,3 +273,28 @@ TEST_CASE("generations: a job started at -np below --max-np asks to grow when sl
   REQUIRE(why.size() == 1);
   CHECK_THAT(why[0], Catch::Contains("discovery found 4 usable slots for a job of 2 ranks"));
 }
+
+// Elastic join (--nnodes MIN:MAX): the nodes are the hosts. A recovery in process counts
+// nodes, not ranks, and excludes no node; a generation that ends ends the job, since the
+// other nodes' hvdrun end with it.
+TEST_CASE("generations: an elastic join recovers in process only and counts its nodes") {
+  auto o = three_hosts();
+  o.join.nnodes = 3;
+  o.join.min_nodes = 2;
+  o.elastic.min_np = 2;
+  o.elastic.restarts = false;
+  int launches = 0;
+  const GenerationLaunch launch = [&](const LaunchOptions&, const JobHooks& hooks) {
+    ++launches;
+    const auto how = hooks.reform(rank_failure(3, "b"));
+    REQUIRE(how);
+    CHECK(how->min_hosts == 2);
+    CHECK(how->min_np == 1);
+    CHECK(how->excluded.empty());
+    hooks.reformed(1, 3, 2, 1, "rank 0 on host b exited");
+    *hooks.outcome = Failure{255, "hvdrun: lost c\n", {"c"}};
+    return 255;
+  };
+  CHECK(run_elastic(o, launch) == 255);
+  CHECK(launches == 1);
+}

@@ -60,14 +60,19 @@ class JoinJob:
     """One job of `nnodes` hvdrun processes of `per_node` ranks each, node 0 listening on
     127.0.0.2; `command` is what every node runs (after hvdrun's own flags)."""
 
-    def __init__(self, tmp_path, nnodes, per_node, command, flags=(), timeout=30):
+    def __init__(self, tmp_path, nnodes, per_node, command, flags=(), timeout=30,
+                 node_range=None, env=None):
+        """`node_range` (MIN, MAX) gives --nnodes MIN:MAX (elastic join) for `nnodes`
+        nodes; `env` is added to every node's environment."""
         self.dir = tmp_path
         self.nnodes = nnodes
+        self.env = dict(env or {})
         self.port = free_port()
         self.marker = f"HVDRUN_TEST_MARKER={os.getpid()}-{uuid.uuid4().hex}"
         secret = tmp_path / "secret"
         secret.write_text(SECRET + "\n")
-        self.args = ["--nnodes", str(nnodes), "--nproc-per-node", str(per_node),
+        count = f"{node_range[0]}:{node_range[1]}" if node_range else str(nnodes)
+        self.args = ["--nnodes", count, "--nproc-per-node", str(per_node),
                      "--rdzv-endpoint", f"127.0.0.2:{self.port}", "--rdzv-id", "pyjob",
                      "--rdzv-timeout", str(timeout), "--secret-file", str(secret),
                      *flags, *command]
@@ -76,19 +81,27 @@ class JoinJob:
     def start(self, max_delay=0.7):
         """Starts the nodes in random order, each after a random delay of up to
         `max_delay` s."""
-        env = dict(os.environ)
-        name, value = self.marker.split("=", 1)
-        env[name] = value
         order = list(range(self.nnodes))
         random.shuffle(order)
         for r in order:
+            for kind in ("out", "err"):
+                (self.dir / f"node{r}.{kind}").write_text("")
+        for r in order:
             time.sleep(random.uniform(0, max_delay))
-            with open(self.dir / f"node{r}.out", "w") as out, \
-                    open(self.dir / f"node{r}.err", "w") as err:
-                self.procs[r] = subprocess.Popen(
-                    [launcher(), "--node-rank", str(r), *self.args], env=env,
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+            self.start_node(r)
         return self
+
+    def start_node(self, r):
+        """Starts node rank `r` (again: a pod recreated), its output appended to its
+        files."""
+        env = dict(os.environ, **self.env)
+        name, value = self.marker.split("=", 1)
+        env[name] = value
+        with open(self.dir / f"node{r}.out", "a") as out, \
+                open(self.dir / f"node{r}.err", "a") as err:
+            self.procs[r] = subprocess.Popen(
+                [launcher(), "--node-rank", str(r), *self.args], env=env,
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err)
 
     def out(self, r):
         return (self.dir / f"node{r}.out").read_text()
