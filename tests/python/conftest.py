@@ -16,5 +16,15 @@ def pytest_configure(config):
     use_build_tree()
 
 
+@pytest.fixture
+def jobs():
+    """Join-mode jobs a test starts (tests/python/_join.py); any node still running at its
+    end is killed."""
+    started = []
+    yield started
+    for job in started:
+        job.kill()
+
+
 # A file whose every test was skipped (no GPU, say) is reported to ctest as skipped.
 from _outcomes import pytest_runtest_logreport, pytest_sessionfinish  # noqa: E402,F401

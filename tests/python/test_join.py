@@ -22,15 +22,6 @@ NODES, PER_NODE = 3, 2
 SIZE = NODES * PER_NODE
 
 
-@pytest.fixture
-def jobs():
-    """The jobs a test starts; any node still running at its end is killed."""
-    started = []
-    yield started
-    for job in started:
-        job.kill()
-
-
 def train(jobs, tmp_path, worker):
     job = JoinJob(tmp_path, NODES, PER_NODE,
                   [python(), os.path.join(WORKERS, worker), str(tmp_path)]).start()

@@ -10,23 +10,12 @@ import os
 import signal
 import subprocess
 
-import pytest
-
 from _jobs import WORKERS, launcher
 from _join import JoinJob, python, wait_until
 
 # elastic_inprocess_worker.py: one file of records per process, "stop" in the directory
 # ends the training at the next commit.
 from test_elastic import _first, _records
-
-
-@pytest.fixture
-def jobs():
-    """The jobs a test starts; any node still running at its end is killed."""
-    started = []
-    yield started
-    for job in started:
-        job.kill()
 
 
 def _worker(tmp_path):
