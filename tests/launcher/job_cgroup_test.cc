@@ -71,9 +71,9 @@ TEST_CASE("a job cgroup holds what a child starts with setsid and is emptied and
   ChildSpec spec;
   // The pid file is written by the shell's own echo, not by a helper such as mv: a helper
   // would be a second process in the cgroup for the moment after the file appears.
-  spec.argv = {"sh", "-c",
-               "setsid sh -c 'echo $$ > " + tmp.path() +
-                   "/g; exec sleep 300' </dev/null >/dev/null 2>&1 &"};
+  spec.argv = {
+      "sh", "-c",
+      "setsid sh -c 'echo $$ > " + tmp.path() + "/g; exec sleep 300' </dev/null >/dev/null 2>&1 &"};
   spec.cgroup_procs_fd = cg->procs_fd();
   if (by_clone) spec.cgroup_dir_fd = cg->dir_fd();
   const pid_t child = spawn(spec).pid;
