@@ -103,10 +103,17 @@ ProbedHosts probe_hosts(const LaunchPlan& plan, const LaunchOptions& options,
 
 LaunchOptions with_counted_slots(const LaunchOptions& options, ssh::Connector& connector) {
   LaunchOptions out = options;
+  if (out.np_auto && out.hosts.empty()) {
+    // Without hosts, this machine; an allocation's hosts are not read before the start.
+    const LaunchPlan found = make_check_plan(out);
+    if (found.source != HostSource::localhost)
+      throw UsageError(
+          "-np auto counts the GPUs of hosts given with -H or --hostfile, or of this machine; "
+          "the hosts of " +
+          found.allocation.scheduler + "'s allocation are not read before the start: give -np N");
+    out.hosts.push_back({"localhost", 1});
+  }
   if (out.np_auto) {
-    // Without hosts, this machine (an allocation's hosts are not counted: see below).
-    if (out.hosts.empty() && make_check_plan(out).source == HostSource::localhost)
-      out.hosts.push_back({"localhost", 1});
     for (auto& h : out.hosts) {
       if (!h.auto_slots && h.slots > 1)
         throw UsageError("-np auto gives each host one rank per GPU, and host " + h.name +
@@ -114,12 +121,6 @@ LaunchOptions with_counted_slots(const LaunchOptions& options, ssh::Connector& c
                          ":auto, or drop -np auto and give -np N");
       h.auto_slots = true;
     }
-    if (out.hosts.empty())
-      throw UsageError(
-          "-np auto counts the GPUs of hosts given with -H or --hostfile, or of this machine; "
-          "the hosts of " +
-          make_check_plan(out).allocation.scheduler +
-          "'s allocation are not read before the start: give -np N");
   }
   const auto counted = [](const hostfile::HostSlots& h) { return h.auto_slots; };
   if (std::none_of(out.hosts.begin(), out.hosts.end(), counted)) return out;

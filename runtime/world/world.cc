@@ -73,8 +73,9 @@ std::string mesh_address(const std::string& toward_rendezvous, const char* gloo_
     at = comma + 1;
   }
   hvdrun::log().warn(
-      "hvdrun: GLOO_SOCKET_IFNAME={}: no interface of that name has an address on this host; "
-      "the host path listens on {}, the address toward the rendezvous",
+      "hvdrun: GLOO_SOCKET_IFNAME (or HOROVOD_GLOO_IFACE) is {}, and no interface of that name "
+      "has an address on this host; the host path listens on {}, the address toward the "
+      "rendezvous. Name an interface that is up with an address, or unset the variable",
       names, toward_rendezvous);
   return toward_rendezvous;
 }
