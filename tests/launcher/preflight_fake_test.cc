@@ -232,6 +232,42 @@ TEST_CASE("shell start-up noise before the version line is tolerated", "[preflig
   CHECK(report.hosts[0].detail == "hvdrun 9.9.9 at /opt/hvdrun/bin/hvdrun");
 }
 
+TEST_CASE("the topology probe comes back after the version, and its failure is named",
+          "[preflight]") {
+  FakeConnector c;
+  FakeHost good;
+  good.run = [](const std::string& command) {
+    CommandResult r;
+    CHECK(command == shell_quote("/opt/hvdrun/bin/hvdrun") + " --version && echo " +
+                         kTopologyMarker + " && exec " + shell_quote("/opt/hvdrun/bin/hvdrun") +
+                         " agent --topology");
+    r.out = "Welcome\nhvdrun 9.9.9\n" + std::string(kTopologyMarker) + "\ngpus -\nfrom hwloc\n";
+    return r;
+  };
+  FakeHost broken;
+  broken.run = [](const std::string&) {
+    CommandResult r;
+    r.out = "hvdrun 9.9.9\n" + std::string(kTopologyMarker) + "\n";
+    r.err = "hvdrun agent: error: hwloc: no topology\n";
+    r.status.code = 250;
+    return r;
+  };
+  c.add("good", good);
+  c.add("broken", broken);
+  PreflightSettings s = settings();
+  s.read_topology = true;
+  auto report = preflight(options_for({"good", "broken"}), SshConfig{}, c, s);
+  CHECK(report.hosts[0].verdict == Verdict::ok);
+  CHECK(report.hosts[0].topology == "gpus -\nfrom hwloc\n");
+  CHECK(report.hosts[1].verdict == Verdict::hvdrun_missing);
+  CHECK(report.hosts[1].detail ==
+        "`/opt/hvdrun/bin/hvdrun agent --topology` exited with 250: hvdrun agent: error: hwloc: "
+        "no topology");
+  CHECK(report.hosts[1].fix ==
+        "run `/opt/hvdrun/bin/hvdrun agent --topology` on broken to see why (hwloc reads the "
+        "host's hardware there)");
+}
+
 TEST_CASE("self_executable names the running binary", "[preflight]") {
   CHECK(self_executable().find("launcher_test") != std::string::npos);
 }
