@@ -6,6 +6,8 @@
 # (time: above 1 is slower; the targets are 8 B within 1.25x, 64 MiB within 5%).
 #
 # Usage: bench/negotiation.sh [base-ref=b39030e] [rounds=5] [nps="2 4"] [max-bytes=67108864]
+# With BENCH_SIZES="8 4096 196608 ..." in the environment, each of those sizes is run on
+# its own (the sweep from SIZE to SIZE) instead of the sweep's steps up to max-bytes.
 # The baseline is built once in build-base/ from a worktree in .bench-base/ (ccache makes
 # a rebuild of an unchanged tree cheap).
 set -euo pipefail
@@ -14,6 +16,14 @@ base=${1:-b39030e}
 rounds=${2:-5}
 nps=${3:-"2 4"}
 max=${4:-67108864}
+spans=("8 $max")
+if [[ -n ${BENCH_SIZES:-} ]]; then
+  spans=()
+  for b in $BENCH_SIZES; do
+    case $b in '' | *[!0-9]*) echo "bench/negotiation.sh: BENCH_SIZES must be byte counts" >&2; exit 2 ;; esac
+    spans+=("$b $b")
+  done
+fi
 case $rounds in '' | *[!0-9]*) echo "bench/negotiation.sh: rounds must be a number" >&2; exit 2 ;; esac
 
 launcher=()
@@ -31,10 +41,14 @@ trap 'rm -rf "$out"' EXIT
 echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); baseline $(git -C .bench-base rev-parse --short HEAD), this tree $(git rev-parse --short HEAD)"
 for r in $(seq "$rounds"); do
   for np in $nps; do
-    build/cli/hvdrun -np "$np" build/tests/runtime/hvdrun_allreduce_sweep 8 "$max" |
-      sed -n 's/.*\(result .*\)/\1/p' >>"$out/now"
-    build/cli/hvdrun -np "$np" build-base/tests/runtime/hvdrun_allreduce_sweep 8 "$max" |
-      sed -n 's/.*\(result .*\)/\1/p' >>"$out/base"
+    for span in "${spans[@]}"; do
+      # shellcheck disable=SC2086 # a span is two words: MIN MAX
+      build/cli/hvdrun -np "$np" build/tests/runtime/hvdrun_allreduce_sweep $span |
+        sed -n 's/.*\(result .*\)/\1/p' >>"$out/now"
+      # shellcheck disable=SC2086
+      build/cli/hvdrun -np "$np" build-base/tests/runtime/hvdrun_allreduce_sweep $span |
+        sed -n 's/.*\(result .*\)/\1/p' >>"$out/base"
+    done
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
