@@ -75,8 +75,8 @@ _QUERIES = ("rank", "size", "local_rank", "local_size", "cross_rank", "cross_siz
 
 
 def query(what, name):
-    """rank(), size() and the like: `name` is one of _QUERIES. Before init() raises
-    ValueError, as Horovod does."""
+    """rank(), size() and the like: `name` is one of _QUERIES or is_homogeneous. Before
+    init() raises ValueError, as Horovod does."""
     v = getattr(_lib.lib(), "hvdrun_" + name)()
     if v < 0:
         raise ValueError(f"{what}.{name}() called before init(): call hvd.init() first")
@@ -323,9 +323,9 @@ def remove_process_set(process_set, what="hvdrun"):
 
 
 def is_homogeneous():
-    """True when every host runs the same number of ranks."""
-    return query("hvdrun", "size") == query("hvdrun", "local_size") * query("hvdrun",
-                                                                            "cross_size")
+    """True when every host runs the same number of ranks; every rank gets the same answer
+    (the library agrees it when the ranks check in, from every host's rank count)."""
+    return query("hvdrun", "is_homogeneous") == 1
 
 
 def mpi_built():

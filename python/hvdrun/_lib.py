@@ -10,7 +10,7 @@ import threading
 
 from hvdrun import _safe_path
 
-ABI_REQUIRED = 7
+ABI_REQUIRED = 8
 
 # Element types and reductions of runtime/include/hvdrun/hvdrun_c.h; the values are stable.
 INT32, INT64, FLOAT32, FLOAT64, FLOAT16, BFLOAT16, UINT8 = range(7)
@@ -86,6 +86,7 @@ _SIGNATURES = {
     "hvdrun_local_size": (_c_int, []),
     "hvdrun_cross_rank": (_c_int, []),
     "hvdrun_cross_size": (_c_int, []),
+    "hvdrun_is_homogeneous": (_c_int, []),
     "hvdrun_allreduce": (_c_int, [_vp, _vp, _c_size, _c_int, _c_int]),
     "hvdrun_broadcast": (_c_int, [_vp, _c_size, _c_int, _c_int]),
     "hvdrun_allgather": (_c_int, [_vp, _vp, _c_size, _c_int]),

@@ -362,6 +362,7 @@ int local_rank() { return env_of("local_rank").local_rank; }
 int local_size() { return env_of("local_size").local_size; }
 int cross_rank() { return env_of("cross_rank").cross_rank; }
 int cross_size() { return env_of("cross_size").cross_size; }
+bool is_homogeneous() { return joined("is_homogeneous")->world->homogeneous(); }
 int generation() { return env_of("generation").generation; }
 
 int runtime::declare_elastic() {

@@ -136,6 +136,9 @@ int hvdrun_cross_rank(void) {
 int hvdrun_cross_size(void) {
   return query([] { return hvdrun::cross_size(); });
 }
+int hvdrun_is_homogeneous(void) {
+  return query([] { return hvdrun::is_homogeneous() ? 1 : 0; });
+}
 
 int hvdrun_allreduce(const void* send, void* recv, size_t count, hvdrun_dtype dtype, hvdrun_op op) {
   return guarded([&] { hvdrun::allreduce(send, recv, count, to_dtype(dtype), to_op(op)); });

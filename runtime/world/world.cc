@@ -4,8 +4,10 @@
 //   checkin/<r>   counter; a second check-in of the same rank is an error
 //   info/<r>      "host=<name> addr=<ip> size=<n> pid=<pid>", read only on failure
 //   gpus          counter of ranks with a visible GPU
-//   arrived/<n>   counter of ranks that checked in for a world of size n
-//   ready         set by the rank whose check-in completes the world
+//   arrived/<n>   counter of ranks that checked in for a world of size n, and of those
+//                 whose sizes do not fit an even layout (Arrivals, world.h)
+//   ready         set by the rank whose check-in completes the world: "even" when every
+//                 host runs the same number of ranks, else "uneven" (is_homogeneous())
 //   checkin/host/<host>   counter; HVDRUN_CHECKIN=host: local rank 0 checks its host in
 //   barrier/rank/<r>, barrier/<k>/count, barrier/<k>/done   per barrier k
 //   gloo/world/addr/<i>/<j>   address of rank i's end of pair (i, j) (HVDRUN_HOST_PATH=gloo)
@@ -187,9 +189,24 @@ void World::check_in(Clock::time_point deadline) {
                                    " size=" + std::to_string(env_.size) +
                                    " pid=" + std::to_string(::getpid()));
   if (has_gpu()) store_->add(key("gpus"), 1);
-  auto n = store_->add(key("arrived") / env_.size, 1);
-  if (n == env_.size) store_->set(key("ready"), "1");
+  arrive_in_world(1);
   await_world(deadline);
+}
+
+// Horovod's is_homogeneous() needs every host's local size; Horovod gathers them in a round
+// at init. Here the check-in's arrival counter carries the verdict instead (Arrivals): the
+// add each party makes anyway, its value in the same int64, so no rank makes another call,
+// and the rank that completes the world writes the verdict into the ready key every rank
+// reads after its wait. Every rank of the world thus reads the one answer, whatever its own
+// sizes; an in-process re-form checks in again, so a new generation gets its own.
+void World::arrive_in_world(int ranks) {
+  const Arrivals n(
+      store_->add(key("arrived") / env_.size, Arrivals::of(ranks, fits_even_layout(env_))));
+  if (n.ranks() == env_.size) store_->set(key("ready"), n.even() ? "even" : "uneven");
+}
+
+bool fits_even_layout(const Environment& env) {
+  return static_cast<std::int64_t>(env.local_size) * env.cross_size == env.size;
 }
 
 bool World::has_gpu() const {
@@ -214,8 +231,9 @@ void World::await_world(Clock::time_point deadline) {
     generation_end().check();
   }
   if (missing.empty()) {
-    auto gpus_v = store_->get(key("gpus"));
-    gpus_ = gpus_v ? std::strtol(gpus_v->c_str(), nullptr, 10) : 0;
+    const auto got = store_->multi_get({key("gpus"), key("ready")});
+    gpus_ = got[0] ? std::strtol(got[0]->c_str(), nullptr, 10) : 0;
+    homogeneous_ = got[1] == "even";
     return;
   }
 
@@ -253,8 +271,9 @@ void World::await_world(Clock::time_point deadline) {
 // fail at once with its message.
 void World::check_in_host(Clock::time_point deadline) {
   struct Slot {
-    std::int32_t gpus = 0;  // in: this rank sees a GPU; out: ranks of the job that do
-    char address[64] = {};  // out: local rank 0's address towards the rendezvous
+    std::int32_t gpus = 0;         // in: this rank sees a GPU; out: ranks of the job that do
+    std::int32_t homogeneous = 1;  // out: the world's is_homogeneous()
+    char address[64] = {};         // out: local rank 0's address towards the rendezvous
   };
   ShmComm& shm = *host_->shm();
   const int L = env_.local_size;
@@ -280,13 +299,14 @@ void World::check_in_host(Clock::time_point deadline) {
     }
     store_->multi_set(records);
     if (gpus > 0) store_->add(key("gpus"), gpus);
-    auto n = store_->add(key("arrived") / env_.size, L);
-    if (n == env_.size) store_->set(key("ready"), "1");
+    arrive_in_world(L);  // with local rank 0's sizes, which stand for the host's
     await_world(deadline);
     reply.gpus = static_cast<std::int32_t>(gpus_);
+    reply.homogeneous = homogeneous_ ? 1 : 0;
     std::strncpy(reply.address, local_address_.c_str(), sizeof(reply.address) - 1);
   });
   gpus_ = reply.gpus;
+  homogeneous_ = reply.homogeneous != 0;
   if (!store_) local_address_.assign(reply.address, strnlen(reply.address, sizeof reply.address));
 }
 

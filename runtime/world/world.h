@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -67,6 +68,9 @@ class World {
   NcclComm* nccl() { return nccl_.get(); }
   /// Why there is no NCCL communicator ("" when there is one).
   const std::string& nccl_status() const { return nccl_status_; }
+  /// Horovod's is_homogeneous(): every host runs the same number of ranks. Agreed at
+  /// check-in (Arrivals), so every rank of the world has the same answer.
+  bool homogeneous() const { return homogeneous_; }
   /// Local IP of the rendezvous connection (used for collective traffic); a rank that
   /// checked in through its host's leader has the leader's.
   const std::string& local_address() const { return local_address_; }
@@ -85,6 +89,9 @@ class World {
   void check_in(std::chrono::steady_clock::time_point deadline);
   void check_in_host(std::chrono::steady_clock::time_point deadline);
   void await_world(std::chrono::steady_clock::time_point deadline);
+  // Adds a party of `ranks` (this rank, or its host) to the arrival counter; the party that
+  // completes the world sets the ready key.
+  void arrive_in_world(int ranks);
   std::chrono::milliseconds checkin_timeout() const;
   bool has_gpu() const;
   // The rendezvous connection, opened on first use (a rank that checked in through its
@@ -116,7 +123,8 @@ class World {
   std::unique_ptr<NcclComm> nccl_;
   std::string nccl_status_;
   std::string local_address_;
-  long gpus_ = 0;  // ranks of the job that see a GPU, as counted at check-in
+  long gpus_ = 0;            // ranks of the job that see a GPU, as counted at check-in
+  bool homogeneous_ = true;  // as the rank completing the check-in found it
   long long barrier_seq_ = 0;
   bool left_ = false;
 };
@@ -138,6 +146,38 @@ std::string mesh_address(const std::string& toward_rendezvous, const char* gloo_
 /// in a job of kCheckinThroughLeaderFrom ranks or more; with the shared-memory host path
 /// and more than one local rank.
 bool checks_in_through_leader(const Environment& env);
+
+/// Whether this rank's own sizes fit a layout in which every host runs the same number of
+/// ranks: size == local_size * cross_size. Every rank of an even layout passes, and in an
+/// uneven one local rank 0 of a host with the fewest ranks fails (its cross_size is the number
+/// of hosts, and size is more than that many times its local_size), so "no rank fails" is
+/// Horovod's is_homogeneous() for the whole world, though one rank's own test alone is not
+/// (with hosts of 3, 2 and 1 ranks, local rank 1 of the first passes it).
+bool fits_even_layout(const Environment& env);
+
+/// The arrival counter of a check-in (key arrived/<size>), which also carries whether the
+/// layout is even, so that the rank completing the world knows it without another round
+/// trip and publishes it in the ready key every rank reads. A party checking in (a rank, or
+/// a host's leader for its host) adds `of(ranks, fits)`: its ranks, plus kUneven unless
+/// its sizes fit an even layout (fits_even_layout(); a leader's are local rank 0's).
+class Arrivals {
+ public:
+  /// Counts the parties whose sizes do not fit; above any number of ranks (kMaxRanks is
+  /// 2^20), so at most 2^20 of them still fit an int64.
+  static constexpr std::int64_t kUneven = std::int64_t{1} << 32;
+  /// What a party of `ranks` ranks adds to the counter.
+  static std::int64_t of(int ranks, bool fits) { return ranks + (fits ? 0 : kUneven); }
+  /// The counter's value after an add.
+  explicit Arrivals(std::int64_t value) : value_(value) {}
+  /// Ranks checked in so far.
+  int ranks() const { return static_cast<int>(value_ % kUneven); }
+  /// No party so far found its sizes off an even layout (the world's answer once
+  /// ranks() is its size).
+  bool even() const { return value_ < kUneven; }
+
+ private:
+  std::int64_t value_;
+};
 
 /// Comma-separated rank list, abbreviated past 32 entries.
 std::string format_ranks(const std::vector<int>& ranks);

@@ -61,12 +61,14 @@ class JoinJob:
     127.0.0.2; `command` is what every node runs (after hvdrun's own flags)."""
 
     def __init__(self, tmp_path, nnodes, per_node, command, flags=(), timeout=30,
-                 node_range=None, env=None):
+                 node_range=None, env=None, node_env=None):
         """`node_range` (MIN, MAX) gives --nnodes MIN:MAX (elastic join) for `nnodes`
-        nodes; `env` is added to every node's environment."""
+        nodes; `env` is added to every node's environment, then `node_env[r]` (a dict) to
+        node rank r's."""
         self.dir = tmp_path
         self.nnodes = nnodes
         self.env = dict(env or {})
+        self.node_env = dict(node_env or {})
         self.port = free_port()
         self.marker = f"HVDRUN_TEST_MARKER={os.getpid()}-{uuid.uuid4().hex}"
         secret = tmp_path / "secret"
@@ -95,6 +97,7 @@ class JoinJob:
         """Starts node rank `r` (again: a pod recreated), its output appended to its
         files."""
         env = dict(os.environ, **self.env)
+        env.update(self.node_env.get(r, {}))
         name, value = self.marker.split("=", 1)
         env[name] = value
         with open(self.dir / f"node{r}.out", "a") as out, \

@@ -6,7 +6,7 @@ host update interrupts every rank at the same commit, and when a rank raises out
 training loop or a host is lost, the surviving processes go on in process from the last
 commit (a new rank started in place of the one that raised, none for the lost host); a
 host that discovery offers anew, or one new to the job, joins the running ranks in
-process."""
+process, and each generation's ranks agree whether it is homogeneous."""
 import contextlib
 import os
 import re
@@ -372,22 +372,25 @@ def test_a_job_grows_in_process_onto_more_slots_of_its_host(tmp_path):
 
 def test_a_job_grows_in_process_onto_a_host_reached_through_exec(tmp_path):
     # --launcher exec: with a stand-in for `kubectl exec`: it notes the host and runs the
-    # agent here. 127.0.0.3 appears in discovery while the job runs on 127.0.0.2.
+    # agent here. 127.0.0.3 appears in discovery while the job runs on 127.0.0.2, with one
+    # slot to the other's two: the re-formed world is not homogeneous, on every rank.
     standin = tmp_path / "standin"
     standin.write_text(f"#!/bin/sh\necho \"$1\" >> '{tmp_path / 'hosts'}'\nshift\n"
                        "exec \"$@\"\n")
     standin.chmod(0o755)
     discover = tmp_path / "discover.sh"
     discover.write_text(f"#!/bin/sh\necho 127.0.0.2:2\n"
-                        f"if [ -e '{tmp_path / 'grow'}' ]; then echo 127.0.0.3:2; fi\n")
+                        f"if [ -e '{tmp_path / 'grow'}' ]; then echo 127.0.0.3:1; fi\n")
     discover.chmod(0o755)
     original, joined, recs, _ = _grows_in_process(
         tmp_path, 2, ["--launcher", f"exec:{standin} {{host}}", "-p", "1",
-                      "--host-discovery-script", str(discover)], 4)
+                      "--host-discovery-script", str(discover)], 3)
     assert (tmp_path / "hosts").read_text().split() == ["127.0.0.2", "127.0.0.3"]
     old_agents = {_first(recs[pid], "start", 0)[1] for pid in original}
     new_agents = {_first(recs[pid], "start", 1)[1] for pid in joined}
     assert len(old_agents) == 1 and len(new_agents) == 1 and not old_agents & new_agents, recs
+    assert [_first(recs[pid], "start", 0)[6] for pid in original] == [1, 1], recs
+    assert [_first(recs[pid], "start", 1)[6] for pid in original | joined] == [0, 0, 0], recs
 
 
 def _discovery(tmp_path, hosts, unless):

@@ -4,7 +4,8 @@ training program (hvdrun.torch) and a plain torch DDP program (gloo, from MASTER
 MASTER_PORT, RANK, WORLD_SIZE); both reach the weights one process computes for the
 average gradient. A rank that raises ends every node with its traceback quoted once; a
 node killed with SIGKILL ends the job on every other node, which names it; nothing of a
-job is left running."""
+job is left running. Nodes that count different numbers of GPUs make a job every rank of
+which says it is not homogeneous."""
 import os
 import signal
 import sys
@@ -106,3 +107,24 @@ def test_a_node_killed_ends_the_job_on_every_node_and_is_named(jobs, tmp_path, k
             in err, job.describe()
         assert "that node's own log (its pod's) says why it ended" in err, job.describe()
     job.assert_nothing_left()
+
+
+@pytest.mark.parametrize("counts,even", [((2, 1, 3), False), ((2, 2, 2), True)])
+def test_nodes_counting_their_own_ranks_agree_whether_the_job_is_homogeneous(
+        jobs, tmp_path, counts, even):
+    # Each node counts its GPUs (--nproc-per-node gpu): fake ones, unless this machine has
+    # GPUs of its own (or an inherited CUDA_VISIBLE_DEVICES), which come first; then each
+    # node is given its list in CUDA_VISIBLE_DEVICES, which wins over both.
+    fake = "CUDA_VISIBLE_DEVICES" not in os.environ and not os.path.exists("/dev/nvidiactl")
+    var = "HVDRUN_FAKE_GPUS" if fake else "CUDA_VISIBLE_DEVICES"
+    node_env = {r: {var: ",".join(str(g) for g in range(n))} for r, n in enumerate(counts)}
+    job = JoinJob(tmp_path, len(counts), "gpu",
+                  [python(), os.path.join(WORKERS, "homogeneous_worker.py")],
+                  node_env=node_env).start()
+    jobs.append(job)
+    assert job.wait() == {r: 0 for r in range(len(counts))}, job.describe()
+    job.assert_nothing_left()
+    said = [line.split("<stdout>:", 1)[1] for line in job.out(0).splitlines()
+            if "<stdout>:rank " in line]
+    assert sorted(said) == [f"rank {r}: homogeneous={even}" for r in range(sum(counts))], \
+        job.describe()

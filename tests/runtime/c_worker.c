@@ -16,7 +16,9 @@
  *               too small refused on every rank, reducescatter with uneven rows, and a
  *               caller compiled for ABI 3 (the shorter struct) still accepted
  *   stuck       the stack report: rank 1 blocks in stuck_in_c() (pause), the others wait in
- *               an allreduce it never issues; each says "ready" first */
+ *               an allreduce it never issues; each says "ready" first
+ *   homogeneous ABI version 8: prints "rank R: homogeneous=H" (the test compares the ranks'
+ *               answers with the layout's); -1 after shutdown */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -393,6 +395,16 @@ static int scatter_mode(void) {
   return 0;
 }
 
+static int homogeneous_mode(void) {
+  CHECK(hvdrun_abi_version() >= 8);
+  const int homogeneous = hvdrun_is_homogeneous();
+  CHECK(homogeneous == 0 || homogeneous == 1);
+  CHECK(hvdrun_shutdown() == 0);
+  CHECK(hvdrun_is_homogeneous() == -1);
+  printf("rank %d: homogeneous=%d\n", rank, homogeneous);
+  return 0;
+}
+
 /* Not inlined and exported (the worker links with ENABLE_EXPORTS): the stack report's native
  * frames name it. */
 __attribute__((noinline)) void stuck_in_c(void) {
@@ -423,6 +435,8 @@ int main(int argc, char** argv) {
     return scatter_mode();
   else if (strcmp(mode, "stuck") == 0)
     return stuck_mode();
+  else if (strcmp(mode, "homogeneous") == 0)
+    return homogeneous_mode();
   else if (strcmp(mode, "async-lost") == 0)
     rc = async_lost_mode();
   else

@@ -248,6 +248,37 @@ TEST_CASE("host path: HVDRUN_HOST_PATH=gloo keeps the Gloo path among all ranks"
   CHECK(r.ok());
 }
 
+TEST_CASE("is_homogeneous: every rank has the world's answer, whatever its own sizes",
+          "[runtime][job][shm][checkin]") {
+  // Hosts of 3, 2 and 1 ranks: ranks 1 and 3 have size == local_size * cross_size, and used
+  // to answer True alone. Each check-in (a rank's own, through its host's leader, and the
+  // Gloo path's) and a single host, too.
+  struct Layout {
+    std::vector<int> hosts;
+    int np;
+    bool even;
+  };
+  auto layout = GENERATE(Layout{{3, 2, 1}, 6, false}, Layout{{2, 1}, 3, false},
+                         Layout{{2, 2, 2}, 6, true}, Layout{{}, 3, true});
+  auto checkin = GENERATE(as<std::string>{}, "rank", "host", "gloo");
+  JobSpec spec;
+  spec.np = layout.np;
+  spec.hosts = layout.hosts;
+  spec.argv = {HVDRUN_BINARY_DIR "/tests/runtime/runtime_c_worker", "homogeneous"};
+  spec.env = {{"HVDRUN_NCCL", "off"}};
+  if (checkin == "gloo")
+    spec.env["HVDRUN_HOST_PATH"] = "gloo";
+  else
+    spec.env["HVDRUN_CHECKIN"] = checkin;
+  auto r = run_job(spec);
+  INFO("hosts " << Catch::Detail::stringify(layout.hosts) << ", " << checkin << "\n" << r.dump());
+  CHECK(r.ok());
+  CHECK(r.ranks.size() == static_cast<std::size_t>(layout.np));
+  for (const auto& rr : r.ranks)
+    CHECK_THAT(rr.err, Catch::Contains("rank " + std::to_string(rr.rank) +
+                                       ": homogeneous=" + (layout.even ? "1" : "0")));
+}
+
 TEST_CASE("host path: the ranks of a single-host job have no TCP connection to each other",
           "[runtime][job][shm]") {
   JobSpec spec;

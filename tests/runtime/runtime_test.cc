@@ -1,7 +1,9 @@
 // Runtime tests: environment parsing, and whole jobs of real rank processes
 // (tests/runtime/worker.cc, linked to libhvdrun.so).
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <map>
 #include <thread>
@@ -107,6 +109,80 @@ TEST_CASE("HVDRUN_CHECKIN: auto checks in through the host's leader from 256 ran
   env["HVDRUN_CHECKIN"] = "leader";
   CHECK_THROWS_WITH(parse(env),
                     Catch::Contains("HVDRUN_CHECKIN='leader' (expected auto, rank or host)"));
+}
+
+namespace {
+
+// Every rank of `hosts` (ranks per host, hosts in order) as the launcher places it: local
+// rank l's cross_size is the number of hosts with more than l ranks.
+std::vector<hvdrun::runtime::Environment> placed_ranks(const std::vector<int>& hosts) {
+  std::vector<hvdrun::runtime::Environment> out;
+  int size = 0;
+  for (int n : hosts) size += n;
+  for (int n : hosts) {
+    for (int l = 0; l < n; ++l) {
+      hvdrun::runtime::Environment e;
+      e.rank = static_cast<int>(out.size());
+      e.size = size;
+      e.local_rank = l;
+      e.local_size = n;
+      e.cross_size =
+          static_cast<int>(std::count_if(hosts.begin(), hosts.end(), [&](int m) { return m > l; }));
+      out.push_back(e);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("is_homogeneous: the arrival counter says whether every host runs as many ranks",
+          "[runtime][env]") {
+  using hvdrun::runtime::Arrivals;
+  using hvdrun::runtime::fits_even_layout;
+  // Every layout of 1 to 4 hosts of 1 to 4 ranks, in any order: summed over the ranks (each
+  // checking in itself) or over the hosts' leaders (local rank 0 checking its host in), the
+  // counter counts every rank and is even exactly when the hosts' rank counts are equal.
+  std::vector<std::vector<int>> layouts = {{}};
+  for (int hosts = 1; hosts <= 4; ++hosts) {
+    std::vector<std::vector<int>> longer;
+    for (const auto& l : layouts) {
+      if (static_cast<int>(l.size()) != hosts - 1) continue;
+      for (int n = 1; n <= 4; ++n) {
+        longer.push_back(l);
+        longer.back().push_back(n);
+      }
+    }
+    layouts.insert(layouts.end(), longer.begin(), longer.end());
+  }
+  CHECK(layouts.size() == 1 + 4 + 16 + 64 + 256);
+  for (const auto& hosts : layouts) {
+    if (hosts.empty()) continue;
+    const bool even =
+        std::adjacent_find(hosts.begin(), hosts.end(), std::not_equal_to<>()) == hosts.end();
+    std::int64_t by_rank = 0, by_host = 0;
+    for (const auto& e : placed_ranks(hosts)) {
+      by_rank += Arrivals::of(1, fits_even_layout(e));
+      if (e.local_rank == 0) by_host += Arrivals::of(e.local_size, fits_even_layout(e));
+    }
+    INFO("hosts " << Catch::Detail::stringify(hosts));
+    CHECK(Arrivals(by_rank).ranks() == placed_ranks(hosts).front().size);
+    CHECK(Arrivals(by_host).ranks() == placed_ranks(hosts).front().size);
+    CHECK(Arrivals(by_rank).even() == even);
+    CHECK(Arrivals(by_host).even() == even);
+  }
+  // Hosts of 3, 2 and 1 ranks: ranks 1 and 3 find size == local_size * cross_size, the
+  // test each rank used to answer by alone; the world is uneven all the same.
+  const auto ranks = placed_ranks({3, 2, 1});
+  std::vector<int> fitting;
+  for (const auto& e : ranks)
+    if (fits_even_layout(e)) fitting.push_back(e.rank);
+  CHECK(fitting == std::vector<int>{1, 3});
+  // The largest world: 2^20 ranks, every one off an even layout, still fits the counter.
+  const std::int64_t most = std::int64_t{1 << 20} * Arrivals::of(1, false);
+  CHECK(Arrivals(most).ranks() == 1 << 20);
+  CHECK_FALSE(Arrivals(most).even());
+  CHECK(Arrivals(Arrivals::of(1 << 20, true)).ranks() == 1 << 20);
 }
 
 TEST_CASE("missing or garbled environment says to run under hvdrun", "[runtime][env]") {

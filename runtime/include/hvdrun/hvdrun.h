@@ -63,6 +63,9 @@ HVDRUN_API int local_size();
 HVDRUN_API int cross_rank();
 /// Number of hosts that run this local_rank.
 HVDRUN_API int cross_size();
+/// True when every host runs the same number of ranks (Horovod's is_homogeneous()); the
+/// same answer on every rank, agreed when the ranks checked in.
+HVDRUN_API bool is_homogeneous();
 
 /// HVDRUN_GENERATION of this job (0 unless an elastic launcher restarted it).
 HVDRUN_API int generation();

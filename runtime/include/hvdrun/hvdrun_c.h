@@ -57,7 +57,7 @@ typedef enum hvdrun_op {
 } hvdrun_op;
 
 /** The ABI version this library implements (HVDRUN_ABI_VERSION of its build). */
-#define HVDRUN_ABI_VERSION 7
+#define HVDRUN_ABI_VERSION 8
 
 /** Identifies one submitted asynchronous collective; valid (> 0) until hvdrun_wait. */
 typedef long long hvdrun_handle;
@@ -290,6 +290,13 @@ HVDRUN_C_API int hvdrun_elastic_joining(void);
  *  this rank is not in, or a negative `rows`. (hvdrun_collective.caller_scales is ABI 7
  *  too.) */
 HVDRUN_C_API long long hvdrun_reducescatter_rows(long long rows, int process_set);
+
+/* ---- ABI version 8 ---------------------------------------------------------------- */
+
+/** 1 when every host of the job runs the same number of ranks (Horovod's is_homogeneous()),
+ *  else 0; every rank has the same answer, agreed when the ranks checked in (for an elastic
+ *  job's generation, when it formed). -1 before hvdrun_init. */
+HVDRUN_C_API int hvdrun_is_homogeneous(void);
 
 /** Message of the last failure on this thread ("" when none). Valid until the next call. */
 HVDRUN_C_API const char* hvdrun_last_error(void);

@@ -5,7 +5,9 @@ Usage: elastic_inprocess_worker.py DIR [raise|raise-late]
 
 Each process appends lines to DIR/pid-<pid> (one file per process, so a test reads which
 processes lived through which generations):
-    start PID AGENT GEN RANK SIZE STEPS   when the training function (re)starts, after the sync
+    start PID AGENT GEN RANK SIZE STEPS HOMOGENEOUS   when the training function (re)starts,
+                                          after the sync (HOMOGENEOUS: hvd.is_homogeneous(),
+                                          1 or 0)
     step PID AGENT GEN RANK SIZE STEPS    after each commit
     final PID AGENT GEN RANK SIZE STEPS IDENTICAL   at the end (IDENTICAL: 1 when the weights
                                           are the same on every rank)
@@ -59,7 +61,7 @@ def say(kind, *extra):
 
 @hvd.elastic.run
 def train(state):
-    say("start")
+    say("start", int(hvd.is_homogeneous()))
     x = torch.arange(8.0).reshape(1, 8) / 8
     while True:
         optimizer.zero_grad()
