@@ -195,7 +195,7 @@ class Engine {
     const Request* req = nullptr;  // its request, seq included
     std::int64_t id = -1;          // its cache id
     // Its queued slot; nullptr for a small allreduce run() did not queue (it finishes in
-    // the round, or the round queues it as the oldest, built in `unqueued`).
+    // the round, or the round queues it as the oldest, built in `built`).
     Slot* slot = nullptr;
     const void* input = nullptr;  // `bytes` of input riding in the brief (0: none)
     std::size_t bytes = 0;
