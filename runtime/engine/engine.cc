@@ -1,6 +1,7 @@
 // The collective engine (engine.h): one mutex, one condition variable, a worker thread
-// that drives rounds when no caller does. The fast paths into a round are in
-// engine_express.cc, the thread that watches for stalls in engine_stalls.cc.
+// that drives rounds when no caller does; submission, waiting, and running what a round
+// made ready. The round itself, and run()'s ways into it, are in engine_round.cc, the
+// thread that watches for stalls in engine_stalls.cc.
 #include "runtime/engine/engine.h"
 
 #include <algorithm>
@@ -12,18 +13,6 @@
 #include "hvdrun/hvdrun.h"
 
 namespace hvdrun::runtime {
-
-using Clock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
-
-namespace {
-
-// Pause after a round that made nothing ready (ranks submitted in different orders, or
-// some wait for a named collective others have not reached): short at first, then up to
-// 2 ms, so mismatched queues cost little CPU and a new submission still ends it at once.
-milliseconds backoff(int unproductive) { return milliseconds(std::min(2, unproductive / 8)); }
-
-}  // namespace
 
 namespace {
 
@@ -166,7 +155,7 @@ Engine::Handle Engine::submit(Request req, Body body, Body then, const void* sma
 void Engine::await(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mutex>& lock) {
   while (!slot->done) {
     if (!driving_ && !stopping_) {
-      drive(lock, [&] { return slot->done; });
+      drive(lock, slot.get());
     } else {
       ++waiting_;
       cv_.wait(lock, [&] { return slot->done || (!driving_ && !stopping_); });
@@ -189,30 +178,6 @@ std::int64_t Engine::cached_id(const Request& req, std::uint64_t token) {
     token_epoch_ = cache_.epoch();
   }
   return id;
-}
-
-void Engine::run(const Request& req, Body body, const void* small_input, const InlineResult* result,
-                 std::uint64_t token) {
-  std::unique_lock lock(mu_);
-  if (small_input != nullptr && result != nullptr &&
-      express_inline(req, body, small_input, *result, token, lock))
-    return;
-  run_queued(req, std::move(body), small_input, result, token, lock);
-}
-
-[[gnu::noinline]] void Engine::run_queued(const Request& req, Body body, const void* small_input,
-                                          const InlineResult* result, std::uint64_t token,
-                                          std::unique_lock<std::mutex>& lock) {
-  // The slot lives on this stack: run() returns only once it is done and out of the
-  // queue, so the queue holds it by a pointer that owns nothing (no allocation).
-  Slot local(req);
-  local.body = std::move(body);
-  local.small_input = small_input;
-  auto slot = enqueue(std::shared_ptr<Slot>(std::shared_ptr<Slot>(), &local), lock);
-  express(*slot, lock, small_input != nullptr ? result : nullptr, token);
-  if (!slot->done) await(slot, lock);
-  release_name(slot->req);
-  if (slot->error) std::rethrow_exception(slot->error);
 }
 
 void Engine::execute(const Ready& rd, std::unique_lock<std::mutex>& lock) {
@@ -297,173 +262,6 @@ void Engine::finish(Slot& slot) {
   wake_waiters();
 }
 
-std::uint32_t Engine::fresh_slots(Slot** fresh) {
-  // The collectives not announced yet, oldest first.
-  std::uint32_t count = 0;
-  for (const auto& s : queue_) {
-    if (count == static_cast<std::uint32_t>(kWindow)) break;
-    if (!s->announced) fresh[count++] = s.get();
-  }
-  return count;
-}
-
-void Engine::fill_window(Slot* const* fresh, std::uint32_t count) {
-  // The first collective's input rides in the round when it is small enough
-  // (Window::payload).
-  Window& mine = window_;
-  mine.count = count;
-  mine.inline_bytes = 0;
-  for (std::uint32_t i = 0; i < count; ++i) mine.requests[i] = fresh[i]->req;
-  if (count > 0) {
-    const std::size_t bytes = inline_size(*fresh[0]);
-    if (bytes > 0) {
-      std::memcpy(mine.payload, fresh[0]->small_input, bytes);
-      mine.inline_bytes = static_cast<std::uint32_t>(bytes);
-    }
-  }
-}
-
-std::size_t Engine::inline_size(const Slot& s) const {
-  if (s.small_input == nullptr) return 0;
-  const std::size_t bytes = s.req.count * element_bytes(static_cast<DataType>(s.req.dtype));
-  return bytes <= inline_limit() ? bytes : 0;
-}
-
-void Engine::begin_round() {
-  driving_ = true;
-  if (briefs_.empty()) {  // sized once: the job's size does not change
-    table_.resize(static_cast<std::size_t>(size_));
-    briefs_.resize(static_cast<std::size_t>(size_));
-  }
-}
-
-void Engine::end_round() {
-  driving_ = false;
-  // A waiter may take over driving; anything left otherwise is the worker's.
-  wake_waiters();
-  if (!queue_.empty()) worker_cv_.notify_one();
-}
-
-std::uint64_t Engine::enter_exchange(std::unique_lock<std::mutex>& lock) {
-  if (hooks_.timeline != nullptr) hooks_.timeline->cycle();
-  const std::uint64_t seen = submissions_;
-  exchanging_round_ = rounds_;
-  lock.unlock();
-  return seen;
-}
-
-void Engine::leave_exchange(std::unique_lock<std::mutex>& lock) {
-  lock.lock();
-  exchanging_round_ = -1;
-  ++rounds_;
-}
-
-std::exception_ptr Engine::gather_briefs(const Request* head) {
-  try {
-    gather(&brief_, brief_.bytes(), briefs_.data(), Brief::block(inline_limit()), sizeof(Brief),
-           head);
-  } catch (...) {
-    return std::current_exception();
-  }
-  return nullptr;
-}
-
-bool Engine::settle(std::unique_lock<std::mutex>& lock, std::exception_ptr broken,
-                    const Request* head, Slot** fresh, std::uint32_t count, bool window_built,
-                    std::uint64_t seen, int& unproductive) {
-  // Whole windows only when some rank has a request not cached yet.
-  bool learned = false;
-  bool brief = false;
-  if (!broken) {
-    try {
-      if (needs_windows(briefs_)) {
-        if (!window_built) fill_window(fresh, count);
-        gather(&window_, Window::block(window_.inline_bytes), table_.data(),
-               Window::block(inline_limit()), sizeof(Window), head);
-        learned = true;
-      } else {
-        // Every request cached: the steady state needs no plan(), any other round is
-        // planned from the windows the briefs rebuild.
-        brief = agreed_steady(briefs_, cache_, book_);
-        if (brief)
-          plan_steady(briefs_, cache_, plan_);
-        else
-          expand(briefs_, cache_, table_);
-      }
-    } catch (...) {
-      broken = std::current_exception();
-    }
-  }
-  leave_exchange(lock);
-  if (broken) {
-    fail_all(broken, 1);  // the oldest failed with it, the rest were not run
-    return false;
-  }
-  for (std::uint32_t i = 0; i < count; ++i) fresh[i]->announced = true;
-  bool news = false;  // did any rank announce something this round
-  for (const auto& b : briefs_) news = news || b.count > 0;
-  if (hooks_.timeline != nullptr && hooks_.timeline->enabled()) mark_ready(brief);
-  if (!brief) {
-    plan_ = plan(table_, book_);
-    if (learned) cache_.learn(table_, plan_);
-    // Kept for stall reports, which need it only while rounds agree on nothing.
-    if (plan_.ready.empty()) last_book_ = book_;
-    // As in Horovod, one rank's shutdown shuts every rank down: a rank that sees another
-    // leave asks to leave too (the others' collectives it never submits fail meanwhile).
-    join_shutdown(table_);
-  }
-  const Plan& p = plan_;
-  for (const auto& rd : p.ready) {
-    execute(rd, lock);
-    if (!failure_.empty()) break;
-  }
-  if (!p.ready.empty() || news) {
-    unproductive = 0;
-    return true;
-  }
-  // Nothing was ready and nothing new was announced: wait a little (or for a new
-  // submission) before the next round.
-  const auto pause = backoff(++unproductive);
-  if (pause.count() > 0) {
-    pausing_ = true;
-    cv_.wait_for(lock, pause, [&] { return submissions_ != seen || stopping_; });
-    pausing_ = false;
-  }
-  return true;
-}
-
-void Engine::drive(std::unique_lock<std::mutex>& lock, const std::function<bool()>& until,
-                   int unproductive) {
-  begin_round();
-  while (!queue_.empty() && !until() && failure_.empty() && !stopping_) {
-    Slot* fresh[kWindow] = {};
-    const std::uint32_t count = fresh_slots(fresh);
-    fill_window(fresh, count);
-    brief_of(window_, cache_, brief_);
-    // For the transport's message only. The slot stays put while this driver exchanges:
-    // only the driver takes slots out of the queue, and others only append.
-    const Request* head = &queue_.front()->req;
-    const std::uint64_t seen = enter_exchange(lock);
-    if (!settle(lock, gather_briefs(head), head, fresh, count, true, seen, unproductive)) break;
-  }
-  end_round();
-}
-
-void Engine::gather(const void* mine, std::size_t used, void* all, std::size_t block,
-                    std::size_t stride, const Request* head) {
-  if (block == stride) {
-    hooks_.exchange(mine, used, all, block, head);
-    return;
-  }
-  // Across hosts whole blocks travel: they are cut to what the limit can fill, then each
-  // is put at its rank's place.
-  packed_.resize(block * static_cast<std::size_t>(size_));
-  hooks_.exchange(mine, std::min(used, block), packed_.data(), block, head);
-  auto* out = static_cast<unsigned char*>(all);
-  for (std::size_t r = 0; r < static_cast<std::size_t>(size_); ++r)
-    std::memcpy(out + r * stride, packed_.data() + r * block, block);
-}
-
 void Engine::mark_ready(bool from_briefs) {
   // Which rank announced which of this rank's collectives in this round.
   for (const auto& s : queue_) {
@@ -518,7 +316,7 @@ void Engine::worker() {
   for (;;) {
     worker_cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !driving_); });
     if (stopping_) return;
-    drive(lock, [] { return false; });
+    drive(lock, nullptr);
   }
 }
 

@@ -1,10 +1,17 @@
 // The collective engine: every collective of this process is queued here and runs once
 // every rank has agreed on it (runtime/engine/negotiation.h). Whoever drives — a background
 // thread, or the caller of a blocking collective when nothing else is running, which
-// saves a thread hop — puts the head of the queue into a round, plans it, and runs the
-// collectives the round made ready, in the same order on every rank. A disagreement
-// fails that collective on every rank that submitted it and the job goes on; a transport
-// failure (a peer lost, a timeout) is fatal: every later collective fails with it.
+// saves a thread hop — takes the driver's seat and runs rounds, every one through the same
+// round(): this rank's brief, one exchange, the decision, the collectives it made ready
+// run in the same order on every rank. A blocking collective alone in a steady state is a
+// case of that round (announced alone, its small input riding in the brief), not a path
+// beside it. A disagreement fails that collective on every rank that submitted it and the
+// job goes on; a transport failure (a peer lost, a timeout) is fatal: every later
+// collective fails with it.
+//
+// Locking, for every private function unless its comment says otherwise: mu_ held on entry
+// and exit. The driver gives it up only around a round's exchange and decision (state only
+// the driver touches) and around bodies that move data.
 #pragma once
 
 #include <algorithm>
@@ -178,60 +185,95 @@ class Engine {
     int result = -1;  // join: the last rank to join
   };
 
+  // What this rank announces in a round, when not the window of its queue's head: one
+  // cached collective alone, the steady state of a blocking one (run() with nothing else
+  // queued). Announced by its cache id, its small input riding in the brief. When every
+  // rank announced the same alone the round runs it at once (and reduces the briefs'
+  // payloads into `result` when every rank carried its input); otherwise the round goes on
+  // as any other, this collective what this rank announced in it.
+  struct Alone {
+    const Request* req = nullptr;  // its request, seq included
+    std::int64_t id = -1;          // its cache id
+    // Its queued slot; nullptr for a small allreduce run() did not queue (it finishes in
+    // the round, or the round queues it as the oldest, built in `built`).
+    Slot* slot = nullptr;
+    const void* input = nullptr;  // `bytes` of input riding in the brief (0: none)
+    std::size_t bytes = 0;
+    const InlineResult* result = nullptr;  // where a result reduced from the briefs goes
+    // Not queued: its body, moved into a slot built (and queued) only when the round does
+    // not finish it.
+    Body* body = nullptr;
+    std::shared_ptr<Slot> built;
+  };
+
   static std::shared_ptr<Slot> make_slot(const Request& req, Body body = nullptr,
                                          Body then = nullptr, const void* small_input = nullptr);
   // Queues `slot` (assigning its seq) and returns it, or a slot that has already failed
-  // when the job is over here. mu_ held.
+  // when the job is over here.
   std::shared_ptr<Slot> enqueue(std::shared_ptr<Slot> slot, std::unique_lock<std::mutex>& lock);
   // Waits for `slot`, driving rounds while nobody else does.
   void await(const std::shared_ptr<Slot>& slot, std::unique_lock<std::mutex>& lock);
-  // Runs rounds until `until` holds or nothing is queued; mu_ held on entry and exit.
-  // `unproductive`: rounds that agreed on nothing just before (the pause grows with it).
-  void drive(std::unique_lock<std::mutex>& lock, const std::function<bool()>& until,
-             int unproductive = 0);
-  // The steady state of a blocking collective, when nothing else is queued and the
-  // request is cached: this thread sends the brief drive() would send, and when every
-  // rank announced this same collective alone it runs at once; otherwise the round goes
-  // on as drive()'s would, and so does driving until `slot` is done. Returns false (and
-  // does nothing) when the engine is not in that state. mu_ held on entry and exit.
-  bool express(Slot& slot, std::unique_lock<std::mutex>& lock, const InlineResult* result,
-               std::uint64_t token);
-  // run() once the collective is queued: express(), else waiting (and driving) until it
-  // is done. mu_ held.
+  // run() of a small unnamed allreduce in the steady state, announced alone and not
+  // queued: when every rank announced it alone its result is the briefs' payloads reduced
+  // into `result` and no slot is built. Returns false (and does nothing) when the engine is
+  // not in that state. Rethrows the collective's error.
+  bool run_unqueued(const Request& req, Body& body, const void* input, const InlineResult& result,
+                    std::uint64_t token, std::unique_lock<std::mutex>& lock);
+  // run() of any other collective: queued on this stack, announced alone when it is alone
+  // and cached, then waited for (and driven).
   void run_queued(const Request& req, Body body, const void* small_input,
                   const InlineResult* result, std::uint64_t token,
                   std::unique_lock<std::mutex>& lock);
-  // express() for a blocking unnamed allreduce whose input rides in the round, before any
-  // slot is built: when every rank announced it alone, the briefs' payloads are reduced
-  // into `result` and nothing is queued. Otherwise the collective is queued as the oldest
-  // and run as express() would, `body` moved into its slot. Returns false (and does
-  // nothing) when the engine is not in express()'s state. mu_ held on entry and exit;
-  // rethrows the collective's error.
-  bool express_inline(const Request& req, Body& body, const void* input, const InlineResult& result,
-                      std::uint64_t token, std::unique_lock<std::mutex>& lock);
-  // An express round whose briefs were not the steady state (`broken`: not exchanged):
-  // it goes on as drive()'s would, and so do the rounds after it until `slot`, the one
-  // collective this rank announced in it, is done or the rounds fail. mu_ not held on
-  // entry, held on exit; the driver's seat given up.
-  void go_on(Slot& slot, std::exception_ptr broken, std::uint64_t seen,
-             std::unique_lock<std::mutex>& lock);
-  // The end of an express round in which every rank carried the same small allreduce
-  // alone: the briefs' payloads, which this driver owns until end_round(), reduced into
-  // `result`, and the round closed. `slot`: the queued slot that was it, taken out and done;
-  // nullptr for express_inline()'s, which was never queued. mu_ not held on entry (the
-  // exchange's), held on exit.
-  void finish_riding(const InlineResult& result, Slot* slot, std::unique_lock<std::mutex>& lock);
-  // Writes brief_ for a window of one cached request, `bytes` of `input` riding in it.
-  void announce_alone(std::int64_t id, std::int64_t seq, const void* input, std::size_t bytes);
-  // Whether this rank waits for a collective: queued, or in an express round. mu_ held.
+  // True when nothing stops a round of one collective alone (no driver, no failure, no
+  // timeline to mark), the queue aside.
+  bool may_go_alone() const {
+    return !driving_ && !stopping_ && failure_.empty() &&
+           (hooks_.timeline == nullptr || !hooks_.timeline->enabled());
+  }
+
+  // Takes the driver's seat and runs rounds until `until` is done (nullptr: until nothing
+  // is queued), the first one announcing `alone` when given (then until its collective is
+  // done); gives the seat up.
+  void drive(std::unique_lock<std::mutex>& lock, const Slot* until, Alone* alone = nullptr);
+  // drive() itself, inlined where run() calls it (engine_round.cc).
+  void drive_inline(std::unique_lock<std::mutex>& lock, const Slot* until, Alone* alone);
+  // One round, the only way through one: this rank's brief (the window of its queue's
+  // unannounced head, or `alone`), the exchange, the decision, the collectives it made
+  // ready run in the agreed order, a pause when it agreed on nothing. The driver's seat
+  // held; mu_ given up around the exchange and the decision, and in execute().
+  // `unproductive`: rounds that agreed on nothing just before (the pause grows with it).
+  // Returns false when the round failed (every queued collective has then failed).
+  bool round(std::unique_lock<std::mutex>& lock, Alone* alone, int& unproductive);
+  // What a round decided: the collective announced alone reduced from the briefs
+  // (kRode), one collective every rank announced alone (kSteady), a plan to make from the
+  // windows the briefs rebuild (kExpanded) or from whole windows exchanged (kLearned).
+  enum class Decision { kRode, kSteady, kExpanded, kLearned };
+  // A round's decision from every brief, inside the exchange (mu_ not held; only the
+  // driver touches what it reads and writes): `fresh`, the `count` collectives this rank
+  // announced (`window_built`: window_ holds them), `head` for the transport's message.
+  // Sets `broken` when the decision fails (the windows' exchange, a cache id unknown).
+  Decision decide(Slot** fresh, std::uint32_t count, bool window_built, const Request* head,
+                  std::exception_ptr& broken);
+  // The slot of what `alone` announced: its queued one, or one built in alone.built.
+  // Driver only, mu_ not needed: inside the exchange.
+  static Slot* slot_of(Alone& alone);
+  // The rest of a round once decided: the plan, the collectives it made ready.
+  // Returns whether the round made anything ready or anyone announced anything.
+  bool run_ready(Decision how, Slot** fresh, std::uint32_t count,
+                 std::unique_lock<std::mutex>& lock);
+  // The end of a round in which every rank carried `alone`'s small allreduce: its result
+  // already reduced, its slot (when queued) taken out and done.
+  void finish_riding(Alone& alone);
+  // Writes brief_ for `alone`.
+  void announce_alone(const Alone& alone);
+  // Whether this rank waits for a collective: queued, or in an unqueued round.
   bool waits() const;
-  // The cache id of `req`, through the last token's when `token` is that one. mu_ held.
+  // The cache id of `req`, through the last token's when `token` is that one.
   std::int64_t cached_id(const Request& req, std::uint64_t token);
-  // The driver's seat: taken (the round's buffers sized) and given up. mu_ held.
+  // The driver's seat: taken (the round's buffers sized) and given up.
   void begin_round();
   void end_round();
   // This rank's queued collectives not announced yet, oldest first (at most kWindow).
-  // mu_ held.
   std::uint32_t fresh_slots(Slot** fresh);
   // window_ for those collectives. Driver only; reads only the slots.
   void fill_window(Slot* const* fresh, std::uint32_t count);
@@ -239,41 +281,34 @@ class Engine {
   std::size_t inline_size(const Slot& s) const;
   std::size_t inline_limit() const { return std::min(hooks_.inline_limit, kInlineCapacity); }
   // A round's exchange begins: the timeline's cycle marked, the round published for stall
-  // reports, mu_ given up. Returns the submissions seen so far (settle()'s pause ends at a
-  // new one).
+  // reports, mu_ given up. Returns the submissions seen so far (the pause after a round
+  // that agreed on nothing ends at a new one).
   std::uint64_t enter_exchange(std::unique_lock<std::mutex>& lock);
   // The round's exchange is over: mu_ taken back, the round counted.
   void leave_exchange(std::unique_lock<std::mutex>& lock);
   // Exchanges brief_ into briefs_; the failure, if any. mu_ not held.
   std::exception_ptr gather_briefs(const Request* head);
-  // The rest of a round once the briefs are exchanged (`broken`: they were not), applied
-  // alike whoever sent this rank's brief: whole windows when some rank needs them, the
-  // plan, the collectives it made ready, a pause when it agreed on nothing. `fresh` are the
-  // `count` collectives this rank announced in it; `window_built`: window_ holds them
-  // already. mu_ not held on entry, held on exit. Returns false when the round failed.
-  bool settle(std::unique_lock<std::mutex>& lock, std::exception_ptr broken, const Request* head,
-              Slot** fresh, std::uint32_t count, bool window_built, std::uint64_t seen,
-              int& unproductive);
-  // Runs one planned collective: this rank's own, or a stand-in.
+  // Runs one planned collective: this rank's own, or a stand-in; mu_ given up around a
+  // body that moves data.
   void execute(const Ready& rd, std::unique_lock<std::mutex>& lock);
-  // Marks this rank's `slot` done once its collective has run (or failed). mu_ held.
+  // Marks this rank's `slot` done once its collective has run (or failed).
   void finish(Slot& slot);
   // Fails every queued collective: the first `attempted` with `error` itself (they were
-  // in the round that failed), the rest as not run. mu_ held.
+  // in the round that failed), the rest as not run.
   void fail_all(const std::exception_ptr& error, std::size_t attempted = 0);
-  void wake_waiters();  // mu_ held
+  void wake_waiters();
   // Timeline: marks which ranks announced this rank's queued collectives this round.
   void mark_ready(bool from_briefs);  // mu_ not needed: driver only
   // Queues this rank's own shutdown when another rank's is in the round's table.
-  void join_shutdown(const std::vector<Window>& table);  // mu_ held
+  void join_shutdown(const std::vector<Window>& table);
   // The seq that marks a shutdown this rank joined rather than asked for.
   static constexpr std::int64_t kAutoShutdown = -7;
   void worker();
   void watch_stalls();
   std::string stall_text(std::chrono::milliseconds waited, bool in_round,
-                         const std::vector<int>& absent);  // mu_ held
+                         const std::vector<int>& absent);
   std::exception_ptr not_run(const std::string& what) const;
-  void release_name(const Request& req);  // mu_ held
+  void release_name(const Request& req);
   std::shared_ptr<Slot> find(Handle h, const char* fn);
 
   Hooks hooks_;
@@ -319,7 +354,7 @@ class Engine {
   std::uint64_t token_ = 0;
   std::int64_t token_id_ = -1;
   std::uint64_t token_epoch_ = 0;
-  // express_inline()'s collective, with its seq, and the token it was copied for;
+  // run_unqueued()'s collective, with its seq, and the token it was copied for;
   // `expressing_` while its round runs (it is not queued then): for stall reports.
   Request express_head_;
   std::uint64_t express_token_ = 0;

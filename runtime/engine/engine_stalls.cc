@@ -28,7 +28,7 @@ std::string stall_seconds(milliseconds d) {
 }  // namespace
 
 std::string Engine::stall_text(milliseconds waited, bool in_round, const std::vector<int>& absent) {
-  // The oldest collective: an express one is not queued (express_inline()).
+  // The oldest collective: one in an unqueued round is not queued (run_unqueued()).
   const Request& oldest = expressing_ ? express_head_ : queue_.front()->req;
   const std::size_t more = queue_.size() - (expressing_ ? 0 : 1);
   std::string s = "hvdrun: stall: this rank has waited " + stall_seconds(waited) + " for " +
