@@ -3,7 +3,7 @@
 // NCCL communicator is aborted instead (ncclCommAbort), which makes the operations in
 // flight fail at once. The abort runs on a thread of its own, since the mark's wakers must
 // not block and an abort may take a while. Independent of NCCL: the abort is a function,
-// so the watching is tested without a GPU (tests/runtime/nccl_abort_test.cc).
+// so the watching is tested without a GPU (tests/runtime/nccl/nccl_abort_test.cc).
 #pragma once
 
 #include <condition_variable>

@@ -2,7 +2,7 @@
 // communicator's unique ids (rank 0, or with NCCL's scalable init one rank per 128) publish
 // each id, or why they could not make it, and every rank waits for all of them. The ids are
 // opaque bytes here, so this part needs neither CUDA nor NCCL and is tested over a
-// MemoryStore (tests/runtime/nccl_bootstrap_test.cc).
+// MemoryStore (tests/runtime/nccl/nccl_bootstrap_test.cc).
 #pragma once
 
 #include <chrono>

@@ -2,7 +2,7 @@
  * it exports OpenSSL's names, and each of them ends the process saying it was called.
  * Loaded before libhvdrun (LD_PRELOAD, or dlopen with RTLD_GLOBAL as Python's
  * `import tensorflow` does), it would take over any OpenSSL call libhvdrun resolved
- * dynamically: tests/runtime/interposition_test.cc runs jobs next to it. */
+ * dynamically: tests/runtime/api/interposition_test.cc runs jobs next to it. */
 #include <stdio.h>
 #include <stdlib.h>
 

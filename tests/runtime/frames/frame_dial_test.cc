@@ -23,7 +23,7 @@
 #include "common/fd.h"
 #include "rendezvous/memory_store.h"
 #include "runtime/frames/frame_comm.h"
-#include "tests/runtime/loopback_socket.h"
+#include "tests/runtime/frames/loopback_socket.h"
 
 using hvdrun::DataType;
 using hvdrun::ReduceOp;

@@ -25,7 +25,7 @@
 #include "runtime/frames/frame_comm.h"
 #include "runtime/reduce/reduce.h"
 #include "runtime/reduce/shm_reduce.h"
-#include "tests/runtime/loopback_socket.h"
+#include "tests/runtime/frames/loopback_socket.h"
 #include "tests/support/captured_log.h"
 
 using hvdrun::DataType;
