@@ -8,6 +8,8 @@
 
 #include <algorithm>
 
+#include "common/deadline.h"
+
 namespace hvdrun::ssh {
 
 std::string_view to_string(Verdict verdict) {
@@ -82,11 +84,10 @@ namespace {
 // Waits until the session's socket is ready for what the library needs, or the deadline.
 // Returns false when the deadline has passed.
 bool wait_ready(Session& session, Deadline deadline) {
-  auto now = Clock::now();
-  if (now >= deadline) return false;
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
+  if (Clock::now() >= deadline) return false;
   pollfd pfd{session.fd(), session.poll_events(), 0};
-  int timeout = static_cast<int>(std::min<long long>(left + 1, session.fd() < 0 ? 10 : 1000));
+  int timeout =
+      static_cast<int>(std::min<long long>(ms_left(deadline) + 1, session.fd() < 0 ? 10 : 1000));
   ::poll(&pfd, session.fd() < 0 ? 0 : 1, timeout);
   return true;
 }

@@ -113,8 +113,8 @@ UniqueFd connect_any(const Target& t, const std::vector<Address>& addresses, Dea
   bool timed_out = false, all_refused = true;
   for (std::size_t i = 0; i < addresses.size(); ++i) {
     const Address& a = addresses[i];
-    auto left = deadline - Clock::now();
-    auto attempt_deadline = Clock::now() + left / static_cast<long>(addresses.size() - i);
+    auto attempt_deadline =
+        Clock::now() + left_until(deadline) / static_cast<long>(addresses.size() - i);
     UniqueFd fd(::socket(a.storage.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!fd) throw_errno("ssh " + t.alias + ": creating a socket", "socket");
     int err = 0;

@@ -13,6 +13,7 @@
 #include <exception>
 #include <utility>
 
+#include "common/deadline.h"
 #include "common/error.h"
 
 namespace hvdrun::launcher {
@@ -128,14 +129,12 @@ class SshAgentLink : public AgentLink {
             break;
           }
         }
-        auto now = std::chrono::steady_clock::now();
-        if (now >= deadline) {
+        if (std::chrono::steady_clock::now() >= deadline) {
           result_ = "did not exit in time; closed its connection";
           break;
         }
         pollfd pfd{session_->fd(), session_->poll_events(), 0};
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-        ::poll(&pfd, 1, static_cast<int>(std::max<long>(1, static_cast<long>(left.count()))));
+        ::poll(&pfd, 1, static_cast<int>(time_left(deadline).count()));
       }
     } catch (const ssh::SessionError& e) {
       result_ = broken(e);

@@ -286,7 +286,7 @@ int Joiner::run() {
     const auto wait = backoff + std::chrono::milliseconds(jitter() % (backoff.count() / 2 + 1));
     spdlog::info("node rank {}: node 0 at {} not reached ({}); retrying (attempt {}) after {} ms",
                  o_.join.node_rank, where(), last_error_, attempt + 1, wait.count());
-    std::this_thread::sleep_for(std::min<Clock::duration>(wait, deadline - Clock::now()));
+    std::this_thread::sleep_for(std::min<Clock::duration>(wait, left_until(deadline)));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
   }
 }

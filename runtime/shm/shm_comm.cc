@@ -51,6 +51,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/deadline.h"
 #include "common/env_names.h"
 #include "common/error.h"
 #include "common/fd.h"
@@ -275,9 +276,9 @@ class ShmComm::Impl {
     for (;;) {
       generation_end().check();
       if (header_->abort_rank.load(std::memory_order_acquire) != 0) failed_elsewhere();
-      const auto now = Clock::now();
-      if (now >= deadline) timed_out(phase_, what);
-      auto slice = std::min<Clock::duration>(deadline - now, kSlice);
+      const auto left = left_until(deadline);
+      if (left == Clock::duration::zero()) timed_out(phase_, what);
+      auto slice = std::min<Clock::duration>(left, kSlice);
       timespec ts{};
       ts.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(slice).count();
       ts.tv_nsec = static_cast<long>((slice - std::chrono::seconds(ts.tv_sec)) /

@@ -11,6 +11,7 @@
 #include <future>
 #include <thread>
 
+#include "common/deadline.h"
 #include "common/fd.h"
 #include "rendezvous/client.h"
 #include "rendezvous/protocol.h"
@@ -31,8 +32,7 @@ bool closed_by_peer(int fd, std::chrono::milliseconds within) {
   char buf[4096];
   while (Clock::now() < deadline) {
     pollfd p{fd, POLLIN, 0};
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (::poll(&p, 1, static_cast<int>(left.count()) + 1) <= 0) continue;
+    if (::poll(&p, 1, static_cast<int>(hvdrun::ms_left(deadline)) + 1) <= 0) continue;
     auto n = ::recv(fd, buf, sizeof buf, 0);
     if (n == 0) return true;
     if (n < 0 && errno != EINTR && errno != EAGAIN) return true;

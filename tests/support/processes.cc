@@ -21,6 +21,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "common/deadline.h"
+
 extern char** environ;
 
 namespace hvdrun::testing {
@@ -150,9 +152,9 @@ bool CapturedProcess::pump(Clock::time_point deadline) {
   if (out_fd_) fds[n++] = {out_fd_.get(), POLLIN, 0};
   if (err_fd_) fds[n++] = {err_fd_.get(), POLLIN, 0};
   if (n == 0) return false;
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  if (left.count() <= 0) return true;
-  ::poll(fds, static_cast<nfds_t>(n), static_cast<int>(left.count()));
+  const long long left = ms_left(deadline);
+  if (left == 0) return true;
+  ::poll(fds, static_cast<nfds_t>(n), static_cast<int>(left));
   char buf[1 << 16];
   for (int i = 0; i < n; ++i) {
     if (!fds[i].revents) continue;
@@ -362,9 +364,8 @@ std::vector<pid_t> read_pid_files(const std::string& dir, const std::string& pre
   auto deadline = Clock::now() + within;
   std::vector<pid_t> pids;
   for (int i = 0; i < n; ++i) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     pids.push_back(read_pid_file(dir + "/" + prefix + std::to_string(i),
-                                 std::max(left, std::chrono::milliseconds(0))));
+                                 std::chrono::milliseconds(ms_left(deadline))));
   }
   return pids;
 }

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/control_protocol.h"
+#include "common/deadline.h"
 #include "common/fd.h"
 #include "launcher/agent/agent.h"
 #include "launcher/agent/agent_protocol.h"
@@ -82,10 +83,10 @@ class AgentProcess {
         }
         return g;
       }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      REQUIRE(left.count() > 0);
+      const long long left = hvdrun::ms_left(deadline);
+      REQUIRE(left > 0);
       pollfd p{from_.get(), POLLIN, 0};
-      ::poll(&p, 1, static_cast<int>(left.count()));
+      ::poll(&p, 1, static_cast<int>(left));
       char* buf = decoder_.prepare(65536);
       ssize_t n = ::read(from_.get(), buf, 65536);
       if (n == 0) return std::nullopt;

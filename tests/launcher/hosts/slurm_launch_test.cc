@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/deadline.h"
 #include "common/error.h"
 #include "common/fd.h"
 #include "launcher/agent/agent_protocol.h"
@@ -162,9 +163,8 @@ std::string wait_line(const std::string& path, Clock::time_point deadline) {
 std::string read_until_quiet(int fd, Clock::time_point deadline, std::chrono::milliseconds quiet) {
   std::string got;
   for (;;) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return got;
+    const std::chrono::milliseconds left(hvdrun::ms_left(deadline));
+    if (left.count() == 0) return got;
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(std::min(left, quiet).count())) <= 0) return got;
     char buf[4096];

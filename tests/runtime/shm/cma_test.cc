@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "common/deadline.h"
 #include "runtime/shm/shm_comm.h"
 #include "runtime/shm/shm_exchange.h"
 
@@ -83,10 +84,9 @@ std::vector<std::string> run_ranks(int L, const std::function<std::string(ShmCom
   for (std::size_t r = 0; r < pids.size(); ++r) {
     std::string& e = errors[r];
     for (;;) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      const long long left = hvdrun::ms_left(deadline);
       pollfd pfd{fds[r], POLLIN, 0};
-      if (left.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(left.count())) <= 0) {
+      if (left == 0 || ::poll(&pfd, 1, static_cast<int>(left)) <= 0) {
         e = "rank " + std::to_string(r) + ": still running after 90 s";
         ::kill(pids[r], SIGKILL);
         break;
