@@ -339,12 +339,14 @@ def mpi_enabled():
 
 
 def gloo_built():
-    """True: host collectives run on Gloo and shared memory."""
+    """True, as in Horovod's Gloo mode: host collectives run without MPI (shared memory,
+    the leaders' frame mesh; Gloo with HVDRUN_HOST_PATH=gloo)."""
     return True
 
 
 def gloo_enabled():
-    """True: host collectives run on Gloo and shared memory."""
+    """True, as in Horovod's Gloo mode: host collectives run without MPI (shared memory,
+    the leaders' frame mesh; Gloo with HVDRUN_HOST_PATH=gloo)."""
     return True
 
 

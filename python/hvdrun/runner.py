@@ -377,8 +377,8 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
         executable: the Python the ranks run (default sys.executable); hvdrun must be
             importable there on every host.
         env: extra environment variables for the ranks (dict).
-        use_gloo: accepted (hvdrun always uses Gloo for host memory); use_mpi=True,
-        mpi_args and the elastic arguments raise NotImplementedError.
+        use_gloo: accepted (hvdrun never uses MPI: host memory always takes its own
+        path); use_mpi=True, mpi_args and the elastic arguments raise NotImplementedError.
 
     Raises:
         JobFailed: a rank failed; the message is the launcher's (rank, host, exit code,

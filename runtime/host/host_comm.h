@@ -74,7 +74,8 @@ class HostComm {
   int world_gloo_pairs() const;
   /// The Gloo communicator over all ranks (HVDRUN_HOST_PATH=gloo), or nullptr.
   GlooComm* world_gloo();
-  /// "shared memory", "shared memory + Gloo among 3 host leaders", "Gloo", for logs.
+  /// "shared memory among 4 local ranks + authenticated frames among 3 host leaders"
+  /// (the frames part only across hosts), or "Gloo among all 8 ranks", for logs.
   std::string describe() const;
 
  private:

@@ -1,9 +1,9 @@
 // Process sets: subsets of the job's ranks with collectives of their own. Each set's
 // members build their own host communicator (a segment per host among the members there,
-// Gloo among the set's host leaders), their own negotiation engine and, on first use of
-// GPU buffers, their own NCCL communicator, under the set's key prefix; the ranks outside
-// a set only record it. Every rank creates and removes sets in the same order (collective
-// calls), so every rank gives a set the same id.
+// the frame mesh among the set's host leaders, or Gloo), their own negotiation engine and,
+// on first use of GPU buffers, their own NCCL communicator, under the set's key prefix; the
+// ranks outside a set only record it. Every rank creates and removes sets in the same order
+// (collective calls), so every rank gives a set the same id.
 #pragma once
 
 #include <cstdint>

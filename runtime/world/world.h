@@ -25,8 +25,8 @@ namespace hvdrun::runtime {
 class World {
  public:
   /// Connects, checks in, waits for every rank (naming the missing ones on timeout),
-  /// builds the host-memory paths (shared memory inside the host, Gloo across hosts)
-  /// and, when possible, NCCL. A standalone environment (a program started without
+  /// builds the host-memory paths (shared memory inside the host, the leaders' frame mesh
+  /// across hosts) and, when possible, NCCL. A standalone environment (a program started without
   /// hvdrun) gets a rendezvous of its own on loopback, so the single rank joins the same
   /// way a rank of `hvdrun -np 1` does. Throws Error.
   explicit World(Environment env);
@@ -34,13 +34,13 @@ class World {
 
   /// The environment this rank was started with.
   const Environment& env() const { return env_; }
-  /// Barrier through the host's shared segment (and the host leaders' Gloo), or through
+  /// Barrier through the host's shared segment (and the host leaders' frame mesh), or through
   /// the store when HVDRUN_HOST_PATH=gloo, outside negotiation (for tools that drive the
   /// World directly); on timeout names the ranks that did not arrive.
   void barrier();
   /// One exchange of a negotiation round (an allgather of `bytes` per rank, in rank
   /// order, of which only each rank's first `used` need arrive: Engine::Hooks::exchange)
-  /// through the host path: the segment inside a host, the leaders' Gloo across hosts.
+  /// through the host path: the segment inside a host, the leaders' frame mesh across hosts.
   /// Throws when a peer is lost, naming `head`. Every rank has entered the round when it
   /// returns, so it is also a barrier.
   void exchange(const void* mine, std::size_t used, void* all, std::size_t bytes,

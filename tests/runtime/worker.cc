@@ -197,9 +197,9 @@ std::map<std::string, TcpSocket> tcp_sockets() {
 // the shared-memory path the only one is the rendezvous connection, and the segment is
 // a memfd mapping (nothing in /dev/shm). With "expect-tcp" (HVDRUN_HOST_PATH=gloo) the
 // check must see the Gloo connections instead, which shows that it can.
-// With "across-hosts" only the host leaders (local rank 0) may hold Gloo connections; the
-// others none. With HVDRUN_CHECKIN=host a rank other than local rank 0 has no rendezvous
-// connection either (it checked in through its leader).
+// With "across-hosts" only the host leaders (local rank 0) may hold TCP connections (the
+// leaders' frame mesh); the others none. With HVDRUN_CHECKIN=host a rank other than local
+// rank 0 has no rendezvous connection either (it checked in through its leader).
 void check_sockets(const std::string& mode) {
   const bool expect_tcp = mode == "expect-tcp";
   const bool leader_tcp = mode == "across-hosts" && hvdrun::local_rank() == 0;

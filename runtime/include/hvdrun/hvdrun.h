@@ -1,9 +1,9 @@
 // libhvdrun's C++ API: join the job hvdrun launched (init reads the HVDRUN_* environment
-// and rendezvouses with the other ranks), then run collectives: host buffers over Gloo,
-// device buffers over NCCL on a CUDA stream, blocking or asynchronously (handles). Every
-// collective, from any thread, runs in submission order on one background thread of the
-// library, so ranks that submit the same collectives in the same order never deadlock.
-// Errors are thrown as hvdrun::Error.
+// and rendezvouses with the other ranks), then run collectives: host buffers through shared
+// memory and the host leaders' frame mesh, device buffers over NCCL on a CUDA stream,
+// blocking or asynchronously (handles). Every collective, from any thread, runs in
+// submission order on one background thread of the library, so ranks that submit the same
+// collectives in the same order never deadlock. Errors are thrown as hvdrun::Error.
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,7 @@
 /* libhvdrun's C ABI: the functions a C program or Python ctypes calls to join an hvdrun
- * job and run collectives, on host memory (Gloo) or CUDA device memory (NCCL), blocking or
- * asynchronously through handles. Every function returning int returns 0 on success and a
- * negative value on failure; hvdrun_last_error() then says why.
+ * job and run collectives, on host memory (shared memory, the frame mesh across hosts) or
+ * CUDA device memory (NCCL), blocking or asynchronously through handles. Every function
+ * returning int returns 0 on success and a negative value on failure (hvdrun_last_error()).
  *
  * Versioning: HVDRUN_ABI_VERSION counts additions. Functions are only ever added within
  * one SONAME (libhvdrun.so.0); an existing signature or meaning never changes. A binding

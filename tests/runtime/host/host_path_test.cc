@@ -1,8 +1,8 @@
-// The host-memory path (runtime/host_comm.*, shm_comm.*): whole jobs of rank processes
-// (tests/runtime/worker.cc) on one host and across simulated hosts (job_harness gives
-// each block of ranks its own HVDRUN_HOSTNAME, so each block shares its own segment and
-// the blocks' leaders talk Gloo over loopback), the absence of TCP between the ranks of
-// one host, and a rank killed inside a collective.
+// The host-memory path (runtime/host/host_comm.*, runtime/shm/shm_comm.*): whole jobs of
+// rank processes (tests/runtime/worker.cc) on one host and across simulated hosts
+// (job_harness gives each block of ranks its own HVDRUN_HOSTNAME, so each block shares its
+// own segment and the blocks' leaders talk over the frame mesh on loopback), the absence of
+// TCP between the ranks of one host, and a rank killed inside a collective.
 #include <dirent.h>
 #include <net/if.h>
 #include <sys/socket.h>
