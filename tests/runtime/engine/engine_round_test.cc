@@ -13,7 +13,7 @@
 #include "hvdrun/hvdrun.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/negotiation.h"
-#include "tests/runtime/engine_harness.h"
+#include "tests/runtime/engine/engine_harness.h"
 
 using hvdrun::DataType;
 using hvdrun::runtime::Engine;
