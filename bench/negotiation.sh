@@ -2,8 +2,9 @@
 # What negotiation costs: the same allreduce sweep (bench/allreduce_sweep.c, in-place
 # float32 sum through libhvdrun's C ABI) built from this tree and from a baseline commit
 # without negotiation, run alternately under this tree's launcher on one host, at np 2
-# and 4. Prints the median per size of ROUNDS rounds and the ratio this tree / baseline
-# (time: above 1 is slower; the targets are 8 B within 1.25x, 64 MiB within 5%).
+# and 4. Prints the median per size of ROUNDS rounds, the ratio this tree / baseline of
+# those medians and the median of the rounds' own ratios (time: above 1 is slower; the
+# targets are 8 B within 1.25x, 64 MiB within 5%).
 #
 # Usage: bench/negotiation.sh [base-ref=b39030e] [rounds=5] [nps="2 4"] [max-bytes=67108864]
 # With BENCH_SIZES="8 4096 196608 ..." in the environment, each of those sizes is run on
@@ -61,10 +62,14 @@ def rows(name):
     for line in open(f"{out}/{name}"):
         f = dict(re.findall(r"(\w+)=([\w.]+)", line))
         r.setdefault((int(f["np"]), int(f["bytes"])), []).append(float(f["us"]))
-    return {k: statistics.median(v) for k, v in r.items()}
+    return r
 now, base = rows("now"), rows("base")
-print(f"{'np':>3} {'bytes':>10} {'negotiated us':>14} {'baseline us':>12} {'time ratio':>10}")
+# "paired": the median of each round's own ratio (the two runs of a round are neighbours in
+# time, so a drift of the machine's speed cancels), beside the ratio of the medians.
+print(f"{'np':>3} {'bytes':>10} {'negotiated us':>14} {'baseline us':>12} {'time ratio':>10} {'paired':>7}")
 for k in sorted(now):
     if k in base:
-        print(f"{k[0]:>3} {k[1]:>10} {now[k]:>14.2f} {base[k]:>12.2f} {now[k] / base[k]:>10.2f}")
+        a, b = statistics.median(now[k]), statistics.median(base[k])
+        paired = statistics.median(x / y for x, y in zip(now[k], base[k]))
+        print(f"{k[0]:>3} {k[1]:>10} {a:>14.2f} {b:>12.2f} {a / b:>10.2f} {paired:>7.2f}")
 PY
