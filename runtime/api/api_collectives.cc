@@ -345,6 +345,36 @@ void move_data(const Group& g, const Collective& a, const runtime::Ready& rd) {
   });
 }
 
+// Whether a host allreduce `a` among `g` can lead its round (runtime::Engine::Lead): every
+// rank of `g` on one host, over shared memory, its input too large to ride in the round.
+bool may_lead(const Group& g, const Collective& a) {
+  return a.kind == CollectiveKind::kAllreduce && !a.device && g.size > 1 &&
+         !carries_inline(a.count, a.dtype) && g.host().moves_used_bytes();
+}
+
+// What move_data() does for a host allreduce `a` among `g`, with the round's blocks riding
+// in its first step (runtime::Engine::Lead): false, nothing written, when the ranks do not
+// agree on it.
+bool lead_data(const Group& g, const Collective& a, const runtime::Request& q,
+               const runtime::ShmComm::Notes& notes) {
+  bool finished = false;
+  collective(*g.world, q, [&] {
+    prefer_huge_pages(a.recv, a.count * dtype_size(a.dtype));
+    finished = g.host().allreduce_agreed(a.send, a.recv, a.count, a.dtype, a.op, notes);
+    if (finished) semantics::postscale(a, a.count);
+  });
+  return finished;
+}
+
+// The lead of `a` among `g` (its request `q`), for Engine::run(); `a`, `g` and `q` outlive
+// the call.
+runtime::Engine::Lead lead_of(const Group& g, const Collective& a, const runtime::Request& q) {
+  return [&g, &a, &q](const void* mine, std::size_t used, void* all, std::size_t bytes,
+                      const std::function<bool()>& agreed) {
+    return lead_data(g, a, q, runtime::ShmComm::Notes{mine, used, all, bytes, &agreed});
+  };
+}
+
 // The body of a submitted collective: keeps its own copy of `c` (the pointers stay the
 // caller's; names and shape are in the request).
 runtime::Engine::Body body_of(const Prepared& p) {
@@ -408,11 +438,13 @@ void run(const Collective& c) {
   // to apply after).
   const runtime::Engine::InlineResult result{c.recv, c.count, c.dtype, c.op};
   const bool engine_finishes = p.small_input != nullptr && c.postscale == 1.0;
+  const runtime::Engine::Lead lead =
+      may_lead(p.group, p.moved) ? lead_of(p.group, p.moved, *p.request) : nullptr;
   // run() returns once the collective has run, so its body may refer to `p` (small enough
   // to need no allocation).
   p.engine->run(
       *p.request, [&p](const runtime::Ready& rd) { move_data(p.group, p.moved, rd); },
-      p.small_input, engine_finishes ? &result : nullptr, p.token);
+      p.small_input, engine_finishes ? &result : nullptr, p.token, lead ? &lead : nullptr);
 }
 
 std::int64_t sequence(Handle handle) {
@@ -441,12 +473,20 @@ void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, 
   } a{{j->world.get(), nullptr, env.rank, env.size}, send, recv, count, dtype, op};
   const bool small = carries_inline(count, dtype);
   const runtime::Engine::InlineResult result{recv, count, dtype, op};
+  if (small) {
+    j->engine->run(
+        m.request,
+        [&a](const runtime::Ready& rd) {
+          move_data(a.g, reduce(a.send, a.recv, a.count, a.dtype, a.op), rd);
+        },
+        send, &result, m.token);
+    return;
+  }
+  const Collective c = reduce(send, recv, count, dtype, op);
+  const runtime::Engine::Lead lead = may_lead(a.g, c) ? lead_of(a.g, c, m.request) : nullptr;
   j->engine->run(
-      m.request,
-      [&a](const runtime::Ready& rd) {
-        move_data(a.g, reduce(a.send, a.recv, a.count, a.dtype, a.op), rd);
-      },
-      small ? send : nullptr, small ? &result : nullptr, m.token);
+      m.request, [&a, &c](const runtime::Ready& rd) { move_data(a.g, c, rd); }, nullptr, nullptr,
+      m.token, lead ? &lead : nullptr);
 }
 void broadcast(void* buf, std::size_t count, DataType dtype, int root) {
   run(bcast(buf, count, dtype, root));

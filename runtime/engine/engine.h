@@ -129,14 +129,27 @@ class Engine {
     DataType dtype = DataType::kFloat32;
     ReduceOp op = ReduceOp::kSum;
   };
+  /// A host allreduce whose data can carry the round's exchange in its own first step
+  /// (every rank of the engine on one host, over shared memory: HostComm::allreduce_agreed):
+  /// this rank's block (`used` of `bytes` at `mine`) goes in and every rank's comes out at
+  /// `all`, `bytes` apart, as Hooks::exchange moves them and meeting ranks that run
+  /// Hooks::exchange in that round, beside its first chunk. `agreed()`, which every rank
+  /// answers alike from the blocks, then says whether its data goes on. Returns true once
+  /// its result is written (postscale applied: all its body would have done), false when
+  /// it did not go on (nothing written; the round goes on from the blocks). Throws what
+  /// Hooks::exchange and the body throw.
+  using Lead = std::function<bool(const void* mine, std::size_t used, void* all, std::size_t bytes,
+                                  const std::function<bool()>& agreed)>;
   /// Submits and waits: a blocking collective. Rethrows its error. `result`: see
   /// InlineResult (an allreduce with `small_input` only). `token`, when not 0, names the
   /// bytes of `req` (its seq aside): a caller that submits one request again and again
   /// passes the same token with it each time, and a token never stands for two different
   /// requests in a process (new_token()); the engine then looks the request up in its
-  /// cache once per token.
+  /// cache once per token. `lead`: see Lead (a host allreduce without `small_input`); used
+  /// when the collective is announced alone, its body otherwise.
   void run(const Request& req, Body body, const void* small_input = nullptr,
-           const InlineResult* result = nullptr, std::uint64_t token = 0);
+           const InlineResult* result = nullptr, std::uint64_t token = 0,
+           const Lead* lead = nullptr);
   /// A token no other caller in this process has (for run()).
   static std::uint64_t new_token();
   /// True once the collective behind `h` has finished. Throws Error for an unknown handle.
@@ -204,6 +217,9 @@ class Engine {
     // not finish it.
     Body* body = nullptr;
     std::shared_ptr<Slot> built;
+    // Its data carries the round (Lead): when every rank announced it so, its data has
+    // moved by the time the round is decided.
+    const Lead* lead = nullptr;
   };
 
   static std::shared_ptr<Slot> make_slot(const Request& req, Body body = nullptr,
@@ -220,9 +236,10 @@ class Engine {
   bool run_unqueued(const Request& req, Body& body, const void* input, const InlineResult& result,
                     std::uint64_t token, std::unique_lock<std::mutex>& lock);
   // run() of any other collective: queued on this stack, announced alone when it is alone
-  // and cached, then waited for (and driven).
+  // and cached (its data carrying the round when it has a `lead`), then waited for (and
+  // driven).
   void run_queued(const Request& req, Body body, const void* small_input,
-                  const InlineResult* result, std::uint64_t token,
+                  const InlineResult* result, std::uint64_t token, const Lead* lead,
                   std::unique_lock<std::mutex>& lock);
   // True when nothing stops a round of one collective alone (no driver, no failure, no
   // timeline to mark), the queue aside.
@@ -244,10 +261,14 @@ class Engine {
   // `unproductive`: rounds that agreed on nothing just before (the pause grows with it).
   // Returns false when the round failed (every queued collective has then failed).
   bool round(std::unique_lock<std::mutex>& lock, Alone* alone, int& unproductive);
-  // What a round decided: the collective announced alone reduced from the briefs
-  // (kRode), one collective every rank announced alone (kSteady), a plan to make from the
-  // windows the briefs rebuild (kExpanded) or from whole windows exchanged (kLearned).
+  // What a round decided: the collective announced alone finished in the round itself,
+  // reduced from the briefs or moved by its lead (kRode), one collective every rank
+  // announced alone (kSteady), a plan to make from the windows the briefs rebuild
+  // (kExpanded) or from whole windows exchanged (kLearned).
   enum class Decision { kRode, kSteady, kExpanded, kLearned };
+  // The round's exchange carried by `alone`'s lead; `finished` once its data has moved
+  // (every rank announced it alone with its lead). mu_ not held. The failure, if any.
+  std::exception_ptr lead_round(Alone& alone, bool& finished);
   // A round's decision from every brief, inside the exchange (mu_ not held; only the
   // driver touches what it reads and writes): `fresh`, the `count` collectives this rank
   // announced (`window_built`: window_ holds them), `head` for the transport's message.

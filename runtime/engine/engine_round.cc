@@ -63,9 +63,14 @@ inline void Engine::finish_riding(Alone& alone) {
   const std::uint64_t seen = enter_exchange(lock);
   // mu_ not held: the briefs, the windows, the cache, the book and the plan are the
   // driver's alone, and so is `alone`.
-  std::exception_ptr broken = gather_briefs(head);
+  bool led = false;  // its lead moved the data
+  std::exception_ptr broken =
+      alone != nullptr && alone->lead != nullptr ? lead_round(*alone, led) : gather_briefs(head);
   Decision how = Decision::kSteady;
-  if (!broken && alone != nullptr && agreed_steady(briefs_, cache_, book_, &brief_)) {
+  if (led && !broken) {
+    how = Decision::kRode;
+  } else if (!broken && alone != nullptr && alone->lead == nullptr &&
+             agreed_steady(briefs_, cache_, book_, &brief_)) {
     // Every rank announced this collective alone. A small allreduce whose every input
     // rode in the round is reduced here, from the briefs, as its body would; any other
     // runs as the one collective the round made ready.
@@ -176,17 +181,17 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const Slot* until, Alone*
 }
 
 void Engine::run(const Request& req, Body body, const void* small_input, const InlineResult* result,
-                 std::uint64_t token) {
+                 std::uint64_t token, const Lead* lead) {
   std::unique_lock lock(mu_);
   if (small_input != nullptr && result != nullptr &&
       run_unqueued(req, body, small_input, *result, token, lock))
     return;
-  run_queued(req, std::move(body), small_input, result, token, lock);
+  run_queued(req, std::move(body), small_input, result, token, lead, lock);
 }
 
 [[gnu::noinline]] void Engine::run_queued(const Request& req, Body body, const void* small_input,
                                           const InlineResult* result, std::uint64_t token,
-                                          std::unique_lock<std::mutex>& lock) {
+                                          const Lead* lead, std::unique_lock<std::mutex>& lock) {
   Slot local(req);
   local.body = std::move(body);
   local.small_input = small_input;
@@ -202,6 +207,9 @@ void Engine::run(const Request& req, Body body, const void* small_input, const I
     alone.input = slot->small_input;
     alone.bytes = inline_size(*slot);
     alone.result = small_input != nullptr ? result : nullptr;
+    // A lead carries the round's blocks as they are, which takes the blocks the round moves
+    // to be whole briefs: rounds inside one host (kInlineBytesLocal).
+    if (alone.bytes == 0 && inline_limit() == kInlineCapacity) alone.lead = lead;
     drive(lock, slot.get(), &alone);
   }
   if (!slot->done) await(slot, lock);
@@ -262,9 +270,11 @@ bool Engine::run_ready(Decision how, Slot** fresh, std::uint32_t count,
 }
 
 void Engine::announce_alone(const Alone& alone) {
-  // The brief brief_of() would write for a window of this one request.
+  // The brief brief_of() would write for a window of this one request, and whether its
+  // data carries it.
   brief_.count = 1;
   brief_.uncached = 0;
+  brief_.led = alone.lead != nullptr ? 1 : 0;
   BriefEntry e;
   e.id = static_cast<std::uint32_t>(alone.id);
   e.seq = alone.req->seq;
@@ -332,6 +342,20 @@ void Engine::leave_exchange(std::unique_lock<std::mutex>& lock) {
   lock.lock();
   exchanging_round_ = -1;
   ++rounds_;
+}
+
+std::exception_ptr Engine::lead_round(Alone& alone, bool& finished) {
+  try {
+    // Its data goes on only when every rank announced it alone and led it: every brief is
+    // this rank's own, `led` included (agreed_steady(), which counts the round then).
+    const std::function<bool()> agreed = [this] {
+      return agreed_steady(briefs_, cache_, book_, &brief_);
+    };
+    finished = (*alone.lead)(&brief_, brief_.bytes(), briefs_.data(), sizeof(Brief), agreed);
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
 }
 
 std::exception_ptr Engine::gather_briefs(const Request* head) {

@@ -229,7 +229,9 @@ struct Brief {
   std::uint32_t count = 0;         ///< entries used (at most kWindow)
   std::uint32_t uncached = 0;      ///< 1: some request is not in the cache: windows follow
   std::uint32_t inline_bytes = 0;  ///< as Window::inline_bytes (at most kInlineCapacity)
-  std::uint32_t reserved = 0;
+  /// 1: this rank's one collective carries the round in its data's first step (Engine::Lead),
+  /// whose data goes on only when every brief says so.
+  std::uint32_t led = 0;
   /// entries[0, count) as BriefEntry, then inline_bytes of payload.
   alignas(16) unsigned char body[kWindow * sizeof(BriefEntry) + kInlineCapacity] = {};
 

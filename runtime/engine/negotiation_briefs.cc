@@ -97,6 +97,7 @@ void RequestCache::learn(const std::vector<Window>& windows, const Plan& plan) {
 void brief_of(const Window& window, const RequestCache& cache, Brief& out) {
   out.count = std::min<std::uint32_t>(window.count, static_cast<std::uint32_t>(kWindow));
   out.uncached = 0;
+  out.led = 0;
   for (std::uint32_t i = 0; i < out.count; ++i) {
     const std::int64_t id = cache.find(window.requests[i]);
     BriefEntry e;
@@ -115,7 +116,7 @@ void brief_of(const Window& window, const RequestCache& cache, Brief& out) {
 namespace {
 
 // Every brief equal to `mine` in its header and its one entry (count, uncached,
-// inline_bytes, id and seq), compared a word at a time; the payloads may differ.
+// inline_bytes, led, id and seq), compared a word at a time; the payloads may differ.
 bool all_as_mine(const std::vector<Brief>& briefs, const Brief& mine) {
   constexpr std::size_t kWords = (offsetof(Brief, body) + sizeof(BriefEntry)) / 8;
   if (mine.count != 1 || mine.uncached != 0) return false;

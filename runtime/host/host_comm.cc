@@ -223,6 +223,16 @@ class HostComm::Impl {
     finish_average(recv, count, dtype, op, env_.size);
   }
 
+  bool allreduce_agreed(const void* send, void* recv, std::size_t count, DataType dtype,
+                        ReduceOp op, const ShmComm::Notes& notes) {
+    if (!moves_used_bytes())
+      throw Error(
+          "hvdrun: an allreduce that carries the round runs only among the ranks of one "
+          "host over shared memory");
+    const TimelineActivity a("SHM_ALLREDUCE");
+    return shm_->allreduce_agreed(send, recv, count, dtype, op, env_.size, notes);
+  }
+
   int local_index(int rank) const {
     if (!shm_) return rank == env_.rank ? 0 : -1;
     for (int l = 0; l < env_.local_size; ++l)
@@ -556,6 +566,10 @@ HostComm::~HostComm() = default;
 void HostComm::allreduce(const void* send, void* recv, std::size_t count, DataType dtype,
                          ReduceOp op) {
   impl_->allreduce(send, recv, count, dtype, op);
+}
+bool HostComm::allreduce_agreed(const void* send, void* recv, std::size_t count, DataType dtype,
+                                ReduceOp op, const ShmComm::Notes& notes) {
+  return impl_->allreduce_agreed(send, recv, count, dtype, op, notes);
 }
 void HostComm::broadcast(void* buf, std::size_t bytes, int root) {
   impl_->broadcast(buf, bytes, root);

@@ -38,6 +38,10 @@ class HostComm {
 
   /// allreduce of `count` elements from `send` into `recv` (in place when equal).
   void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op);
+  /// allreduce() whose first step also carries `notes` (ShmComm::allreduce_agreed), only
+  /// where moves_used_bytes(): returns false, `recv` untouched, when the ranks do not agree.
+  bool allreduce_agreed(const void* send, void* recv, std::size_t count, DataType dtype,
+                        ReduceOp op, const ShmComm::Notes& notes);
   /// Broadcast of `bytes` bytes of `buf` from global rank `root`.
   void broadcast(void* buf, std::size_t bytes, int root);
   /// Allgather of `bytes` bytes per rank into `recv` (size * bytes), in rank order.

@@ -2,7 +2,8 @@
 //
 // Segment: a header page (sizes, the failure mark, the arrival count), one 128-byte
 // control line per local rank (its phase counter, pid, global rank and last core), then
-// three buffers, each with one slot of `chunk` bytes per local rank.
+// three buffers, each with one slot of `chunk` bytes per local rank, and three note areas,
+// each with one note of shm::kNoteBytes per local rank (a buffer and a note area per phase).
 // Its layout, its creation and its hand-out to the local ranks are in shm_segment.cc; this
 // file holds the phases, the waiting and the collectives.
 //
@@ -20,6 +21,11 @@
 // part of chunk i-2 to the output: a reduce-scatter then an all-gather inside the
 // segment, pipelined in chunks so each step works on data still in cache. Small: one
 // phase copies the input in, then every rank reduces all slots itself (one wait, not two).
+// Notes (the engine's briefs) may ride in an allreduce's first phase: each rank writes its
+// note beside its first chunk, and after that phase's wait every rank reads every note and
+// asks whether the ranks agree before it reduces anything. allgather_upto() of blocks that
+// fit a note moves them through the same notes, so the ranks of one round meet whichever of
+// the two each runs.
 //
 // Arrival is counted once per phase in the header (L per phase), so all waiters of a
 // phase sleep on one futex word and the rank that completes the count wakes them with
@@ -139,6 +145,7 @@ class ShmComm::Impl {
     header_ = std::launder(reinterpret_cast<Header*>(base_));
     chunk_ = header_->chunk;
     data_ = base_ + header_->data_offset;
+    notes_ = base_ + header_->notes_offset;
   }
 
   Line& line(int l) const {
@@ -354,32 +361,76 @@ class ShmComm::Impl {
   char* slot(std::uint32_t p, int l) const {
     return region(p) + static_cast<std::size_t>(l) * chunk_;
   }
+  // Note of local rank l in phase p: its length, then its bytes.
+  char* note(std::uint32_t p, int l) const {
+    return notes_ + ((p % kBuffers) * static_cast<std::size_t>(L_) + static_cast<std::size_t>(l)) *
+                        shm::kNoteBytes;
+  }
+  using Length = std::uint64_t;
+  static constexpr std::size_t kNoteRoom = shm::kNoteBytes - sizeof(Length);
+
+  void write_note(std::uint32_t p, const void* send, std::size_t used) {
+    char* own = note(p, me_.local_rank);
+    const Length n = used;
+    std::memcpy(own, &n, sizeof n);
+    std::memcpy(own + sizeof n, send, used);
+  }
+  // Every rank's note of phase p into `recv`, `bytes` apart; the rest of each block as it was.
+  void read_notes(std::uint32_t p, void* recv, std::size_t bytes) const {
+    auto* out = static_cast<char*>(recv);
+    for (int l = 0; l < L_; ++l, out += bytes) {
+      const char* from = note(p, l);
+      Length len = 0;
+      std::memcpy(&len, from, sizeof len);
+      std::memcpy(out, from + sizeof len, static_cast<std::size_t>(std::min<Length>(len, bytes)));
+    }
+  }
+  // The notes of phase p read out, then what the ranks agreed (the same on every rank).
+  bool agreed(std::uint32_t p, const ShmComm::Notes& n) const {
+    read_notes(p, n.notes, n.bytes);
+    return (*n.agreed)();
+  }
+  void check_notes(const ShmComm::Notes& n) const {
+    if (n.bytes > kNoteRoom || n.used > n.bytes)
+      throw Error("shared memory: " + who_ + ": a note of " + std::to_string(n.used) + " of " +
+                  std::to_string(n.bytes) + " bytes does not fit the " + std::to_string(kNoteRoom) +
+                  " a step carries");
+  }
 
   // --- collectives ---
 
-  void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
-                 int divisor) {
+  // With `notes`, they ride in the first phase and the reduction goes on only when the ranks
+  // agree (returns false otherwise, `recv` untouched); true once the result is in `recv`.
+  bool allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                 int divisor, const ShmComm::Notes* notes = nullptr) {
     const std::size_t es = dtype_size(dtype);
     const std::size_t bytes = count * es;
     if (divisor <= 0) divisor = L_;
     auto* out = static_cast<char*>(recv);
     const auto* in = static_cast<const char*>(send);
+    if (notes != nullptr) check_notes(*notes);
     if (L_ == 1 || count == 0) {
+      if (notes != nullptr) {  // nothing to carry them: a step of their own
+        allgather_upto(notes->note, notes->used, notes->notes, notes->bytes);
+        if (!(*notes->agreed)()) return false;
+      }
       if (send != recv && bytes > 0) std::memmove(recv, send, bytes);
       finish_average(recv, count, dtype, op, divisor);
-      return;
+      return true;
     }
     check_healthy();
     const auto deadline = op_deadline();
     if (bytes <= std::min(kSmallBytes, chunk_)) {
       const std::uint32_t p = phase_ + 1;
       std::memcpy(slot(p, me_.local_rank), in, bytes);
+      if (notes != nullptr) write_note(p, notes->note, notes->used);
       sync(deadline);
+      if (notes != nullptr && !agreed(p, *notes)) return false;
       // Every rank reduces every slot, in local rank order: the same result everywhere.
       std::memcpy(out, slot(p, 0), bytes);
       for (int l = 1; l < L_; ++l) reduce_into(out, slot(p, l), count, dtype, op);
       finish_average(out, count, dtype, op, divisor);
-      return;
+      return true;
     }
     const std::size_t per_chunk = chunk_ / es;  // elements per rank per phase
     const std::size_t chunks = (count + per_chunk - 1) / per_chunk;
@@ -404,6 +455,7 @@ class ShmComm::Impl {
       const std::uint32_t p = phase_ + 1;
       if (i < chunks)
         std::memcpy(slot(p, me_.local_rank), in + i * per_chunk * es, chunk_len(i) * es);
+      if (i == 0 && notes != nullptr) write_note(p, notes->note, notes->used);
       if (i >= 1) {
         auto [first, last] = part(chunk_len(i - 1), me_.local_rank);
         if (last > first) {
@@ -416,8 +468,10 @@ class ShmComm::Impl {
       }
       if (i >= 2) copy_out(i - 2, p - 2);
       sync(deadline);
+      if (i == 0 && notes != nullptr && !agreed(p, *notes)) return false;
     }
     copy_out(chunks - 1, phase_ - 1);
+    return true;
   }
 
   void broadcast(void* buf, std::size_t bytes, int root) {
@@ -464,11 +518,13 @@ class ShmComm::Impl {
     copy_out(chunks - 1, phase_);
   }
 
+  // Blocks up to kNoteRoom move as notes, in the place allreduce()'s notes take (a rank
+  // exchanging its brief meets one whose brief rides with its data); larger ones that fit a
+  // slot move through it (each slot starts with its rank's used bytes), the rest whole.
   void allgather_upto(const void* send, std::size_t used, void* recv, std::size_t bytes) {
-    using Length = std::uint64_t;  // each slot starts with its rank's used bytes
     used = std::min(used, bytes);
     // Decided on `bytes`, the same on every rank (`used` is each rank's own).
-    if (L_ == 1 || bytes == 0 || bytes + sizeof(Length) > chunk_) {
+    if (L_ == 1 || bytes == 0 || bytes + sizeof(Length) > std::max(chunk_, shm::kNoteBytes)) {
       allgather(send, recv, bytes);
       return;
     }
@@ -477,6 +533,12 @@ class ShmComm::Impl {
     // which spares the steady state's round a clock read.
     const auto deadline = kLazyDeadline;
     const std::uint32_t p = phase_ + 1;
+    if (bytes <= kNoteRoom) {
+      write_note(p, send, used);
+      sync(deadline);
+      read_notes(p, recv, bytes);
+      return;
+    }
     char* own = slot(p, me_.local_rank);
     const Length n = used;
     std::memcpy(own, &n, sizeof n);
@@ -553,6 +615,7 @@ class ShmComm::Impl {
   std::size_t mapped_ = 0;
   Header* header_ = nullptr;
   char* data_ = nullptr;
+  char* notes_ = nullptr;
   std::size_t chunk_ = 0;
   std::uint32_t phase_ = 0;
   int cpu_ = -1;  // the core this rank last published from
@@ -570,8 +633,13 @@ ShmComm::~ShmComm() = default;
 
 void ShmComm::allreduce(const void* send, void* recv, std::size_t count, DataType dtype,
                         ReduceOp op, int divisor) {
-  impl_->allreduce(send, recv, count, dtype, op, divisor);
+  (void)impl_->allreduce(send, recv, count, dtype, op, divisor);
 }
+bool ShmComm::allreduce_agreed(const void* send, void* recv, std::size_t count, DataType dtype,
+                               ReduceOp op, int divisor, const Notes& notes) {
+  return impl_->allreduce(send, recv, count, dtype, op, divisor, &notes);
+}
+std::size_t ShmComm::note_bytes() { return Impl::kNoteRoom; }
 void ShmComm::broadcast(void* buf, std::size_t bytes, int root) {
   impl_->broadcast(buf, bytes, root);
 }

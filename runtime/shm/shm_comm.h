@@ -51,14 +51,36 @@ class ShmComm {
   /// local ranks; kAverage divides by `divisor` (the local size when 0).
   void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                  int divisor = 0);
+  /// Small blocks that ride in a collective's first step: each local rank's `note` (the first
+  /// `used` bytes of a block of `bytes`, at most note_bytes()) reaches every rank's `notes`
+  /// (rank order, `bytes` apart) as allgather_upto() would move it, in the same step and the
+  /// same place, so a rank that runs allgather_upto() there meets them. `agreed`, called once
+  /// they are in, must give every local rank the same answer from the notes alone: whether
+  /// the collective goes on.
+  struct Notes {
+    const void* note = nullptr;
+    std::size_t used = 0;
+    void* notes = nullptr;
+    std::size_t bytes = 0;
+    const std::function<bool()>* agreed = nullptr;
+  };
+  /// allreduce() whose first step also exchanges `notes`: no step of its own for them.
+  /// Returns false when `notes.agreed` says no: `recv` untouched, nothing reduced (that step's
+  /// inputs are left in the segment, which the next step overwrites); true once the result
+  /// is in `recv`.
+  bool allreduce_agreed(const void* send, void* recv, std::size_t count, DataType dtype,
+                        ReduceOp op, int divisor, const Notes& notes);
+  /// Most bytes of a note (Notes::bytes): allgather_upto() of blocks this size or smaller takes
+  /// one step through the notes' place.
+  static std::size_t note_bytes();
   /// Copies `bytes` bytes of `buf` from local rank `root` to every local rank.
   void broadcast(void* buf, std::size_t bytes, int root);
   /// Gathers `bytes` bytes from each local rank, in local rank order, into `recv`.
   void allgather(const void* send, void* recv, std::size_t bytes);
   /// allgather() of `bytes`-byte blocks of which only the first `used` (each rank's own,
   /// at most `bytes`) carry anything: only those cross the segment, in one step, and the
-  /// rest of each block in `recv` is left as it was. Blocks too large for one step move
-  /// whole, as allgather() moves them.
+  /// rest of each block in `recv` is left as it was. Blocks up to note_bytes() move as
+  /// notes (Notes); blocks too large for one step move whole, as allgather() moves them.
   void allgather_upto(const void* send, std::size_t used, void* recv, std::size_t bytes);
   /// Returns once every local rank has entered it.
   void barrier();

@@ -111,7 +111,10 @@ class SegmentCourier {
     chunk = std::max<std::size_t>(4096, std::min(chunk, per_buffer_cap)) / 4096 * 4096;
     const std::size_t data_offset =
         shm::round_up(shm::kHeaderBytes + shm::kLineBytes * static_cast<std::size_t>(L_), 4096);
-    const std::size_t total = data_offset + shm::kBuffers * static_cast<std::size_t>(L_) * chunk;
+    const std::size_t notes_offset =
+        data_offset + shm::kBuffers * static_cast<std::size_t>(L_) * chunk;
+    const std::size_t total =
+        notes_offset + shm::kBuffers * static_cast<std::size_t>(L_) * shm::kNoteBytes;
 
     UniqueFd fd(static_cast<int>(::memfd_create("hvdrun-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING)));
     if (!fd) throw_errno("shared memory: " + who_ + ": creating the segment", "memfd_create");
@@ -130,6 +133,7 @@ class SegmentCourier {
     h->chunk = chunk;
     h->data_offset = data_offset;
     h->total_bytes = total;
+    h->notes_offset = notes_offset;
     for (int l = 0; l < L_; ++l)
       new (static_cast<char*>(p) + shm::kHeaderBytes +
            shm::kLineBytes * static_cast<std::size_t>(l)) shm::Line;
@@ -333,12 +337,18 @@ Mapping map_segment(int fd, int local_size, const std::string& who) {
   const auto* header = std::launder(reinterpret_cast<const shm::Header*>(p));
   if (header->magic != shm::kMagic ||
       header->local_size != static_cast<std::uint32_t>(local_size) ||
-      header->total_bytes != bytes) {
+      header->total_bytes != bytes ||
+      header->notes_offset +
+              shm::kBuffers * static_cast<std::size_t>(local_size) * shm::kNoteBytes !=
+          bytes ||
+      header->data_offset + shm::kBuffers * static_cast<std::size_t>(local_size) * header->chunk >
+          header->notes_offset) {
     const std::string theirs = std::to_string(header->local_size);
     ::munmap(p, bytes);
     throw Error("shared memory: " + who + ": the segment is not what local rank 0 (" + theirs +
                 " local ranks) and this rank (" + std::to_string(local_size) +
-                ") agree on; HVDRUN_LOCAL_SIZE differs between them?");
+                ") agree on; HVDRUN_LOCAL_SIZE differs between them, or they load different "
+                "builds of libhvdrun?");
   }
   return Mapping{static_cast<char*>(p), bytes};
 }

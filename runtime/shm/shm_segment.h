@@ -21,10 +21,14 @@ namespace hvdrun::runtime {
 /// The segment's layout, shared by the code that creates it and the collectives.
 namespace shm {
 
-constexpr std::uint64_t kMagic = 0x6876647275'6e7368ULL;  // "hvdrunsh"
+// "hvdrunsi": the layout's version too (a rank of another build refuses the segment).
+constexpr std::uint64_t kMagic = 0x6876647275'6e7369ULL;
 constexpr std::size_t kHeaderBytes = 4096;
 constexpr std::size_t kLineBytes = 128;  // two cache lines: no false sharing via prefetch
 constexpr std::size_t kBuffers = 3;
+// Each rank's note of a phase (ShmComm::Notes, allgather_upto()'s small blocks): its length,
+// then its bytes.
+constexpr std::size_t kNoteBytes = 8u << 10;
 
 struct Header {
   std::uint64_t magic = kMagic;
@@ -33,6 +37,7 @@ struct Header {
   std::uint64_t chunk = 0;
   std::uint64_t data_offset = 0;
   std::uint64_t total_bytes = 0;
+  std::uint64_t notes_offset = 0;  // kBuffers note areas, one kNoteBytes note per local rank
   // 0 while healthy; global rank + 1 of the first rank that failed in the segment.
   std::atomic<std::uint32_t> abort_rank{0};
   std::atomic<std::uint32_t> abort_ready{0};

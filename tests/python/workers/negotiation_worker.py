@@ -81,12 +81,29 @@ def mismatch():
     g = hvd.allgather(torch.full((r + 1, 2), float(r)))
     assert g.shape == (n * (n + 1) // 2, 2)
     print(f"rank {r}: sample message: {msg}")
+    led_mismatch(r, n)
     # fp16 scaling happens in float32, as in Horovod: 0.1 * 3 rounds once.
     x = torch.full((4,), 3.0, dtype=torch.float16)
     y = hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.1, postscale_factor=1.0 / n)
     want = (torch.full((4,), 3.0).mul(0.1)).half().float().mul(n).mul(1.0 / n).half()
     assert torch.equal(y, want), (y, want)
     hvd.shutdown()
+
+
+def led_mismatch(r, n):
+    """Inputs too large to ride in a round, both already agreed once (cached): on one host
+    the brief rides in the data's first step. A rank that sends other data must make every
+    rank refuse before anything is reduced; in place, the input stays as it was."""
+    small, large = 20000, 30000  # float32: 80 KB and 120 KB
+    for count in (small, large):
+        hvd.allreduce(torch.ones(count), name="led", op=hvd.Sum)
+    x = torch.full((small if r == 0 else large,), float(r + 1))
+    expect_error(lambda: hvd.allreduce_(x, name="led", op=hvd.Sum),
+                 f"rank 0 has float32[{small}], rank 1 has float32[{large}]")
+    assert torch.equal(x, torch.full_like(x, float(r + 1))), x
+    y = hvd.allreduce(torch.full((large,), float(r + 1)), name="led", op=hvd.Average,
+                      prescale_factor=2.0, postscale_factor=0.5)
+    assert torch.equal(y, torch.full((large,), (n + 1) / 2)), y
 
 
 def names():
