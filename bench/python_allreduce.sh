@@ -5,7 +5,9 @@
 # horovod.torch and horovodrun beside it, Horovod's hvd.allreduce under `horovodrun --gloo`
 # (the same program), float32 Sum of 1 float, 1 MiB and 64 MiB, ROUNDS rounds alternating
 # them; the table has the median microseconds per call and the ratios to the C API.
-# Usage: [HOROVOD_PYTHON=.../bin/python] bench/python_allreduce.sh [build-dir=build] [rounds=3] [np=2]
+# With BENCH_OUT_OF_PLACE=1 the C API sums into a second buffer, as hvd.allreduce sums into
+# a new output (in place otherwise).
+# Usage: [HOROVOD_PYTHON=.../bin/python] [BENCH_OUT_OF_PLACE=1] bench/python_allreduce.sh [build-dir=build] [rounds=3] [np=2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -37,19 +39,21 @@ for _ in $(seq "$rounds"); do
       sed -n 's/.*\(result .*\)/\1/p' >>"$out/r"
   fi
   for b in 4 1048576 67108864; do
-    run "$build/tests/runtime/hvdrun_allreduce_sweep" "$b" "$b" | sed 's/impl=[^ ]*/impl=C/' >>"$out/r"
+    BENCH_OUT_OF_PLACE=${BENCH_OUT_OF_PLACE:-} run -x BENCH_OUT_OF_PLACE \
+      "$build/tests/runtime/hvdrun_allreduce_sweep" "$b" "$b" | sed 's/impl=[^ ]*/impl=C/' >>"$out/r"
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$py" - "$out/r" <<'PY'
-import re, statistics, sys
+import os, re, statistics, sys
 r = {}
 for line in open(sys.argv[1]):
     f = dict(re.findall(r"(\w+)=([\w.]+)", line))
     r.setdefault((f["impl"], int(f["bytes"])), []).append(float(f["us"]))
 med = {k: statistics.median(v) for k, v in r.items()}
 peers = [("torch", "torch gloo us")] + ([("horovod", "horovod us")] if any(k[0] == "horovod" for k in med) else [])
-head = f"{'bytes':>10} {'C API us':>10} {'hvdrun.torch us':>16} {'ratio':>6}"
+c_title = "C API oop us" if os.environ.get("BENCH_OUT_OF_PLACE") == "1" else "C API us"
+head = f"{'bytes':>10} {c_title:>12} {'hvdrun.torch us':>16} {'ratio':>6}"
 for _, title in peers:
     head += f" {title:>14} {'ratio':>6}"
 print(head)
@@ -57,7 +61,7 @@ for b in sorted({k[1] for k in med}):
     c, h = med.get(("C", b)), med.get(("hvdrun", b))
     if c is None or h is None:
         continue
-    line = f"{b:>10} {c:>10.2f} {h:>16.2f} {h / c:>6.2f}"
+    line = f"{b:>10} {c:>12.2f} {h:>16.2f} {h / c:>6.2f}"
     for impl, _ in peers:
         p = med.get((impl, b))
         line += f" {p:>14.2f} {p / c:>6.2f}" if p is not None else f" {'-':>14} {'':>6}"

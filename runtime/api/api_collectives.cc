@@ -383,6 +383,17 @@ runtime::Engine::Body body_of(const Prepared& p) {
   };
 }
 
+// allreduce() of an input too large to ride in the round: led by its data where it can.
+// Out of line, so that the small allreduce's path stays as short as it was.
+[[gnu::noinline]] void run_large(runtime::Engine& engine, const Group& g, const Collective& c,
+                                 const runtime::Request& q, std::uint64_t token) {
+  auto body = [&g, &c](const runtime::Ready& rd) { move_data(g, c, rd); };
+  if (may_lead(g, c))
+    engine.run(q, body, token, lead_of(g, c, q));
+  else
+    engine.run(q, body, nullptr, nullptr, token);
+}
+
 Collective host(CollectiveKind kind, const void* send, void* recv, std::size_t count,
                 DataType dtype) {
   Collective c;
@@ -438,13 +449,13 @@ void run(const Collective& c) {
   // to apply after).
   const runtime::Engine::InlineResult result{c.recv, c.count, c.dtype, c.op};
   const bool engine_finishes = p.small_input != nullptr && c.postscale == 1.0;
-  const runtime::Engine::Lead lead =
-      may_lead(p.group, p.moved) ? lead_of(p.group, p.moved, *p.request) : nullptr;
   // run() returns once the collective has run, so its body may refer to `p` (small enough
   // to need no allocation).
-  p.engine->run(
-      *p.request, [&p](const runtime::Ready& rd) { move_data(p.group, p.moved, rd); },
-      p.small_input, engine_finishes ? &result : nullptr, p.token, lead ? &lead : nullptr);
+  auto body = [&p](const runtime::Ready& rd) { move_data(p.group, p.moved, rd); };
+  if (may_lead(p.group, p.moved))
+    p.engine->run(*p.request, body, p.token, lead_of(p.group, p.moved, *p.request));
+  else
+    p.engine->run(*p.request, body, p.small_input, engine_finishes ? &result : nullptr, p.token);
 }
 
 std::int64_t sequence(Handle handle) {
@@ -471,22 +482,17 @@ void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, 
     DataType dtype;
     ReduceOp op;
   } a{{j->world.get(), nullptr, env.rank, env.size}, send, recv, count, dtype, op};
-  const bool small = carries_inline(count, dtype);
-  const runtime::Engine::InlineResult result{recv, count, dtype, op};
-  if (small) {
-    j->engine->run(
-        m.request,
-        [&a](const runtime::Ready& rd) {
-          move_data(a.g, reduce(a.send, a.recv, a.count, a.dtype, a.op), rd);
-        },
-        send, &result, m.token);
+  if (!carries_inline(count, dtype)) {
+    run_large(*j->engine, a.g, reduce(send, recv, count, dtype, op), m.request, m.token);
     return;
   }
-  const Collective c = reduce(send, recv, count, dtype, op);
-  const runtime::Engine::Lead lead = may_lead(a.g, c) ? lead_of(a.g, c, m.request) : nullptr;
+  const runtime::Engine::InlineResult result{recv, count, dtype, op};
   j->engine->run(
-      m.request, [&a, &c](const runtime::Ready& rd) { move_data(a.g, c, rd); }, nullptr, nullptr,
-      m.token, lead ? &lead : nullptr);
+      m.request,
+      [&a](const runtime::Ready& rd) {
+        move_data(a.g, reduce(a.send, a.recv, a.count, a.dtype, a.op), rd);
+      },
+      send, &result, m.token);
 }
 void broadcast(void* buf, std::size_t count, DataType dtype, int root) {
   run(bcast(buf, count, dtype, root));

@@ -145,11 +145,12 @@ class Engine {
   /// bytes of `req` (its seq aside): a caller that submits one request again and again
   /// passes the same token with it each time, and a token never stands for two different
   /// requests in a process (new_token()); the engine then looks the request up in its
-  /// cache once per token. `lead`: see Lead (a host allreduce without `small_input`); used
-  /// when the collective is announced alone, its body otherwise.
+  /// cache once per token.
   void run(const Request& req, Body body, const void* small_input = nullptr,
-           const InlineResult* result = nullptr, std::uint64_t token = 0,
-           const Lead* lead = nullptr);
+           const InlineResult* result = nullptr, std::uint64_t token = 0);
+  /// run() of a host allreduce whose input does not ride in the round, with its `lead` (see
+  /// Lead): used when the collective is announced alone, its body otherwise.
+  void run(const Request& req, Body body, std::uint64_t token, const Lead& lead);
   /// A token no other caller in this process has (for run()).
   static std::uint64_t new_token();
   /// True once the collective behind `h` has finished. Throws Error for an unknown handle.

@@ -30,6 +30,21 @@ std::shared_ptr<T> unowned(T* p) {
 
 }  // namespace
 
+// Inlined into round(), its only caller: on the steady state's path.
+[[gnu::always_inline]] inline void Engine::announce_alone(const Alone& alone) {
+  // The brief brief_of() would write for a window of this one request, and whether its
+  // data carries it.
+  brief_.count = 1;
+  brief_.uncached = 0;
+  brief_.led = alone.lead != nullptr ? 1 : 0;
+  BriefEntry e;
+  e.id = static_cast<std::uint32_t>(alone.id);
+  e.seq = alone.req->seq;
+  brief_.set_entry(0, e);
+  brief_.inline_bytes = static_cast<std::uint32_t>(alone.bytes);
+  if (alone.bytes > 0) std::memcpy(brief_.payload(), alone.input, alone.bytes);
+}
+
 inline void Engine::finish_riding(Alone& alone) {
   if (alone.slot != nullptr) {
     queue_.pop_front();  // its slot: only the driver takes slots out, others append
@@ -49,7 +64,9 @@ inline void Engine::finish_riding(Alone& alone) {
   Slot* fresh[kWindow];
   std::uint32_t count = 0;
   const Request* head = nullptr;  // for the transport's message
+  const Lead* lead = nullptr;     // alone's, read once
   if (alone != nullptr) {
+    lead = alone->lead;
     announce_alone(*alone);
     head = alone->req;
   } else {
@@ -64,12 +81,11 @@ inline void Engine::finish_riding(Alone& alone) {
   // mu_ not held: the briefs, the windows, the cache, the book and the plan are the
   // driver's alone, and so is `alone`.
   bool led = false;  // its lead moved the data
-  std::exception_ptr broken =
-      alone != nullptr && alone->lead != nullptr ? lead_round(*alone, led) : gather_briefs(head);
+  std::exception_ptr broken = lead != nullptr ? lead_round(*alone, led) : gather_briefs(head);
   Decision how = Decision::kSteady;
   if (led && !broken) {
     how = Decision::kRode;
-  } else if (!broken && alone != nullptr && alone->lead == nullptr &&
+  } else if (!broken && alone != nullptr && lead == nullptr &&
              agreed_steady(briefs_, cache_, book_, &brief_)) {
     // Every rank announced this collective alone. A small allreduce whose every input
     // rode in the round is reduced here, from the briefs, as its body would; any other
@@ -181,12 +197,17 @@ void Engine::drive(std::unique_lock<std::mutex>& lock, const Slot* until, Alone*
 }
 
 void Engine::run(const Request& req, Body body, const void* small_input, const InlineResult* result,
-                 std::uint64_t token, const Lead* lead) {
+                 std::uint64_t token) {
   std::unique_lock lock(mu_);
   if (small_input != nullptr && result != nullptr &&
       run_unqueued(req, body, small_input, *result, token, lock))
     return;
-  run_queued(req, std::move(body), small_input, result, token, lead, lock);
+  run_queued(req, std::move(body), small_input, result, token, nullptr, lock);
+}
+
+void Engine::run(const Request& req, Body body, std::uint64_t token, const Lead& lead) {
+  std::unique_lock lock(mu_);
+  run_queued(req, std::move(body), nullptr, nullptr, token, lead ? &lead : nullptr, lock);
 }
 
 [[gnu::noinline]] void Engine::run_queued(const Request& req, Body body, const void* small_input,
@@ -267,20 +288,6 @@ bool Engine::run_ready(Decision how, Slot** fresh, std::uint32_t count,
     if (!failure_.empty()) break;
   }
   return !plan_.ready.empty() || news;
-}
-
-void Engine::announce_alone(const Alone& alone) {
-  // The brief brief_of() would write for a window of this one request, and whether its
-  // data carries it.
-  brief_.count = 1;
-  brief_.uncached = 0;
-  brief_.led = alone.lead != nullptr ? 1 : 0;
-  BriefEntry e;
-  e.id = static_cast<std::uint32_t>(alone.id);
-  e.seq = alone.req->seq;
-  brief_.set_entry(0, e);
-  brief_.inline_bytes = static_cast<std::uint32_t>(alone.bytes);
-  if (alone.bytes > 0) std::memcpy(brief_.payload(), alone.input, alone.bytes);
 }
 
 std::uint32_t Engine::fresh_slots(Slot** fresh) {

@@ -67,7 +67,7 @@ TEST_CASE(
             ++n.bodies;
             out = static_cast<float>(i);
           },
-          nullptr, nullptr, 0, &lead);
+          0, lead);
       EXPECT(out == static_cast<float>(i));
     }
   });
@@ -96,7 +96,7 @@ TEST_CASE(
             ++n.bodies;
             out = static_cast<float>(i);
           },
-          nullptr, nullptr, 0, r == 0 ? &lead : nullptr);
+          0, r == 0 ? lead : Engine::Lead());
       EXPECT(out == static_cast<float>(i));
     }
   });
@@ -121,14 +121,13 @@ TEST_CASE(
     const auto lead = fake_lead(ranks, r, n, &out, 1.0F);
     const auto err = error_of([&] {
       ranks[r].run(
-          allreduce(r == 0 ? 20000 : 30000), [&](const Ready&) { ++n.bodies; }, nullptr, nullptr, 0,
-          &lead);
+          allreduce(r == 0 ? 20000 : 30000), [&](const Ready&) { ++n.bodies; }, 0, lead);
     });
     EXPECT(err == "hvdrun: allreduce #2: rank 0 has float32[20000], rank 1 has float32[30000]");
     EXPECT(out == -1.0F);
     const auto again = fake_lead(ranks, r, n, &out, 2.0F);
     ranks[r].run(
-        allreduce(20000), [&](const Ready&) { ++n.bodies; }, nullptr, nullptr, 0, &again);
+        allreduce(20000), [&](const Ready&) { ++n.bodies; }, 0, again);
     EXPECT(out == 2.0F);
   });
   CHECK(n.leads == 4);
@@ -148,7 +147,7 @@ TEST_CASE("engine lead: a transport failure in the lead is the collective's erro
     const auto lead = fake_lead(ranks, r, n, &out, 3.0F, r == 0);
     const auto err = error_of([&] {
       ranks[r].run(
-          allreduce(50000), [](const Ready&) {}, nullptr, nullptr, 0, &lead);
+          allreduce(50000), [](const Ready&) {}, 0, lead);
     });
     EXPECT(err == (r == 0 ? "a peer was lost in the first step" : ""));
   });
@@ -166,7 +165,7 @@ TEST_CASE("engine lead: not used where a round's blocks are cut to the cross-hos
       float out = -1;
       const auto lead = fake_lead(ranks, r, n, &out, 5.0F);
       ranks[r].run(
-          allreduce(100000), [&](const Ready&) { ++n.bodies; }, nullptr, nullptr, 0, &lead);
+          allreduce(100000), [&](const Ready&) { ++n.bodies; }, 0, lead);
     }
   });
   CHECK(n.leads == 0);
