@@ -5,8 +5,9 @@
 # horovod.torch and horovodrun beside it, Horovod's hvd.allreduce under `horovodrun --gloo`
 # (the same program), float32 Sum of 1 float, 1 MiB and 64 MiB, ROUNDS rounds alternating
 # them; the table has the median microseconds per call and the ratios to the C API.
-# With BENCH_OUT_OF_PLACE=1 the C API sums into a second buffer, as hvd.allreduce sums into
-# a new output (in place otherwise).
+# With BENCH_OUT_OF_PLACE=1 the C API sums into a second buffer from malloc(), as
+# hvd.allreduce sums into a new output (in place otherwise); =page into a page-aligned
+# mapping of its own, as hvdrun.torch's pooled outputs are.
 # Usage: [HOROVOD_PYTHON=.../bin/python] [BENCH_OUT_OF_PLACE=1] bench/python_allreduce.sh [build-dir=build] [rounds=3] [np=2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,8 +40,10 @@ for _ in $(seq "$rounds"); do
       sed -n 's/.*\(result .*\)/\1/p' >>"$out/r"
   fi
   for b in 4 1048576 67108864; do
-    BENCH_OUT_OF_PLACE=${BENCH_OUT_OF_PLACE:-} run -x BENCH_OUT_OF_PLACE \
-      "$build/tests/runtime/hvdrun_allreduce_sweep" "$b" "$b" | sed 's/impl=[^ ]*/impl=C/' >>"$out/r"
+    # Timed as the Python side times itself: the median of 5 timed batches.
+    BENCH_OUT_OF_PLACE=${BENCH_OUT_OF_PLACE:-} BENCH_BATCHES=5 run -x BENCH_OUT_OF_PLACE \
+      -x BENCH_BATCHES "$build/tests/runtime/hvdrun_allreduce_sweep" "$b" "$b" |
+      sed 's/impl=[^ ]*/impl=C/' >>"$out/r"
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -52,7 +55,7 @@ for line in open(sys.argv[1]):
     r.setdefault((f["impl"], int(f["bytes"])), []).append(float(f["us"]))
 med = {k: statistics.median(v) for k, v in r.items()}
 peers = [("torch", "torch gloo us")] + ([("horovod", "horovod us")] if any(k[0] == "horovod" for k in med) else [])
-c_title = "C API oop us" if os.environ.get("BENCH_OUT_OF_PLACE") == "1" else "C API us"
+c_title = {"1": "C API oop us", "page": "C API page us"}.get(os.environ.get("BENCH_OUT_OF_PLACE"), "C API us")
 head = f"{'bytes':>10} {c_title:>12} {'hvdrun.torch us':>16} {'ratio':>6}"
 for _, title in peers:
     head += f" {title:>14} {'ratio':>6}"
