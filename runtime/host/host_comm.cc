@@ -28,6 +28,7 @@
 #include "runtime/frames/frame_comm.h"
 #include "runtime/reduce/shm_reduce.h"
 #include "runtime/shm/shm_exchange.h"
+#include "runtime/shm/shm_segment.h"
 
 namespace hvdrun::runtime {
 
@@ -38,8 +39,7 @@ using std::chrono::milliseconds;
 
 std::vector<int> parse_ranks(const std::string& s) {
   std::vector<int> out;
-  const char* p = s.c_str();
-  while (*p != '\0') {
+  for (const char* p = s.c_str(); *p != '\0';) {
     char* end = nullptr;
     long v = std::strtol(p, &end, 10);
     if (end == p) break;
@@ -221,16 +221,6 @@ class HostComm::Impl {
       }
     });
     finish_average(recv, count, dtype, op, env_.size);
-  }
-
-  bool allreduce_agreed(const void* send, void* recv, std::size_t count, DataType dtype,
-                        ReduceOp op, const ShmComm::Notes& notes) {
-    if (!moves_used_bytes())
-      throw Error(
-          "hvdrun: an allreduce that carries the round runs only among the ranks of one "
-          "host over shared memory");
-    const TimelineActivity a("SHM_ALLREDUCE");
-    return shm_->allreduce_agreed(send, recv, count, dtype, op, env_.size, notes);
   }
 
   int local_index(int rank) const {
@@ -555,12 +545,6 @@ void HostComm::join_hosts(std::chrono::steady_clock::time_point deadline) {
 }
 ShmComm* HostComm::shm() { return impl_->shm_.get(); }
 
-std::string shm_socket_name(const Environment& env, const std::string& prefix) {
-  const rendezvous::Hmac mac(env.secret);
-  const auto tag = mac.tag({"hvdrun shm socket\n", prefix, "\n", env.hostname});
-  return "hvdrun-" +
-         rendezvous::to_hex(std::string_view(reinterpret_cast<const char*>(tag.data()), 16));
-}
 HostComm::~HostComm() = default;
 
 void HostComm::allreduce(const void* send, void* recv, std::size_t count, DataType dtype,
@@ -569,7 +553,10 @@ void HostComm::allreduce(const void* send, void* recv, std::size_t count, DataTy
 }
 bool HostComm::allreduce_agreed(const void* send, void* recv, std::size_t count, DataType dtype,
                                 ReduceOp op, const ShmComm::Notes& notes) {
-  return impl_->allreduce_agreed(send, recv, count, dtype, op, notes);
+  if (!moves_used_bytes())
+    throw Error("hvdrun: an allreduce that carries its round runs only inside one host");
+  const TimelineActivity a("SHM_ALLREDUCE");
+  return shm()->allreduce_agreed(send, recv, count, dtype, op, impl_->env_.size, notes);
 }
 void HostComm::broadcast(void* buf, std::size_t bytes, int root) {
   impl_->broadcast(buf, bytes, root);

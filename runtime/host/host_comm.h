@@ -87,9 +87,4 @@ class HostComm {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Name of the abstract socket through which local rank 0 hands out the host's segment
-/// when the host checks in through it: HMAC(job secret, prefix | host), so only holders
-/// of the secret can compute it (both ends still check the peer's uid).
-std::string shm_socket_name(const Environment& env, const std::string& prefix);
-
 }  // namespace hvdrun::runtime

@@ -1,20 +1,5 @@
-// Shared-memory collectives among the ranks of one host (see shm_comm.h).
-//
-// Segment: a header page (sizes, the failure mark, the arrival count), one 128-byte
-// control line per local rank (its phase counter, pid, global rank and last core), then
-// three buffers, each with one slot of `chunk` bytes per local rank, and three note areas,
-// each with one note of shm::kNoteBytes per local rank (a buffer and a note area per phase).
-// Its layout, its creation and its hand-out to the local ranks are in shm_segment.cc; this
-// file holds the phases, the waiting and the collectives.
-//
-// Every collective is a sequence of phases that all local ranks run in step: do the
-// phase's work, publish the phase number in the own control line, wait until every
-// local rank has published it. The phase counter runs on across collectives (it is the
-// same on every local rank, since every rank makes the same calls), and phase p writes
-// only buffer p % 3: what it reads was written in phase p-1 or p-2, and by the time any
-// rank writes buffer p % 3 again (phase p+3) every rank has finished phase p+1, the last
-// one to read it. So one wait per phase is the only synchronisation, and a collective's
-// last reads need no wait of their own: they belong to the next phase's work.
+// Shared-memory collectives among the ranks of one host (see shm_comm.h), built from the
+// phases and waits of runtime/shm/shm_comm_impl.h.
 //
 // allreduce, large: phase i copies chunk i of the input into the own slot, reduces the
 // own part (1/L of chunk i-1) across every slot in place, and copies every rank's reduced
@@ -26,604 +11,223 @@
 // asks whether the ranks agree before it reduces anything. allgather_upto() of blocks that
 // fit a note moves them through the same notes, so the ranks of one round meet whichever of
 // the two each runs.
-//
-// Arrival is counted once per phase in the header (L per phase), so all waiters of a
-// phase sleep on one futex word and the rank that completes the count wakes them with
-// one call; each rank also keeps its own phase counter, to name late or dead ranks.
-// Waits spin first while every awaited rank runs on another core (adaptive, up to 1 ms when
-// every local rank has a core, 2 us when they share), yield the core once, then sleep in
-// slices of at most 100 ms; between slices they check that every awaited rank's process
-// still exists (pidfd), the segment's abort mark, and the deadline (HVDRUN_OP_TIMEOUT).
 #include "runtime/shm/shm_comm.h"
 
-#include <poll.h>
-#include <sched.h>
-#include <signal.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <climits>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <ctime>
-#include <new>
-#include <stdexcept>
+#include <functional>
 #include <string>
-#include <string_view>
-#include <thread>
-#include <vector>
 
-#include "common/deadline.h"
-#include "common/env_names.h"
 #include "common/error.h"
-#include "common/fd.h"
-#include "common/seconds_text.h"
-#include "runtime/core/generation_end.h"
 #include "runtime/reduce/shm_reduce.h"
+#include "runtime/shm/shm_comm_impl.h"
 #include "runtime/shm/shm_segment.h"
-#include "runtime/shm/shm_wait.h"
 
 namespace hvdrun::runtime {
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-using shm::cpu_relax;
-using shm::futex;
-using shm::Header;
-using shm::kBuffers;
-using shm::kHeaderBytes;
-using shm::kLineBytes;
-using shm::Line;
-using shm::online_cpus;
-using shm::pidfd_open;
-using shm::reached;
-using shm::round_up;
-using std::chrono::milliseconds;
-
-constexpr std::size_t kSmallBytes = 8u << 10;
-constexpr milliseconds kSlice{100};
-
-}  // namespace
-
-class ShmComm::Impl {
- public:
-  Impl(rendezvous::Store* store, const std::string& key, ShmMember me, Clock::time_point deadline,
-       milliseconds op_timeout)
-      : me_(std::move(me)), L_(me_.local_size), op_timeout_(op_timeout) {
-    who_ = "rank " + std::to_string(me_.global_rank) + " of " + std::to_string(me_.global_size) +
-           " on " + me_.host;
-    // Spinning only pays while the awaited ranks run on other cores. So a wait does not
-    // spin at all while one of them was last seen on this core (it cannot run while this
-    // one spins; measured on 2 busy cores, both ranks of np 2 on one core: each 8-byte allreduce
-    // cost the spin time plus 14 us), spins up to max_spin_ otherwise, and halves its
-    // budget (down to min_spin_) after a wait the spin did not cover (the peer descheduled by
-    // another program), doubling it again after one it did. When ranks outnumber cores, spinning
-    // takes a core some rank needs, so waits sleep after 2 us: a futex wake-up hands the
-    // core over, where sched_yield on a busy host mostly hands it to another program
-    // (measured: 30 us per 8-byte allreduce at np 4 on 2 cores with the futex, 150-1400
-    // us with 100 us of yielding first). A rank its agent bound (--bind-to) has cores of its
-    // own, though it may run on fewer CPUs than the host has ranks (measured on 2 busy cores,
-    // np 2 bound to a core each, medians of 8: 4 MiB allreduce 1.35 ms spinning, 1.60 ms
-    // sleeping after 2 us; 256 KiB 77 us and 104 us).
-    const char* bind = std::getenv(env_names::kBindTo);
-    const bool bound = bind != nullptr && *bind != '\0' && std::string_view(bind) != "none";
-    const bool own_cores = bound || online_cpus() >= L_;
-    max_spin_ = own_cores ? std::chrono::microseconds(1000) : std::chrono::microseconds(2);
-    // A peer that slept takes 5-20 us to wake; a shorter floor would make both sides
-    // miss each other for ever once they both sleep.
-    min_spin_ = own_cores ? std::chrono::microseconds(50) : std::chrono::microseconds(2);
-    if (const char* v = std::getenv("HVDRUN_SHM_SPIN_US"))
-      min_spin_ = max_spin_ = std::chrono::microseconds(std::strtoll(v, nullptr, 10));
-    spin_ = max_spin_;
-    if (const char* v = std::getenv("HVDRUN_SHM_YIELDS"))
-      yields_ = std::max(1, static_cast<int>(std::strtol(v, nullptr, 10)));
-    UniqueFd memfd = me_.local_rank == 0 ? create_segment(store, key, me_, who_, deadline)
-                                         : fetch_segment(store, key, me_, who_, deadline);
-    map(memfd.get());
-    attach(deadline);
-    // The generation's end (runtime/core/generation_end.h) marks the segment failed, which
-    // wakes this host's sleeping waiters, those of other processes included.
-    end_waker_ = std::make_unique<EndWaker>([this](const std::string& why) { abort(why); });
-  }
-
-  ~Impl() {
-    end_waker_.reset();  // before the segment it writes to goes
-    if (base_ != nullptr) ::munmap(base_, mapped_);
-  }
-
-  // --- segment set-up ---
-
-  void map(int fd) {
-    const Mapping m = map_segment(fd, L_, who_);
-    base_ = m.base;
-    mapped_ = m.bytes;
-    header_ = std::launder(reinterpret_cast<Header*>(base_));
-    chunk_ = header_->chunk;
-    data_ = base_ + header_->data_offset;
-    notes_ = base_ + header_->notes_offset;
-  }
-
-  Line& line(int l) const {
-    return *std::launder(
-        reinterpret_cast<Line*>(base_ + kHeaderBytes + kLineBytes * static_cast<std::size_t>(l)));
-  }
-
-  // Every local rank records who it is, then all wait for each other once (under the
-  // start deadline) and take a pidfd of every peer to notice its death later.
-  void attach(Clock::time_point deadline) {
-    auto& mine = line(me_.local_rank);
-    mine.pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
-    mine.rank.store(me_.global_rank, std::memory_order_relaxed);
-    ranks_.assign(static_cast<std::size_t>(L_), -1);
-    pidfds_.resize(static_cast<std::size_t>(L_));
-    pids_.assign(static_cast<std::size_t>(L_), 0);
-    sync(deadline, "attach");
-    for (int l = 0; l < L_; ++l) {
-      ranks_[static_cast<std::size_t>(l)] = line(l).rank.load(std::memory_order_relaxed);
-      pids_[static_cast<std::size_t>(l)] = line(l).pid.load(std::memory_order_relaxed);
-      // Local rank 0 watches every peer through a pidfd, the others watch local rank 0
-      // (and the rest by kill(pid, 0), which sees a peer once it is reaped): L - 1 + L - 1
-      // descriptors per host instead of L * (L - 1), 261,632 at 512 local ranks. A death
-      // is still seen at once: local rank 0 waits in the same phase and marks the segment
-      // failed, which wakes everyone with its message.
-      if (l != me_.local_rank && (me_.local_rank == 0 || l == 0))
-        pidfds_[static_cast<std::size_t>(l)] =
-            UniqueFd(pidfd_open(pids_[static_cast<std::size_t>(l)]));
+// With `notes`, they ride in the first phase and the reduction goes on only when the ranks
+// agree (returns false otherwise, `recv` untouched); true once the result is in `recv`.
+bool ShmComm::Impl::allreduce(const void* send, void* recv, std::size_t count, DataType dtype,
+                              ReduceOp op, int divisor, const ShmComm::Notes* notes) {
+  const std::size_t es = dtype_size(dtype);
+  const std::size_t bytes = count * es;
+  if (divisor <= 0) divisor = L_;
+  auto* out = static_cast<char*>(recv);
+  const auto* in = static_cast<const char*>(send);
+  if (notes != nullptr) check_notes(*notes);
+  if (L_ == 1 || count == 0) {
+    if (notes != nullptr) {  // nothing to carry them: a step of their own
+      allgather_upto(notes->note, notes->used, notes->notes, notes->bytes);
+      if (!(*notes->agreed)()) return false;
     }
-  }
-
-  // --- waiting ---
-
-  // Arrival: the own phase counter (read when naming late or dead ranks) and the
-  // segment's arrival count, on which every waiter of the phase sleeps; the rank that
-  // completes the count wakes them all, so a phase costs each rank at most one sleep
-  // and the whole host one wake-up call.
-  void publish() {
-    auto& mine = line(me_.local_rank);
-    ++phase_;
-    cpu_ = ::sched_getcpu();
-    mine.cpu.store(cpu_, std::memory_order_relaxed);
-    mine.phase.store(phase_, std::memory_order_release);
-    const std::uint32_t target = phase_ * static_cast<std::uint32_t>(L_);
-    const std::uint32_t now = header_->arrived.fetch_add(1, std::memory_order_seq_cst) + 1;
-    if (now == target && header_->sleepers.load(std::memory_order_seq_cst) != 0)
-      futex(&header_->arrived, FUTEX_WAKE, INT_MAX, nullptr);
-  }
-
-  void sync(Clock::time_point deadline, const char* what = nullptr) {
-    publish();
-    wait_all(deadline, what);
-  }
-
-  bool alive(int l) const {
-    const auto& fd = pidfds_[static_cast<std::size_t>(l)];
-    if (fd) {
-      pollfd p{fd.get(), POLLIN, 0};
-      return ::poll(&p, 1, 0) == 0;  // readable once the process has exited
-    }
-    const pid_t pid = pids_.empty() ? 0 : pids_[static_cast<std::size_t>(l)];
-    return pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH;
-  }
-
-  [[noreturn]] void fail(const std::string& why) {
-    abort(why);
-    throw std::runtime_error(why);
-  }
-
-  [[noreturn]] void failed_elsewhere() {
-    const auto r = header_->abort_rank.load(std::memory_order_acquire);
-    std::string msg;
-    for (int i = 0; i < 1000 && header_->abort_ready.load(std::memory_order_acquire) == 0; ++i)
-      std::this_thread::yield();
-    if (header_->abort_ready.load(std::memory_order_acquire) != 0)
-      msg =
-          std::string(header_->abort_msg, strnlen(header_->abort_msg, sizeof(header_->abort_msg)));
-    throw std::runtime_error("shared memory on " + me_.host + ": rank " + std::to_string(r - 1) +
-                             " failed first" + (msg.empty() ? "" : ": " + msg));
-  }
-
-  bool all_arrived() const {
-    return reached(header_->arrived.load(std::memory_order_acquire),
-                   phase_ * static_cast<std::uint32_t>(L_));
-  }
-
-  // Whether every rank that has not yet arrived was last seen on another core, where it
-  // can run while this rank spins. One that was last seen on this core most likely waits
-  // for it: spinning would only keep it waiting. True when every rank has arrived since
-  // the caller looked (the spin then ends at once): a false here would cost a sched_yield
-  // for a wait that is over, which at np 2 on two cores happened in 1 wait of 20.
-  bool awaited_elsewhere() const {
-    const int here = cpu_;  // where this rank published from, a moment ago
-    for (int l = 0; l < L_; ++l) {
-      const auto& ln = line(l);
-      if (l == me_.local_rank || reached(ln.phase.load(std::memory_order_relaxed), phase_))
-        continue;
-      if (ln.cpu.load(std::memory_order_relaxed) == here) return false;
-    }
+    if (send != recv && bytes > 0) std::memmove(recv, send, bytes);
+    finish_average(recv, count, dtype, op, divisor);
     return true;
   }
-
-  void wait_all(Clock::time_point deadline, const char* what) {
-    if (all_arrived()) return;
-    if (spin_.count() > 0 && awaited_elsewhere()) {
-      // The spin's end is taken at its first check, 64 relaxes in: most waits are over
-      // before, and read no clock.
-      Clock::time_point spin_until{};
-      for (unsigned i = 1;; ++i) {
-        if (all_arrived()) {
-          spin_ = std::min(max_spin_, spin_ * 2);
-          return;
-        }
-        cpu_relax();
-        if ((i & 63) == 0) {
-          generation_end().check();
-          if (header_->abort_rank.load(std::memory_order_relaxed) != 0) failed_elsewhere();
-          const auto now = Clock::now();
-          if (i == 64) spin_until = now + spin_;
-          if (now > spin_until) break;
-        }
-      }
-      spin_ = std::max(min_spin_, spin_ / 2);
-    }
-    // One yield before sleeping: an awaited rank that is runnable on this core gets it
-    // without the futex round trip (measured on 2 busy cores: an 8-byte allreduce at np 2
-    // 4.7 -> 1.9 us, at np 4 12 -> 5.6 us; more yields or yielding for longer lost to
-    // other programs taking the core).
-    for (int i = 0; i < yields_; ++i) {
-      ::sched_yield();
-      if (all_arrived()) return;
-    }
-    const std::uint32_t target = phase_ * static_cast<std::uint32_t>(L_);
-    if (deadline == kLazyDeadline) deadline = op_deadline();
-    for (;;) {
-      generation_end().check();
-      if (header_->abort_rank.load(std::memory_order_acquire) != 0) failed_elsewhere();
-      const auto left = left_until(deadline);
-      if (left == Clock::duration::zero()) timed_out(phase_, what);
-      auto slice = std::min<Clock::duration>(left, kSlice);
-      timespec ts{};
-      ts.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(slice).count();
-      ts.tv_nsec = static_cast<long>((slice - std::chrono::seconds(ts.tv_sec)) /
-                                     std::chrono::nanoseconds(1));
-      header_->sleepers.fetch_add(1, std::memory_order_seq_cst);
-      const std::uint32_t seen = header_->arrived.load(std::memory_order_seq_cst);
-      if (!reached(seen, target)) futex(&header_->arrived, FUTEX_WAIT, seen, &ts);
-      header_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
-      if (all_arrived()) return;
-      for (int l = 0; l < L_; ++l) {
-        if (l == me_.local_rank || reached(line(l).phase.load(std::memory_order_acquire), phase_) ||
-            alive(l))
-          continue;
-        if (reached(line(l).phase.load(std::memory_order_acquire), phase_)) continue;
-        // A rank that failed marks the segment before it exits: its reason is the news.
-        if (header_->abort_rank.load(std::memory_order_acquire) != 0) failed_elsewhere();
-        fail("shared memory on " + me_.host + ": rank(s) " + std::to_string(rank_of(l)) +
-             " exited (process " + std::to_string(pids_[static_cast<std::size_t>(l)]) +
-             ") while rank " + std::to_string(me_.global_rank) + " waited for it");
-      }
-    }
-  }
-
-  int rank_of(int l) const {
-    const int r = ranks_.empty() ? -1 : ranks_[static_cast<std::size_t>(l)];
-    return r >= 0 ? r : me_.global_rank - me_.local_rank + l;
-  }
-
-  [[noreturn]] void timed_out(std::uint32_t want, const char* what) {
-    std::string late;
-    for (int l = 0; l < L_; ++l)
-      if (!reached(line(l).phase.load(std::memory_order_acquire), want))
-        late += (late.empty() ? "" : ", ") + std::to_string(rank_of(l));
-    if (what != nullptr)
-      throw Error("shared memory: " + who_ + ": local rank(s) " + late + " did not " +
-                  (std::string_view(what) == "attach" ? "attach to the segment"
-                                                      : "reach " + std::string(what)) +
-                  " before the start timeout");
-    fail("shared memory on " + me_.host + ": rank(s) " + late + " did not arrive within " +
-         seconds_text(op_timeout_) + " s (HVDRUN_OP_TIMEOUT)");
-  }
-
-  void abort(const std::string& why) noexcept {
-    if (header_ == nullptr) return;
-    std::uint32_t none = 0;
-    if (header_->abort_rank.compare_exchange_strong(
-            none, static_cast<std::uint32_t>(me_.global_rank + 1), std::memory_order_acq_rel)) {
-      std::size_t n = std::min(why.size(), sizeof(header_->abort_msg) - 1);
-      std::memcpy(header_->abort_msg, why.data(), n);
-      header_->abort_msg[n] = '\0';
-      header_->abort_ready.store(1, std::memory_order_release);
-    }
-    futex(&header_->arrived, FUTEX_WAKE, INT_MAX, nullptr);
-  }
-
-  void check_healthy() {
-    generation_end().check();
-    if (header_->abort_rank.load(std::memory_order_acquire) != 0) failed_elsewhere();
-  }
-
-  Clock::time_point op_deadline() const { return Clock::now() + op_timeout_; }
-  // A wait's deadline to be taken as op_deadline() when the wait first sleeps: for a
-  // single phase, whose spin before that is bounded (max_spin_), so the limit moves by
-  // microseconds at most.
-  static constexpr Clock::time_point kLazyDeadline = Clock::time_point::max();
-
-  // --- buffers ---
-
-  // Buffer of phase p; slot of local rank l in it.
-  char* region(std::uint32_t p) const {
-    return data_ + (p % kBuffers) * static_cast<std::size_t>(L_) * chunk_;
-  }
-  char* slot(std::uint32_t p, int l) const {
-    return region(p) + static_cast<std::size_t>(l) * chunk_;
-  }
-  // Note of local rank l in phase p: its length, then its bytes.
-  char* note(std::uint32_t p, int l) const {
-    return notes_ + ((p % kBuffers) * static_cast<std::size_t>(L_) + static_cast<std::size_t>(l)) *
-                        shm::kNoteBytes;
-  }
-  using Length = std::uint64_t;
-  static constexpr std::size_t kNoteRoom = shm::kNoteBytes - sizeof(Length);
-
-  void write_note(std::uint32_t p, const void* send, std::size_t used) {
-    char* own = note(p, me_.local_rank);
-    const Length n = used;
-    std::memcpy(own, &n, sizeof n);
-    std::memcpy(own + sizeof n, send, used);
-  }
-  // Every rank's note of phase p into `recv`, `bytes` apart; the rest of each block as it was.
-  void read_notes(std::uint32_t p, void* recv, std::size_t bytes) const {
-    auto* out = static_cast<char*>(recv);
-    for (int l = 0; l < L_; ++l, out += bytes) {
-      const char* from = note(p, l);
-      Length len = 0;
-      std::memcpy(&len, from, sizeof len);
-      std::memcpy(out, from + sizeof len, static_cast<std::size_t>(std::min<Length>(len, bytes)));
-    }
-  }
-  // The notes of phase p read out, then what the ranks agreed (the same on every rank).
-  bool agreed(std::uint32_t p, const ShmComm::Notes& n) const {
-    read_notes(p, n.notes, n.bytes);
-    return (*n.agreed)();
-  }
-  void check_notes(const ShmComm::Notes& n) const {
-    if (n.bytes > kNoteRoom || n.used > n.bytes)
-      throw Error("shared memory: " + who_ + ": a note of " + std::to_string(n.used) + " of " +
-                  std::to_string(n.bytes) + " bytes does not fit the " + std::to_string(kNoteRoom) +
-                  " a step carries");
-  }
-
-  // --- collectives ---
-
-  // With `notes`, they ride in the first phase and the reduction goes on only when the ranks
-  // agree (returns false otherwise, `recv` untouched); true once the result is in `recv`.
-  bool allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
-                 int divisor, const ShmComm::Notes* notes = nullptr) {
-    const std::size_t es = dtype_size(dtype);
-    const std::size_t bytes = count * es;
-    if (divisor <= 0) divisor = L_;
-    auto* out = static_cast<char*>(recv);
-    const auto* in = static_cast<const char*>(send);
-    if (notes != nullptr) check_notes(*notes);
-    if (L_ == 1 || count == 0) {
-      if (notes != nullptr) {  // nothing to carry them: a step of their own
-        allgather_upto(notes->note, notes->used, notes->notes, notes->bytes);
-        if (!(*notes->agreed)()) return false;
-      }
-      if (send != recv && bytes > 0) std::memmove(recv, send, bytes);
-      finish_average(recv, count, dtype, op, divisor);
-      return true;
-    }
-    check_healthy();
-    const auto deadline = op_deadline();
-    if (bytes <= std::min(kSmallBytes, chunk_)) {
-      const std::uint32_t p = phase_ + 1;
-      std::memcpy(slot(p, me_.local_rank), in, bytes);
-      if (notes != nullptr) write_note(p, notes->note, notes->used);
-      sync(deadline);
-      if (notes != nullptr && !agreed(p, *notes)) return false;
-      // Every rank reduces every slot, in local rank order: the same result everywhere.
-      std::memcpy(out, slot(p, 0), bytes);
-      for (int l = 1; l < L_; ++l) reduce_into(out, slot(p, l), count, dtype, op);
-      finish_average(out, count, dtype, op, divisor);
-      return true;
-    }
-    const std::size_t per_chunk = chunk_ / es;  // elements per rank per phase
-    const std::size_t chunks = (count + per_chunk - 1) / per_chunk;
-    const std::size_t align = std::max<std::size_t>(1, 64 / es);
-    auto chunk_len = [&](std::size_t c) { return std::min(per_chunk, count - c * per_chunk); };
-    // Part of local rank l within a chunk of m elements: [first, last).
-    auto part = [&](std::size_t m, int l) {
-      const std::size_t per = round_up((m + L_ - 1) / L_, align);
-      const std::size_t first = std::min(m, per * static_cast<std::size_t>(l));
-      return std::pair{first, std::min(m, first + per)};
-    };
-    auto copy_out = [&](std::size_t c, std::uint32_t p) {
-      const std::size_t m = chunk_len(c);
-      for (int l = 0; l < L_; ++l) {
-        auto [first, last] = part(m, l);
-        if (last > first)
-          std::memcpy(out + (c * per_chunk + first) * es, slot(p, l) + first * es,
-                      (last - first) * es);
-      }
-    };
-    for (std::size_t i = 0; i <= chunks; ++i) {
-      const std::uint32_t p = phase_ + 1;
-      if (i < chunks)
-        std::memcpy(slot(p, me_.local_rank), in + i * per_chunk * es, chunk_len(i) * es);
-      if (i == 0 && notes != nullptr) write_note(p, notes->note, notes->used);
-      if (i >= 1) {
-        auto [first, last] = part(chunk_len(i - 1), me_.local_rank);
-        if (last > first) {
-          char* acc = slot(p - 1, me_.local_rank) + first * es;
-          for (int l = 0; l < L_; ++l)
-            if (l != me_.local_rank)
-              reduce_into(acc, slot(p - 1, l) + first * es, last - first, dtype, op);
-          finish_average(acc, last - first, dtype, op, divisor);
-        }
-      }
-      if (i >= 2) copy_out(i - 2, p - 2);
-      sync(deadline);
-      if (i == 0 && notes != nullptr && !agreed(p, *notes)) return false;
-    }
-    copy_out(chunks - 1, phase_ - 1);
-    return true;
-  }
-
-  void broadcast(void* buf, std::size_t bytes, int root) {
-    if (L_ == 1 || bytes == 0) return;
-    check_healthy();
-    const auto deadline = op_deadline();
-    const std::size_t span = chunk_ * static_cast<std::size_t>(L_);
-    const std::size_t chunks = (bytes + span - 1) / span;
-    auto* b = static_cast<char*>(buf);
-    const bool is_root = me_.local_rank == root;
-    auto len = [&](std::size_t c) { return std::min(span, bytes - c * span); };
-    for (std::size_t i = 0; i < chunks; ++i) {
-      const std::uint32_t p = phase_ + 1;
-      if (is_root) std::memcpy(region(p), b + i * span, len(i));
-      if (!is_root && i >= 1) std::memcpy(b + (i - 1) * span, region(p - 1), len(i - 1));
-      sync(deadline);
-    }
-    if (!is_root) std::memcpy(b + (chunks - 1) * span, region(phase_), len(chunks - 1));
-  }
-
-  void allgather(const void* send, void* recv, std::size_t bytes) {
-    auto* out = static_cast<char*>(recv);
-    const auto* in = static_cast<const char*>(send);
-    char* own = out + bytes * static_cast<std::size_t>(me_.local_rank);
-    if (L_ == 1 || bytes == 0) {
-      if (bytes > 0 && in != own) std::memmove(own, in, bytes);
-      return;
-    }
-    check_healthy();
-    const auto deadline = op_deadline();
-    const std::size_t chunks = (bytes + chunk_ - 1) / chunk_;
-    auto len = [&](std::size_t c) { return std::min(chunk_, bytes - c * chunk_); };
-    auto copy_out = [&](std::size_t c, std::uint32_t p) {
-      for (int l = 0; l < L_; ++l)
-        if (out + bytes * static_cast<std::size_t>(l) + c * chunk_ != in + c * chunk_)
-          std::memcpy(out + bytes * static_cast<std::size_t>(l) + c * chunk_, slot(p, l), len(c));
-    };
-    for (std::size_t i = 0; i < chunks; ++i) {
-      const std::uint32_t p = phase_ + 1;
-      std::memcpy(slot(p, me_.local_rank), in + i * chunk_, len(i));
-      if (i >= 1) copy_out(i - 1, p - 1);
-      sync(deadline);
-    }
-    copy_out(chunks - 1, phase_);
-  }
-
-  // Blocks up to kNoteRoom move as notes, in the place allreduce()'s notes take (a rank
-  // exchanging its brief meets one whose brief rides with its data); larger ones that fit a
-  // slot move through it (each slot starts with its rank's used bytes), the rest whole.
-  void allgather_upto(const void* send, std::size_t used, void* recv, std::size_t bytes) {
-    used = std::min(used, bytes);
-    // Decided on `bytes`, the same on every rank (`used` is each rank's own).
-    if (L_ == 1 || bytes == 0 || bytes + sizeof(Length) > std::max(chunk_, shm::kNoteBytes)) {
-      allgather(send, recv, bytes);
-      return;
-    }
-    check_healthy();
-    // One phase: its deadline is taken only if the wait comes to sleep (kLazyDeadline),
-    // which spares the steady state's round a clock read.
-    const auto deadline = kLazyDeadline;
+  check_healthy();
+  const auto deadline = op_deadline();
+  if (bytes <= std::min(kSmallBytes, chunk_)) {
     const std::uint32_t p = phase_ + 1;
-    if (bytes <= kNoteRoom) {
-      write_note(p, send, used);
-      sync(deadline);
-      read_notes(p, recv, bytes);
-      return;
-    }
-    char* own = slot(p, me_.local_rank);
-    const Length n = used;
-    std::memcpy(own, &n, sizeof n);
-    std::memcpy(own + sizeof n, send, used);
+    std::memcpy(slot(p, me_.local_rank), in, bytes);
+    if (notes != nullptr) write_note(p, notes->note, notes->used);
     sync(deadline);
-    auto* out = static_cast<char*>(recv);
-    const char* from = region(p);
-    for (int l = 0; l < L_; ++l, from += chunk_, out += bytes) {
-      Length len = 0;
-      std::memcpy(&len, from, sizeof len);
-      std::memcpy(out, from + sizeof len, static_cast<std::size_t>(std::min<Length>(len, bytes)));
+    if (notes != nullptr && !agreed(p, *notes)) return false;
+    // Every rank reduces every slot, in local rank order: the same result everywhere.
+    std::memcpy(out, slot(p, 0), bytes);
+    for (int l = 1; l < L_; ++l) reduce_into(out, slot(p, l), count, dtype, op);
+    finish_average(out, count, dtype, op, divisor);
+    return true;
+  }
+  const std::size_t per_chunk = chunk_ / es;  // elements per rank per phase
+  const std::size_t chunks = (count + per_chunk - 1) / per_chunk;
+  const std::size_t align = std::max<std::size_t>(1, 64 / es);
+  auto chunk_len = [&](std::size_t c) { return std::min(per_chunk, count - c * per_chunk); };
+  // Part of local rank l within a chunk of m elements: [first, last).
+  auto part = [&](std::size_t m, int l) {
+    const std::size_t per = shm::round_up((m + L_ - 1) / L_, align);
+    const std::size_t first = std::min(m, per * static_cast<std::size_t>(l));
+    return std::pair{first, std::min(m, first + per)};
+  };
+  auto copy_out = [&](std::size_t c, std::uint32_t p) {
+    const std::size_t m = chunk_len(c);
+    for (int l = 0; l < L_; ++l) {
+      auto [first, last] = part(m, l);
+      if (last > first)
+        std::memcpy(out + (c * per_chunk + first) * es, slot(p, l) + first * es,
+                    (last - first) * es);
     }
-  }
-
-  void phases(std::size_t count, const std::function<void(std::size_t, char*)>& write,
-              const std::function<void(std::size_t, const char*)>& read) {
-    if (count == 0) return;
-    check_healthy();
-    const auto deadline = op_deadline();
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::uint32_t p = phase_ + 1;
-      write(i, slot(p, me_.local_rank));
-      if (i >= 1) read(i - 1, region(p - 1));
-      sync(deadline);
-    }
-    read(count - 1, region(phase_));
-  }
-
-  void barrier() {
-    if (L_ == 1) return;
-    check_healthy();
-    sync(op_deadline());
-  }
-
-  void gather_then_reply(const void* send, void* recv, void* reply, std::size_t bytes,
-                         Clock::time_point deadline, const std::function<void()>& between) {
-    if (bytes > chunk_)
-      throw Error("shared memory: " + who_ + ": a start-up exchange of " + std::to_string(bytes) +
-                  " bytes does not fit a slot of " + std::to_string(chunk_));
-    check_healthy();
+  };
+  for (std::size_t i = 0; i <= chunks; ++i) {
     const std::uint32_t p = phase_ + 1;
-    std::memcpy(slot(p, me_.local_rank), send, bytes);
-    sync(deadline, "the host's check-in");
-    if (me_.local_rank == 0) {
-      for (int l = 0; l < L_; ++l)
-        std::memcpy(static_cast<char*>(recv) + static_cast<std::size_t>(l) * bytes, slot(p, l),
-                    bytes);
-      try {
-        between();
-      } catch (const std::exception& e) {
-        abort(e.what());  // the others fail at once with this reason, not at the deadline
-        throw;
+    if (i < chunks)
+      std::memcpy(slot(p, me_.local_rank), in + i * per_chunk * es, chunk_len(i) * es);
+    if (i == 0 && notes != nullptr) write_note(p, notes->note, notes->used);
+    if (i >= 1) {
+      auto [first, last] = part(chunk_len(i - 1), me_.local_rank);
+      if (last > first) {
+        char* acc = slot(p - 1, me_.local_rank) + first * es;
+        for (int l = 0; l < L_; ++l)
+          if (l != me_.local_rank)
+            reduce_into(acc, slot(p - 1, l) + first * es, last - first, dtype, op);
+        finish_average(acc, last - first, dtype, op, divisor);
       }
-      std::memcpy(slot(p + 1, 0), reply, bytes);
     }
-    // Local rank 0's own waits end at `deadline` too and then mark the segment failed
-    // with their reason: the others give it that long to say why before naming it.
-    sync(me_.local_rank == 0 ? deadline : deadline + std::chrono::seconds(2),
-         "the host's check-in");
-    if (me_.local_rank != 0) std::memcpy(reply, slot(p + 1, 0), bytes);
+    if (i >= 2) copy_out(i - 2, p - 2);
+    sync(deadline);
+    if (i == 0 && notes != nullptr && !agreed(p, *notes)) return false;
   }
+  copy_out(chunks - 1, phase_ - 1);
+  return true;
+}
 
-  int pid_of(int l) const { return pids_[static_cast<std::size_t>(l)]; }
+void ShmComm::Impl::broadcast(void* buf, std::size_t bytes, int root) {
+  if (L_ == 1 || bytes == 0) return;
+  check_healthy();
+  const auto deadline = op_deadline();
+  const std::size_t span = chunk_ * static_cast<std::size_t>(L_);
+  const std::size_t chunks = (bytes + span - 1) / span;
+  auto* b = static_cast<char*>(buf);
+  const bool is_root = me_.local_rank == root;
+  auto len = [&](std::size_t c) { return std::min(span, bytes - c * span); };
+  for (std::size_t i = 0; i < chunks; ++i) {
+    const std::uint32_t p = phase_ + 1;
+    if (is_root) std::memcpy(region(p), b + i * span, len(i));
+    if (!is_root && i >= 1) std::memcpy(b + (i - 1) * span, region(p - 1), len(i - 1));
+    sync(deadline);
+  }
+  if (!is_root) std::memcpy(b + (chunks - 1) * span, region(phase_), len(chunks - 1));
+}
 
-  ShmMember me_;
-  int L_;
-  milliseconds op_timeout_;
-  std::string who_;
-  std::chrono::microseconds min_spin_{0};
-  std::chrono::microseconds max_spin_{0};
-  std::chrono::microseconds spin_{0};  // the current budget, in [min_spin_, max_spin_]
-  int yields_ = 1;                     // sched_yield calls before a wait sleeps
-  char* base_ = nullptr;
-  std::size_t mapped_ = 0;
-  Header* header_ = nullptr;
-  char* data_ = nullptr;
-  char* notes_ = nullptr;
-  std::size_t chunk_ = 0;
-  std::uint32_t phase_ = 0;
-  int cpu_ = -1;  // the core this rank last published from
-  std::vector<int> ranks_;
-  std::vector<pid_t> pids_;
-  std::vector<UniqueFd> pidfds_;
-  std::unique_ptr<EndWaker> end_waker_;
-};
+void ShmComm::Impl::allgather(const void* send, void* recv, std::size_t bytes) {
+  auto* out = static_cast<char*>(recv);
+  const auto* in = static_cast<const char*>(send);
+  char* own = out + bytes * static_cast<std::size_t>(me_.local_rank);
+  if (L_ == 1 || bytes == 0) {
+    if (bytes > 0 && in != own) std::memmove(own, in, bytes);
+    return;
+  }
+  check_healthy();
+  const auto deadline = op_deadline();
+  const std::size_t chunks = (bytes + chunk_ - 1) / chunk_;
+  auto len = [&](std::size_t c) { return std::min(chunk_, bytes - c * chunk_); };
+  auto copy_out = [&](std::size_t c, std::uint32_t p) {
+    for (int l = 0; l < L_; ++l)
+      if (out + bytes * static_cast<std::size_t>(l) + c * chunk_ != in + c * chunk_)
+        std::memcpy(out + bytes * static_cast<std::size_t>(l) + c * chunk_, slot(p, l), len(c));
+  };
+  for (std::size_t i = 0; i < chunks; ++i) {
+    const std::uint32_t p = phase_ + 1;
+    std::memcpy(slot(p, me_.local_rank), in + i * chunk_, len(i));
+    if (i >= 1) copy_out(i - 1, p - 1);
+    sync(deadline);
+  }
+  copy_out(chunks - 1, phase_);
+}
+
+// Blocks up to kNoteRoom move as notes, in the place allreduce()'s notes take (a rank
+// exchanging its brief meets one whose brief rides with its data); larger ones that fit a
+// slot move through it (each slot starts with its rank's used bytes), the rest whole.
+void ShmComm::Impl::allgather_upto(const void* send, std::size_t used, void* recv,
+                                   std::size_t bytes) {
+  used = std::min(used, bytes);
+  // Decided on `bytes`, the same on every rank (`used` is each rank's own).
+  if (L_ == 1 || bytes == 0 || bytes + sizeof(Length) > std::max(chunk_, shm::kNoteBytes)) {
+    allgather(send, recv, bytes);
+    return;
+  }
+  check_healthy();
+  // One phase: its deadline is taken only if the wait comes to sleep (kLazyDeadline),
+  // which spares the steady state's round a clock read.
+  const auto deadline = kLazyDeadline;
+  const std::uint32_t p = phase_ + 1;
+  if (bytes <= kNoteRoom) {
+    write_note(p, send, used);
+    sync(deadline);
+    read_notes(p, recv, bytes);
+    return;
+  }
+  char* own = slot(p, me_.local_rank);
+  const Length n = used;
+  std::memcpy(own, &n, sizeof n);
+  std::memcpy(own + sizeof n, send, used);
+  sync(deadline);
+  auto* out = static_cast<char*>(recv);
+  const char* from = region(p);
+  for (int l = 0; l < L_; ++l, from += chunk_, out += bytes) {
+    Length len = 0;
+    std::memcpy(&len, from, sizeof len);
+    std::memcpy(out, from + sizeof len, static_cast<std::size_t>(std::min<Length>(len, bytes)));
+  }
+}
+
+void ShmComm::Impl::phases(std::size_t count, const std::function<void(std::size_t, char*)>& write,
+                           const std::function<void(std::size_t, const char*)>& read) {
+  if (count == 0) return;
+  check_healthy();
+  const auto deadline = op_deadline();
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint32_t p = phase_ + 1;
+    write(i, slot(p, me_.local_rank));
+    if (i >= 1) read(i - 1, region(p - 1));
+    sync(deadline);
+  }
+  read(count - 1, region(phase_));
+}
+
+void ShmComm::Impl::barrier() {
+  if (L_ == 1) return;
+  check_healthy();
+  sync(op_deadline());
+}
+
+void ShmComm::Impl::gather_then_reply(const void* send, void* recv, void* reply, std::size_t bytes,
+                                      Clock::time_point deadline,
+                                      const std::function<void()>& between) {
+  if (bytes > chunk_)
+    throw Error("shared memory: " + who_ + ": a start-up exchange of " + std::to_string(bytes) +
+                " bytes does not fit a slot of " + std::to_string(chunk_));
+  check_healthy();
+  const std::uint32_t p = phase_ + 1;
+  std::memcpy(slot(p, me_.local_rank), send, bytes);
+  sync(deadline, "the host's check-in");
+  if (me_.local_rank == 0) {
+    for (int l = 0; l < L_; ++l)
+      std::memcpy(static_cast<char*>(recv) + static_cast<std::size_t>(l) * bytes, slot(p, l),
+                  bytes);
+    try {
+      between();
+    } catch (const std::exception& e) {
+      abort(e.what());  // the others fail at once with this reason, not at the deadline
+      throw;
+    }
+    std::memcpy(slot(p + 1, 0), reply, bytes);
+  }
+  // Local rank 0's own waits end at `deadline` too and then mark the segment failed
+  // with their reason: the others give it that long to say why before naming it.
+  sync(me_.local_rank == 0 ? deadline : deadline + std::chrono::seconds(2), "the host's check-in");
+  if (me_.local_rank != 0) std::memcpy(reply, slot(p + 1, 0), bytes);
+}
 
 ShmComm::ShmComm(rendezvous::Store* store, const std::string& key, ShmMember me,
                  std::chrono::steady_clock::time_point deadline,

@@ -39,7 +39,7 @@ class ShmComm {
   /// Builds or joins the segment: local rank 0 creates it and publishes the socket name
   /// under `key` in `store`; the others read it there and fetch the memfd. Without a
   /// store (`store` null) `key` is the socket's name itself, which the caller derives
-  /// from the job secret (shm_socket_name), and the others retry until it is bound.
+  /// from the job secret (shm_segment.h, shm_socket_name), and the others retry until it is bound.
   /// Throws Error when that does not complete by `deadline`.
   ShmComm(rendezvous::Store* store, const std::string& key, ShmMember me,
           std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds op_timeout);

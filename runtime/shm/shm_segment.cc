@@ -325,6 +325,13 @@ UniqueFd fetch_segment(rendezvous::Store* store, const std::string& key, const S
   return SegmentCourier(me, who).fetch(store, key, deadline);
 }
 
+std::string shm_socket_name(const Environment& env, const std::string& prefix) {
+  const rendezvous::Hmac mac(env.secret);
+  const auto tag = mac.tag({"hvdrun shm socket\n", prefix, "\n", env.hostname});
+  return "hvdrun-" +
+         rendezvous::to_hex(std::string_view(reinterpret_cast<const char*>(tag.data()), 16));
+}
+
 Mapping map_segment(int fd, int local_size, const std::string& who) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) throw_errno("shared memory: " + who, "fstat");

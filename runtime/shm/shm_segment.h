@@ -14,6 +14,7 @@
 
 #include "common/fd.h"
 #include "rendezvous/store.h"
+#include "runtime/core/env.h"
 #include "runtime/shm/shm_comm.h"
 
 namespace hvdrun::runtime {
@@ -71,6 +72,11 @@ struct Mapping {
   char* base = nullptr;
   std::size_t bytes = 0;
 };
+
+/// Name of the abstract socket through which local rank 0 hands out the host's segment
+/// when the host checks in through it: HMAC(job secret, prefix | host), so only holders
+/// of the secret can compute it (both ends still check the peer's uid).
+std::string shm_socket_name(const Environment& env, const std::string& prefix);
 
 /// Maps the segment behind `fd` and checks that its header is what `local_size` ranks
 /// agree on; throws Error naming `who` otherwise (the mapping is then undone).

@@ -1,4 +1,4 @@
-// What a shared-memory wait is made of (runtime/shm/shm_comm.cc): a pause while spinning, the
+// What a shared-memory wait is made of (runtime/shm/shm_comm_impl.h): a pause while spinning, the
 // futex the waiters of a phase sleep on (shared between processes: no private flag), a
 // pidfd to notice a peer's exit, and the number of CPUs this process may run on (whether
 // spinning can pay). Internal to libhvdrun.
