@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
   float* buf = malloc(hi > 4 ? hi : 4);
   if (buf == NULL) return 1;
   const char* nb = getenv("BENCH_BATCHES");
-  int batches = nb != NULL ? atoi(nb) : 1;
+  int batches = nb != NULL ? (int)strtol(nb, NULL, 10) : 1;
   if (batches < 1) batches = 1;
   if (batches > kMaxBatches) batches = kMaxBatches;
   const char* oop = getenv("BENCH_OUT_OF_PLACE");
