@@ -117,9 +117,15 @@ int main(int argc, char** argv) {
   if (batches < 1) batches = 1;
   if (batches > kMaxBatches) batches = kMaxBatches;
   const char* oop = getenv("BENCH_OUT_OF_PLACE");
+  const int oop_malloc = oop != NULL && strcmp(oop, "1") == 0;
+  const int oop_page = oop != NULL && strcmp(oop, "page") == 0;
+  if (oop != NULL && *oop != '\0' && !oop_malloc && !oop_page) {
+    fprintf(stderr, "allreduce_sweep: BENCH_OUT_OF_PLACE=%s: use 1 (malloc) or page\n", oop);
+    return 1;
+  }
   float* out = buf;
-  if (oop != NULL && strcmp(oop, "1") == 0) out = malloc(hi > 4 ? hi : 4);
-  if (oop != NULL && strcmp(oop, "page") == 0) {
+  if (oop_malloc) out = malloc(hi > 4 ? hi : 4);
+  if (oop_page) {
     void* m =
         mmap(NULL, hi > 4 ? hi : 4, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     out = m == MAP_FAILED ? NULL : m;
@@ -154,7 +160,8 @@ int main(int argc, char** argv) {
              per * 1e6, 2.0 * (size - 1) / size * (double)(n * 4) / per / 1e9);
     fflush(stdout);
   }
-  if (out != buf && strcmp(oop, "1") == 0) free(out);
+  if (oop_malloc) free(out);
+  if (oop_page) munmap(out, hi > 4 ? hi : 4);
   free(buf);
   finish();
   return 0;

@@ -130,13 +130,13 @@ class Engine {
     ReduceOp op = ReduceOp::kSum;
   };
   /// A host allreduce whose data can carry the round's exchange in its own first step
-  /// (every rank of the engine on one host, over shared memory: HostComm::allreduce_agreed):
-  /// this rank's block (`used` of `bytes` at `mine`) goes in and every rank's comes out at
-  /// `all`, `bytes` apart, as Hooks::exchange moves them and meeting ranks that run
-  /// Hooks::exchange in that round, beside its first chunk. `agreed()`, which every rank
-  /// answers alike from the blocks, then says whether its data goes on. Returns true once
-  /// its result is written (postscale applied: all its body would have done), false when
-  /// it did not go on (nothing written; the round goes on from the blocks). Throws what
+  /// (every rank of the engine on one host, over shared memory: HostComm::allreduce_agreed).
+  /// Beside its first chunk, this rank's block (`used` of `bytes` at `mine`) goes in and
+  /// every rank's comes out at `all`, `bytes` apart, as Hooks::exchange moves them (a rank
+  /// running Hooks::exchange in that round meets it). `agreed()`, which every rank answers
+  /// alike from the blocks, then says whether its data goes on. Returns true once its
+  /// result is written (postscale applied: all its body would have done), false when it did
+  /// not go on (nothing written; the round goes on from the blocks). Throws what
   /// Hooks::exchange and the body throw.
   using Lead = std::function<bool(const void* mine, std::size_t used, void* all, std::size_t bytes,
                                   const std::function<bool()>& agreed)>;

@@ -554,7 +554,9 @@ void HostComm::allreduce(const void* send, void* recv, std::size_t count, DataTy
 bool HostComm::allreduce_agreed(const void* send, void* recv, std::size_t count, DataType dtype,
                                 ReduceOp op, const ShmComm::Notes& notes) {
   if (!moves_used_bytes())
-    throw Error("hvdrun: an allreduce that carries its round runs only inside one host");
+    throw Error(
+        "hvdrun: an allreduce that carries its round runs only where every rank of the group is "
+        "on one host over shared memory; its caller checks moves_used_bytes() first");
   const TimelineActivity a("SHM_ALLREDUCE");
   return shm()->allreduce_agreed(send, recv, count, dtype, op, impl_->env_.size, notes);
 }

@@ -47,8 +47,9 @@ class HostComm {
   /// Allgather of `bytes` bytes per rank into `recv` (size * bytes), in rank order.
   void allgather(const void* send, void* recv, std::size_t bytes);
   /// allgather() of blocks of which only the first `used` bytes (each rank's own) carry
-  /// anything: inside one host only those cross the segment, the rest of each block in
-  /// `recv` is left as it was; across hosts whole blocks move.
+  /// anything: inside one host, for blocks up to ShmComm::note_bytes() (a round's), only
+  /// those cross the segment and the rest of each block in `recv` is left as it was;
+  /// larger blocks, and blocks across hosts, move whole.
   void allgather_upto(const void* send, std::size_t used, void* recv, std::size_t bytes);
   /// Alltoallv in bytes: matrix[i * size + j] bytes go from rank i to rank j (the same
   /// matrix on every rank). `send` holds this rank's blocks in destination rank order,

@@ -26,8 +26,6 @@
 
 namespace hvdrun::runtime {
 
-// With `notes`, they ride in the first phase and the reduction goes on only when the ranks
-// agree (returns false otherwise, `recv` untouched); true once the result is in `recv`.
 bool ShmComm::Impl::allreduce(const void* send, void* recv, std::size_t count, DataType dtype,
                               ReduceOp op, int divisor, const ShmComm::Notes* notes) {
   const std::size_t es = dtype_size(dtype);
@@ -145,40 +143,20 @@ void ShmComm::Impl::allgather(const void* send, void* recv, std::size_t bytes) {
   copy_out(chunks - 1, phase_);
 }
 
-// Blocks up to kNoteRoom move as notes, in the place allreduce()'s notes take (a rank
-// exchanging its brief meets one whose brief rides with its data); larger ones that fit a
-// slot move through it (each slot starts with its rank's used bytes), the rest whole.
 void ShmComm::Impl::allgather_upto(const void* send, std::size_t used, void* recv,
                                    std::size_t bytes) {
-  used = std::min(used, bytes);
   // Decided on `bytes`, the same on every rank (`used` is each rank's own).
-  if (L_ == 1 || bytes == 0 || bytes + sizeof(Length) > std::max(chunk_, shm::kNoteBytes)) {
+  if (L_ == 1 || bytes == 0 || bytes > kNoteRoom) {
     allgather(send, recv, bytes);
     return;
   }
   check_healthy();
   // One phase: its deadline is taken only if the wait comes to sleep (kLazyDeadline),
   // which spares the steady state's round a clock read.
-  const auto deadline = kLazyDeadline;
   const std::uint32_t p = phase_ + 1;
-  if (bytes <= kNoteRoom) {
-    write_note(p, send, used);
-    sync(deadline);
-    read_notes(p, recv, bytes);
-    return;
-  }
-  char* own = slot(p, me_.local_rank);
-  const Length n = used;
-  std::memcpy(own, &n, sizeof n);
-  std::memcpy(own + sizeof n, send, used);
-  sync(deadline);
-  auto* out = static_cast<char*>(recv);
-  const char* from = region(p);
-  for (int l = 0; l < L_; ++l, from += chunk_, out += bytes) {
-    Length len = 0;
-    std::memcpy(&len, from, sizeof len);
-    std::memcpy(out, from + sizeof len, static_cast<std::size_t>(std::min<Length>(len, bytes)));
-  }
+  write_note(p, send, std::min(used, bytes));
+  sync(kLazyDeadline);
+  read_notes(p, recv, bytes);
 }
 
 void ShmComm::Impl::phases(std::size_t count, const std::function<void(std::size_t, char*)>& write,

@@ -78,9 +78,9 @@ class ShmComm {
   /// Gathers `bytes` bytes from each local rank, in local rank order, into `recv`.
   void allgather(const void* send, void* recv, std::size_t bytes);
   /// allgather() of `bytes`-byte blocks of which only the first `used` (each rank's own,
-  /// at most `bytes`) carry anything: only those cross the segment, in one step, and the
-  /// rest of each block in `recv` is left as it was. Blocks up to note_bytes() move as
-  /// notes (Notes); blocks too large for one step move whole, as allgather() moves them.
+  /// at most `bytes`) carry anything. Blocks up to note_bytes() move as notes (Notes): only
+  /// the used bytes cross the segment, in one step, and the rest of each block in `recv` is
+  /// left as it was. Larger blocks move whole, as allgather() moves them.
   void allgather_upto(const void* send, std::size_t used, void* recv, std::size_t bytes);
   /// Returns once every local rank has entered it.
   void barrier();

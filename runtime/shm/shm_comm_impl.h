@@ -123,7 +123,7 @@ class ShmComm::Impl {
     header_ = std::launder(reinterpret_cast<Header*>(base_));
     chunk_ = header_->chunk;
     data_ = base_ + header_->data_offset;
-    notes_ = base_ + header_->notes_offset;
+    notes_ = base_ + shm::notes_offset(header_->data_offset, static_cast<std::size_t>(L_), chunk_);
   }
 
   Line& line(int l) const {
@@ -385,8 +385,7 @@ class ShmComm::Impl {
   void broadcast(void* buf, std::size_t bytes, int root);
   void allgather(const void* send, void* recv, std::size_t bytes);
   // Blocks up to kNoteRoom move as notes, in the place allreduce()'s notes take (a rank
-  // exchanging its brief meets one whose brief rides with its data); larger ones that fit a
-  // slot move through it (each slot starts with its rank's used bytes), the rest whole.
+  // exchanging its brief meets one whose brief rides with its data); larger ones whole.
   void allgather_upto(const void* send, std::size_t used, void* recv, std::size_t bytes);
   void phases(std::size_t count, const std::function<void(std::size_t, char*)>& write,
               const std::function<void(std::size_t, const char*)>& read);

@@ -111,10 +111,7 @@ class SegmentCourier {
     chunk = std::max<std::size_t>(4096, std::min(chunk, per_buffer_cap)) / 4096 * 4096;
     const std::size_t data_offset =
         shm::round_up(shm::kHeaderBytes + shm::kLineBytes * static_cast<std::size_t>(L_), 4096);
-    const std::size_t notes_offset =
-        data_offset + shm::kBuffers * static_cast<std::size_t>(L_) * chunk;
-    const std::size_t total =
-        notes_offset + shm::kBuffers * static_cast<std::size_t>(L_) * shm::kNoteBytes;
+    const std::size_t total = shm::segment_bytes(data_offset, static_cast<std::size_t>(L_), chunk);
 
     UniqueFd fd(static_cast<int>(::memfd_create("hvdrun-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING)));
     if (!fd) throw_errno("shared memory: " + who_ + ": creating the segment", "memfd_create");
@@ -133,7 +130,6 @@ class SegmentCourier {
     h->chunk = chunk;
     h->data_offset = data_offset;
     h->total_bytes = total;
-    h->notes_offset = notes_offset;
     for (int l = 0; l < L_; ++l)
       new (static_cast<char*>(p) + shm::kHeaderBytes +
            shm::kLineBytes * static_cast<std::size_t>(l)) shm::Line;
@@ -345,11 +341,8 @@ Mapping map_segment(int fd, int local_size, const std::string& who) {
   if (header->magic != shm::kMagic ||
       header->local_size != static_cast<std::uint32_t>(local_size) ||
       header->total_bytes != bytes ||
-      header->notes_offset +
-              shm::kBuffers * static_cast<std::size_t>(local_size) * shm::kNoteBytes !=
-          bytes ||
-      header->data_offset + shm::kBuffers * static_cast<std::size_t>(local_size) * header->chunk >
-          header->notes_offset) {
+      shm::segment_bytes(header->data_offset, static_cast<std::size_t>(local_size),
+                         header->chunk) != bytes) {
     const std::string theirs = std::to_string(header->local_size);
     ::munmap(p, bytes);
     throw Error("shared memory: " + who + ": the segment is not what local rank 0 (" + theirs +

@@ -38,7 +38,6 @@ struct Header {
   std::uint64_t chunk = 0;
   std::uint64_t data_offset = 0;
   std::uint64_t total_bytes = 0;
-  std::uint64_t notes_offset = 0;  // kBuffers note areas, one kNoteBytes note per local rank
   // 0 while healthy; global rank + 1 of the first rank that failed in the segment.
   std::atomic<std::uint32_t> abort_rank{0};
   std::atomic<std::uint32_t> abort_ready{0};
@@ -60,6 +59,19 @@ static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 // The phase counter wraps; ranks are never more than one phase apart.
 inline bool reached(std::uint32_t have, std::uint32_t want) {
   return static_cast<std::int32_t>(have - want) >= 0;
+}
+
+/// Where the note areas start in a segment whose buffers start at `data_offset`: right after
+/// the kBuffers buffers of `local_size` slots of `chunk` bytes.
+constexpr std::size_t notes_offset(std::size_t data_offset, std::size_t local_size,
+                                   std::size_t chunk) {
+  return data_offset + kBuffers * local_size * chunk;
+}
+/// The size of that segment: its kBuffers note areas of one kNoteBytes note per local rank
+/// after the buffers.
+constexpr std::size_t segment_bytes(std::size_t data_offset, std::size_t local_size,
+                                    std::size_t chunk) {
+  return notes_offset(data_offset, local_size, chunk) + kBuffers * local_size * kNoteBytes;
 }
 
 /// `v` rounded up to a multiple of `to`.

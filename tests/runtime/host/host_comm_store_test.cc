@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <numeric>
@@ -48,6 +49,8 @@ struct Seen {
   std::vector<char> broadcast;
   std::vector<std::int32_t> gathered;
   std::string path;
+  std::string
+      lead_refused;  // where allgather_upto() moves whole blocks: allreduce_agreed()'s error
 };
 
 Seen run_rank(MemoryStore& store, const Environment& env) {
@@ -68,6 +71,18 @@ Seen run_rank(MemoryStore& store, const Environment& env) {
     const std::int32_t me = env.rank;
     seen.gathered.resize(static_cast<std::size_t>(env.size));
     comm.allgather(&me, seen.gathered.data(), sizeof me);
+    if (!comm.moves_used_bytes()) {
+      // Refused before any step: the ranks stay in step for what follows.
+      const std::function<bool()> agreed = [] { return true; };
+      float x = 1.0F;
+      try {
+        (void)comm.allreduce_agreed(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum,
+                                    {&x, sizeof x, &x, sizeof x, &agreed});
+        seen.lead_refused = "accepted";
+      } catch (const std::exception& e) {
+        seen.lead_refused = e.what();
+      }
+    }
     if (comm.has_barrier()) comm.barrier();
     comm.farewell(10s);
   } catch (const std::exception& e) {
@@ -128,6 +143,9 @@ TEST_CASE("host path over a MemoryStore: leaders of simulated hosts meet through
   check_results(seen);
   CHECK_THAT(seen[0].path, Catch::Contains("among 2 host leaders"));
   CHECK(store.get("t/hosts/0") == "0,1");
+  for (const auto& s : seen)
+    CHECK_THAT(s.lead_refused,
+               Catch::Contains("only where every rank of the group is on one host"));
   CHECK(store.get("t/hosts/1") == "2,3");
   CHECK(store.get("t/shm/node1/socket").has_value());
   // Both leaders passed the final barrier through the store.

@@ -102,8 +102,9 @@ std::string check_sum(const std::vector<float>& out) {
   return "";
 }
 
-// One step's worth of every path: the small one (one step), one chunk, several chunks.
-const std::size_t kCounts[] = {3, 2048, 65536, 300000};
+// Every path: nothing to reduce (the notes take a step of their own), the small one (one
+// step), one chunk, several chunks.
+const std::size_t kCounts[] = {0, 3, 2048, 65536, 300000};
 
 }  // namespace
 
