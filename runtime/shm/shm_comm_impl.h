@@ -3,10 +3,10 @@
 // collectives themselves are in shm_comm.cc. Internal to runtime/shm.
 //
 // Segment: a header page (sizes, the failure mark, the arrival count), one 128-byte
-// control line per local rank (its phase counter, pid, global rank and last core), then
-// three buffers, each with one slot of `chunk` bytes per local rank, and three note areas,
-// each with one note of shm::kNoteBytes per local rank (a buffer and a note area per phase).
-// Its layout, its creation and its hand-out to the local ranks are in shm_segment.cc.
+// control line per local rank (its phase counter, pid, global rank, last core and data skew), then
+// three buffers, each with one slot of `chunk` (and shm::kSkewRoom) bytes per local rank, and three
+// note areas, each with one note of shm::kNoteBytes per local rank (a buffer and a note area per
+// phase). Its layout, its creation and its hand-out to the local ranks are in shm_segment.cc.
 //
 // Every collective is a sequence of phases that all local ranks run in step: do the
 // phase's work, publish the phase number in the own control line, wait until every
@@ -140,6 +140,7 @@ class ShmComm::Impl {
     ranks_.assign(static_cast<std::size_t>(L_), -1);
     pidfds_.resize(static_cast<std::size_t>(L_));
     pids_.assign(static_cast<std::size_t>(L_), 0);
+    skews_.assign(static_cast<std::size_t>(L_), 0);
     sync(deadline, "attach");
     for (int l = 0; l < L_; ++l) {
       ranks_[static_cast<std::size_t>(l)] = line(l).rank.load(std::memory_order_relaxed);
@@ -332,12 +333,16 @@ class ShmComm::Impl {
 
   // --- buffers ---
 
-  // Buffer of phase p; slot of local rank l in it.
+  // Buffer of phase p; slot of local rank l in it, as phases() lays them out (chunk_ apart),
+  // and as the large allreduce does (with room for the skew).
   char* region(std::uint32_t p) const {
-    return data_ + (p % shm::kBuffers) * static_cast<std::size_t>(L_) * chunk_;
+    return data_ + (p % shm::kBuffers) * shm::buffer_bytes(static_cast<std::size_t>(L_), chunk_);
   }
   char* slot(std::uint32_t p, int l) const {
     return region(p) + static_cast<std::size_t>(l) * chunk_;
+  }
+  char* wide_slot(std::uint32_t p, int l) const {
+    return region(p) + static_cast<std::size_t>(l) * (chunk_ + shm::kSkewRoom);
   }
   // Note of local rank l in phase p: its length, then its bytes.
   char* note(std::uint32_t p, int l) const {
@@ -413,6 +418,7 @@ class ShmComm::Impl {
   int cpu_ = -1;  // the core this rank last published from
   std::vector<int> ranks_;
   std::vector<pid_t> pids_;
+  std::vector<std::uint32_t> skews_;  // every rank's Line::skew in the large allreduce under way
   std::vector<UniqueFd> pidfds_;
   std::unique_ptr<EndWaker> end_waker_;
 };

@@ -22,14 +22,16 @@ namespace hvdrun::runtime {
 /// The segment's layout, shared by the code that creates it and the collectives.
 namespace shm {
 
-// "hvdrunsi": the layout's version too (a rank of another build refuses the segment).
-constexpr std::uint64_t kMagic = 0x6876647275'6e7369ULL;
+// "hvdrunsj": the layout's version too (a rank of another build refuses the segment).
+constexpr std::uint64_t kMagic = 0x6876647275'6e736aULL;
 constexpr std::size_t kHeaderBytes = 4096;
 constexpr std::size_t kLineBytes = 128;  // two cache lines: no false sharing via prefetch
 constexpr std::size_t kBuffers = 3;
 // Each rank's note of a phase (ShmComm::Notes, allgather_upto()'s small blocks): its length,
 // then its bytes.
 constexpr std::size_t kNoteBytes = 8u << 10;
+// What each slot has beyond `chunk`: room for a large allreduce's Line::skew.
+constexpr std::size_t kSkewRoom = 64;
 
 struct Header {
   std::uint64_t magic = kMagic;
@@ -52,6 +54,10 @@ struct Line {
   std::atomic<std::int32_t> pid{0};
   std::atomic<std::int32_t> rank{-1};
   std::atomic<std::int32_t> cpu{-1};  // where the rank last published (a hint)
+  // Where this rank's data starts in its slots during a large allreduce: its output's
+  // offset within a cache line (kSkewRoom), so the copies in and out of the slots run with
+  // source and destination alike aligned.
+  std::atomic<std::uint32_t> skew{0};
 };
 static_assert(sizeof(Line) <= kLineBytes);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
@@ -61,11 +67,16 @@ inline bool reached(std::uint32_t have, std::uint32_t want) {
   return static_cast<std::int32_t>(have - want) >= 0;
 }
 
+/// One buffer: a slot of `chunk` + kSkewRoom bytes per local rank. The exchanges of
+/// ShmComm::phases() see it as `local_size` slots of `chunk` bytes, back to back.
+constexpr std::size_t buffer_bytes(std::size_t local_size, std::size_t chunk) {
+  return local_size * (chunk + kSkewRoom);
+}
 /// Where the note areas start in a segment whose buffers start at `data_offset`: right after
-/// the kBuffers buffers of `local_size` slots of `chunk` bytes.
+/// the kBuffers buffers.
 constexpr std::size_t notes_offset(std::size_t data_offset, std::size_t local_size,
                                    std::size_t chunk) {
-  return data_offset + kBuffers * local_size * chunk;
+  return data_offset + kBuffers * buffer_bytes(local_size, chunk);
 }
 /// The size of that segment: its kBuffers note areas of one kNoteBytes note per local rank
 /// after the buffers.

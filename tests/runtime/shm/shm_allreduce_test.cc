@@ -1,11 +1,15 @@
-// Notes riding in an allreduce's first step (ShmComm::allreduce_agreed): every local rank's
-// note reaches every rank before anything is reduced; when the ranks agree the result is
-// the allreduce's, when they do not every rank returns false with its output untouched and
-// the segment goes on in step; a rank exchanging its note alone (allgather_upto) in that
-// step meets them. Local ranks are threads of this process, each with its own membership.
+// The host's allreduce in shared memory. Inputs and outputs at any offset within a cache
+// line, each rank's its own, give the exact sum (each rank's data sits in its slots at its
+// output's offset). Notes riding in an allreduce's first step (ShmComm::allreduce_agreed):
+// every local rank's note reaches every rank before anything is reduced; when the ranks agree
+// the result is the allreduce's, when they do not every rank returns false with its output
+// untouched and the segment goes on in step; a rank exchanging its note alone
+// (allgather_upto) in that step meets them. Local ranks are threads of this process, each
+// with its own membership.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <future>
@@ -216,5 +220,69 @@ TEST_CASE("shm notes: a note larger than a step carries is refused before anythi
     x = static_cast<float>(r);
     shm.allreduce(&x, &y, 1, DataType::kFloat32, ReduceOp::kSum);
     return y == 3.0F ? "" : "after: " + std::to_string(y);
+  }));
+}
+
+namespace {
+
+// `bytes` bytes at `offset` past a 64-byte boundary, the rest of the storage kept as `fill`.
+class Placed {
+ public:
+  Placed(std::size_t bytes, std::size_t offset, unsigned char fill)
+      : storage_(bytes + 128, fill), bytes_(bytes) {
+    const auto a = reinterpret_cast<std::uintptr_t>(storage_.data());
+    at_ = storage_.data() + ((64 - a % 64) % 64) + offset;
+  }
+  unsigned char* get() const { return at_; }
+  // Whether every byte outside [get(), get() + bytes) is still `fill`.
+  bool margins_are(unsigned char fill) const {
+    for (const unsigned char* p = storage_.data(); p != storage_.data() + storage_.size(); ++p)
+      if ((p < at_ || p >= at_ + bytes_) && *p != fill) return false;
+    return true;
+  }
+
+ private:
+  std::vector<unsigned char> storage_;
+  unsigned char* at_ = nullptr;
+  std::size_t bytes_;
+};
+
+}  // namespace
+
+TEST_CASE("shm allreduce: inputs and outputs anywhere in a cache line, each rank its own",
+          "[runtime][shm]") {
+  check_all(run_ranks([](ShmComm& shm, int r) -> std::string {
+    // float32 at multiples of 4 bytes, uint8 at any byte: the ranks' output offsets differ,
+    // and the input sits elsewhere (or is the output).
+    for (const std::size_t count : {std::size_t{4096}, std::size_t{300000}, std::size_t{1000003}})
+      for (const bool in_place : {false, true}) {
+        const std::string what =
+            "count " + std::to_string(count) + (in_place ? " in place" : " out of place") + ": ";
+        const std::size_t out_at = 4 * static_cast<std::size_t>(5 * r + 3) % 64;
+        Placed out(count * 4, out_at, 0xEE);
+        Placed in(count * 4, (out_at + 24) % 64, 0xEE);
+        auto* dst = reinterpret_cast<float*>(out.get());
+        auto* src = in_place ? dst : reinterpret_cast<float*>(in.get());
+        const auto values = input_of(r, count);
+        std::memcpy(src, values.data(), count * 4);
+        shm.allreduce(src, dst, count, DataType::kFloat32, ReduceOp::kSum);
+        if (auto e = check_sum(std::vector<float>(dst, dst + count)); !e.empty()) return what + e;
+        if (!out.margins_are(0xEE)) return what + "wrote outside the output";
+
+        Placed bytes_out(count, static_cast<std::size_t>(17 * r + 1) % 64, 0xEE);
+        Placed bytes_in(count, static_cast<std::size_t>(7 * r + 40) % 64, 0xEE);
+        unsigned char* bdst = bytes_out.get();
+        unsigned char* bsrc = in_place ? bdst : bytes_in.get();
+        for (std::size_t i = 0; i < count; ++i)
+          bsrc[i] = static_cast<unsigned char>((i * 31 + static_cast<std::size_t>(r)) % 80);
+        shm.allreduce(bsrc, bdst, count, DataType::kUInt8, ReduceOp::kSum);
+        for (std::size_t i = 0; i < count; ++i) {
+          unsigned want = 0;
+          for (int l = 0; l < kRanks; ++l) want += (i * 31 + static_cast<std::size_t>(l)) % 80;
+          if (bdst[i] != want) return what + "uint8 element " + std::to_string(i);
+        }
+        if (!bytes_out.margins_are(0xEE)) return what + "uint8 wrote outside the output";
+      }
+    return "";
   }));
 }
