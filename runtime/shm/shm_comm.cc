@@ -57,10 +57,11 @@ bool ShmComm::Impl::allreduce(const void* send, void* recv, std::size_t count, D
     finish_average(out, count, dtype, op, divisor);
     return true;
   }
-  // Each rank's data starts `skew` bytes into its slots, its output's offset in a cache line
-  // (a whole number of elements): the copies out of the slots (and in, when the input is
-  // aligned as the output is, or is the output) then have source and destination aligned
-  // alike, which glibc's memcpy needs for its full speed (docs/performance.md, row 98).
+  // Each rank's data starts `skew` bytes into its slots, its output's offset in a page (a
+  // whole number of elements): the copies out of the slots (and in, when the input is
+  // aligned as the output is, or is the output) then have source and destination at the
+  // same offset in their pages, which glibc's memcpy needs for its full speed
+  // (docs/performance.md, rows 98 and 100).
   const auto skew =
       static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(out) % shm::kSkewRoom / es * es);
   line(me_.local_rank).skew.store(skew, std::memory_order_relaxed);

@@ -30,8 +30,9 @@ constexpr std::size_t kBuffers = 3;
 // Each rank's note of a phase (ShmComm::Notes, allgather_upto()'s small blocks): its length,
 // then its bytes.
 constexpr std::size_t kNoteBytes = 8u << 10;
-// What each slot has beyond `chunk`: room for a large allreduce's Line::skew.
-constexpr std::size_t kSkewRoom = 64;
+// What each slot has beyond `chunk`: room for a large allreduce's Line::skew, a page (which
+// keeps every slot page-aligned).
+constexpr std::size_t kSkewRoom = 4096;
 
 struct Header {
   std::uint64_t magic = kMagic;
@@ -55,8 +56,8 @@ struct Line {
   std::atomic<std::int32_t> rank{-1};
   std::atomic<std::int32_t> cpu{-1};  // where the rank last published (a hint)
   // Where this rank's data starts in its slots during a large allreduce: its output's
-  // offset within a cache line (kSkewRoom), so the copies in and out of the slots run with
-  // source and destination alike aligned.
+  // offset within a page (kSkewRoom), so the copies in and out of the slots run with
+  // source and destination aligned alike.
   std::atomic<std::uint32_t> skew{0};
 };
 static_assert(sizeof(Line) <= kLineBytes);

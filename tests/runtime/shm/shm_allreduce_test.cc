@@ -1,5 +1,5 @@
-// The host's allreduce in shared memory. Inputs and outputs at any offset within a cache
-// line, each rank's its own, give the exact sum (each rank's data sits in its slots at its
+// The host's allreduce in shared memory. Inputs and outputs at any offset within a page,
+// each rank's its own, give the exact sum (each rank's data sits in its slots at its
 // output's offset). Notes riding in an allreduce's first step (ShmComm::allreduce_agreed):
 // every local rank's note reaches every rank before anything is reduced; when the ranks agree
 // the result is the allreduce's, when they do not every rank returns false with its output
@@ -225,13 +225,14 @@ TEST_CASE("shm notes: a note larger than a step carries is refused before anythi
 
 namespace {
 
-// `bytes` bytes at `offset` past a 64-byte boundary, the rest of the storage kept as `fill`.
+// `bytes` bytes at `offset` past a page boundary, the rest of the storage kept as `fill`.
 class Placed {
  public:
+  static constexpr std::size_t kPage = 4096;
   Placed(std::size_t bytes, std::size_t offset, unsigned char fill)
-      : storage_(bytes + 128, fill), bytes_(bytes) {
+      : storage_(bytes + 2 * kPage, fill), bytes_(bytes) {
     const auto a = reinterpret_cast<std::uintptr_t>(storage_.data());
-    at_ = storage_.data() + ((64 - a % 64) % 64) + offset;
+    at_ = storage_.data() + ((kPage - a % kPage) % kPage) + offset;
   }
   unsigned char* get() const { return at_; }
   // Whether every byte outside [get(), get() + bytes) is still `fill`.
@@ -249,8 +250,7 @@ class Placed {
 
 }  // namespace
 
-TEST_CASE("shm allreduce: inputs and outputs anywhere in a cache line, each rank its own",
-          "[runtime][shm]") {
+TEST_CASE("shm allreduce: each rank's input and output anywhere in a page", "[runtime][shm]") {
   check_all(run_ranks([](ShmComm& shm, int r) -> std::string {
     // float32 at multiples of 4 bytes, uint8 at any byte: the ranks' output offsets differ,
     // and the input sits elsewhere (or is the output).
@@ -258,9 +258,9 @@ TEST_CASE("shm allreduce: inputs and outputs anywhere in a cache line, each rank
       for (const bool in_place : {false, true}) {
         const std::string what =
             "count " + std::to_string(count) + (in_place ? " in place" : " out of place") + ": ";
-        const std::size_t out_at = 4 * static_cast<std::size_t>(5 * r + 3) % 64;
+        const std::size_t out_at = 4 * static_cast<std::size_t>(301 * r + 3) % 4096;
         Placed out(count * 4, out_at, 0xEE);
-        Placed in(count * 4, (out_at + 24) % 64, 0xEE);
+        Placed in(count * 4, (out_at + 24) % 4096, 0xEE);
         auto* dst = reinterpret_cast<float*>(out.get());
         auto* src = in_place ? dst : reinterpret_cast<float*>(in.get());
         const auto values = input_of(r, count);
@@ -269,8 +269,8 @@ TEST_CASE("shm allreduce: inputs and outputs anywhere in a cache line, each rank
         if (auto e = check_sum(std::vector<float>(dst, dst + count)); !e.empty()) return what + e;
         if (!out.margins_are(0xEE)) return what + "wrote outside the output";
 
-        Placed bytes_out(count, static_cast<std::size_t>(17 * r + 1) % 64, 0xEE);
-        Placed bytes_in(count, static_cast<std::size_t>(7 * r + 40) % 64, 0xEE);
+        Placed bytes_out(count, static_cast<std::size_t>(1365 * r + 1) % 4096, 0xEE);
+        Placed bytes_in(count, static_cast<std::size_t>(7 * r + 40) % 4096, 0xEE);
         unsigned char* bdst = bytes_out.get();
         unsigned char* bsrc = in_place ? bdst : bytes_in.get();
         for (std::size_t i = 0; i < count; ++i)
