@@ -3,7 +3,8 @@ a Keras 3 model.fit with DistributedOptimizer and the callbacks (workers/keras_w
 and a custom tf.function loop with DistributedGradientTape and broadcast_variables
 (workers/tape_worker.py). Each checks that the loss fell and every rank ends with the same
 weights; model.fit locally at np 4 and across two loopback SSH hosts at np 2, the loop
-locally at np 2 and across two hosts at np 4 (each size once per worker, to keep CI short). And
+locally at np 2 and across two hosts at np 4 (each size once per worker, to keep CI short).
+The tape over a process set that rank 2 is outside of (workers/tape_set_worker.py). And
 SyncBatchNormalization against BatchNormalization on the whole batch
 (workers/sync_bn_worker.py) at np 2 and 4. The distributed optimizer's `lr`, Keras 2's name
 for the learning rate, which Horovod's examples use."""
@@ -21,6 +22,12 @@ def test_keras_fit(np, tmp_path):
 @pytest.mark.parametrize("np", [2])
 def test_gradient_tape_loop(np):
     expect_ok(run_tf_job(np, "tape_worker.py", 60), np, marker="tape checks passed")
+
+
+def test_gradient_tape_over_a_process_set():
+    """Rank 2 is outside the set: it keeps its own gradients, as in Horovod."""
+    job = run_tf_job(3, "tape_set_worker.py", env={"HOROVOD_DYNAMIC_PROCESS_SETS": "1"})
+    expect_ok(job, 3, marker="tape set checks passed")
 
 
 @pytest.mark.parametrize("np", [2, 4])

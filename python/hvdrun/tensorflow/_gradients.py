@@ -46,7 +46,9 @@ class _GradientReducer:
                          for g in grads]
             present = [i for i, g in enumerate(grads) if g is not None]
             out = list(grads)
-            if not present or (self.process_set.size() == 1 and not _may_grow()):
+            # As Horovod: a rank outside the process set keeps its own gradients.
+            if (not present or not self.process_set.included()
+                    or (self.process_set.size() == 1 and not _may_grow())):
                 return out
             reduced = grouped_allreduce(
                 [grads[i] for i in present], compression=self.compression, op=self.op,

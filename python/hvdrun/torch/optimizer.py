@@ -26,7 +26,7 @@ import torch
 from hvdrun import _job, _lib
 from hvdrun.torch import mpi_ops
 from hvdrun.torch.compression import Compression
-from hvdrun.torch.mpi_ops import Average, HorovodInternalError, global_process_set, size
+from hvdrun.torch.mpi_ops import Average, HorovodInternalError, global_process_set
 from hvdrun.torch.sparse import apply_sparse_gradient, sparse_allreduce_async
 
 _DEFAULT_FUSION_BYTES = 16 << 20
@@ -313,9 +313,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._grad_accs = []
         self._reducer = None
         ps = mpi_ops._check_process_set(process_set, "DistributedOptimizer")
-        # Horovod skips the hooks at size 1; in elastic mode the job may grow (or this
-        # process is alone until it joins a running job), so they are kept.
-        if mpi_ops._set_size(ps) > 1 or (ps == 0 and _job.may_grow()):
+        # Horovod skips the hooks at size 1, and on a rank outside the process set (whose
+        # step() is then the wrapped optimizer's alone); in elastic mode the job may grow (or
+        # this process is alone until it joins a running job), so they are kept.
+        if process_set.included() and (mpi_ops._set_size(ps) > 1
+                                       or (ps == 0 and _job.may_grow())):
             params_in_order = []
             seen_ids = set()
             for group in self.param_groups:

@@ -1,7 +1,8 @@
 """One rank checking process sets (hvdrun.torch): sets of different shapes (even and odd
 ranks, one host's ranks, one rank per host, overlapping sets, a set of one), every
 collective in them against single-process values, gradients, DistributedOptimizer in a
-set, a duplicate refused, removal, and the whole job's collectives afterwards.
+set (and on a rank outside it, where it is the wrapped optimizer alone), a duplicate
+refused, removal, and the whole job's collectives afterwards.
 Prints "rank R: process set checks passed" at the end."""
 import os
 
@@ -85,6 +86,19 @@ for label, ps in sets.items():
             raise AssertionError("a rank outside a set ran its collective")
         except hvd.HorovodInternalError as e:
             assert "is not in process set" in str(e), e
+        # DistributedOptimizer over a set this rank is not in: as in Horovod, its step() is
+        # the wrapped optimizer's alone, with no collective and no error.
+        torch.manual_seed(100 + r)
+        model, twin = torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)
+        twin.load_state_dict(model.state_dict())
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters(), process_set=ps)
+        x = torch.randn(8, 4)
+        for m, o in ((model, opt), (twin, torch.optim.SGD(twin.parameters(), lr=0.1))):
+            o.zero_grad()
+            m(x).pow(2).mean().backward()
+            o.step()
+        assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters())), label
     hvd.barrier()
 
 # The set of one given to init() exists: adding it again is refused on every rank.
