@@ -325,7 +325,8 @@ constexpr std::pair<const char*, const char*> kTorchrunOnly[] = {
     {"--tee", "every rank's output reaches node 0 tagged by rank; drop it"},
     {"--monitor-interval", "hvdrun learns of a rank's exit at once; drop it"},
     {"--role", "every rank's ROLE_NAME is 'default'; drop it"},
-    {"--local-addr", "--network-interface IF chooses the address a node is reached at"},
+    {"--local-addr",
+     "--network-interface IF chooses the address a node is reached at; drop --local-addr"},
     {"--run-path", "a command ending in .py runs under python3; drop --run-path"},
     {"--start-method", "every rank is a process of its own; drop it"},
 };

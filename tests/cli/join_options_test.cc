@@ -143,8 +143,10 @@ TEST_CASE("what join mode does not support is refused before anything starts") {
                            "--run_path", "--start_method"}) {
     std::string dashed(flag);
     std::replace(dashed.begin(), dashed.end(), '_', '-');
-    CHECK_THAT(error_of({flag, "x", "true"}),
-               Catch::StartsWith("torchrun's " + dashed + " is not supported: "));
+    const std::string error = error_of({flag, "x", "true"});
+    CHECK_THAT(error, Catch::StartsWith("torchrun's " + dashed + " is not supported: "));
+    // What was wrong, then what to do, as every command-line error says it.
+    CHECK_THAT(error, Catch::Contains("; "));
   }
   // torchrun's PET_ variables stand in for flags not given (a PyTorchJob sets them).
   ::setenv("PET_NNODES", "2", 1);
