@@ -75,8 +75,9 @@ bool ShmComm::Impl::allreduce(const void* send, void* recv, std::size_t count, D
     const std::size_t first = std::min(m, per * static_cast<std::size_t>(l));
     return std::pair{first, std::min(m, first + per)};
   };
-  // Rank l's data in phase p: read after the first phase, when every rank has published its
-  // skew (and before any rank can publish the next call's: that waits for this call's end).
+  // Rank l's data in phase p, at the skew copied after the first phase's wait (when every rank
+  // has published it): a faster rank may publish its next call's skew while this rank still
+  // copies out, so the copy is read, not the line.
   auto data = [&](std::uint32_t p, int l) {
     return wide_slot(p, l) + skews_[static_cast<std::size_t>(l)];
   };
