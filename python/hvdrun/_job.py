@@ -42,7 +42,7 @@ def init(what, comm=None, process_sets=None):
     global_process_set.ranks = list(range(query(what, "size")))
     if process_sets is not None and process_sets != "dynamic":
         for ps in process_sets:
-            _add_process_set(ps, what)
+            _add_process_set(ps, what, given_to_init=True)
     _install_hooks()
 
 
@@ -273,10 +273,13 @@ def check_process_set(process_set, what):
     if not isinstance(process_set, ProcessSet):
         raise TypeError(f"{what}: process_set must be a ProcessSet, not "
                         f"{type(process_set).__name__}")
-    if process_set.process_set_id is None:
+    ps = process_set.process_set_id
+    if ps is None:
         raise ValueError(f"{what}: {process_set} is not registered: add it on every rank "
                          "with hvd.add_process_set() (or init(process_sets=...))")
-    return process_set.process_set_id
+    if ps not in _sets:
+        set_ranks(ps)  # a set added through another binding, or ValueError for an unknown id
+    return ps
 
 
 def add_process_set(process_set, what="hvdrun"):
@@ -291,12 +294,18 @@ def add_process_set(process_set, what="hvdrun"):
     return _add_process_set(process_set, what)
 
 
-def _add_process_set(process_set, what):
+def _add_process_set(process_set, what, given_to_init=False):
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     ranks = process_set.ranks
     arr = (ctypes.c_int * max(len(ranks), 1))(*ranks)
     r = _lib.lib().hvdrun_add_process_set(arr, len(ranks))
+    if r == _lib.DUPLICATE_SET and given_to_init:
+        # As Horovod's init(process_sets=...): the object names the set those ranks form
+        # already (every rank: the global set).
+        same = [i for i, s in _sets.items() if sorted(s.ranks) == sorted(ranks)]
+        process_set.process_set_id = same[0] if same else 0
+        return process_set
     if r == _lib.DUPLICATE_SET:
         raise ValueError(f"{what}.add_process_set: attempted to add a duplicate process "
                          f"set: {_lib.last_error()}")

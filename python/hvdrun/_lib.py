@@ -10,15 +10,17 @@ import threading
 
 from hvdrun import _safe_path
 
-ABI_REQUIRED = 8
+ABI_REQUIRED = 9
 
 # Element types and reductions of runtime/include/hvdrun/hvdrun_c.h; the values are stable.
 INT32, INT64, FLOAT32, FLOAT64, FLOAT16, BFLOAT16, UINT8 = range(7)
 SUM, AVERAGE, MIN, MAX, PRODUCT = range(5)
-# hvdrun_kind, and hvdrun_submit's answer for a name still in flight.
+# hvdrun_kind, and hvdrun_submit's answers for a name still in flight and for arguments
+# this rank got wrong.
 KIND_ALLREDUCE, KIND_BROADCAST, KIND_ALLGATHER, KIND_ALLTOALL, KIND_REDUCESCATTER = range(5)
 DUPLICATE_NAME = -2
 DUPLICATE_SET = -3
+INVALID_ARGUMENT = -4
 # hvdrun_hosts_updated's bits.
 HOSTS_ADDED = 1
 HOSTS_REMOVED = 2

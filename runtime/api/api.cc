@@ -42,6 +42,7 @@ using api_detail::stall_policy;
 using api_detail::timeline;
 
 Error::~Error() = default;
+InvalidArgument::~InvalidArgument() = default;
 
 namespace {
 

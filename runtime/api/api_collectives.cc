@@ -35,11 +35,11 @@ namespace {
 
 void check_dtype(DataType t) {
   if (static_cast<unsigned>(t) > static_cast<unsigned>(DataType::kUInt8))
-    throw Error("hvdrun: unknown data type " + std::to_string(static_cast<int>(t)));
+    throw InvalidArgument("hvdrun: unknown data type " + std::to_string(static_cast<int>(t)));
 }
 void check_op(ReduceOp op) {
   if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::kProduct))
-    throw Error("hvdrun: unknown reduce op " + std::to_string(static_cast<int>(op)));
+    throw InvalidArgument("hvdrun: unknown reduce op " + std::to_string(static_cast<int>(op)));
 }
 
 // Runs a collective's data movement, attaching what it was and where to a failure once.
@@ -149,7 +149,7 @@ bool carries_inline(std::size_t count, DataType dtype) {
 void check_allreduce(const void* send, const void* recv, std::size_t count, ReduceOp op) {
   check_op(op);
   if (count > 0 && (send == nullptr || recv == nullptr))
-    throw Error("hvdrun::allreduce: null buffer");
+    throw InvalidArgument("hvdrun::allreduce: null buffer");
 }
 
 // The request for `c`, into `p` (with its token when plain).
@@ -176,14 +176,15 @@ std::shared_ptr<runtime::ProcessSet> member_set(Joined& j, int id, const char* f
   std::lock_guard lock(j.sets_mu);
   auto it = j.sets.find(id);
   if (it == j.sets.end())
-    throw Error(std::string("hvdrun::") + fn + ": process set " + std::to_string(id) +
-                " does not exist (never added, or removed); add it with add_process_set() "
-                "on every rank first");
+    throw InvalidArgument(
+        std::string("hvdrun::") + fn + ": process set " + std::to_string(id) +
+        " does not exist (never added, or removed); add it with add_process_set() "
+        "on every rank first");
   if (it->second->rank < 0)
-    throw Error(std::string("hvdrun::") + fn + ": this rank (" +
-                std::to_string(j.world->env().rank) + ") is not in process set " +
-                std::to_string(id) + " (ranks " + runtime::ranks_text(it->second->ranks) +
-                "); only its members may call its collectives");
+    throw InvalidArgument(std::string("hvdrun::") + fn + ": this rank (" +
+                          std::to_string(j.world->env().rank) + ") is not in process set " +
+                          std::to_string(id) + " (ranks " + runtime::ranks_text(it->second->ranks) +
+                          "); only its members may call its collectives");
   return it->second;
 }
 
@@ -210,7 +211,8 @@ Prepared prepare(const Collective& c) {
   auto j = joined(fn);
   check_dtype(c.dtype);
   if (static_cast<unsigned>(c.kind) > static_cast<unsigned>(CollectiveKind::kReducescatter))
-    throw Error("hvdrun: unknown collective kind " + std::to_string(static_cast<int>(c.kind)));
+    throw InvalidArgument("hvdrun: unknown collective kind " +
+                          std::to_string(static_cast<int>(c.kind)));
   auto* w = j->world.get();
   Prepared p;
   p.group.world = w;
@@ -231,16 +233,17 @@ Prepared prepare(const Collective& c) {
   } else if (c.kind == CollectiveKind::kBroadcast) {
     kind = runtime::Kind::kBroadcast;
     if (c.root < 0 || c.root >= w->env().size)
-      throw Error("hvdrun::broadcast: root " + std::to_string(c.root) + " is not a rank (size " +
-                  std::to_string(w->env().size) + ")");
+      throw InvalidArgument("hvdrun::broadcast: root " + std::to_string(c.root) +
+                            " is not a rank (size " + std::to_string(w->env().size) + ")");
     if (p.set && p.set->ranks.end() == std::find(p.set->ranks.begin(), p.set->ranks.end(), c.root))
-      throw Error("hvdrun::broadcast: root " + std::to_string(c.root) + " is not in process set " +
-                  std::to_string(p.set->id) + " (ranks " + runtime::ranks_text(p.set->ranks) + ")");
-    if (c.count > 0 && c.recv == nullptr) throw Error("hvdrun::broadcast: null buffer");
+      throw InvalidArgument("hvdrun::broadcast: root " + std::to_string(c.root) +
+                            " is not in process set " + std::to_string(p.set->id) + " (ranks " +
+                            runtime::ranks_text(p.set->ranks) + ")");
+    if (c.count > 0 && c.recv == nullptr) throw InvalidArgument("hvdrun::broadcast: null buffer");
   } else if (c.kind == CollectiveKind::kAllgather) {
     kind = runtime::Kind::kAllgather;
     if (c.count > 0 && (c.send == nullptr || c.recv == nullptr))
-      throw Error("hvdrun::allgather: null buffer");
+      throw InvalidArgument("hvdrun::allgather: null buffer");
   } else if (c.kind == CollectiveKind::kAlltoall) {
     kind = runtime::Kind::kAlltoall;
     check_splits(c, n);
@@ -248,14 +251,17 @@ Prepared prepare(const Collective& c) {
     kind = runtime::Kind::kReducescatter;
     check_op(c.op);
     if (c.op != ReduceOp::kSum && c.op != ReduceOp::kAverage)
-      throw Error("hvdrun::reducescatter: only Sum and Average are supported (as in Horovod)");
-    if (c.ndim > 0 && c.shape == nullptr) throw Error("hvdrun::reducescatter: shape has no values");
+      throw InvalidArgument(
+          "hvdrun::reducescatter: only Sum and Average are supported (as in Horovod)");
+    if (c.ndim > 0 && c.shape == nullptr)
+      throw InvalidArgument("hvdrun::reducescatter: shape has no values");
     // (A rank whose slice is empty may pass no output.)
-    if (c.count > 0 && c.send == nullptr) throw Error("hvdrun::reducescatter: null buffer");
+    if (c.count > 0 && c.send == nullptr)
+      throw InvalidArgument("hvdrun::reducescatter: null buffer");
   }
   if (c.ndim < 0 || (c.ndim > 0 && c.shape == nullptr))
-    throw Error(std::string("hvdrun::") + fn + ": shape has " + std::to_string(c.ndim) +
-                " dimensions but no values");
+    throw InvalidArgument(std::string("hvdrun::") + fn + ": shape has " + std::to_string(c.ndim) +
+                          " dimensions but no values");
   request_of(c, kind, p);
   // The root is a rank of the job (as in Horovod); inside a set, its index there.
   if (kind == runtime::Kind::kBroadcast)

@@ -92,6 +92,8 @@ int add_process_set(const std::vector<int>& ranks_in) {
   set->ranks = ranks;
   {
     std::lock_guard lock(j->sets_mu);
+    // Every rank of the job is the global set's (0), as in Horovod.
+    if (ranks.size() == static_cast<std::size_t>(env.size)) throw DuplicateProcessSet(0, ranks);
     for (const auto& [id, other] : j->sets)
       if (other->ranks == ranks) throw DuplicateProcessSet(id, ranks);
     set->id = j->next_set++;
@@ -147,29 +149,34 @@ std::vector<int> process_set_ranks(int id) {
   std::lock_guard lock(j->sets_mu);
   auto it = j->sets.find(id);
   if (it == j->sets.end())
-    throw Error("hvdrun::process_set_ranks: process set " + std::to_string(id) +
-                " does not exist (never added, or removed)");
+    throw InvalidArgument("hvdrun::process_set_ranks: process set " + std::to_string(id) +
+                          " does not exist (never added, or removed); add it with "
+                          "add_process_set() on every rank first");
   return it->second->ranks;
 }
 
 std::int64_t reducescatter_rows(std::int64_t rows, int process_set) {
   if (rows < 0)
-    throw Error("hvdrun::reducescatter_rows: " + std::to_string(rows) +
-                " rows; a first dimension cannot be negative");
+    throw InvalidArgument("hvdrun::reducescatter_rows: " + std::to_string(rows) +
+                          " rows; a first dimension cannot be negative");
   const auto ranks = process_set_ranks(process_set);
   const int me = joined("reducescatter_rows")->world->env().rank;
   const auto it = std::find(ranks.begin(), ranks.end(), me);
   if (it == ranks.end())
-    throw Error("hvdrun::reducescatter_rows: this rank (" + std::to_string(me) +
-                ") is not in process set " + std::to_string(process_set) + " (ranks " +
-                runtime::ranks_text(ranks) + "); only its members reduce-scatter in it");
+    throw InvalidArgument("hvdrun::reducescatter_rows: this rank (" + std::to_string(me) +
+                          ") is not in process set " + std::to_string(process_set) + " (ranks " +
+                          runtime::ranks_text(ranks) + "); only its members reduce-scatter in it");
   return semantics::slice_rows(rows, static_cast<int>(ranks.size()),
                                static_cast<int>(it - ranks.begin()));
 }
 
 DuplicateProcessSet::DuplicateProcessSet(int existing, const std::vector<int>& ranks)
-    : Error("hvdrun::add_process_set: process set " + std::to_string(existing) +
-            " already has ranks " + runtime::ranks_text(ranks) + "; use it, or remove it first"),
+    : Error(existing == 0 ? "hvdrun::add_process_set: ranks " + runtime::ranks_text(ranks) +
+                                " are every rank of the job, the global process set (0); "
+                                "use it (process set 0)"
+                          : "hvdrun::add_process_set: process set " + std::to_string(existing) +
+                                " already has ranks " + runtime::ranks_text(ranks) +
+                                "; use it, or remove it first"),
       existing_(existing) {}
 DuplicateProcessSet::~DuplicateProcessSet() = default;
 

@@ -40,10 +40,12 @@ int query(Fn fn) {
   return -1;
 }
 
-// Submits an asynchronous collective: its handle, or -1 (HVDRUN_DUPLICATE_NAME for a
-// name still in flight) with the reason kept.
+// Submits an asynchronous collective: its handle, or -1 with the reason kept;
+// HVDRUN_DUPLICATE_NAME for a name still in flight, and `invalid` for arguments this rank
+// got wrong (hvdrun_collective's functions return HVDRUN_INVALID_ARGUMENT, the older ones
+// -1 as they always did).
 template <typename Fn>
-hvdrun_handle submitted(Fn fn) {
+hvdrun_handle submitted(Fn fn, hvdrun_handle invalid = -1) {
   try {
     hvdrun_handle h = fn();
     g_last_error.clear();
@@ -51,6 +53,9 @@ hvdrun_handle submitted(Fn fn) {
   } catch (const hvdrun::runtime::DuplicateName& e) {
     g_last_error = e.what();
     return HVDRUN_DUPLICATE_NAME;
+  } catch (const hvdrun::InvalidArgument& e) {
+    g_last_error = e.what();
+    return invalid;
   } catch (const std::exception& e) {
     g_last_error = e.what();
   } catch (...) {
@@ -74,13 +79,14 @@ hvdrun::DataType to_dtype(const hvdrun_dtype& t) { return enum_bits<hvdrun::Data
 hvdrun::ReduceOp to_op(const hvdrun_op& op) { return enum_bits<hvdrun::ReduceOp>(op); }
 
 hvdrun::Collective from_c(const hvdrun_collective* c, size_t size) {
-  if (c == nullptr) throw hvdrun::Error("hvdrun_submit: null collective");
+  if (c == nullptr) throw hvdrun::InvalidArgument("hvdrun_submit: null collective");
   // ABI 3 callers end at postscale; the fields after it are then zero.
   constexpr std::size_t kAbi3 = offsetof(hvdrun_collective, splits);
   if (size < kAbi3)
-    throw hvdrun::Error("hvdrun_submit: hvdrun_collective of " + std::to_string(size) +
-                        " bytes; this library needs " + std::to_string(sizeof(hvdrun_collective)) +
-                        " (pass sizeof(hvdrun_collective) from hvdrun_c.h)");
+    throw hvdrun::InvalidArgument("hvdrun_submit: hvdrun_collective of " + std::to_string(size) +
+                                  " bytes; this library needs " +
+                                  std::to_string(sizeof(hvdrun_collective)) +
+                                  " (pass sizeof(hvdrun_collective) from hvdrun_c.h)");
   hvdrun_collective full{};
   std::memcpy(&full, c, std::min(size, sizeof full));
   c = &full;
@@ -303,17 +309,20 @@ int hvdrun_stop_timeline(void) {
 }
 
 hvdrun_handle hvdrun_submit(const hvdrun_collective* c, size_t size) {
-  return submitted([&] { return hvdrun::submit(from_c(c, size)); });
+  return submitted([&] { return hvdrun::submit(from_c(c, size)); }, HVDRUN_INVALID_ARGUMENT);
 }
 hvdrun_handle hvdrun_submit_then(const hvdrun_collective* c, size_t size,
                                  void (*then)(void*, long long), void* arg) {
-  return submitted([&] { return hvdrun::submit(from_c(c, size), then, arg); });
+  return submitted([&] { return hvdrun::submit(from_c(c, size), then, arg); },
+                   HVDRUN_INVALID_ARGUMENT);
 }
 int hvdrun_run(const hvdrun_collective* c, size_t size) {
-  return submitted([&] {
-    hvdrun::run(from_c(c, size));
-    return 0;
-  });
+  return submitted(
+      [&] {
+        hvdrun::run(from_c(c, size));
+        return 0;
+      },
+      HVDRUN_INVALID_ARGUMENT);
 }
 long long hvdrun_sequence(hvdrun_handle handle) {
   try {

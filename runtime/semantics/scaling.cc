@@ -16,10 +16,10 @@ bool library_scales(const Collective& c) {
 
 void check_scales(const Collective& c, const char* fn) {
   if (!c.device || c.caller_scales || (c.prescale == 1.0 && c.postscale == 1.0)) return;
-  throw Error(std::string("hvdrun::") + fn + ": prescale " + std::to_string(c.prescale) +
-              " and postscale " + std::to_string(c.postscale) +
-              " on device buffers are not applied by this library; apply them to the "
-              "buffers yourself and set caller_scales");
+  throw InvalidArgument(std::string("hvdrun::") + fn + ": prescale " + std::to_string(c.prescale) +
+                        " and postscale " + std::to_string(c.postscale) +
+                        " on device buffers are not applied by this library; apply them to the "
+                        "buffers yourself and set caller_scales");
 }
 
 Prescaled prescaled(const Collective& c) {

@@ -11,26 +11,26 @@ namespace hvdrun::semantics {
 
 void check_splits(const Collective& c, int n) {
   // (A rank that receives nothing may pass no output; recv_count is checked everywhere.)
-  if (c.count > 0 && c.send == nullptr) throw Error("hvdrun::alltoall: null buffer");
+  if (c.count > 0 && c.send == nullptr) throw InvalidArgument("hvdrun::alltoall: null buffer");
   if (c.splits == nullptr) {
     if (c.count % static_cast<std::size_t>(n) != 0)
-      throw Error("hvdrun::alltoall: " + std::to_string(c.count) +
-                  " elements cannot be split equally among " + std::to_string(n) +
-                  " ranks; pass splits (elements for each rank)");
+      throw InvalidArgument("hvdrun::alltoall: " + std::to_string(c.count) +
+                            " elements cannot be split equally among " + std::to_string(n) +
+                            " ranks; pass splits (elements for each rank)");
     return;
   }
   std::int64_t sum = 0;
   for (int r = 0; r < n; ++r) {
     if (c.splits[r] < 0)
-      throw Error("hvdrun::alltoall: splits[" + std::to_string(r) + "] is " +
-                  std::to_string(c.splits[r]) + "; splits cannot be negative");
+      throw InvalidArgument("hvdrun::alltoall: splits[" + std::to_string(r) + "] is " +
+                            std::to_string(c.splits[r]) + "; splits cannot be negative");
     sum += c.splits[r];
   }
   if (static_cast<std::size_t>(sum) != c.count)
-    throw Error("hvdrun::alltoall: the splits add up to " + std::to_string(sum) +
-                " elements but the tensor has " + std::to_string(c.count) +
-                "; give one entry per rank (" + std::to_string(n) +
-                ") adding up to the tensor's size");
+    throw InvalidArgument("hvdrun::alltoall: the splits add up to " + std::to_string(sum) +
+                          " elements but the tensor has " + std::to_string(c.count) +
+                          "; give one entry per rank (" + std::to_string(n) +
+                          ") adding up to the tensor's size");
 }
 
 std::vector<std::size_t> slices(const runtime::Request& r, int n) {

@@ -179,7 +179,7 @@ static int async_mode(void) {
     c.device = 1;
     c.send = c.recv = b;
     c.dtype = HVDRUN_INT64;
-    CHECK(hvdrun_run(&c, sizeof c) == -1);
+    CHECK(hvdrun_run(&c, sizeof c) == HVDRUN_INVALID_ARGUMENT);
     CHECK(strstr(hvdrun_last_error(), "caller_scales") != NULL);
   }
 
@@ -323,7 +323,7 @@ static int negotiate_mode(void) {
 
 static int scatter_mode(void) {
   int size = hvdrun_size();
-  CHECK(hvdrun_abi_version() >= 4);
+  CHECK(hvdrun_abi_version() >= 9);
   /* alltoall: rank r sends j + 1 ints to rank j, each r * 100 + j. */
   long long splits[64], received[64];
   int send[64 * 65 / 2], recv[64 * 64];
@@ -380,6 +380,33 @@ static int scatter_mode(void) {
     const long long expect = (long long)(first * 2 + i) * size * (size + 1) / 2; /* exact */
     CHECK(mine[i] == (float)expect);
   }
+  /* A rank's own wrong arguments are refused on that rank alone (ABI 9), and the job goes
+   * on: an allreduce in a set of rank 0 only, which the others are not in, and an element
+   * type that does not exist. */
+  const int first_rank = 0;
+  const int only_first = hvdrun_add_process_set(&first_rank, 1);
+  CHECK(only_first > 0);
+  float seven = 7.0f;
+  memset(&c, 0, sizeof c);
+  c.kind = HVDRUN_KIND_ALLREDUCE;
+  c.send = c.recv = &seven;
+  c.count = 1;
+  c.dtype = HVDRUN_FLOAT32;
+  c.op = HVDRUN_SUM;
+  c.process_set = only_first;
+  if (rank == 0) {
+    CHECK(hvdrun_run(&c, sizeof c) == 0);
+    CHECK(seven == 7.0f);
+  } else {
+    CHECK(hvdrun_run(&c, sizeof c) == HVDRUN_INVALID_ARGUMENT);
+    CHECK(strstr(hvdrun_last_error(), "is not in process set") != NULL);
+    CHECK(hvdrun_submit(&c, sizeof c) == HVDRUN_INVALID_ARGUMENT);
+  }
+  c.process_set = 0;
+  c.dtype = (hvdrun_dtype)42;
+  CHECK(hvdrun_submit(&c, sizeof c) == HVDRUN_INVALID_ARGUMENT);
+  CHECK(strstr(hvdrun_last_error(), "unknown data type 42") != NULL);
+  CHECK(hvdrun_remove_process_set(only_first) == 1);
   /* An ABI 3 caller passes the struct without the fields after postscale. */
   float one = 1.0f;
   memset(&c, 0, sizeof c);

@@ -165,8 +165,9 @@ void submit(Op* op, const hvdrun_collective& c, Next next) {
   Completions::get().add(s);
   const hvdrun_handle h = g_abi.submit_then(&c, sizeof c, on_success, s);
   if (h < 0) {
-    op->fail(h == HVDRUN_DUPLICATE_NAME ? absl::InvalidArgumentError(last_error())
-                                        : absl::FailedPreconditionError(last_error()));
+    const bool invalid = h == HVDRUN_DUPLICATE_NAME || h == HVDRUN_INVALID_ARGUMENT;
+    op->fail(invalid ? absl::InvalidArgumentError(last_error())
+                     : absl::FailedPreconditionError(last_error()));
     Completions::get().forget(s);
     delete s;
     op->release();

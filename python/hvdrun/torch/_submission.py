@@ -232,8 +232,10 @@ def _submit(kind, what, send=None, recv=None, count=0, ctype=_lib.UINT8, op=0, r
 
 
 def _check(h, what):
-    """Raises what Horovod raises for a failed submission (result `h` of the C call)."""
-    if h == _lib.DUPLICATE_NAME:
+    """Raises what Horovod raises for a failed submission (result `h` of the C call): a
+    name in flight or this rank's own wrong arguments are ValueError (the job goes on;
+    hvd.elastic does not take them for a lost peer), anything else HorovodInternalError."""
+    if h in (_lib.DUPLICATE_NAME, _lib.INVALID_ARGUMENT):
         raise ValueError(f"hvdrun.torch.{what}: {_lib.last_error()}")
     if h < 0:
         raise HorovodInternalError(f"hvdrun.torch.{what}: {_lib.last_error()}")

@@ -35,6 +35,17 @@ class HVDRUN_API Error : public std::runtime_error {
   ~Error() override;
 };
 
+/// A call whose own arguments are wrong, found on this rank when it was submitted and
+/// before any data moved: an unknown element type, op or process set, a process set this
+/// rank is not in, a root outside the set, a null buffer, splits that do not add up. The
+/// job goes on (Horovod's invalid argument: ValueError in torch, InvalidArgumentError in
+/// TensorFlow), where other failures end it or fail the collective on every rank.
+class HVDRUN_API InvalidArgument : public Error {
+ public:
+  using Error::Error;
+  ~InvalidArgument() override;
+};
+
 /// Joins the job: reads HVDRUN_* from the environment, connects to the rendezvous,
 /// checks in with every other rank within HVDRUN_START_TIMEOUT, builds the Gloo
 /// communicator and, when every rank has a GPU and NCCL is available, the NCCL one.
@@ -200,7 +211,7 @@ HVDRUN_API std::vector<int> process_set_ranks(int id);
 /// one this rank is not in.
 HVDRUN_API std::int64_t reducescatter_rows(std::int64_t rows, int process_set = 0);
 
-/// add_process_set() of ranks that already form a set.
+/// add_process_set() of ranks that already form a set (every rank of the job: set 0).
 class HVDRUN_API DuplicateProcessSet : public Error {
  public:
   DuplicateProcessSet(int existing, const std::vector<int>& ranks);

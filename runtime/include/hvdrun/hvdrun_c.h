@@ -57,7 +57,7 @@ typedef enum hvdrun_op {
 } hvdrun_op;
 
 /** The ABI version this library implements (HVDRUN_ABI_VERSION of its build). */
-#define HVDRUN_ABI_VERSION 8
+#define HVDRUN_ABI_VERSION 9
 
 /** Identifies one submitted asynchronous collective; valid (> 0) until hvdrun_wait. */
 typedef long long hvdrun_handle;
@@ -237,7 +237,8 @@ HVDRUN_C_API int hvdrun_start_timeline(const char* path, int mark_cycles);
 HVDRUN_C_API int hvdrun_stop_timeline(void);
 
 /** Submits `c` (`size` = sizeof(hvdrun_collective) as the caller compiled it) and returns
- *  its handle (> 0) at once; -1 on failure, HVDRUN_DUPLICATE_NAME for a name in flight. */
+ *  its handle (> 0) at once; -1 on failure, HVDRUN_DUPLICATE_NAME for a name in flight,
+ *  HVDRUN_INVALID_ARGUMENT (ABI 9) for arguments this rank got wrong. */
 HVDRUN_C_API hvdrun_handle hvdrun_submit(const hvdrun_collective* c, size_t size);
 /** As hvdrun_submit; `then(arg, sequence)` runs on the library's thread right after the
  *  collective succeeded and before its handle completes (never after a failure), with
@@ -248,7 +249,8 @@ HVDRUN_C_API hvdrun_handle hvdrun_submit(const hvdrun_collective* c, size_t size
 HVDRUN_C_API hvdrun_handle hvdrun_submit_then(const hvdrun_collective* c, size_t size,
                                               void (*then)(void*, long long), void* arg);
 /** Runs `c` and returns 0 once it completed (device: once enqueued), -1 on failure,
- *  HVDRUN_DUPLICATE_NAME for a name in flight. */
+ *  HVDRUN_DUPLICATE_NAME for a name in flight, HVDRUN_INVALID_ARGUMENT (ABI 9) for
+ *  arguments this rank got wrong. */
 HVDRUN_C_API int hvdrun_run(const hvdrun_collective* c, size_t size);
 /** The position of the unnamed collective behind `handle` among this rank's unnamed
  *  collectives (the same on every rank), -1 when it is named, -2 on failure. */
@@ -297,6 +299,16 @@ HVDRUN_C_API long long hvdrun_reducescatter_rows(long long rows, int process_set
  *  else 0; every rank has the same answer, agreed when the ranks checked in (for an elastic
  *  job's generation, when it formed). -1 before hvdrun_init. */
 HVDRUN_C_API int hvdrun_is_homogeneous(void);
+
+/* ---- ABI version 9 ---------------------------------------------------------------- */
+
+/** What hvdrun_submit, hvdrun_submit_then and hvdrun_run return (-1 before ABI 9) when
+ *  this rank's own arguments are wrong, found before any data moved: an unknown element
+ *  type, op or process set, a process set this rank is not in, a root outside the set, a
+ *  null buffer, splits that do not add up, scale factors on device buffers. The job goes
+ *  on: Horovod's invalid argument (ValueError in torch, InvalidArgumentError in
+ *  TensorFlow), not its internal error. */
+#define HVDRUN_INVALID_ARGUMENT (-4)
 
 /** Message of the last failure on this thread ("" when none). Valid until the next call. */
 HVDRUN_C_API const char* hvdrun_last_error(void);

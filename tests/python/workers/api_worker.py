@@ -163,7 +163,8 @@ v = torch.tensor([r, r])
 h = hvd.broadcast_async_(v, root)
 assert hvd.synchronize(h) is v and v.tolist() == [root, root]
 if n > 1:
-    expect_raises(hvd.HorovodInternalError, lambda: hvd.broadcast(torch.ones(1), n + 3), "root")
+    # A root that is not a rank: each rank's own mistake, found before data moves.
+    expect_raises(ValueError, lambda: hvd.broadcast(torch.ones(1), n + 3), "root")
 
 # Objects.
 obj = hvd.broadcast_object({"from": r, "lam": (lambda q: q + 1) if r == root else None}, root)

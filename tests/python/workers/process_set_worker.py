@@ -10,8 +10,11 @@ import torch
 
 import hvdrun.torch as hvd
 
-hvd.init(process_sets=[hvd.ProcessSet([0])])
+first = hvd.ProcessSet([0])
+hvd.init(process_sets=[first])
 r, n = hvd.rank(), hvd.size()
+# As in Horovod, a set of every rank given to init() is the global set (at np 1: [0]).
+assert (first.process_set_id == 0) == (n == 1), first
 local = int(os.environ["HVDRUN_LOCAL_RANK"])
 cross = int(os.environ["HVDRUN_CROSS_RANK"])
 
@@ -26,7 +29,7 @@ shapes = {
 }
 sets = {}
 for label, ranks in shapes.items():
-    if not ranks or sorted(ranks) in [[0]] + [s.ranks for s in sets.values()]:
+    if not ranks or sorted(ranks) in [[0], list(range(n))] + [s.ranks for s in sets.values()]:
         continue
     sets[label] = hvd.add_process_set(ranks)
 
@@ -84,7 +87,7 @@ for label, ps in sets.items():
         try:
             hvd.allreduce(torch.ones(1), process_set=ps)
             raise AssertionError("a rank outside a set ran its collective")
-        except hvd.HorovodInternalError as e:
+        except ValueError as e:  # Horovod's invalid argument: the job goes on
             assert "is not in process set" in str(e), e
         # DistributedOptimizer over a set this rank is not in: as in Horovod, its step() is
         # the wrapped optimizer's alone, with no collective and no error.
@@ -107,6 +110,12 @@ try:
     raise AssertionError("a duplicate process set was accepted")
 except ValueError as e:
     assert "duplicate" in str(e), e
+# So is a set of every rank: the global set's ranks (Horovod refuses it too).
+try:
+    hvd.add_process_set(list(range(n)))
+    raise AssertionError("a set of every rank was added beside the global set")
+except ValueError as e:
+    assert "the global process set (0)" in str(e), e
 for ps in sets.values():
     assert hvd.remove_process_set(ps)
     assert ps.process_set_id is None

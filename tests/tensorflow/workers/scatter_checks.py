@@ -236,6 +236,17 @@ def run(hvd):
     assert not other.included() and other.rank() == -1
     q = tf.function(lambda: hvd.process_set_included_op(other.process_set_id))()
     assert int(q) == 0, q
+    # The other set's collective is this rank's own mistake: InvalidArgumentError, as in
+    # Horovod (not FailedPreconditionError, which hvd.elastic would take for a lost peer),
+    # eagerly and in a graph; the job goes on.
+    for how, call in (("eager", lambda: hvd.allreduce(tf.ones([4]), process_set=other)),
+                      ("graph", tf.function(lambda: hvd.allreduce(tf.ones([4]),
+                                                                  process_set=other)))):
+        try:
+            call()
+            raise AssertionError(f"{how}: a rank outside {other.ranks} ran its allreduce")
+        except tf.errors.InvalidArgumentError as e:
+            assert "is not in process set" in str(e), (how, str(e))
     tag = f"set {mine.ranks}"
     _process_set_collectives(hvd, r, mine, tag)
     _alltoall(hvd, mine.ranks.index(r), len(mine.ranks), mine, tag)
