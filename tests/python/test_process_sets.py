@@ -28,3 +28,12 @@ def test_add_needs_dynamic_process_sets():
                   forward=FORWARD, timeout=60)
     assert job.code != 0
     assert "set HOROVOD_DYNAMIC_PROCESS_SETS=1" in job.err, job.describe()
+
+
+def test_a_call_outside_the_set_is_the_programs_mistake_not_a_failed_job():
+    """Rank 1 calls a collective of a set it is not in, inside hvd.elastic.run: ValueError
+    on the first call, which the program sees; no restore, and rank 0's result stands."""
+    job = run_job(2, "set_mistake_worker.py", env=DYNAMIC, forward=FORWARD, timeout=60)
+    assert job.code == 0, job.describe()
+    assert "rank 0: reduced 1.0" in job.out, job.describe()
+    assert "rank 1: ValueError on call 1" in job.out, job.describe()
