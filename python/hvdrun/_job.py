@@ -37,13 +37,23 @@ def init(what, comm=None, process_sets=None):
     joining = not lib.hvdrun_is_initialized()
     _lib.check(lib.hvdrun_init(), f"{what}.init")
     _joins += joining
-    _set_members.clear()
-    _sets.clear()
+    if joining:  # (a second init() keeps the sets this process added)
+        _set_members.clear()
+        _sets.clear()
     global_process_set.ranks = list(range(query(what, "size")))
-    if process_sets is not None and process_sets != "dynamic":
-        for ps in process_sets:
-            _add_process_set(ps, what, given_to_init=True)
+    given = [] if process_sets is None or process_sets == "dynamic" else list(process_sets)
+    given = [_add_process_set(ps, what, given_to_init=True) for ps in given]
     _install_hooks()
+    # As Horovod's init: an entry naming the global set or an earlier entry's ranks is
+    # invalidated, and init raises once the job is up and the other entries are added.
+    seen = {0}
+    for i, ps in enumerate(given):
+        if ps.process_set_id in seen:
+            ps._invalidate()
+            raise ValueError(f"{what}.init: process_sets entry number {i} is a duplicate: "
+                             f"{ps} (ranks {ps.ranks} form the global set or an earlier "
+                             "entry); give each set once, and not every rank")
+        seen.add(ps.process_set_id)
 
 
 def shutdown(what):
@@ -302,10 +312,11 @@ def _add_process_set(process_set, what, given_to_init=False):
     r = _lib.lib().hvdrun_add_process_set(arr, len(ranks))
     if r == _lib.DUPLICATE_SET and given_to_init:
         # As Horovod's init(process_sets=...): the object names the set those ranks form
-        # already (every rank: the global set).
+        # already (every rank: the global set); init() then tells a repeat in its list.
         same = [i for i, s in _sets.items() if sorted(s.ranks) == sorted(ranks)]
-        process_set.process_set_id = same[0] if same else 0
-        return process_set
+        if same or len(set(ranks)) == query(what, "size"):
+            process_set.process_set_id = same[0] if same else 0
+            return process_set
     if r == _lib.DUPLICATE_SET:
         raise ValueError(f"{what}.add_process_set: attempted to add a duplicate process "
                          f"set: {_lib.last_error()}")

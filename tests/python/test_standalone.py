@@ -41,18 +41,20 @@ PROGRAM = textwrap.dedent("""
     assert torch.equal(hvd.synchronize(h), x)
     assert torch.equal(hvd.alltoall(x), x)
     assert torch.equal(hvd.reducescatter(x, op=hvd.Sum), x)
-    # Rank 0 alone is every rank: the global set, which cannot be added again (Horovod's
-    # rule); init(process_sets=[[0]]) names it.
+    # Rank 0 alone is every rank: the global set, which cannot be added again, nor given
+    # to init() (Horovod's rules); its collectives run in it.
     try:
         hvd.add_process_set([0])
         raise AssertionError("the global set's ranks were added as a set")
     except ValueError as e:
         assert "the global process set (0)" in str(e), e
-    ps = hvd.ProcessSet([0])
-    hvd.init(process_sets=[ps])
-    assert ps.process_set_id == 0, ps
-    assert torch.equal(hvd.allreduce(x, op=hvd.Sum, process_set=ps), x)
-    assert not hvd.remove_process_set(ps)
+    try:
+        hvd.init(process_sets=[hvd.ProcessSet([0])])
+        raise AssertionError("init() took the global set's ranks as a set")
+    except ValueError as e:
+        assert "is a duplicate" in str(e), e
+    assert hvd.is_initialized()
+    assert torch.equal(hvd.allreduce(x, op=hvd.Sum, process_set=hvd.global_process_set), x)
     assert hvd.broadcast_object({"k": [1, 2]}, root_rank=0) == {"k": [1, 2]}
     assert hvd.allgather_object("only") == ["only"]
     hvd.barrier()

@@ -11,10 +11,20 @@ import torch
 import hvdrun.torch as hvd
 
 first = hvd.ProcessSet([0])
-hvd.init(process_sets=[first])
+try:
+    hvd.init(process_sets=[first, hvd.ProcessSet([0])])
+    raise AssertionError("init() took a set twice")
+except ValueError as e:
+    # As in Horovod: the job is up, the first entry named, the repeat refused. At np 1, [0]
+    # is every rank, the global set, so the first entry is refused already.
+    assert "is a duplicate" in str(e), e
 r, n = hvd.rank(), hvd.size()
-# As in Horovod, a set of every rank given to init() is the global set (at np 1: [0]).
-assert (first.process_set_id == 0) == (n == 1), first
+assert hvd.is_initialized() and (first.process_set_id is None) == (n == 1), first
+if n > 1:
+    # Initialising again with the sets as they are names them again.
+    again = hvd.ProcessSet([0])
+    hvd.init(process_sets=[again])
+    assert again.process_set_id == first.process_set_id > 0, (again, first)
 local = int(os.environ["HVDRUN_LOCAL_RANK"])
 cross = int(os.environ["HVDRUN_CROSS_RANK"])
 
