@@ -10,7 +10,9 @@ import faulthandler
 import os
 import sys
 
-_file = None  # kept open for the life of the process: faulthandler writes to its descriptor
+# The file's descriptor, open for the life of the process: faulthandler writes to it. A bare
+# descriptor, not a file object, which Python's exit would report unclosed (ResourceWarning).
+_fd = None
 
 
 def _caught(sig):
@@ -29,10 +31,10 @@ def _caught(sig):
 def install():
     """Registers the dump, once; does nothing outside hvdrun or when the library cannot load
     (the import that called this reports that itself)."""
-    global _file
+    global _fd
     path = os.environ.get("HVDRUN_STACK_FILE")
     number = os.environ.get("HVDRUN_STACK_SIGNAL", "")
-    if _file is not None or not path or not number.isdigit():
+    if _fd is not None or not path or not number.isdigit():
         return
     try:
         from hvdrun import _lib
@@ -44,8 +46,8 @@ def install():
     # library's), for a re-raised real-time signal without a handler would end the process.
     chain = _caught(sig)
     try:
-        _file = open(path, "a", encoding="utf-8")
-        faulthandler.register(sig, file=_file, all_threads=True, chain=chain)
+        _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        faulthandler.register(sig, file=_fd, all_threads=True, chain=chain)
     except (OSError, ValueError, RuntimeError) as e:
         print(f"hvdrun: no stack report for this rank ({path}): {e}", file=sys.stderr,
               flush=True)
