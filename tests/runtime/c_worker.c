@@ -321,6 +321,18 @@ static int negotiate_mode(void) {
   return 0;
 }
 
+/* An in-place float32 Sum allreduce of the one element at `v`, over every rank. */
+static hvdrun_collective one_float_sum(float* v) {
+  hvdrun_collective c;
+  memset(&c, 0, sizeof c);
+  c.kind = HVDRUN_KIND_ALLREDUCE;
+  c.send = c.recv = v;
+  c.count = 1;
+  c.dtype = HVDRUN_FLOAT32;
+  c.op = HVDRUN_SUM;
+  return c;
+}
+
 static int scatter_mode(void) {
   int size = hvdrun_size();
   CHECK(hvdrun_abi_version() >= 9);
@@ -387,12 +399,7 @@ static int scatter_mode(void) {
   const int only_first = hvdrun_add_process_set(&first_rank, 1);
   CHECK(only_first > 0);
   float seven = 7.0f;
-  memset(&c, 0, sizeof c);
-  c.kind = HVDRUN_KIND_ALLREDUCE;
-  c.send = c.recv = &seven;
-  c.count = 1;
-  c.dtype = HVDRUN_FLOAT32;
-  c.op = HVDRUN_SUM;
+  c = one_float_sum(&seven);
   c.process_set = only_first;
   if (rank == 0) {
     CHECK(hvdrun_run(&c, sizeof c) == 0);
@@ -409,12 +416,7 @@ static int scatter_mode(void) {
   CHECK(hvdrun_remove_process_set(only_first) == 1);
   /* An ABI 3 caller passes the struct without the fields after postscale. */
   float one = 1.0f;
-  memset(&c, 0, sizeof c);
-  c.kind = HVDRUN_KIND_ALLREDUCE;
-  c.send = c.recv = &one;
-  c.count = 1;
-  c.dtype = HVDRUN_FLOAT32;
-  c.op = HVDRUN_SUM;
+  c = one_float_sum(&one);
   CHECK(hvdrun_run(&c, offsetof(hvdrun_collective, splits)) == 0);
   CHECK(one == (float)size);
   CHECK(hvdrun_shutdown() == 0);

@@ -7,17 +7,15 @@ Prints "rank R: process set checks passed" at the end."""
 import os
 
 import torch
+from _checks import expect_raises
 
 import hvdrun.torch as hvd
 
+# As in Horovod: init() with a set twice raises once the job is up, the first entry named
+# and the repeat refused. At np 1, [0] is every rank, the global set: refused already.
 first = hvd.ProcessSet([0])
-try:
-    hvd.init(process_sets=[first, hvd.ProcessSet([0])])
-    raise AssertionError("init() took a set twice")
-except ValueError as e:
-    # As in Horovod: the job is up, the first entry named, the repeat refused. At np 1, [0]
-    # is every rank, the global set, so the first entry is refused already.
-    assert "is a duplicate" in str(e), e
+expect_raises(ValueError, lambda: hvd.init(process_sets=[first, hvd.ProcessSet([0])]),
+              "is a duplicate")
 r, n = hvd.rank(), hvd.size()
 assert hvd.is_initialized() and (first.process_set_id is None) == (n == 1), first
 if n > 1:
@@ -114,18 +112,11 @@ for label, ps in sets.items():
         assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters())), label
     hvd.barrier()
 
-# The set of one given to init() exists: adding it again is refused on every rank.
-try:
-    hvd.add_process_set([0])
-    raise AssertionError("a duplicate process set was accepted")
-except ValueError as e:
-    assert "duplicate" in str(e), e
-# So is a set of every rank: the global set's ranks (Horovod refuses it too).
-try:
-    hvd.add_process_set(list(range(n)))
-    raise AssertionError("a set of every rank was added beside the global set")
-except ValueError as e:
-    assert "the global process set (0)" in str(e), e
+# The set of one given to init() exists: adding it again is refused on every rank. So is
+# a set of every rank: the global set's ranks (Horovod refuses it too).
+expect_raises(ValueError, lambda: hvd.add_process_set([0]), "duplicate")
+expect_raises(ValueError, lambda: hvd.add_process_set(list(range(n))),
+              "the global process set (0)")
 for ps in sets.values():
     assert hvd.remove_process_set(ps)
     assert ps.process_set_id is None
