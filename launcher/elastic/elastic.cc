@@ -96,6 +96,7 @@ class Elastic {
         e_(options.elastic),
         launch_(launch),
         blacklist_(seconds(e_.cooldown_min_s), seconds(e_.cooldown_max_s)),
+        kept_(seconds(e_.cooldown_min_s), seconds(e_.cooldown_max_s)),
         interval_(discovery_interval()) {
     if (!e_.discovery_script.empty())
       discovery_.emplace(e_.discovery_script, e_.slots_per_host, seconds(e_.elastic_timeout_s));
@@ -113,12 +114,18 @@ class Elastic {
   std::optional<JobHooks::Reform> reform(const Failure& failure);
   std::string excluded_text() const;
   int too_few(int available) const;
-  void exclude(const Failure& failure);
+  void exclude(const Failure& failure, bool restarting);
+  void wait_for_kept_hosts();
 
   const LaunchOptions& opt_;
   const ElasticOptions& e_;
   const GenerationLaunch& launch_;
   Blacklist blacklist_;
+  // Restart mode without a restart budget: the hosts kept although a rank failed there
+  // (the --min-np rule), with the cooldown they would have been excluded for, waited out
+  // before the restart instead; cleared by a generation that ran for the longest cooldown.
+  Blacklist kept_;
+  Clock::time_point restart_at_{};
   milliseconds interval_;
   std::optional<Discovery> discovery_;
   std::vector<hostfile::HostSlots> hosts_;
@@ -200,7 +207,7 @@ int Elastic::too_few(int available) const {
 // Excludes the hosts a failure blames. A rank's failure leaves its host in use when
 // excluding it would leave fewer than --min-np slots (the job restarts where it was, as
 // torchrun does); a host that failed itself is always excluded.
-void Elastic::exclude(const Failure& failure) {
+void Elastic::exclude(const Failure& failure, bool restarting) {
   const auto now = Clock::now();
   for (const auto& h : failure.hosts) {
     if (failure.rank_failed) {
@@ -209,10 +216,26 @@ void Elastic::exclude(const Failure& failure) {
       if (left < e_.min_np.value_or(1)) {
         say("host " + h + " stays in use: without it fewer than --min-np " +
             counted(e_.min_np.value_or(1), "slot") + " would be left");
+        // With no restart budget, a program that fails at once would restart there for
+        // ever at full speed: the restart waits the cooldown instead (a budget restarts
+        // at once, as torchrun's --max-restarts does).
+        if (restarting && !e_.reset_limit) restart_at_ = std::max(restart_at_, kept_.add(h, now));
         continue;
       }
     }
     blacklist_.add(h, now);
+  }
+}
+
+// Restart mode: waits until the hosts kept after the last failure have sat out their
+// cooldown. Nothing of the job runs meanwhile; an interrupt ends hvdrun as between any two
+// generations.
+void Elastic::wait_for_kept_hosts() {
+  for (auto now = Clock::now(); now < restart_at_; now = Clock::now()) {
+    const auto wait =
+        std::min(milliseconds(1000), std::chrono::ceil<milliseconds>(restart_at_ - now));
+    pollfd none{-1, 0, 0};
+    ::poll(&none, 0, static_cast<int>(wait.count()));
   }
 }
 
@@ -257,7 +280,7 @@ std::optional<JobHooks::Reform> Elastic::reform(const Failure& failure) {
   }
   // Elastic join excludes no node: a lost one is gone (its link closed), and one that comes
   // back is a new pod, taken at once; a rank that failed is replaced on its node.
-  if (!opt_.join.elastic()) exclude(failure);
+  if (!opt_.join.elastic()) exclude(failure, false);
   JobHooks::Reform how;
   for (const auto& [host, until] : blacklist_.active(Clock::now())) how.excluded.push_back(host);
   how.max_np = e_.max_np;
@@ -316,6 +339,7 @@ int Elastic::run() {
                                                  : std::vector<pid_t>{};
     };
     next_discovery_ = Clock::now() + interval_;
+    const auto started = Clock::now();
     const int code = launch_(g, hooks);
     if (!outcome || outcome->interrupted || outcome->final || reform_failed_) return code;
     if (!e_.restarts) return code;     // elastic join: the other nodes ended with the generation
@@ -326,10 +350,22 @@ int Elastic::run() {
           ") is used up; ending with the last failure's exit code " + std::to_string(code));
       return code;
     }
-    exclude(*outcome);
+    // A generation that ran for the longest cooldown was no crash loop: its hosts start
+    // over at the shortest.
+    if (Clock::now() - started >= seconds(e_.cooldown_max_s))
+      kept_ = Blacklist(seconds(e_.cooldown_min_s), seconds(e_.cooldown_max_s));
+    restart_at_ = {};
+    exclude(*outcome, true);
     const std::string why = outcome->message.substr(0, outcome->message.find('\n'));
+    const auto wait = std::chrono::ceil<seconds>(restart_at_ - Clock::now());
     say("generation " + std::to_string(generation_) +
-        " ended: " + (why.rfind("hvdrun: ", 0) == 0 ? why.substr(8) : why) + "; restarting");
+        " ended: " + (why.rfind("hvdrun: ", 0) == 0 ? why.substr(8) : why) + "; restarting" +
+        (wait.count() > 0 ? " in " + std::to_string(wait.count()) +
+                                " s (a kept host's cooldown, doubling with each failure in a "
+                                "row, up to --blacklist-cooldown-range's MAX; give "
+                                "--reset-limit to restart at once)"
+                          : ""));
+    wait_for_kept_hosts();
     if (discovery_) hosts_ = discover();
   }
 }

@@ -145,19 +145,23 @@ TEST_CASE("discovery script: its hosts, or why there are none") {
 
 namespace {
 
-// A stand-in launch: records each generation's options and answers from a script of
-// outcomes.
+// A stand-in launch: records each generation's options and start time and answers from a
+// script of outcomes, each after running for its step's time.
 struct FakeLaunch {
   struct Step {
     int code;
     std::optional<Failure> outcome;
+    std::chrono::milliseconds runs{0};
   };
   std::vector<Step> steps;
   std::vector<LaunchOptions> seen;
+  std::vector<Clock::time_point> started;
   int operator()(const LaunchOptions& o, const JobHooks& hooks) {
     seen.push_back(o);
+    started.push_back(Clock::now());
     REQUIRE(seen.size() <= steps.size());
     const Step& s = steps[seen.size() - 1];
+    std::this_thread::sleep_for(s.runs);  // the generation's run time, not a wait on an event
     *hooks.outcome = s.outcome;
     return s.code;
   }
@@ -225,9 +229,39 @@ TEST_CASE("generations: a failing rank's host stays when leaving it out is below
   o.elastic.reset_limit = 2;
   FakeLaunch fake;
   fake.steps = {{3, rank_failure(3, "a")}, {3, rank_failure(3, "a")}, {0, std::nullopt}};
+  const auto t0 = Clock::now();
   CHECK(run_elastic(o, std::ref(fake)) == 0);
   REQUIRE(fake.seen.size() == 3);
   CHECK(names(fake.seen[2].hosts) == "a:2 ");
+  // With a restart budget the restarts come at once (the default cooldown is 10 s).
+  CHECK(Clock::now() - t0 < 5s);
+}
+
+// Without a budget, a program that fails at once would restart on its kept host for ever
+// at full speed (2-3 restarts a second were seen): each restart waits the host's cooldown,
+// doubling with each failure in a row, and a generation that ran for the longest cooldown
+// starts the count over.
+TEST_CASE("generations: with no restart budget a kept host's restarts wait its cooldown") {
+  LaunchOptions o;
+  o.hosts = {{"a", 2}};
+  o.np = 2;
+  o.elastic.min_np = 2;
+  o.elastic.cooldown_min_s = 1;
+  o.elastic.cooldown_max_s = 2;
+  FakeLaunch fake;
+  fake.steps = {{3, rank_failure(3, "a")},
+                {3, rank_failure(3, "a")},
+                {3, rank_failure(3, "a"), 2100ms},  // ran for the longest cooldown
+                {0, std::nullopt}};
+  CHECK(run_elastic(o, std::ref(fake)) == 0);
+  REQUIRE(fake.started.size() == 4);
+  const auto gap = [&](std::size_t i, std::chrono::milliseconds ran) {
+    return fake.started[i] - fake.started[i - 1] - ran;
+  };
+  CHECK(gap(1, 0ms) >= 1s);  // the first failure: MIN
+  CHECK(gap(2, 0ms) >= 2s);  // the second in a row: doubled, up to MAX
+  CHECK(gap(3, 2100ms) >= 1s);
+  CHECK(gap(3, 2100ms) < gap(2, 0ms) - 500ms);  // back to MIN after the long run
 }
 
 // -np sizes the first generation only: the growth check must size what it found as the
