@@ -182,6 +182,16 @@ LaunchOptions three_hosts() {
   return o;
 }
 
+// One host of 2 slots, both needed (--min-np 2): a failing rank's host is kept.
+LaunchOptions one_needed_host() {
+  LaunchOptions o;
+  o.hosts = {{"a", 2}};
+  o.np = 2;
+  o.elastic.min_np = 2;
+  o.command = {"true"};
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("generations: restarts counted against one budget, failed hosts left out") {
@@ -222,10 +232,7 @@ TEST_CASE("generations: a lost host always leaves, too few slots end the job") {
 }
 
 TEST_CASE("generations: a failing rank's host stays when leaving it out is below --min-np") {
-  LaunchOptions o;
-  o.hosts = {{"a", 2}};
-  o.np = 2;
-  o.elastic.min_np = 2;
+  auto o = one_needed_host();
   o.elastic.reset_limit = 2;
   FakeLaunch fake;
   fake.steps = {{3, rank_failure(3, "a")}, {3, rank_failure(3, "a")}, {0, std::nullopt}};
@@ -242,10 +249,7 @@ TEST_CASE("generations: a failing rank's host stays when leaving it out is below
 // doubling with each failure in a row, and a generation that ran for the longest cooldown
 // starts the count over.
 TEST_CASE("generations: with no restart budget a kept host's restarts wait its cooldown") {
-  LaunchOptions o;
-  o.hosts = {{"a", 2}};
-  o.np = 2;
-  o.elastic.min_np = 2;
+  auto o = one_needed_host();
   o.elastic.cooldown_min_s = 1;
   o.elastic.cooldown_max_s = 2;
   FakeLaunch fake;
