@@ -8,6 +8,7 @@
 #include <ctime>
 #include <optional>
 
+#include "common/deadline.h"
 #include "common/error.h"
 #include "common/exit_status.h"
 #include "common/plural.h"
@@ -114,8 +115,7 @@ class Elastic {
   std::optional<JobHooks::Reform> reform(const Failure& failure);
   std::string excluded_text() const;
   int too_few(int available) const;
-  void exclude(const Failure& failure, bool restarting);
-  void wait_for_kept_hosts();
+  Clock::time_point exclude(const Failure& failure, bool restarting);
 
   const LaunchOptions& opt_;
   const ElasticOptions& e_;
@@ -125,7 +125,6 @@ class Elastic {
   // (the --min-np rule), with the cooldown they would have been excluded for, waited out
   // before the restart instead; cleared by a generation that ran for the longest cooldown.
   Blacklist kept_;
-  Clock::time_point restart_at_{};
   milliseconds interval_;
   std::optional<Discovery> discovery_;
   std::vector<hostfile::HostSlots> hosts_;
@@ -206,9 +205,11 @@ int Elastic::too_few(int available) const {
 
 // Excludes the hosts a failure blames. A rank's failure leaves its host in use when
 // excluding it would leave fewer than --min-np slots (the job restarts where it was, as
-// torchrun does); a host that failed itself is always excluded.
-void Elastic::exclude(const Failure& failure, bool restarting) {
+// torchrun does); a host that failed itself is always excluded. Returns when a restart
+// may start on the hosts kept (`restarting` with no budget; otherwise at once).
+Clock::time_point Elastic::exclude(const Failure& failure, bool restarting) {
   const auto now = Clock::now();
+  Clock::time_point restart_at{};
   for (const auto& h : failure.hosts) {
     if (failure.rank_failed) {
       int left = 0;
@@ -219,24 +220,13 @@ void Elastic::exclude(const Failure& failure, bool restarting) {
         // With no restart budget, a program that fails at once would restart there for
         // ever at full speed: the restart waits the cooldown instead (a budget restarts
         // at once, as torchrun's --max-restarts does).
-        if (restarting && !e_.reset_limit) restart_at_ = std::max(restart_at_, kept_.add(h, now));
+        if (restarting && !e_.reset_limit) restart_at = std::max(restart_at, kept_.add(h, now));
         continue;
       }
     }
     blacklist_.add(h, now);
   }
-}
-
-// Restart mode: waits until the hosts kept after the last failure have sat out their
-// cooldown. Nothing of the job runs meanwhile; an interrupt ends hvdrun as between any two
-// generations.
-void Elastic::wait_for_kept_hosts() {
-  for (auto now = Clock::now(); now < restart_at_; now = Clock::now()) {
-    const auto wait =
-        std::min(milliseconds(1000), std::chrono::ceil<milliseconds>(restart_at_ - now));
-    pollfd none{-1, 0, 0};
-    ::poll(&none, 0, static_cast<int>(wait.count()));
-  }
+  return restart_at;
 }
 
 // Polled by the job loop: runs discovery every interval; true when a run has answered
@@ -354,10 +344,9 @@ int Elastic::run() {
     // over at the shortest.
     if (Clock::now() - started >= seconds(e_.cooldown_max_s))
       kept_ = Blacklist(seconds(e_.cooldown_min_s), seconds(e_.cooldown_max_s));
-    restart_at_ = {};
-    exclude(*outcome, true);
+    const auto restart_at = exclude(*outcome, true);
     const std::string why = outcome->message.substr(0, outcome->message.find('\n'));
-    const auto wait = std::chrono::ceil<seconds>(restart_at_ - Clock::now());
+    const auto wait = std::chrono::ceil<seconds>(left_until(restart_at));
     say("generation " + std::to_string(generation_) +
         " ended: " + (why.rfind("hvdrun: ", 0) == 0 ? why.substr(8) : why) + "; restarting" +
         (wait.count() > 0 ? " in " + std::to_string(wait.count()) +
@@ -365,7 +354,12 @@ int Elastic::run() {
                                 "row, up to --blacklist-cooldown-range's MAX; give "
                                 "--reset-limit to restart at once)"
                           : ""));
-    wait_for_kept_hosts();
+    // Nothing of the job runs meanwhile; an interrupt ends hvdrun as between any two
+    // generations (a poll cut short by a signal is made again).
+    for (int ms; (ms = poll_ms_left(restart_at)) > 0;) {
+      pollfd none{-1, 0, 0};
+      ::poll(&none, 0, ms);
+    }
     if (discovery_) hosts_ = discover();
   }
 }

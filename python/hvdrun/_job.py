@@ -313,8 +313,8 @@ def _add_process_set(process_set, what, given_to_init=False):
     if r == _lib.DUPLICATE_SET and given_to_init:
         # As Horovod's init(process_sets=...): the object names the set those ranks form
         # already (every rank: the global set); init() then tells a repeat in its list.
-        same = [i for i, s in _sets.items() if sorted(s.ranks) == sorted(ranks)]
-        if same or len(set(ranks)) == query(what, "size"):
+        same = [i for i, s in _sets.items() if s.ranks == ranks]  # (ranks are sorted)
+        if same or len(ranks) == query(what, "size"):
             process_set.process_set_id = same[0] if same else 0
             return process_set
     if r == _lib.DUPLICATE_SET:
