@@ -234,11 +234,13 @@ Prepared prepare(const Collective& c) {
     kind = runtime::Kind::kBroadcast;
     if (c.root < 0 || c.root >= w->env().size)
       throw InvalidArgument("hvdrun::broadcast: root " + std::to_string(c.root) +
-                            " is not a rank (size " + std::to_string(w->env().size) + ")");
+                            " is not a rank (size " + std::to_string(w->env().size) +
+                            "); pass a rank from 0 to " + std::to_string(w->env().size - 1));
     if (p.set && p.set->ranks.end() == std::find(p.set->ranks.begin(), p.set->ranks.end(), c.root))
       throw InvalidArgument("hvdrun::broadcast: root " + std::to_string(c.root) +
                             " is not in process set " + std::to_string(p.set->id) + " (ranks " +
-                            runtime::ranks_text(p.set->ranks) + ")");
+                            runtime::ranks_text(p.set->ranks) +
+                            "); pass one of its ranks (a rank of the job)");
     if (c.count > 0 && c.recv == nullptr) throw InvalidArgument("hvdrun::broadcast: null buffer");
   } else if (c.kind == CollectiveKind::kAllgather) {
     kind = runtime::Kind::kAllgather;

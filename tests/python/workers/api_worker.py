@@ -164,7 +164,8 @@ h = hvd.broadcast_async_(v, root)
 assert hvd.synchronize(h) is v and v.tolist() == [root, root]
 if n > 1:
     # A root that is not a rank: each rank's own mistake, found before data moves.
-    expect_raises(ValueError, lambda: hvd.broadcast(torch.ones(1), n + 3), "root")
+    expect_raises(ValueError, lambda: hvd.broadcast(torch.ones(1), n + 3), "root",
+                  f"pass a rank from 0 to {n - 1}")
 
 # Objects.
 obj = hvd.broadcast_object({"from": r, "lam": (lambda q: q + 1) if r == root else None}, root)
