@@ -59,9 +59,10 @@ const std::array kOwnOptions = {
     OptSpec{"report-bindings", 0, false, nullptr, "Job",
             "print each rank's cores, NUMA node, GPU and NIC before the start", kRun},
     OptSpec{"min-np", 0, false, "N", "Elastic",
-            "elastic mode: fewest ranks; fewer usable slots end the job", kRun},
-    OptSpec{"max-np", 0, false, "N", "Elastic", "elastic mode: most ranks (default: all slots)",
+            "elastic mode: fewest ranks; fewer usable slots end the job (also --min-num-proc)",
             kRun},
+    OptSpec{"max-np", 0, false, "N", "Elastic",
+            "elastic mode: most ranks (default: all slots; also --max-num-proc)", kRun},
     OptSpec{"host-discovery-script", 0, false, "PATH", "Elastic",
             "elastic mode: prints 'host' or 'host:slots' lines; run at start, after each "
             "failure and every HVDRUN_DISCOVERY_INTERVAL seconds (3)",
@@ -133,7 +134,7 @@ const std::array kOwnOptions = {
             kAll},
     OptSpec{"check-build", 0, false, nullptr, "Other", "show build features (Gloo, NCCL) and exit",
             kRun},
-    OptSpec{"version", 0, false, nullptr, "Other", "print the version and exit", kAll},
+    OptSpec{"version", 'v', false, nullptr, "Other", "print the version and exit", kAll},
     OptSpec{"help", 'h', false, nullptr, "Other", "print this help and exit", kAll},
 };
 

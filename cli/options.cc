@@ -151,6 +151,7 @@ std::optional<Token> option_token(const std::string& a) {
   if (a.size() > 2 && a.compare(0, 2, "--") == 0) {
     size_t eq = a.find('=');
     std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    if (auto alias = compat::horovod_long_alias(name); !alias.empty()) name = std::string(alias);
     for (const auto& s : options()) {
       if (name == s.name) t.spec = &s;
     }
@@ -491,7 +492,11 @@ void apply_elastic(const Values& v, launcher::LaunchOptions& o) {
   }
   const bool any = v.given("max-np") || v.given("slots-per-host") ||
                    v.given("blacklist-cooldown-range") || v.given("elastic-timeout");
-  if (e.reset_limit && !e.enabled()) e.min_np = 1;  // restarts alone: torchrun's --max-restarts
+  if (e.reset_limit && !e.enabled()) {
+    // Restarts alone (torchrun's --max-restarts): the same job again, at its size or less.
+    e.min_np = 1;
+    if (!e.max_np) e.max_np = o.np;
+  }
   if (any && !e.enabled())
     throw UsageError(
         "elastic options need elastic mode; add --min-np N or --host-discovery-script PATH");

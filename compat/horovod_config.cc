@@ -252,7 +252,8 @@ std::vector<std::string> horovod_config_env(
       return s.key->section == section && s.key->key == key && !s.value.empty();
     });
   };
-  const bool autotune = flag_given("autotune") || in_file("autotune", "enabled");
+  const bool autotune =
+      (flag_given("autotune") || in_file("autotune", "enabled")) && !flag_given("no-autotune");
   const bool timeline = flag_given("timeline-filename") || in_file("timeline", "filename");
   std::set<std::string> on_command_line;
   for (const auto& entry : horovod_knob_env(given)) {

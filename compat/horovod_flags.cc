@@ -32,7 +32,13 @@ const std::array kKnobs = {
                 "HOROVOD_HIERARCHICAL_ALLGATHER", Knob::one},
     HorovodKnob{"no-hierarchical-allgather", nullptr, "HOROVOD_HIERARCHICAL_ALLGATHER=0",
                 "HOROVOD_HIERARCHICAL_ALLGATHER", Knob::zero},
+    HorovodKnob{"torus-allreduce", nullptr, "HOROVOD_TORUS_ALLREDUCE=1", "HOROVOD_TORUS_ALLREDUCE",
+                Knob::one},
+    HorovodKnob{"no-torus-allreduce", nullptr, "HOROVOD_TORUS_ALLREDUCE=0",
+                "HOROVOD_TORUS_ALLREDUCE", Knob::zero},
     HorovodKnob{"autotune", nullptr, "HOROVOD_AUTOTUNE=1", "HOROVOD_AUTOTUNE", Knob::one},
+    HorovodKnob{"no-autotune", nullptr, "HOROVOD_AUTOTUNE=0 (the autotune settings unset)",
+                "HOROVOD_AUTOTUNE", Knob::zero},
     HorovodKnob{"autotune-log-file", "FILE", "HOROVOD_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG",
                 Knob::text},
     HorovodKnob{"autotune-warmup-samples", "N", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES",
@@ -47,8 +53,12 @@ const std::array kKnobs = {
     HorovodKnob{"timeline-filename", "FILE", "HOROVOD_TIMELINE", "HOROVOD_TIMELINE", Knob::text},
     HorovodKnob{"timeline-mark-cycles", nullptr, "HOROVOD_TIMELINE_MARK_CYCLES=1",
                 "HOROVOD_TIMELINE_MARK_CYCLES", Knob::one},
+    HorovodKnob{"no-timeline-mark-cycles", nullptr, "HOROVOD_TIMELINE_MARK_CYCLES=0",
+                "HOROVOD_TIMELINE_MARK_CYCLES", Knob::zero},
     HorovodKnob{"no-stall-check", nullptr, "HOROVOD_STALL_CHECK_DISABLE=1",
                 "HOROVOD_STALL_CHECK_DISABLE", Knob::one},
+    HorovodKnob{"stall-check", nullptr, "HOROVOD_STALL_CHECK_DISABLE=0",
+                "HOROVOD_STALL_CHECK_DISABLE", Knob::zero},
     HorovodKnob{"stall-check-warning-time-seconds", "SEC", "HOROVOD_STALL_CHECK_TIME_SECONDS",
                 "HOROVOD_STALL_CHECK_TIME_SECONDS", Knob::whole},
     HorovodKnob{"stall-check-shutdown-time-seconds", "SEC", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
@@ -62,15 +72,22 @@ const std::array kKnobs = {
     HorovodKnob{"tcp", nullptr, "NCCL_IB_DISABLE=1 (TCP only)", "NCCL_IB_DISABLE", Knob::one},
     HorovodKnob{"log-without-timestamp", nullptr, "HOROVOD_LOG_HIDE_TIME=1",
                 "HOROVOD_LOG_HIDE_TIME", Knob::one},
+    HorovodKnob{"log-with-timestamp", nullptr, "HOROVOD_LOG_HIDE_TIME=0", "HOROVOD_LOG_HIDE_TIME",
+                Knob::zero},
+    HorovodKnob{"log-hide-timestamp", nullptr, "old name of --log-without-timestamp",
+                "HOROVOD_LOG_HIDE_TIME", Knob::one},
+    HorovodKnob{"no-log-hide-timestamp", nullptr, "old name of --log-with-timestamp",
+                "HOROVOD_LOG_HIDE_TIME", Knob::zero},
 };
 
 // horovodrun flags hvdrun does not take, with what to do instead.
-const std::array<std::pair<std::string_view, std::string_view>, 5> kRefused = {{
+const std::array<std::pair<std::string_view, std::string_view>, 6> kRefused = {{
     {"--mpi", "hvdrun has no MPI controller; drop --mpi (Horovod programs run in gloo mode)"},
     {"--jsrun", "hvdrun has no jsrun mode; drop --jsrun and give the hosts with -H"},
     {"--mpi-args", "hvdrun does not use mpirun; drop --mpi-args"},
     {"--binding-args", "hvdrun does not use mpirun; drop --binding-args"},
     {"--mpi-threads-disable", "hvdrun does not use MPI; drop --mpi-threads-disable"},
+    {"--no-mpi-threads-disable", "hvdrun does not use MPI; drop --no-mpi-threads-disable"},
 }};
 
 // mpirun's flags that users bring along, with what to do instead. --oversubscribe is refused
@@ -85,6 +102,12 @@ const std::array<std::pair<std::string_view, std::string_view>, 3> kSingleDashAl
     {"-hostfile", "hostfile"},
     {"-cb", "check-build"},
     {"-prefix-timestamp", "prefix-output-with-timestamp"},
+}};
+
+// horovodrun's second long names of options hvdrun has under their first.
+const std::array<std::pair<std::string_view, std::string_view>, 2> kLongAliases = {{
+    {"min-num-proc", "min-np"},
+    {"max-num-proc", "max-np"},
 }};
 
 }  // namespace
@@ -124,6 +147,13 @@ std::string refused_flag_message(std::string_view flag) {
 std::string_view horovod_single_dash_alias(std::string_view word) {
   for (const auto& [alias, option] : kSingleDashAliases) {
     if (alias == word) return option;
+  }
+  return {};
+}
+
+std::string_view horovod_long_alias(std::string_view name) {
+  for (const auto& [alias, option] : kLongAliases) {
+    if (alias == name) return option;
   }
   return {};
 }

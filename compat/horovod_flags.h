@@ -56,6 +56,10 @@ std::string refused_flag_message(std::string_view flag);
 /// ("-hostfile", "-cb", "-prefix-timestamp") stands for; empty for any other word.
 std::string_view horovod_single_dash_alias(std::string_view word);
 
+/// The option (long name without dashes) that horovodrun's second long name `name`
+/// ("min-num-proc", "max-num-proc") stands for; empty for any other name.
+std::string_view horovod_long_alias(std::string_view name);
+
 /// --blacklist-cooldown-range's value, "MIN MAX" or "MIN,MAX" in seconds, as (MIN, MAX).
 /// Throws UsageError unless both are whole numbers of at most a week and MIN <= MAX.
 std::pair<int, int> horovod_cooldown_range(const std::string& text);

@@ -109,9 +109,10 @@ class Elastic {
   std::vector<hostfile::HostSlots> discover();
   std::vector<hostfile::HostSlots> usable(const std::vector<hostfile::HostSlots>& hosts) const;
   static int slots(const std::vector<hostfile::HostSlots>& hosts);
-  int size_for(int available, int generation) const;
+  int size_for(int available) const;
   bool poll_discovery();
   std::optional<std::string> should_grow(int np);
+  std::optional<std::string> scaling_reset();
   std::optional<JobHooks::Reform> reform(const Failure& failure);
   std::string excluded_text() const;
   int too_few(int available) const;
@@ -125,6 +126,9 @@ class Elastic {
   // (the --min-np rule), with the cooldown they would have been excluded for, waited out
   // before the restart instead; cleared by a generation that ran for the longest cooldown.
   Blacklist kept_;
+  // Restart mode: the generation stopped to grow although --reset-limit was used up, which
+  // ends the job instead (scaling_reset).
+  bool limit_reached_ = false;
   milliseconds interval_;
   std::optional<Discovery> discovery_;
   std::vector<hostfile::HostSlots> hosts_;
@@ -180,13 +184,11 @@ int Elastic::slots(const std::vector<hostfile::HostSlots>& hosts) {
   return static_cast<int>(std::min<long>(n, 1 << 20));
 }
 
-// The first generation starts at -np (fewer if fewer slots are there); later ones take
-// every usable slot up to --max-np.
-int Elastic::size_for(int available, int generation) const {
-  int np = available;
-  if (generation == 0 && opt_.np) np = std::min(np, *opt_.np);
-  if (e_.max_np) np = std::min(np, *e_.max_np);
-  return np;
+// Every generation takes every usable slot up to --max-np, the first one too, as
+// Horovod's driver assigns them: a first generation of -np would grow at the first
+// discovery that follows, a reset (or, in restart mode, a restart) seconds into the job.
+int Elastic::size_for(int available) const {
+  return e_.max_np ? std::min(available, *e_.max_np) : available;
 }
 
 std::string Elastic::excluded_text() const {
@@ -249,12 +251,29 @@ bool Elastic::poll_discovery() {
 std::optional<std::string> Elastic::should_grow(int np) {
   if (!discovery_ || (e_.max_np && np >= *e_.max_np)) return std::nullopt;
   if (!poll_discovery()) return std::nullopt;
-  // The size the next generation would have: -np caps the first generation only, so a job
-  // started at -np 2 grows to --max-np like any other.
-  const int now_there = size_for(slots(usable(hosts_)), generation_ + 1);
+  const int now_there = size_for(slots(usable(hosts_)));
   if (now_there <= np) return std::nullopt;
+  if (auto refused = scaling_reset()) {
+    limit_reached_ = true;
+    return *refused;
+  }
   return "elastic: discovery found " + counted(now_there, "usable slot") + " for a job of " +
          counted(np, "rank") + "; stopping generation " + std::to_string(generation_) + " to grow";
+}
+
+// A reset that discovery's hosts cause (the job grows, or retires the ranks of hosts that
+// left): Horovod's --reset-limit counts it as one of the job's resets ("scale up or down"),
+// torchrun's --max-restarts does not. Why the job must end instead, or nullopt.
+std::optional<std::string> Elastic::scaling_reset() {
+  if (!e_.reset_limit || e_.reset_limit_flag != "--reset-limit") return std::nullopt;
+  if (resets_ < *e_.reset_limit) {
+    ++resets_;
+    return std::nullopt;
+  }
+  return "elastic: the hosts changed, and the reset limit (--reset-limit " +
+         std::to_string(*e_.reset_limit) +
+         ", which counts every reset, a change of hosts too, as horovodrun's does) is used up; "
+         "ending the job (--max-restarts counts failures only)";
 }
 
 // Asked by the job when a generation running in process loses ranks: counts the reset,
@@ -293,7 +312,7 @@ int Elastic::run() {
     if (available < e_.min_np.value_or(1)) return too_few(available);
     LaunchOptions g = opt_;
     g.hosts = hosts;
-    g.np = size_for(available, generation_);
+    g.np = size_for(available);
     g.generation = generation_;
     if (generation_ > 0)
       say("generation " + std::to_string(generation_) + " starts with " + counted(*g.np, "rank") +
@@ -309,6 +328,7 @@ int Elastic::run() {
       if (!poll_discovery()) return std::nullopt;
       return usable(hosts_);
     };
+    hooks.scale = [this] { return scaling_reset(); };
     hooks.reformed = [this](int generation, int size, int kept, int started,
                             const std::string& why) {
       reform_failed_ = false;
@@ -332,7 +352,8 @@ int Elastic::run() {
     const auto started = Clock::now();
     const int code = launch_(g, hooks);
     if (!outcome || outcome->interrupted || outcome->final || reform_failed_) return code;
-    if (!e_.restarts) return code;     // elastic join: the other nodes ended with the generation
+    if (!e_.restarts) return code;  // elastic join: the other nodes ended with the generation
+    if (outcome->requested && limit_reached_) return exit_status::kLaunchFailed;
     if (outcome->requested) continue;  // growing costs no restart
     last_ = outcome;
     if (e_.reset_limit && ++resets > *e_.reset_limit) {

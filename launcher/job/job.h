@@ -90,6 +90,10 @@ struct JobHooks {
   /// processes on hosts that left and grows onto slots it does not use. Unset: hosts are
   /// followed through should_stop only.
   std::function<std::optional<std::vector<hostfile::HostSlots>>()> grow;
+  /// Asked before the job grows or retires processes on discovery's word, a reset of every
+  /// rank: nullopt to go on, or why the job must end instead (Horovod's --reset-limit counts
+  /// these resets too). Unset: always go on.
+  std::function<std::optional<std::string>()> scale;
   /// Opens agent links to `hosts` for a job that grows in process, each with its launch
   /// method as at the launch (a preflight over SSH, the exec: command, an srun step): one
   /// entry per host, the link or nullptr and what went wrong. A host that is this machine

@@ -191,6 +191,13 @@ void Job::on_rank_exited(Host& h, const proto::RankExited& ex) {
     return;
   }
   if ((!ex.signaled && ex.value == 0) || stopping()) {
+    if (!ex.signaled && ex.value == 0 && !finished_ && !stopping() && hooks_.reform) {
+      finished_ = true;
+      spdlog::info(
+          "rank {} on host {} finished (exit code 0): the job no longer grows or "
+          "re-forms; it ends when the other ranks end",
+          ranks_[static_cast<std::size_t>(ex.rank)].rank, h.name);
+    }
     if (all_done()) decide_held_failure();
     return;
   }

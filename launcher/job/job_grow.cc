@@ -26,6 +26,7 @@ namespace hvdrun::launcher::job_detail {
 // Asked every turn: in process, whether discovery answered (the job then follows its
 // hosts); otherwise whether the caller wants the job stopped (JobHooks::should_stop).
 void Job::check_growth_or_stop() {
+  if (finished_) return;  // the program is over: neither growth nor a restart to grow
   if (in_process_ && hooks_.grow && hooks_.open_hosts && !stopping()) {
     if (auto hosts = hooks_.grow(); hosts && !follow_hosts(*hosts)) {
       Failure f{exit_status::kOk,
@@ -68,6 +69,12 @@ bool Job::follow_hosts(const std::vector<hostfile::HostSlots>& hosts) {
   std::vector<int> fresh;
   if (want > 0 && !grow(hosts, want, fresh)) return false;
   if (leaving.empty() && fresh.empty()) return true;
+  if (auto refused = hooks_.scale ? hooks_.scale() : std::nullopt) {
+    Failure f{exit_status::kLaunchFailed, "hvdrun: " + *refused + "\n", {}};
+    f.final = true;
+    decide(f);
+    return true;
+  }
   for (int w : leaving) ranks_[static_cast<std::size_t>(w)].retiring = true;
   if (!leaving.empty())
     why += leaving.size() > 1 ? ": they leave the job at the next commit"

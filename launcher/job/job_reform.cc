@@ -103,7 +103,7 @@ void Job::on_rank_left(Host& h, const proto::RankLeft& l) {
 void Job::check_left_hold(Clock::time_point t) {
   if (!left_hold_ || t < *left_hold_) return;
   left_hold_.reset();
-  if (in_process_ && !stopping() && hooks_.reform) {
+  if (in_process_ && !stopping() && hooks_.reform && !finished_) {
     // Every rank's collective failed (a mismatch, say) and nothing else did: the same
     // ranks move to a next generation, with no blame and no reset counted.
     JobHooks::Reform same;
@@ -120,6 +120,12 @@ void Job::check_left_hold(Clock::time_point t) {
 // instead of stopping them. False when the failure must end the generation.
 bool Job::recover(const Failure& f) {
   if (!in_process_ || !hooks_.reform || stopping() || f.interrupted || f.requested) return false;
+  if (finished_) {
+    spdlog::warn(
+        "elastic: a rank had already finished (exit code 0), so the job does not "
+        "re-form after this failure");
+    return false;
+  }
   left_hold_.reset();
   auto how = hooks_.reform(f);
   if (!how) return false;
@@ -142,6 +148,11 @@ bool Job::reform(const JobHooks::Reform& how, const Failure& f, bool blamed) {
         !excluded(hosts_[static_cast<std::size_t>(rs.host)]))
       members.push_back(w);
   }
+  // Rank 0 of the next generation broadcasts the committed state: a survivor that has run
+  // under hvd.elastic.run (it synced and committed) comes before one started anew that has
+  // not reached it yet (it holds only what the program built).
+  std::stable_partition(members.begin(), members.end(),
+                        [&](int w) { return ranks_[static_cast<std::size_t>(w)].declared >= 0; });
   const int kept = static_cast<int>(members.size());
   if (how.max_np && kept > *how.max_np) members.resize(static_cast<std::size_t>(*how.max_np));
   std::vector<int> fresh;

@@ -280,6 +280,10 @@ class Job {
   bool interrupted_ = false;
   int generation_ = 0;
   bool in_process_ = false;  // every rank declared the elastic API: failures re-form
+  // A rank of the current generation exited 0: the program has finished, so the job neither
+  // grows nor re-forms any more (either would start the program again in processes whose
+  // training is over); it ends when the others end.
+  bool finished_ = false;
   // A rank left the current generation with no failure known to this process: a re-form
   // at the same size once this passes, unless the failure behind it arrives first.
   std::optional<Clock::time_point> left_hold_;

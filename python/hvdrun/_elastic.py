@@ -33,6 +33,40 @@ class HostsUpdatedInterrupt(RuntimeError):
         self.skip_sync = skip_sync
 
 
+class _HostMessages(queue.Queue):
+    """A State's queue of host updates, (timestamp, HOSTS_ADDED | HOSTS_REMOVED). Horovod's
+    driver pushes them from a notification thread; hvdrun's agent tells libhvdrun, which is
+    asked whenever the queue is looked at, so a program that waits on
+    `state._host_messages` (as Horovod's own elastic tests do) sees the update before its
+    next commit."""
+
+    def __init__(self, state):
+        super().__init__()
+        self._state = state
+        self._told = False
+
+    def poll_agent(self):
+        """Puts the agent's pending update, once, stamped after the last one acted on."""
+        if self._told:
+            return
+        placed = agent_host_update() & (HOSTS_ADDED | HOSTS_REMOVED)
+        if placed:
+            self._told = True
+            self.put((self._state._last_updated_timestamp + 1, placed))
+
+    def empty(self):
+        self.poll_agent()
+        return super().empty()
+
+    def qsize(self):
+        self.poll_agent()
+        return super().qsize()
+
+    def get(self, block=True, timeout=None):
+        self.poll_agent()
+        return super().get(block, timeout)
+
+
 class State:
     """State kept in memory across resets. Subclasses define save(), restore() and sync().
 
@@ -44,8 +78,8 @@ class State:
     def __init__(self, bcast_object, get_rank):
         self._bcast_object = bcast_object
         self._rank = get_rank
-        self._host_messages = queue.Queue()
         self._last_updated_timestamp = 0
+        self._host_messages = _HostMessages(self)
         self._reset_callbacks = []
 
     def register_reset_callbacks(self, callbacks):
@@ -56,7 +90,7 @@ class State:
     def on_reset(self):
         """Called by `run` after a reset: drops pending host messages, calls reset(), then
         the registered callbacks in order."""
-        self._host_messages = queue.Queue()
+        self._host_messages = _HostMessages(self)
         self.reset()
         for callback in self._reset_callbacks:
             callback()
@@ -81,9 +115,7 @@ class State:
         collective: every rank calls it at the same point (rank 0's view is broadcast, so
         all ranks decide alike)."""
         previous = newest = self._last_updated_timestamp
-        placed = agent_host_update() & (HOSTS_ADDED | HOSTS_REMOVED)
-        if placed:
-            self._host_messages.put((previous + 1, placed))
+        self._host_messages.poll_agent()
         what = NO_UPDATE
         while not self._host_messages.empty():
             timestamp, update = self._host_messages.get()

@@ -164,6 +164,9 @@ TEST_CASE("autotune and timeline settings apply only when horovodrun would apply
   CHECK(env.at("HOROVOD_AUTOTUNE_WARMUP_SAMPLES") == "5");
   CHECK(env.at("HOROVOD_TIMELINE_MARK_CYCLES") == "1");
   CHECK(env.count("HOROVOD_AUTOTUNE") == 0);  // set by the flag itself
+  // --no-autotune turns the file's autotune off, settings and all, as horovodrun's does.
+  CHECK(as_map(horovod_config_env("autotune:\n  enabled: true\n  warmup_samples: 5\n", "c.yaml",
+                                  {{"no-autotune", ""}})) == Env{});
 }
 
 TEST_CASE("the YAML subset: comments quotes nulls and a document marker") {

@@ -463,6 +463,21 @@ TEST_CASE("horovodrun's tuning flags become the variables horovodrun sets") {
   cmd = parse_command_line(split("-np 1 -prefix-timestamp true"));
   CHECK(cmd.options.prefix_timestamp);
   CHECK(parse_command_line(split("-cb")).action == Action::check_build);
+  CHECK(parse_command_line(split("-v")).action == Action::version);
+
+  // The switches horovodrun keeps out of its --help set what it sets.
+  cmd = parse_command_line(
+      split("-np 1 --torus-allreduce --no-autotune --no-timeline-mark-cycles --stall-check "
+            "--log-with-timestamp true"));
+  CHECK(cmd.options.env ==
+        std::vector<std::string>{"HOROVOD_TORUS_ALLREDUCE=1", "HOROVOD_AUTOTUNE=0",
+                                 "HOROVOD_TIMELINE_MARK_CYCLES=0", "HOROVOD_STALL_CHECK_DISABLE=0",
+                                 "HOROVOD_LOG_HIDE_TIME=0"});
+  CHECK(parse_command_line(split("-np 1 --no-torus-allreduce --log-hide-timestamp true"))
+            .options.env ==
+        std::vector<std::string>{"HOROVOD_TORUS_ALLREDUCE=0", "HOROVOD_LOG_HIDE_TIME=1"});
+  CHECK(parse_command_line(split("-np 1 --no-log-hide-timestamp true")).options.env ==
+        std::vector<std::string>{"HOROVOD_LOG_HIDE_TIME=0"});
 }
 
 TEST_CASE("horovodrun flags that cannot apply say what to do instead") {
@@ -491,6 +506,14 @@ TEST_CASE("horovodrun flags that cannot apply say what to do instead") {
       {"-np 2 --hierarchical-allreduce --no-hierarchical-allreduce x",
        "--hierarchical-allreduce and --no-hierarchical-allreduce cannot be used together; give "
        "one of them"},
+      {"-np 2 --no-stall-check --stall-check x",
+       "--no-stall-check and --stall-check cannot be used together; give one of them"},
+      {"-np 2 --log-without-timestamp --log-hide-timestamp x",
+       "--log-without-timestamp and --log-hide-timestamp cannot be used together; give one of "
+       "them"},
+      {"-np 2 --no-mpi-threads-disable x",
+       "horovodrun's --no-mpi-threads-disable is not supported: hvdrun does not use MPI; drop "
+       "--no-mpi-threads-disable"},
       {"check -H a --autotune",
        "--autotune does not apply to 'hvdrun check'; see hvdrun --help for the options it takes"},
       // mpirun's habit: refused with where more ranks per host come from in hvdrun.
@@ -522,6 +545,11 @@ TEST_CASE("horovodrun's elastic flags turn elastic mode on, with their bounds ch
   CHECK(e.cooldown_max_s == 60);
   CHECK(e.elastic_timeout_s == 30);
   CHECK(cmd.options.command == Args{"python", "t.py"});
+  // horovodrun's second names of --min-np and --max-np.
+  cmd = parse_command_line(
+      split("-np 2 --min-num-proc 1 --max-num-proc=4 --host-discovery-script ./d.sh x"));
+  CHECK(cmd.options.elastic.min_np == 1);
+  CHECK(cmd.options.elastic.max_np == 4);
 
   // torchrun's --max-restarts alone: restarts on the same hosts, at least one rank.
   cmd = parse_command_line(split("-np 2 --max-restarts 2 x"));
@@ -529,6 +557,8 @@ TEST_CASE("horovodrun's elastic flags turn elastic mode on, with their bounds ch
   CHECK(cmd.options.elastic.reset_limit == 2);
   CHECK(cmd.options.elastic.reset_limit_flag == "--max-restarts");  // messages name it so
   CHECK(cmd.options.elastic.min_np == 1);
+  // ... and at its size: the restarted job is the same job, with no more ranks than -np.
+  CHECK(parse_command_line(split("-np 2 -H a:4 --max-restarts 2 x")).options.elastic.max_np == 2);
   CHECK(parse_command_line(split("-np 2 --reset-limit 2 x")).options.elastic.reset_limit_flag ==
         "--reset-limit");
   // --min-np alone: the size defaults to... -np, else min-np.

@@ -504,26 +504,30 @@ def test_a_host_back_from_its_cooldown_returns_while_another_leaves(tmp_path, th
 
 # A Horovod elastic program that hvdrun's agent moves in process (the agent played by the
 # test over the rank's control channel, common/control_protocol.h): it says it is elastic,
-# is placed in generation 1 with hosts added, acts on it at its next commit without a
-# restore, joins generation 1 in the same process and says so again there.
+# is placed in generation 1 with hosts added, sees the update in `state._host_messages`
+# before its next commit (where Horovod's own elastic tests wait for it), acts on it at that
+# commit without a restore, joins generation 1 in the same process and says so again there.
 INPROCESS_PROGRAM = """
 import sys
 import hvdrun.torch as hvd
 hvd.init()
 state = hvd.elastic.ObjectState(step=0)
 resets = []
+messages = []
 state.register_reset_callbacks([lambda: resets.append(hvd.generation())])
 
 @hvd.elastic.run
 def train(state):
     while hvd.generation() == 0 and state.step < 100000:
         state.step += 1
+        if not messages and not state._host_messages.empty():
+            messages.append(state._host_messages.queue[0])
         state.commit()
     return state.step
 
 steps = train(state)
 print(f"generation {hvd.generation()} steps {steps} kept {state.step == steps} "
-      f"resets {resets}", flush=True)
+      f"resets {resets} messages {messages}", flush=True)
 """
 
 
@@ -570,10 +574,12 @@ def test_an_elastic_program_moves_to_its_placement_in_the_same_process():
         out, err = proc.communicate(timeout=120)
         agent.close()
     assert proc.returncode == 0, err
-    m = re.search(r"generation (\d+) steps (\d+) kept (\w+) resets (\[.*\])", out)
+    m = re.search(r"generation (\d+) steps (\d+) kept (\w+) resets (\[.*\]) messages (\[.*\])",
+                  out)
     assert m, out + err
     assert m.group(1) == "1" and int(m.group(2)) >= 1 and m.group(3) == "True", out
     assert m.group(4) == "[1]", out  # one reset, into generation 1
+    assert m.group(5) == "[(1, 1)]", out  # (timestamp, HOSTS_ADDED) before the commit
 
 
 def _size_after(tmp_path, proc, generation, size):

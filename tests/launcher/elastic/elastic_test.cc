@@ -271,25 +271,63 @@ TEST_CASE("generations: with no restart budget a kept host's restarts wait its c
 // -np sizes the first generation only: the growth check must size what it found as the
 // next generation would be (up to --max-np), or a job started at -np 2 --max-np 4 never
 // grows, whatever discovery reports.
-TEST_CASE("generations: a job started at -np below --max-np asks to grow when slots appear") {
-  testing::TempDir dir("elastic");
+namespace {
+
+// HVDRUN_DISCOVERY_INTERVAL at 0.1 s for a case, the environment as it was however it ends.
+struct FastDiscovery {
+  FastDiscovery() { ::setenv("HVDRUN_DISCOVERY_INTERVAL", "0.1", 1); }
+  ~FastDiscovery() { ::unsetenv("HVDRUN_DISCOVERY_INTERVAL"); }
+  FastDiscovery(const FastDiscovery&) = delete;
+  FastDiscovery& operator=(const FastDiscovery&) = delete;
+};
+
+// -np 2 --min-np 2 --max-np 4 with `discover` as the discovery script.
+LaunchOptions two_to_four(const std::string& discover) {
   auto o = three_hosts();
   o.hosts.clear();
   o.np = 2;
   o.elastic.min_np = 2;
   o.elastic.max_np = 4;
-  o.elastic.discovery_script = script(dir, "echo a:2; echo b:2");
-  struct Interval {  // the environment as it was, however the case ends
-    Interval() { ::setenv("HVDRUN_DISCOVERY_INTERVAL", "0.1", 1); }
-    ~Interval() { ::unsetenv("HVDRUN_DISCOVERY_INTERVAL"); }
-    Interval(const Interval&) = delete;
-    Interval& operator=(const Interval&) = delete;
-  } interval;
+  o.elastic.discovery_script = discover;
+  return o;
+}
+
+}  // namespace
+
+// As Horovod's driver: -np is not a cap on the first generation, which would otherwise grow
+// (a reset, or a restart) at the first discovery after the start.
+TEST_CASE("generations: the first one takes every usable slot up to --max-np") {
+  testing::TempDir dir("elastic");
+  FastDiscovery fast;
+  auto o = two_to_four(script(dir, "echo a:2; echo b:1; echo c:2"));
+  std::vector<LaunchOptions> seen;
+  const GenerationLaunch launch = [&](const LaunchOptions& g, const JobHooks& hooks) {
+    seen.push_back(g);
+    *hooks.outcome = std::nullopt;
+    return 0;
+  };
+  CHECK(run_elastic(o, launch) == 0);
+  REQUIRE(seen.size() == 1);
+  CHECK(*seen[0].np == 4);
+  CHECK(seen[0].hosts.size() == 3);
+  o.elastic.max_np.reset();
+  seen.clear();
+  CHECK(run_elastic(o, launch) == 0);
+  REQUIRE(seen.size() == 1);
+  CHECK(*seen[0].np == 5);  // no --max-np: every usable slot
+}
+
+TEST_CASE("generations: a restart-mode job asks to grow when discovery lists more slots") {
+  testing::TempDir dir("elastic");
+  FastDiscovery fast;
+  const std::string more = dir.path() + "/more";
+  auto o = two_to_four(script(dir, "echo a:2; if [ -e '" + more + "' ]; then echo b:2; fi"));
   std::vector<int> sizes;
   std::vector<std::string> why;
   const GenerationLaunch launch = [&](const LaunchOptions& g, const JobHooks& hooks) {
     sizes.push_back(*g.np);
     if (g.generation == 0) {
+      std::ofstream(more) << "b\n";  // the second host appears once the job runs
       // The job loop's turns, until the growth check asks for a stop (or 20 s pass).
       const auto give_up = Clock::now() + 20s;
       while (Clock::now() < give_up) {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "common/fd.h"
@@ -382,4 +383,65 @@ TEST_CASE("job loop: in process, a host that goes away with its retiring ranks i
   REQUIRE(said.size() == 1);  // the retirement; no re-formation after a failure
   CHECK(job.records["localhost"]->kills == 0);
   CHECK(job.stderr_text().empty());
+}
+
+namespace {
+
+// elastic_job, with hooks.scale answering `refuse` (nullopt: go on) and a re-formation that
+// keeps every host, where elastic_job's ends the job.
+void elastic_job_with(FakeJob& job, int min_np, const std::vector<hostfile::HostSlots>& answer,
+                      int after, std::vector<std::string>& said,
+                      const std::optional<std::string>& refuse = std::nullopt) {
+  elastic_job(job, min_np, answer, after, said);
+  job.setup = [base = job.setup, refuse](LaunchOptions& o, JobHooks& hooks) {
+    base(o, hooks);
+    hooks.reform = [](const Failure&) {
+      return std::optional<JobHooks::Reform>(JobHooks::Reform{});
+    };
+    hooks.scale = [refuse] { return refuse; };
+  };
+}
+
+}  // namespace
+
+// Horovod's elastic driver stops once a worker succeeded: the program is over, and a
+// re-formation would start it again in the processes that finished.
+TEST_CASE("job loop: in process, after a rank finished a failure ends the job, nothing restarts") {
+  FakeJob job;
+  std::vector<std::string> said;
+  elastic_job_with(job, 1, {{"localhost", 2}, {"far-node", 2}}, 1000, said);
+  job.scripts["localhost"].exit_codes = {{0, 0}, {1, 0}};
+  job.scripts["far-node"].exit_codes = {{2, 3}};
+  job.scripts["far-node"].exit_after_heartbeats = {{2, 3}};
+  CHECK(job.run() == 3);
+  CHECK(said.empty());
+  CHECK(job.records["localhost"]->spawns.size() == 2);  // each once: none started again
+  CHECK(job.records["localhost"]->regenerates.empty());
+  CHECK(job.records["far-node"]->regenerates.empty());
+  CHECK_THAT(job.stderr_text(), Catch::Contains("rank 2 on host far-node exited with code 3"));
+}
+
+TEST_CASE("job loop: in process, after a rank finished discovery's changes are not followed") {
+  FakeJob job;
+  std::vector<std::string> said;
+  job.back_after = 6;
+  elastic_job_with(job, 1, {{"localhost", 2}}, 3, said);
+  job.scripts["localhost"].exit_codes = {{0, 0}, {1, 0}};
+  job.scripts["far-node"].exit_codes = {{2, 0}, {3, 0}};
+  job.scripts["far-node"].exit_after_heartbeats = {{2, 8}, {3, 8}};
+  CHECK(job.run() == 0);
+  CHECK(said.empty());  // neither the retirement nor the growth after it
+  CHECK(job.records["far-node"]->spawns.size() == 2);
+  CHECK(job.records["far-node"]->regenerates.empty());
+  CHECK(job.stderr_text().empty());
+}
+
+TEST_CASE("job loop: in process, a change of hosts the reset limit refuses ends the job") {
+  FakeJob job;
+  std::vector<std::string> said;
+  elastic_job_with(job, 1, {{"localhost", 2}}, 3, said, "elastic: the reset limit is used up");
+  CHECK(job.run() == 255);
+  CHECK(said.empty());
+  CHECK(job.records["far-node"]->regenerates.empty());
+  CHECK_THAT(job.stderr_text(), Catch::Contains("hvdrun: elastic: the reset limit is used up\n"));
 }
