@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -348,6 +349,53 @@ TEST_CASE("generations: a restart-mode job asks to grow when discovery lists mor
   CHECK(sizes == std::vector<int>{2, 4});
   REQUIRE(why.size() == 1);
   CHECK_THAT(why[0], Catch::Contains("discovery found 4 usable slots for a job of 2 ranks"));
+}
+
+// horovodrun's --reset-limit counts a growth as a reset ("scale up or down"); torchrun's
+// --max-restarts counts failures only.
+TEST_CASE(
+    "generations: a growth beyond --reset-limit ends the job, one within --max-restarts not") {
+  testing::TempDir dir("elastic");
+  FastDiscovery fast;
+  const std::string more = dir.path() + "/more";
+  for (const char* flag : {"--reset-limit", "--max-restarts"}) {
+    INFO(flag);
+    std::remove(more.c_str());
+    auto o = two_to_four(script(dir, "echo a:2; if [ -e '" + more + "' ]; then echo b:2; fi"));
+    o.elastic.reset_limit = 0;
+    o.elastic.reset_limit_flag = flag;
+    std::vector<int> sizes;
+    std::string why;
+    const GenerationLaunch launch = [&](const LaunchOptions& g, const JobHooks& hooks) {
+      sizes.push_back(*g.np);
+      if (g.generation == 0) {
+        std::ofstream(more) << "b\n";
+        const auto give_up = Clock::now() + 20s;
+        while (Clock::now() < give_up) {
+          if (auto w = hooks.should_stop()) {
+            why = *w;
+            Failure stop{0, "hvdrun: " + *w + "\n", {}};
+            stop.requested = true;
+            *hooks.outcome = stop;
+            return 0;
+          }
+          std::this_thread::sleep_for(10ms);
+        }
+      }
+      *hooks.outcome = std::nullopt;
+      return 0;
+    };
+    const int code = run_elastic(o, launch);
+    if (std::string(flag) == "--reset-limit") {
+      CHECK(code == 255);
+      CHECK(sizes == std::vector<int>{2});
+      CHECK_THAT(why, Catch::Contains("the reset limit (--reset-limit 0, which counts every "
+                                      "reset, a change of hosts too"));
+    } else {
+      CHECK(code == 0);
+      CHECK(sizes == std::vector<int>{2, 4});
+    }
+  }
 }
 
 // Elastic join (--nnodes MIN:MAX): the nodes are the hosts. A recovery in process counts
