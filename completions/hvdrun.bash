@@ -21,7 +21,9 @@ _hvdrun_value_opts="-np --num-proc -H --hosts --hostfile -x --env --start-timeou
 _hvdrun_flag_opts="--prefix-output-with-timestamp --json --topology --dry-run --verbose --check-build
   --version -h --help --gloo --disable-cache --hierarchical-allreduce --no-hierarchical-allreduce
   --hierarchical-allgather --no-hierarchical-allgather --autotune --timeline-mark-cycles
-  --no-stall-check --tcp --log-without-timestamp --report-bindings --standalone --no-python -m --module"
+  --no-stall-check --tcp --log-without-timestamp --report-bindings --standalone --no-python -m --module
+  -v --torus-allreduce --no-torus-allreduce --no-autotune --no-timeline-mark-cycles --stall-check
+  --log-with-timestamp --log-hide-timestamp --no-log-hide-timestamp"
 
 # Prints the host names listed in a hostfile ('host slots=N' lines, '#' comments).
 _hvdrun_hostfile_hosts() {
