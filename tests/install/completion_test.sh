@@ -11,9 +11,10 @@ trap 'rm -rf "$work"' EXIT
 status=0
 fail() { echo "completion_test: $*" >&2; status=1; }
 
-# Options in --help: every -x / --long word at the start of an option line.
-help_opts=$("$hvdrun" --help | grep -E '^  +-' | grep -oE '(^|[ ,]+)--?[a-zA-Z][a-z-]*' |
-  tr -d ' ,' | sort -u)
+# Options in --help: every -x / --long word in the option column of an option line (up to
+# the two-space gap before its description, which may name other spellings).
+help_opts=$("$hvdrun" --help | grep -E '^  +-' | sed -E 's/^ +//; s/  .*//' |
+  grep -oE '(^|[ ,]+)--?[a-zA-Z][a-z-]*' | tr -d ' ,' | sort -u)
 # shellcheck disable=SC2154,SC2086  # set by the sourced completion; split on purpose
 comp_opts=$(printf '%s\n' $_hvdrun_value_opts $_hvdrun_flag_opts | sort -u)
 if [[ $help_opts != "$comp_opts" ]]; then
