@@ -265,7 +265,7 @@ std::optional<std::string> Elastic::should_grow(int np) {
 // left): Horovod's --reset-limit counts it as one of the job's resets ("scale up or down"),
 // torchrun's --max-restarts does not. Why the job must end instead, or nullopt.
 std::optional<std::string> Elastic::scaling_reset() {
-  if (!e_.reset_limit || e_.reset_limit_flag != "--reset-limit") return std::nullopt;
+  if (!e_.limit_counts_scaling()) return std::nullopt;
   if (resets_ < *e_.reset_limit) {
     ++resets_;
     return std::nullopt;
@@ -273,7 +273,7 @@ std::optional<std::string> Elastic::scaling_reset() {
   return "elastic: the hosts changed, and the reset limit (--reset-limit " +
          std::to_string(*e_.reset_limit) +
          ", which counts every reset, a change of hosts too, as horovodrun's does) is used up; "
-         "ending the job (--max-restarts counts failures only)";
+         "ending the job. Give a larger --reset-limit, or --max-restarts to count failures only";
 }
 
 // Asked by the job when a generation running in process loses ranks: counts the reset,

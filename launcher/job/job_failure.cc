@@ -190,8 +190,9 @@ void Job::on_rank_exited(Host& h, const proto::RankExited& ex) {
     if (all_done()) decide_held_failure();
     return;
   }
-  if ((!ex.signaled && ex.value == 0) || stopping()) {
-    if (!ex.signaled && ex.value == 0 && !finished_ && !stopping() && hooks_.reform) {
+  const bool clean = !ex.signaled && ex.value == 0;
+  if (clean || stopping()) {
+    if (clean && !finished_ && !stopping() && hooks_.reform) {
       finished_ = true;
       spdlog::info(
           "rank {} on host {} finished (exit code 0): the job no longer grows or "

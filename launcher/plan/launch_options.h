@@ -22,12 +22,15 @@ struct ElasticOptions {
   /// --min-np / --max-np: bounds of the job's size.
   std::optional<int> min_np;
   std::optional<int> max_np;
-  /// --reset-limit N (torchrun's --max-restarts): restarts the whole job may make;
+  /// --reset-limit N or torchrun's --max-restarts N: resets the whole job may make;
   /// empty: no limit.
   std::optional<int> reset_limit;
-  /// The flag the limit was given with ("--reset-limit" or "--max-restarts"), so that
-  /// messages name the one the user wrote.
+  /// The flag the limit was given with ("--reset-limit" or "--max-restarts"): messages
+  /// name the one the user wrote, and it says what the limit counts.
   std::string reset_limit_flag = "--reset-limit";
+  /// Whether the limit counts the resets of growing and shrinking by discovery too, as
+  /// horovodrun's --reset-limit does; torchrun's --max-restarts counts failures only.
+  bool limit_counts_scaling() const { return reset_limit && reset_limit_flag == "--reset-limit"; }
   /// --blacklist-cooldown-range MIN MAX: seconds a failed host stays excluded, MIN the
   /// first time, doubling on each repeat up to MAX.
   int cooldown_min_s = 10;

@@ -35,10 +35,9 @@ class HostsUpdatedInterrupt(RuntimeError):
 
 class _HostMessages(queue.Queue):
     """A State's queue of host updates, (timestamp, HOSTS_ADDED | HOSTS_REMOVED). Horovod's
-    driver pushes them from a notification thread; hvdrun's agent tells libhvdrun, which is
-    asked whenever the queue is looked at, so a program that waits on
-    `state._host_messages` (as Horovod's own elastic tests do) sees the update before its
-    next commit."""
+    driver pushes them from a notification thread; hvdrun's agent tells libhvdrun, which
+    empty() asks, so a program that polls `state._host_messages.empty()` (as Horovod's own
+    elastic tests do) sees the update before its next commit."""
 
     def __init__(self, state):
         super().__init__()
@@ -57,14 +56,6 @@ class _HostMessages(queue.Queue):
     def empty(self):
         self.poll_agent()
         return super().empty()
-
-    def qsize(self):
-        self.poll_agent()
-        return super().qsize()
-
-    def get(self, block=True, timeout=None):
-        self.poll_agent()
-        return super().get(block, timeout)
 
 
 class State:

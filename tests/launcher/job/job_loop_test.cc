@@ -445,3 +445,21 @@ TEST_CASE("job loop: in process, a change of hosts the reset limit refuses ends 
   CHECK(job.records["far-node"]->regenerates.empty());
   CHECK_THAT(job.stderr_text(), Catch::Contains("hvdrun: elastic: the reset limit is used up\n"));
 }
+
+TEST_CASE(
+    "job loop: in process, a growth the reset limit refuses starts nothing and ends the job") {
+  FakeJob job;
+  std::vector<std::string> said;
+  elastic_job_with(job, 1, {{"localhost", 2}, {"far-node", 3}}, 2, said,
+                   "elastic: the reset limit is used up");
+  job.setup = [base = job.setup](LaunchOptions& o, JobHooks& hooks) {
+    base(o, hooks);
+    o.elastic.max_np = 5;  // room for the slot far-node lists beyond its two processes
+  };
+  CHECK(job.run() == 255);
+  CHECK(said.empty());
+  CHECK(job.records["far-node"]->spawns.size() == 2);
+  CHECK(job.records["far-node"]->regenerates.empty());
+  CHECK(job.clock.elapsed() < 10s);  // the teardown waits for no process that never started
+  CHECK_THAT(job.stderr_text(), Catch::Contains("hvdrun: elastic: the reset limit is used up\n"));
+}
